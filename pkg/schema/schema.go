@@ -1,0 +1,64 @@
+// Package schema holds pure functions over the request and response bodies of the LLM API
+// surfaces codeinterp serves: it detects the hosted code_interpreter tool, rewrites it into a
+// function tool, reads the model's calls of that function, builds follow-up requests, and
+// assembles the final answer (JSON or SSE) in the shape the native API returns.
+//
+// Every function takes and returns bytes and edits them in place where it can (gjson/sjson),
+// leaving every byte it does not need to change as the client sent it. Nothing here knows about
+// gRPC, Envoy or the network, and every function is safe for concurrent use.
+package schema
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Surface is an API surface: the shape of a request and response body.
+type Surface int
+
+const (
+	// Responses is OpenAI's Responses API (POST /v1/responses).
+	Responses Surface = iota + 1
+	// Chat is OpenAI's Chat Completions API (POST /v1/chat/completions).
+	Chat
+)
+
+// String returns the surface's name as used in logs and metrics.
+func (s Surface) String() string {
+	switch s {
+	case Responses:
+		return "responses"
+	case Chat:
+		return "chat_completions"
+	default:
+		return fmt.Sprintf("surface(%d)", int(s))
+	}
+}
+
+// RequestError is a mistake in the client's request. It becomes an HTTP answer in the API's
+// error shape, with Status and a JSON body from [ErrorBody].
+type RequestError struct {
+	// Status is the HTTP status to answer with; zero means 400.
+	Status int
+	// Message is the human-readable explanation sent to the client.
+	Message string
+	// Param names the offending request field (for example "tools[2].name"), or is empty.
+	Param string
+	// Code is a short machine-readable code (for example "invalid_json"), or is empty.
+	Code string
+}
+
+func (e *RequestError) Error() string {
+	if e.Param != "" {
+		return fmt.Sprintf("invalid request: %s (param %s)", e.Message, e.Param)
+	}
+	return "invalid request: " + e.Message
+}
+
+// HTTPStatus returns the status the error is answered with.
+func (e *RequestError) HTTPStatus() int {
+	if e.Status == 0 {
+		return http.StatusBadRequest
+	}
+	return e.Status
+}
