@@ -360,7 +360,7 @@ type Sandbox struct {
 	Local *LocalSandbox `protobuf:"bytes,2,opt,name=local,proto3" json:"local,omitempty"`
 	// warm_pool_size is the number of started containers kept ready, with numpy, pandas and
 	// matplotlib imported when present. Default 2; 0 disables the pool.
-	WarmPoolSize uint32 `protobuf:"varint,3,opt,name=warm_pool_size,json=warmPoolSize,proto3" json:"warm_pool_size,omitempty"`
+	WarmPoolSize *uint32 `protobuf:"varint,3,opt,name=warm_pool_size,json=warmPoolSize,proto3,oneof" json:"warm_pool_size,omitempty"`
 	// session_idle_ttl deletes a session container unused for this long. Default 20m, as OpenAI's
 	// containers expire.
 	SessionIdleTtl *durationpb.Duration `protobuf:"bytes,4,opt,name=session_idle_ttl,json=sessionIdleTtl,proto3" json:"session_idle_ttl,omitempty"`
@@ -425,8 +425,8 @@ func (x *Sandbox) GetLocal() *LocalSandbox {
 }
 
 func (x *Sandbox) GetWarmPoolSize() uint32 {
-	if x != nil {
-		return x.WarmPoolSize
+	if x != nil && x.WarmPoolSize != nil {
+		return *x.WarmPoolSize
 	}
 	return 0
 }
@@ -607,16 +607,17 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\bupstream\x18\n" +
 	" \x01(\tR\bupstream\x12,\n" +
 	"\x12output_limit_bytes\x18\v \x01(\rR\x10outputLimitBytes\x128\n" +
-	"\x18allow_anonymous_sessions\x18\f \x01(\bR\x16allowAnonymousSessions\"\x8a\x03\n" +
+	"\x18allow_anonymous_sessions\x18\f \x01(\bR\x16allowAnonymousSessions\"\xa2\x03\n" +
 	"\aSandbox\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x128\n" +
-	"\x05local\x18\x02 \x01(\v2\".codeinterp.config.v1.LocalSandboxR\x05local\x12$\n" +
-	"\x0ewarm_pool_size\x18\x03 \x01(\rR\fwarmPoolSize\x12C\n" +
+	"\x05local\x18\x02 \x01(\v2\".codeinterp.config.v1.LocalSandboxR\x05local\x12)\n" +
+	"\x0ewarm_pool_size\x18\x03 \x01(\rH\x00R\fwarmPoolSize\x88\x01\x01\x12C\n" +
 	"\x10session_idle_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0esessionIdleTtl\x129\n" +
 	"\x19max_sessions_per_identity\x18\x05 \x01(\rR\x16maxSessionsPerIdentity\x12%\n" +
 	"\x0emax_containers\x18\x06 \x01(\rR\rmaxContainers\x120\n" +
 	"\x14default_memory_limit\x18\a \x01(\tR\x12defaultMemoryLimit\x12,\n" +
-	"\x12output_limit_bytes\x18\b \x01(\rR\x10outputLimitBytes\"\xf3\x01\n" +
+	"\x12output_limit_bytes\x18\b \x01(\rR\x10outputLimitBytesB\x11\n" +
+	"\x0f_warm_pool_size\"\xf3\x01\n" +
 	"\fLocalSandbox\x12\x16\n" +
 	"\x06python\x18\x01 \x01(\tR\x06python\x12\x14\n" +
 	"\x05bwrap\x18\x02 \x01(\tR\x05bwrap\x12\x19\n" +
@@ -670,6 +671,7 @@ func file_codeinterp_config_v1_config_proto_init() {
 	if File_codeinterp_config_v1_config_proto != nil {
 		return
 	}
+	file_codeinterp_config_v1_config_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

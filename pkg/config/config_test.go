@@ -1,0 +1,117 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+)
+
+func TestLoadFullFile(t *testing.T) {
+	cfg, err := Load("testdata/full.yaml")
+	require.NoError(t, err, "load testdata/full.yaml")
+	ApplyDefaults(cfg)
+	require.NoError(t, Validate(cfg), "validate testdata/full.yaml")
+
+	assert.Equal(t, "unix:///run/codeinterp/extproc.sock", cfg.GetListen())
+	assert.Equal(t, []string{"/openai"}, cfg.GetPathPrefixes())
+	assert.Equal(t, 20*time.Second, cfg.GetShutdownGrace().AsDuration())
+	assert.Equal(t, uint32(0), cfg.GetSandbox().GetWarmPoolSize(), "an explicit warm_pool_size: 0 disables the pool")
+	assert.NotNil(t, cfg.GetSandbox().WarmPoolSize, "warm_pool_size: 0 is kept as set")
+	assert.Equal(t, "4g", cfg.GetSandbox().GetDefaultMemoryLimit())
+	assert.Equal(t, uint32(120), cfg.GetSandbox().GetLocal().GetCpuSeconds())
+	assert.Equal(t, uint32(DefaultMaxProcesses), cfg.GetSandbox().GetLocal().GetMaxProcesses(), "unset local field gets its default")
+
+	profiles := Profiles(cfg)
+	require.Len(t, profiles, 3)
+	def := profiles[""]
+	assert.Equal(t, 6, def.MaxRounds)
+	assert.Equal(t, "x-tenant-id", def.IdentityHeader)
+	assert.Equal(t, DefaultFunctionName, def.FunctionName)
+	assert.Equal(t, DefaultForwardHeaders, def.ForwardHeaders)
+
+	strict := profiles["strict"]
+	assert.Equal(t, 2, strict.MaxRounds, "named profile overrides max_rounds")
+	assert.Equal(t, 200*time.Second, strict.LoopDeadline, "named profile inherits loop_deadline")
+	assert.Equal(t, "x-tenant-id", strict.IdentityHeader, "named profile inherits identity_header")
+	assert.Equal(t, []string{"content-type"}, strict.ForwardHeaders, "forward_headers replaces, not appends")
+	assert.Equal(t, "http://127.0.0.1:10000", strict.Upstream)
+	assert.True(t, profiles["passthrough"].Disabled)
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Load("")
+	require.NoError(t, err)
+	ApplyDefaults(cfg)
+	require.NoError(t, Validate(cfg), "defaults must validate")
+	assert.Equal(t, DefaultListen, cfg.GetListen())
+	assert.Equal(t, DefaultAdminListen, cfg.GetAdminListen())
+	assert.Equal(t, DefaultUpstream, cfg.GetUpstream())
+	assert.Equal(t, uint32(DefaultWarmPoolSize), cfg.GetSandbox().GetWarmPoolSize())
+	assert.Equal(t, uint64(DefaultMaxRequestBytes), cfg.GetMaxRequestBytes())
+	p := Profiles(cfg)[""]
+	assert.Equal(t, DefaultMaxRounds, p.MaxRounds)
+	assert.Equal(t, DefaultLoopDeadline, p.LoopDeadline)
+	assert.Equal(t, DefaultRunTimeout, p.RunTimeout)
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{name: "unknown field", give: "listne: 1.2.3.4:5\n", want: "listne"},
+		{name: "wrong type", give: "max_request_bytes: lots\n", want: "max_request_bytes"},
+		{name: "bad duration", give: "shutdown_grace: soon\n", want: "shutdown_grace"},
+		{name: "not yaml", give: "listen: [\n", want: "parse yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tt.give), 0o600))
+			_, err := Load(path)
+			require.Error(t, err, "load %q", tt.give)
+			assert.Contains(t, err.Error(), tt.want, "load %q", tt.give)
+		})
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	tests := []struct {
+		name string
+		give func(*configv1.Config)
+		want string
+	}{
+		{"listen", func(c *configv1.Config) { c.Listen = "nowhere" }, "listen:"},
+		{"unix listen without path", func(c *configv1.Config) { c.Listen = "unix://" }, "listen:"},
+		{"upstream scheme", func(c *configv1.Config) { c.Upstream = "ftp://x" }, "upstream:"},
+		{"log level", func(c *configv1.Config) { c.LogLevel = "loud" }, "log_level:"},
+		{"prefix", func(c *configv1.Config) { c.PathPrefixes = []string{"openai/"} }, "path_prefixes[0]:"},
+		{"small grpc limit", func(c *configv1.Config) { c.MaxRequestBytes = 4096 }, "max_request_bytes:"},
+		{"function name", func(c *configv1.Config) { c.DefaultProfile.FunctionName = "run code" }, "default_profile.function_name:"},
+		{"named profile run timeout", func(c *configv1.Config) {
+			c.Profiles = map[string]*configv1.Profile{"p": {RunTimeout: c.DefaultProfile.LoopDeadline, LoopDeadline: c.DefaultProfile.RunTimeout}}
+		}, `profiles["p"].run_timeout:`},
+		{"forward reserved header", func(c *configv1.Config) { c.DefaultProfile.ForwardHeaders = []string{"x-codeinterp-followup"} }, "default_profile.forward_headers[0]:"},
+		{"backend", func(c *configv1.Config) { c.Sandbox.Backend = "e2b" }, "sandbox.backend:"},
+		{"memory", func(c *configv1.Config) { c.Sandbox.DefaultMemoryLimit = "2g" }, "sandbox.default_memory_limit:"},
+		{"python path", func(c *configv1.Config) { c.Sandbox.Local.Python = "python3" }, "sandbox.local.python:"},
+		{"secret file", func(c *configv1.Config) { c.FollowupSecretFile = "/nonexistent/secret" }, "followup_secret_file:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := &configv1.Config{}
+			ApplyDefaults(cfg)
+			tt.give(cfg)
+			err := Validate(cfg)
+			require.Error(t, err, "validate with %s changed", tt.name)
+			assert.Contains(t, err.Error(), tt.want, "validate with %s changed", tt.name)
+		})
+	}
+}
