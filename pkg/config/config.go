@@ -53,10 +53,11 @@ const (
 )
 
 // DefaultForwardHeaders are the request headers, besides the credentials, that the loop copies from
-// the client's request onto its follow-up calls when a profile lists none. Any other header starting
-// with "x-" (but not "x-codeinterp-" or "x-envoy-") is copied too.
+// the client's request onto its follow-up calls when a profile lists none. An entry ending in "*"
+// matches a prefix. x-codeinterp-*, x-envoy-* and x-forwarded-* headers are never copied.
 var DefaultForwardHeaders = []string{
-	"content-type", "openai-organization", "openai-project", "openai-beta", "user-agent",
+	"content-type", "openai-organization", "openai-project", "openai-beta", "anthropic-version",
+	"anthropic-beta", "user-agent", "x-*",
 }
 
 // MemoryLimits are the container memory sizes a request may name, as OpenAI's containers offer.
@@ -376,8 +377,8 @@ func validateProfile(field string, p *configv1.Profile) []error {
 		bad("run_timeout", "%v is longer than loop_deadline %v", p.GetRunTimeout().AsDuration(), p.GetLoopDeadline().AsDuration())
 	}
 	for i, h := range p.GetForwardHeaders() {
-		if h == "" || h != strings.ToLower(h) || strings.HasPrefix(h, ":") {
-			bad(fmt.Sprintf("forward_headers[%d]", i), "%q must be a lower-case header name", h)
+		if h == "" || h == "*" || h != strings.ToLower(h) || strings.HasPrefix(h, ":") || strings.Contains(strings.TrimSuffix(h, "*"), "*") {
+			bad(fmt.Sprintf("forward_headers[%d]", i), "%q must be a lower-case header name, or a prefix ending in *", h)
 		}
 		if strings.HasPrefix(h, "x-codeinterp-") {
 			bad(fmt.Sprintf("forward_headers[%d]", i), "%q is reserved for the server", h)

@@ -2,7 +2,12 @@ package schema
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // apiError is OpenAI's error object, the same on the Responses and Chat Completions surfaces.
@@ -59,4 +64,49 @@ func errorType(status int) string {
 	default:
 		return "invalid_request_error"
 	}
+}
+
+// UpstreamErrorBody returns the body the client gets for an upstream error answer with status: the
+// upstream's own body when it already is an API error object ({"error":{…}}), else an error in the
+// API's shape that quotes the start of what the upstream said.
+func UpstreamErrorBody(status int, body []byte) []byte {
+	if gjson.ValidBytes(body) && gjson.GetBytes(body, "error").IsObject() {
+		return body
+	}
+	snippet := strings.TrimSpace(string(body))
+	if len(snippet) > 512 {
+		snippet = strings.ToValidUTF8(snippet[:512], "") + "…"
+	}
+	msg := fmt.Sprintf("The model's upstream answered %d %s.", status, http.StatusText(status))
+	if snippet != "" {
+		msg += " It said: " + snippet
+	}
+	return errorJSON(msg, errorType(status), "", "upstream_error")
+}
+
+// MarkIncomplete marks a final answer as cut short for reason (for example "loop_deadline"):
+// Responses gets status "incomplete" with incomplete_details.reason; Chat gets finish_reason
+// "length" on every choice that has none of its own beyond "tool_calls".
+func MarkIncomplete(s Surface, body []byte, reason string) ([]byte, error) {
+	var err error
+	switch s {
+	case Chat:
+		n := int(gjson.GetBytes(body, "choices.#").Int())
+		for i := 0; i < n; i++ {
+			path := fmt.Sprintf("choices.%d.finish_reason", i)
+			if fr := gjson.GetBytes(body, path).String(); fr == "" || fr == "tool_calls" || fr == "stop" {
+				if body, err = sjson.SetBytes(body, path, "length"); err != nil {
+					return nil, fmt.Errorf("mark incomplete: %w", err)
+				}
+			}
+		}
+	default:
+		if body, err = sjson.SetBytes(body, "status", "incomplete"); err != nil {
+			return nil, fmt.Errorf("mark incomplete: %w", err)
+		}
+		if body, err = sjson.SetBytes(body, "incomplete_details", map[string]string{"reason": reason}); err != nil {
+			return nil, fmt.Errorf("mark incomplete: %w", err)
+		}
+	}
+	return body, nil
 }

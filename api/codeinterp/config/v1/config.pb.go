@@ -218,10 +218,11 @@ type Profile struct {
 	// value identifies the tenant. Default: the credential itself (authorization or x-api-key) is
 	// the identity. Either way only a keyed hash of it is kept.
 	IdentityHeader string `protobuf:"bytes,8,opt,name=identity_header,json=identityHeader,proto3" json:"identity_header,omitempty"`
-	// forward_headers lists the request headers (besides authorization and x-api-key) copied from
-	// the client's request to the loop's follow-up calls. Default: content-type, openai-organization,
-	// openai-project, openai-beta, x-request-id, user-agent, and any header starting with "x-"
-	// that is not an x-codeinterp-* header.
+	// forward_headers lists the request headers (besides the credentials authorization, x-api-key
+	// and api-key) copied from the client's request to the loop's follow-up calls; an entry ending in
+	// "*" matches a prefix. x-codeinterp-*, x-envoy-*, x-forwarded-*, hop-by-hop and framing
+	// headers are never copied. Default: content-type, openai-organization, openai-project,
+	// openai-beta, anthropic-version, anthropic-beta, user-agent, x-*.
 	ForwardHeaders []string `protobuf:"bytes,9,rep,name=forward_headers,json=forwardHeaders,proto3" json:"forward_headers,omitempty"`
 	// upstream overrides Config.upstream for this route.
 	Upstream string `protobuf:"bytes,10,opt,name=upstream,proto3" json:"upstream,omitempty"`
