@@ -1,0 +1,436 @@
+package schema
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
+
+// DefaultFunctionName is the name of the function tool the code_interpreter tool becomes when
+// [Options.FunctionName] is empty.
+const DefaultFunctionName = "code_interpreter"
+
+// DefaultFunctionDescription describes the function tool to the model when
+// [Options.FunctionDescription] is empty.
+const DefaultFunctionDescription = "Run Python 3 code in a stateful sandbox, like a Jupyter notebook: " +
+	"variables, imports and definitions persist between calls. numpy, pandas and matplotlib are installed. " +
+	"Files in /mnt/data persist between calls; save files you create there. There is no internet access. " +
+	"Print what you want to see: the output shows what the code printed and the value of the last " +
+	"expression, and matplotlib figures are captured and shown as images."
+
+// reqCodeDescription describes the function's only parameter.
+const reqCodeDescription = "The Python 3 code to run."
+
+// OutputImageNote stands for one image output in the text fed back to the model.
+const OutputImageNote = "[image]"
+
+// Options tunes the function tool the code_interpreter tool becomes. The zero value uses the
+// defaults.
+type Options struct {
+	// FunctionName is the function's name; empty means DefaultFunctionName.
+	FunctionName string
+	// FunctionDescription is the function's description; empty means DefaultFunctionDescription.
+	FunctionDescription string
+}
+
+func (o Options) name() string {
+	if o.FunctionName == "" {
+		return DefaultFunctionName
+	}
+	return o.FunctionName
+}
+
+func (o Options) description() string {
+	if o.FunctionDescription == "" {
+		return DefaultFunctionDescription
+	}
+	return o.FunctionDescription
+}
+
+// Request is what RewriteRequest learned and produced. When Found is false only Body is set.
+type Request struct {
+	// Body is the body to send upstream; it is the input itself when Found is false.
+	Body []byte
+	// Found reports whether a code_interpreter tool was present and rewritten.
+	Found bool
+	// Tool is the client's code_interpreter tool object, raw.
+	Tool []byte
+	// ContainerID is the tool's container when it is a string id (for example "cntr_…").
+	ContainerID string
+	// MemoryLimit is the tool's container.memory_limit when set.
+	MemoryLimit string
+	// ToolChoice is the client's tool_choice, raw, when it was rewritten; nil otherwise.
+	ToolChoice []byte
+	// ForcedChoice reports whether the upstream tool_choice forces a tool call ("required", our
+	// function by name, or allowed_tools with mode "required"); the loop drops it after round 1.
+	ForcedChoice bool
+	// Stream reports whether the client asked for stream:true (Body has stream:false).
+	Stream bool
+	// StreamOptions is the client's stream_options, raw, which Body no longer has; nil when absent
+	// or null.
+	StreamOptions []byte
+	// SessionID is metadata.session_id when it is a string; Body keeps it.
+	SessionID string
+	// ReplayedContainerIDs holds the container_id of each replayed code_interpreter_call input
+	// item that has one, in input order.
+	ReplayedContainerIDs []string
+}
+
+// RewriteRequest rewrites a client request body of surface s for the upstream model: the
+// code_interpreter tool becomes a function tool in the same position, a tool_choice naming it
+// names the function, stream:true becomes stream:false without stream_options, and (Responses)
+// replayed code_interpreter_call input items become function_call and function_call_output pairs.
+// Every other byte stays as the client sent it. A body without a code_interpreter tool comes back
+// unchanged with Found false.
+//
+// Client mistakes (malformed JSON, two code_interpreter tools, a client tool already using the
+// function's name, a rewritten member given twice) are returned as *RequestError. RewriteRequest
+// does not keep or modify body; Request.Body may share memory with it.
+func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
+	if s != Responses && s != Chat {
+		return Request{}, fmt.Errorf("rewrite request: unknown surface %v", s)
+	}
+	members, isObject, err := reqScanTop(body)
+	if err != nil {
+		return Request{}, &RequestError{
+			Message: "We could not parse the JSON body of your request: " + err.Error(),
+			Code:    "invalid_json",
+		}
+	}
+	r := Request{Body: body}
+	if !isObject {
+		return r, nil
+	}
+	t := reqTopLevel{b: body, members: members}
+	name := o.name()
+
+	tools, err := reqFindTools(s, t, name)
+	if err != nil || !tools.found {
+		return r, err
+	}
+	// A body that gives a member we read or edit twice is refused: we could not tell which one the
+	// upstream would honour.
+	for _, k := range [...]string{"tools", "tool_choice", "stream", "stream_options", "metadata", "input", "messages"} {
+		if t.count(k) > 1 {
+			return Request{}, &RequestError{
+				Message: fmt.Sprintf("The request gives %q more than once.", k),
+				Param:   k,
+			}
+		}
+	}
+
+	r.Found = true
+	r.Tool = bytes.Clone(body[tools.ci.start:tools.ci.end])
+	edits := []reqEdit{{start: tools.ci.start, end: tools.ci.end, repl: reqFunctionTool(s, name, o.description())}}
+	if c := reqField(body, tools.ci.start, "container"); c.ok() {
+		if id, ok := reqStr(body, c); ok {
+			r.ContainerID = id
+		} else {
+			r.MemoryLimit, _ = reqStr(body, reqField(body, c.start, "memory_limit"))
+		}
+	}
+
+	if sp := t.span("tool_choice"); sp.ok() {
+		e, forced, rewritten := reqRewriteToolChoice(s, body, sp, name)
+		edits = append(edits, e...)
+		r.ForcedChoice = forced
+		if rewritten {
+			r.ToolChoice = bytes.Clone(body[sp.start:sp.end])
+		}
+	}
+
+	if sp := t.span("stream"); sp.ok() && string(body[sp.start:sp.end]) == "true" {
+		r.Stream = true
+		edits = append(edits, reqEdit{start: sp.start, end: sp.end, repl: []byte("false")})
+	}
+	if k := t.find("stream_options"); k >= 0 {
+		m := members[k]
+		if v := body[m.valStart:m.valEnd]; string(v) != "null" {
+			r.StreamOptions = bytes.Clone(v)
+		}
+		edits = append(edits, reqRemoveMember(members, k))
+	}
+
+	if sp := t.span("metadata"); sp.ok() {
+		r.SessionID, _ = reqStr(body, reqField(body, sp.start, "session_id"))
+	}
+
+	if sp := t.span("input"); s == Responses && sp.ok() && body[sp.start] == '[' {
+		e, ids := reqReplayInput(body, sp, name)
+		edits = append(edits, e...)
+		r.ReplayedContainerIDs = ids
+	}
+
+	if r.Body, err = reqApply(body, edits); err != nil {
+		return Request{}, fmt.Errorf("rewrite request: %w", err)
+	}
+	return r, nil
+}
+
+// reqTools is what the tools arrays of a body hold.
+type reqTools struct {
+	found bool
+	ci    reqSpan // the code_interpreter tool
+}
+
+// reqFindTools finds the code_interpreter tool in every top-level "tools" array and checks that it
+// is the only one and that no client tool already uses the function's name.
+func reqFindTools(s Surface, t reqTopLevel, name string) (reqTools, error) {
+	b := t.b
+	var (
+		res        reqTools
+		second     = -1 // index of a second code_interpreter tool
+		clashParam string
+	)
+	for _, m := range t.members {
+		if m.key != "tools" || b[m.valStart] != '[' {
+			continue
+		}
+		reqEachElem(b, m.valStart, func(idx, st, en int) bool {
+			if b[st] != '{' {
+				return true
+			}
+			typ, _ := reqStr(b, reqField(b, st, "type"))
+			switch {
+			case typ == "code_interpreter" && !res.found:
+				res.found, res.ci = true, reqSpan{st, en}
+			case typ == "code_interpreter":
+				if second < 0 {
+					second = idx
+				}
+			case clashParam == "":
+				if p := reqToolNameClash(s, b, st, typ, name); p != "" {
+					clashParam = fmt.Sprintf("tools[%d].%s", idx, p)
+				}
+			}
+			return true
+		})
+	}
+	switch {
+	case !res.found:
+		return reqTools{}, nil
+	case second >= 0:
+		return reqTools{}, &RequestError{
+			Message: "Only one code_interpreter tool is supported per request.",
+			Param:   fmt.Sprintf("tools[%d]", second),
+		}
+	case clashParam != "":
+		return reqTools{}, &RequestError{
+			Message: fmt.Sprintf("The tool name %q is reserved for the code_interpreter tool, which is "+
+				"provided to the model as a function of that name; rename your tool.", name),
+			Param: clashParam,
+		}
+	}
+	return res, nil
+}
+
+// reqToolNameClash returns the path (relative to the tool) of the name of the client tool
+// starting at b[st] when that name is the function's name, or "".
+func reqToolNameClash(s Surface, b []byte, st int, typ, name string) string {
+	if s == Chat {
+		// Chat tools nest their name under their type: {"type":"function","function":{"name":…}}.
+		if typ == "" {
+			return ""
+		}
+		if n, _ := reqStr(b, reqPath(b, st, typ, "name")); n == name {
+			return typ + ".name"
+		}
+		return ""
+	}
+	if n, _ := reqStr(b, reqField(b, st, "name")); n == name {
+		return "name"
+	}
+	return ""
+}
+
+// reqFunctionTool returns the function tool that stands in for the code_interpreter tool.
+func reqFunctionTool(s Surface, name, description string) []byte {
+	var fn []byte
+	fn = append(fn, `"name":`...)
+	fn = reqAppendString(fn, name)
+	fn = append(fn, `,"description":`...)
+	fn = reqAppendString(fn, description)
+	fn = append(fn, `,"parameters":{"type":"object","properties":{"code":{"type":"string","description":`...)
+	fn = reqAppendString(fn, reqCodeDescription)
+	fn = append(fn, `}},"required":["code"]}`...)
+
+	out := []byte(`{"type":"function",`)
+	if s == Chat {
+		out = append(out, `"function":{`...)
+		out = append(out, fn...)
+		out = append(out, '}')
+	} else {
+		out = append(out, fn...)
+	}
+	return append(out, '}')
+}
+
+// reqFunctionChoice returns the tool_choice (or allowed_tools entry) that names the function.
+func reqFunctionChoice(s Surface, name string) []byte {
+	out := []byte(`{"type":"function",`)
+	if s == Chat {
+		out = append(out, `"function":{"name":`...)
+		out = reqAppendString(out, name)
+		return append(out, `}}`...)
+	}
+	out = append(out, `"name":`...)
+	out = reqAppendString(out, name)
+	return append(out, '}')
+}
+
+// reqNamesHostedTool reports whether the object starting at b[st] is a tool_choice (or an
+// allowed_tools entry) naming the hosted code_interpreter tool.
+func reqNamesHostedTool(b []byte, st int) bool {
+	switch typ, _ := reqStr(b, reqField(b, st, "type")); typ {
+	case "code_interpreter":
+		return true
+	case "hosted_tool":
+		n, _ := reqStr(b, reqField(b, st, "name"))
+		return n == "code_interpreter"
+	}
+	return false
+}
+
+// reqRewriteToolChoice returns the edits that make the tool_choice at sp name the function
+// instead of the hosted tool, whether the resulting choice forces a tool call, and whether it
+// changed.
+func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits []reqEdit, forced, rewritten bool) {
+	switch b[sp.start] {
+	case '"':
+		mode, _ := reqStr(b, sp)
+		return nil, mode == "required", false
+	case '{':
+	default:
+		return nil, false, false
+	}
+	if reqNamesHostedTool(b, sp.start) {
+		return []reqEdit{{start: sp.start, end: sp.end, repl: reqFunctionChoice(s, name)}}, true, true
+	}
+	switch typ, _ := reqStr(b, reqField(b, sp.start, "type")); typ {
+	case "function":
+		path := []string{"name"}
+		if s == Chat {
+			path = []string{"function", "name"}
+		}
+		fn, _ := reqStr(b, reqPath(b, sp.start, path...))
+		return nil, fn == name, false
+	case "allowed_tools":
+		// Responses: {"type":"allowed_tools","mode":…,"tools":[…]};
+		// Chat: {"type":"allowed_tools","allowed_tools":{"mode":…,"tools":[…]}}.
+		holder := sp.start
+		if s == Chat {
+			inner := reqField(b, sp.start, "allowed_tools")
+			if !inner.ok() || b[inner.start] != '{' {
+				return nil, false, false
+			}
+			holder = inner.start
+		}
+		mode, _ := reqStr(b, reqField(b, holder, "mode"))
+		if list := reqField(b, holder, "tools"); list.ok() && b[list.start] == '[' {
+			reqEachElem(b, list.start, func(_, st, en int) bool {
+				if b[st] == '{' && reqNamesHostedTool(b, st) {
+					edits = append(edits, reqEdit{start: st, end: en, repl: reqFunctionChoice(s, name)})
+				}
+				return true
+			})
+		}
+		return edits, mode == "required", len(edits) > 0
+	}
+	return nil, false, false
+}
+
+// reqReplayInput returns the edits that turn each code_interpreter_call item of the Responses
+// input array at sp into a function_call item and a function_call_output item, and the
+// container ids of those items.
+func reqReplayInput(b []byte, sp reqSpan, name string) (edits []reqEdit, containerIDs []string) {
+	in := b[sp.start:sp.end]
+	// Skip the walk when no item can be one: the type is spelled out, or hidden behind an escape.
+	if !bytes.Contains(in, []byte("code_interpreter_call")) && !bytes.Contains(in, []byte(`\u`)) {
+		return nil, nil
+	}
+	reqEachElem(b, sp.start, func(idx, st, en int) bool {
+		if b[st] != '{' {
+			return true
+		}
+		if typ, _ := reqStr(b, reqField(b, st, "type")); typ != "code_interpreter_call" {
+			return true
+		}
+		var id, code, containerID string
+		var outputs []byte
+		reqEachMember(b, st, func(rawKey []byte, vs, ve int) bool {
+			switch k, _ := reqDecodeString(rawKey); k {
+			case "id":
+				id, _ = reqStr(b, reqSpan{vs, ve})
+			case "code":
+				code, _ = reqStr(b, reqSpan{vs, ve})
+			case "container_id":
+				containerID, _ = reqStr(b, reqSpan{vs, ve})
+			case "outputs":
+				outputs = b[vs:ve]
+			}
+			return true
+		})
+		if id == "" {
+			id = fmt.Sprintf("ci_replay_%d", idx)
+		}
+		if containerID != "" {
+			containerIDs = append(containerIDs, containerID)
+		}
+		edits = append(edits, reqEdit{start: st, end: en, repl: reqCallPair(id, name, code, RenderOutputs(outputs))})
+		return true
+	})
+	return edits, containerIDs
+}
+
+// reqCallPair returns a function_call item calling the function with code and its
+// function_call_output item, separated by a comma.
+func reqCallPair(callID, name, code, output string) []byte {
+	out := []byte(`{"type":"function_call","call_id":`)
+	out = reqAppendString(out, callID)
+	out = append(out, `,"name":`...)
+	out = reqAppendString(out, name)
+	out = append(out, `,"arguments":`...)
+	out = reqAppendString(out, string(reqAppendString([]byte(`{"code":`), code))+"}")
+	out = append(out, `},{"type":"function_call_output","call_id":`...)
+	out = reqAppendString(out, callID)
+	out = append(out, `,"output":`...)
+	out = reqAppendString(out, output)
+	return append(out, '}')
+}
+
+// RenderOutputs returns the text fed back to the model for the outputs of a code_interpreter_call
+// item, given as the raw JSON of its "outputs" value: an array of {"type":"logs","logs":…} and
+// {"type":"image","url":…} entries. Logs appear as they are and each image as [OutputImageNote],
+// in order, one per line. Entries of other types are skipped; null, an empty array or anything
+// that is not a JSON array gives "".
+func RenderOutputs(outputs []byte) string {
+	if _, _, err := reqScanTop(outputs); err != nil {
+		return ""
+	}
+	st := reqSkipWS(outputs, 0)
+	if outputs[st] != '[' {
+		return ""
+	}
+	var sb strings.Builder
+	add := func(s string) {
+		if sb.Len() > 0 && !strings.HasSuffix(sb.String(), "\n") {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(s)
+	}
+	reqEachElem(outputs, st, func(_, es, _ int) bool {
+		if outputs[es] != '{' {
+			return true
+		}
+		switch typ, _ := reqStr(outputs, reqField(outputs, es, "type")); typ {
+		case "logs":
+			if logs, _ := reqStr(outputs, reqField(outputs, es, "logs")); logs != "" {
+				add(logs)
+			}
+		case "image":
+			add(OutputImageNote)
+		}
+		return true
+	})
+	return sb.String()
+}

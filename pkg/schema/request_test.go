@@ -1,0 +1,451 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// reqUpdateGolden rewrites the want files of the request, turn and follow-up golden tests from
+// what the code produces; review the diff before committing it.
+var reqUpdateGolden = flag.Bool("update-rewrite-golden", false, "rewrite the golden want files of RewriteRequest, ParseTurn and FollowUp")
+
+// reqReadFile returns testdata/<path>.
+func reqReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", path))
+	require.NoError(t, err, "read testdata/%s", path)
+	return b
+}
+
+// reqCheckGolden compares got with testdata/<path>, or writes it there under -update-rewrite-golden.
+func reqCheckGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *reqUpdateGolden {
+		require.NoError(t, os.WriteFile(filepath.Join("testdata", path), got, 0o644), "write testdata/%s", path)
+		return
+	}
+	want := reqReadFile(t, path)
+	assert.Equal(t, string(want), string(got), "body differs from testdata/%s", path)
+}
+
+const reqTestTool = `{"type":"code_interpreter","container":{"type":"auto"}}`
+
+func TestRewriteRequestGolden(t *testing.T) {
+	tests := []struct {
+		name    string
+		surface Surface
+		opts    Options
+		want    Request // Body is compared with testdata/request/<name>.want.json instead
+	}{
+		{
+			name: "responses_tool_first", surface: Responses,
+			want: Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": "cntr_68c2e6f380d8"}`), ContainerID: "cntr_68c2e6f380d8"},
+		},
+		{
+			name: "responses_tool_middle", surface: Responses,
+			want: Request{
+				Found:         true,
+				Tool:          []byte(`{"type":"code_interpreter","container":{"type":"auto","memory_limit":"4g","file_ids":["file-1","file-2"]}}`),
+				MemoryLimit:   "4g",
+				ToolChoice:    []byte(`{"type":"code_interpreter"}`),
+				ForcedChoice:  true,
+				Stream:        true,
+				StreamOptions: []byte(`{"include_obfuscation":false}`),
+			},
+		},
+		{
+			name: "responses_tool_last", surface: Responses,
+			want: Request{
+				Found:         true,
+				Tool:          []byte(`{ "type" : "code_interpreter" , "container" : { "type" : "auto" } }`),
+				ToolChoice:    []byte(`{ "type" : "hosted_tool" , "name" : "code_interpreter" }`),
+				ForcedChoice:  true,
+				Stream:        true,
+				StreamOptions: []byte(`{ "include_obfuscation" : true }`),
+				SessionID:     "conv-abc-123",
+			},
+		},
+		{
+			name: "responses_allowed_tools_required", surface: Responses,
+			want: Request{
+				Found:        true,
+				Tool:         []byte(reqTestTool),
+				ToolChoice:   []byte(`{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"lookup"},{"type":"code_interpreter"}]}`),
+				ForcedChoice: true,
+			},
+		},
+		{
+			name: "responses_allowed_tools_auto", surface: Responses,
+			want: Request{
+				Found:      true,
+				Tool:       []byte(reqTestTool),
+				ToolChoice: []byte(`{"type":"allowed_tools","mode":"auto","tools":[{"type":"hosted_tool","name":"code_interpreter"}, {"type":"web_search"}]}`),
+			},
+		},
+		{
+			name: "responses_choice_client_function", surface: Responses,
+			want: Request{Found: true, Tool: []byte(reqTestTool)},
+		},
+		{
+			name: "responses_choice_none", surface: Responses,
+			want: Request{Found: true, Tool: []byte(reqTestTool)},
+		},
+		{
+			name: "responses_choice_required", surface: Responses,
+			want: Request{Found: true, Tool: []byte(reqTestTool), ForcedChoice: true},
+		},
+		{
+			name: "responses_choice_our_function", surface: Responses,
+			want: Request{Found: true, Tool: []byte(reqTestTool), ForcedChoice: true},
+		},
+		{
+			name: "responses_replay", surface: Responses,
+			want: Request{
+				Found:                true,
+				Tool:                 []byte(`{"type": "code_interpreter", "container": {"type": "auto"}}`),
+				ReplayedContainerIDs: []string{"cntr_1", "cntr_2"},
+			},
+		},
+		{
+			name: "responses_custom_name", surface: Responses,
+			opts: Options{FunctionName: "python", FunctionDescription: "Runs \"Python\" — <code> & more.\n"},
+			want: Request{
+				Found:        true,
+				Tool:         []byte(`{"type":"code_interpreter","container":"cntr_x"}`),
+				ContainerID:  "cntr_x",
+				ToolChoice:   []byte(`{"type":"code_interpreter"}`),
+				ForcedChoice: true,
+			},
+		},
+		{
+			name: "responses_escaped_type", surface: Responses,
+			want: Request{
+				Found:        true,
+				Tool:         []byte(`{"t\u0079pe":"code\u005finterpreter","container":{"type":"auto","memory_limit":"16g"}}`),
+				MemoryLimit:  "16g",
+				ToolChoice:   []byte(`{"type":"code_interpreter"}`),
+				ForcedChoice: true,
+			},
+		},
+		{
+			name: "responses_stream_options_first", surface: Responses,
+			want: Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": {"type": "auto"}}`), StreamOptions: []byte(`{"include_obfuscation": false}`)},
+		},
+		{
+			name: "chat_tool_first", surface: Chat,
+			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"code_interpreter"}`), ForcedChoice: true},
+		},
+		{
+			name: "chat_tool_middle", surface: Chat,
+			want: Request{
+				Found:         true,
+				Tool:          []byte(`{"type": "code_interpreter"}`),
+				ForcedChoice:  true,
+				Stream:        true,
+				StreamOptions: []byte(`{"include_usage": true}`),
+			},
+		},
+		{
+			name: "chat_tool_last", surface: Chat,
+			want: Request{
+				Found:        true,
+				Tool:         []byte(`{"type":"code_interpreter","container":"cntr_9"}`),
+				ContainerID:  "cntr_9",
+				ToolChoice:   []byte(`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"a"}},{"type":"code_interpreter"}]}}`),
+				ForcedChoice: true,
+				SessionID:    "s-1",
+			},
+		},
+		{
+			name: "chat_choice_client_function", surface: Chat,
+			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`)},
+		},
+		{
+			name: "chat_choice_auto", surface: Chat,
+			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			got, err := RewriteRequest(tt.surface, give, tt.opts)
+			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
+			reqCheckGolden(t, "request/"+tt.name+".want.json", got.Body)
+			assert.True(t, json.Valid(got.Body), "RewriteRequest(%s) body is not valid JSON", tt.name)
+			got.Body = nil
+			assert.Equal(t, tt.want, got, "RewriteRequest(%s)", tt.name)
+		})
+	}
+}
+
+func TestRewriteRequestUnchanged(t *testing.T) {
+	tests := []struct {
+		name    string
+		surface Surface
+		give    []byte
+	}{
+		{"responses file, replayed item and hosted choice without the tool", Responses, reqReadFile(t, "request/responses_no_tool.give.json")},
+		{"chat file, a client function named like ours", Chat, reqReadFile(t, "request/chat_no_tool.give.json")},
+		{"no tools", Responses, []byte(`{"input":"hi","stream":true,"stream_options":{"include_obfuscation":false}}`)},
+		{"tools null", Chat, []byte(`{"messages":[],"tools":null}`)},
+		{"tools not a list", Responses, []byte(`{"tools":{"type":"code_interpreter"}}`)},
+		{"tool type nested deeper", Responses, []byte(`{"tools":[{"function":{"type":"code_interpreter"}}]}`)},
+		{"tool type not a string", Responses, []byte(`{"tools":[{"type":["code_interpreter"]}]}`)},
+		{"top level array", Responses, []byte(` [{"tools":[{"type":"code_interpreter"}]}] `)},
+		{"top level string", Chat, []byte(`"code_interpreter"`)},
+		{"chat surface ignores nothing but tools", Chat, []byte("{\n\"messages\" : [ ] ,\"x\":1e5}\n")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RewriteRequest(tt.surface, tt.give, Options{})
+			require.NoError(t, err, "RewriteRequest(%s, %s)", tt.surface, tt.give)
+			assert.Equal(t, Request{Body: tt.give}, got, "RewriteRequest(%s, %s)", tt.surface, tt.give)
+			assert.Same(t, &tt.give[0], &got.Body[0], "RewriteRequest(%s, %s) copied the body", tt.surface, tt.give)
+		})
+	}
+}
+
+func TestRewriteRequestErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		surface   Surface
+		give      string
+		wantParam string
+		wantCode  string
+	}{
+		{"empty body", Responses, ``, "", "invalid_json"},
+		{"whitespace only", Chat, " \n", "", "invalid_json"},
+		{"truncated", Responses, `{"tools":[{"type":"code_interpreter"}]`, "", "invalid_json"},
+		{"trailing comma", Chat, `{"tools":[],}`, "", "invalid_json"},
+		{"trailing data", Responses, `{"tools":[]} {}`, "", "invalid_json"},
+		{"single quotes", Responses, `{'tools':[]}`, "", "invalid_json"},
+		{"bad escape", Responses, `{"input":"\x"}`, "", "invalid_json"},
+		{"short unicode escape", Responses, `{"input":"\u12"}`, "", "invalid_json"},
+		{"raw newline in string", Chat, "{\"messages\":\"a\nb\"}", "", "invalid_json"},
+		{"leading zero", Responses, `{"temperature":01}`, "", "invalid_json"},
+		{"bare minus", Responses, `{"temperature":-}`, "", "invalid_json"},
+		{"bad literal", Responses, `{"stream":tru}`, "", "invalid_json"},
+		{"missing colon", Responses, `{"stream" true}`, "", "invalid_json"},
+		{"unquoted key", Responses, `{stream:true}`, "", "invalid_json"},
+		{"nesting too deep", Responses, `{"a":` + strings.Repeat("[", reqMaxDepth) + strings.Repeat("]", reqMaxDepth) + `}`, "", "invalid_json"},
+		{
+			"two code_interpreter tools", Responses,
+			`{"tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"function","name":"f"},{"type":"code_interpreter","container":"cntr_1"}]}`,
+			"tools[2]", "",
+		},
+		{
+			"responses function named like ours", Responses,
+			`{"tools":[{"type":"function","name":"f"},{"type":"function","name":"code_interpreter"},{"type":"code_interpreter","container":{"type":"auto"}}]}`,
+			"tools[1].name", "",
+		},
+		{
+			"responses custom tool named like ours", Responses,
+			`{"tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"custom","name":"code_interpreter"}]}`,
+			"tools[1].name", "",
+		},
+		{
+			"chat function named like ours", Chat,
+			`{"messages":[],"tools":[{"type":"code_interpreter"},{"type":"function","function":{"name":"code_\u0069nterpreter"}}]}`,
+			"tools[1].function.name", "",
+		},
+		{
+			"chat custom tool named like ours", Chat,
+			`{"messages":[],"tools":[{"type":"custom","custom":{"name":"code_interpreter"}},{"type":"code_interpreter"}]}`,
+			"tools[0].custom.name", "",
+		},
+		{"tools given twice", Responses, `{"tools":[],"tools":[{"type":"code_interpreter"}]}`, "tools", ""},
+		{"tool_choice given twice", Chat, `{"tools":[{"type":"code_interpreter"}],"tool_choice":"auto","tool_choice":"none"}`, "tool_choice", ""},
+		{"stream given twice", Responses, `{"stream":false,"tools":[{"type":"code_interpreter"}],"stream":true}`, "stream", ""},
+		{"input given twice", Responses, `{"input":[],"tools":[{"type":"code_interpreter"}],"input":"x"}`, "input", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := RewriteRequest(tt.surface, []byte(tt.give), Options{})
+			var re *RequestError
+			require.True(t, errors.As(err, &re), "RewriteRequest(%s, %q) error = %v, want a *RequestError", tt.surface, tt.give, err)
+			assert.Equal(t, 400, re.HTTPStatus(), "RewriteRequest(%s, %q) status", tt.surface, tt.give)
+			assert.Equal(t, tt.wantParam, re.Param, "RewriteRequest(%s, %q) param", tt.surface, tt.give)
+			assert.Equal(t, tt.wantCode, re.Code, "RewriteRequest(%s, %q) code", tt.surface, tt.give)
+			assert.NotEmpty(t, re.Message, "RewriteRequest(%s, %q) message", tt.surface, tt.give)
+		})
+	}
+}
+
+func TestRewriteRequestNameClashMessageNamesTheName(t *testing.T) {
+	give := `{"tools":[{"type":"code_interpreter"},{"type":"function","name":"py"}]}`
+	_, err := RewriteRequest(Responses, []byte(give), Options{FunctionName: "py"})
+	var re *RequestError
+	require.True(t, errors.As(err, &re), "RewriteRequest(%s) error = %v", give, err)
+	assert.Contains(t, re.Message, `"py"`, "RewriteRequest(%s) message", give)
+	assert.Equal(t, "tools[1].name", re.Param, "RewriteRequest(%s) param", give)
+}
+
+func TestRewriteRequestUnknownSurface(t *testing.T) {
+	_, err := RewriteRequest(Surface(0), []byte(`{}`), Options{})
+	var re *RequestError
+	require.Error(t, err, "RewriteRequest(surface 0)")
+	assert.False(t, errors.As(err, &re), "RewriteRequest(surface 0) error %v is a client error", err)
+}
+
+// TestRewriteRequestEditsOnlyItsSpans builds a body from pieces with unusual formatting and
+// checks that the output is exactly the same pieces with only the rewritten values replaced.
+func TestRewriteRequestEditsOnlyItsSpans(t *testing.T) {
+	pieces := []struct{ give, want string }{
+		{give: "{\r\n  \"model\"\t:\t\"gpt-\\u0035\" ,\n  \"n\": -0.0e-00, \"big\": 123456789012345678901234567890,\n  \"tools\" : [ {\"type\":\"function\",\"name\":\"f\",\"x\":\"\\/\\\"\"}, "},
+		{give: `{"type":"code_interpreter","container":{"type":"auto"}}`, want: string(reqFunctionTool(Responses, DefaultFunctionName, DefaultFunctionDescription))},
+		{give: " ] ,\n  \"tool_choice\" :  "},
+		{give: `{"type":"code_interpreter"}`, want: `{"type":"function","name":"code_interpreter"}`},
+		{give: ",\n  \"stream\":  "},
+		{give: "true", want: "false"},
+		{give: ",\n  \"input\" : [ {\"role\":\"user\",\"content\":\"caf\\u00e9 \xe2\x98\x95 \\ud83d\\ude00\"},\n    "},
+		{
+			give: `{"type":"code_interpreter_call","id":"ci_1","code":"print(\"\u00e9\")\n","container_id":"cntr_1","outputs":[{"type":"logs","logs":"\u00e9\n"}]}`,
+			want: `{"type":"function_call","call_id":"ci_1","name":"code_interpreter","arguments":"{\"code\":\"print(\\\"é\\\")\\n\"}"},{"type":"function_call_output","call_id":"ci_1","output":"é\n"}`,
+		},
+		{give: " ]\n}\n"},
+	}
+	var give, want strings.Builder
+	for _, p := range pieces {
+		give.WriteString(p.give)
+		if p.want == "" {
+			want.WriteString(p.give)
+		} else {
+			want.WriteString(p.want)
+		}
+	}
+	got, err := RewriteRequest(Responses, []byte(give.String()), Options{})
+	require.NoError(t, err, "RewriteRequest(%s)", give.String())
+	assert.Equal(t, want.String(), string(got.Body), "RewriteRequest(%s)", give.String())
+}
+
+// TestRewriteRequestParsesWithSDK checks that the rewritten bodies parse as the SDK's request
+// params with the function tool in the code_interpreter tool's place.
+func TestRewriteRequestParsesWithSDK(t *testing.T) {
+	tests := []struct {
+		name    string
+		surface Surface
+	}{
+		{"responses_tool_first", Responses},
+		{"responses_tool_middle", Responses},
+		{"responses_tool_last", Responses},
+		{"responses_allowed_tools_required", Responses},
+		{"responses_replay", Responses},
+		{"chat_tool_first", Chat},
+		{"chat_tool_middle", Chat},
+		{"chat_tool_last", Chat},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			got, err := RewriteRequest(tt.surface, give, Options{})
+			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
+			var names []string
+			if tt.surface == Responses {
+				var p responses.ResponseNewParams
+				require.NoError(t, json.Unmarshal(got.Body, &p), "unmarshal RewriteRequest(%s) as ResponseNewParams", tt.name)
+				for _, tool := range p.Tools {
+					assert.Nil(t, tool.OfCodeInterpreter, "RewriteRequest(%s) kept a code_interpreter tool", tt.name)
+					if tool.OfFunction != nil {
+						names = append(names, tool.OfFunction.Name)
+						if tool.OfFunction.Name == DefaultFunctionName {
+							assert.Equal(t, []any{"code"}, tool.OfFunction.Parameters["required"], "RewriteRequest(%s) parameters", tt.name)
+						}
+					}
+				}
+				assert.Nil(t, p.ToolChoice.OfHostedTool, "RewriteRequest(%s) kept a hosted tool_choice", tt.name)
+				assert.False(t, p.StreamOptions.IncludeObfuscation.Valid(), "RewriteRequest(%s) kept stream_options", tt.name)
+				for _, item := range p.Input.OfInputItemList {
+					assert.Nil(t, item.OfCodeInterpreterCall, "RewriteRequest(%s) kept a code_interpreter_call item", tt.name)
+				}
+			} else {
+				var p openai.ChatCompletionNewParams
+				require.NoError(t, json.Unmarshal(got.Body, &p), "unmarshal RewriteRequest(%s) as ChatCompletionNewParams", tt.name)
+				for _, tool := range p.Tools {
+					if tool.OfFunction != nil {
+						names = append(names, tool.OfFunction.Function.Name)
+					}
+				}
+				assert.False(t, p.StreamOptions.IncludeUsage.Valid(), "RewriteRequest(%s) kept stream_options", tt.name)
+			}
+			assert.Contains(t, names, DefaultFunctionName, "RewriteRequest(%s) function names", tt.name)
+		})
+	}
+}
+
+func TestRenderOutputs(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"null", `null`, ""},
+		{"absent", ``, ""},
+		{"empty", `[]`, ""},
+		{"not a list", `{"type":"logs","logs":"x"}`, ""},
+		{"malformed", `[{"type":"logs","logs":"x"}`, ""},
+		{"one log", `[{"type":"logs","logs":"42"}]`, "42"},
+		{"log then image", `[{"type":"logs","logs":"mean 7"},{"type":"image","url":"data:image/png;base64,AA=="}]`, "mean 7\n" + OutputImageNote},
+		{"image then log ending in a newline", `[{"type":"image","url":"u"},{"type":"logs","logs":"a\n"},{"type":"logs","logs":"b"}]`, OutputImageNote + "\na\nb"},
+		{"escaped log", `[{"type":"logs","logs":"caf\u00e9\t\"q\""}]`, "café\t\"q\""},
+		{"unknown and empty entries skipped", `[{"type":"files"},{"type":"logs","logs":""},7,{"type":"logs","logs":"x"}]`, "x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, RenderOutputs([]byte(tt.give)), "RenderOutputs(%s)", tt.give)
+		})
+	}
+}
+
+// TestScanTopAgreesWithEncodingJSON checks the validator against encoding/json on tricky inputs.
+func TestScanTopAgreesWithEncodingJSON(t *testing.T) {
+	gives := []string{
+		`{}`, `[]`, `""`, `0`, `-0`, `-0.5e+10`, `1E5`, `1.`, `.5`, `+1`, `01`, `-`, `1e`, `1e+`,
+		`true`, `false`, `null`, `nul`, `truex`, `[1,]`, `[,1]`, `{"a":1,}`, `{"a"}`, `{"a":}`,
+		`{"a":1 "b":2}`, `["\u00e9\ud83d\ude00"]`, `["\uZZZZ"]`, `["\a"]`, "[\"\x01\"]", "[\"\x7f\xff\"]",
+		`[[[[]]]]`, `[[[[]]]`, `{"a":{"b":{"c":[]}}}`, ` {"a" : [ 1 , { } ] } `, "\t[]\r\n", `[] []`,
+		`{"a":"\\"}`, `{"a":"\\\"}`, `{"\"":1}`, `"\/"`, `[1.5e-3,-2]`, `[1.e3]`, `[-01]`,
+	}
+	for _, give := range gives {
+		_, _, err := reqScanTop([]byte(give))
+		assert.Equal(t, json.Valid([]byte(give)), err == nil, "reqScanTop(%q) error = %v", give, err)
+	}
+}
+
+func TestScanTopMembers(t *testing.T) {
+	give := []byte(` { "a" : 1 , "b\u0021":{"x":[1,{"y":2}]},"c":"s" , "d":[] } `)
+	members, isObject, err := reqScanTop(give)
+	require.NoError(t, err, "reqScanTop(%s)", give)
+	require.True(t, isObject, "reqScanTop(%s) isObject", give)
+	var got []string
+	for _, m := range members {
+		got = append(got, m.key+"="+string(give[m.valStart:m.valEnd]))
+		assert.Equal(t, byte('"'), give[m.keyStart], "reqScanTop(%s) key %s start", give, m.key)
+	}
+	assert.Equal(t, []string{`a=1`, `b!={"x":[1,{"y":2}]}`, `c="s"`, `d=[]`}, got, "reqScanTop(%s) members", give)
+}
+
+func TestAppendString(t *testing.T) {
+	gives := []string{"", "plain", "q\"b\\s/", "\x00\x01\x1f\n\r\t", "<&>", "é☕😀", "bad\xffutf8\xe2\x82", "\u2028"}
+	for _, give := range gives {
+		got := reqAppendString(nil, give)
+		require.True(t, json.Valid(got), "reqAppendString(%q) = %s is not valid JSON", give, got)
+		var back string
+		require.NoError(t, json.Unmarshal(got, &back), "unmarshal reqAppendString(%q)", give)
+		want, _ := json.Marshal(give)
+		var wantBack string
+		require.NoError(t, json.Unmarshal(want, &wantBack), "unmarshal json.Marshal(%q)", give)
+		assert.Equal(t, wantBack, back, "reqAppendString(%q) round trip", give)
+		assert.False(t, bytes.Contains(got, []byte("\n")), "reqAppendString(%q) has a raw newline", give)
+	}
+}
