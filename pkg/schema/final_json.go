@@ -1,0 +1,60 @@
+package schema
+
+import (
+	"unicode/utf8"
+)
+
+const finalHex = "0123456789abcdef"
+
+// finalAppendString appends s to dst as a JSON string literal. It escapes what JSON requires
+// (quote, backslash, control characters), escapes U+2028 and U+2029 (JavaScript line
+// terminators) and replaces each byte of an invalid UTF-8 sequence with \ufffd, as
+// encoding/json does; unlike encoding/json it leaves <, > and & alone, as the OpenAI API does.
+// The result never contains a raw newline.
+func finalAppendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', finalHex[b>>4], finalHex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', finalHex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
