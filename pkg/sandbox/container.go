@@ -1,0 +1,527 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// markerGrace bounds the wait for the end markers on stdout and stderr once the driver has
+// answered; they are written before the answer, so only a run that broke its own streams waits.
+const markerGrace = time.Second
+
+// localContainer is one container of the Local backend: a bubblewrap process whose command is
+// the driver. Its Run calls must not overlap (runMu enforces it); Delete may be called at any
+// time.
+type localContainer struct {
+	l       *Local
+	log     *zap.Logger
+	cmd     *exec.Cmd
+	hostDir string // the data directory on the host, without isolation only
+	kill    context.CancelFunc
+
+	ctlW  *os.File // requests to the driver (its fd 3)
+	ctlR  *os.File // answers from the driver (its fd 4)
+	intrW *os.File // interrupts to the driver (its fd 5)
+	outR  *os.File
+	errR  *os.File
+
+	stdout, stderr *capture
+	frames         chan frameMsg // from the frame reader
+	exited         chan struct{} // closed when the process has been waited for
+	stop           chan struct{} // closed by Delete: the frame reader stops delivering
+	waitErr        error         // valid once exited is closed
+
+	runMu sync.Mutex // one run at a time
+	seq   uint64     // guarded by runMu
+
+	deleteOnce sync.Once
+	deleted    chan struct{} // closed when Delete has started
+	wg         sync.WaitGroup
+	closeFiles sync.Once
+}
+
+type frameMsg struct {
+	v   map[string]any
+	err error
+}
+
+// maxFrame bounds one answer from the driver: the capped value, error value and traceback,
+// images and file list, base64-free. A longer frame means the driver is not ours any more.
+func (l *Local) maxFrame() int {
+	return 5*l.cfg.OutputLimit + 4<<20
+}
+
+// start launches the process and its reader goroutines; it does not wait for the driver.
+func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
+	c := &localContainer{
+		l:       l,
+		stdout:  newCapture(l.cfg.OutputLimit),
+		stderr:  newCapture(l.cfg.OutputLimit),
+		frames:  make(chan frameMsg),
+		exited:  make(chan struct{}),
+		stop:    make(chan struct{}),
+		deleted: make(chan struct{}),
+	}
+	name := randomHex(8)
+	c.log = l.log.With(zap.String("container", name))
+	var childFiles []*os.File
+	defer func() {
+		for _, f := range childFiles {
+			f.Close()
+		}
+		if err != nil {
+			c.closeParentFiles()
+			if c.hostDir != "" {
+				os.RemoveAll(c.hostDir)
+			}
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: pipe: %w", ErrUnavailable, err)
+		}
+		return r, w, nil
+	}
+	var ctlInR, ctlOutW, intrR, outW, errW *os.File
+	if ctlInR, c.ctlW, err = pipe(); err != nil {
+		return nil, err
+	}
+	childFiles = append(childFiles, ctlInR)
+	if c.ctlR, ctlOutW, err = pipe(); err != nil {
+		return nil, err
+	}
+	childFiles = append(childFiles, ctlOutW)
+	if intrR, c.intrW, err = pipe(); err != nil {
+		return nil, err
+	}
+	childFiles = append(childFiles, intrR)
+	if c.outR, outW, err = pipe(); err != nil {
+		return nil, err
+	}
+	childFiles = append(childFiles, outW)
+	if c.errR, errW, err = pipe(); err != nil {
+		return nil, err
+	}
+	childFiles = append(childFiles, errW)
+	extra := []*os.File{ctlInR, ctlOutW, intrR}
+	if l.isolated() && l.seccomp != nil {
+		sp, err := l.seccompPipe()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		childFiles = append(childFiles, sp)
+		extra = append(extra, sp)
+	}
+
+	dir := dataDir
+	if !l.isolated() {
+		c.hostDir = l.hostDataDir(name)
+		if err := os.MkdirAll(c.hostDir, 0o700); err != nil {
+			return nil, fmt.Errorf("%w: make data dir: %w", ErrUnavailable, err)
+		}
+		dir = c.hostDir
+	}
+	cfgHex, err := l.driverConfig(memBytes, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	path, args := l.commandArgs(cfgHex)
+
+	// The process lives until Delete, not as long as any request: its context is its own.
+	life, kill := context.WithCancel(context.Background())
+	c.kill = kill
+	cmd := exec.CommandContext(life, path, args...)
+	cmd.Stdin = nil // /dev/null
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = l.sysProcAttr()
+	if l.isolated() {
+		cmd.Env = []string{} // bubblewrap itself gets nothing of the server's environment
+		cmd.Dir = "/"
+	} else {
+		cmd.Env = l.containerEnv(l.workDir + "/mpl")
+		cmd.Dir = c.hostDir
+	}
+	// Kill the whole process group: bubblewrap (whose --die-with-parent then kills the
+	// container's PID namespace), or without isolation the interpreter and its children.
+	cmd.Cancel = func() error {
+		if cmd.Process == nil {
+			return nil
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = time.Second
+	c.cmd = cmd
+	if err := l.track(c); err != nil {
+		kill()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		kill()
+		l.untrack(c)
+		return nil, fmt.Errorf("%w: start %s: %w", ErrUnavailable, path, err)
+	}
+
+	c.goTracked(func() { c.stdout.readFrom(c.outR) })
+	c.goTracked(func() { c.stderr.readFrom(c.errR) })
+	c.goTracked(c.readFrames)
+	c.goTracked(func() {
+		c.waitErr = cmd.Wait()
+		close(c.exited)
+	})
+	return c, nil
+}
+
+func (c *localContainer) goTracked(f func()) {
+	c.wg.Add(1)
+	c.l.wg.Add(1)
+	go func() {
+		defer c.l.wg.Done()
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+// readFrames delivers the driver's answers until its pipe ends or Delete.
+func (c *localContainer) readFrames() {
+	limit := c.l.maxFrame()
+	for {
+		v, err := readFrame(c.ctlR, limit)
+		select {
+		case c.frames <- frameMsg{v: v, err: err}:
+		case <-c.stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readFrame reads one length-prefixed marshal frame; a frame longer than limit is an error
+// and is not read.
+func readFrame(r io.Reader, limit int) (map[string]any, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, fmt.Errorf("read frame: %w", err)
+	}
+	n := binary.BigEndian.Uint32(head[:])
+	if int64(n) > int64(limit) {
+		return nil, fmt.Errorf("read frame: %d bytes exceeds the %d-byte limit", n, limit)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("read frame: %w", err)
+	}
+	v, err := marshalDecode(body)
+	if err != nil {
+		return nil, fmt.Errorf("read frame: %w", err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("read frame: %w: a %T, not a dict", errMarshal, v)
+	}
+	return m, nil
+}
+
+func writeFrame(w io.Writer, v map[string]any) error {
+	body, err := marshalEncode(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4, 4+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	_, err = w.Write(append(buf, body...))
+	return err
+}
+
+// waitReady waits for the driver's first answer.
+func (c *localContainer) waitReady(ctx context.Context) error {
+	select {
+	case f := <-c.frames:
+		if f.err != nil {
+			return fmt.Errorf("driver did not start: %w%s", f.err, c.startOutput())
+		}
+		if op, _ := f.v["op"].(string); op != "ready" {
+			return fmt.Errorf("driver sent %q before ready", op)
+		}
+		c.log.Debug("container ready", zap.Any("preloaded", f.v["preloaded"]))
+		return nil
+	case <-c.exited:
+		return fmt.Errorf("container exited at start: %v%s", c.waitErr, c.startOutput())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startOutput returns what the process wrote before its driver was ready (bubblewrap's or
+// Python's complaint), for the error.
+func (c *localContainer) startOutput() string {
+	c.kill()
+	select {
+	case <-c.exited:
+	case <-time.After(time.Second):
+	}
+	out, _ := c.stdout.end()
+	errText, _ := c.stderr.end()
+	if s := out + errText; s != "" {
+		if len(s) > 2000 {
+			s = s[:2000]
+		}
+		return ": " + s
+	}
+	return ""
+}
+
+// Alive reports whether the container's process is still running.
+func (c *localContainer) Alive() bool {
+	select {
+	case <-c.exited:
+		return false
+	case <-c.deleted:
+		return false
+	default:
+		return true
+	}
+}
+
+// Run runs code as the container's next cell. When ctx is done the run is interrupted
+// (KeyboardInterrupt); if it has not stopped InterruptGrace later, the container is killed.
+// A run stopped at ctx's deadline fails with ErrTimeout, also matching ErrLost if the container
+// was killed; a run stopped by cancellation fails with ctx's error (and ErrLost if killed). A
+// container that died fails the run with ErrLost; a deleted one with ErrClosed. The Result
+// holds what the run showed, also when it failed.
+func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	select {
+	case <-c.deleted:
+		return Result{}, ErrClosed
+	case <-c.exited:
+		return Result{}, fmt.Errorf("%w: container exited: %v", ErrLost, c.waitErr)
+	default:
+	}
+	if ctx.Err() != nil {
+		// Nothing was sent: the container is untouched.
+		return Result{}, c.stopErr(ctx, false)
+	}
+	c.seq++
+	seq := c.seq
+	marker := []byte("\x1e[codeinterp end " + randomHex(16) + "]\x1e")
+	outDone := c.stdout.begin(marker)
+	errDone := c.stderr.begin(marker)
+
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.ctlW.SetWriteDeadline(dl)
+	} else {
+		_ = c.ctlW.SetWriteDeadline(time.Time{})
+	}
+	req := map[string]any{"op": "run", "seq": int64(seq), "code": code, "marker": marker}
+	if err := writeFrame(c.ctlW, req); err != nil {
+		c.kill()
+		res := c.partial(outDone, errDone)
+		if ctx.Err() != nil {
+			return res, c.stopErr(ctx, true)
+		}
+		return res, fmt.Errorf("%w: send code: %w", ErrLost, err)
+	}
+
+	interrupted := false
+	var grace <-chan time.Time
+	for {
+		var done <-chan struct{}
+		if !interrupted {
+			done = ctx.Done()
+		}
+		select {
+		case f := <-c.frames:
+			if f.err != nil {
+				c.kill()
+				res := c.partial(outDone, errDone)
+				if interrupted {
+					return res, c.stopErr(ctx, true)
+				}
+				return res, fmt.Errorf("%w: %w", ErrLost, f.err)
+			}
+			if got, _ := f.v["seq"].(int64); got != int64(seq) {
+				continue // not this run's answer
+			}
+			res := c.result(f.v, outDone, errDone)
+			if interrupted {
+				return res, c.stopErr(ctx, false)
+			}
+			return res, nil
+		case <-done:
+			interrupted = true
+			var b [8]byte
+			binary.BigEndian.PutUint64(b[:], seq)
+			_ = c.intrW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = c.intrW.Write(b[:])
+			t := time.NewTimer(c.l.cfg.InterruptGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			c.log.Info("run did not stop when interrupted: killing the container")
+			c.kill()
+			return c.partial(outDone, errDone), c.stopErr(ctx, true)
+		case <-c.exited:
+			res := c.partial(outDone, errDone)
+			if interrupted {
+				return res, c.stopErr(ctx, true)
+			}
+			return res, fmt.Errorf("%w: container exited: %v", ErrLost, c.waitErr)
+		case <-c.deleted:
+			return c.partial(outDone, errDone), ErrClosed
+		}
+	}
+}
+
+// stopErr is the error of a run stopped because ctx is done; killed reports whether the
+// container was killed for it.
+func (c *localContainer) stopErr(ctx context.Context, killed bool) error {
+	var err error = ErrTimeout
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = ctx.Err()
+	}
+	if killed {
+		return fmt.Errorf("%w: %w", err, ErrLost)
+	}
+	return err
+}
+
+// partial collects what the streams delivered of a run cut short.
+func (c *localContainer) partial(outDone, errDone <-chan struct{}) Result {
+	// A dead container's pipes end soon; a live one's output so far is all there is.
+	wait := time.NewTimer(markerGrace / 4)
+	defer wait.Stop()
+	for _, ch := range []<-chan struct{}{outDone, errDone} {
+		select {
+		case <-ch:
+		case <-wait.C:
+		}
+	}
+	var res Result
+	var t1, t2 bool
+	res.Stdout, t1 = c.stdout.end()
+	res.Stderr, t2 = c.stderr.end()
+	res.Truncated = t1 || t2
+	return res
+}
+
+// result builds a run's Result from the driver's answer and the streams.
+func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct{}) Result {
+	wait := time.NewTimer(markerGrace)
+	defer wait.Stop()
+	for _, ch := range []<-chan struct{}{outDone, errDone} {
+		select {
+		case <-ch:
+		case <-wait.C:
+		case <-c.exited:
+		}
+	}
+	var res Result
+	var t1, t2 bool
+	res.Stdout, t1 = c.stdout.end()
+	res.Stderr, t2 = c.stderr.end()
+	limit := c.l.cfg.OutputLimit
+	var t3 bool
+	if s, ok := v["value"].(string); ok {
+		res.Value, t3 = cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
+	}
+	if e, ok := v["error"].(map[string]any); ok {
+		str := func(k string) string {
+			s, _ := e[k].(string)
+			out, _ := cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
+			return out
+		}
+		res.Error = &Error{Name: str("name"), Value: str("value"), Traceback: str("traceback")}
+	}
+	imgBytes := 0
+	if imgs, ok := v["images"].([]any); ok {
+		for _, im := range imgs {
+			b, ok := im.([]byte)
+			if !ok || len(b) == 0 {
+				continue
+			}
+			if imgBytes+len(b) > limit {
+				t3 = true
+				continue
+			}
+			imgBytes += len(b)
+			res.Images = append(res.Images, Image{PNG: b})
+		}
+	}
+	if files, ok := v["files"].([]any); ok {
+		for _, f := range files {
+			pair, ok := f.([]any)
+			if !ok || len(pair) != 2 {
+				continue
+			}
+			p, _ := pair[0].(string)
+			n, _ := pair[1].(int64)
+			if p == "" {
+				continue
+			}
+			res.Files = append(res.Files, File{Path: mapPath(p, c.hostDir), Size: n})
+		}
+	}
+	tr, _ := v["truncated"].(bool)
+	res.Truncated = t1 || t2 || t3 || tr
+	return res
+}
+
+// Delete kills the container and waits for its process and goroutines (bounded by ctx). It is
+// idempotent and safe to call concurrently with Run, which then fails with ErrClosed.
+func (c *localContainer) Delete(ctx context.Context) error {
+	c.deleteOnce.Do(func() {
+		close(c.deleted)
+		close(c.stop)
+		c.kill()
+	})
+	select {
+	case <-c.exited:
+	case <-ctx.Done():
+		return fmt.Errorf("delete container: %w", ctx.Err())
+	}
+	// The process is gone; its pipes may still be held by a process that escaped (only
+	// possible without isolation): closing our ends stops the readers regardless.
+	c.closeParentFiles()
+	c.wg.Wait() // the readers end at their closed files, the frame reader at stop
+	c.l.untrack(c)
+	if c.hostDir != "" {
+		if err := os.RemoveAll(c.hostDir); err != nil {
+			return fmt.Errorf("delete container: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *localContainer) closeParentFiles() {
+	c.closeFiles.Do(func() {
+		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	})
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}

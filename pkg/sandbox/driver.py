@@ -1,0 +1,477 @@
+# The codeinterp container driver: the interpreter of one container.
+#
+# It runs cells like a notebook: each run compiles the cell, executes all but a trailing
+# expression, evaluates that and returns its repr; stdout and stderr are the process's own fds 1
+# and 2 (read by the server, each run ended by a marker the server chose); an exception is returned
+# as name, value and a traceback naming the cell's lines; open matplotlib figures become PNG images
+# and are closed; files created or changed under the data directory are listed.
+#
+# Protocol (the server's side is pkg/sandbox/container.go):
+#   fd 3  server -> driver  frames: 4-byte big-endian length, marshal (version 2) dict
+#   fd 4  driver -> server  frames: same encoding
+#   fd 5  server -> driver  8-byte big-endian run numbers to interrupt (SIGINT, KeyboardInterrupt)
+# argv[1] is the hex of a marshal dict with the configuration.
+#
+# It imports nothing slow at start (no json, re, traceback or ast module) to keep cold starts near a
+# bare interpreter's; marshal, _ast and _thread are built in.
+
+import sys, os, marshal, signal, _thread, _ast, builtins, io
+
+R_IN, R_OUT, R_INTR = 3, 4, 5
+MAX_REQUEST = 64 << 20
+
+
+class _State:
+    pass
+
+
+S = _State()
+S.lock = _thread.allocate_lock()
+S.running = False
+S.seq = 0
+S.count = 0
+S.images = []
+S.image_bytes = 0
+S.shown = set()
+S.sources = {}
+S.files = {}
+S.truncated = False
+
+
+def _read_exact(fd, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv():
+    head = _read_exact(R_IN, 4)
+    if head is None:
+        return None
+    n = int.from_bytes(head, 'big')
+    if n > MAX_REQUEST:
+        return None
+    body = _read_exact(R_IN, n)
+    if body is None:
+        return None
+    return marshal.loads(body)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _send(obj):
+    body = marshal.dumps(obj, 2)
+    _write_all(R_OUT, len(body).to_bytes(4, 'big') + body)
+
+
+# --- interrupts -----------------------------------------------------------------------------
+
+def _interrupt_loop(main_ident):
+    while True:
+        try:
+            b = _read_exact(R_INTR, 8)
+        except OSError:
+            return
+        if b is None:
+            return
+        seq = int.from_bytes(b, 'big')
+        with S.lock:
+            if S.running and S.seq == seq:
+                signal.pthread_kill(main_ident, signal.SIGINT)
+
+
+def _intr_on(seq):
+    with S.lock:
+        S.seq = seq
+        S.running = True
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _intr_off():
+    # Ignoring SIGINT first discards a signal sent but not yet handled; then no new one is sent.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with S.lock:
+        S.running = False
+
+
+# --- output ---------------------------------------------------------------------------------
+
+def _new_stream(fd):
+    return io.open(fd, 'w', encoding='utf-8', errors='backslashreplace', closefd=False)
+
+
+def _reset_streams():
+    # Undo what the previous cell may have done to fds 1 and 2 or to sys.stdout/sys.stderr.
+    try:
+        os.dup2(S.saved_out, 1)
+        os.dup2(S.saved_err, 2)
+    except OSError:
+        pass
+    if S.stdout.closed:
+        S.stdout = _new_stream(1)
+    if S.stderr.closed:
+        S.stderr = _new_stream(2)
+    sys.stdout, sys.stderr = S.stdout, S.stderr
+
+
+def _finish_streams(marker):
+    for f in (sys.stdout, sys.stderr, S.stdout, S.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    try:
+        os.dup2(S.saved_out, 1)
+        os.dup2(S.saved_err, 2)
+    except OSError:
+        pass
+    # The marker ends this run's output on each stream; the server waits for it.
+    for fd in (1, 2):
+        try:
+            _write_all(fd, marker)
+        except OSError:
+            pass
+
+
+# --- images ---------------------------------------------------------------------------------
+
+def _add_image(png):
+    if not isinstance(png, (bytes, bytearray)) or not png:
+        return
+    if S.image_bytes + len(png) > S.limit:
+        S.truncated = True
+        return
+    S.image_bytes += len(png)
+    S.images.append(bytes(png))
+
+
+def _figure_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png', bbox_inches='tight')
+    return buf.getvalue()
+
+
+def _is_figure(obj):
+    mpl_figure = sys.modules.get('matplotlib.figure')
+    return mpl_figure is not None and isinstance(obj, mpl_figure.Figure)
+
+
+def _show_figure(fig):
+    if id(fig) in S.shown:
+        return
+    S.shown.add(id(fig))
+    try:
+        _add_image(_figure_png(fig))
+    except Exception as e:
+        print('[figure could not be rendered: %s: %s]' % (type(e).__name__, e), file=sys.stderr)
+
+
+def _collect_figures(close=True):
+    helpers = sys.modules.get('matplotlib._pylab_helpers')
+    if helpers is None:
+        return
+    managers = helpers.Gcf.get_all_fig_managers()
+    for m in managers:
+        _show_figure(m.canvas.figure)
+    if close and managers:
+        plt = sys.modules.get('matplotlib.pyplot')
+        if plt is not None:
+            plt.close('all')
+
+
+def _pyplot_show(*args, **kwargs):
+    # As a notebook's inline backend: show the open figures now, then close them.
+    _collect_figures(close=True)
+
+
+def _display_one(obj):
+    if obj is None:
+        return
+    if _is_figure(obj):
+        _show_figure(obj)
+        return
+    repr_png = getattr(type(obj), '_repr_png_', None)
+    if repr_png is not None:
+        png = obj._repr_png_()
+        if png:
+            _add_image(png)
+            return
+    print(repr(obj))
+
+
+def display(*objs, **kwargs):
+    """Show objects as a notebook would: figures and images as PNG, anything else as its repr."""
+    for obj in objs:
+        _display_one(obj)
+
+
+class _PyplotHook:
+    """Patches matplotlib.pyplot.show when pyplot is first imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != 'matplotlib.pyplot':
+            return None
+        import importlib.util
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
+            return spec
+        loader = spec.loader
+        orig = loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            _patch_pyplot(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _patch_pyplot(plt):
+    plt.show = _pyplot_show
+    for i, f in enumerate(sys.meta_path):
+        if isinstance(f, _PyplotHook):
+            del sys.meta_path[i]
+            break
+
+
+# --- running a cell -------------------------------------------------------------------------
+
+def _suppressed(code, node):
+    # A trailing semicolon hides the value, as in a notebook.
+    lines = code.splitlines()
+    line = lines[node.end_lineno - 1] if node.end_lineno <= len(lines) else ''
+    rest = line.encode('utf-8')[node.end_col_offset:].decode('utf-8', 'replace').lstrip()
+    return rest.startswith(';')
+
+
+def _exec_cell(code, fname, res):
+    flags = _ast.PyCF_ONLY_AST
+    tree = compile(code, fname, 'exec', flags, dont_inherit=True)
+    last = None
+    if tree.body and isinstance(tree.body[-1], _ast.Expr) and not _suppressed(code, tree.body[-1]):
+        last = tree.body.pop()
+    exec(compile(tree, fname, 'exec', dont_inherit=True), S.ns)
+    if last is None:
+        return
+    value = eval(compile(_ast.Expression(last.value), fname, 'eval', dont_inherit=True), S.ns)
+    if value is None:
+        return
+    S.ns['_'] = value
+    if _is_figure(value):
+        _show_figure(value)
+        return
+    repr_png = getattr(type(value), '_repr_png_', None)
+    if repr_png is not None:
+        try:
+            png = value._repr_png_()
+        except Exception:
+            png = None
+        if png:
+            _add_image(png)
+            return
+    res['value'] = _cap(repr(value))
+
+
+def _cap(text):
+    data = text.encode('utf-8', 'surrogatepass')
+    if len(data) <= S.limit:
+        return text
+    S.truncated = True
+    omitted = len(data) - S.limit
+    return (data[:S.limit].decode('utf-8', 'ignore') +
+            '\n[output truncated: %d more bytes]' % omitted)
+
+
+def _format_error(e):
+    import linecache, traceback
+    for name, src in S.sources.items():
+        if name not in linecache.cache:
+            linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    tb = e.__traceback__
+    # Drop the driver's own frames in front of the cell's.
+    while tb is not None and tb.tb_frame.f_code.co_filename == _DRIVER_FILE:
+        tb = tb.tb_next
+    text = ''.join(traceback.TracebackException(type(e), e, tb, limit=None).format())
+    try:
+        value = str(e)
+    except Exception:
+        value = '<exception str() failed>'
+    return {'name': type(e).__name__, 'value': _cap(value), 'traceback': _cap(text)}
+
+
+def _scan_files():
+    old, new, changed = S.files, {}, []
+    count = 0
+    stack = [S.data_dir]
+    while stack:
+        d = stack.pop()
+        try:
+            it = os.scandir(d)
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                count += 1
+                if count > S.max_files:
+                    S.truncated = True
+                    stack = []
+                    break
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                key = (st.st_size, st.st_mtime_ns, st.st_ino)
+                new[entry.path] = key
+                if old.get(entry.path) != key:
+                    changed.append((entry.path, st.st_size))
+    S.files = new
+    changed.sort()
+    return [[p, n] for p, n in changed]
+
+
+def _run(req):
+    seq = req['seq']
+    code = req['code']
+    marker = req['marker']
+    S.count += 1
+    fname = '<cell %d>' % S.count
+    S.sources[fname] = code
+    S.images, S.image_bytes, S.shown, S.truncated = [], 0, set(), False
+    res = {'op': 'result', 'seq': seq, 'value': '', 'error': None}
+    _reset_streams()
+    try:
+        _intr_on(seq)
+        try:
+            _exec_cell(code, fname, res)
+        except BaseException as e:
+            res['error'] = _format_error(e)
+        _collect_figures(close=True)
+        _intr_off()
+    except KeyboardInterrupt:
+        # An interrupt that landed between the cell and the end of the run.
+        _intr_off()
+        if res['error'] is None:
+            res['error'] = {'name': 'KeyboardInterrupt', 'value': '', 'traceback': 'KeyboardInterrupt\n'}
+    _finish_streams(marker)
+    res['files'] = _scan_files()
+    res['images'] = S.images
+    res['truncated'] = S.truncated
+    return res
+
+
+# --- start ----------------------------------------------------------------------------------
+
+def _preload():
+    loaded = []
+    for name in ('numpy', 'pandas', 'matplotlib', 'matplotlib.pyplot'):
+        try:
+            __import__(name)
+            loaded.append(name)
+        except Exception:
+            pass
+    plt = sys.modules.get('matplotlib.pyplot')
+    if plt is not None:
+        # Render once so the first real figure finds fonts and the PNG writer loaded.
+        try:
+            fig = plt.figure(figsize=(1, 1))
+            plt.plot([0, 1])
+            _figure_png(fig)
+            plt.close('all')
+        except Exception:
+            pass
+    return loaded
+
+
+def _set_limits(lim):
+    import resource
+    pairs = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_AS, lim.get('as', 0)),
+        (resource.RLIMIT_NPROC, lim.get('nproc', 0)),
+        (resource.RLIMIT_FSIZE, lim.get('fsize', 0)),
+        (resource.RLIMIT_NOFILE, lim.get('nofile', 0)),
+    ]
+    cpu = lim.get('cpu', 0)
+    if cpu:
+        # The CPU limit counts from now: start-up and preloading are not the code's.
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        pairs.append((resource.RLIMIT_CPU, int(used.ru_utime + used.ru_stime) + 1 + cpu))
+    for res, val in pairs:
+        if val:
+            resource.setrlimit(res, (val, val))
+        elif res == resource.RLIMIT_CORE:
+            resource.setrlimit(res, (0, 0))
+
+
+def _main():
+    cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
+    del sys.argv[1:]
+    sys.argv[0] = ''
+    for fd in (R_IN, R_OUT, R_INTR):
+        os.set_inheritable(fd, False)
+    S.data_dir = cfg['data_dir']
+    S.limit = cfg['output_limit']
+    S.max_files = cfg['max_files']
+    S.saved_out = os.dup(1)
+    S.saved_err = os.dup(2)
+    S.stdout = _new_stream(1)
+    S.stderr = _new_stream(2)
+    sys.stdout, sys.stderr = S.stdout, S.stderr
+    sys.stdin = io.StringIO()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cfg.get('data_dir'):
+        try:
+            os.chdir(cfg['data_dir'])
+        except OSError:
+            pass
+    sys.meta_path.insert(0, _PyplotHook())
+    loaded = _preload() if cfg.get('preload') else []
+    _set_limits(cfg.get('limits', {}))
+    _thread.start_new_thread(_interrupt_loop, (_thread.get_ident(),))
+
+    main = type(sys)('__main__')
+    main.__dict__['__builtins__'] = builtins
+    sys.modules['__main__'] = main
+    builtins.display = display
+    S.ns = main.__dict__
+    S.files = {}
+    _scan_files()
+
+    _send({'op': 'ready', 'python': sys.version.split()[0], 'preloaded': loaded})
+    while True:
+        try:
+            req = _recv()
+        except KeyboardInterrupt:
+            continue
+        if req is None or req.get('op') != 'run':
+            return
+        try:
+            res = _run(req)
+        except KeyboardInterrupt:
+            res = {'op': 'result', 'seq': req.get('seq', 0), 'value': '', 'files': [], 'images': [],
+                   'truncated': False,
+                   'error': {'name': 'KeyboardInterrupt', 'value': '', 'traceback': 'KeyboardInterrupt\n'}}
+        _send(res)
+
+
+_DRIVER_FILE = _main.__code__.co_filename
+_main()

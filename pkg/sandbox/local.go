@@ -1,0 +1,550 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+//go:embed driver.py
+var driverSource string
+
+// Paths inside the container.
+const (
+	dataDir     = "/mnt/data"
+	mplDir      = "/tmp/.matplotlib"
+	sandboxUID  = 1000 // the code's uid and gid inside its user namespace
+	sandboxName = "sandbox"
+	maxFiles    = 10000 // directory entries under /mnt/data scanned after each run
+)
+
+// LocalConfig configures the local backend. The zero value works where bubblewrap and
+// /usr/bin/python3 are installed. Fields mirror the LocalSandbox and Sandbox config messages.
+type LocalConfig struct {
+	// Python is the interpreter run in each container. Default "/usr/bin/python3" (Debian's,
+	// where numpy, pandas and matplotlib are installed; another python3 may be first on PATH).
+	Python string
+	// Bwrap is the bubblewrap binary, a path or a name looked up on PATH. Default "bwrap".
+	Bwrap string
+	// WorkDir is a host directory for files the backend shares read-only with every container
+	// (an /etc/passwd naming the sandbox user, matplotlib's font cache), and, without
+	// isolation, for each container's data directory. Default: a new directory under the
+	// system temporary directory, removed by Close.
+	WorkDir string
+	// CPUSeconds caps the CPU time of each process of a container (RLIMIT_CPU), counted from
+	// the container's start; the interpreter's total over all its runs counts. Default 300.
+	CPUSeconds int
+	// MaxProcesses caps the processes and threads of a container (RLIMIT_NPROC, counted in the
+	// container's own user namespace). Default 64.
+	MaxProcesses int
+	// MaxFileBytes caps the size of one file a container writes (RLIMIT_FSIZE). Default 100 MiB.
+	MaxFileBytes int64
+	// OutputLimit caps, per run, each of stdout, stderr, the value, the error's value and
+	// traceback, and the images together, in bytes. Cut text ends with a visible note. Default
+	// 1 MiB.
+	OutputLimit int
+	// DefaultMemoryLimit is the memory of a container whose Spec names none: "1g", "4g", "16g"
+	// or "64g" (any size with a k/m/g/t suffix is accepted). It is the address-space limit
+	// (RLIMIT_AS) of each process of the container. Default "1g".
+	DefaultMemoryLimit string
+	// DataBytes is the size of /mnt/data, a tmpfs private to the container. Default 512 MiB.
+	DataBytes int64
+	// TmpBytes is the size of each of /tmp and /dev/shm, tmpfs private to the container.
+	// Default 64 MiB.
+	TmpBytes int64
+	// UID and GID are the host ids the container's processes run as when the server runs as
+	// root; they must not be 0, and should belong to no one else on the host. Default 65534
+	// (nobody). A server not running as root runs containers as its own ids.
+	UID, GID int
+	// InterruptGrace is how long a run may take to stop after its time is up and it was
+	// interrupted (KeyboardInterrupt), before the container is killed. Default 2s.
+	InterruptGrace time.Duration
+	// ReadOnlyPaths are more host paths made visible read-only at the same place.
+	ReadOnlyPaths []string
+	// UnsafeNoIsolation runs Python without bubblewrap, with the server's own rights: for
+	// development machines without bubblewrap only. The rlimits still apply, nothing else does.
+	UnsafeNoIsolation bool
+	// Preload imports numpy, pandas and matplotlib (those installed) when a container starts,
+	// and renders one figure, so that the first run using them is fast.
+	Preload bool
+}
+
+// Local is the local backend: each container is one persistent Python process driven over
+// pipes, run under bubblewrap with no network, its own PID, IPC, UTS, user and mount
+// namespaces, a read-only system, private /tmp and /mnt/data, an empty environment, no
+// capabilities, a seccomp filter and rlimits. Safe for concurrent use. Close it to kill what is
+// left and remove its WorkDir.
+type Local struct {
+	cfg     LocalConfig
+	log     *zap.Logger
+	python  string
+	bwrap   string // "" without isolation
+	workDir string
+	ownWork bool
+	args    []string // bubblewrap arguments up to the command
+	env     []string // the container's whole environment
+	seccomp []byte   // filter program; nil when none
+	setUID  bool     // the server is root: run containers as cfg.UID/cfg.GID
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	live   map[*localContainer]struct{}
+	closed bool
+
+	wg sync.WaitGroup // goroutines of all containers
+}
+
+var _ Provider = (*Local)(nil)
+
+// NewLocal checks the configuration, prepares WorkDir and starts one sandbox to prove that
+// bubblewrap works here (and to build matplotlib's font cache once for every container). It
+// fails when bubblewrap is missing or unusable, unless UnsafeNoIsolation is set.
+func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	setDefaults(&cfg)
+	if _, err := parseMemory(cfg.DefaultMemoryLimit); err != nil {
+		return nil, fmt.Errorf("new local sandbox: %w", err)
+	}
+	if cfg.UID == 0 || cfg.GID == 0 {
+		return nil, errors.New("new local sandbox: uid and gid must not be 0")
+	}
+	l := &Local{
+		cfg:    cfg,
+		log:    log.Named("sandbox.local"),
+		live:   map[*localContainer]struct{}{},
+		setUID: os.Geteuid() == 0,
+	}
+	python, err := exec.LookPath(cfg.Python)
+	if err != nil {
+		return nil, fmt.Errorf("new local sandbox: find python %q: %w", cfg.Python, err)
+	}
+	l.python = python
+	if !cfg.UnsafeNoIsolation {
+		bw, err := exec.LookPath(cfg.Bwrap)
+		if err != nil {
+			return nil, fmt.Errorf("new local sandbox: bubblewrap %q not found (install bubblewrap, "+
+				"or set unsafe_no_isolation on a development machine): %w", cfg.Bwrap, err)
+		}
+		l.bwrap = bw
+		if l.seccomp, err = seccompProgram(); err != nil {
+			return nil, fmt.Errorf("new local sandbox: %w", err)
+		}
+	}
+	if err := l.prepareWorkDir(); err != nil {
+		return nil, fmt.Errorf("new local sandbox: %w", err)
+	}
+	if err := l.probe(); err != nil {
+		l.removeWorkDir()
+		return nil, fmt.Errorf("new local sandbox: %w", err)
+	}
+	l.args = l.bwrapArgs(false)
+	if l.setUID {
+		l.log.Info("containers run as a dedicated host uid", zap.Int("uid", cfg.UID), zap.Int("gid", cfg.GID))
+	} else if !cfg.UnsafeNoIsolation {
+		l.log.Warn("server is not root: containers run as the server's own host uid, isolated by namespaces only")
+	}
+	if cfg.UnsafeNoIsolation {
+		l.log.Warn("sandbox isolation is OFF (unsafe_no_isolation): code runs with the server's rights")
+	}
+	return l, nil
+}
+
+func setDefaults(cfg *LocalConfig) {
+	if cfg.Python == "" {
+		cfg.Python = "/usr/bin/python3"
+	}
+	if cfg.Bwrap == "" {
+		cfg.Bwrap = "bwrap"
+	}
+	if cfg.CPUSeconds <= 0 {
+		cfg.CPUSeconds = 300
+	}
+	if cfg.MaxProcesses <= 0 {
+		cfg.MaxProcesses = 64
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = 100 << 20
+	}
+	if cfg.OutputLimit <= 0 {
+		cfg.OutputLimit = 1 << 20
+	}
+	if cfg.DefaultMemoryLimit == "" {
+		cfg.DefaultMemoryLimit = "1g"
+	}
+	if cfg.DataBytes <= 0 {
+		cfg.DataBytes = 512 << 20
+	}
+	if cfg.TmpBytes <= 0 {
+		cfg.TmpBytes = 64 << 20
+	}
+	if cfg.UID == 0 && cfg.GID == 0 {
+		cfg.UID, cfg.GID = 65534, 65534
+	}
+	if cfg.InterruptGrace <= 0 {
+		cfg.InterruptGrace = 2 * time.Second
+	}
+}
+
+// ResolveSpec returns spec with the backend's defaults filled in and its memory limit in
+// canonical form, so that equal containers have equal specs. An invalid memory limit is kept
+// as given (Create rejects it).
+func (l *Local) ResolveSpec(spec Spec) Spec {
+	mem := spec.MemoryLimit
+	if mem == "" {
+		mem = l.cfg.DefaultMemoryLimit
+	}
+	if n, err := parseMemory(mem); err == nil {
+		spec.MemoryLimit = formatMemory(n)
+	}
+	return spec
+}
+
+func (l *Local) prepareWorkDir() error {
+	dir := l.cfg.WorkDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "codeinterp-sandbox-")
+		if err != nil {
+			return fmt.Errorf("make work dir: %w", err)
+		}
+		dir, l.ownWork = d, true
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("make work dir: %w", err)
+	}
+	// The sandbox user must be able to reach the shared files.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("make work dir: %w", err)
+	}
+	l.workDir = dir
+	for _, sub := range []string{"etc", "mpl", "containers"} {
+		p := filepath.Join(dir, sub)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("make work dir: %w", err)
+		}
+	}
+	passwd := fmt.Sprintf("%s:x:%d:%d:%s:/tmp:/bin/sh\n", sandboxName, sandboxUID, sandboxUID, sandboxName)
+	group := fmt.Sprintf("%s:x:%d:\n", sandboxName, sandboxUID)
+	for name, body := range map[string]string{"passwd": passwd, "group": group} {
+		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	if l.setUID && !l.cfg.UnsafeNoIsolation {
+		// The probe writes the font cache as the sandbox user.
+		if err := os.Chown(filepath.Join(dir, "mpl"), l.cfg.UID, l.cfg.GID); err != nil {
+			return fmt.Errorf("make work dir: %w", err)
+		}
+	}
+	return nil
+}
+
+func (l *Local) removeWorkDir() {
+	if l.ownWork {
+		if err := os.RemoveAll(l.workDir); err != nil {
+			l.log.Warn("remove work dir", zap.String("dir", l.workDir), zap.Error(err))
+		}
+	}
+}
+
+// probe runs one sandbox with a writable font cache directory: it proves that the sandbox
+// starts here, and builds matplotlib's font cache that every container then reads.
+func (l *Local) probe() error {
+	const script = "try:\n import matplotlib.font_manager\nexcept Exception:\n pass\nprint('ok')\n"
+	var cmd *exec.Cmd
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if l.bwrap == "" {
+		cmd = exec.CommandContext(ctx, l.python, "-E", "-s", "-c", script)
+		cmd.Env = l.containerEnv(filepath.Join(l.workDir, "mpl"))
+		cmd.Dir = l.workDir
+	} else {
+		args := l.bwrapArgs(true)
+		args = append(args, "--", l.python, "-E", "-s", "-c", script)
+		cmd = exec.CommandContext(ctx, l.bwrap, args...)
+		cmd.Env = []string{}
+		cmd.Dir = "/"
+		sp, err := l.seccompPipe()
+		if err != nil {
+			return err
+		}
+		defer sp.Close()
+		cmd.ExtraFiles = []*os.File{nil, nil, nil, sp} // fd 6, as for containers
+	}
+	cmd.SysProcAttr = l.sysProcAttr()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "ok") {
+		return fmt.Errorf("start a test sandbox (%s): %v: %s", cmd.Path, err, strings.TrimSpace(errb.String()))
+	}
+	// Every container reads the cache; none may write it.
+	return filepath.WalkDir(filepath.Join(l.workDir, "mpl"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o644)
+		if d.IsDir() {
+			mode = 0o755
+		}
+		return os.Chmod(p, mode)
+	})
+}
+
+func (l *Local) sysProcAttr() *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if l.setUID && l.bwrap != "" {
+		attr.Credential = &syscall.Credential{Uid: uint32(l.cfg.UID), Gid: uint32(l.cfg.GID), Groups: []uint32{}}
+	}
+	return attr
+}
+
+// seccompPipe returns the read end of a pipe holding the filter program, for bwrap's
+// --seccomp. The program is far smaller than a pipe's buffer.
+func (l *Local) seccompPipe() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	_, err = w.Write(l.seccomp)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("seccomp pipe: %w", err)
+	}
+	return r, nil
+}
+
+// containerEnv is the container's whole environment: nothing of the server's.
+func (l *Local) containerEnv(mplConfig string) []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/tmp",
+		"USER=" + sandboxName,
+		"LOGNAME=" + sandboxName,
+		"LANG=C.UTF-8",
+		"LC_ALL=C.UTF-8",
+		"TMPDIR=/tmp",
+		"TERM=dumb",
+		"MPLBACKEND=Agg",
+		"MPLCONFIGDIR=" + mplConfig,
+		"OPENBLAS_NUM_THREADS=1",
+		"OMP_NUM_THREADS=1",
+		"MKL_NUM_THREADS=1",
+		"NUMEXPR_NUM_THREADS=1",
+		"PYTHONDONTWRITEBYTECODE=1",
+	}
+}
+
+// bwrapArgs builds bubblewrap's arguments up to the command. probe makes the font cache
+// directory writable instead of binding its files.
+func (l *Local) bwrapArgs(probe bool) []string {
+	a := []string{
+		"--unshare-all", "--unshare-user", "--disable-userns",
+		"--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxUID),
+		"--hostname", sandboxName,
+		"--clearenv",
+	}
+	for _, kv := range l.containerEnv(mplDir) {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	a = append(a, "--ro-bind", "/usr", "/usr")
+	// Merged-/usr systems link these into /usr; others have real directories.
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	// Debian resolves BLAS through /etc/alternatives and the loader cache; matplotlib reads
+	// /etc/matplotlibrc. Nothing else of /etc is visible.
+	for _, p := range []string{"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
+		"/etc/ld.so.conf.d", "/etc/matplotlibrc", "/etc/fonts", "/etc/localtime", "/etc/mime.types"} {
+		a = append(a, "--ro-bind-try", p, p)
+	}
+	a = append(a,
+		"--ro-bind", filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd",
+		"--ro-bind", filepath.Join(l.workDir, "etc", "group"), "/etc/group",
+	)
+	if prefix := pythonPrefix(l.python); prefix != "" {
+		a = append(a, "--ro-bind", prefix, prefix)
+	}
+	for _, p := range l.cfg.ReadOnlyPaths {
+		a = append(a, "--ro-bind", p, p)
+	}
+	size := func(n int64) []string { return []string{"--size", strconv.FormatInt(n, 10)} }
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	a = append(a, size(l.cfg.TmpBytes)...)
+	a = append(a, "--tmpfs", "/dev/shm")
+	a = append(a, size(l.cfg.TmpBytes)...)
+	a = append(a, "--tmpfs", "/tmp")
+	a = append(a, size(l.cfg.DataBytes)...)
+	a = append(a, "--tmpfs", dataDir)
+	mpl := filepath.Join(l.workDir, "mpl")
+	if probe {
+		a = append(a, "--bind", mpl, mplDir)
+	} else if entries, err := os.ReadDir(mpl); err == nil {
+		for _, e := range entries {
+			if e.Type().IsRegular() {
+				a = append(a, "--ro-bind", filepath.Join(mpl, e.Name()), mplDir+"/"+e.Name())
+			}
+		}
+	}
+	a = append(a, "--chdir", dataDir, "--remount-ro", "/dev", "--remount-ro", "/")
+	if l.seccomp != nil {
+		a = append(a, "--seccomp", "6")
+	}
+	return a
+}
+
+// pythonPrefix returns the installation directory to make visible when the interpreter lives
+// outside /usr, or "".
+func pythonPrefix(python string) string {
+	real, err := filepath.EvalSymlinks(python)
+	if err != nil || strings.HasPrefix(real, "/usr/") {
+		return ""
+	}
+	prefix := filepath.Dir(filepath.Dir(real)) // .../bin/python3 -> ...
+	if prefix == "/" || prefix == "." {
+		return ""
+	}
+	return prefix
+}
+
+// driverConfig is the driver's argv[1].
+func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
+	cfg := map[string]any{
+		"data_dir":     dir,
+		"output_limit": l.cfg.OutputLimit,
+		"max_files":    maxFiles,
+		"preload":      l.cfg.Preload,
+		"limits": map[string]any{
+			"as":     memBytes,
+			"cpu":    l.cfg.CPUSeconds,
+			"nproc":  l.cfg.MaxProcesses,
+			"fsize":  l.cfg.MaxFileBytes,
+			"nofile": 1024,
+		},
+	}
+	b, err := marshalEncode(cfg)
+	if err != nil {
+		return "", fmt.Errorf("encode driver config: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// Create starts a container and waits until its interpreter is ready (with the preloaded
+// libraries imported when Preload is set). ctx bounds the start only: the container lives until
+// Delete. It fails with ErrUnavailable when the container cannot be started, and with
+// ErrClosed after Close.
+func (l *Local) Create(ctx context.Context, spec Spec) (Container, error) {
+	mem := spec.MemoryLimit
+	if mem == "" {
+		mem = l.cfg.DefaultMemoryLimit
+	}
+	memBytes, err := parseMemory(mem)
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	c, err := l.start(memBytes)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx); err != nil {
+		_ = c.Delete(context.Background())
+		return nil, fmt.Errorf("%w: start container: %w", ErrUnavailable, err)
+	}
+	return c, nil
+}
+
+// Close kills every container still running, waits for them and removes a WorkDir that
+// NewLocal created. Containers created afterwards fail with ErrClosed. Idempotent.
+func (l *Local) Close() error {
+	l.mu.Lock()
+	first := !l.closed
+	l.closed = true
+	live := make([]*localContainer, 0, len(l.live))
+	for c := range l.live {
+		live = append(live, c)
+	}
+	l.mu.Unlock()
+	for _, c := range live {
+		c.kill()
+	}
+	for _, c := range live {
+		_ = c.Delete(context.Background())
+	}
+	l.wg.Wait()
+	if first {
+		l.removeWorkDir()
+	}
+	return nil
+}
+
+func (l *Local) track(c *localContainer) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.live[c] = struct{}{}
+	return nil
+}
+
+func (l *Local) untrack(c *localContainer) {
+	l.mu.Lock()
+	delete(l.live, c)
+	l.mu.Unlock()
+}
+
+// hostDataDir returns a container's data directory on the host when there is no isolation.
+func (l *Local) hostDataDir(name string) string {
+	return filepath.Join(l.workDir, "containers", name)
+}
+
+// mapPath turns a path the driver reported into the container's view (/mnt/data/...).
+func mapPath(p, hostDir string) string {
+	if hostDir == "" {
+		return p
+	}
+	if rel, ok := strings.CutPrefix(p, hostDir); ok && (rel == "" || rel[0] == '/') {
+		return dataDir + rel
+	}
+	return p
+}
+
+// isolated reports whether containers run under bubblewrap.
+func (l *Local) isolated() bool { return l.bwrap != "" }
+
+func (l *Local) commandArgs(cfgHex string) (path string, args []string) {
+	py := []string{l.python, "-E", "-s", "-c", driverSource, cfgHex}
+	if !l.isolated() {
+		return l.python, py[1:]
+	}
+	return l.bwrap, slices.Concat(l.args, []string{"--"}, py)
+}

@@ -1,0 +1,12 @@
+//go:build !amd64 && !arm64
+
+package sandbox
+
+const (
+	seccompArch   = 0 // no deny list: the filter is not installed
+	seccompX32Bit = 0
+)
+
+func seccompDenied() []int { return nil }
+
+func seccompDeniedCommon() []int { return nil }
