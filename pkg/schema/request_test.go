@@ -329,21 +329,54 @@ func TestRewriteRequestEditsOnlyItsSpans(t *testing.T) {
 	assert.Equal(t, want.String(), string(got.Body), "RewriteRequest(%s)", give.String())
 }
 
+// reqSDKInput parses each item of a Responses body's input list with the SDK, one at a time: the
+// SDK silently drops a whole list when one item has no "type". Items without a type must be
+// role/content messages; they come back as nil.
+func reqSDKInput(t *testing.T, body []byte) []*responses.ResponseInputItemUnionParam {
+	t.Helper()
+	var top struct {
+		Input json.RawMessage `json:"input"`
+	}
+	require.NoError(t, json.Unmarshal(body, &top), "unmarshal %s", body)
+	if len(top.Input) == 0 || top.Input[0] != '[' {
+		return nil
+	}
+	var list []json.RawMessage
+	require.NoError(t, json.Unmarshal(top.Input, &list), "unmarshal input of %s", body)
+	items := make([]*responses.ResponseInputItemUnionParam, len(list))
+	for i, raw := range list {
+		var probe struct {
+			Type *string `json:"type"`
+			Role *string `json:"role"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &probe), "unmarshal input[%d] %s", i, raw)
+		if probe.Type == nil {
+			require.NotNil(t, probe.Role, "input[%d] %s has neither type nor role", i, raw)
+			continue
+		}
+		var item responses.ResponseInputItemUnionParam
+		require.NoError(t, json.Unmarshal(raw, &item), "unmarshal input[%d] %s as ResponseInputItemUnionParam", i, raw)
+		items[i] = &item
+	}
+	return items
+}
+
 // TestRewriteRequestParsesWithSDK checks that the rewritten bodies parse as the SDK's request
 // params with the function tool in the code_interpreter tool's place.
 func TestRewriteRequestParsesWithSDK(t *testing.T) {
 	tests := []struct {
-		name    string
-		surface Surface
+		name       string
+		surface    Surface
+		wantChoice string // "function", "allowed" or "" (left as the client sent it)
 	}{
-		{"responses_tool_first", Responses},
-		{"responses_tool_middle", Responses},
-		{"responses_tool_last", Responses},
-		{"responses_allowed_tools_required", Responses},
-		{"responses_replay", Responses},
-		{"chat_tool_first", Chat},
-		{"chat_tool_middle", Chat},
-		{"chat_tool_last", Chat},
+		{"responses_tool_first", Responses, ""},
+		{"responses_tool_middle", Responses, "function"},
+		{"responses_tool_last", Responses, "function"},
+		{"responses_allowed_tools_required", Responses, "allowed"},
+		{"responses_replay", Responses, ""},
+		{"chat_tool_first", Chat, "function"},
+		{"chat_tool_middle", Chat, ""},
+		{"chat_tool_last", Chat, "allowed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -363,14 +396,14 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 						}
 					}
 				}
-				assert.Nil(t, p.ToolChoice.OfHostedTool, "RewriteRequest(%s) kept a hosted tool_choice", tt.name)
 				assert.False(t, p.StreamOptions.IncludeObfuscation.Valid(), "RewriteRequest(%s) kept stream_options", tt.name)
-				for _, item := range p.Input.OfInputItemList {
-					assert.Nil(t, item.OfCodeInterpreterCall, "RewriteRequest(%s) kept a code_interpreter_call item", tt.name)
+				for i, item := range reqSDKInput(t, got.Body) {
+					assert.True(t, item == nil || item.OfCodeInterpreterCall == nil, "RewriteRequest(%s) kept code_interpreter_call input[%d]", tt.name, i)
 				}
 			} else {
 				var p openai.ChatCompletionNewParams
 				require.NoError(t, json.Unmarshal(got.Body, &p), "unmarshal RewriteRequest(%s) as ChatCompletionNewParams", tt.name)
+				require.NotEmpty(t, p.Messages, "RewriteRequest(%s) messages", tt.name)
 				for _, tool := range p.Tools {
 					if tool.OfFunction != nil {
 						names = append(names, tool.OfFunction.Function.Name)
@@ -379,8 +412,46 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 				assert.False(t, p.StreamOptions.IncludeUsage.Valid(), "RewriteRequest(%s) kept stream_options", tt.name)
 			}
 			assert.Contains(t, names, DefaultFunctionName, "RewriteRequest(%s) function names", tt.name)
+
+			// The SDK's param unions do not tell tool_choice forms apart when decoding, so the
+			// choice is checked as plain JSON.
+			var top map[string]any
+			require.NoError(t, json.Unmarshal(got.Body, &top), "unmarshal RewriteRequest(%s)", tt.name)
+			fn := map[string]any{"type": "function", "name": DefaultFunctionName}
+			if tt.surface == Chat {
+				fn = map[string]any{"type": "function", "function": map[string]any{"name": DefaultFunctionName}}
+			}
+			switch choice, _ := top["tool_choice"].(map[string]any); tt.wantChoice {
+			case "function":
+				assert.Equal(t, fn, choice, "RewriteRequest(%s) tool_choice", tt.name)
+			case "allowed":
+				holder := choice
+				if tt.surface == Chat {
+					holder, _ = choice["allowed_tools"].(map[string]any)
+				}
+				require.NotNil(t, holder, "RewriteRequest(%s) tool_choice %v", tt.name, choice)
+				assert.Contains(t, holder["tools"], fn, "RewriteRequest(%s) allowed tools", tt.name)
+				assert.NotContains(t, holder["tools"], map[string]any{"type": "code_interpreter"}, "RewriteRequest(%s) allowed tools", tt.name)
+			}
 		})
 	}
+}
+
+func TestRewriteRequestReplayParsesWithSDK(t *testing.T) {
+	got, err := RewriteRequest(Responses, reqReadFile(t, "request/responses_replay.give.json"), Options{})
+	require.NoError(t, err, "RewriteRequest(responses_replay)")
+	items := reqSDKInput(t, got.Body)
+	require.Len(t, items, 12, "RewriteRequest(responses_replay) input items")
+	for _, i := range []int{2, 8, 10} {
+		require.NotNil(t, items[i], "RewriteRequest(responses_replay) input[%d]", i)
+		require.NotNil(t, items[i].OfFunctionCall, "RewriteRequest(responses_replay) input[%d] is a function_call", i)
+		require.NotNil(t, items[i+1].OfFunctionCallOutput, "RewriteRequest(responses_replay) input[%d] is a function_call_output", i+1)
+		assert.Equal(t, items[i].OfFunctionCall.CallID, items[i+1].OfFunctionCallOutput.CallID.Value, "RewriteRequest(responses_replay) input[%d] pair", i)
+		code, err := turnParseArguments(items[i].OfFunctionCall.Arguments)
+		assert.NoError(t, err, "RewriteRequest(responses_replay) input[%d] arguments", i)
+		assert.NotContains(t, code, "\\", "RewriteRequest(responses_replay) input[%d] code", i)
+	}
+	assert.Equal(t, "mean 7.0123\n"+OutputImageNote, items[3].OfFunctionCallOutput.Output.OfString.Value, "RewriteRequest(responses_replay) rendered output")
 }
 
 func TestRenderOutputs(t *testing.T) {

@@ -1,0 +1,319 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+)
+
+// CallOutput is the text fed back to the model for one call.
+type CallOutput struct {
+	// CallID is the call's [Call.CallID].
+	CallID string
+	// Output is the text the model reads as the call's result.
+	Output string
+}
+
+// FollowUpOptions tunes FollowUp. The zero value uses DefaultFunctionName and keeps tool_choice.
+type FollowUpOptions struct {
+	// FunctionName is the function's name; empty means DefaultFunctionName.
+	FunctionName string
+	// DropToolChoice removes tool_choice: a forced choice applies to the first round only.
+	DropToolChoice bool
+	// ToolChoiceNone sets tool_choice to "none" (the loop's last round, so the model must answer
+	// in text); it wins over DropToolChoice.
+	ToolChoiceNone bool
+}
+
+// FollowUp builds the next upstream request from the previous request body req (what was last
+// sent upstream), the model's answer resp, and the outputs of the calls run from it:
+//
+//   - Responses: input (a string becomes [{"role":"user","content":s}], an absent input an
+//     empty list) + every item of resp.output in order (reasoning items, messages, the function
+//     calls) + one function_call_output per output. Two exceptions: with store:false a
+//     reasoning item without encrypted_content is left out (the upstream kept no copy to resolve
+//     it by id), and when req names a conversation, input becomes the function_call_outputs
+//     alone (the conversation already holds the earlier input and resp.output).
+//   - Chat: messages + the assistant message of choices[0] (role, content, tool_calls and the
+//     other fields a request accepts; response-only fields are dropped) + one
+//     {"role":"tool","tool_call_id":…,"content":…} per output.
+//
+// Every call of the function in resp needs an output, and every output must answer one: a
+// mismatch, or a call of a client tool in resp (which the client, not a follow-up, must answer),
+// is an error. When several outputs share a call id the first is used. Everything else in req is
+// kept byte for byte. FollowUp does not keep or modify its arguments.
+func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptions) ([]byte, error) {
+	if s != Responses && s != Chat {
+		return nil, fmt.Errorf("follow up: unknown surface %v", s)
+	}
+	reqMembers, isObject, err := reqScanTop(req)
+	if err != nil {
+		return nil, fmt.Errorf("follow up: request: %w", err)
+	}
+	if !isObject {
+		return nil, errors.New("follow up: the request is not a JSON object")
+	}
+	respMembers, isObject, err := reqScanTop(resp)
+	if err != nil {
+		return nil, fmt.Errorf("follow up: response: %w", err)
+	}
+	if !isObject {
+		return nil, errors.New("follow up: the response is not a JSON object")
+	}
+	rq := reqTopLevel{b: req, members: reqMembers}
+	rs := reqTopLevel{b: resp, members: respMembers}
+	name := Options{FunctionName: o.FunctionName}.name()
+
+	outs, err := followUpOutputs(s, rs, name, outputs)
+	if err != nil {
+		return nil, err
+	}
+
+	var (
+		edits   []reqEdit
+		appends []followUpMember
+	)
+	switch s {
+	case Responses:
+		edits, appends, err = followUpResponses(rq, rs, outs)
+	case Chat:
+		edits, err = followUpChat(rq, rs, outs)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	switch k := rq.find("tool_choice"); {
+	case o.ToolChoiceNone && k >= 0:
+		m := reqMembers[k]
+		edits = append(edits, reqEdit{start: m.valStart, end: m.valEnd, repl: []byte(`"none"`)})
+	case o.ToolChoiceNone:
+		appends = append(appends, followUpMember{key: "tool_choice", value: []byte(`"none"`)})
+	case o.DropToolChoice && k >= 0:
+		edits = append(edits, reqRemoveMember(reqMembers, k))
+	}
+
+	body, err := reqApply(req, edits)
+	if err != nil {
+		return nil, fmt.Errorf("follow up: %w", err)
+	}
+	if len(appends) == 0 {
+		return body, nil
+	}
+	// Members are added once the other edits are in, so the comma before them reflects whether
+	// any member is left.
+	closeAt := len(body) - 1
+	for closeAt > 0 && reqIsWS(body[closeAt]) {
+		closeAt--
+	}
+	adds := make([]reqEdit, 0, len(appends))
+	for _, a := range appends {
+		e := reqAppendMember(body, closeAt, a.key, a.value)
+		if len(adds) > 0 && e.repl[0] != ',' {
+			e.repl = append([]byte{','}, e.repl...)
+		}
+		adds = append(adds, e)
+	}
+	if body, err = reqApply(body, adds); err != nil {
+		return nil, fmt.Errorf("follow up: %w", err)
+	}
+	return body, nil
+}
+
+// followUpMember is a top-level member FollowUp adds to the request.
+type followUpMember struct {
+	key   string
+	value []byte
+}
+
+// followUpOutputs checks outputs against the function calls of resp and returns them with
+// repeated call ids dropped.
+func followUpOutputs(s Surface, rs reqTopLevel, name string, outputs []CallOutput) ([]CallOutput, error) {
+	turn, err := turnRead(s, rs, name)
+	if err != nil {
+		return nil, fmt.Errorf("follow up: %w", err)
+	}
+	if turn.ClientCalls > 0 {
+		return nil, fmt.Errorf("follow up: the response also calls %d client tool(s), which only the client can answer", turn.ClientCalls)
+	}
+	calls := make(map[string]bool, len(turn.Calls))
+	for _, c := range turn.Calls {
+		calls[c.CallID] = true
+	}
+	answered := make(map[string]bool, len(outputs))
+	outs := make([]CallOutput, 0, len(outputs))
+	for _, out := range outputs {
+		if !calls[out.CallID] {
+			return nil, fmt.Errorf("follow up: output for call id %q, which the response does not call", out.CallID)
+		}
+		if answered[out.CallID] {
+			continue
+		}
+		answered[out.CallID] = true
+		outs = append(outs, out)
+	}
+	for id := range calls {
+		if !answered[id] {
+			return nil, fmt.Errorf("follow up: no output for call id %q", id)
+		}
+	}
+	return outs, nil
+}
+
+// followUpResponses returns the edits that extend a Responses request's input, or the input
+// member to add when the request has none.
+func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []followUpMember, error) {
+	req, resp := rq.b, rs.b
+	var outItems []byte
+	for i, out := range outs {
+		if i > 0 {
+			outItems = append(outItems, ',')
+		}
+		outItems = append(outItems, `{"type":"function_call_output","call_id":`...)
+		outItems = reqAppendString(outItems, out.CallID)
+		outItems = append(outItems, `,"output":`...)
+		outItems = reqAppendString(outItems, out.Output)
+		outItems = append(outItems, '}')
+	}
+
+	in := rq.span("input")
+	if conv := rq.span("conversation"); conv.ok() && string(req[conv.start:conv.end]) != "null" {
+		// The conversation already holds the earlier input and the response's output.
+		list := append(append([]byte{'['}, outItems...), ']')
+		if !in.ok() {
+			return nil, []followUpMember{{key: "input", value: list}}, nil
+		}
+		return []reqEdit{{start: in.start, end: in.end, repl: list}}, nil, nil
+	}
+
+	output := rs.span("output")
+	if !output.ok() || resp[output.start] != '[' {
+		return nil, nil, errors.New("follow up: the response has no output list")
+	}
+	storeOff := false
+	if sp := rq.span("store"); sp.ok() {
+		storeOff = string(req[sp.start:sp.end]) == "false"
+	}
+	items := make([]byte, 0, output.end-output.start+len(outItems)+1)
+	reqEachElem(resp, output.start, func(_, st, en int) bool {
+		if storeOff && followUpUnresolvableReasoning(resp, st) {
+			return true
+		}
+		if len(items) > 0 {
+			items = append(items, ',')
+		}
+		items = append(items, resp[st:en]...)
+		return true
+	})
+	if len(outItems) > 0 {
+		if len(items) > 0 {
+			items = append(items, ',')
+		}
+		items = append(items, outItems...)
+	}
+
+	switch {
+	case !in.ok():
+		return nil, []followUpMember{{key: "input", value: append(append([]byte{'['}, items...), ']')}}, nil
+	case req[in.start] == '[':
+		return []reqEdit{reqAppendElems(req, in.end-1, items)}, nil, nil
+	case req[in.start] == '"':
+		list := append([]byte(`[{"role":"user","content":`), req[in.start:in.end]...)
+		list = append(list, '}')
+		if len(items) > 0 {
+			list = append(list, ',')
+			list = append(list, items...)
+		}
+		return []reqEdit{{start: in.start, end: in.end, repl: append(list, ']')}}, nil, nil
+	case string(req[in.start:in.end]) == "null":
+		return []reqEdit{{start: in.start, end: in.end, repl: append(append([]byte{'['}, items...), ']')}}, nil, nil
+	}
+	return nil, nil, errors.New("follow up: the request's input is neither a string nor a list")
+}
+
+// followUpUnresolvableReasoning reports whether the item starting at b[st] is a reasoning item
+// without encrypted_content, which an upstream that stored nothing cannot resolve.
+func followUpUnresolvableReasoning(b []byte, st int) bool {
+	if b[st] != '{' {
+		return false
+	}
+	if typ, _ := reqStr(b, reqField(b, st, "type")); typ != "reasoning" {
+		return false
+	}
+	enc, _ := reqStr(b, reqField(b, st, "encrypted_content"))
+	return enc == ""
+}
+
+// followUpChat returns the edit that appends the assistant message and the tool messages to a
+// Chat request's messages.
+func followUpChat(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, error) {
+	req, resp := rq.b, rs.b
+	msgs := rq.span("messages")
+	if !msgs.ok() || req[msgs.start] != '[' {
+		return nil, errors.New("follow up: the request has no messages list")
+	}
+	msg := turnChatMessage(rs)
+	if !msg.ok() {
+		return nil, errors.New("follow up: the response has no choices[0].message")
+	}
+	elems := followUpAssistant(resp, msg)
+	for _, out := range outs {
+		elems = append(elems, `,{"role":"tool","tool_call_id":`...)
+		elems = reqAppendString(elems, out.CallID)
+		elems = append(elems, `,"content":`...)
+		elems = reqAppendString(elems, out.Output)
+		elems = append(elems, '}')
+	}
+	return []reqEdit{reqAppendElems(req, msgs.end-1, elems)}, nil
+}
+
+// followUpAssistant returns the assistant message of a Chat response as a request message: the
+// members a request accepts, with their bytes as the response had them. audio keeps only its id;
+// null values, an empty tool_calls list and response-only fields (annotations, …) are dropped.
+// reasoning_content, which some OpenAI-compatible backends want back, is kept.
+func followUpAssistant(b []byte, msg reqSpan) []byte {
+	out := []byte{'{'}
+	add := func(key []byte, val []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, key...)
+		out = append(out, ':')
+		out = append(out, val...)
+	}
+	hasRole := false
+	reqEachMember(b, msg.start, func(rawKey []byte, vs, ve int) bool {
+		v := b[vs:ve]
+		switch k, _ := reqDecodeString(rawKey); k {
+		case "role":
+			hasRole = true
+			add(rawKey, v)
+		case "content":
+			add(rawKey, v)
+		case "refusal", "name", "reasoning_content":
+			if v[0] == '"' {
+				add(rawKey, v)
+			}
+		case "tool_calls":
+			if v[0] == '[' && reqSkipWS(b, vs+1) < ve-1 {
+				add(rawKey, v)
+			}
+		case "function_call":
+			if v[0] == '{' {
+				add(rawKey, v)
+			}
+		case "audio":
+			if id := reqField(b, vs, "id"); id.ok() && b[id.start] == '"' {
+				add(rawKey, append(append([]byte(`{"id":`), b[id.start:id.end]...), '}'))
+			}
+		}
+		return true
+	})
+	if !hasRole {
+		role := []byte(`"role":"assistant"`)
+		if len(out) > 1 {
+			role = append(role, ',')
+		}
+		out = append(out[:1], append(role, out[1:]...)...)
+	}
+	return append(out, '}')
+}

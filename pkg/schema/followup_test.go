@@ -1,0 +1,233 @@
+package schema
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestFollowUpGolden(t *testing.T) {
+	tests := []struct {
+		name    string
+		surface Surface
+		outputs []CallOutput
+		opts    FollowUpOptions
+	}{
+		{
+			name: "responses_list_input", surface: Responses,
+			outputs: []CallOutput{{CallID: "call_1", Output: "2432902008176640000\n"}},
+			opts:    FollowUpOptions{DropToolChoice: true},
+		},
+		{
+			name: "responses_string_input", surface: Responses,
+			outputs: []CallOutput{{CallID: "call_a", Output: "2"}, {CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "ignored: a repeat"}},
+			opts:    FollowUpOptions{ToolChoiceNone: true},
+		},
+		{
+			name: "responses_store_false", surface: Responses,
+			outputs: []CallOutput{{CallID: "call_1", Output: "1"}},
+			opts:    FollowUpOptions{DropToolChoice: true},
+		},
+		{
+			name: "responses_conversation", surface: Responses,
+			outputs: []CallOutput{{CallID: "call_1", Output: "1"}},
+		},
+		{
+			name: "responses_no_input", surface: Responses,
+			outputs: []CallOutput{{CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "2"}},
+			opts:    FollowUpOptions{ToolChoiceNone: true, DropToolChoice: true},
+		},
+		{
+			name: "chat_basic", surface: Chat,
+			outputs: []CallOutput{{CallID: "call_x", Output: "1267650600228229401496703205376\n"}},
+			opts:    FollowUpOptions{DropToolChoice: true},
+		},
+		{
+			name: "chat_audio_reasoning", surface: Chat,
+			outputs: []CallOutput{{CallID: "call_1", Output: "é\n"}, {CallID: "call_2", Output: "Traceback (most recent call last):\n  NameError: name 'x' is not defined"}},
+			opts:    FollowUpOptions{ToolChoiceNone: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := reqReadFile(t, "followup/"+tt.name+".req.json")
+			resp := reqReadFile(t, "followup/"+tt.name+".resp.json")
+			got, err := FollowUp(tt.surface, req, resp, tt.outputs, tt.opts)
+			require.NoError(t, err, "FollowUp(%s)", tt.name)
+			reqCheckGolden(t, "followup/"+tt.name+".want.json", got)
+			assert.True(t, json.Valid(got), "FollowUp(%s) is not valid JSON: %s", tt.name, got)
+		})
+	}
+}
+
+// TestFollowUpParsesWithSDK checks that follow-ups parse as the SDK's request params and end with
+// one output per call.
+func TestFollowUpParsesWithSDK(t *testing.T) {
+	t.Run("responses", func(t *testing.T) {
+		req := reqReadFile(t, "followup/responses_list_input.req.json")
+		resp := reqReadFile(t, "followup/responses_list_input.resp.json")
+		got, err := FollowUp(Responses, req, resp, []CallOutput{{CallID: "call_1", Output: "42"}}, FollowUpOptions{DropToolChoice: true})
+		require.NoError(t, err, "FollowUp(responses_list_input)")
+		var p responses.ResponseNewParams
+		require.NoError(t, json.Unmarshal(got, &p), "unmarshal FollowUp(responses_list_input) as ResponseNewParams: %s", got)
+		assert.NotContains(t, string(got), "tool_choice", "FollowUp(responses_list_input) kept tool_choice")
+		items := reqSDKInput(t, got)
+		require.Len(t, items, 5, "FollowUp(responses_list_input) input items: user, reasoning, message, call, output")
+		require.NotNil(t, items[1], "FollowUp(responses_list_input) item 1")
+		require.NotNil(t, items[1].OfReasoning, "FollowUp(responses_list_input) item 1 is the reasoning item")
+		assert.Equal(t, "gAAAA==", items[1].OfReasoning.EncryptedContent.Value, "FollowUp(responses_list_input) encrypted_content")
+		require.NotNil(t, items[2], "FollowUp(responses_list_input) item 2")
+		assert.True(t, items[2].OfOutputMessage != nil || items[2].OfMessage != nil || items[2].OfInputMessage != nil,
+			"FollowUp(responses_list_input) item 2 is the message")
+		require.NotNil(t, items[3], "FollowUp(responses_list_input) item 3")
+		require.NotNil(t, items[3].OfFunctionCall, "FollowUp(responses_list_input) item 3 is the function call")
+		assert.Equal(t, "call_1", items[3].OfFunctionCall.CallID, "FollowUp(responses_list_input) call id")
+		require.NotNil(t, items[4], "FollowUp(responses_list_input) item 4")
+		require.NotNil(t, items[4].OfFunctionCallOutput, "FollowUp(responses_list_input) item 4 is the output")
+		assert.Equal(t, "call_1", items[4].OfFunctionCallOutput.CallID.Value, "FollowUp(responses_list_input) output call id")
+		assert.Equal(t, "42", items[4].OfFunctionCallOutput.Output.OfString.Value, "FollowUp(responses_list_input) output")
+	})
+	t.Run("chat", func(t *testing.T) {
+		req := reqReadFile(t, "followup/chat_audio_reasoning.req.json")
+		resp := reqReadFile(t, "followup/chat_audio_reasoning.resp.json")
+		got, err := FollowUp(Chat, req, resp, []CallOutput{{CallID: "call_1", Output: "a"}, {CallID: "call_2", Output: "b"}}, FollowUpOptions{ToolChoiceNone: true})
+		require.NoError(t, err, "FollowUp(chat_audio_reasoning)")
+		var p openai.ChatCompletionNewParams
+		require.NoError(t, json.Unmarshal(got, &p), "unmarshal FollowUp(chat_audio_reasoning) as ChatCompletionNewParams: %s", got)
+		require.Len(t, p.Messages, 4, "FollowUp(chat_audio_reasoning) messages: user, assistant, 2 tool")
+		a := p.Messages[1].OfAssistant
+		require.NotNil(t, a, "FollowUp(chat_audio_reasoning) message 1 is the assistant's")
+		assert.Equal(t, "audio_1", a.Audio.ID, "FollowUp(chat_audio_reasoning) audio id")
+		require.Len(t, a.ToolCalls, 2, "FollowUp(chat_audio_reasoning) tool calls")
+		assert.Equal(t, "call_2", a.ToolCalls[1].OfFunction.ID, "FollowUp(chat_audio_reasoning) second tool call")
+		for i, id := range []string{"call_1", "call_2"} {
+			tm := p.Messages[2+i].OfTool
+			require.NotNil(t, tm, "FollowUp(chat_audio_reasoning) message %d is a tool message", 2+i)
+			assert.Equal(t, id, tm.ToolCallID, "FollowUp(chat_audio_reasoning) tool message %d", 2+i)
+		}
+		assert.Equal(t, "none", string(p.ToolChoice.OfAuto.Value), "FollowUp(chat_audio_reasoning) tool_choice")
+	})
+}
+
+func TestFollowUpEdgeBodies(t *testing.T) {
+	resp := `{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"}]}`
+	out := []CallOutput{{CallID: "c1", Output: "1"}}
+	call := `{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"},{"type":"function_call_output","call_id":"c1","output":"1"}`
+	tests := []struct {
+		name string
+		give string
+		opts FollowUpOptions
+		want string
+	}{
+		{"only member removed, input added", `{"tool_choice":"required"}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
+		{"empty object gets input and tool_choice", ` { } `, FollowUpOptions{ToolChoiceNone: true}, ` {"input":[` + call + `],"tool_choice":"none" } `},
+		{"input null", `{"input":null}`, FollowUpOptions{}, `{"input":[` + call + `]}`},
+		{"empty list keeps its spacing", "{\"input\":[ \n ]}", FollowUpOptions{}, "{\"input\":[" + call + " \n ]}"},
+		{"tool_choice last removed", `{"input":[1], "tool_choice":"required" }`, FollowUpOptions{DropToolChoice: true}, `{"input":[1,` + call + `] }`},
+		{"tool_choice first removed", `{"tool_choice":"required", "input":[]}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
+		{"drop without tool_choice", `{"input":[]}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
+		{"conversation without input", `{"conversation":{"id":"conv_1"}}`, FollowUpOptions{}, `{"conversation":{"id":"conv_1"},"input":[{"type":"function_call_output","call_id":"c1","output":"1"}]}`},
+		{"conversation null is no conversation", `{"conversation":null,"input":[]}`, FollowUpOptions{}, `{"conversation":null,"input":[` + call + `]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FollowUp(Responses, []byte(tt.give), []byte(resp), out, tt.opts)
+			require.NoError(t, err, "FollowUp(%s)", tt.give)
+			assert.Equal(t, tt.want, string(got), "FollowUp(%s)", tt.give)
+		})
+	}
+}
+
+func TestFollowUpChatAssistantMessage(t *testing.T) {
+	req := `{"messages":[]}`
+	tests := []struct {
+		name    string
+		message string
+		want    string
+	}{
+		{
+			"role added when missing, nulls and response-only fields dropped",
+			`{"content":null,"refusal":null,"annotations":[],"audio":null,"function_call":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"1\"}"}}]}`,
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"1\"}"}}]}`,
+		},
+		{
+			"refusal and name kept when strings, key order kept",
+			`{"tool_calls":[{"id":"c1","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"1\"}"}}],"name":"bot","refusal":"no","role":"assistant","extra":1}`,
+			`{"tool_calls":[{"id":"c1","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"1\"}"}}],"name":"bot","refusal":"no","role":"assistant"}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := `{"choices":[{"index":0,"message":` + tt.message + `}]}`
+			got, err := FollowUp(Chat, []byte(req), []byte(resp), []CallOutput{{CallID: "c1", Output: "1"}}, FollowUpOptions{})
+			require.NoError(t, err, "FollowUp(chat, %s)", resp)
+			want := `{"messages":[` + tt.want + `,{"role":"tool","tool_call_id":"c1","content":"1"}]}`
+			assert.Equal(t, want, string(got), "FollowUp(chat, %s)", resp)
+		})
+	}
+}
+
+func TestFollowUpErrors(t *testing.T) {
+	respCall := `{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"}]}`
+	chatCall := `{"choices":[{"message":{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"code_interpreter","arguments":"{}"}}]}}]}`
+	one := []CallOutput{{CallID: "c1", Output: "1"}}
+	tests := []struct {
+		name    string
+		surface Surface
+		req     string
+		resp    string
+		outputs []CallOutput
+	}{
+		{"unknown surface", Surface(9), `{}`, respCall, one},
+		{"request malformed", Responses, `{"input":`, respCall, one},
+		{"request not an object", Responses, `[]`, respCall, one},
+		{"response malformed", Responses, `{}`, `{"output":[}`, one},
+		{"response not an object", Chat, `{"messages":[]}`, `null`, one},
+		{"output for a call the response does not make", Responses, `{}`, respCall, []CallOutput{{CallID: "c1", Output: "1"}, {CallID: "c2", Output: "2"}}},
+		{"call without output", Responses, `{}`, respCall, nil},
+		{"client call in the response", Responses, `{}`, `{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{}"},{"type":"function_call","call_id":"c2","name":"lookup","arguments":"{}"}]}`, one},
+		{"response without output", Responses, `{}`, `{"id":"resp_1"}`, nil},
+		{"input a number", Responses, `{"input":7}`, respCall, one},
+		{"chat request without messages", Chat, `{"model":"m"}`, chatCall, one},
+		{"chat messages not a list", Chat, `{"messages":"hi"}`, chatCall, one},
+		{"chat response without message", Chat, `{"messages":[]}`, `{"choices":[]}`, nil},
+		{"chat call without output", Chat, `{"messages":[]}`, chatCall, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FollowUp(tt.surface, []byte(tt.req), []byte(tt.resp), tt.outputs, FollowUpOptions{})
+			assert.Error(t, err, "FollowUp(%s, %s, %s) = %s", tt.surface, tt.req, tt.resp, got)
+		})
+	}
+}
+
+// TestFollowUpRoundTrip runs the pieces the way the loop does: rewrite, read the turn, follow up,
+// and read the follow-up's own turn again.
+func TestFollowUpRoundTrip(t *testing.T) {
+	give := reqReadFile(t, "request/responses_tool_middle.give.json")
+	rw, err := RewriteRequest(Responses, give, Options{})
+	require.NoError(t, err, "RewriteRequest(responses_tool_middle)")
+	resp := reqReadFile(t, "followup/responses_string_input.resp.json")
+	turn, err := ParseTurn(Responses, resp, "")
+	require.NoError(t, err, "ParseTurn(responses_string_input)")
+	var outs []CallOutput
+	for _, c := range turn.Calls {
+		require.NoError(t, c.ArgsErr, "ParseTurn(responses_string_input) call %s", c.CallID)
+		outs = append(outs, CallOutput{CallID: c.CallID, Output: "ran " + c.Code})
+	}
+	next, err := FollowUp(Responses, rw.Body, resp, outs, FollowUpOptions{DropToolChoice: rw.ForcedChoice})
+	require.NoError(t, err, "FollowUp(responses_tool_middle)")
+	var p responses.ResponseNewParams
+	require.NoError(t, json.Unmarshal(next, &p), "unmarshal follow-up %s", next)
+	assert.NotContains(t, string(next), "tool_choice", "follow-up kept the forced tool_choice")
+	items := reqSDKInput(t, next)
+	require.Len(t, items, 5, "follow-up input: user, 2 calls, 2 outputs")
+	require.NotNil(t, items[4], "follow-up input[4]")
+	require.NotNil(t, items[4].OfFunctionCallOutput, "follow-up input[4] is an output")
+	assert.Equal(t, "ran 2+2", items[4].OfFunctionCallOutput.Output.OfString.Value, "follow-up last output")
+	assert.Contains(t, string(next), `"stream":false`, "follow-up streams")
+}
