@@ -1,0 +1,630 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ManagerConfig configures a Manager. The zero value works: no warm pool and the defaults below.
+type ManagerConfig struct {
+	// WarmPool is the number of started containers kept ready to hand out (0 = none). They
+	// are created with the provider's default Spec and serve the requests whose Spec resolves
+	// to it; the pool is refilled in the background.
+	WarmPool int
+	// SessionIdleTTL deletes a session container unused (no lease) for this long. Default 20m,
+	// as OpenAI's containers expire.
+	SessionIdleTTL time.Duration
+	// MaxSessionsPerIdentity caps the session containers of one identity; one more evicts (and
+	// deletes) that identity's least recently used session not in use. Default 10.
+	MaxSessionsPerIdentity int
+	// MaxContainers caps all containers in use, ephemeral and session (the warm pool is
+	// excluded); an Acquire beyond it fails with ErrUnavailable. Default 64.
+	MaxContainers int
+	// RunTimeout is the wall-clock limit of a run called with timeout 0. Default 30s.
+	RunTimeout time.Duration
+	// DeleteTimeout bounds one background deletion. Default 30s.
+	DeleteTimeout time.Duration
+}
+
+func (c *ManagerConfig) setDefaults() {
+	if c.SessionIdleTTL <= 0 {
+		c.SessionIdleTTL = 20 * time.Minute
+	}
+	if c.MaxSessionsPerIdentity <= 0 {
+		c.MaxSessionsPerIdentity = 10
+	}
+	if c.MaxContainers <= 0 {
+		c.MaxContainers = 64
+	}
+	if c.RunTimeout <= 0 {
+		c.RunTimeout = 30 * time.Second
+	}
+	if c.DeleteTimeout <= 0 {
+		c.DeleteTimeout = 30 * time.Second
+	}
+	if c.WarmPool < 0 {
+		c.WarmPool = 0
+	}
+}
+
+// The manager's view of providers and containers beyond Provider and Container: optional
+// abilities, used when present.
+type (
+	// specResolver fills in a provider's defaults, so the manager can tell which requests a
+	// warm container fits (Local implements it).
+	specResolver interface {
+		ResolveSpec(Spec) Spec
+	}
+	// aliveChecker reports whether a container is still running (Local's containers do), so
+	// a container that died in the pool is not handed out.
+	aliveChecker interface {
+		Alive() bool
+	}
+)
+
+// AcquireRequest names the container a request wants.
+type AcquireRequest struct {
+	// Identity is the caller's opaque tenant identity (already a keyed hash of its credential
+	// or identity header). "" is a valid identity of its own.
+	Identity string
+	// Session is a session name (metadata.session_id or a configured header); "" means none.
+	Session string
+	// ContainerID is a "cntr_…" id this manager issued earlier; "" means none.
+	ContainerID string
+	// Spec describes a container created for this request; it does not change an existing one.
+	Spec Spec
+}
+
+// keyKind tells the sandbox keys apart.
+type keyKind uint8
+
+const (
+	kindSession keyKind = iota + 1
+	kindEphemeral
+)
+
+// sandboxKey is the key a container is kept under. Every key is scoped by identity.
+type sandboxKey struct {
+	kind     keyKind
+	identity string
+	name     string // session name, or a server-minted random name (ephemeral)
+}
+
+// entry is one container issued under a key. Its container starts lazily, on the first run.
+type entry struct {
+	id   string // "cntr_…"
+	key  sandboxKey
+	spec Spec
+
+	// The fields below are guarded by Manager.mu.
+	c        Container // nil until the first run starts it
+	leases   int
+	lastUsed time.Time
+	dead     bool // evicted, lost or deleted: never used again
+
+	// sem serializes runs (and the lazy start) on the entry: one token.
+	sem chan struct{}
+}
+
+// Manager maps sandbox keys to containers: ephemeral keys minted per request, session keys,
+// and the container ids it issued, all scoped by the caller's identity. It caps containers per
+// identity (LRU) and globally, deletes idle sessions, hands out warm containers, runs one cell
+// at a time per container and deletes containers off the request path. Safe for concurrent use.
+// Close stops it and deletes everything.
+type Manager struct {
+	p   Provider
+	cfg ManagerConfig
+	log *zap.Logger
+
+	poolSpec Spec
+
+	// mu guards the fields below and the entries' guarded fields.
+	mu       sync.Mutex
+	closed   bool
+	keys     map[sandboxKey]*entry
+	ids      map[string]*entry
+	sessions map[string]int // session entries per identity
+	count    int            // live entries
+	pool     []Container
+	filling  bool // the filler is creating a container
+
+	refill chan struct{}   // size 1: a kick to the pool filler; extra kicks are redundant
+	ctx    context.Context // done at Close: stops the filler, the pruner and pool starts
+	stop   context.CancelFunc
+	// wg counts the filler, the pruner, background deletions and container starts. Add is
+	// only called under mu while !closed, so every Add happens before Close's Wait.
+	wg sync.WaitGroup
+}
+
+// NewManager returns a Manager over p and starts its pool filler (when cfg.WarmPool > 0) and
+// its idle-session pruner. p must outlive the Manager; Close the Manager before p.
+func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	cfg.setDefaults()
+	m := &Manager{
+		p:        p,
+		cfg:      cfg,
+		log:      log.Named("sandbox.manager"),
+		keys:     map[sandboxKey]*entry{},
+		ids:      map[string]*entry{},
+		sessions: map[string]int{},
+		refill:   make(chan struct{}, 1),
+	}
+	m.ctx, m.stop = context.WithCancel(context.Background())
+	m.poolSpec = m.resolve(Spec{})
+	if cfg.WarmPool > 0 {
+		m.kick()
+		m.wg.Go(m.fillPool)
+	}
+	m.wg.Go(m.prune)
+	return m
+}
+
+func (m *Manager) resolve(s Spec) Spec {
+	if r, ok := m.p.(specResolver); ok {
+		return r.ResolveSpec(s)
+	}
+	return s
+}
+
+// Acquire returns a lease on the container for the request's key:
+//   - ContainerID set: that container if it was issued to Identity and is alive, else
+//     ErrUnknownContainer;
+//   - Session set: the (Identity, Session) container, created on first use (the identity's
+//     least recently used idle session is evicted beyond MaxSessionsPerIdentity);
+//   - neither: a new ephemeral container under a server-minted key, deleted once its leases
+//     are released.
+//
+// The container itself starts on the lease's first Run (from the warm pool when one fits), but
+// the lease already has its ContainerID. Acquire fails with ErrUnavailable beyond MaxContainers
+// or when every session of the identity is in use at its cap, and with ErrClosed after Close.
+func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("acquire sandbox: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	now := time.Now()
+	var e *entry
+	switch {
+	case r.ContainerID != "":
+		e = m.lookupLocked(r.Identity, r.ContainerID)
+		if e == nil {
+			return nil, ErrUnknownContainer
+		}
+	case r.Session != "":
+		k := sandboxKey{kind: kindSession, identity: r.Identity, name: r.Session}
+		if e = m.keys[k]; e == nil {
+			var err error
+			if e, err = m.newEntryLocked(k, r.Spec); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		k := sandboxKey{kind: kindEphemeral, identity: r.Identity, name: randomHex(16)}
+		var err error
+		if e, err = m.newEntryLocked(k, r.Spec); err != nil {
+			return nil, err
+		}
+	}
+	e.leases++
+	e.lastUsed = now
+	return &Lease{m: m, key: e.key, e: e}, nil
+}
+
+// Known reports whether containerID was issued to identity and is still alive.
+func (m *Manager) Known(identity, containerID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.closed && m.lookupLocked(identity, containerID) != nil
+}
+
+func (m *Manager) lookupLocked(identity, id string) *entry {
+	e := m.ids[id]
+	if e == nil || e.dead || subtle.ConstantTimeCompare([]byte(e.key.identity), []byte(identity)) != 1 {
+		return nil
+	}
+	return e
+}
+
+// newEntryLocked reserves a container under k, within the caps.
+func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
+	if k.kind == kindSession && m.sessions[k.identity] >= m.cfg.MaxSessionsPerIdentity {
+		victim := m.lruIdleSessionLocked(k.identity)
+		if victim == nil {
+			return nil, fmt.Errorf("%w: all %d sessions of this identity are in use", ErrUnavailable, m.cfg.MaxSessionsPerIdentity)
+		}
+		m.log.Debug("evicting least recently used session", zap.String("container_id", victim.id))
+		m.removeLocked(victim)
+	}
+	if m.count >= m.cfg.MaxContainers {
+		return nil, fmt.Errorf("%w: %d containers in use", ErrUnavailable, m.cfg.MaxContainers)
+	}
+	e := &entry{
+		id:   "cntr_" + randomHex(16),
+		key:  k,
+		spec: m.resolve(spec),
+		sem:  make(chan struct{}, 1),
+	}
+	e.sem <- struct{}{}
+	m.keys[k] = e
+	m.ids[e.id] = e
+	m.count++
+	if k.kind == kindSession {
+		m.sessions[k.identity]++
+	}
+	return e, nil
+}
+
+func (m *Manager) lruIdleSessionLocked(identity string) *entry {
+	var victim *entry
+	for k, e := range m.keys {
+		if k.kind != kindSession || k.identity != identity || e.leases > 0 {
+			continue
+		}
+		if victim == nil || e.lastUsed.Before(victim.lastUsed) {
+			victim = e
+		}
+	}
+	return victim
+}
+
+// removeLocked forgets e and deletes its container in the background.
+func (m *Manager) removeLocked(e *entry) {
+	if e.dead {
+		return
+	}
+	e.dead = true
+	if m.keys[e.key] == e {
+		delete(m.keys, e.key)
+	}
+	delete(m.ids, e.id)
+	m.count--
+	if e.key.kind == kindSession {
+		if m.sessions[e.key.identity]--; m.sessions[e.key.identity] <= 0 {
+			delete(m.sessions, e.key.identity)
+		}
+	}
+	if e.c != nil {
+		m.deleteLocked(e.c)
+		e.c = nil
+	}
+}
+
+// deleteLocked deletes c off the request path; Close waits for it. After Close has started
+// waiting, deletions happen where they are asked for (see Close).
+func (m *Manager) deleteLocked(c Container) {
+	m.wg.Go(func() { m.deleteNow(c) })
+}
+
+func (m *Manager) deleteNow(c Container) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DeleteTimeout)
+	defer cancel()
+	if err := c.Delete(ctx); err != nil {
+		m.log.Warn("delete container", zap.Error(err))
+	}
+}
+
+// Close stops the pool filler and the pruner, deletes every container (also those leased:
+// their runs fail) and waits for all of it, or until ctx is done. Later Acquires fail with
+// ErrClosed. Idempotent.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if !m.closed {
+		m.closed = true
+		m.stop()
+		for _, e := range m.keys {
+			m.removeLocked(e)
+		}
+		for _, c := range m.pool {
+			m.deleteLocked(c)
+		}
+		m.pool = nil
+	}
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close sandbox manager: %w", ctx.Err())
+	}
+}
+
+// kick asks the pool filler to top the pool up.
+func (m *Manager) kick() {
+	select {
+	case m.refill <- struct{}{}:
+	default:
+	}
+}
+
+// fillPool keeps cfg.WarmPool containers ready, creating one at a time, until Close.
+func (m *Manager) fillPool() {
+	ctx := m.ctx
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.refill:
+		}
+		for {
+			m.mu.Lock()
+			need := !m.closed && len(m.pool) < m.cfg.WarmPool
+			m.filling = need
+			m.mu.Unlock()
+			if !need {
+				break
+			}
+			c, err := m.p.Create(ctx, m.poolSpec)
+			if err != nil {
+				m.mu.Lock()
+				m.filling = false
+				m.mu.Unlock()
+				if ctx.Err() != nil {
+					return
+				}
+				backoff = min(max(2*backoff, time.Second), 30*time.Second)
+				m.log.Warn("start warm container", zap.Error(err), zap.Duration("retry_in", backoff))
+				t := time.NewTimer(backoff)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				continue
+			}
+			backoff = 0
+			m.mu.Lock()
+			m.filling = false
+			if m.closed {
+				m.mu.Unlock()
+				m.deleteNow(c)
+				return
+			}
+			m.pool = append(m.pool, c)
+			m.mu.Unlock()
+		}
+	}
+}
+
+// takeWarmLocked returns a ready pool container fitting spec, or nil.
+func (m *Manager) takeWarmLocked(spec Spec) Container {
+	if m.cfg.WarmPool == 0 || spec != m.poolSpec {
+		return nil
+	}
+	for len(m.pool) > 0 {
+		c := m.pool[0]
+		m.pool = m.pool[1:]
+		m.kick()
+		if a, ok := c.(aliveChecker); ok && !a.Alive() {
+			m.deleteLocked(c)
+			continue
+		}
+		return c
+	}
+	return nil
+}
+
+// prune deletes idle sessions past their TTL, until Close.
+func (m *Manager) prune() {
+	every := min(m.cfg.SessionIdleTTL/4, time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case now := <-t.C:
+			m.pruneOnce(now)
+		}
+	}
+}
+
+func (m *Manager) pruneOnce(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	for _, e := range m.keys {
+		if e.key.kind == kindSession && e.leases == 0 && now.Sub(e.lastUsed) >= m.cfg.SessionIdleTTL {
+			m.log.Debug("deleting idle session", zap.String("container_id", e.id))
+			m.removeLocked(e)
+		}
+	}
+}
+
+// Lease is one request's use of a container. It is not for concurrent use by several
+// goroutines; different leases (also on one key) may be used concurrently.
+type Lease struct {
+	m        *Manager
+	key      sandboxKey
+	e        *entry // the entry in use; replaced when it dies
+	released bool
+}
+
+// ContainerID returns the id of the lease's current container: "cntr_" and 128 random bits in
+// hex, opaque. It changes when Run had to replace a lost container.
+func (l *Lease) ContainerID() string {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.e.id
+}
+
+// errLeaseReleased is returned by Run on a released lease.
+var errLeaseReleased = errors.New("sandbox lease already released")
+
+// Run runs code in the key's container, one run at a time per container (runs of other leases
+// on the same container queue, bounded by ctx). timeout is the run's wall-clock limit (0 =
+// ManagerConfig.RunTimeout); waiting in the queue and starting the container count against ctx
+// only. If the key's container was lost or evicted since, Run first gets a fresh container for
+// the same key (its state is gone and ContainerID changes). A run that loses its container
+// (ErrLost, alone or with ErrTimeout) evicts it and deletes it, but only if the key still maps
+// to it. Errors: ErrTimeout, ErrLost, ErrUnavailable (no container could be started),
+// ErrClosed, or ctx's error; the Result holds what the run showed, also when it failed.
+func (l *Lease) Run(ctx context.Context, code string, timeout time.Duration) (Result, error) {
+	if l.released {
+		return Result{}, errLeaseReleased
+	}
+	if timeout <= 0 {
+		timeout = l.m.cfg.RunTimeout
+	}
+	for {
+		e, err := l.current()
+		if err != nil {
+			return Result{}, err
+		}
+		select {
+		case <-e.sem:
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("wait for the container: %w", ctx.Err())
+		}
+		c, err := l.m.ensureStarted(ctx, e)
+		if errors.Is(err, errEntryDead) {
+			e.sem <- struct{}{}
+			continue // replaced while we queued: take the key's current container
+		}
+		if err != nil {
+			e.sem <- struct{}{}
+			return Result{}, err
+		}
+		runCtx, cancel := context.WithTimeout(ctx, timeout)
+		res, err := c.Run(runCtx, code)
+		cancel()
+		l.m.afterRun(e, c, err)
+		e.sem <- struct{}{}
+		return res, err
+	}
+}
+
+var errEntryDead = errors.New("sandbox entry gone")
+
+// current returns the lease's entry, moving the lease to the key's live entry (or a new one)
+// if its own has died.
+func (l *Lease) current() (*entry, error) {
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if !l.e.dead {
+		return l.e, nil
+	}
+	e := m.keys[l.key]
+	if e == nil {
+		var err error
+		if e, err = m.newEntryLocked(l.key, l.e.spec); err != nil {
+			return nil, err
+		}
+	}
+	l.e.leases--
+	e.leases++
+	e.lastUsed = time.Now()
+	l.e = e
+	return e, nil
+}
+
+// ensureStarted returns e's container, starting it (from the pool when one fits) on first
+// use. The caller holds e.sem.
+func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e.dead {
+		m.mu.Unlock()
+		return nil, errEntryDead
+	}
+	if e.c != nil {
+		c := e.c
+		m.mu.Unlock()
+		return c, nil
+	}
+	if c := m.takeWarmLocked(e.spec); c != nil {
+		e.c = c
+		m.mu.Unlock()
+		return c, nil
+	}
+	m.wg.Add(1) // Close waits for a start in progress
+	m.mu.Unlock()
+	defer m.wg.Done()
+	// The start is bounded by the request, and stopped by Close.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopOnClose := context.AfterFunc(m.ctx, cancel)
+	defer stopOnClose()
+	c, err := m.p.Create(cctx, e.spec)
+	if err != nil {
+		if m.ctx.Err() != nil && ctx.Err() == nil {
+			return nil, ErrClosed
+		}
+		if !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	m.mu.Lock()
+	if m.closed || e.dead {
+		// Deleted while it started (by Close, or an eviction of the entry).
+		closed := m.closed
+		m.mu.Unlock()
+		m.deleteNow(c)
+		if closed {
+			return nil, ErrClosed
+		}
+		return nil, errEntryDead
+	}
+	e.c = c
+	m.mu.Unlock()
+	return c, nil
+}
+
+// afterRun evicts e when its run lost the container, if the key still maps to e.
+func (m *Manager) afterRun(e *entry, c Container, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e.lastUsed = time.Now()
+	if err == nil || !errors.Is(err, ErrLost) || e.dead || e.c != c {
+		return
+	}
+	m.log.Info("container lost: evicting it", zap.String("container_id", e.id), zap.Error(err))
+	m.removeLocked(e)
+}
+
+// Release ends the lease. An ephemeral container is deleted in the background once no lease
+// holds it; a session container stays, idle from now (its TTL counts from here). Idempotent.
+func (l *Lease) Release() {
+	if l.released {
+		return
+	}
+	l.released = true
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := l.e
+	e.leases--
+	e.lastUsed = time.Now()
+	if e.key.kind == kindEphemeral && e.leases == 0 && !e.dead && !m.closed {
+		m.removeLocked(e)
+	}
+}

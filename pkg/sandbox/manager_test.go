@@ -1,0 +1,524 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// fakeProvider creates fakeContainers. Safe for concurrent use.
+type fakeProvider struct {
+	mu        sync.Mutex
+	created   []*fakeContainer
+	specs     []Spec
+	createErr error
+	// run, when set, is every container's run behaviour.
+	run func(ctx context.Context, c *fakeContainer, code string) (Result, error)
+}
+
+var _ Provider = (*fakeProvider)(nil)
+
+func (p *fakeProvider) Create(ctx context.Context, spec Spec) (Container, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.createErr != nil {
+		return nil, p.createErr
+	}
+	c := &fakeContainer{p: p, n: len(p.created), vars: map[string]string{}}
+	p.created = append(p.created, c)
+	p.specs = append(p.specs, spec)
+	return c, nil
+}
+
+func (p *fakeProvider) container(i int) *fakeContainer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.created[i]
+}
+
+func (p *fakeProvider) numCreated() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.created)
+}
+
+// fakeContainer keeps "state": code "k=v" sets k, code "k" shows k's value.
+type fakeContainer struct {
+	p       *fakeProvider
+	n       int
+	mu      sync.Mutex
+	vars    map[string]string
+	runs    int
+	deleted atomic.Bool
+	running atomic.Int32
+	overlap atomic.Bool
+}
+
+func (c *fakeContainer) Run(ctx context.Context, code string) (Result, error) {
+	if c.running.Add(1) > 1 {
+		c.overlap.Store(true)
+	}
+	defer c.running.Add(-1)
+	if c.deleted.Load() {
+		return Result{}, ErrClosed
+	}
+	c.mu.Lock()
+	c.runs++
+	c.mu.Unlock()
+	if c.p.run != nil {
+		return c.p.run(ctx, c, code)
+	}
+	return c.eval(code), nil
+}
+
+func (c *fakeContainer) eval(code string) Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := 0; i < len(code); i++ {
+		if code[i] == '=' {
+			c.vars[code[:i]] = code[i+1:]
+			return Result{}
+		}
+	}
+	return Result{Value: c.vars[code]}
+}
+
+func (c *fakeContainer) Delete(ctx context.Context) error {
+	c.deleted.Store(true)
+	return nil
+}
+
+func (c *fakeContainer) Alive() bool { return !c.deleted.Load() }
+
+func newTestManager(t *testing.T, p Provider, cfg ManagerConfig) *Manager {
+	t.Helper()
+	m := NewManager(p, cfg, zaptest.NewLogger(t))
+	t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close manager") })
+	return m
+}
+
+func acquire(t *testing.T, m *Manager, r AcquireRequest) *Lease {
+	t.Helper()
+	l, err := m.Acquire(context.Background(), r)
+	require.NoError(t, err, "acquire %+v", r)
+	return l
+}
+
+func run(t *testing.T, l *Lease, code string) Result {
+	t.Helper()
+	res, err := l.Run(context.Background(), code, 0)
+	require.NoError(t, err, "run %q", code)
+	return res
+}
+
+func TestManagerSessionKeepsState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{})
+		a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+		run(t, a, "x=10")
+		id := a.ContainerID()
+		a.Release()
+
+		again := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+		assert.Equal(t, id, again.ContainerID(), "same identity and session give the same container")
+		assert.Equal(t, "10", run(t, again, "x").Value, "state persists across leases of a session")
+		again.Release()
+
+		tests := []struct {
+			name string
+			give AcquireRequest
+		}{
+			{"same session under another identity", AcquireRequest{Identity: "bob", Session: "s1"}},
+			{"same session under the empty identity", AcquireRequest{Identity: "", Session: "s1"}},
+			{"another session of the same identity", AcquireRequest{Identity: "alice", Session: "s2"}},
+			{"no session: ephemeral", AcquireRequest{Identity: "alice"}},
+		}
+		for _, tt := range tests {
+			l := acquire(t, m, tt.give)
+			assert.NotEqual(t, id, l.ContainerID(), "%s: must not share alice/s1's container", tt.name)
+			assert.Equal(t, "", run(t, l, "x").Value, "%s: must not see alice/s1's variables", tt.name)
+			l.Release()
+		}
+	})
+}
+
+func TestManagerContainerIDScopedByIdentity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{})
+		a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+		run(t, a, "x=1")
+		id := a.ContainerID()
+		a.Release()
+		require.Regexp(t, `^cntr_[0-9a-f]{32}$`, id, "container id format")
+
+		tests := []struct {
+			name      string
+			identity  string
+			id        string
+			wantKnown bool
+			wantErr   error
+		}{
+			{"issuing identity", "alice", id, true, nil},
+			{"another identity", "bob", id, false, ErrUnknownContainer},
+			{"empty identity", "", id, false, ErrUnknownContainer},
+			{"unknown id", "alice", "cntr_00000000000000000000000000000000", false, ErrUnknownContainer},
+		}
+		assert.False(t, m.Known("alice", ""), "the empty id is never known")
+		for _, tt := range tests {
+			assert.Equal(t, tt.wantKnown, m.Known(tt.identity, tt.id), "%s: Known", tt.name)
+			l, err := m.Acquire(context.Background(), AcquireRequest{Identity: tt.identity, ContainerID: tt.id})
+			assert.ErrorIs(t, err, tt.wantErr, "%s: Acquire", tt.name)
+			if l != nil {
+				l.Release()
+			}
+		}
+		l := acquire(t, m, AcquireRequest{Identity: "alice", ContainerID: id})
+		assert.Equal(t, "1", run(t, l, "x").Value, "acquiring by id reaches the session's state")
+		l.Release()
+	})
+}
+
+func TestManagerEphemeralDeletedOnRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{})
+		l := acquire(t, m, AcquireRequest{Identity: "alice"})
+		id := l.ContainerID()
+		assert.Equal(t, 0, p.numCreated(), "the container starts lazily, on the first run")
+		run(t, l, "x=1")
+		// A second lease on the ephemeral container, by its id, keeps it alive.
+		byID := acquire(t, m, AcquireRequest{Identity: "alice", ContainerID: id})
+		l.Release()
+		l.Release() // idempotent
+		synctest.Wait()
+		assert.False(t, p.container(0).deleted.Load(), "still leased by id: not deleted")
+		byID.Release()
+		synctest.Wait()
+		assert.True(t, p.container(0).deleted.Load(), "deleted once no lease holds it")
+		assert.False(t, m.Known("alice", id), "a deleted container is unknown")
+
+		unused := acquire(t, m, AcquireRequest{Identity: "alice"})
+		unused.Release()
+		assert.Equal(t, 1, p.numCreated(), "a lease that never ran started no container")
+	})
+}
+
+func TestManagerSessionLRUCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{MaxSessionsPerIdentity: 2})
+		ids := map[string]string{}
+		open := func(s string) *Lease {
+			l := acquire(t, m, AcquireRequest{Identity: "alice", Session: s})
+			run(t, l, "x="+s)
+			ids[s] = l.ContainerID()
+			time.Sleep(time.Second) // distinct last-use times
+			return l
+		}
+		open("a").Release()
+		open("b").Release()
+		open("c").Release() // evicts a, the least recently used
+		synctest.Wait()
+		assert.False(t, m.Known("alice", ids["a"]), "a evicted")
+		assert.True(t, p.container(0).deleted.Load(), "the evicted container is deleted")
+		assert.True(t, m.Known("alice", ids["b"]), "b kept")
+
+		// Another identity has its own cap.
+		bob := acquire(t, m, AcquireRequest{Identity: "bob", Session: "a"})
+		run(t, bob, "x=bob")
+		assert.True(t, m.Known("alice", ids["c"]), "bob's session does not evict alice's")
+
+		// A session in use is never evicted: b is leased, so d evicts c.
+		b := acquire(t, m, AcquireRequest{Identity: "alice", Session: "b"})
+		open("d").Release()
+		assert.True(t, m.Known("alice", ids["b"]), "leased b kept")
+		assert.False(t, m.Known("alice", ids["c"]), "idle c evicted")
+
+		// With every session in use, one more is refused.
+		d := acquire(t, m, AcquireRequest{Identity: "alice", Session: "d"})
+		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice", Session: "e"})
+		assert.ErrorIs(t, err, ErrUnavailable, "all sessions leased at the cap")
+		b.Release()
+		d.Release()
+		bob.Release()
+	})
+}
+
+func TestManagerGlobalCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{MaxContainers: 2})
+		a := acquire(t, m, AcquireRequest{Identity: "alice"})
+		b := acquire(t, m, AcquireRequest{Identity: "bob", Session: "s"})
+		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "carol"})
+		assert.ErrorIs(t, err, ErrUnavailable, "third container beyond the global cap")
+		_, err = m.Acquire(context.Background(), AcquireRequest{Identity: "carol", Session: "s"})
+		assert.ErrorIs(t, err, ErrUnavailable, "third (session) container beyond the global cap")
+		again := acquire(t, m, AcquireRequest{Identity: "bob", Session: "s"})
+		again.Release()
+		a.Release()
+		c := acquire(t, m, AcquireRequest{Identity: "carol"})
+		c.Release()
+		b.Release()
+	})
+}
+
+func TestManagerIdleTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{SessionIdleTTL: 10 * time.Minute})
+		idle := acquire(t, m, AcquireRequest{Identity: "alice", Session: "idle"})
+		run(t, idle, "x=1")
+		idle.Release()
+		busy := acquire(t, m, AcquireRequest{Identity: "alice", Session: "busy"})
+		run(t, busy, "x=1")
+
+		time.Sleep(9 * time.Minute)
+		synctest.Wait()
+		assert.True(t, m.Known("alice", idle.ContainerID()), "idle for less than the TTL: kept")
+
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		assert.False(t, m.Known("alice", idle.ContainerID()), "idle past the TTL: pruned")
+		assert.True(t, p.container(0).deleted.Load(), "pruned container deleted")
+		assert.True(t, m.Known("alice", busy.ContainerID()), "leased: never pruned")
+		assert.False(t, p.container(1).deleted.Load(), "leased container not deleted")
+
+		// The TTL counts from the release.
+		busy.Release()
+		time.Sleep(9 * time.Minute)
+		synctest.Wait()
+		assert.True(t, m.Known("alice", busy.ContainerID()), "released 9m ago: kept")
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		assert.False(t, m.Known("alice", busy.ContainerID()), "released 14m ago: pruned")
+	})
+}
+
+func TestManagerLostContainerReplaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+			if code == "crash" {
+				return Result{Stdout: "partial"}, fmt.Errorf("%w: boom", ErrLost)
+			}
+			return c.eval(code), nil
+		}
+		m := newTestManager(t, p, ManagerConfig{})
+		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		run(t, l, "x=1")
+		oldID := l.ContainerID()
+		res, err := l.Run(context.Background(), "crash", 0)
+		assert.ErrorIs(t, err, ErrLost, "crash")
+		assert.Equal(t, "partial", res.Stdout, "partial output comes with the error")
+		synctest.Wait()
+		assert.True(t, p.container(0).deleted.Load(), "lost container deleted")
+		assert.False(t, m.Known("alice", oldID), "lost container evicted")
+
+		assert.Equal(t, "", run(t, l, "x").Value, "the next run has a fresh container: state reset")
+		assert.NotEqual(t, oldID, l.ContainerID(), "the lease's ContainerID changed")
+		assert.True(t, m.Known("alice", l.ContainerID()), "the replacement is known")
+		other := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		assert.Equal(t, l.ContainerID(), other.ContainerID(), "the session key maps to the replacement")
+		other.Release()
+		l.Release()
+	})
+}
+
+func TestManagerTimeoutWithoutLossKeepsContainer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+			if code == "spin" {
+				<-ctx.Done()
+				return Result{}, ErrTimeout // interrupted in time
+			}
+			return c.eval(code), nil
+		}
+		m := newTestManager(t, p, ManagerConfig{RunTimeout: time.Minute})
+		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		run(t, l, "x=1")
+		start := time.Now()
+		_, err := l.Run(context.Background(), "spin", 0)
+		assert.ErrorIs(t, err, ErrTimeout, "spin")
+		assert.Equal(t, time.Minute, time.Since(start), "timeout 0 uses RunTimeout")
+		start = time.Now()
+		_, err = l.Run(context.Background(), "spin", 5*time.Second)
+		assert.ErrorIs(t, err, ErrTimeout, "spin")
+		assert.Equal(t, 5*time.Second, time.Since(start), "an explicit timeout")
+		assert.Equal(t, "1", run(t, l, "x").Value, "an interrupted run keeps the container and its state")
+		l.Release()
+	})
+}
+
+func TestManagerLateFailureKeepsReplacement(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{})
+		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		run(t, l, "x=1")
+		old := l.e
+		oldC := old.c
+		m.mu.Lock()
+		m.removeLocked(old) // e.g. evicted while idle
+		m.mu.Unlock()
+		run(t, l, "x=2") // the lease moves to a replacement
+		require.NotSame(t, old, l.e, "replaced")
+
+		m.afterRun(old, oldC, fmt.Errorf("%w: late", ErrLost))
+		assert.True(t, m.Known("alice", l.ContainerID()), "a late failure of the old container keeps the replacement")
+		assert.Equal(t, "2", run(t, l, "x").Value, "replacement still serves the key")
+		l.Release()
+	})
+}
+
+func TestManagerOneRunAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+			time.Sleep(time.Second)
+			return c.eval(code), nil
+		}
+		m := newTestManager(t, p, ManagerConfig{})
+		var wg sync.WaitGroup
+		for i := range 5 {
+			wg.Go(func() {
+				l, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice", Session: "s"})
+				if !assert.NoError(t, err, "acquire %d", i) {
+					return
+				}
+				defer l.Release()
+				_, err = l.Run(context.Background(), fmt.Sprintf("x%d=1", i), 0)
+				assert.NoError(t, err, "run %d", i)
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 1, p.numCreated(), "concurrent first requests of one session share one container")
+		c := p.container(0)
+		assert.False(t, c.overlap.Load(), "runs on one container never overlap")
+		assert.Equal(t, 5, c.runs, "every run ran")
+	})
+}
+
+func TestManagerQueuedRunRespectsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		release := make(chan struct{})
+		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+			if code == "block" {
+				<-release
+			}
+			return c.eval(code), nil
+		}
+		m := newTestManager(t, p, ManagerConfig{})
+		a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		b := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = a.Run(context.Background(), "block", 0) })
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := b.Run(ctx, "x", 0)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "queued behind a run: gives up with its context")
+		close(release)
+		wg.Wait()
+		a.Release()
+		b.Release()
+	})
+}
+
+func TestManagerWarmPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{WarmPool: 2})
+		synctest.Wait()
+		require.Equal(t, 2, p.numCreated(), "the pool fills at start")
+
+		l := acquire(t, m, AcquireRequest{Identity: "alice"})
+		run(t, l, "x=1")
+		assert.Equal(t, 1, p.container(0).runs, "the first warm container serves the first run")
+		synctest.Wait()
+		assert.Equal(t, 3, p.numCreated(), "the pool is refilled in the background")
+
+		// A warm container that died in the pool is not handed out.
+		_ = p.container(1).Delete(context.Background())
+		l2 := acquire(t, m, AcquireRequest{Identity: "bob"})
+		run(t, l2, "x=2")
+		assert.Equal(t, 0, p.container(1).runs, "dead warm container skipped")
+		assert.Equal(t, 1, p.container(2).runs, "next warm container used")
+
+		// A request for another spec does not take a warm container.
+		big := acquire(t, m, AcquireRequest{Identity: "carol", Spec: Spec{MemoryLimit: "4g"}})
+		run(t, big, "x=3")
+		synctest.Wait()
+		p.mu.Lock()
+		var bigSpecs int
+		for _, s := range p.specs {
+			if s.MemoryLimit == "4g" {
+				bigSpecs++
+			}
+		}
+		p.mu.Unlock()
+		assert.Equal(t, 1, bigSpecs, "a 4g container was created for the 4g request")
+
+		// Containers are never reused across keys: the released ones are deleted, not pooled.
+		l.Release()
+		l2.Release()
+		big.Release()
+		synctest.Wait()
+		assert.True(t, p.container(0).deleted.Load(), "used container deleted, not returned to the pool")
+	})
+}
+
+func TestManagerCreateFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{createErr: errors.New("no bwrap")}
+		m := newTestManager(t, p, ManagerConfig{})
+		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		_, err := l.Run(context.Background(), "x=1", 0)
+		assert.ErrorIs(t, err, ErrUnavailable, "creation failure")
+		p.mu.Lock()
+		p.createErr = nil
+		p.mu.Unlock()
+		run(t, l, "x=1")
+		assert.Equal(t, "1", run(t, l, "x").Value, "the next run retries the start")
+		l.Release()
+	})
+}
+
+func TestManagerClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := NewManager(p, ManagerConfig{WarmPool: 1}, zaptest.NewLogger(t))
+		synctest.Wait()
+		s := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		run(t, s, "x=1")
+		e := acquire(t, m, AcquireRequest{Identity: "alice"})
+		run(t, e, "x=1")
+		synctest.Wait()
+
+		require.NoError(t, m.Close(context.Background()), "close")
+		require.NoError(t, m.Close(context.Background()), "close again")
+		for i := range p.numCreated() {
+			assert.True(t, p.container(i).deleted.Load(), "container %d deleted by Close", i)
+		}
+		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice"})
+		assert.ErrorIs(t, err, ErrClosed, "acquire after close")
+		_, err = s.Run(context.Background(), "x", 0)
+		assert.ErrorIs(t, err, ErrClosed, "run after close")
+		assert.False(t, m.Known("alice", s.ContainerID()), "nothing is known after close")
+		s.Release()
+		e.Release()
+	})
+}
