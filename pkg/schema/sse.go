@@ -1,0 +1,380 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Part shapes of the *.added events, before any text has streamed.
+const (
+	sseEmptyOutputText = `{"type":"output_text","annotations":[],"logprobs":[],"text":""}`
+	sseEmptyRefusal    = `{"type":"refusal","refusal":""}`
+	sseEmptySummary    = `{"type":"summary_text","text":""}`
+)
+
+// ResponsesSSE encodes a Responses body built by [Final] as the text/event-stream the native API
+// sends when the client asked for stream:true: response.created and response.in_progress (the
+// response with status "in_progress", "output": [] and "usage": null); then, for each output
+// item in order, response.output_item.added, the item's own events and
+// response.output_item.done; and last response.completed with the full response
+// (response.incomplete or response.failed when that is the body's status).
+//
+// Item events: a code_interpreter_call streams its code (code_interpreter_call.in_progress,
+// code_interpreter_call_code.delta…, .done, code_interpreter_call.interpreting, .completed); a
+// message streams each content part (content_part.added, output_text.delta… and
+// output_text.annotation.added… then output_text.done, or refusal.delta… and refusal.done;
+// content_part.done); a function_call its arguments and a custom_tool_call its input; a
+// reasoning item its summary parts and reasoning text; any other item has added and done only.
+//
+// Every event is `event: <type>` and one `data: <json>` line numbered by sequence_number from 0;
+// there is no [DONE] sentinel. The data lines never contain a raw newline, U+2028 or U+2029,
+// and invalid UTF-8 is replaced by U+FFFD. ResponsesSSE fails when final is not a JSON object.
+func ResponsesSSE(final []byte) ([]byte, error) {
+	s := string(final)
+	if !gjson.Valid(s) || !gjson.Parse(s).IsObject() {
+		return nil, errors.New("encode responses stream: body is not a JSON object")
+	}
+	w := sseWriter{buf: make([]byte, 0, 2*len(s)+4096)}
+	sseStart(&w, s)
+	i := 0
+	gjson.Get(s, "output").ForEach(func(_, item gjson.Result) bool {
+		sseItem(&w, i, item)
+		i++
+		return w.err == nil
+	})
+	w.open(sseTerminal(gjson.Get(s, "status").String()))
+	w.raw("response", s)
+	w.close()
+	if w.err != nil {
+		return nil, fmt.Errorf("encode responses stream: %w", w.err)
+	}
+	return w.buf, nil
+}
+
+// ResponsesFailedSSE encodes a failed Responses stream: response.created and
+// response.in_progress, then response.failed carrying resp with status "failed", "error":
+// {"code":code,"message":message} and "output": []. Everything else (id, model, tools, usage…)
+// is resp's, so resp should be a body built by [Final], whose tools echo the client's. It fails
+// when resp is not a JSON object.
+func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
+	s := string(resp)
+	if !gjson.Valid(s) || !gjson.Parse(s).IsObject() {
+		return nil, errors.New("encode failed responses stream: body is not a JSON object")
+	}
+	errObj := make([]byte, 0, 32+len(code)+len(message))
+	errObj = append(errObj, `{"code":`...)
+	errObj = finalAppendString(errObj, code)
+	errObj = append(errObj, `,"message":`...)
+	errObj = finalAppendString(errObj, message)
+	errObj = append(errObj, '}')
+
+	w := sseWriter{buf: make([]byte, 0, 3*len(s)+1024)}
+	s = w.edit(s, "output", "[]", true)
+	s = w.edit(s, "status", `"failed"`, true)
+	s = w.edit(s, "error", string(errObj), true)
+	sseStart(&w, s)
+	w.open("response.failed")
+	w.raw("response", s)
+	w.close()
+	if w.err != nil {
+		return nil, fmt.Errorf("encode failed responses stream: %w", w.err)
+	}
+	return w.buf, nil
+}
+
+// ErrorSSE encodes a lone stream error. Responses: an `error` event
+// ({"type":"error","sequence_number":0,"code","message","param":null}; code null when empty).
+// Chat (and any other surface): a data line with the API's error body
+// ({"error":{"message","type":"server_error","param":null,"code"}}), which SDKs raise as an error.
+func ErrorSSE(s Surface, code, message string) []byte {
+	if s == Responses {
+		var w sseWriter
+		w.open("error")
+		if code == "" {
+			w.literal("code", "null")
+		} else {
+			w.str("code", code)
+		}
+		w.str("message", message)
+		w.literal("param", "null")
+		w.close()
+		return w.buf
+	}
+	body := ServerErrorBody(http.StatusInternalServerError, message, code)
+	out := make([]byte, 0, len(body)+8)
+	out = append(out, "data: "...)
+	out = append(out, body...)
+	return append(out, "\n\n"...)
+}
+
+// sseStart writes response.created and response.in_progress for the response s: s with status
+// "in_progress", no output, null usage and no completion, error or incomplete details yet.
+func sseStart(w *sseWriter, s string) {
+	s = w.edit(s, "output", "[]", true)
+	s = w.edit(s, "status", `"in_progress"`, true)
+	s = w.edit(s, "usage", "null", true)
+	for _, k := range []string{"completed_at", "error", "incomplete_details"} {
+		s = w.edit(s, k, "null", false)
+	}
+	for _, typ := range []string{"response.created", "response.in_progress"} {
+		w.open(typ)
+		w.raw("response", s)
+		w.close()
+	}
+}
+
+// sseTerminal returns the event that ends a stream of a response with this status.
+func sseTerminal(status string) string {
+	switch status {
+	case "incomplete":
+		return "response.incomplete"
+	case "failed":
+		return "response.failed"
+	default:
+		return "response.completed"
+	}
+}
+
+// sseItem writes the events of output item number idx.
+func sseItem(w *sseWriter, idx int, item gjson.Result) {
+	id := item.Get("id").String()
+	switch item.Get("type").String() {
+	case "code_interpreter_call":
+		sseCodeCall(w, idx, id, item)
+	case "message":
+		sseMessage(w, idx, id, item)
+	case "function_call":
+		sseToolInput(w, idx, id, item, "arguments", "response.function_call_arguments")
+	case "custom_tool_call":
+		sseToolInput(w, idx, id, item, "input", "response.custom_tool_call_input")
+	case "reasoning":
+		sseReasoning(w, idx, id, item)
+	default:
+		sseItemEvent(w, "response.output_item.added", idx, w.edit(item.Raw, "status", `"in_progress"`, false))
+		sseItemEvent(w, "response.output_item.done", idx, item.Raw)
+	}
+}
+
+// sseItemEvent writes an output_item.added or output_item.done event.
+func sseItemEvent(w *sseWriter, typ string, idx int, item string) {
+	w.open(typ)
+	w.num("output_index", idx)
+	w.raw("item", item)
+	w.close()
+}
+
+// sseStringRaw returns v's raw JSON when it is a string, else "" as JSON.
+func sseStringRaw(v gjson.Result) string {
+	if v.Type == gjson.String {
+		return v.Raw
+	}
+	return `""`
+}
+
+func sseCodeCall(w *sseWriter, idx int, id string, item gjson.Result) {
+	added := w.edit(item.Raw, "status", `"in_progress"`, true)
+	added = w.edit(added, "code", `""`, true)
+	added = w.edit(added, "outputs", "[]", true)
+	sseItemEvent(w, "response.output_item.added", idx, added)
+
+	progress := func(typ string) {
+		w.open(typ)
+		w.num("output_index", idx)
+		w.str("item_id", id)
+		w.close()
+	}
+	progress("response.code_interpreter_call.in_progress")
+	code := item.Get("code")
+	for s := code.String(); len(s) > 0; {
+		n := sseCut(s)
+		w.open("response.code_interpreter_call_code.delta")
+		w.num("output_index", idx)
+		w.str("item_id", id)
+		w.str("delta", s[:n])
+		w.close()
+		s = s[n:]
+	}
+	w.open("response.code_interpreter_call_code.done")
+	w.num("output_index", idx)
+	w.str("item_id", id)
+	w.raw("code", sseStringRaw(code))
+	w.close()
+	progress("response.code_interpreter_call.interpreting")
+	progress("response.code_interpreter_call.completed")
+	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
+}
+
+func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
+	added := w.edit(item.Raw, "status", `"in_progress"`, true)
+	added = w.edit(added, "content", "[]", true)
+	sseItemEvent(w, "response.output_item.added", idx, added)
+
+	// head opens an event about content part j of this message.
+	head := func(typ string, j int) {
+		w.open(typ)
+		w.str("item_id", id)
+		w.num("output_index", idx)
+		w.num("content_index", j)
+	}
+	j := 0
+	item.Get("content").ForEach(func(_, part gjson.Result) bool {
+		switch part.Get("type").String() {
+		case "output_text":
+			head("response.content_part.added", j)
+			w.literal("part", sseEmptyOutputText)
+			w.close()
+			text := part.Get("text")
+			for s := text.String(); len(s) > 0; {
+				n := sseCut(s)
+				head("response.output_text.delta", j)
+				w.str("delta", s[:n])
+				w.literal("logprobs", "[]")
+				w.close()
+				s = s[n:]
+			}
+			a := 0
+			part.Get("annotations").ForEach(func(_, ann gjson.Result) bool {
+				head("response.output_text.annotation.added", j)
+				w.num("annotation_index", a)
+				w.raw("annotation", ann.Raw)
+				w.close()
+				a++
+				return true
+			})
+			head("response.output_text.done", j)
+			w.raw("text", sseStringRaw(text))
+			if lp := part.Get("logprobs"); lp.IsArray() {
+				w.raw("logprobs", lp.Raw)
+			} else {
+				w.literal("logprobs", "[]")
+			}
+			w.close()
+		case "refusal":
+			head("response.content_part.added", j)
+			w.literal("part", sseEmptyRefusal)
+			w.close()
+			refusal := part.Get("refusal")
+			for s := refusal.String(); len(s) > 0; {
+				n := sseCut(s)
+				head("response.refusal.delta", j)
+				w.str("delta", s[:n])
+				w.close()
+				s = s[n:]
+			}
+			head("response.refusal.done", j)
+			w.raw("refusal", sseStringRaw(refusal))
+			w.close()
+		default:
+			head("response.content_part.added", j)
+			w.raw("part", part.Raw)
+			w.close()
+		}
+		head("response.content_part.done", j)
+		w.raw("part", part.Raw)
+		w.close()
+		j++
+		return true
+	})
+	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
+}
+
+// sseToolInput writes the events of a tool call whose input streams as a string field (a
+// function_call's arguments, a custom_tool_call's input): <prefix>.delta… and <prefix>.done.
+func sseToolInput(w *sseWriter, idx int, id string, item gjson.Result, field, prefix string) {
+	added := w.edit(item.Raw, "status", `"in_progress"`, false)
+	added = w.edit(added, field, `""`, true)
+	sseItemEvent(w, "response.output_item.added", idx, added)
+	input := item.Get(field)
+	for s := input.String(); len(s) > 0; {
+		n := sseCut(s)
+		w.open(prefix + ".delta")
+		w.str("item_id", id)
+		w.num("output_index", idx)
+		w.str("delta", s[:n])
+		w.close()
+		s = s[n:]
+	}
+	w.open(prefix + ".done")
+	w.str("item_id", id)
+	w.num("output_index", idx)
+	w.raw(field, sseStringRaw(input))
+	w.close()
+	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
+}
+
+func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
+	added := w.edit(item.Raw, "status", `"in_progress"`, false)
+	added = w.edit(added, "summary", "[]", true)
+	if item.Get("content").IsArray() {
+		added = w.edit(added, "content", "[]", true)
+	}
+	sseItemEvent(w, "response.output_item.added", idx, added)
+
+	head := func(typ, indexKey string, k int) {
+		w.open(typ)
+		w.str("item_id", id)
+		w.num("output_index", idx)
+		w.num(indexKey, k)
+	}
+	k := 0
+	item.Get("summary").ForEach(func(_, part gjson.Result) bool {
+		head("response.reasoning_summary_part.added", "summary_index", k)
+		w.literal("part", sseEmptySummary)
+		w.close()
+		text := part.Get("text")
+		for s := text.String(); len(s) > 0; {
+			n := sseCut(s)
+			head("response.reasoning_summary_text.delta", "summary_index", k)
+			w.str("delta", s[:n])
+			w.close()
+			s = s[n:]
+		}
+		head("response.reasoning_summary_text.done", "summary_index", k)
+		w.raw("text", sseStringRaw(text))
+		w.close()
+		head("response.reasoning_summary_part.done", "summary_index", k)
+		w.raw("part", part.Raw)
+		w.close()
+		k++
+		return true
+	})
+	k = 0
+	item.Get("content").ForEach(func(_, part gjson.Result) bool {
+		if part.Get("type").String() == "reasoning_text" {
+			text := part.Get("text")
+			for s := text.String(); len(s) > 0; {
+				n := sseCut(s)
+				head("response.reasoning_text.delta", "content_index", k)
+				w.str("delta", s[:n])
+				w.close()
+				s = s[n:]
+			}
+			head("response.reasoning_text.done", "content_index", k)
+			w.raw("text", sseStringRaw(text))
+			w.close()
+		}
+		k++
+		return true
+	})
+	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
+}
+
+// edit returns the JSON object raw with path set to the raw JSON value, or raw unchanged when
+// path is absent and always is false. The first failure is kept in w.err.
+func (w *sseWriter) edit(raw, path, value string, always bool) string {
+	if !always && !gjson.Get(raw, path).Exists() {
+		return raw
+	}
+	out, err := sjson.SetRaw(raw, path, value)
+	if err != nil {
+		if w.err == nil {
+			w.err = fmt.Errorf("set %s: %w", path, err)
+		}
+		return raw
+	}
+	return out
+}

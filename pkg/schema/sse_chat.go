@@ -1,0 +1,186 @@
+package schema
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// ChatSSE encodes a Chat Completions body built by [Final] as the text/event-stream of
+// chat.completion.chunk objects the native API sends when the client asked for stream:true.
+// streamOptions is the client's original "stream_options" object (nil when it sent none).
+//
+// Every chunk carries the body's id, created, model, system_fingerprint and service_tier. For
+// each choice in turn: a role chunk (delta {"role":"assistant","content":""}), the content in
+// deltas, the refusal in deltas, each tool call (a first fragment with index, id, type,
+// function.name and empty arguments, then argument fragments), and a chunk with delta {} and
+// the finish_reason (and the choice's logprobs, when it has any). When
+// streamOptions.include_usage is true every chunk has "usage": null and a last chunk has
+// "choices": [] and the body's usage; otherwise chunks have no usage. The stream ends with
+// `data: [DONE]`. Data lines never contain a raw newline, U+2028 or U+2029. ChatSSE fails when
+// final is not a JSON object.
+func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
+	s := string(final)
+	if !gjson.Valid(s) || !gjson.Parse(s).IsObject() {
+		return nil, errors.New("encode chat stream: body is not a JSON object")
+	}
+	includeUsage := gjson.GetBytes(streamOptions, "include_usage").Bool()
+	root := gjson.Parse(s)
+
+	head := make([]byte, 0, 256)
+	head = append(head, `{"id":`...)
+	head = sseAppendCompact(head, sseRawOr(root.Get("id"), `""`))
+	head = append(head, `,"object":"chat.completion.chunk","created":`...)
+	head = sseAppendCompact(head, sseRawOr(root.Get("created"), "0"))
+	head = append(head, `,"model":`...)
+	head = sseAppendCompact(head, sseRawOr(root.Get("model"), `""`))
+	for _, k := range []string{"system_fingerprint", "service_tier"} {
+		if v := root.Get(k); v.Exists() {
+			head = append(head, ',', '"')
+			head = append(head, k...)
+			head = append(head, '"', ':')
+			head = sseAppendCompact(head, v.Raw)
+		}
+	}
+	tail := "}"
+	if includeUsage {
+		tail = `,"usage":null}`
+	}
+	c := sseChat{buf: make([]byte, 0, 2*len(s)+1024), head: head, tail: tail}
+
+	pos := 0
+	root.Get("choices").ForEach(func(_, choice gjson.Result) bool {
+		c.choice(choice, pos)
+		pos++
+		return true
+	})
+	if includeUsage {
+		c.buf = append(c.buf, "data: "...)
+		c.buf = append(c.buf, c.head...)
+		c.buf = append(c.buf, `,"choices":[],"usage":`...)
+		c.buf = sseAppendCompact(c.buf, sseRawOr(root.Get("usage"), "null"))
+		c.buf = append(c.buf, "}\n\n"...)
+	}
+	c.buf = append(c.buf, "data: [DONE]\n\n"...)
+	return c.buf, nil
+}
+
+// sseRawOr returns v's raw JSON, or def when v is absent.
+func sseRawOr(v gjson.Result, def string) string {
+	if v.Exists() {
+		return v.Raw
+	}
+	return def
+}
+
+// sseChat builds a Chat Completions chunk stream.
+type sseChat struct {
+	buf   []byte
+	head  []byte // the chunk envelope up to "choices", without the closing brace
+	tail  string // what closes a chunk after "choices"
+	index string // the current choice's index, as JSON
+}
+
+// begin opens a chunk with one choice (the current one) and opens its delta object.
+func (c *sseChat) begin() {
+	c.buf = append(c.buf, "data: "...)
+	c.buf = append(c.buf, c.head...)
+	c.buf = append(c.buf, `,"choices":[{"index":`...)
+	c.buf = append(c.buf, c.index...)
+	c.buf = append(c.buf, `,"delta":{`...)
+}
+
+// end closes the delta and the chunk.
+func (c *sseChat) end(logprobs, finishReason string) {
+	c.buf = append(c.buf, `},"logprobs":`...)
+	c.buf = sseAppendCompact(c.buf, logprobs)
+	c.buf = append(c.buf, `,"finish_reason":`...)
+	c.buf = sseAppendCompact(c.buf, finishReason)
+	c.buf = append(c.buf, '}', ']')
+	c.buf = append(c.buf, c.tail...)
+	c.buf = append(c.buf, "\n\n"...)
+}
+
+// text writes s as deltas of the string field key.
+func (c *sseChat) text(key, s string) {
+	for len(s) > 0 {
+		n := sseCut(s)
+		c.begin()
+		c.buf = append(c.buf, '"')
+		c.buf = append(c.buf, key...)
+		c.buf = append(c.buf, '"', ':')
+		c.buf = finalAppendString(c.buf, s[:n])
+		c.end("null", "null")
+		s = s[n:]
+	}
+}
+
+// choice writes all chunks of one choice; pos is its position, used when it has no index.
+func (c *sseChat) choice(choice gjson.Result, pos int) {
+	c.index = strconv.Itoa(pos)
+	if i := choice.Get("index"); i.Type == gjson.Number {
+		c.index = i.Raw
+	}
+	msg := choice.Get("message")
+
+	c.begin()
+	c.buf = append(c.buf, `"role":`...)
+	c.buf = sseAppendCompact(c.buf, sseRawOr(msg.Get("role"), `"assistant"`))
+	c.buf = append(c.buf, `,"content":""`...)
+	c.end("null", "null")
+
+	c.text("content", msg.Get("content").String())
+	c.text("refusal", msg.Get("refusal").String())
+
+	k := 0
+	msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+		c.toolCall(k, tc)
+		k++
+		return true
+	})
+
+	c.begin()
+	logprobs := choice.Get("logprobs")
+	c.end(sseRawOr(logprobs, "null"), sseRawOr(choice.Get("finish_reason"), "null"))
+}
+
+// toolCall writes the fragments of tool call number k.
+func (c *sseChat) toolCall(k int, tc gjson.Result) {
+	ks := strconv.Itoa(k)
+	if t := tc.Get("type"); t.Exists() && t.String() != "function" {
+		// Not a function call: one fragment with the whole call.
+		raw, err := sjson.SetRaw(tc.Raw, "index", ks)
+		if err != nil {
+			raw = tc.Raw
+		}
+		c.begin()
+		c.buf = append(c.buf, `"tool_calls":[`...)
+		c.buf = sseAppendCompact(c.buf, raw)
+		c.buf = append(c.buf, ']')
+		c.end("null", "null")
+		return
+	}
+	c.begin()
+	c.buf = append(c.buf, `"tool_calls":[{"index":`...)
+	c.buf = append(c.buf, ks...)
+	c.buf = append(c.buf, `,"id":`...)
+	c.buf = sseAppendCompact(c.buf, sseRawOr(tc.Get("id"), `""`))
+	c.buf = append(c.buf, `,"type":"function","function":{"name":`...)
+	c.buf = sseAppendCompact(c.buf, sseRawOr(tc.Get("function.name"), `""`))
+	c.buf = append(c.buf, `,"arguments":""}}]`...)
+	c.end("null", "null")
+
+	for s := tc.Get("function.arguments").String(); len(s) > 0; {
+		n := sseCut(s)
+		c.begin()
+		c.buf = append(c.buf, `"tool_calls":[{"index":`...)
+		c.buf = append(c.buf, ks...)
+		c.buf = append(c.buf, `,"function":{"arguments":`...)
+		c.buf = finalAppendString(c.buf, s[:n])
+		c.buf = append(c.buf, `}}]`...)
+		c.end("null", "null")
+		s = s[n:]
+	}
+}

@@ -1,0 +1,146 @@
+package schema
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// sseDeltaMax is the largest delta, in bytes, the streams split text into. A delta ends at the
+// last newline inside that window, else after its last space, else at a rune boundary: a few
+// deltas for a typical answer, a bounded event count for a long one, and never a split UTF-8
+// sequence.
+const sseDeltaMax = 128
+
+// sseCut returns the length of the first delta of s (len(s) when s fits in one).
+func sseCut(s string) int {
+	if len(s) <= sseDeltaMax {
+		return len(s)
+	}
+	space := -1
+	for i := sseDeltaMax - 1; i >= 0; i-- {
+		switch s[i] {
+		case '\n':
+			return i + 1
+		case ' ':
+			if space < 0 {
+				space = i + 1
+			}
+		}
+	}
+	if space > 0 {
+		return space
+	}
+	// No newline or space: cut at the last rune start that fits, stepping exactly as a JSON
+	// encoder does, so that invalid bytes are replaced the same way in the pieces as in the whole.
+	n := 0
+	for n < len(s) {
+		_, size := utf8.DecodeRuneInString(s[n:])
+		if n+size > sseDeltaMax {
+			break
+		}
+		n += size
+	}
+	return n
+}
+
+// sseWriter builds a Responses event stream: each event is an `event: <type>` line, one
+// `data: <json>` line and a blank line, numbered with sequence_number from 0.
+type sseWriter struct {
+	buf []byte
+	seq int
+	err error // the first failure of an edit; the stream is discarded when set
+}
+
+// open starts a Responses event of type typ: its event line and the data object up to and
+// including sequence_number.
+func (w *sseWriter) open(typ string) {
+	w.buf = append(w.buf, "event: "...)
+	w.buf = append(w.buf, typ...)
+	w.buf = append(w.buf, "\ndata: {\"type\":\""...)
+	w.buf = append(w.buf, typ...)
+	w.buf = append(w.buf, `","sequence_number":`...)
+	w.buf = strconv.AppendInt(w.buf, int64(w.seq), 10)
+}
+
+// close ends the current event's data object and the event.
+func (w *sseWriter) close() {
+	w.buf = append(w.buf, "}\n\n"...)
+	w.seq++
+}
+
+// key appends `,"<k>":`; k must need no escaping.
+func (w *sseWriter) key(k string) {
+	w.buf = append(w.buf, ',', '"')
+	w.buf = append(w.buf, k...)
+	w.buf = append(w.buf, '"', ':')
+}
+
+func (w *sseWriter) str(k, v string) {
+	w.key(k)
+	w.buf = finalAppendString(w.buf, v)
+}
+
+func (w *sseWriter) num(k string, v int) {
+	w.key(k)
+	w.buf = strconv.AppendInt(w.buf, int64(v), 10)
+}
+
+// raw appends k with the valid JSON value v, compacted onto one line by sseAppendCompact.
+func (w *sseWriter) raw(k, v string) {
+	w.key(k)
+	w.buf = sseAppendCompact(w.buf, v)
+}
+
+// literal appends k with v as is; v must be a constant, compact JSON value.
+func (w *sseWriter) literal(k, v string) {
+	w.key(k)
+	w.buf = append(w.buf, v...)
+}
+
+// sseAppendCompact appends the valid JSON value raw to dst without insignificant whitespace,
+// with U+2028 and U+2029 escaped and each byte of an invalid UTF-8 sequence replaced by \ufffd
+// (as finalAppendString does for strings it encodes). The result is one line that every SSE
+// parser reads whole and every JSON parser decodes to the same value as raw.
+func sseAppendCompact(dst []byte, raw string) []byte {
+	inString := false
+	start := 0
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if !inString {
+			switch c {
+			case ' ', '\t', '\n', '\r':
+				dst = append(dst, raw[start:i]...)
+				i++
+				start = i
+				continue
+			case '"':
+				inString = true
+			}
+			i++
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = false
+			i++
+		case c == '\\':
+			i += 2 // valid JSON: an escape is never the last byte
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(raw[i:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				dst = append(dst, raw[start:i]...)
+				dst = append(dst, `\ufffd`...)
+				start = i + 1
+			case r == '\u2028' || r == '\u2029':
+				dst = append(dst, raw[start:i]...)
+				dst = append(dst, '\\', 'u', '2', '0', '2', finalHex[r&0xF])
+				start = i + size
+			}
+			i += size
+		}
+	}
+	return append(dst, raw[start:]...)
+}
