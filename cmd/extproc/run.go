@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/processor"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+)
+
+// run parses args, serves until ctx is done, then shuts down within the configured grace. It is
+// main without the process: tests call it directly.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := loadConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.GetLogLevel(), stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	var secret []byte
+	if f := cfg.GetFollowupSecretFile(); f != "" {
+		if secret, err = os.ReadFile(f); err != nil {
+			return fmt.Errorf("read followup_secret_file: %w", err)
+		}
+		if len(strings.TrimSpace(string(secret))) < 16 {
+			return errors.New("followup_secret_file: the secret must be at least 16 bytes")
+		}
+	}
+
+	// Listen before starting anything that must be stopped, so a busy port fails fast.
+	grpcLis, err := listen(cfg.GetListen())
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.GetListen(), err)
+	}
+	defer grpcLis.Close()
+	adminLis, err := net.Listen("tcp", cfg.GetAdminListen())
+	if err != nil {
+		return fmt.Errorf("listen admin %s: %w", cfg.GetAdminListen(), err)
+	}
+	defer adminLis.Close()
+
+	sb := cfg.GetSandbox()
+	provider, err := sandbox.NewLocal(sandbox.LocalConfig{
+		Python:             sb.GetLocal().GetPython(),
+		Bwrap:              sb.GetLocal().GetBwrap(),
+		WorkDir:            sb.GetLocal().GetWorkDir(),
+		CPUSeconds:         int(sb.GetLocal().GetCpuSeconds()),
+		MaxProcesses:       int(sb.GetLocal().GetMaxProcesses()),
+		MaxFileBytes:       int64(sb.GetLocal().GetMaxFileBytes()),
+		OutputLimit:        int(sb.GetOutputLimitBytes()),
+		DefaultMemoryLimit: sb.GetDefaultMemoryLimit(),
+		UnsafeNoIsolation:  sb.GetLocal().GetUnsafeNoIsolation(),
+		Preload:            true,
+	}, log)
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	if sb.GetLocal().GetUnsafeNoIsolation() {
+		log.Warn("sandbox isolation is OFF (sandbox.local.unsafe_no_isolation): code runs with the server's rights; never use this in production")
+	}
+	manager := sandbox.NewManager(provider, sandbox.ManagerConfig{
+		WarmPool:               int(sb.GetWarmPoolSize()),
+		SessionIdleTTL:         sb.GetSessionIdleTtl().AsDuration(),
+		MaxSessionsPerIdentity: int(sb.GetMaxSessionsPerIdentity()),
+		MaxContainers:          int(sb.GetMaxContainers()),
+		RunTimeout:             cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
+	}, log)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := manager.Close(ctx); err != nil {
+			log.Warn("close sandboxes", zap.Error(err))
+		}
+	}()
+
+	engine := loop.New(manager, loop.Config{Log: log})
+	defer engine.Close()
+
+	metrics := processor.NewMetrics()
+	srv, err := processor.New(processor.Options{
+		Config:     cfg,
+		Loop:       engine,
+		Containers: manager,
+		Secret:     secret,
+		Log:        log,
+		Metrics:    metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(metrics.Collectors()...)
+	registry.MustRegister(engine.Collectors()...)
+
+	gs := grpc.NewServer(
+		// Envoy sends whole BUFFERED bodies in one message; grpc-go's 4 MiB default would fail them.
+		grpc.MaxRecvMsgSize(int(cfg.GetMaxRequestBytes())),
+		grpc.MaxSendMsgSize(int(cfg.GetMaxRequestBytes())),
+	)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	extprocv3.RegisterExternalProcessorServer(gs, srv)
+
+	admin := &http.Server{Handler: adminHandler(hs, registry), ReadHeaderTimeout: 10 * time.Second}
+	adminDone := make(chan error, 1)
+	go func() { adminDone <- admin.Serve(adminLis) }()
+
+	grpcDone := make(chan error, 1)
+	go func() { grpcDone <- gs.Serve(grpcLis) }()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	log.Info("serving",
+		zap.String("listen", cfg.GetListen()),
+		zap.String("admin_listen", cfg.GetAdminListen()),
+		zap.String("upstream", cfg.GetUpstream()),
+		zap.String("sandbox", sb.GetBackend()))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-grpcDone:
+		serveErr = fmt.Errorf("serve grpc: %w", serveErr)
+	case serveErr = <-adminDone:
+		serveErr = fmt.Errorf("serve admin: %w", serveErr)
+	}
+
+	// Shut down: report NOT_SERVING, let open streams finish up to the grace, then stop hard
+	// (GracefulStop alone has no bound, grpc-go #2448).
+	hs.Shutdown()
+	grace := cfg.GetShutdownGrace().AsDuration()
+	log.Info("shutting down", zap.Duration("grace", grace))
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(grace)
+	select {
+	case <-stopped:
+		timer.Stop()
+	case <-timer.C:
+		log.Warn("grace period over; closing open streams")
+		gs.Stop()
+		<-stopped
+	}
+	if serveErr == nil {
+		<-grpcDone
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := admin.Shutdown(shutdownCtx); err != nil {
+		log.Warn("admin shutdown", zap.Error(err))
+	}
+	if err := <-adminDone; err != nil && !errors.Is(err, http.ErrServerClosed) && serveErr == nil {
+		serveErr = fmt.Errorf("serve admin: %w", err)
+	}
+	return serveErr
+}
+
+// loadConfig reads the flags and the config file they name; set flags override the file.
+func loadConfig(args []string, stderr io.Writer) (*configv1.Config, error) {
+	fs := flag.NewFlagSet("extproc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		path       = fs.String("config", "", "YAML `file` with the server configuration (see api/codeinterp/config/v1/config.proto)")
+		listenAddr = fs.String("listen", config.DefaultListen, "gRPC `address` of ext_proc and gRPC health (host:port or unix:///path)")
+		adminAddr  = fs.String("admin-listen", config.DefaultAdminListen, "HTTP `address` of /healthz, /readyz and /metrics")
+		upstream   = fs.String("upstream", config.DefaultUpstream, "base `URL` of the loop's follow-up model calls; the request path is appended")
+		backend    = fs.String("sandbox", config.DefaultSandboxBackend, "sandbox `backend` (local)")
+		level      = fs.String("log-level", config.DefaultLogLevel, "log `level`: debug, info, warn, error")
+	)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return nil, err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			cfg.Listen = *listenAddr
+		case "admin-listen":
+			cfg.AdminListen = *adminAddr
+		case "upstream":
+			cfg.Upstream = *upstream
+		case "sandbox":
+			if cfg.Sandbox == nil {
+				cfg.Sandbox = &configv1.Sandbox{}
+			}
+			cfg.Sandbox.Backend = *backend
+		case "log-level":
+			cfg.LogLevel = *level
+		}
+	})
+	config.ApplyDefaults(cfg)
+	if err := config.Validate(cfg); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return cfg, nil
+}
+
+// listen opens a TCP address or, for "unix:///path", a Unix socket (replacing a stale one).
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// newLogger returns a JSON production logger at level, writing to w.
+func newLogger(level string, w io.Writer) (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), lvl)
+	// Sample repeated messages, as production loggers should.
+	core = zapcore.NewSamplerWithOptions(core, time.Second, 100, 100)
+	return zap.New(core), nil
+}
+
+// adminHandler serves /healthz (the process is up), /readyz (the gRPC health status is SERVING)
+// and /metrics.
+func adminHandler(hs *health.Server, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}

@@ -1,0 +1,228 @@
+package loop
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// The fixed texts fed to the model instead of a run's output when the run could not happen or
+// did not finish. They are part of the product's documented behaviour (README, "Failures").
+const (
+	// TextSandboxUnavailable answers a call when no sandbox could be had; the code did not run.
+	TextSandboxUnavailable = "[sandbox unavailable: the code was not run. Answer without running code, or say that code execution is unavailable right now.]"
+	// TextSandboxLost answers a call whose sandbox died while running it.
+	TextSandboxLost = "[sandbox lost: the sandbox stopped while running this code. Its result and all earlier state (variables, imports, files in /mnt/data) are gone; the next call starts in a fresh sandbox.]"
+	// TextTimeout is prefixed to what a timed-out run printed before it was interrupted.
+	TextTimeout = "[execution timed out after %s and was interrupted]"
+	// TextTimeoutKilled follows TextTimeout when the interrupt did not stop the code.
+	TextTimeoutKilled = "[the code did not stop when interrupted, so the sandbox was reset: all earlier state is gone]"
+	// TextInvalidArguments answers a call whose arguments are not {"code": "<python>"}; nothing ran.
+	TextInvalidArguments = `[invalid tool arguments: expected a JSON object like {"code": "print(1)"}; nothing was run]`
+	// TextRepeated answers a call of code that already ran in this request; it is not run again.
+	TextRepeated = "[not run: this exact code already ran for this request and its output is above. Answer the user now.]"
+	// TextRoundLimit is appended to the outputs of the last round the loop allows.
+	TextRoundLimit = "[round limit reached: no more code can run for this request. Answer the user with what you have.]"
+	// TextNoOutput answers a run that showed nothing.
+	TextNoOutput = "[the code ran and produced no output]"
+)
+
+// Statuses of a code_interpreter_call item.
+const (
+	statusCompleted = "completed"
+	statusFailed    = "failed"
+)
+
+// runCalls runs one round's calls in order and returns their items, the texts fed back to the
+// model, and whether the round repeated earlier code.
+func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int, last bool) ([]schema.CodeCall, []schema.CallOutput, bool) {
+	items := make([]schema.CodeCall, 0, len(calls))
+	outputs := make([]schema.CallOutput, 0, len(calls))
+	repeated := false
+	for _, c := range calls {
+		item := schema.CodeCall{ID: lr.e.newID("ci_"), CallID: c.CallID, Code: c.Code, Status: statusCompleted, Outputs: []schema.CodeOutput{}}
+		var text string
+		switch {
+		case c.ArgsErr != nil:
+			item.Status, text = statusFailed, TextInvalidArguments
+			lr.e.metrics.runs.WithLabelValues("invalid_arguments").Inc()
+		case ctx.Err() != nil:
+			// The loop is over (deadline or client gone): the call is left unanswered and its
+			// item incomplete.
+			item.Status, text = "incomplete", ""
+		default:
+			if _, ok := lr.seen[c.Code]; ok {
+				item.Status, text = statusFailed, TextRepeated
+				repeated = true
+				lr.e.metrics.runs.WithLabelValues("repeat").Inc()
+				break
+			}
+			lr.seen[c.Code] = round
+			text = lr.runOne(ctx, &item)
+		}
+		if last && text != "" {
+			text += "\n" + TextRoundLimit
+		}
+		if text != "" && item.Status != statusCompleted && len(item.Outputs) == 0 {
+			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: text})
+		}
+		items = append(items, item)
+		outputs = append(outputs, schema.CallOutput{CallID: c.CallID, Output: text})
+	}
+	return items, outputs, repeated
+}
+
+// runOne runs one call's code in the request's sandbox and fills item; it returns the text fed
+// back to the model.
+func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) string {
+	if lr.lease == nil {
+		lease, err := lr.e.sandboxes.Acquire(ctx, lr.r.Sandbox)
+		if err != nil {
+			lr.e.log.Warn("acquire sandbox", zap.Error(err))
+			lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
+			item.Status = statusFailed
+			return TextSandboxUnavailable
+		}
+		lr.lease = lease
+	}
+	timeout := lr.r.RunTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave time for the follow-up call: a run may use at most half of what is left.
+		if left := time.Until(dl) / 2; timeout == 0 || left < timeout {
+			timeout = left
+		}
+	}
+	lr.calls++
+	start := time.Now()
+	res, err := lr.lease.Run(ctx, item.Code, timeout)
+	lr.e.metrics.runSeconds.Observe(time.Since(start).Seconds())
+	item.ContainerID = lr.lease.ContainerID()
+	limit := lr.r.OutputLimit
+	if limit <= 0 {
+		limit = 16 << 10
+	}
+	switch {
+	case err == nil:
+		lr.e.metrics.runs.WithLabelValues("ok").Inc()
+		text, logs := render(res, limit)
+		if logs != "" {
+			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: logs})
+		}
+		for _, img := range res.Images {
+			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "image", URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(img.PNG)})
+		}
+		return text
+	case errors.Is(err, sandbox.ErrTimeout):
+		lr.e.metrics.runs.WithLabelValues("timeout").Inc()
+		item.Status = statusFailed
+		text := fmt.Sprintf(TextTimeout, timeout.Round(100*time.Millisecond))
+		if errors.Is(err, sandbox.ErrLost) {
+			text += "\n" + TextTimeoutKilled
+		}
+		if partial, _ := render(res, limit); partial != TextNoOutput {
+			text += "\n" + partial
+		}
+		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: text})
+		return text
+	case errors.Is(err, sandbox.ErrLost):
+		lr.e.metrics.runs.WithLabelValues("lost").Inc()
+		item.Status = statusFailed
+		return TextSandboxLost
+	case ctx.Err() != nil:
+		item.Status = "incomplete"
+		return ""
+	default:
+		lr.e.log.Warn("code run failed", zap.Error(err))
+		lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
+		item.Status = statusFailed
+		return TextSandboxUnavailable
+	}
+}
+
+// render turns a run's result into the text fed back to the model (what a notebook shows) and
+// the logs shown to the client (the same text without notes meant for the model only). Both are
+// capped at limit bytes.
+func render(res sandbox.Result, limit int) (text, logs string) {
+	var b strings.Builder
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString(s)
+	}
+	add(res.Stdout)
+	if res.Stderr != "" {
+		add("[stderr]\n" + res.Stderr)
+	}
+	add(res.Value)
+	if res.Error != nil {
+		tb := res.Error.Traceback
+		if tb == "" {
+			tb = res.Error.Name + ": " + res.Error.Value
+		}
+		add(tb)
+	}
+	if len(res.Files) > 0 {
+		names := make([]string, 0, len(res.Files))
+		for _, f := range res.Files {
+			names = append(names, fmt.Sprintf("%s (%d bytes)", f.Path, f.Size))
+		}
+		add("[files written: " + strings.Join(names, ", ") + "]")
+	}
+	if res.Truncated {
+		add("[output truncated]")
+	}
+	logs = capText(b.String(), limit)
+	text = logs
+	if n := len(res.Images); n > 0 {
+		note := "[1 image was shown to the user]"
+		if n > 1 {
+			note = fmt.Sprintf("[%d images were shown to the user]", n)
+		}
+		if text == "" {
+			text = note
+		} else {
+			text += "\n" + note
+		}
+	}
+	if text == "" {
+		text = TextNoOutput
+	}
+	return text, logs
+}
+
+// capText keeps the head and tail of s within limit bytes, with a marker saying how much was
+// cut, never splitting a UTF-8 sequence.
+func capText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	marker := fmt.Sprintf("\n[... %d bytes cut ...]\n", len(s)-limit)
+	keep := limit - len(marker)
+	if keep < 0 {
+		keep = 0
+	}
+	head, tail := keep*3/4, keep-keep*3/4
+	i := head
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	j := len(s) - tail
+	for j < len(s) && !utf8.RuneStart(s[j]) {
+		j++
+	}
+	h, t := s[:i], s[j:]
+	return h + marker + t
+}

@@ -1,0 +1,318 @@
+package loop
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// Sandboxes hands out the sandbox a request's code runs in. *sandbox.Manager implements it.
+type Sandboxes interface {
+	Acquire(ctx context.Context, r sandbox.AcquireRequest) (*sandbox.Lease, error)
+}
+
+// Doer sends one HTTP request. *http.Client implements it.
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// Config holds the engine's optional settings; the zero value works.
+type Config struct {
+	// Client sends the follow-up calls. If nil, a client with a keep-alive connection pool is used.
+	Client Doer
+	// Log receives the engine's logs. If nil, nothing is logged.
+	Log *zap.Logger
+	// MaxResponseBytes bounds one upstream answer; zero means 64 MiB.
+	MaxResponseBytes int64
+	// NewID, if set, returns a new item id with the given prefix (a test seam).
+	NewID func(prefix string) string
+}
+
+// Engine runs loops. It is safe for concurrent use; each Run is independent.
+type Engine struct {
+	sandboxes Sandboxes
+	client    Doer
+	transport *http.Transport // owned when Config.Client was nil
+	log       *zap.Logger
+	maxBody   int64
+	newID     func(prefix string) string
+	metrics   engineMetrics
+}
+
+// New returns an Engine that runs code in sb.
+func New(sb Sandboxes, cfg Config) *Engine {
+	e := &Engine{
+		sandboxes: sb,
+		client:    cfg.Client,
+		log:       cfg.Log,
+		maxBody:   cfg.MaxResponseBytes,
+		newID:     cfg.NewID,
+		metrics:   newEngineMetrics(),
+	}
+	if e.log == nil {
+		e.log = zap.NewNop()
+	}
+	e.log = e.log.Named("loop")
+	if e.maxBody == 0 {
+		e.maxBody = 64 << 20
+	}
+	if e.newID == nil {
+		e.newID = randomID
+	}
+	if e.client == nil {
+		e.transport = &http.Transport{
+			Proxy:                 nil, // follow-ups go to the configured upstream, never a proxy from the environment
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			ForceAttemptHTTP2:     true,
+		}
+		e.client = &http.Client{Transport: e.transport}
+	}
+	return e
+}
+
+// Close releases the engine's idle upstream connections.
+func (e *Engine) Close() {
+	if e.transport != nil {
+		e.transport.CloseIdleConnections()
+	}
+}
+
+// Collectors returns the engine's Prometheus metrics for registration.
+func (e *Engine) Collectors() []prometheus.Collector { return e.metrics.collectors() }
+
+// Run runs the loop of one request to its end and returns the client's answer; it never fails
+// without an answer: every failure becomes an API-shaped error or a fixed text fed to the model.
+// The request's sandbox lease is released before Run returns (an ephemeral sandbox is then deleted
+// in the background). ctx bounds the whole loop: its deadline is the loop deadline, and its
+// cancellation (the client or Envoy went away) stops the loop at once.
+func (e *Engine) Run(ctx context.Context, r Request) Response {
+	run := &loopRun{e: e, r: r, seen: map[string]int{}}
+	defer run.release()
+	return run.run(ctx)
+}
+
+// loopRun is the state of one Run.
+type loopRun struct {
+	e     *Engine
+	r     Request
+	lease *sandbox.Lease
+	// seen maps code already run in this request to the round that ran it.
+	seen   map[string]int
+	calls  int
+	rounds []schema.Round
+}
+
+func (lr *loopRun) release() {
+	if lr.lease != nil {
+		lr.lease.Release()
+		lr.lease = nil
+	}
+}
+
+func (lr *loopRun) run(ctx context.Context) Response {
+	r := lr.r
+	maxRounds := r.MaxRounds
+	if maxRounds <= 0 {
+		maxRounds = 8
+	}
+	reqBody, resp := r.Rewrite.Body, r.First
+	turn, err := schema.ParseTurn(r.Surface, resp, r.FunctionName)
+	if err != nil {
+		return lr.upstreamGarbage(err)
+	}
+	stop := StopDone
+	for round := 0; ; round++ {
+		if len(turn.Calls) == 0 {
+			lr.rounds = append(lr.rounds, schema.Round{Body: resp})
+			break
+		}
+		if round == 0 && r.OnLoop != nil {
+			r.OnLoop()
+		}
+		finishing := round+1 >= maxRounds
+		calls, outputs, repeated := lr.runCalls(ctx, turn.Calls, round, finishing)
+		lr.rounds = append(lr.rounds, schema.Round{Body: resp, Calls: calls})
+		if err := ctx.Err(); err != nil {
+			stop = ctxStop(err)
+			break
+		}
+		if turn.ClientCalls > 0 {
+			// The client's own calls are pending: it gets the answer now and replays our items.
+			stop = StopClientCall
+			break
+		}
+		finishing = finishing || repeated
+		next, err := schema.FollowUp(r.Surface, reqBody, resp, outputs, schema.FollowUpOptions{
+			FunctionName:   r.FunctionName,
+			DropToolChoice: r.Rewrite.ForcedChoice,
+			ToolChoiceNone: finishing,
+		})
+		if err != nil {
+			lr.e.log.Error("build follow-up", zap.Error(err))
+			return lr.errorResponse(http.StatusBadGateway, "codeinterp could not build the follow-up request from the model's answer.", "followup_failed", StopUpstreamError)
+		}
+		status, body, err := lr.post(ctx, next)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				stop = ctxStop(ctxErr)
+				break
+			}
+			lr.e.log.Warn("follow-up call failed", zap.Error(err))
+			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed: "+err.Error(), "upstream_unreachable", StopUpstreamError)
+		}
+		if status != http.StatusOK {
+			return Response{
+				Status: status,
+				Header: jsonHeader(),
+				Body:   schema.UpstreamErrorBody(status, body),
+				Rounds: len(lr.rounds), Calls: lr.calls, Stop: StopUpstreamError,
+			}
+		}
+		reqBody, resp = next, body
+		if turn, err = schema.ParseTurn(r.Surface, resp, r.FunctionName); err != nil {
+			return lr.upstreamGarbage(err)
+		}
+		if finishing {
+			// The model was told to answer in text; any call it still makes is dropped.
+			lr.rounds = append(lr.rounds, schema.Round{Body: resp})
+			stop = StopMaxRounds
+			if repeated {
+				stop = StopRepeat
+			}
+			break
+		}
+	}
+	if stop == StopCanceled {
+		return Response{Status: 499, Header: jsonHeader(), Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
+	}
+	return lr.final(stop)
+}
+
+// final assembles the client's answer from the rounds.
+func (lr *loopRun) final(stop StopReason) Response {
+	r := lr.r
+	body, err := schema.Final(schema.FinalInput{
+		Surface:      r.Surface,
+		Rounds:       lr.rounds,
+		FunctionName: r.FunctionName,
+		Tool:         r.Rewrite.Tool,
+		ToolChoice:   r.Rewrite.ToolChoice,
+	})
+	if err == nil && stop == StopDeadline {
+		body, err = schema.MarkIncomplete(r.Surface, body, "loop_deadline")
+	}
+	if err != nil {
+		lr.e.log.Error("assemble final answer", zap.Error(err))
+		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not assemble the final answer from the model's answer.", "final_failed", stop)
+	}
+	res := Response{Status: http.StatusOK, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
+	if !r.Rewrite.Stream {
+		return res
+	}
+	var sse []byte
+	switch r.Surface {
+	case schema.Chat:
+		sse, err = schema.ChatSSE(body, r.Rewrite.StreamOptions)
+	default:
+		sse, err = schema.ResponsesSSE(body)
+	}
+	if err != nil {
+		lr.e.log.Error("encode event stream", zap.Error(err))
+		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not encode the answer as an event stream.", "stream_failed", stop)
+	}
+	res.Body = sse
+	res.Header = http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}, "Cache-Control": {"no-cache"}}
+	return res
+}
+
+func (lr *loopRun) sandboxRounds() int {
+	n := 0
+	for _, rd := range lr.rounds {
+		if len(rd.Calls) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (lr *loopRun) upstreamGarbage(err error) Response {
+	lr.e.log.Warn("upstream answer is not a JSON object", zap.Error(err))
+	return lr.errorResponse(http.StatusBadGateway, "The model's answer is not a JSON object.", "upstream_invalid_json", StopUpstreamError)
+}
+
+func (lr *loopRun) errorResponse(status int, message, code string, stop StopReason) Response {
+	return Response{
+		Status: status,
+		Header: jsonHeader(),
+		Body:   schema.ServerErrorBody(status, message, code),
+		Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop,
+	}
+}
+
+func ctxStop(err error) StopReason {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return StopDeadline
+	}
+	return StopCanceled
+}
+
+func jsonHeader() http.Header { return http.Header{"Content-Type": {"application/json"}} }
+
+// post sends one follow-up call and reads its whole answer.
+func (lr *loopRun) post(ctx context.Context, body []byte) (int, []byte, error) {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, lr.r.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, fmt.Errorf("new request: %w", err)
+	}
+	req.Header = lr.r.Header.Clone()
+	if req.Header == nil {
+		req.Header = make(http.Header)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp, err := lr.e.client.Do(req)
+	if err != nil {
+		lr.e.metrics.followUps.WithLabelValues("error").Inc()
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, lr.e.maxBody+1))
+	if err != nil {
+		lr.e.metrics.followUps.WithLabelValues("error").Inc()
+		return 0, nil, fmt.Errorf("read answer: %w", err)
+	}
+	if int64(len(out)) > lr.e.maxBody {
+		lr.e.metrics.followUps.WithLabelValues("error").Inc()
+		return 0, nil, fmt.Errorf("answer exceeds %d bytes", lr.e.maxBody)
+	}
+	lr.e.metrics.followUps.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
+	lr.e.metrics.followUpSeconds.Observe(time.Since(start).Seconds())
+	return resp.StatusCode, out, nil
+}
+
+// randomID returns prefix followed by 48 random hex digits, the length of OpenAI's item ids.
+func randomID(prefix string) string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return prefix + hex.EncodeToString(b)
+}

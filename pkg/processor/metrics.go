@@ -1,0 +1,64 @@
+package processor
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// Metrics are the processor's Prometheus metrics. The caller registers them (see Collectors).
+type Metrics struct {
+	streams      *prometheus.CounterVec
+	rewrites     *prometheus.CounterVec
+	loops        *prometheus.CounterVec
+	loopDuration *prometheus.HistogramVec
+	loopRounds   *prometheus.HistogramVec
+	codeRuns     *prometheus.CounterVec
+}
+
+// NewMetrics returns unregistered metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		streams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_streams_total",
+			Help: "ext_proc streams by outcome (pass_through, plain, follow_up, client_error, done, max_rounds, ...).",
+		}, []string{"outcome"}),
+		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_requests_rewritten_total",
+			Help: "Requests whose code_interpreter tool was rewritten, by API surface.",
+		}, []string{"surface"}),
+		loops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_loops_total",
+			Help: "Answers of rewritten requests, by API surface and why the loop stopped.",
+		}, []string{"surface", "stop"}),
+		loopDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "codeinterp_loop_duration_seconds",
+			Help:    "Time from the first upstream answer to the final answer, by API surface.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"surface"}),
+		loopRounds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "codeinterp_loop_rounds",
+			Help:    "Sandbox rounds per answer, by API surface.",
+			Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16},
+		}, []string{"surface"}),
+		codeRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_code_runs_total",
+			Help: "Code runs, by API surface.",
+		}, []string{"surface"}),
+	}
+}
+
+// Collectors returns the metrics for registration.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.streams, m.rewrites, m.loops, m.loopDuration, m.loopRounds, m.codeRuns}
+}
+
+func (m *Metrics) observeLoop(s schema.Surface, r loop.Response, d time.Duration) {
+	m.loops.WithLabelValues(s.String(), string(r.Stop)).Inc()
+	m.loopDuration.WithLabelValues(s.String()).Observe(d.Seconds())
+	m.loopRounds.WithLabelValues(s.String()).Observe(float64(r.Rounds))
+	m.codeRuns.WithLabelValues(s.String()).Add(float64(r.Calls))
+}

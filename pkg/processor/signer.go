@@ -1,0 +1,96 @@
+package processor
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// followUpHeader marks the loop's own follow-up calls. Its value is
+// "v1.<unix expiry>.<hex HMAC-SHA256>" over the path, the caller's identity and the expiry, so it
+// is valid only for that request path and credential until it expires; clients cannot forge it, and
+// it is removed before the request leaves Envoy.
+const followUpHeader = reservedPrefix + "followup"
+
+// signer derives the follow-up signatures and identity hashes from the server secret.
+type signer struct {
+	followUpKey []byte
+	identityKey []byte
+}
+
+func newSigner(secret []byte) signer {
+	return signer{
+		followUpKey: derive(secret, "codeinterp follow-up v1"),
+		identityKey: derive(secret, "codeinterp identity v1"),
+	}
+}
+
+func derive(secret []byte, label string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
+
+// identity returns the keyed hash that scopes the caller's sandboxes: of the identity header when
+// one is configured (set by an authentication filter in front), else of the credential. It returns
+// "" when the request carries neither. The credential itself is never kept.
+func (s signer) identity(h headerMap, identityHeader string) string {
+	var kind, value string
+	if identityHeader != "" {
+		kind, value = "header", h.get(identityHeader)
+	} else {
+		for _, k := range credentialHeaders {
+			if v := h.get(k); v != "" {
+				kind, value = k, v
+				break
+			}
+		}
+	}
+	if value == "" {
+		return ""
+	}
+	m := hmac.New(sha256.New, s.identityKey)
+	m.Write([]byte(kind))
+	m.Write([]byte{0})
+	m.Write([]byte(value))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+func (s signer) mac(path, identity string, expiry int64) []byte {
+	m := hmac.New(sha256.New, s.followUpKey)
+	m.Write([]byte(strconv.FormatInt(expiry, 10)))
+	m.Write([]byte{0})
+	m.Write([]byte(path))
+	m.Write([]byte{0})
+	m.Write([]byte(identity))
+	return m.Sum(nil)
+}
+
+// signFollowUp returns the follow-up header value for path and identity, valid until expiry.
+func (s signer) signFollowUp(path, identity string, expiry time.Time) string {
+	e := expiry.Unix()
+	return "v1." + strconv.FormatInt(e, 10) + "." + hex.EncodeToString(s.mac(path, identity, e))
+}
+
+// verifyFollowUp reports whether v is a valid, unexpired follow-up signature for path and identity.
+func (s signer) verifyFollowUp(v, path, identity string, now time.Time) bool {
+	if v == "" {
+		return false
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 || parts[0] != "v1" {
+		return false
+	}
+	e, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || now.Unix() > e {
+		return false
+	}
+	got, err := hex.DecodeString(parts[2])
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(got, s.mac(path, identity, e))
+}

@@ -1,0 +1,394 @@
+package processor
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// streamKind says what the server does with a stream's request after its request headers.
+type streamKind int
+
+const (
+	kindUndecided   streamKind = iota
+	kindPassThrough            // not ours: no bodies, no response phase
+	kindServed                 // a served path: the body decides
+	kindPlain                  // served, but the body has no code_interpreter tool
+	kindRewritten              // the body's code_interpreter tool was rewritten
+)
+
+// streamState is the per-stream state. It is used by the stream's goroutine only.
+type streamState struct {
+	srv     *Server
+	ctx     context.Context
+	send    func(*extprocv3.ProcessingResponse) error
+	log     *zap.Logger
+	profile *config.Profile
+
+	kind     streamKind
+	surface  schema.Surface
+	path     string
+	headers  headerMap
+	identity string
+	rewrite  schema.Request
+	// respEncoding is the upstream answer's content-encoding.
+	respEncoding string
+	started      time.Time
+	outcome      string
+}
+
+// handle answers one message from Envoy.
+func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.send(st.requestHeaders(r.RequestHeaders))
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.send(st.requestBody(r.RequestBody))
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return st.send(st.responseHeaders(r.ResponseHeaders))
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		resp, err := st.responseBody(r.ResponseBody)
+		if err != nil {
+			return err
+		}
+		return st.send(resp)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}})
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	default:
+		return fmt.Errorf("unexpected message %T", req.Request)
+	}
+}
+
+// finish records the stream's outcome when it ends.
+func (st *streamState) finish() {
+	outcome := st.outcome
+	if outcome == "" {
+		switch st.kind {
+		case kindPassThrough:
+			outcome = "pass_through"
+		case kindPlain:
+			outcome = "plain"
+		default:
+			outcome = "incomplete"
+		}
+	}
+	st.srv.metrics.streams.WithLabelValues(outcome).Inc()
+}
+
+// requestHeaders decides what the stream is: a served API call, our loop's own follow-up, or
+// anything else. Client-sent x-codeinterp-* headers are always removed.
+func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	st.headers = newHeaderMap(h.GetHeaders())
+	st.started = st.srv.now()
+	if id := st.headers.get("x-request-id"); id != "" {
+		st.log = st.log.With(zap.String("request_id", id))
+	}
+	mutation := &extprocv3.HeaderMutation{RemoveHeaders: st.headers.reserved()}
+
+	path := st.headers.get(":path")
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	st.path = st.headers.get(":path")
+	surface, served := st.srv.paths[path]
+	st.identity = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
+
+	switch {
+	case st.srv.signer.verifyFollowUp(st.headers.get(followUpHeader), path, st.identity, st.srv.now()):
+		st.outcome = "follow_up"
+		return passThrough(mutation)
+	case !served || st.headers.get(":method") != http.MethodPost || st.profile.Disabled || h.GetEndOfStream():
+		st.kind = kindPassThrough
+		return passThrough(mutation)
+	}
+	st.kind = kindServed
+	st.surface = surface
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: nilIfEmpty(mutation)}},
+	}}
+}
+
+// passThrough answers request headers so that Envoy sends no bodies and skips the response phase.
+// An omitted body mode in mode_override means NONE (reference §2).
+func passThrough(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{HeaderMutation: nilIfEmpty(mutation)},
+		}},
+		ModeOverride: &filterv3.ProcessingMode{
+			RequestBodyMode:    filterv3.ProcessingMode_NONE,
+			ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
+			ResponseBodyMode:   filterv3.ProcessingMode_NONE,
+		},
+	}
+}
+
+// requestBody rewrites a served request's body.
+func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if st.kind != kindServed {
+		return continueRequestBody(nil, nil)
+	}
+	rw, err := schema.RewriteRequest(st.surface, b.GetBody(), schema.Options{
+		FunctionName:        st.profile.FunctionName,
+		FunctionDescription: st.profile.FunctionDescription,
+	})
+	if err != nil {
+		var re *schema.RequestError
+		if !errors.As(err, &re) {
+			re = &schema.RequestError{Message: err.Error()}
+		}
+		st.outcome = "client_error"
+		st.log.Debug("client error", zap.Error(err))
+		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
+	}
+	if !rw.Found {
+		st.kind = kindPlain
+		return continueRequestBody(nil, nil)
+	}
+	if rw.ContainerID != "" && !st.srv.containers.Known(st.identity, rw.ContainerID) {
+		st.outcome = "client_error"
+		re := &schema.RequestError{
+			Status:  http.StatusNotFound,
+			Message: fmt.Sprintf("Container '%s' not found.", rw.ContainerID),
+			Param:   "tools",
+			Code:    "container_not_found",
+		}
+		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_unknown_container")
+	}
+	if rw.MemoryLimit != "" && !config.ValidMemoryLimit(rw.MemoryLimit) {
+		st.outcome = "client_error"
+		re := &schema.RequestError{
+			Message: fmt.Sprintf("Invalid memory_limit '%s': expected one of %s.", rw.MemoryLimit, strings.Join(config.MemoryLimits, ", ")),
+			Param:   "tools",
+			Code:    "invalid_value",
+		}
+		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
+	}
+	st.kind = kindRewritten
+	st.rewrite = rw
+	st.srv.metrics.rewrites.WithLabelValues(st.surface.String()).Inc()
+	// The upstream must answer uncompressed: the loop reads the answer and rewrites it.
+	return continueRequestBody(rw.Body, []string{"accept-encoding"})
+}
+
+// continueRequestBody answers a request body, replacing it when body is non-nil (and then setting
+// content-length: Envoy keeps and checks it in BUFFERED mode, reference §3.4).
+func continueRequestBody(body []byte, remove []string) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: bodyMutation(body, nil, remove)},
+	}}
+}
+
+// responseHeaders lets a rewritten request's 200 answer come to the server buffered; everything
+// else passes through without its body being sent here.
+func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	skipBody := &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{},
+		}},
+		// Only the response body mode matters this late; omitted body modes mean NONE.
+		ModeOverride: &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE},
+	}
+	if st.kind != kindRewritten {
+		return skipBody
+	}
+	rh := newHeaderMap(h.GetHeaders())
+	if code := rh.get(":status"); code != "200" {
+		st.outcome = "upstream_status"
+		st.log.Debug("upstream answered non-200; passing it through", zap.String("status", code))
+		return skipBody
+	}
+	st.respEncoding = strings.ToLower(strings.TrimSpace(rh.get("content-encoding")))
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+}
+
+// responseBody runs the loop over a rewritten request's answer and replaces it with the final one.
+func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+	if st.kind != kindRewritten {
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+		}}, nil
+	}
+	body, err := decodeBody(st.respEncoding, b.GetBody())
+	if err != nil {
+		st.outcome = "upstream_encoding"
+		msg := fmt.Sprintf("The upstream answered with content-encoding %q, which codeinterp cannot read.", st.respEncoding)
+		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "upstream_encoding"), "codeinterp_upstream_encoding"), nil
+	}
+
+	var sendErr error
+	req := st.loopRequest(body)
+	deadline := st.profile.LoopDeadline
+	req.OnLoop = func() {
+		// Envoy's message timer covers the whole loop unless it is extended once per message,
+		// up to max_message_timeout (reference §5.2).
+		sendErr = st.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(deadline)})
+	}
+	ctx, cancel := context.WithTimeout(st.ctx, deadline-deadlineMargin)
+	defer cancel()
+	started := st.srv.now()
+	res := st.srv.loop.Run(ctx, req)
+	if sendErr != nil {
+		return nil, fmt.Errorf("send override_message_timeout: %w", sendErr)
+	}
+	st.outcome = string(res.Stop)
+	st.srv.metrics.observeLoop(st.surface, res, st.srv.now().Sub(started))
+	st.log.Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
+		zap.Int("calls", res.Calls), zap.Int("status", res.Status))
+
+	if res.Status != http.StatusOK {
+		return immediate(res.Status, res.Header.Get("content-type"), res.Body, "codeinterp_"+string(res.Stop)), nil
+	}
+	set := []*corev3.HeaderValueOption{setHeader("content-type", res.Header.Get("content-type"))}
+	if cc := res.Header.Get("cache-control"); cc != "" {
+		set = append(set, setHeader("cache-control", cc))
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: bodyMutation(res.Body, set, []string{"content-encoding"})},
+	}}, nil
+}
+
+// deadlineMargin is kept from the loop deadline for sending the final answer before Envoy's
+// extended message timer fires.
+const deadlineMargin = time.Second
+
+// loopRequest builds the loop's request from the stream's state.
+func (st *streamState) loopRequest(first []byte) loop.Request {
+	p := st.profile
+	upstream := strings.TrimSuffix(p.Upstream, "/")
+	sb := sandbox.AcquireRequest{Identity: st.identity, Spec: sandbox.Spec{MemoryLimit: st.rewrite.MemoryLimit}}
+	anonymous := st.identity == ""
+	switch {
+	case st.rewrite.ContainerID != "":
+		sb.ContainerID = st.rewrite.ContainerID
+	case anonymous && !p.AllowAnonymousSessions:
+		// Without an identity a session name would be shared by every anonymous caller.
+	default:
+		sb.Session = st.rewrite.SessionID
+		if p.SessionHeader != "" {
+			if v := st.headers.get(p.SessionHeader); v != "" {
+				sb.Session = v
+			}
+		}
+		if sb.Session == "" {
+			// OpenAI's auto containers reuse a live container of an earlier call in the context.
+			for i := len(st.rewrite.ReplayedContainerIDs) - 1; i >= 0; i-- {
+				if id := st.rewrite.ReplayedContainerIDs[i]; st.srv.containers.Known(st.identity, id) {
+					sb.ContainerID = id
+					break
+				}
+			}
+		}
+	}
+	header := st.headers.forward(p.ForwardHeaders)
+	header.Set(followUpHeader, st.srv.signer.signFollowUp(pathOnly(st.path), st.identity, st.srv.now().Add(p.LoopDeadline+time.Minute)))
+	return loop.Request{
+		Surface:      st.surface,
+		URL:          upstream + st.path,
+		Header:       header,
+		Rewrite:      st.rewrite,
+		First:        first,
+		FunctionName: p.FunctionName,
+		MaxRounds:    p.MaxRounds,
+		RunTimeout:   p.RunTimeout,
+		OutputLimit:  p.OutputLimit,
+		Sandbox:      sb,
+	}
+}
+
+func pathOnly(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// decodeBody undoes a content-encoding the upstream applied although the request asked for none.
+func decodeBody(encoding string, body []byte) ([]byte, error) {
+	switch encoding {
+	case "", "identity":
+		return body, nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("gunzip: %w", err)
+		}
+		out, err := io.ReadAll(zr)
+		if err != nil {
+			return nil, fmt.Errorf("gunzip: %w", err)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("unsupported content-encoding %q", encoding)
+	}
+}
+
+const jsonContentType = "application/json"
+
+// immediate answers the client directly (reference §4.3): Envoy sends the reply with a
+// content-length of len(body), and drops the upstream's answer if there was one.
+func immediate(code int, contentType string, body []byte, details string) *extprocv3.ProcessingResponse {
+	var headers *extprocv3.HeaderMutation
+	if contentType != "" {
+		headers = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", contentType)}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: headers,
+			Body:    body,
+			Details: details,
+		},
+	}}
+}
+
+// bodyMutation replaces the body (when body is non-nil) and keeps content-length equal to its
+// length, with extra headers set and removed.
+func bodyMutation(body []byte, set []*corev3.HeaderValueOption, remove []string) *extprocv3.CommonResponse {
+	resp := &extprocv3.CommonResponse{}
+	if body != nil {
+		resp.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
+		set = append(set, setHeader("content-length", strconv.Itoa(len(body))))
+	}
+	if len(set) > 0 || len(remove) > 0 {
+		resp.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}
+	}
+	return resp
+}
+
+// setHeader replaces a header's value. Envoy reads raw_value only (reference §3.1).
+func setHeader(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}}
+}
+
+func nilIfEmpty(m *extprocv3.HeaderMutation) *extprocv3.HeaderMutation {
+	if len(m.GetSetHeaders()) == 0 && len(m.GetRemoveHeaders()) == 0 {
+		return nil
+	}
+	return m
+}
