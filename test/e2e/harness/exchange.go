@@ -1,0 +1,695 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// filter is one HTTP request's pass through the harness: the ext_proc filter (filter.go) with
+// the filter manager, router and client ends around it. Envoy is event driven on one thread;
+// so is filter: run's loop is the only goroutine that touches its state, and the goroutines
+// it starts (downstream reader, side stream, upstream call and reader) only hand it events.
+// They all end before run returns.
+type filter struct {
+	e      *Envoy
+	w      http.ResponseWriter
+	r      *http.Request
+	rc     *http.ResponseController
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	rec   Record
+	stats Stats
+
+	route        Route
+	routeOK      bool
+	routeCleared bool
+	// failureModeAllow is the filter's (or the route's) failure_mode_allow.
+	failureModeAllow bool
+	md               metadata.MD
+
+	dec, enc *procState
+	// complete is processing_complete_: nothing more goes to or is taken from the server.
+	complete           bool
+	stream             *sideStream
+	protocolConfigSent bool
+	sentImmediate      bool
+	localReplied       bool
+
+	// downCh delivers the client's body; nil once it ended.
+	downCh chan bodyEvent
+
+	// Router state. routerDone reports that nothing more goes upstream.
+	routerDone  bool
+	upRoute     Route
+	upPipe      *bodyPipe
+	upCancel    context.CancelFunc
+	upAborted   bool
+	upStart     time.Time
+	upRespCh    chan upResult
+	upDataCh    chan bodyEvent
+	routeTimer  *time.Timer
+	routeTimerC <-chan time.Time
+
+	clientHeadersSent bool
+	clientDone        bool
+	// reset reports that the downstream stream is reset (ends the loop without a response).
+	reset bool
+}
+
+// bodyEvent is a body chunk from the client or the upstream; err is a read failure.
+type bodyEvent struct {
+	data []byte
+	eos  bool
+	err  error
+}
+
+type upResult struct {
+	resp *http.Response
+	err  error
+}
+
+// errUpstreamAborted ends an upstream request body the router gave up on.
+var errUpstreamAborted = errors.New("upstream request aborted")
+
+func newFilter(e *Envoy, w http.ResponseWriter, r *http.Request) *filter {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &filter{
+		e: e, w: w, r: r, rc: http.NewResponseController(w),
+		ctx: ctx, cancel: cancel,
+		dec: &procState{dir: decoding},
+		enc: &procState{dir: encoding},
+		rec: Record{Method: r.Method, Path: r.RequestURI},
+	}
+	f.route, f.routeOK = e.cfg.matchRoute(r.RequestURI)
+	if f.routeOK {
+		f.rec.Route = f.route.name()
+	}
+	f.mergePerRouteConfig()
+	return f
+}
+
+// mergePerRouteConfig is Filter::mergePerRouteConfig for the route matched at decodeHeaders
+// (§5.3): disabled turns both header modes to SKIP (and bodies to NONE); overrides set the
+// processing mode, add grpc initial metadata (same key replaced) and failure_mode_allow.
+func (f *filter) mergePerRouteConfig() {
+	cfg := f.e.filter
+	f.dec.setMode(cfg.GetProcessingMode())
+	f.enc.setMode(cfg.GetProcessingMode())
+	f.failureModeAllow = cfg.GetFailureModeAllow()
+	md := cfg.GetGrpcService().GetInitialMetadata()
+	pr := f.route.PerRoute
+	if f.routeOK && pr != nil {
+		if pr.GetDisabled() {
+			f.dec.sendHeaders, f.dec.sendTrailers, f.dec.bodyMode = false, false, 0
+			f.enc.sendHeaders, f.enc.sendTrailers, f.enc.bodyMode = false, false, 0
+		} else if o := pr.GetOverrides(); o != nil {
+			if pm := o.GetProcessingMode(); pm != nil {
+				f.dec.setMode(pm)
+				f.enc.setMode(pm)
+			}
+			for _, hv := range o.GetGrpcInitialMetadata() {
+				replaced := false
+				for i, cur := range md {
+					if cur.GetKey() == hv.GetKey() {
+						md = append(md[:i:i], append([]*corev3.HeaderValue{hv}, md[i+1:]...)...)
+						replaced = true
+					}
+				}
+				if !replaced {
+					md = append(md[:len(md):len(md)], hv)
+				}
+			}
+			if fma := o.GetFailureModeAllow(); fma != nil {
+				f.failureModeAllow = fma.GetValue()
+			}
+		}
+	}
+	f.md = metadata.MD{}
+	for _, hv := range md {
+		v := hv.GetValue()
+		if v == "" {
+			v = string(hv.GetRawValue())
+		}
+		f.md.Append(strings.ToLower(hv.GetKey()), v)
+	}
+	f.rec.InitialMetadata = f.md.Copy()
+}
+
+// run handles the request to its end, then releases everything the filter started.
+func (f *filter) run() {
+	f.start()
+	for !f.clientDone && !f.reset {
+		var sideEvents chan sideEvent
+		if f.stream != nil {
+			sideEvents = f.stream.events
+		}
+		select {
+		case ev := <-f.downCh:
+			f.onDownstream(ev)
+		case ev := <-sideEvents:
+			f.onSide(ev)
+		case <-f.dec.timerC():
+			f.dec.timerOn = false
+			f.onMessageTimeout()
+		case <-f.enc.timerC():
+			f.enc.timerOn = false
+			f.onMessageTimeout()
+		case res := <-f.upRespCh:
+			f.onUpstreamResponse(res)
+		case ev := <-f.upDataCh:
+			f.onUpstreamData(ev)
+		case <-f.routeTimerC:
+			f.routeTimerC = nil
+			f.sendLocalReply(http.StatusGatewayTimeout, "upstream request timeout", nil, "upstream_response_timeout")
+		case <-f.r.Context().Done():
+			// The client went away.
+			f.reset = true
+		}
+	}
+	f.destroy()
+}
+
+// start is the codec delivering the request headers: the HCM adds x-request-id and
+// x-forwarded-proto (§0), then the filter's decodeHeaders runs, and the body is read.
+func (f *filter) start() {
+	pseudo := []header{
+		{":authority", f.r.Host},
+		{":path", f.r.RequestURI},
+		{":method", f.r.Method},
+		{":scheme", "http"},
+	}
+	h := newHeaderMap(pseudo, f.r.Header)
+	if !h.has("x-forwarded-proto") {
+		h.add("x-forwarded-proto", "http")
+	}
+	if !h.has("x-request-id") {
+		h.add("x-request-id", newRequestID())
+	}
+	f.rec.RequestID, _ = h.get("x-request-id")
+
+	// Go's server reports no body as ContentLength 0; a chunked body as -1.
+	hasBody := f.r.ContentLength != 0
+	if hasBody {
+		ch := make(chan bodyEvent)
+		f.downCh = ch
+		f.wg.Go(func() { readBody(f.ctx, f.r.Body, ch) })
+	}
+	f.decodeHeaders(h, !hasBody)
+}
+
+// readBody delivers body chunks as the codec reads them; the last one (possibly empty)
+// carries eos. It ends at the end of the body, on a read error or when ctx is done.
+func readBody(ctx context.Context, body io.Reader, ch chan<- bodyEvent) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := body.Read(buf)
+		ev := bodyEvent{data: append([]byte{}, buf[:n]...)}
+		switch {
+		case errors.Is(err, io.EOF):
+			ev.eos = true
+		case err != nil:
+			ev.err = err
+		case n == 0:
+			continue
+		}
+		select {
+		case ch <- ev:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (f *filter) onDownstream(ev bodyEvent) {
+	if ev.err != nil {
+		f.downCh = nil
+		f.reset = true
+		return
+	}
+	if ev.eos {
+		f.downCh = nil
+	}
+	d := f.dec
+	st, data := f.onData(d, ev.data, ev.eos)
+	f.afterData(d, data, ev.eos, st)
+	if h := f.e.hooks; h != nil && h.downstreamData != nil {
+		h.downstreamData(ev.eos)
+	}
+}
+
+func (f *filter) onSide(ev sideEvent) {
+	if ev.end {
+		if ev.err == nil {
+			f.rec.StreamEnd = "server-ok"
+			f.onGrpcClose()
+			return
+		}
+		f.rec.StreamEnd = "server-error"
+		st := status.Convert(ev.err)
+		f.onGrpcError(st.Code(), st.Message())
+		return
+	}
+	f.rec.Messages = append(f.rec.Messages, Message{Received: ev.resp})
+	f.onReceiveMessage(ev.resp)
+}
+
+// --- Filter manager -------------------------------------------------------------------
+
+// afterHeaders is the filter manager acting on the filter's decode/encodeHeaders status.
+func (f *filter) afterHeaders(d *procState, st headersStatus) {
+	if st == headersStop {
+		d.fm.stopped = true
+		return
+	}
+	d.fm.headersPassed = true
+	f.passHeaders(d, d.fm.headers, d.complete)
+}
+
+// afterData is the filter manager acting on the filter's decode/encodeData status.
+func (f *filter) afterData(d *procState, data []byte, eos bool, st dataStatus) {
+	switch st {
+	case dataContinue:
+		if d.fm.stopped {
+			d.fm.appendBuf(data)
+			f.continueProcessing(d)
+			return
+		}
+		f.passData(d, data, eos)
+	case dataStopBuffer:
+		d.fm.stopped = true
+		d.fm.appendBuf(data)
+		f.overBufferLimit(d)
+	case dataStopWatermark:
+		// Held, with flow control instead of a size limit (§1.2).
+		d.fm.stopped = true
+		d.fm.appendBuf(data)
+	case dataStopNoBuffer:
+		d.fm.stopped = true
+	}
+}
+
+// overBufferLimit applies the buffer limit to a buffering direction (§1.6) and reports
+// whether it was exceeded: a request is answered 413, a response 500 (straight to the client,
+// whose headers are still held).
+func (f *filter) overBufferLimit(d *procState) bool {
+	if len(d.fm.buf) <= f.e.bufferLimit {
+		return false
+	}
+	if d.dir == decoding {
+		f.sendLocalReply(http.StatusRequestEntityTooLarge, "Payload Too Large", nil, "request_payload_too_large")
+	} else {
+		f.sendLocalReply(http.StatusInternalServerError, "Internal Server Error", nil, "response_payload_too_large")
+	}
+	return true
+}
+
+// continueIfNecessary is ProcessorState::continueIfNecessary.
+func (f *filter) continueIfNecessary(d *procState) {
+	if d.paused {
+		d.paused = false
+		f.continueProcessing(d)
+	}
+}
+
+// continueProcessing is continueDecoding/continueEncoding: pass on the held headers, the
+// buffered body and the end of stream.
+func (f *filter) continueProcessing(d *procState) {
+	if !d.fm.stopped {
+		return
+	}
+	d.fm.stopped = false
+	if !d.fm.headersPassed {
+		d.fm.headersPassed = true
+		f.passHeaders(d, d.fm.headers, d.complete && !d.fm.hasBuf)
+	}
+	if d.fm.hasBuf {
+		data := d.fm.buf
+		d.fm.buf, d.fm.hasBuf = nil, false
+		f.passData(d, data, d.complete)
+	} else if d.complete && !d.fm.endPassed {
+		f.passData(d, nil, true)
+	}
+}
+
+// inject is inject{De,En}codedDataToFilterChain: data goes straight to the next stage.
+func (f *filter) inject(d *procState, data []byte, eos bool) {
+	if !d.fm.headersPassed {
+		d.fm.appendBuf(data)
+		return
+	}
+	f.passData(d, data, eos)
+}
+
+func (f *filter) passHeaders(d *procState, h *headerMap, eos bool) {
+	if eos {
+		d.fm.endPassed = true
+	}
+	if d.dir == decoding {
+		f.routerHeaders(h, eos)
+	} else {
+		f.clientHeaders(h, eos)
+	}
+}
+
+func (f *filter) passData(d *procState, data []byte, eos bool) {
+	if len(data) == 0 && !eos {
+		return
+	}
+	if eos {
+		if d.fm.endPassed {
+			return
+		}
+		d.fm.endPassed = true
+	}
+	if d.dir == decoding {
+		f.routerData(data, eos)
+	} else {
+		f.clientData(data, eos)
+	}
+}
+
+// --- Local replies ----------------------------------------------------------------------
+
+// sendLocalReply is the filter manager's sendLocalReply with prepareLocalReply (§4.3): the
+// upstream request is reset; the reply goes through the filter chain (so an active ext_proc
+// filter sees it as a response, §1.6) unless response headers already reached the filter, in
+// which case it goes straight to the client; once the client has headers it is a reset.
+func (f *filter) sendLocalReply(code int, body string, mutate func(*headerMap), details string) {
+	if f.localReplied || f.clientDone || f.reset {
+		return
+	}
+	f.localReplied = true
+	f.rec.LocalReply = &LocalReply{Status: code, Details: details, Body: body}
+	f.routerDone = true
+	f.abortUpstream()
+	if f.clientHeadersSent {
+		f.reset = true
+		return
+	}
+	h := &headerMap{}
+	h.add(":status", strconv.Itoa(code))
+	if mutate != nil {
+		mutate(h)
+	}
+	if body != "" {
+		h.set("content-length", strconv.Itoa(len(body)))
+		if !h.has("content-type") {
+			h.set("content-type", "text/plain")
+		}
+	} else {
+		h.remove("content-length")
+		h.remove("content-type")
+	}
+	if f.r.Method == http.MethodHead {
+		body = ""
+	}
+	if !f.enc.fm.started {
+		f.encodeHeaders(h, body == "")
+		if body != "" && !f.clientDone && !f.reset {
+			d := f.enc
+			st, data := f.onData(d, []byte(body), true)
+			f.afterData(d, data, true, st)
+		}
+		return
+	}
+	f.clientHeaders(h, body == "")
+	if body != "" {
+		f.clientData([]byte(body), true)
+	}
+}
+
+// --- Router -----------------------------------------------------------------------------
+
+// routerHeaders is the router receiving the (processed) request headers: pick the route
+// (again, if the route cache was cleared, §3.5) and start the upstream request.
+func (f *filter) routerHeaders(h *headerMap, eos bool) {
+	if f.routerDone {
+		return
+	}
+	route, ok := f.route, f.routeOK
+	path, _ := h.get(":path")
+	if f.routeCleared {
+		route, ok = f.e.cfg.matchRoute(path)
+	}
+	if !ok {
+		f.sendLocalReply(http.StatusNotFound, "", nil, "route_not_found")
+		return
+	}
+	f.upRoute = route
+	ctx, cancel := context.WithCancel(f.ctx)
+	f.upCancel = cancel
+
+	var body io.ReadCloser = http.NoBody
+	length := int64(0)
+	if !eos {
+		length = -1
+		if v, ok := h.get("content-length"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				length = n
+			}
+		}
+		// Go's client reads ContentLength 0 with a body as "unknown"; a declared empty body
+		// is sent without one.
+		if length != 0 {
+			f.upPipe = newBodyPipe()
+			body = f.upPipe
+		}
+	}
+	method, _ := h.get(":method")
+	req, err := http.NewRequestWithContext(ctx, method, f.e.upstream+route.rewrite(path), body)
+	if err != nil {
+		f.sendLocalReply(http.StatusServiceUnavailable, "invalid upstream request", nil, "harness_invalid_upstream_request")
+		return
+	}
+	req.ContentLength = length
+	req.Header = h.httpHeader()
+	req.Host, _ = h.get(":authority")
+	if route.HostRewrite != "" {
+		req.Host = route.HostRewrite
+	}
+	if route.Timeout > 0 {
+		req.Header.Set("x-envoy-expected-rq-timeout-ms", strconv.FormatInt(route.Timeout.Milliseconds(), 10))
+	}
+	f.rec.UpstreamRequests++
+	f.upStart = time.Now()
+	ch := make(chan upResult)
+	f.upRespCh = ch
+	client := f.e.httpClient
+	f.wg.Go(func() {
+		resp, err := client.Do(req)
+		select {
+		case ch <- upResult{resp: resp, err: err}:
+		case <-ctx.Done():
+			if resp != nil {
+				resp.Body.Close()
+			}
+		}
+	})
+	if eos {
+		f.startRouteTimer()
+	}
+}
+
+func (f *filter) routerData(data []byte, eos bool) {
+	if f.routerDone {
+		return
+	}
+	if f.upPipe != nil {
+		f.upPipe.write(data)
+		if eos {
+			f.upPipe.finish()
+		}
+	}
+	if eos {
+		f.startRouteTimer()
+	}
+}
+
+// startRouteTimer starts the route timeout, which counts from the end of the request (§7.12).
+func (f *filter) startRouteTimer() {
+	if f.upRoute.Timeout <= 0 || f.routeTimer != nil {
+		return
+	}
+	f.routeTimer = time.NewTimer(f.upRoute.Timeout)
+	f.routeTimerC = f.routeTimer.C
+}
+
+func (f *filter) stopRouteTimer() {
+	if f.routeTimer != nil {
+		f.routeTimer.Stop()
+	}
+	f.routeTimerC = nil
+}
+
+// abortUpstream resets the upstream request; its late events are dropped.
+func (f *filter) abortUpstream() {
+	f.upAborted = true
+	f.stopRouteTimer()
+	if f.upPipe != nil {
+		f.upPipe.closeWithError(errUpstreamAborted)
+	}
+	if f.upCancel != nil {
+		f.upCancel()
+	}
+}
+
+// onUpstreamResponse is the upstream's response headers reaching the filter (encodeHeaders),
+// with the router's x-envoy-upstream-service-time (§0).
+func (f *filter) onUpstreamResponse(res upResult) {
+	f.upRespCh = nil
+	if f.upAborted {
+		if res.resp != nil {
+			res.resp.Body.Close()
+		}
+		return
+	}
+	f.stopRouteTimer()
+	if res.err != nil {
+		f.sendLocalReply(http.StatusServiceUnavailable,
+			"upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+			nil, "upstream_reset_before_response_started{connection_failure}")
+		return
+	}
+	resp := res.resp
+	h := newHeaderMap([]header{{":status", strconv.Itoa(resp.StatusCode)}}, resp.Header)
+	h.add("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(f.upStart).Milliseconds(), 10))
+	eos := resp.ContentLength == 0 || f.r.Method == http.MethodHead ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+	if eos {
+		resp.Body.Close()
+	} else {
+		ch := make(chan bodyEvent)
+		f.upDataCh = ch
+		ctx := f.ctx
+		f.wg.Go(func() {
+			defer resp.Body.Close()
+			readBody(ctx, resp.Body, ch)
+		})
+	}
+	f.encodeHeaders(h, eos)
+}
+
+func (f *filter) onUpstreamData(ev bodyEvent) {
+	if ev.eos || ev.err != nil {
+		f.upDataCh = nil
+	}
+	if f.upAborted {
+		return
+	}
+	if ev.err != nil {
+		// The upstream reset after its headers: Envoy resets the downstream stream.
+		f.reset = true
+		return
+	}
+	d := f.enc
+	st, data := f.onData(d, ev.data, ev.eos)
+	f.afterData(d, data, ev.eos, st)
+}
+
+// --- Client -----------------------------------------------------------------------------
+
+// clientHeaders is the downstream codec sending the response headers. Headers are flushed at
+// once, as Envoy's codec sends them; without content-length the body is chunked.
+func (f *filter) clientHeaders(h *headerMap, eos bool) {
+	if f.clientHeadersSent || f.reset {
+		return
+	}
+	code := http.StatusOK
+	if v, ok := h.get(":status"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 100 && n <= 999 {
+			code = n
+		}
+	}
+	out := f.w.Header()
+	for k, vs := range h.httpHeader() {
+		out[k] = vs
+	}
+	// The connection manager's server_header_transformation (OVERWRITE by default).
+	out.Set("Server", "envoy")
+	f.w.WriteHeader(code)
+	f.clientHeadersSent = true
+	f.rec.Status = code
+	if err := f.rc.Flush(); err != nil {
+		f.reset = true
+		return
+	}
+	if eos {
+		f.clientDone = true
+	}
+}
+
+func (f *filter) clientData(data []byte, eos bool) {
+	if f.clientDone || f.reset {
+		return
+	}
+	if len(data) > 0 {
+		if _, err := f.w.Write(data); err != nil {
+			f.reset = true
+			return
+		}
+	}
+	if err := f.rc.Flush(); err != nil {
+		f.reset = true
+		return
+	}
+	if eos {
+		f.clientDone = true
+	}
+}
+
+// destroy is Filter::onDestroy plus the end of the HTTP stream: the side stream is closed
+// (half-close, then reset, §0), the upstream released, and every goroutine waited for.
+func (f *filter) destroy() {
+	f.complete = true
+	f.dec.stopTimer()
+	f.enc.stopTimer()
+	f.closeStream()
+	f.abortUpstream()
+	if f.downCh != nil {
+		// Unblock the body reader; a client that stops sending must not hold the handler.
+		_ = f.rc.SetReadDeadline(time.Now())
+	}
+	f.cancel()
+	f.wg.Wait()
+	if f.reset {
+		f.rec.Status = 0
+		f.rec.Reset = true
+	}
+	f.rec.Stats = f.stats
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// replaceSpaces is StringUtil::replaceAllEmptySpace.
+func replaceSpaces(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) {
+			return '_'
+		}
+		return r
+	}, s)
+}
