@@ -1,0 +1,501 @@
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeProvider creates in-memory containers whose runs are answered by run.
+type fakeProvider struct {
+	mu      sync.Mutex
+	run     func(code string) (sandbox.Result, error)
+	created int
+	deleted int
+	failNew error
+	codes   []string
+}
+
+func (p *fakeProvider) Create(context.Context, sandbox.Spec) (sandbox.Container, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failNew != nil {
+		return nil, p.failNew
+	}
+	p.created++
+	return &fakeContainer{p: p}, nil
+}
+
+func (p *fakeProvider) counts() (created, deleted int, codes []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.created, p.deleted, append([]string(nil), p.codes...)
+}
+
+type fakeContainer struct {
+	p    *fakeProvider
+	once sync.Once
+}
+
+func (c *fakeContainer) Run(_ context.Context, code string) (sandbox.Result, error) {
+	c.p.mu.Lock()
+	c.p.codes = append(c.p.codes, code)
+	run := c.p.run
+	c.p.mu.Unlock()
+	if run == nil {
+		return sandbox.Result{Stdout: "42\n"}, nil
+	}
+	return run(code)
+}
+
+func (c *fakeContainer) Delete(context.Context) error {
+	c.once.Do(func() {
+		c.p.mu.Lock()
+		c.p.deleted++
+		c.p.mu.Unlock()
+	})
+	return nil
+}
+
+// fakeModel answers follow-up calls from a script and records their bodies.
+type fakeModel struct {
+	mu      sync.Mutex
+	answers []scripted
+	bodies  [][]byte
+	headers []http.Header
+}
+
+type scripted struct {
+	status int
+	body   string
+	delay  time.Duration
+}
+
+func (m *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	m.mu.Lock()
+	m.bodies = append(m.bodies, body)
+	m.headers = append(m.headers, r.Header.Clone())
+	var a scripted
+	if len(m.answers) > 0 {
+		a, m.answers = m.answers[0], m.answers[1:]
+	} else {
+		a = scripted{status: 500, body: `{"error":{"message":"script exhausted"}}`}
+	}
+	m.mu.Unlock()
+	if a.delay > 0 {
+		select {
+		case <-time.After(a.delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.status)
+	_, _ = io.WriteString(w, a.body)
+}
+
+func (m *fakeModel) sent() [][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([][]byte(nil), m.bodies...)
+}
+
+// fixture is an engine wired to a fake sandbox and a fake model.
+type fixture struct {
+	engine   *Engine
+	provider *fakeProvider
+	manager  *sandbox.Manager
+	model    *fakeModel
+	url      string
+}
+
+func newFixture(t *testing.T, answers ...scripted) *fixture {
+	t.Helper()
+	p := &fakeProvider{}
+	mgr := sandbox.NewManager(p, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+	model := &fakeModel{answers: answers}
+	srv := httptest.NewServer(model)
+	n := 0
+	var idMu sync.Mutex
+	e := New(mgr, Config{Log: zaptest.NewLogger(t), NewID: func(prefix string) string {
+		idMu.Lock()
+		defer idMu.Unlock()
+		n++
+		return fmt.Sprintf("%s%d", prefix, n)
+	}})
+	t.Cleanup(func() {
+		e.Close()
+		srv.Close()
+		require.NoError(t, mgr.Close(context.Background()))
+	})
+	return &fixture{engine: e, provider: p, manager: mgr, model: model, url: srv.URL + "/v1/responses"}
+}
+
+// request rewrites a client body and returns the loop request for a first answer.
+func (f *fixture) request(t *testing.T, s schema.Surface, client string, first string) Request {
+	t.Helper()
+	rw, err := schema.RewriteRequest(s, []byte(client), schema.Options{})
+	require.NoError(t, err, "rewrite %s", client)
+	require.True(t, rw.Found)
+	return Request{
+		Surface:      s,
+		URL:          f.url,
+		Header:       http.Header{"Authorization": {"Bearer sk-test"}, "X-Codeinterp-Followup": {"v1.1.sig"}},
+		Rewrite:      rw,
+		First:        []byte(first),
+		FunctionName: schema.DefaultFunctionName,
+		Sandbox:      sandbox.AcquireRequest{Identity: "id-1"},
+	}
+}
+
+const responsesClient = `{"model":"m","input":"compute 40+2","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`
+
+func respCall(id, code string, inTok int) string {
+	args, _ := json.Marshal(map[string]string{"code": code})
+	return fmt.Sprintf(`{"id":"resp_%s","object":"response","created_at":1,"status":"completed","model":"m","output":[{"type":"function_call","id":"fc_%s","call_id":"call_%s","name":"code_interpreter","arguments":%q,"status":"completed"}],"tools":[{"type":"function","name":"code_interpreter","parameters":{}}],"usage":{"input_tokens":%d,"output_tokens":5,"total_tokens":%d}}`,
+		id, id, id, string(args), inTok, inTok+5)
+}
+
+func respText(id, text string) string {
+	return fmt.Sprintf(`{"id":"resp_%s","object":"response","created_at":1,"status":"completed","model":"m","output":[{"type":"message","id":"msg_%s","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}],"tools":[{"type":"function","name":"code_interpreter","parameters":{}}],"usage":{"input_tokens":20,"output_tokens":3,"total_tokens":23}}`,
+		id, id, text)
+}
+
+func parseResponse(t *testing.T, body []byte) responses.Response {
+	t.Helper()
+	var r responses.Response
+	require.NoError(t, json.Unmarshal(body, &r), "parse %s", body)
+	return r
+}
+
+func TestOneRoundResponses(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "The answer is 42.")})
+	loops := 0
+	req := f.request(t, schema.Responses, responsesClient, respCall("1", "print(40+2)", 10))
+	req.OnLoop = func() { loops++ }
+	res := f.engine.Run(context.Background(), req)
+
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopDone, res.Stop)
+	assert.Equal(t, 1, loops, "OnLoop is called once")
+	assert.Equal(t, 1, res.Rounds)
+	r := parseResponse(t, res.Body)
+	require.Len(t, r.Output, 2, "body: %s", res.Body)
+	ci := r.Output[0].AsCodeInterpreterCall()
+	assert.Equal(t, "code_interpreter_call", r.Output[0].Type)
+	assert.Equal(t, "print(40+2)", ci.Code)
+	assert.Equal(t, "completed", string(ci.Status))
+	assert.True(t, strings.HasPrefix(ci.ContainerID, "cntr_"), "container id %q", ci.ContainerID)
+	require.Len(t, ci.Outputs, 1)
+	assert.Equal(t, "42\n", ci.Outputs[0].Logs)
+	assert.Equal(t, "The answer is 42.", r.OutputText())
+	assert.Equal(t, int64(30), r.Usage.InputTokens, "usage is summed over rounds")
+	assert.Equal(t, int64(38), r.Usage.TotalTokens)
+	assert.NotContains(t, string(res.Body), `"function_call"`, "the internal call never reaches the client")
+
+	sent := f.model.sent()
+	require.Len(t, sent, 1)
+	input := gjson.GetBytes(sent[0], "input")
+	require.True(t, input.IsArray(), "a string input becomes a list: %s", sent[0])
+	items := input.Array()
+	require.Len(t, items, 3)
+	assert.Equal(t, "function_call", items[1].Get("type").String())
+	assert.Equal(t, "function_call_output", items[2].Get("type").String())
+	assert.Equal(t, "call_1", items[2].Get("call_id").String())
+	assert.Equal(t, "42\n", items[2].Get("output").String())
+	h := f.model.headers[0]
+	assert.Equal(t, "Bearer sk-test", h.Get("Authorization"))
+	assert.Equal(t, "v1.1.sig", h.Get("X-Codeinterp-Followup"))
+	assert.Equal(t, "application/json", h.Get("Content-Type"))
+
+	assert.Eventually(t, func() bool { _, d, _ := f.provider.counts(); return d == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the ephemeral sandbox is deleted after the reply")
+}
+
+func TestNoCallIsFinalAtOnce(t *testing.T) {
+	f := newFixture(t)
+	req := f.request(t, schema.Responses, responsesClient, respText("1", "hello"))
+	req.OnLoop = func() { t.Error("OnLoop must not be called without a call") }
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status)
+	assert.Equal(t, StopDone, res.Stop)
+	assert.Equal(t, 0, res.Rounds)
+	assert.Empty(t, f.model.sent(), "no follow-up")
+	created, _, _ := f.provider.counts()
+	assert.Zero(t, created, "no sandbox is created when no code runs")
+	assert.Equal(t, "code_interpreter", gjson.GetBytes(res.Body, "tools.0.type").String(), "the hosted tool is echoed: %s", res.Body)
+}
+
+func TestTwoRoundsAndErrorsFedBack(t *testing.T) {
+	f := newFixture(t,
+		scripted{status: 200, body: respCall("2", "print(1/1)", 30)},
+		scripted{status: 200, body: respText("3", "done")})
+	f.provider.run = func(code string) (sandbox.Result, error) {
+		if code == "print(1/0)" {
+			return sandbox.Result{Error: &sandbox.Error{Name: "ZeroDivisionError", Value: "division by zero",
+				Traceback: "Traceback (most recent call last):\n  Cell In[1], line 1\nZeroDivisionError: division by zero"}}, nil
+		}
+		return sandbox.Result{Stdout: "1.0\n"}, nil
+	}
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1/0)", 10)))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, 2, res.Rounds)
+	r := parseResponse(t, res.Body)
+	require.Len(t, r.Output, 3, "two ci items and the message, in order: %s", res.Body)
+	assert.Equal(t, "print(1/0)", r.Output[0].AsCodeInterpreterCall().Code)
+	assert.Contains(t, r.Output[0].AsCodeInterpreterCall().Outputs[0].Logs, "ZeroDivisionError")
+	assert.Equal(t, "print(1/1)", r.Output[1].AsCodeInterpreterCall().Code)
+	assert.Equal(t, r.Output[0].AsCodeInterpreterCall().ContainerID, r.Output[1].AsCodeInterpreterCall().ContainerID, "one sandbox per request")
+	sent := f.model.sent()
+	require.Len(t, sent, 2)
+	assert.Contains(t, gjson.GetBytes(sent[0], "input.2.output").String(), "ZeroDivisionError: division by zero", "the error is fed back")
+	created, _, _ := f.provider.counts()
+	assert.Equal(t, 1, created)
+}
+
+func TestFailuresBecomeFixedTexts(t *testing.T) {
+	tests := []struct {
+		name     string
+		run      func(string) (sandbox.Result, error)
+		failNew  error
+		args     string
+		wantText string
+	}{
+		{name: "unavailable", failNew: errors.New("no bwrap"), wantText: TextSandboxUnavailable},
+		{name: "lost", run: func(string) (sandbox.Result, error) { return sandbox.Result{}, sandbox.ErrLost }, wantText: TextSandboxLost},
+		{name: "timeout", run: func(string) (sandbox.Result, error) {
+			return sandbox.Result{Stdout: "partial\n"}, sandbox.ErrTimeout
+		}, wantText: "[execution timed out after"},
+		{name: "invalid arguments", args: `"print(1)"`, wantText: TextInvalidArguments},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, scripted{status: 200, body: respText("2", "sorry")})
+			f.provider.run, f.provider.failNew = tt.run, tt.failNew
+			first := respCall("1", "print(1)", 10)
+			if tt.args != "" {
+				first = strings.Replace(first, `"{\"code\":\"print(1)\"}"`, fmt.Sprintf("%q", tt.args), 1)
+			}
+			res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+			require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+			r := parseResponse(t, res.Body)
+			require.Len(t, r.Output, 2, "body: %s", res.Body)
+			ci := r.Output[0].AsCodeInterpreterCall()
+			assert.Equal(t, "failed", string(ci.Status), "status of a %s call", tt.name)
+			require.NotEmpty(t, ci.Outputs)
+			assert.Contains(t, ci.Outputs[0].Logs, tt.wantText)
+			sent := f.model.sent()
+			require.Len(t, sent, 1)
+			assert.Contains(t, gjson.GetBytes(sent[0], "input.2.output").String(), tt.wantText, "the model is told")
+		})
+	}
+}
+
+func TestMaxRoundsEndsWithText(t *testing.T) {
+	answers := []scripted{}
+	for i := 2; i <= 3; i++ {
+		answers = append(answers, scripted{status: 200, body: respCall(fmt.Sprint(i), fmt.Sprintf("print(%d)", i), 10)})
+	}
+	answers = append(answers, scripted{status: 200, body: respText("4", "final")})
+	f := newFixture(t, answers...)
+	req := f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10))
+	req.MaxRounds = 3
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopMaxRounds, res.Stop)
+	assert.Equal(t, 3, res.Rounds)
+	sent := f.model.sent()
+	require.Len(t, sent, 3)
+	assert.False(t, gjson.GetBytes(sent[1], "tool_choice").Exists(), "earlier rounds keep the client's (absent) tool_choice")
+	assert.Equal(t, "none", gjson.GetBytes(sent[2], "tool_choice").String(), "the last follow-up makes the model answer in text")
+	assert.Contains(t, gjson.GetBytes(sent[2], "input.#(type==\"function_call_output\")#.output|@reverse|0").String(), TextRoundLimit)
+	r := parseResponse(t, res.Body)
+	assert.Equal(t, "final", r.OutputText())
+}
+
+func TestMaxRoundsDropsALateCall(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respCall("2", "print(2)", 10)})
+	req := f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10))
+	req.MaxRounds = 1
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopMaxRounds, res.Stop)
+	assert.NotContains(t, string(res.Body), "function_call", "a call the model makes after the limit is dropped")
+	_, _, codes := f.provider.counts()
+	assert.Equal(t, []string{"print(1)"}, codes)
+}
+
+func TestRepeatedCallIsNotRun(t *testing.T) {
+	f := newFixture(t,
+		scripted{status: 200, body: respCall("2", "print(40+2)", 10)},
+		scripted{status: 200, body: respText("3", "42")})
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(40+2)", 10)))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopRepeat, res.Stop)
+	_, _, codes := f.provider.counts()
+	assert.Equal(t, []string{"print(40+2)"}, codes, "the repeat is not run (call ids differ, the code does not)")
+	sent := f.model.sent()
+	require.Len(t, sent, 2)
+	assert.Contains(t, gjson.GetBytes(sent[1], "input.4.output").String(), TextRepeated)
+	assert.Equal(t, "none", gjson.GetBytes(sent[1], "tool_choice").String())
+}
+
+func TestUpstreamErrorInRoundTwo(t *testing.T) {
+	f := newFixture(t, scripted{status: 500, body: `{"error":{"message":"overloaded","type":"server_error"}}`})
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	assert.Equal(t, 500, res.Status)
+	assert.Equal(t, StopUpstreamError, res.Stop)
+	assert.Equal(t, "overloaded", gjson.GetBytes(res.Body, "error.message").String())
+	assert.Eventually(t, func() bool { _, d, _ := f.provider.counts(); return d == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the ephemeral sandbox is deleted on the failure path too")
+}
+
+func TestUpstreamNonJSONErrorIsWrapped(t *testing.T) {
+	f := newFixture(t, scripted{status: 503, body: `upstream connect error`})
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	assert.Equal(t, 503, res.Status)
+	assert.Contains(t, gjson.GetBytes(res.Body, "error.message").String(), "upstream connect error")
+}
+
+func TestMixedTurnReturnsClientCall(t *testing.T) {
+	f := newFixture(t)
+	client := `{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"function","name":"get_weather","parameters":{}}]}`
+	first := `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[` +
+		`{"type":"function_call","id":"fc_1","call_id":"call_1","name":"code_interpreter","arguments":"{\"code\":\"print(1)\"}","status":"completed"},` +
+		`{"type":"function_call","id":"fc_2","call_id":"call_2","name":"get_weather","arguments":"{}","status":"completed"}],"tools":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, client, first))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopClientCall, res.Stop)
+	assert.Empty(t, f.model.sent(), "the client's call is pending: no follow-up")
+	r := parseResponse(t, res.Body)
+	require.Len(t, r.Output, 2)
+	assert.Equal(t, "code_interpreter_call", r.Output[0].Type)
+	assert.Equal(t, "get_weather", r.Output[1].AsFunctionCall().Name)
+}
+
+func TestForcedToolChoiceAppliesToRoundOneOnly(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
+	client := `{"model":"m","input":"x","tool_choice":{"type":"code_interpreter"},"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, client, respCall("1", "print(1)", 10)))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	sent := f.model.sent()
+	require.Len(t, sent, 1)
+	assert.False(t, gjson.GetBytes(sent[0], "tool_choice").Exists(), "a forced choice is dropped after round 1: %s", sent[0])
+	assert.Equal(t, "code_interpreter", gjson.GetBytes(res.Body, "tool_choice.type").String(), "the client's tool_choice is echoed")
+}
+
+func TestDeadlineReturnsIncomplete(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "late"), delay: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res := f.engine.Run(ctx, f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopDeadline, res.Stop)
+	r := parseResponse(t, res.Body)
+	assert.Equal(t, "incomplete", string(r.Status))
+	require.Len(t, r.Output, 1, "the code that ran is shown: %s", res.Body)
+	assert.Equal(t, "code_interpreter_call", r.Output[0].Type)
+}
+
+func TestCanceledStopsAtOnce(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "late"), delay: 10 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	res := f.engine.Run(ctx, f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	assert.Equal(t, StopCanceled, res.Stop)
+	assert.Eventually(t, func() bool { _, d, _ := f.provider.counts(); return d == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the ephemeral sandbox is deleted when the client goes away")
+}
+
+const chatClient = `{"model":"m","messages":[{"role":"user","content":"compute 40+2"}],"tools":[{"type":"code_interpreter"}]}`
+
+func chatCall(id, code string) string {
+	args, _ := json.Marshal(map[string]string{"code": code})
+	return fmt.Sprintf(`{"id":"chatcmpl-%s","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_%s","type":"function","function":{"name":"code_interpreter","arguments":%q}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`,
+		id, id, string(args))
+}
+
+func chatText(id, text string) string {
+	return fmt.Sprintf(`{"id":"chatcmpl-%s","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":3,"total_tokens":23}}`, id, text)
+}
+
+func TestOneRoundChat(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: chatText("2", "42")})
+	res := f.engine.Run(context.Background(), f.request(t, schema.Chat, chatClient, chatCall("1", "print(40+2)")))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	var c openai.ChatCompletion
+	require.NoError(t, json.Unmarshal(res.Body, &c))
+	assert.Equal(t, "42", c.Choices[0].Message.Content)
+	assert.Equal(t, int64(38), c.Usage.TotalTokens, "usage is summed")
+	sent := f.model.sent()
+	require.Len(t, sent, 1)
+	msgs := gjson.GetBytes(sent[0], "messages").Array()
+	require.Len(t, msgs, 3, "user, assistant with tool_calls, tool: %s", sent[0])
+	assert.Equal(t, "call_1", msgs[1].Get("tool_calls.0.id").String())
+	assert.Equal(t, "tool", msgs[2].Get("role").String())
+	assert.Equal(t, "42\n", msgs[2].Get("content").String())
+}
+
+func TestStreamingAnswerIsSSE(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: chatText("2", "42")})
+	client := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}],"tools":[{"type":"code_interpreter"}]}`
+	res := f.engine.Run(context.Background(), f.request(t, schema.Chat, client, chatCall("1", "print(40+2)")))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, "text/event-stream; charset=utf-8", res.Header.Get("Content-Type"))
+	assert.Equal(t, "no-cache", res.Header.Get("Cache-Control"))
+	assert.True(t, strings.HasSuffix(string(res.Body), "data: [DONE]\n\n"), "chat streams end with [DONE]: %s", res.Body)
+	assert.False(t, gjson.GetBytes(f.model.sent()[0], "stream_options").Exists(), "stream_options never goes upstream")
+}
+
+func TestRenderAndCap(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     sandbox.Result
+		wantText string
+		wantLogs string
+	}{
+		{"nothing", sandbox.Result{}, TextNoOutput, ""},
+		{"stdout and value", sandbox.Result{Stdout: "a\n", Value: "42"}, "a\n42", "a\n42"},
+		{"stderr", sandbox.Result{Stderr: "warn\n"}, "[stderr]\nwarn\n", "[stderr]\nwarn\n"},
+		{"image only", sandbox.Result{Images: []sandbox.Image{{PNG: []byte{1}}}}, "[1 image was shown to the user]", ""},
+		{"files", sandbox.Result{Files: []sandbox.File{{Path: "/mnt/data/a.csv", Size: 3}}}, "[files written: /mnt/data/a.csv (3 bytes)]", "[files written: /mnt/data/a.csv (3 bytes)]"},
+		{"error without traceback", sandbox.Result{Error: &sandbox.Error{Name: "E", Value: "v"}}, "E: v", "E: v"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text, logs := render(tt.give, 1000)
+			assert.Equal(t, tt.wantText, text, "text of %+v", tt.give)
+			assert.Equal(t, tt.wantLogs, logs, "logs of %+v", tt.give)
+		})
+	}
+	long := strings.Repeat("é", 1000)
+	got := capText(long, 200)
+	assert.LessOrEqual(t, len(got), 200)
+	assert.Contains(t, got, "bytes cut")
+	assert.True(t, strings.HasPrefix(got, "é") && strings.HasSuffix(got, "é"), "cut at rune boundaries: %q", got)
+	assert.Equal(t, "short", capText("short", 200))
+}
