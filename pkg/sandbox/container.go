@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // markerGrace bounds the wait for the end markers on stdout and stderr once the driver has
@@ -29,7 +31,12 @@ type localContainer struct {
 	log     *zap.Logger
 	cmd     *exec.Cmd
 	hostDir string // the data directory on the host, without isolation only
-	kill    context.CancelFunc
+	cancel  context.CancelFunc
+	// initMu guards initFD: a pidfd of the container's PID-namespace init (bubblewrap's
+	// reaper), or -1. Killing it kills every process of the container; it exits only once they
+	// are all gone.
+	initMu sync.Mutex
+	initFD int
 
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
@@ -67,6 +74,7 @@ func (l *Local) maxFrame() int {
 func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	c := &localContainer{
 		l:       l,
+		initFD:  -1,
 		stdout:  newCapture(l.cfg.OutputLimit),
 		stderr:  newCapture(l.cfg.OutputLimit),
 		frames:  make(chan frameMsg),
@@ -117,13 +125,22 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	}
 	childFiles = append(childFiles, errW)
 	extra := []*os.File{ctlInR, ctlOutW, intrR}
-	if l.isolated() && l.seccomp != nil {
-		sp, err := l.seccompPipe()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	var infoR *os.File
+	if l.isolated() {
+		var sp *os.File // fd 6: the seccomp filter
+		if l.seccomp != nil {
+			if sp, err = l.seccompPipe(); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			childFiles = append(childFiles, sp)
 		}
-		childFiles = append(childFiles, sp)
-		extra = append(extra, sp)
+		var infoW *os.File // fd 7: bubblewrap's --info-fd
+		if infoR, infoW, err = pipe(); err != nil {
+			return nil, err
+		}
+		defer infoR.Close()
+		childFiles = append(childFiles, infoW)
+		extra = append(extra, sp, infoW)
 	}
 
 	dir := dataDir
@@ -141,8 +158,8 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	path, args := l.commandArgs(cfgHex)
 
 	// The process lives until Delete, not as long as any request: its context is its own.
-	life, kill := context.WithCancel(context.Background())
-	c.kill = kill
+	life, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
 	cmd := exec.CommandContext(life, path, args...)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = outW, errW
@@ -166,13 +183,20 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	cmd.WaitDelay = time.Second
 	c.cmd = cmd
 	if err := l.track(c); err != nil {
-		kill()
+		cancel()
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		kill()
+		cancel()
 		l.untrack(c)
 		return nil, fmt.Errorf("%w: start %s: %w", ErrUnavailable, path, err)
+	}
+	for _, f := range childFiles {
+		f.Close()
+	}
+	childFiles = nil
+	if infoR != nil {
+		c.openInit(infoR)
 	}
 
 	c.goTracked(func() { c.stdout.readFrom(c.outR) })
@@ -193,6 +217,62 @@ func (c *localContainer) goTracked(f func()) {
 		defer c.wg.Done()
 		f()
 	}()
+}
+
+// openInit reads bubblewrap's --info-fd report and opens a pidfd of the container's init. It
+// is best effort: without it Delete cannot wait for the container's processes to be gone.
+func (c *localContainer) openInit(info *os.File) {
+	_ = info.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var msg struct {
+		ChildPID int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(info).Decode(&msg); err != nil || msg.ChildPID <= 0 {
+		c.log.Warn("no child pid from bubblewrap", zap.Error(err))
+		return
+	}
+	fd, err := unix.PidfdOpen(msg.ChildPID, 0)
+	if err != nil {
+		c.log.Warn("open pidfd of the container's init", zap.Int("pid", msg.ChildPID), zap.Error(err))
+		return
+	}
+	c.initMu.Lock()
+	c.initFD = fd
+	c.initMu.Unlock()
+}
+
+// kill kills the container: bubblewrap's process group (without isolation: the interpreter's)
+// and the container's init, which takes every process of its PID namespace with it.
+func (c *localContainer) kill() {
+	c.cancel()
+	c.initMu.Lock()
+	if c.initFD >= 0 {
+		_ = unix.PidfdSendSignal(c.initFD, unix.SIGKILL, nil, 0)
+	}
+	c.initMu.Unlock()
+}
+
+// waitInitGone waits until the container's init has exited, which it does only after every
+// other process of its PID namespace is gone.
+func (c *localContainer) waitInitGone(ctx context.Context) error {
+	c.initMu.Lock()
+	fd := c.initFD
+	c.initMu.Unlock()
+	if fd < 0 {
+		return nil
+	}
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 50)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("wait for the container's processes: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("wait for the container's processes: %w", err)
+		}
+	}
 }
 
 // readFrames delivers the driver's answers until its pipe ends or Delete.
@@ -286,6 +366,15 @@ func (c *localContainer) startOutput() string {
 	return ""
 }
 
+func (c *localContainer) isDeleted() bool {
+	select {
+	case <-c.deleted:
+		return true
+	default:
+		return false
+	}
+}
+
 // Alive reports whether the container's process is still running.
 func (c *localContainer) Alive() bool {
 	select {
@@ -307,9 +396,10 @@ func (c *localContainer) Alive() bool {
 func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
-	select {
-	case <-c.deleted:
+	if c.isDeleted() {
 		return Result{}, ErrClosed
+	}
+	select {
 	case <-c.exited:
 		return Result{}, fmt.Errorf("%w: container exited: %v", ErrLost, c.waitErr)
 	default:
@@ -351,6 +441,9 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 			if f.err != nil {
 				c.kill()
 				res := c.partial(outDone, errDone)
+				if c.isDeleted() {
+					return res, ErrClosed
+				}
 				if interrupted {
 					return res, c.stopErr(ctx, true)
 				}
@@ -379,6 +472,9 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 			return c.partial(outDone, errDone), c.stopErr(ctx, true)
 		case <-c.exited:
 			res := c.partial(outDone, errDone)
+			if c.isDeleted() {
+				return res, ErrClosed
+			}
 			if interrupted {
 				return res, c.stopErr(ctx, true)
 			}
@@ -500,6 +596,15 @@ func (c *localContainer) Delete(ctx context.Context) error {
 	// possible without isolation): closing our ends stops the readers regardless.
 	c.closeParentFiles()
 	c.wg.Wait() // the readers end at their closed files, the frame reader at stop
+	if err := c.waitInitGone(ctx); err != nil {
+		return fmt.Errorf("delete container: %w", err)
+	}
+	c.initMu.Lock()
+	if c.initFD >= 0 {
+		unix.Close(c.initFD)
+		c.initFD = -1
+	}
+	c.initMu.Unlock()
 	c.l.untrack(c)
 	if c.hostDir != "" {
 		if err := os.RemoveAll(c.hostDir); err != nil {

@@ -15,10 +15,11 @@
 # It imports nothing slow at start (no json, re, traceback or ast module) to keep cold starts near a
 # bare interpreter's; marshal, _ast and _thread are built in.
 
-import sys, os, marshal, signal, _thread, _ast, builtins, io
+import sys, os, marshal, signal, select, _thread, _ast, builtins, io
 
 R_IN, R_OUT, R_INTR = 3, 4, 5
 MAX_REQUEST = 64 << 20
+FLUSH_EVERY = 0.1  # seconds: output of a running cell reaches the server at least this often
 
 
 class _State:
@@ -76,17 +77,35 @@ def _send(obj):
 # --- interrupts -----------------------------------------------------------------------------
 
 def _interrupt_loop(main_ident):
+    # Also flushes the running cell's output now and then, so that what a cell printed before
+    # it hangs or is killed is not lost in a buffer.
     while True:
         try:
+            ready, _, _ = select.select([R_INTR], [], [], FLUSH_EVERY)
+            if not ready:
+                if S.running:
+                    _flush_buffers()
+                continue
             b = _read_exact(R_INTR, 8)
-        except OSError:
+        except (OSError, ValueError):
             return
         if b is None:
             return
         seq = int.from_bytes(b, 'big')
         with S.lock:
             if S.running and S.seq == seq:
+                _flush_buffers()
                 signal.pthread_kill(main_ident, signal.SIGINT)
+
+
+def _flush_buffers():
+    # The byte buffers under the text streams are locked, so flushing them from this thread
+    # keeps the order of the bytes; the text layers write through to them.
+    for f in (S.stdout, S.stderr):
+        try:
+            f.buffer.flush()
+        except Exception:
+            pass
 
 
 def _intr_on(seq):
@@ -107,7 +126,9 @@ def _intr_off():
 # --- output ---------------------------------------------------------------------------------
 
 def _new_stream(fd):
-    return io.open(fd, 'w', encoding='utf-8', errors='backslashreplace', closefd=False)
+    raw = io.FileIO(fd, 'w', closefd=False)
+    return io.TextIOWrapper(io.BufferedWriter(raw, 1 << 16), encoding='utf-8',
+                            errors='backslashreplace', write_through=True)
 
 
 def _reset_streams():

@@ -419,6 +419,9 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	if l.seccomp != nil {
 		a = append(a, "--seccomp", "6")
 	}
+	if !probe {
+		a = append(a, "--info-fd", "7")
+	}
 	return a
 }
 

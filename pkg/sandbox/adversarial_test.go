@@ -1,0 +1,515 @@
+package sandbox
+
+// The adversarial suite: hostile code in real containers. Each attack must be contained, the
+// server (this test process) must stay healthy, and other containers must keep working.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+// assertHealthy checks that the server can still start processes and that a new container of
+// l (and, if given, an existing one) still runs code.
+func assertHealthy(t *testing.T, l *Local, others ...Container) {
+	t.Helper()
+	require.NoError(t, exec.Command("true").Run(), "the server can still start processes")
+	c := newTestContainer(t, l, Spec{})
+	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "a new container works")
+	for i, o := range others {
+		res, err := runTimeout(o, "print('still here')", 30*time.Second)
+		require.NoError(t, err, "other container %d", i)
+		assert.Equal(t, "still here\n", res.Stdout, "other container %d keeps working", i)
+	}
+}
+
+// procTree returns the processes under pid (inclusive) as pid -> start time, so that a pid
+// reused later is not mistaken for one of them.
+func procTree(pid int) map[int]string {
+	out := map[int]string{}
+	var walk func(int)
+	walk = func(p int) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			return
+		}
+		// Field 22 (start time) counted after the ")" closing the command name.
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 19 {
+			out[p] = fields[19]
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		for _, task := range tasks {
+			kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", p, task.Name()))
+			for _, k := range strings.Fields(string(kids)) {
+				if n, err := strconv.Atoi(k); err == nil {
+					walk(n)
+				}
+			}
+		}
+	}
+	walk(pid)
+	return out
+}
+
+func containerPID(c Container) int { return c.(*localContainer).cmd.Process.Pid }
+
+// survivors returns the processes of tree still running (a zombie has ended: it only waits to
+// be reaped by whoever inherited it).
+func survivors(tree map[int]string) []int {
+	var alive []int
+	for pid, start := range tree {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 19 && fields[19] == start && fields[0] != "Z" && fields[0] != "X" {
+			alive = append(alive, pid)
+		}
+	}
+	return alive
+}
+
+// TestAdversarialForkBomb runs first and alone (not parallel): it counts processes.
+func TestAdversarialForkBomb(t *testing.T) {
+	l := newTestLocal(t, LocalConfig{MaxProcesses: 32})
+	bystander := newTestContainer(t, l, Spec{})
+	bomb, err := l.Create(context.Background(), Spec{})
+	require.NoError(t, err, "create")
+	code := "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Go(func() { _, runErr = runTimeout(bomb, code, 3*time.Second) })
+	time.Sleep(time.Second) // let it grow while the checks below run
+	res, err := runTimeout(bystander, "print('fine')", 30*time.Second)
+	require.NoError(t, err, "another container during the fork bomb")
+	assert.Equal(t, "fine\n", res.Stdout, "another container works during the fork bomb")
+	require.NoError(t, exec.Command("true").Run(), "the server can start processes during the fork bomb")
+	tree := procTree(containerPID(bomb))
+	// bubblewrap's monitor outside, its init and the interpreter's processes inside.
+	assert.LessOrEqual(t, len(tree), 32+2, "processes of the fork-bombing container")
+	assert.Greater(t, len(tree), 10, "the fork bomb did fork (the test would prove nothing otherwise)")
+	wg.Wait()
+	assert.ErrorIs(t, runErr, ErrTimeout, "the fork bomb's run times out")
+
+	require.NoError(t, bomb.Delete(context.Background()), "delete")
+	assert.Empty(t, survivors(procTree(containerPID(bomb))), "nothing of the container outlives Delete")
+	assert.Empty(t, survivors(tree), "no forked process outlives Delete")
+	assertHealthy(t, l, bystander)
+}
+
+func TestAdversarialNetwork(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	c := newTestContainer(t, l, Spec{})
+	ln4, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err, "listen on IPv4 loopback")
+	defer ln4.Close()
+	port4 := ln4.Addr().(*net.TCPAddr).Port
+	targets := []struct {
+		name string
+		give string // a Python expression making one connection attempt
+	}{
+		{"host IPv4 loopback listener", fmt.Sprintf("tcp(socket.AF_INET, ('127.0.0.1', %d))", port4)},
+		{"public IPv4", "tcp(socket.AF_INET, ('1.1.1.1', 53))"},
+		{"public IPv6", "tcp(socket.AF_INET6, ('2606:4700:4700::1111', 53))"},
+		{"DNS", "socket.getaddrinfo('example.com', 443)"},
+		{"UDP to a public resolver", "udp(('8.8.8.8', 53))"},
+	}
+	if ln6, err := net.Listen("tcp6", "[::1]:0"); err == nil {
+		defer ln6.Close()
+		targets = append(targets, struct {
+			name string
+			give string
+		}{"host IPv6 loopback listener", fmt.Sprintf("tcp(socket.AF_INET6, ('::1', %d))", ln6.Addr().(*net.TCPAddr).Port)})
+	}
+	runIn(t, c, `import socket
+def tcp(family, addr):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(3)
+    try:
+        s.connect(addr)
+    finally:
+        s.close()
+def udp(addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    try:
+        s.sendto(b'x', addr)
+        return s.recvfrom(10)
+    finally:
+        s.close()`)
+	for _, tt := range targets {
+		res := runIn(t, c, tt.give)
+		require.NotNil(t, res.Error, "%s: %s must fail", tt.name, tt.give)
+		assert.Contains(t, []string{"OSError", "ConnectionRefusedError", "gaierror", "TimeoutError"},
+			res.Error.Name, "%s: %s fails for want of a network", tt.name, tt.give)
+	}
+	res := runIn(t, c, "sorted(n for _, n in socket.if_nameindex())")
+	assert.Equal(t, "['lo']", res.Value, "the container has only its own loopback")
+
+	// Nothing reached the host's listener.
+	require.NoError(t, ln4.(*net.TCPListener).SetDeadline(time.Now().Add(10*time.Millisecond)), "deadline")
+	_, err = ln4.Accept()
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "no connection arrived at the host's listener")
+}
+
+func TestAdversarialHostFiles(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	c := newTestContainer(t, l, Spec{})
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "secret.txt")
+	require.NoError(t, os.WriteFile(secret, []byte("host secret"), 0o644), "write host secret")
+	wd, err := os.Getwd()
+	require.NoError(t, err, "getwd")
+
+	reads := []string{
+		secret, "/etc/shadow", "/etc/hostname", "/etc/hosts", "/root/.profile",
+		filepath.Join(wd, "sandbox.go"), filepath.Join(l.workDir, "containers"),
+		"/sys/kernel/hostname", "/var/log", "/home",
+	}
+	for _, p := range reads {
+		res := runIn(t, c, fmt.Sprintf("import os\nos.listdir(%q) if os.path.isdir(%q) else open(%q).read()", p, p, p))
+		require.NotNil(t, res.Error, "reading %s must fail", p)
+		assert.Contains(t, []string{"FileNotFoundError", "PermissionError"}, res.Error.Name, "reading %s", p)
+	}
+	res := runIn(t, c, "import os\nsorted(os.listdir('/'))")
+	assert.Equal(t, "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', 'proc', 'sbin', 'tmp', 'usr']", res.Value,
+		"the container's root holds only the allowed mounts")
+	res = runIn(t, c, "sorted(os.listdir('/etc'))")
+	assert.NotContains(t, res.Value, "shadow", "no /etc/shadow")
+	assert.NotContains(t, res.Value, "hostname", "no host /etc files")
+
+	writes := []string{"/usr/evil", "/etc/evil", "/evil", "/mnt/evil", "/dev/evil", "/proc/sys/kernel/hostname",
+		"/usr/bin/python3", "/etc/passwd", secretDir + "/evil"}
+	for _, p := range writes {
+		res := runIn(t, c, fmt.Sprintf("open(%q, 'w').write('x')", p))
+		require.NotNil(t, res.Error, "writing %s must fail", p)
+		assert.Contains(t, []string{"OSError", "PermissionError", "FileNotFoundError"}, res.Error.Name, "writing %s", p)
+	}
+	_, err = os.Stat(filepath.Join(secretDir, "evil"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "nothing written on the host")
+	res = runIn(t, c, "open('/tmp/ok', 'w').write('ok')\nopen('/mnt/data/ok', 'w').write('ok')")
+	assert.Nil(t, res.Error, "/tmp and /mnt/data are writable")
+	assertHealthy(t, l, c)
+}
+
+// TestAdversarialEnvironment is not parallel: it sets an environment variable.
+func TestAdversarialEnvironment(t *testing.T) {
+	const secret = "sk-codeinterp-test-secret-0123456789"
+	t.Setenv("CODEINTERP_TEST_API_KEY", secret)
+	readEnv := "import os\nprint(repr(dict(os.environ)))"
+	readProc := `import os, glob
+seen = [repr(dict(os.environ))]
+for p in glob.glob('/proc/*/environ') + ['/proc/1/environ', '/proc/self/environ']:
+    try:
+        seen.append(open(p, 'rb').read().decode('utf-8', 'replace'))
+    except OSError as e:
+        seen.append(type(e).__name__)
+print('\n'.join(seen))`
+	tests := []struct {
+		name string
+		cfg  LocalConfig
+		give string
+	}{
+		{"isolated: environment and every /proc/*/environ", LocalConfig{}, readProc},
+		// Without isolation /proc shows the host's processes; only the environment is clean.
+		{"no isolation: environment", LocalConfig{UnsafeNoIsolation: true}, readEnv},
+	}
+	for _, tt := range tests {
+		c := newTestContainer(t, newTestLocal(t, tt.cfg), Spec{})
+		res := runIn(t, c, tt.give)
+		require.Nil(t, res.Error, "%s: reading environments", tt.name)
+		assert.NotContains(t, res.Stdout, secret, "%s: the server's secret must not reach the container", tt.name)
+		assert.NotContains(t, res.Stdout, "CODEINTERP_TEST_API_KEY", "%s: nor its name", tt.name)
+		assert.NotContains(t, res.Stdout, "/usr/local/go", "%s: nor the server's PATH", tt.name)
+		assert.Contains(t, res.Stdout, "MPLBACKEND", "%s: the container's own environment was read", tt.name)
+	}
+}
+
+func TestAdversarialProcSnooping(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	a := newTestContainer(t, l, Spec{})
+	b := newTestContainer(t, l, Spec{})
+	marker := "snoop-marker-" + randomHex(8)
+	runIn(t, a, fmt.Sprintf("import subprocess\np = subprocess.Popen(['/bin/sh', '-c', 'sleep 600', %q])\nsecret_var = %q", marker, marker))
+	// The marker process exists (seen from the host), so the check below can fail.
+	found := false
+	for pid := range procTree(containerPID(a)) {
+		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmd), marker) {
+			found = true
+		}
+	}
+	require.True(t, found, "container a runs the marker process")
+
+	res := runIn(t, b, `import os, glob
+out = []
+for p in glob.glob('/proc/[0-9]*/cmdline'):
+    try:
+        out.append(open(p, 'rb').read().decode('utf-8', 'replace'))
+    except OSError:
+        pass
+print('\n'.join(out))
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+visible = []
+for pid in range(1, 1 << 15):
+    try:
+        os.kill(pid, 0)
+        visible.append(pid)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        visible.append(pid)
+(pids, visible)`)
+	require.Nil(t, res.Error, "snooping")
+	assert.NotContains(t, res.Stdout, marker, "container b does not see container a's processes")
+	// 1 is bubblewrap's init, 2 the interpreter and 3 its interrupt thread (a thread id is not
+	// listed in /proc but can be signalled).
+	assert.Equal(t, "([1, 2], [1, 2, 3])", res.Value, "container b sees only its init and itself")
+	res = runIn(t, b, "secret_var")
+	require.NotNil(t, res.Error, "container b has no access to a's variables")
+	assert.Equal(t, "NameError", res.Error.Name, "container b has no access to a's variables")
+	assertHealthy(t, l, a)
+}
+
+func TestAdversarialMemoryBomb(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	// A small limit keeps the touched variant quick; the mechanism is the same for every size.
+	c := newTestContainer(t, l, Spec{MemoryLimit: "512m"})
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"one huge allocation", "b = bytearray(8 << 30)"},
+		{"growing and touched", "chunks = []\nwhile True:\n    chunks.append(b'x' * (64 << 20))"},
+		{"a huge string", "s = 'x' * (4 << 30)"},
+	}
+	for _, tt := range tests {
+		res, err := runTimeout(c, tt.give, 60*time.Second)
+		require.NoError(t, err, "%s: the container survives", tt.name)
+		require.NotNil(t, res.Error, "%s: must fail", tt.name)
+		assert.Equal(t, "MemoryError", res.Error.Name, "%s: stopped by the memory limit", tt.name)
+		runIn(t, c, "chunks = None")
+	}
+	hasScientificPython(t)
+	res := runIn(t, c, "import numpy as np\nnp.ones((1 << 17, 1 << 17))")
+	require.NotNil(t, res.Error, "numpy huge array must fail")
+	assert.Contains(t, res.Error.Name, "MemoryError", "numpy huge array stopped by the memory limit")
+	assertHealthy(t, l, c)
+}
+
+func TestAdversarialCPU(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{CPUSeconds: 1})
+	c := newTestContainer(t, l, Spec{})
+	runIn(t, c, "x = 1")
+	_, err := runTimeout(c, "while True:\n    pass", 500*time.Millisecond)
+	assert.ErrorIs(t, err, ErrTimeout, "a spin is stopped at its deadline")
+	assert.NotErrorIs(t, err, ErrLost, "and interrupted, not killed")
+	// The CPU-time limit ends a container that spins past it, whatever the wall clock allows.
+	_, err = runTimeout(c, "while True:\n    pass", 60*time.Second)
+	assert.ErrorIs(t, err, ErrLost, "CPU time exhausted: the container is killed")
+	assert.NotErrorIs(t, err, ErrTimeout, "killed by the CPU limit, long before the deadline")
+	assertHealthy(t, l)
+}
+
+func TestAdversarialDiskFill(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{DataBytes: 16 << 20, TmpBytes: 8 << 20, MaxFileBytes: 4 << 20})
+	c := newTestContainer(t, l, Spec{})
+	runIn(t, c, `import errno, os
+def fill(d):
+    i = 0
+    try:
+        while True:
+            with open(os.path.join(d, 'f%d' % i), 'wb') as f:
+                f.write(b'x' * (1 << 20))
+            i += 1
+    except OSError as e:
+        return errno.errorcode[e.errno], i
+`)
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"one file past the file-size limit", "open('/mnt/data/big', 'wb').write(b'x' * (8 << 20))", "EFBIG"},
+		{"/mnt/data", "fill('/mnt/data')", "ENOSPC"},
+		{"/tmp", "fill('/tmp')", "ENOSPC"},
+		{"/dev/shm", "fill('/dev/shm')", "ENOSPC"},
+		{"memfd", "os.memfd_create('x')", "EPERM"},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, "try:\n    r = "+tt.give+"\nexcept OSError as e:\n    r = errno.errorcode[e.errno]\nr")
+		require.Nil(t, res.Error, "%s", tt.name)
+		assert.Contains(t, res.Value, tt.want, "%s: stopped", tt.name)
+	}
+	res := runIn(t, c, "import shutil\nshutil.disk_usage('/mnt/data').total")
+	assert.Equal(t, strconv.Itoa(16<<20), res.Value, "/mnt/data is a 16 MiB tmpfs")
+	res = runIn(t, c, "for n in os.listdir('/mnt/data'):\n    os.remove('/mnt/data/' + n)\nopen('/mnt/data/ok', 'w').write('fine')")
+	assert.Nil(t, res.Error, "the container recovers once files are removed")
+	assertHealthy(t, l, c)
+}
+
+func TestAdversarialHugeOutput(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	c := newTestContainer(t, l, Spec{})
+	limit := 1 << 20
+	tests := []struct {
+		name  string
+		give  string
+		field func(Result) string
+	}{
+		{"10 MB print", "print('x' * 10_000_000)", func(r Result) string { return r.Stdout }},
+		{"10 MB raw write", "import os\nos.write(1, b'y' * 10_000_000);", func(r Result) string { return r.Stdout }},
+		{"a million lines", "for i in range(1_000_000):\n    print(i)", func(r Result) string { return r.Stdout }},
+		{"10 MB stderr", "import sys\nsys.stderr.write('z' * 10_000_000);", func(r Result) string { return r.Stderr }},
+		{"10 MB value", "'v' * 10_000_000", func(r Result) string { return r.Value }},
+		{"10 MB from a child process", "import subprocess\nsubprocess.run(['/usr/bin/head', '-c', '10000000', '/dev/zero']);",
+			func(r Result) string { return r.Stdout }},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, tt.give)
+		got := tt.field(res)
+		assert.True(t, res.Truncated, "%s: truncated", tt.name)
+		assert.LessOrEqual(t, len(got), limit+64, "%s: capped", tt.name)
+		assert.Contains(t, got, "[output truncated: ", "%s: visible note", tt.name)
+	}
+	res := runIn(t, c, "class Big:\n    def _repr_png_(self):\n        return b'\\x89PNG' + b'0' * 10_000_000\nBig()")
+	assert.Empty(t, res.Images, "an oversized image is dropped")
+	assert.True(t, res.Truncated, "an oversized image marks the result truncated")
+	assertHealthy(t, l, c)
+}
+
+func TestAdversarialProtocolAbuse(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"huge frame length", "import os\nos.write(4, b'\\xff\\xff\\xff\\xff')\nimport time\ntime.sleep(60)"},
+		{"garbage frame", "import os\nos.write(4, b'\\x00\\x00\\x00\\x05hello')\nimport time\ntime.sleep(60)"},
+		{"closed protocol pipes", "import os\nos.close(3)\nos.close(4)\nos.close(5)"},
+		{"end marker forged", "print('\\x1e[codeinterp end 00]\\x1e')\nimport os\nos._exit(0)"},
+	}
+	for _, tt := range tests {
+		c := newTestContainer(t, l, Spec{})
+		_, err := runTimeout(c, tt.give, 30*time.Second)
+		assert.ErrorIs(t, err, ErrLost, "%s: the container is given up", tt.name)
+	}
+	assertHealthy(t, l)
+}
+
+func TestAdversarialSignals(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	bystander := newTestContainer(t, l, Spec{})
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"kill the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"},
+		{"kill init", "import os, signal\nos.kill(1, signal.SIGKILL)"},
+		{"kill everything", "import os, signal\nos.kill(-1, signal.SIGKILL)"},
+		{"kill the server's pid", fmt.Sprintf("import os, signal\nos.kill(%d, signal.SIGKILL)", os.Getpid())},
+		{"stop the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"},
+	}
+	for _, tt := range tests {
+		c := newTestContainer(t, l, Spec{})
+		// Whatever happens to the container, it stays in it.
+		_, _ = runTimeout(c, tt.give, 10*time.Second)
+		_, _ = runTimeout(c, "print(1)", 10*time.Second)
+	}
+	assertHealthy(t, l, bystander)
+}
+
+func TestAdversarialPtraceAndPrivileges(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	c := newTestContainer(t, l, Spec{})
+	runIn(t, c, `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    r = getattr(libc, name)(*args)
+    return os.strerror(ctypes.get_errno()) if r == -1 else 'ok'
+`)
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"ptrace the parent", "call('ptrace', 16, os.getppid(), None, None)", "Operation not permitted"},
+		{"ptrace self", "call('ptrace', 0, 0, None, None)", "Operation not permitted"},
+		{"new user namespace", "call('unshare', 0x10000000)", "Operation not permitted"},
+		{"mount", "call('mount', b'none', b'/tmp', b'tmpfs', 0, None)", "Operation not permitted"},
+		{"setuid root", "call('setuid', 0)", "Invalid argument"}, // uid 0 does not exist in the container
+		{"read init's memory", "open('/proc/1/mem', 'rb').read(1)", "Error"},
+		{"capabilities", "[l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]", "0000000000000000"},
+		{"no new privileges", "[l for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0].split()[1]", "1"},
+		{"seccomp on", "[l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0].split()[1]", "2"},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, "try:\n    r = "+tt.give+"\nexcept OSError as e:\n    r = type(e).__name__\nr")
+		require.Nil(t, res.Error, "%s", tt.name)
+		assert.Contains(t, res.Value, tt.want, "%s", tt.name)
+	}
+	assertHealthy(t, l, c)
+}
+
+func TestAdversarialTenants(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	m := NewManager(l, ManagerConfig{}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close manager") })
+	ctx := context.Background()
+
+	alice, err := m.Acquire(ctx, AcquireRequest{Identity: "alice", Session: "shared-name"})
+	require.NoError(t, err, "alice acquires")
+	defer alice.Release()
+	_, err = alice.Run(ctx, "secret = 'alice-secret'\nopen('/mnt/data/secret.txt', 'w').write(secret)", 0)
+	require.NoError(t, err, "alice writes her secret")
+
+	tests := []struct {
+		name string
+		give AcquireRequest
+	}{
+		{"same session name, other identity", AcquireRequest{Identity: "mallory", Session: "shared-name"}},
+		{"other identity, no session", AcquireRequest{Identity: "mallory"}},
+		{"empty identity, same session name", AcquireRequest{Session: "shared-name"}},
+	}
+	for _, tt := range tests {
+		lease, err := m.Acquire(ctx, tt.give)
+		require.NoError(t, err, "%s: acquire", tt.name)
+		res, err := lease.Run(ctx, "import os, glob\nprint(glob.glob('/mnt/data/*'), 'secret' in dir())", 0)
+		require.NoError(t, err, "%s: run", tt.name)
+		assert.Equal(t, "[] False\n", res.Stdout, "%s: sees neither alice's files nor her variables", tt.name)
+		lease.Release()
+	}
+	_, err = m.Acquire(ctx, AcquireRequest{Identity: "mallory", ContainerID: alice.ContainerID()})
+	assert.ErrorIs(t, err, ErrUnknownContainer, "alice's container id is unknown to mallory")
+	assert.False(t, m.Known("mallory", alice.ContainerID()), "alice's container id is unknown to mallory")
+	res, err := alice.Run(ctx, "print(secret, open('/mnt/data/secret.txt').read())", 0)
+	require.NoError(t, err, "alice again")
+	assert.Equal(t, "alice-secret alice-secret\n", res.Stdout, "alice's state is intact")
+}

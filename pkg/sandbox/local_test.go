@@ -1,0 +1,372 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+)
+
+var pngSignature = []byte("\x89PNG\r\n\x1a\n")
+
+// newTestLocal returns a Local closed at the end of the test. Without bubblewrap on the machine
+// (CI installs it) the test is skipped.
+func newTestLocal(t testing.TB, cfg LocalConfig) *Local {
+	t.Helper()
+	if !cfg.UnsafeNoIsolation {
+		if _, err := exec.LookPath("bwrap"); err != nil {
+			t.Skip("bubblewrap is not installed")
+		}
+	}
+	l, err := NewLocal(cfg, zaptest.NewLogger(t))
+	require.NoError(t, err, "NewLocal(%+v)", cfg)
+	t.Cleanup(func() { assert.NoError(t, l.Close(), "close Local") })
+	return l
+}
+
+func newTestContainer(t testing.TB, l *Local, spec Spec) Container {
+	t.Helper()
+	c, err := l.Create(context.Background(), spec)
+	require.NoError(t, err, "Create(%+v)", spec)
+	t.Cleanup(func() { assert.NoError(t, c.Delete(context.Background()), "delete container") })
+	return c
+}
+
+// runIn runs code with a generous timeout and requires success.
+func runIn(t testing.TB, c Container, code string) Result {
+	t.Helper()
+	res, err := runTimeout(c, code, 30*time.Second)
+	require.NoError(t, err, "run %q", code)
+	return res
+}
+
+func runTimeout(c Container, code string, d time.Duration) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.Run(ctx, code)
+}
+
+func hasScientificPython(t testing.TB) {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import numpy, pandas, matplotlib").Run(); err != nil {
+		t.Skip("numpy, pandas or matplotlib is not installed for /usr/bin/python3")
+	}
+}
+
+func TestLocalRunsCellsLikeANotebook(t *testing.T) {
+	t.Parallel()
+	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	tests := []struct {
+		name       string
+		give       string
+		wantStdout string
+		wantStderr string
+		wantValue  string
+		wantErr    string   // exception class
+		wantTB     []string // in the traceback
+	}{
+		{name: "print", give: "print('hello')", wantStdout: "hello\n"},
+		{name: "last expression", give: "1 + 1", wantValue: "2"},
+		{name: "string value is its repr", give: "'a' * 3", wantValue: "'aaa'"},
+		{name: "None shows nothing", give: "None"},
+		{name: "statement shows nothing", give: "y = 5"},
+		{name: "semicolon hides the value", give: "1 + 1;"},
+		{name: "print then value", give: "print('a', end='')\n7", wantStdout: "a", wantValue: "7"},
+		{name: "stderr", give: "import sys\nprint('oops', file=sys.stderr)", wantStderr: "oops\n"},
+		{name: "unicode", give: "print('héllo ✓')", wantStdout: "héllo ✓\n"},
+		{name: "raw write to fd 1", give: "import os\nos.write(1, b'raw\\n');", wantStdout: "raw\n"},
+		{name: "child process output", give: "import subprocess\nsubprocess.run(['echo', 'from child']);",
+			wantStdout: "from child\n"},
+		{name: "display", give: "display(42)", wantStdout: "42\n"},
+		{name: "exception names the line", give: "a = 1\nb = 0\na / b",
+			wantErr: "ZeroDivisionError", wantTB: []string{"<cell ", "line 3", "a / b", "ZeroDivisionError: division by zero"}},
+		{name: "exception in a function", give: "def f():\n    raise ValueError('bad')\nf()",
+			wantErr: "ValueError", wantTB: []string{"line 3, in <module>", "line 2, in f", "ValueError: bad"}},
+		{name: "output before an exception", give: "print('before')\nraise KeyError('k')",
+			wantStdout: "before\n", wantErr: "KeyError", wantTB: []string{"line 2"}},
+		{name: "syntax error", give: "x = (", wantErr: "SyntaxError", wantTB: []string{"line 1"}},
+		{name: "exit is an error, not the end", give: "exit(3)", wantErr: "SystemExit"},
+	}
+	for _, tt := range tests {
+		res, err := runTimeout(c, tt.give, 30*time.Second)
+		require.NoError(t, err, "%s: run %q", tt.name, tt.give)
+		assert.Equal(t, tt.wantStdout, res.Stdout, "%s: stdout of %q", tt.name, tt.give)
+		assert.Equal(t, tt.wantStderr, res.Stderr, "%s: stderr of %q", tt.name, tt.give)
+		assert.Equal(t, tt.wantValue, res.Value, "%s: value of %q", tt.name, tt.give)
+		gotErr := ""
+		if res.Error != nil {
+			gotErr = res.Error.Name
+			for _, s := range tt.wantTB {
+				assert.Contains(t, res.Error.Traceback, s, "%s: traceback of %q", tt.name, tt.give)
+			}
+			assert.NotContains(t, res.Error.Traceback, "<string>", "%s: the driver's frames are hidden", tt.name)
+		}
+		assert.Equal(t, tt.wantErr, gotErr, "%s: error of %q", tt.name, tt.give)
+		assert.False(t, res.Truncated, "%s: truncated", tt.name)
+	}
+}
+
+func TestLocalStatePersistsPerContainer(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	a := newTestContainer(t, l, Spec{})
+	b := newTestContainer(t, l, Spec{})
+	runIn(t, a, "x = 10\nimport math")
+	runIn(t, a, "open('notes.txt', 'w').write('kept')")
+	res := runIn(t, a, "print(x)\nmath.sqrt(x * 10)\nopen('notes.txt').read()")
+	assert.Equal(t, "10\n", res.Stdout, "variables persist across runs")
+	assert.Equal(t, "'kept'", res.Value, "files persist across runs")
+
+	res = runIn(t, b, "x")
+	require.NotNil(t, res.Error, "another container has no x")
+	assert.Equal(t, "NameError", res.Error.Name, "another container has no x")
+	res = runIn(t, b, "import os\nos.path.exists('notes.txt')")
+	assert.Equal(t, "False", res.Value, "another container has its own /mnt/data")
+}
+
+func TestLocalImagesAndLibraries(t *testing.T) {
+	t.Parallel()
+	hasScientificPython(t)
+	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	tests := []struct {
+		name       string
+		give       string
+		wantImages int
+		wantValue  string // substring
+	}{
+		{"open figure at the end", "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]);", 1, ""},
+		{"two shows, two images", "plt.plot([1]); plt.show()\nplt.plot([2]); plt.show()", 2, ""},
+		{"displayed figure not repeated", "fig = plt.figure()\nplt.plot([3])\ndisplay(fig)", 1, ""},
+		{"figure as the value", "fig, ax = plt.subplots()\nax.bar([1, 2], [3, 4])\nfig", 1, ""},
+		{"figures were closed", "len(plt.get_fignums())", 0, "0"},
+		{"numpy", "import numpy as np\nnp.arange(6).reshape(2, 3).sum()", 0, "15"},
+		{"pandas", "import pandas as pd\npd.DataFrame({'col': [1, 2]})", 0, "col"},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, tt.give)
+		require.Nil(t, res.Error, "%s: error of %q", tt.name, tt.give)
+		require.Len(t, res.Images, tt.wantImages, "%s: images of %q", tt.name, tt.give)
+		for i, im := range res.Images {
+			assert.True(t, bytes.HasPrefix(im.PNG, pngSignature), "%s: image %d is a PNG", tt.name, i)
+		}
+		assert.Contains(t, res.Value, tt.wantValue, "%s: value of %q", tt.name, tt.give)
+	}
+}
+
+func TestLocalReportsFiles(t *testing.T) {
+	t.Parallel()
+	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	tests := []struct {
+		name string
+		give string
+		want []File
+	}{
+		{"new file", "open('a.csv', 'w').write('1,2')", []File{{Path: "/mnt/data/a.csv", Size: 3}}},
+		{"unchanged", "x = 1", nil},
+		{"changed", "open('a.csv', 'a').write(',3')", []File{{Path: "/mnt/data/a.csv", Size: 5}}},
+		{"in a directory, absolute path", "import os\nos.makedirs('/mnt/data/d/e')\nopen('/mnt/data/d/e/b.txt', 'w').write('x')",
+			[]File{{Path: "/mnt/data/d/e/b.txt", Size: 1}}},
+		{"several, sorted", "for n in 'zy':\n    open(n, 'w').write(n * 2)", []File{{Path: "/mnt/data/y", Size: 2}, {Path: "/mnt/data/z", Size: 2}}},
+		{"deleted files are not listed", "import os\nos.remove('a.csv')", nil},
+		{"outside /mnt/data", "open('/tmp/t', 'w').write('t')", nil},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, tt.give)
+		require.Nil(t, res.Error, "%s: error of %q", tt.name, tt.give)
+		assert.Equal(t, tt.want, res.Files, "%s: files of %q", tt.name, tt.give)
+	}
+}
+
+func TestLocalOutputLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 4096
+	c := newTestContainer(t, newTestLocal(t, LocalConfig{OutputLimit: limit}), Spec{})
+	tests := []struct {
+		name       string
+		give       string
+		field      func(Result) string
+		wantPrefix string
+	}{
+		{"stdout", "print('x' * 100000)", func(r Result) string { return r.Stdout }, strings.Repeat("x", 100)},
+		{"stderr", "import sys\nprint('e' * 100000, file=sys.stderr)", func(r Result) string { return r.Stderr }, strings.Repeat("e", 100)},
+		{"value", "'v' * 100000", func(r Result) string { return r.Value }, "'" + strings.Repeat("v", 100)},
+		{"many lines", "for i in range(100000):\n    print('l')", func(r Result) string { return r.Stdout }, strings.Repeat("l\n", 100)},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, tt.give)
+		got := tt.field(res)
+		assert.True(t, res.Truncated, "%s: Truncated", tt.name)
+		assert.LessOrEqual(t, len(got), limit+64, "%s: cut near the limit", tt.name)
+		assert.Contains(t, got, "[output truncated: ", "%s: visible truncation note", tt.name)
+		assert.True(t, strings.HasPrefix(got, tt.wantPrefix), "%s: keeps the start", tt.name)
+	}
+	res := runIn(t, c, "print('small')")
+	assert.Equal(t, "small\n", res.Stdout, "the next run is whole again")
+	assert.False(t, res.Truncated, "the next run is not truncated")
+}
+
+func TestLocalTimeoutInterrupts(t *testing.T) {
+	t.Parallel()
+	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	runIn(t, c, "x = 1")
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"busy loop", "print('started')\nwhile True:\n    pass"},
+		{"blocking sleep", "print('started')\nimport time\ntime.sleep(600)"},
+	}
+	for _, tt := range tests {
+		res, err := runTimeout(c, tt.give, 500*time.Millisecond)
+		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
+		assert.NotErrorIs(t, err, ErrLost, "%s: interrupted, not killed", tt.name)
+		assert.Equal(t, "started\n", res.Stdout, "%s: output before the interrupt", tt.name)
+		require.NotNil(t, res.Error, "%s: interrupted", tt.name)
+		assert.Equal(t, "KeyboardInterrupt", res.Error.Name, "%s: interrupted like a notebook", tt.name)
+		assert.Equal(t, "1\n", runIn(t, c, "print(x)").Stdout, "%s: state survives the interrupt", tt.name)
+	}
+}
+
+func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{InterruptGrace: 200 * time.Millisecond})
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"ignores SIGINT", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('stubborn')\nwhile True:\n    pass"},
+		{"swallows KeyboardInterrupt", "print('stubborn')\nwhile True:\n    try:\n        while True:\n            pass\n    except KeyboardInterrupt:\n        pass"},
+	}
+	for _, tt := range tests {
+		c := newTestContainer(t, l, Spec{})
+		res, err := runTimeout(c, tt.give, 300*time.Millisecond)
+		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
+		assert.ErrorIs(t, err, ErrLost, "%s: killed", tt.name)
+		assert.Equal(t, "stubborn\n", res.Stdout, "%s: partial output", tt.name)
+		_, err = runTimeout(c, "1", 5*time.Second)
+		assert.ErrorIs(t, err, ErrLost, "%s: the killed container is gone", tt.name)
+	}
+}
+
+func TestLocalLostAndCancelled(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+
+	c := newTestContainer(t, l, Spec{})
+	res, err := runTimeout(c, "print('bye', flush=True)\nimport os\nos._exit(3)", 10*time.Second)
+	assert.ErrorIs(t, err, ErrLost, "the interpreter exited")
+	assert.Equal(t, "bye\n", res.Stdout, "output before the exit")
+
+	c = newTestContainer(t, l, Spec{})
+	runIn(t, c, "x = 2")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	_, err = c.Run(ctx, "import time\ntime.sleep(600)")
+	assert.ErrorIs(t, err, context.Canceled, "cancelled")
+	assert.NotErrorIs(t, err, ErrTimeout, "cancelled, not timed out")
+	assert.Equal(t, "2\n", runIn(t, c, "print(x)").Stdout, "a cancelled run keeps the container")
+	_, err = c.Run(ctx, "print(x)")
+	assert.ErrorIs(t, err, context.Canceled, "a done context runs nothing")
+	assert.Equal(t, "2\n", runIn(t, c, "print(x)").Stdout, "and leaves the container alone")
+}
+
+func TestLocalDelete(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	c, err := l.Create(context.Background(), Spec{})
+	require.NoError(t, err, "create")
+	runIn(t, c, "x = 1")
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	require.NoError(t, c.Delete(context.Background()), "delete again")
+	_, err = runTimeout(c, "x", 5*time.Second)
+	assert.ErrorIs(t, err, ErrClosed, "run after delete")
+	assert.False(t, c.(*localContainer).Alive(), "process gone")
+
+	// Delete during a run stops it.
+	c, err = l.Create(context.Background(), Spec{})
+	require.NoError(t, err, "create")
+	time.AfterFunc(300*time.Millisecond, func() { _ = c.Delete(context.Background()) })
+	_, err = runTimeout(c, "while True:\n    pass", 30*time.Second)
+	assert.ErrorIs(t, err, ErrClosed, "run stopped by delete")
+}
+
+func TestLocalMemoryLimit(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	tests := []struct {
+		name string
+		give Spec
+		want string
+	}{
+		{"default", Spec{}, "1073741824"},
+		{"4g", Spec{MemoryLimit: "4g"}, "4294967296"},
+		{"upper case", Spec{MemoryLimit: "16G"}, "17179869184"},
+	}
+	for _, tt := range tests {
+		c := newTestContainer(t, l, tt.give)
+		res := runIn(t, c, "import resource\nresource.getrlimit(resource.RLIMIT_AS)[0]")
+		assert.Equal(t, tt.want, res.Value, "%s: RLIMIT_AS", tt.name)
+	}
+	_, err := l.Create(context.Background(), Spec{MemoryLimit: "lots"})
+	assert.Error(t, err, "an invalid memory limit")
+	assert.Equal(t, Spec{MemoryLimit: "1g"}, l.ResolveSpec(Spec{}), "ResolveSpec fills the default")
+	assert.Equal(t, Spec{MemoryLimit: "4g"}, l.ResolveSpec(Spec{MemoryLimit: "4096M"}), "ResolveSpec canonicalizes")
+}
+
+func TestLocalPreload(t *testing.T) {
+	t.Parallel()
+	hasScientificPython(t)
+	c := newTestContainer(t, newTestLocal(t, LocalConfig{Preload: true}), Spec{})
+	res := runIn(t, c, "import sys\nsorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules)")
+	assert.Equal(t, "['matplotlib.pyplot', 'numpy', 'pandas']", res.Value, "preloaded modules")
+	res = runIn(t, c, "'np' in dir() or 'numpy' in dir()")
+	assert.Equal(t, "False", res.Value, "preloading does not fill the user's namespace")
+	res = runIn(t, c, "import matplotlib.pyplot as plt\nplt.plot([1]);")
+	assert.Len(t, res.Images, 1, "plots work after preloading")
+}
+
+func TestNewLocalNeedsBubblewrap(t *testing.T) {
+	t.Parallel()
+	_, err := NewLocal(LocalConfig{Bwrap: "/nonexistent/bwrap"}, zaptest.NewLogger(t))
+	require.Error(t, err, "missing bubblewrap")
+	assert.Contains(t, err.Error(), "bubblewrap", "the error names the problem")
+	assert.Contains(t, err.Error(), "unsafe_no_isolation", "the error names the way out")
+
+	_, err = NewLocal(LocalConfig{UID: 0, GID: 5}, zaptest.NewLogger(t))
+	assert.Error(t, err, "uid 0 is refused")
+	_, err = NewLocal(LocalConfig{DefaultMemoryLimit: "much"}, zaptest.NewLogger(t))
+	assert.Error(t, err, "an invalid default memory limit is refused")
+}
+
+func TestLocalUnsafeNoIsolation(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{Bwrap: "/nonexistent/bwrap", UnsafeNoIsolation: true})
+	c := newTestContainer(t, l, Spec{})
+	res := runIn(t, c, "x = 3\nopen('f.txt', 'w').write('abc')\nprint(x)")
+	assert.Equal(t, "3\n", res.Stdout, "runs without isolation")
+	assert.Equal(t, []File{{Path: "/mnt/data/f.txt", Size: 3}}, res.Files, "paths shown as in a container")
+	res = runIn(t, c, "import os\nsorted(os.environ)")
+	assert.NotContains(t, res.Value, "GOPATH", "the server's environment is not passed even without isolation")
+}
+
+func TestLocalClose(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bubblewrap is not installed")
+	}
+	l, err := NewLocal(LocalConfig{}, zaptest.NewLogger(t))
+	require.NoError(t, err, "NewLocal")
+	c, err := l.Create(context.Background(), Spec{})
+	require.NoError(t, err, "create")
+	require.NoError(t, l.Close(), "close")
+	require.NoError(t, l.Close(), "close again")
+	assert.False(t, c.(*localContainer).Alive(), "Close killed the live container")
+	_, err = l.Create(context.Background(), Spec{})
+	assert.ErrorIs(t, err, ErrClosed, "create after close")
+}
