@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMarshalRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		give any
+	}{
+		{"none", nil},
+		{"bools", []any{true, false}},
+		{"small ints", []any{int64(0), int64(-1), int64(math.MaxInt32), int64(math.MinInt32)}},
+		{"large ints", []any{int64(1 << 40), int64(-1 << 40), int64(math.MaxInt64), int64(math.MinInt64)}},
+		{"float", 1.5},
+		{"text", "héllo ✓"},
+		{"bytes", []byte{0, 1, 0xff}},
+		{"nested", map[string]any{"a": []any{int64(1), "b", map[string]any{"c": nil}}, "": []byte("x")}},
+	}
+	for _, tt := range tests {
+		b, err := marshalEncode(tt.give)
+		require.NoError(t, err, "%s: encode", tt.name)
+		got, err := marshalDecode(b)
+		require.NoError(t, err, "%s: decode", tt.name)
+		assert.Equal(t, tt.give, got, "%s: round trip", tt.name)
+	}
+}
+
+// TestMarshalMatchesPython checks the codec against the interpreter's own marshal module, both
+// ways.
+func TestMarshalMatchesPython(t *testing.T) {
+	if _, err := exec.LookPath("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	give := map[string]any{
+		"op": "result", "seq": int64(7), "big": int64(1) << 50, "neg": int64(-3) << 40,
+		"text": "é✓", "png": []byte("\x89PNG"), "files": []any{[]any{"/mnt/data/a", int64(3)}},
+		"flag": true, "none": nil, "f": 0.25,
+	}
+	enc, err := marshalEncode(give)
+	require.NoError(t, err, "encode")
+	// Python decodes ours and encodes it back; both must be what we expect.
+	cmd := exec.Command("/usr/bin/python3", "-c", `import marshal, sys
+v = marshal.loads(sys.stdin.buffer.read())
+assert v['text'] == 'é✓' and v['big'] == 1 << 50 and v['neg'] == -3 << 40, v
+v['files'] = [tuple(f) for f in v['files']]
+sys.stdout.buffer.write(marshal.dumps(v, 2))`)
+	cmd.Stdin = bytes.NewReader(enc)
+	out, err := cmd.Output()
+	require.NoError(t, err, "python round trip")
+	got, err := marshalDecode(out)
+	require.NoError(t, err, "decode Python's encoding")
+	assert.Equal(t, give, got, "Python's encoding decodes to the same value (tuples as lists)")
+}
+
+func TestMarshalDecodeRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		give []byte
+	}{
+		{"empty", nil},
+		{"unknown type", []byte("?")},
+		{"code object", []byte("c")},
+		{"reference", []byte("r\x00\x00\x00\x00")},
+		{"string past the end", []byte("u\x05\x00\x00\x00ab")},
+		{"negative length", []byte("s\xff\xff\xff\xff")},
+		{"list count past the end", []byte("[\xff\xff\xff\x7f")},
+		{"unterminated dict", []byte("{u\x01\x00\x00\x00aN")},
+		{"non-string key", []byte("{i\x01\x00\x00\x00N0")},
+		{"trailing bytes", []byte("NN")},
+		{"long overflow", []byte("l\x06\x00\x00\x00" + strings.Repeat("\xff\x7f", 6))},
+		{"long bad digit", []byte("l\x01\x00\x00\x00\xff\xff")},
+		{"too deep", bytes.Repeat([]byte("[\x01\x00\x00\x00"), 40)},
+	}
+	for _, tt := range tests {
+		_, err := marshalDecode(tt.give)
+		assert.ErrorIs(t, err, errMarshal, "%s: %q", tt.name, tt.give)
+	}
+}
+
+func FuzzMarshalDecode(f *testing.F) {
+	for _, v := range []any{
+		map[string]any{"op": "result", "seq": int64(1), "images": []any{[]byte("png")}, "error": nil},
+		[]any{int64(1) << 45, -2.5, "x", true},
+	} {
+		b, err := marshalEncode(v)
+		require.NoError(f, err, "seed")
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v, err := marshalDecode(data)
+		if err != nil {
+			return
+		}
+		// Whatever decodes re-encodes to something that decodes and re-encodes the same (bytes
+		// are compared, not values: NaN is not equal to itself).
+		b, err := marshalEncode(v)
+		require.NoError(t, err, "re-encode %#v", v)
+		again, err := marshalDecode(b)
+		require.NoError(t, err, "decode the re-encoding of %#v", v)
+		b2, err := marshalEncode(again)
+		require.NoError(t, err, "re-encode again %#v", again)
+		assert.Equal(t, b, b2, "stable through a round trip")
+	})
+}
+
+func TestReadFrameLimit(t *testing.T) {
+	body, err := marshalEncode(map[string]any{"op": "ready"})
+	require.NoError(t, err, "encode")
+	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+	frame = append(frame, body...)
+
+	got, err := readFrame(bytes.NewReader(frame), 1024)
+	require.NoError(t, err, "a frame within the limit")
+	assert.Equal(t, "ready", got["op"], "decoded")
+
+	_, err = readFrame(bytes.NewReader(frame), len(body)-1)
+	assert.ErrorContains(t, err, "exceeds", "a frame beyond the limit is refused before it is read")
+	_, err = readFrame(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff}), 1<<20)
+	assert.ErrorContains(t, err, "exceeds", "a hostile length is refused")
+	_, err = readFrame(bytes.NewReader(frame[:len(frame)-1]), 1024)
+	assert.Error(t, err, "a cut frame")
+	notDict, err := marshalEncode([]any{int64(1)})
+	require.NoError(t, err, "encode")
+	_, err = readFrame(bytes.NewReader(append(binary.BigEndian.AppendUint32(nil, uint32(len(notDict))), notDict...)), 1024)
+	assert.ErrorIs(t, err, errMarshal, "a frame that is not a dict")
+}
+
+func TestParseMemory(t *testing.T) {
+	tests := []struct {
+		give     string
+		want     int64
+		wantForm string
+	}{
+		{"1g", 1 << 30, "1g"},
+		{"4g", 4 << 30, "4g"},
+		{"16G", 16 << 30, "16g"},
+		{"64gb", 64 << 30, "64g"},
+		{"512m", 512 << 20, "512m"},
+		{"1024m", 1 << 30, "1g"},
+		{"2048k", 2 << 20, "2m"},
+		{"1t", 1 << 40, "1t"},
+		{" 3g ", 3 << 30, "3g"},
+		{"1000", 1000, "1000"},
+	}
+	for _, tt := range tests {
+		got, err := parseMemory(tt.give)
+		require.NoError(t, err, "parseMemory(%q)", tt.give)
+		assert.Equal(t, tt.want, got, "parseMemory(%q)", tt.give)
+		assert.Equal(t, tt.wantForm, formatMemory(got), "formatMemory(parseMemory(%q))", tt.give)
+	}
+	for _, bad := range []string{"", "g", "-1g", "0", "1x", "1.5g", "99999999999t", "lots"} {
+		_, err := parseMemory(bad)
+		assert.Error(t, err, "parseMemory(%q)", bad)
+	}
+}
+
+func TestSeccompProgram(t *testing.T) {
+	prog, err := seccompProgram()
+	require.NoError(t, err, "build")
+	if seccompArch == 0 {
+		assert.Nil(t, prog, "no filter on this architecture")
+		return
+	}
+	require.Zero(t, len(prog)%8, "whole instructions")
+	n := len(prog) / 8
+	insn := func(i int) (code uint16, jt, jf uint8, k uint32) {
+		b := prog[8*i:]
+		return binary.NativeEndian.Uint16(b), b[2], b[3], binary.NativeEndian.Uint32(b[4:])
+	}
+	_, _, _, k := insn(n - 2)
+	assert.Equal(t, uint32(seccompRetAllow), k, "allow everything not denied")
+	_, _, _, k = insn(n - 1)
+	assert.Equal(t, uint32(seccompRetErrno|1), k, "denied calls fail with EPERM")
+	// Every conditional jump lands on the deny return.
+	denied := 0
+	for i := 4; i < n-2; i++ {
+		code, jt, _, _ := insn(i)
+		require.Contains(t, []uint16{bpfJeqK, bpfJgeK}, code, "instruction %d is a check", i)
+		assert.Equal(t, n-1, i+1+int(jt), "instruction %d jumps to deny", i)
+		denied++
+	}
+	assert.GreaterOrEqual(t, denied, len(seccompDenied()), "every denied call is checked")
+}
