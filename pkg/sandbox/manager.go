@@ -628,3 +628,10 @@ func (l *Lease) Release() {
 		m.removeLocked(e)
 	}
 }
+
+// warmCount returns the number of containers ready in the pool.
+func (m *Manager) warmCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pool)
+}

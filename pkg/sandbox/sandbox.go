@@ -3,8 +3,13 @@
 // A [Provider] creates containers; a [Container] runs code, keeping its interpreter state (variables,
 // imports, files under /mnt/data) between runs, until it is deleted. The [Manager] maps sandbox keys
 // (ephemeral, per-session, per-container-id; all scoped by the caller's identity) to containers,
-// with caps, idle TTL, leases, a warm pool and off-request-path deletion. The local backend runs one
-// Python process per container under bubblewrap.
+// with caps, idle TTL, leases, a warm pool and off-request-path deletion. The local backend ([Local])
+// runs one Python process per container under bubblewrap.
+//
+// A run behaves like a notebook cell: the value of a trailing expression is returned as its repr
+// (a trailing semicolon hides it), matplotlib figures left open or shown with plt.show() become PNG
+// images, display() shows objects, and an exception comes back as name, value and a traceback that
+// names the cell's lines ("<cell N>", line L).
 //
 // Nothing here knows about LLM APIs.
 package sandbox
@@ -22,7 +27,8 @@ var (
 	// ErrLost means the container died or stopped answering during the run; its state is gone and
 	// the run's result, beyond any partial output returned with the error, is lost.
 	ErrLost = errors.New("sandbox lost")
-	// ErrTimeout means the run exceeded its wall-clock limit and was interrupted. If the
+	// ErrTimeout means the run exceeded its wall-clock limit and was interrupted
+	// (KeyboardInterrupt, as a notebook does); the container and its state remain. If the
 	// interrupt did not stop it, the container was killed and the error also matches ErrLost.
 	ErrTimeout = errors.New("sandbox run timed out")
 	// ErrUnknownContainer means a container id is not one this manager issued to the caller's
@@ -45,10 +51,12 @@ type Result struct {
 	// Images are PNG images: matplotlib figures open at the end of the run, and images the
 	// code displayed.
 	Images []Image
-	// Files are the files under /mnt/data created or changed by the run.
+	// Files are the files under /mnt/data created or changed since the previous run ended (in
+	// practice: by this run), sorted by path.
 	Files []File
-	// Truncated reports whether output was cut at the output limit; the cut text ends with a
-	// visible marker.
+	// Truncated reports whether output was cut at the output limit: a cut text ends with a
+	// visible note ("[output truncated: N more bytes]"); images beyond the limit, and files
+	// beyond the scan limit, are left out.
 	Truncated bool
 }
 
@@ -58,7 +66,8 @@ type Error struct {
 	Name string
 	// Value is str(exception).
 	Value string
-	// Traceback is the formatted traceback, one frame per line, naming the cell's lines.
+	// Traceback is the formatted traceback, as Python prints it, naming the cell's lines
+	// ("<cell N>", line L); the sandbox's own frames are left out.
 	Traceback string
 }
 
@@ -85,15 +94,17 @@ type Spec struct {
 
 // Provider creates containers. Implementations are safe for concurrent use.
 type Provider interface {
-	// Create starts a new container. The caller owns it and must Delete it.
+	// Create starts a new container. ctx bounds the start only: the container lives until it
+	// is deleted. The caller owns it and must Delete it.
 	Create(ctx context.Context, spec Spec) (Container, error)
 }
 
 // Container is one isolated, stateful Python interpreter.
 type Container interface {
 	// Run executes code and returns what it showed. Runs on one container must not overlap
-	// (the Manager serializes them). On ErrTimeout or ErrLost a partial Result may accompany the
-	// error.
+	// (the Manager serializes them). When ctx is done the run is interrupted; a run stopped at
+	// ctx's deadline fails with ErrTimeout (also ErrLost if the container had to be killed), one
+	// stopped by cancellation with ctx's error. On any error a partial Result may accompany it.
 	Run(ctx context.Context, code string) (Result, error)
 	// Delete stops the container and removes its files. It is idempotent and safe to call
 	// concurrently with Run (which then fails with ErrLost or ErrClosed).
