@@ -269,6 +269,9 @@ func (f *filter) onSide(ev sideEvent) {
 	}
 	f.rec.Messages = append(f.rec.Messages, Message{Received: ev.resp})
 	f.onReceiveMessage(ev.resp)
+	if h := f.e.hooks; h != nil && h.serverMessage != nil {
+		h.serverMessage(responseKind(ev.resp))
+	}
 }
 
 // --- Filter manager -------------------------------------------------------------------
@@ -624,6 +627,10 @@ func (f *filter) clientHeaders(h *headerMap, eos bool) {
 	}
 	// The connection manager's server_header_transformation (OVERWRITE by default).
 	out.Set("Server", "envoy")
+	if eos && !h.has("content-length") && code != http.StatusNoContent && code != http.StatusNotModified && f.r.Method != http.MethodHead {
+		// Envoy's HTTP/1 codec frames a headers-only response with content-length: 0.
+		out.Set("Content-Length", "0")
+	}
 	f.w.WriteHeader(code)
 	f.clientHeadersSent = true
 	f.rec.Status = code

@@ -80,6 +80,8 @@ type Options struct {
 type testHooks struct {
 	// downstreamData runs after the filter handled a chunk of the client's body.
 	downstreamData func(eos bool)
+	// serverMessage runs after the filter handled a message from the server.
+	serverMessage func(kind string)
 }
 
 // resolve applies the knobs to a copy of the config and checks that the result is a valid
