@@ -100,6 +100,11 @@ type Local struct {
 	env     []string // the container's whole environment
 	seccomp []byte   // filter program; nil when none
 	setUID  bool     // the server is root: run containers as cfg.UID/cfg.GID
+	// driverCode is the driver compiled by the container's interpreter (a marshalled code
+	// object, in hex) and sysPath the module path its site module would build: containers
+	// start with -S and skip both the compilation and site, a third of a bare start.
+	driverCode string
+	sysPath    []any
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -262,10 +267,26 @@ func (l *Local) removeWorkDir() {
 	}
 }
 
+// probeScript runs in the probe sandbox. It builds matplotlib's font cache, compiles the
+// driver (read from stdin) and reports the compiled driver and the module path.
+const probeScript = `import sys, marshal
+try:
+    import matplotlib.font_manager
+except Exception:
+    pass
+code = compile(sys.stdin.read(), '<codeinterp>', 'exec')
+out = {'path': sys.path, 'driver': marshal.dumps(code), 'version': sys.version.split()[0]}
+sys.stdout.write('probe:' + marshal.dumps(out, 2).hex())
+`
+
+// bootstrap is the container's command: it runs the precompiled driver (argv[1]).
+const bootstrap = "import marshal,sys;exec(marshal.loads(bytes.fromhex(sys.argv[1])))"
+
 // probe runs one sandbox with a writable font cache directory: it proves that the sandbox
-// starts here, and builds matplotlib's font cache that every container then reads.
+// starts here, builds matplotlib's font cache that every container then reads, and compiles the
+// driver with the containers' interpreter.
 func (l *Local) probe() error {
-	const script = "try:\n import matplotlib.font_manager\nexcept Exception:\n pass\nprint('ok')\n"
+	script := probeScript
 	var cmd *exec.Cmd
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -288,10 +309,16 @@ func (l *Local) probe() error {
 	}
 	cmd.SysProcAttr = l.sysProcAttr()
 	var out, errb bytes.Buffer
+	cmd.Stdin = strings.NewReader(driverSource)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil || !strings.Contains(out.String(), "ok") {
+	err := cmd.Run()
+	_, report, ok := strings.Cut(out.String(), "probe:")
+	if err != nil || !ok {
 		return fmt.Errorf("start a test sandbox (%s): %v: %s", cmd.Path, err, strings.TrimSpace(errb.String()))
+	}
+	if err := l.readProbe(strings.TrimSpace(report)); err != nil {
+		return fmt.Errorf("start a test sandbox: %w", err)
 	}
 	// Every container reads the cache; none may write it.
 	return filepath.WalkDir(filepath.Join(l.workDir, "mpl"), func(p string, d fs.DirEntry, err error) error {
@@ -425,6 +452,32 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	return a
 }
 
+// readProbe takes the compiled driver and the module path from the probe's report.
+func (l *Local) readProbe(report string) error {
+	raw, err := hex.DecodeString(report)
+	if err != nil {
+		return fmt.Errorf("read probe report: %w", err)
+	}
+	v, err := marshalDecode(raw)
+	if err != nil {
+		return fmt.Errorf("read probe report: %w", err)
+	}
+	m, _ := v.(map[string]any)
+	code, _ := m["driver"].([]byte)
+	path, _ := m["path"].([]any)
+	if len(code) == 0 || len(path) == 0 {
+		return errors.New("read probe report: no driver or module path")
+	}
+	for _, p := range path {
+		if _, ok := p.(string); !ok {
+			return fmt.Errorf("read probe report: module path entry %v", p)
+		}
+	}
+	l.driverCode, l.sysPath = hex.EncodeToString(code), path
+	l.log.Debug("probe", zap.Any("python", m["version"]), zap.Any("sys.path", path))
+	return nil
+}
+
 // pythonPrefix returns the installation directory to make visible when the interpreter lives
 // outside /usr, or "".
 func pythonPrefix(python string) string {
@@ -446,6 +499,7 @@ func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
 		"output_limit": l.cfg.OutputLimit,
 		"max_files":    maxFiles,
 		"preload":      l.cfg.Preload,
+		"path":         l.sysPath,
 		"limits": map[string]any{
 			"as":     memBytes,
 			"cpu":    l.cfg.CPUSeconds,
@@ -545,7 +599,8 @@ func mapPath(p, hostDir string) string {
 func (l *Local) isolated() bool { return l.bwrap != "" }
 
 func (l *Local) commandArgs(cfgHex string) (path string, args []string) {
-	py := []string{l.python, "-E", "-s", "-c", driverSource, cfgHex}
+	// -S: no site module (the driver sets the path site would build); -E: no PYTHON* variables.
+	py := []string{l.python, "-E", "-s", "-S", "-c", bootstrap, l.driverCode, cfgHex}
 	if !l.isolated() {
 		return l.python, py[1:]
 	}

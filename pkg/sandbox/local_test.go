@@ -105,7 +105,8 @@ func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 			for _, s := range tt.wantTB {
 				assert.Contains(t, res.Error.Traceback, s, "%s: traceback of %q", tt.name, tt.give)
 			}
-			assert.NotContains(t, res.Error.Traceback, "<string>", "%s: the driver's frames are hidden", tt.name)
+			assert.NotContains(t, res.Error.Traceback, "<codeinterp>", "%s: the driver's frames are hidden", tt.name)
+			assert.NotContains(t, res.Error.Traceback, "<string>", "%s: the bootstrap's frames are hidden", tt.name)
 		}
 		assert.Equal(t, tt.wantErr, gotErr, "%s: error of %q", tt.name, tt.give)
 		assert.False(t, res.Truncated, "%s: truncated", tt.name)
@@ -147,6 +148,7 @@ func TestLocalImagesAndLibraries(t *testing.T) {
 		{"figures were closed", "len(plt.get_fignums())", 0, "0"},
 		{"numpy", "import numpy as np\nnp.arange(6).reshape(2, 3).sum()", 0, "15"},
 		{"pandas", "import pandas as pd\npd.DataFrame({'col': [1, 2]})", 0, "col"},
+		{"3D plot (a namespace package)", "from mpl_toolkits.mplot3d import Axes3D\nax = plt.figure().add_subplot(projection='3d')\nax.plot([0, 1], [0, 1], [0, 1]);", 1, ""},
 	}
 	for _, tt := range tests {
 		res := runIn(t, c, tt.give)
