@@ -59,8 +59,8 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	if !isObject {
 		return nil, errors.New("follow up: the response is not a JSON object")
 	}
-	rq := reqTopLevel{b: req, members: reqMembers}
-	rs := reqTopLevel{b: resp, members: respMembers}
+	rq := reqNewTopLevel(req, reqMembers)
+	rs := reqNewTopLevel(resp, respMembers)
 	name := Options{FunctionName: o.FunctionName}.name()
 
 	outs, err := followUpOutputs(s, rs, name, outputs)

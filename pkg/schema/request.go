@@ -101,7 +101,7 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	if !isObject {
 		return r, nil
 	}
-	t := reqTopLevel{b: body, members: members}
+	t := reqNewTopLevel(body, members)
 	name := o.name()
 
 	tools, err := reqFindTools(s, t, name)
@@ -182,8 +182,11 @@ func reqFindTools(s Surface, t reqTopLevel, name string) (reqTools, error) {
 		second     = -1 // index of a second code_interpreter tool
 		clashParam string
 	)
+	if t.count("tools") == 0 {
+		return reqTools{}, nil
+	}
 	for _, m := range t.members {
-		if m.key != "tools" || b[m.valStart] != '[' {
+		if !m.is(b, "tools") || b[m.valStart] != '[' {
 			continue
 		}
 		reqEachElem(b, m.valStart, func(idx, st, en int) bool {
@@ -327,9 +330,10 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 		}
 		mode, _ := reqStr(b, reqField(b, holder, "mode"))
 		if list := reqField(b, holder, "tools"); list.ok() && b[list.start] == '[' {
+			fn := reqFunctionChoice(s, name)
 			reqEachElem(b, list.start, func(_, st, en int) bool {
 				if b[st] == '{' && reqNamesHostedTool(b, st) {
-					edits = append(edits, reqEdit{start: st, end: en, repl: reqFunctionChoice(s, name)})
+					edits = append(edits, reqEdit{start: st, end: en, repl: fn})
 				}
 				return true
 			})

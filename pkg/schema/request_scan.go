@@ -2,9 +2,10 @@ package schema
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"slices"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -15,12 +16,17 @@ import (
 // reqMaxDepth bounds nesting as encoding/json does, so a hostile body cannot make scanning deep.
 const reqMaxDepth = 10000
 
-// reqMember is one member of a JSON object: where its key starts and where its value lies.
+// reqMember is one member of a JSON object: where its key and its value lie.
 type reqMember struct {
-	key      string // the decoded key
-	keyStart int    // offset of the key's opening quote
-	valStart int    // offset of the value's first byte
-	valEnd   int    // offset just past the value
+	keyStart int // offset of the key's opening quote
+	keyEnd   int // offset just past the key's closing quote
+	valStart int // offset of the value's first byte
+	valEnd   int // offset just past the value
+}
+
+// is reports whether the member's key, in b, decodes to key.
+func (m reqMember) is(b []byte, key string) bool {
+	return reqStringIs(b[m.keyStart:m.keyEnd], key)
 }
 
 // reqSyntaxError is a JSON syntax error at a byte offset.
@@ -164,8 +170,7 @@ func reqScanKey(b []byte, i int, members *[]reqMember, record bool) (int, error)
 	}
 	i = reqSkipWS(b, i+1)
 	if record {
-		key, _ := reqDecodeString(b[start:end])
-		*members = append(*members, reqMember{key: key, keyStart: start, valStart: i})
+		*members = append(*members, reqMember{keyStart: start, keyEnd: end, valStart: i})
 	}
 	return i, nil
 }
@@ -391,27 +396,100 @@ func reqStringIs(raw []byte, want string) bool {
 		return false
 	}
 	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return string(inner) == want
 	}
 	s, ok := reqDecodeString(raw)
 	return ok && s == want
 }
 
-// reqDecodeString decodes raw, a valid JSON string with its quotes.
+// reqDecodeString decodes raw, a valid JSON string with its quotes, as encoding/json does:
+// invalid UTF-8 and unpaired surrogate escapes become U+FFFD.
 func reqDecodeString(raw []byte) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return "", false
 	}
 	inner := raw[1 : len(raw)-1]
 	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return string(inner), true
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
+	out := make([]byte, 0, len(inner))
+	for i := 0; i < len(inner); {
+		c := inner[i]
+		switch {
+		case c == '\\':
+			if i+1 >= len(inner) {
+				return "", false
+			}
+			switch e := inner[i+1]; e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := reqHex4(inner, i+2)
+				if !ok {
+					return "", false
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					// A high surrogate pairs with the escape after it, as in encoding/json.
+					pair := unicode.ReplacementChar
+					if i+1 < len(inner) && inner[i] == '\\' && inner[i+1] == 'u' {
+						if r2, ok := reqHex4(inner, i+2); ok {
+							if pair = utf16.DecodeRune(r, r2); pair != unicode.ReplacementChar {
+								i += 6
+							}
+						}
+					}
+					r = pair
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				return "", false
+			}
+			i += 2
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			i++
+		default:
+			r, size := utf8.DecodeRune(inner[i:])
+			out = utf8.AppendRune(out, r) // an invalid byte decodes to U+FFFD with size 1
+			i += size
+		}
 	}
-	return s, true
+	return string(out), true
+}
+
+// reqHex4 reads the four hex digits at b[i:i+4].
+func reqHex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, h := range b[i : i+4] {
+		switch {
+		case h >= '0' && h <= '9':
+			h -= '0'
+		case h >= 'a' && h <= 'f':
+			h = h - 'a' + 10
+		case h >= 'A' && h <= 'F':
+			h = h - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(h)
+	}
+	return r, true
 }
 
 // reqAppendString appends s to dst as a JSON string. Like encoding/json it replaces invalid UTF-8
@@ -532,17 +610,73 @@ func reqAppendElems(b []byte, closeAt int, elems []byte) reqEdit {
 	return reqEdit{start: p + 1, end: p + 1, repl: repl}
 }
 
+// reqTopKeys are the top-level keys the rewriter, the turn reader and the follow-up builder look
+// up; reqNewTopLevel indexes them in one pass so that lookups stay cheap on bodies with very many
+// members.
+const reqTopKeyCount = 12
+
+func reqTopKeys() [reqTopKeyCount]string {
+	return [reqTopKeyCount]string{
+		"tools", "tool_choice", "stream", "stream_options", "metadata", "input",
+		"messages", "output", "choices", "store", "conversation", "code",
+	}
+}
+
 // reqTopLevel indexes the top-level members of an object by key.
 type reqTopLevel struct {
 	b       []byte
 	members []reqMember
+	keys    [reqTopKeyCount]string
+	last    [reqTopKeyCount]int // index of the last member with the key, or -1
+	n       [reqTopKeyCount]int // number of members with the key
+}
+
+// reqNewTopLevel indexes members, the top-level members of the object in b.
+func reqNewTopLevel(b []byte, members []reqMember) reqTopLevel {
+	t := reqTopLevel{b: b, members: members, keys: reqTopKeys()}
+	for j := range t.last {
+		t.last[j] = -1
+	}
+	for k, m := range members {
+		raw := b[m.keyStart:m.keyEnd]
+		inner := raw[1 : len(raw)-1]
+		plain := bytes.IndexByte(inner, '\\') < 0
+		if plain && len(inner) > len("stream_options") {
+			continue // longer than every indexed key
+		}
+		key := string(inner) // short and not kept, so the compiler converts it on the stack
+		if !plain {
+			key, _ = reqDecodeString(raw)
+		}
+		for j, want := range t.keys {
+			if key == want {
+				t.last[j] = k
+				t.n[j]++
+				break
+			}
+		}
+	}
+	return t
+}
+
+// slot returns the index of key in t.keys, or -1.
+func (t reqTopLevel) slot(key string) int {
+	for j, k := range t.keys {
+		if k == key {
+			return j
+		}
+	}
+	return -1
 }
 
 // find returns the index of the member named key, or -1; when the key repeats, the last member
 // counts (see reqField).
 func (t reqTopLevel) find(key string) int {
+	if j := t.slot(key); j >= 0 {
+		return t.last[j]
+	}
 	for k := len(t.members) - 1; k >= 0; k-- {
-		if t.members[k].key == key {
+		if t.members[k].is(t.b, key) {
 			return k
 		}
 	}
@@ -551,9 +685,12 @@ func (t reqTopLevel) find(key string) int {
 
 // count returns how many members are named key.
 func (t reqTopLevel) count(key string) int {
+	if j := t.slot(key); j >= 0 {
+		return t.n[j]
+	}
 	n := 0
 	for _, m := range t.members {
-		if m.key == key {
+		if m.is(t.b, key) {
 			n++
 		}
 	}

@@ -500,10 +500,47 @@ func TestScanTopMembers(t *testing.T) {
 	require.True(t, isObject, "reqScanTop(%s) isObject", give)
 	var got []string
 	for _, m := range members {
-		got = append(got, m.key+"="+string(give[m.valStart:m.valEnd]))
-		assert.Equal(t, byte('"'), give[m.keyStart], "reqScanTop(%s) key %s start", give, m.key)
+		key, ok := reqDecodeString(give[m.keyStart:m.keyEnd])
+		require.True(t, ok, "reqScanTop(%s) key %s", give, give[m.keyStart:m.keyEnd])
+		got = append(got, key+"="+string(give[m.valStart:m.valEnd]))
 	}
 	assert.Equal(t, []string{`a=1`, `b!={"x":[1,{"y":2}]}`, `c="s"`, `d=[]`}, got, "reqScanTop(%s) members", give)
+}
+
+func TestDecodeStringAgreesWithEncodingJSON(t *testing.T) {
+	gives := []string{
+		`""`, `"plain"`, `"caf\u00e9"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ude00"`, `"\ud83dx"`, `"\ud83d\u0041"`,
+		`"\ud83d\ud83d\ude00"`, `"\"\\\/\b\f\n\r\t"`, "\"\xff\xfe\"", "\"a\xe2\x82\"", `"\u0000"`, `"\uD83D\uDE00"`,
+		"\"\xed\xa0\x80\"", `"\u00"`,
+	}
+	for _, give := range gives {
+		var want string
+		wantErr := json.Unmarshal([]byte(give), &want)
+		got, ok := reqDecodeString([]byte(give))
+		if wantErr != nil {
+			assert.False(t, ok, "reqDecodeString(%q) = %q, encoding/json refuses it: %v", give, got, wantErr)
+			continue
+		}
+		assert.True(t, ok, "reqDecodeString(%q)", give)
+		assert.Equal(t, want, got, "reqDecodeString(%q)", give)
+	}
+}
+
+func TestScanTopDepthLimit(t *testing.T) {
+	for _, depth := range []int{reqMaxDepth - 1, reqMaxDepth, reqMaxDepth + 1} {
+		give := []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))
+		_, _, err := reqScanTop(give)
+		assert.Equal(t, json.Valid(give), err == nil, "reqScanTop(depth %d) error = %v", depth, err)
+		assert.Equal(t, depth <= reqMaxDepth, err == nil, "reqScanTop(depth %d) error = %v", depth, err)
+	}
+}
+
+func TestValueEnd(t *testing.T) {
+	gives := []string{`"a\\"`, `"a\\\"b"`, `"\\\\"`, `{"a":"}\"]"}`, `[1,"]",[{}]]`, `-1.5e3`, `true`, `null`, `"\u0022"`}
+	for _, give := range gives {
+		b := []byte(give + ` , "tail"]`)
+		assert.Equal(t, len(give), reqValueEnd(b, 0), "reqValueEnd(%s)", give)
+	}
 }
 
 func TestAppendString(t *testing.T) {
@@ -519,4 +556,15 @@ func TestAppendString(t *testing.T) {
 		assert.Equal(t, wantBack, back, "reqAppendString(%q) round trip", give)
 		assert.False(t, bytes.Contains(got, []byte("\n")), "reqAppendString(%q) has a raw newline", give)
 	}
+}
+
+func TestRewriteRequestEscapedKeys(t *testing.T) {
+	give := `{"t\u006fols":[{"type":"code_interpreter"}],"str\u0065am":true,"\u0073tream_options":{},"metadata":{"session\u005fid":"s\u0031"}}`
+	want := `{"t\u006fols":[` + string(reqFunctionTool(Responses, DefaultFunctionName, DefaultFunctionDescription)) + `],"str\u0065am":false,"metadata":{"session\u005fid":"s\u0031"}}`
+	got, err := RewriteRequest(Responses, []byte(give), Options{})
+	require.NoError(t, err, "RewriteRequest(%s)", give)
+	assert.Equal(t, want, string(got.Body), "RewriteRequest(%s)", give)
+	assert.True(t, got.Found && got.Stream, "RewriteRequest(%s) found %v, stream %v", give, got.Found, got.Stream)
+	assert.Equal(t, "s1", got.SessionID, "RewriteRequest(%s) session", give)
+	assert.Equal(t, "{}", string(got.StreamOptions), "RewriteRequest(%s) stream_options", give)
 }

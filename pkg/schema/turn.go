@@ -64,7 +64,7 @@ func ParseTurn(s Surface, body []byte, functionName string) (Turn, error) {
 	if !isObject {
 		return Turn{}, errors.New("parse turn: the body is not a JSON object")
 	}
-	return turnRead(s, reqTopLevel{b: body, members: members}, Options{FunctionName: functionName}.name())
+	return turnRead(s, reqNewTopLevel(body, members), Options{FunctionName: functionName}.name())
 }
 
 // turnRead reads a validated turn whose top-level members are t.
@@ -241,7 +241,7 @@ func turnParseArguments(arguments string) (string, error) {
 	case !isObject:
 		return "", &ArgumentsError{Reason: "not a JSON object"}
 	}
-	t := reqTopLevel{b: b, members: members}
+	t := reqNewTopLevel(b, members)
 	switch t.count("code") {
 	case 0:
 		return "", &ArgumentsError{Reason: `no "code" property`}

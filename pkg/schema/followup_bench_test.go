@@ -1,0 +1,42 @@
+package schema
+
+import (
+	"strings"
+	"testing"
+)
+
+// BenchmarkFollowUp measures one round's body work on a 100 KB conversation: reading the model's
+// turn and building the follow-up from the previous request, the turn and the call's output.
+func BenchmarkFollowUp(b *testing.B) {
+	resps := map[Surface][]byte{
+		Responses: []byte(`{"id":"resp_1","object":"response","status":"completed","output":[` +
+			`{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAAAABo` + strings.Repeat("QUJDRA==", 256) + `"},` +
+			`{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"code_interpreter","arguments":"{\"code\":\"import pandas as pd\\nprint(pd.Series([1,2,3]).mean())\"}"}],` +
+			`"usage":{"input_tokens":25000,"output_tokens":40,"total_tokens":25040}}`),
+		Chat: []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",` +
+			`"message":{"role":"assistant","content":null,"refusal":null,"annotations":[],"tool_calls":[` +
+			`{"id":"call_1","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"import pandas as pd\\nprint(pd.Series([1,2,3]).mean())\"}"}}]}}],` +
+			`"usage":{"prompt_tokens":25000,"completion_tokens":40,"total_tokens":25040}}`),
+	}
+	for _, s := range []Surface{Responses, Chat} {
+		rw, err := RewriteRequest(s, reqBenchBody(s, 100<<10), Options{})
+		if err != nil {
+			b.Fatalf("RewriteRequest: %v", err)
+		}
+		resp := resps[s]
+		b.Run(s.String()+"/100KB", func(b *testing.B) {
+			b.SetBytes(int64(len(rw.Body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				turn, err := ParseTurn(s, resp, "")
+				if err != nil || len(turn.Calls) != 1 || turn.Calls[0].ArgsErr != nil {
+					b.Fatalf("ParseTurn: %+v, %v", turn, err)
+				}
+				next, err := FollowUp(s, rw.Body, resp, []CallOutput{{CallID: turn.Calls[0].CallID, Output: "2.0\n"}}, FollowUpOptions{DropToolChoice: true})
+				if err != nil || len(next) <= len(rw.Body) {
+					b.Fatalf("FollowUp: %d bytes, %v", len(next), err)
+				}
+			}
+		})
+	}
+}
