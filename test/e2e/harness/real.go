@@ -1,0 +1,315 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/codeinterp/codeinterp/envoy"
+)
+
+// Front is an Envoy a scenario runs against: the harness ([Envoy]) or a real Envoy
+// ([RealEnvoy]).
+type Front interface {
+	// URL is the listener's base URL, e.g. "http://127.0.0.1:41234".
+	URL() string
+	// Name is "harness" or "real-envoy".
+	Name() string
+}
+
+// Fronts runs fn as two subtests: "harness" against [Start], always, and "real-envoy" against
+// [StartReal], which skips (saying so) when no envoy binary is on PATH.
+func Fronts(t *testing.T, o Options, fn func(t *testing.T, front Front)) {
+	t.Helper()
+	t.Run("harness", func(t *testing.T) { fn(t, Start(t, o)) })
+	t.Run("real-envoy", func(t *testing.T) { fn(t, StartReal(t, o)) })
+}
+
+// RealEnvoy is an envoy process running a copy of the filter config's bootstrap pointed at
+// the test's servers.
+type RealEnvoy struct {
+	url string
+}
+
+// URL is the listener's base URL.
+func (r *RealEnvoy) URL() string { return r.url }
+
+// Name is "real-envoy", as a [Front].
+func (r *RealEnvoy) Name() string { return "real-envoy" }
+
+// realStartTimeout bounds Envoy's start-up (it usually takes well under a second).
+const realStartTimeout = 30 * time.Second
+
+// StartReal runs a real Envoy with o's config when an envoy binary is on PATH, and skips the
+// test otherwise. It writes a copy of the bootstrap with the listener on a free port, every
+// upstream cluster pointed at o.Upstream and the ext_proc cluster at o.ExtProcAddr, applies
+// o's knobs (timeouts, buffer limit, ...), runs "envoy -c <copy> --base-id <random>
+// --concurrency 1", and waits until the admin endpoint reports ready. The process is stopped
+// (SIGTERM, then SIGKILL) and waited for by t.Cleanup.
+func StartReal(t testing.TB, o Options) *RealEnvoy {
+	t.Helper()
+	bin, err := exec.LookPath("envoy")
+	if err != nil {
+		t.Skip("real Envoy variant skipped: no envoy binary on PATH")
+	}
+	cfg, err := o.resolve(t)
+	if err != nil {
+		t.Fatalf("real envoy: %v", err)
+	}
+	b, err := realBootstrap(cfg, o)
+	if err != nil {
+		t.Fatalf("real envoy: %v", err)
+	}
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "envoy.json")
+	js, err := protojson.Marshal(b)
+	if err != nil {
+		t.Fatalf("real envoy: encode bootstrap: %v", err)
+	}
+	if err := os.WriteFile(cfgPath, js, 0o600); err != nil {
+		t.Fatalf("real envoy: write bootstrap: %v", err)
+	}
+	adminPath := filepath.Join(dir, "admin-address")
+	cmd := exec.Command(bin, "-c", cfgPath,
+		"--base-id", strconv.Itoa(1+rand.IntN(1<<20)),
+		"--concurrency", "1",
+		"--admin-address-path", adminPath,
+		"--log-level", "warn")
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("real envoy: start %s: %v", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("real envoy output:\n%s", logs.String())
+		}
+	})
+	addr, err := waitReady(adminPath, exited)
+	if err != nil {
+		t.Fatalf("real envoy: %v\n%s", err, logs.String())
+	}
+	return &RealEnvoy{url: "http://" + addr}
+}
+
+// waitReady polls the admin endpoint until Envoy is ready, then returns the ingress
+// listener's bound address.
+func waitReady(adminPath string, exited <-chan error) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), realStartTimeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return "", fmt.Errorf("envoy exited during start-up: %v", err)
+		case <-ctx.Done():
+			return "", errors.New("envoy not ready in time")
+		case <-tick.C:
+		}
+		admin, err := os.ReadFile(adminPath)
+		if err != nil || len(bytes.TrimSpace(admin)) == 0 {
+			continue
+		}
+		base := "http://" + strings.TrimSpace(string(admin))
+		resp, err := client.Get(base + "/ready")
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			continue
+		}
+		return listenerAddress(client, base)
+	}
+}
+
+// listenerAddress reads the ingress listener's bound address from /listeners.
+func listenerAddress(client *http.Client, admin string) (string, error) {
+	resp, err := client.Get(admin + "/listeners?format=json")
+	if err != nil {
+		return "", fmt.Errorf("read listeners: %w", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ListenerStatuses []struct {
+			LocalAddress struct {
+				SocketAddress struct {
+					Address   string `json:"address"`
+					PortValue int    `json:"port_value"`
+				} `json:"socket_address"`
+			} `json:"local_address"`
+		} `json:"listener_statuses"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", fmt.Errorf("decode listeners: %w", err)
+	}
+	if len(out.ListenerStatuses) != 1 {
+		return "", fmt.Errorf("want one listener, got %d", len(out.ListenerStatuses))
+	}
+	sa := out.ListenerStatuses[0].LocalAddress.SocketAddress
+	return net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue)), nil
+}
+
+// realBootstrap is cfg's bootstrap rewritten for a test run: admin and listener on
+// 127.0.0.1:0, the filter config and routes as cfg has them (knobs applied), the ext_proc
+// cluster at o.ExtProcAddr and every other cluster at o.Upstream (plain HTTP, static).
+func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) {
+	if cfg.Bootstrap == nil {
+		return nil, errors.New("the filter config has no bootstrap to run")
+	}
+	if o.ExtProcAddr == "" || o.Upstream == "" {
+		return nil, errors.New("options: ExtProcAddr and Upstream are required")
+	}
+	b := envoy.Clone(cfg.Bootstrap)
+	b.Admin = &bootstrapv3.Admin{Address: socketAddress("127.0.0.1", 0)}
+	in, err := envoy.FindIngress(b)
+	if err != nil {
+		return nil, err
+	}
+	in.Listener.Address = socketAddress("127.0.0.1", 0)
+	in.Listener.PerConnectionBufferLimitBytes = wrapperspb.UInt32(uint32(cfg.BufferLimit))
+
+	// The filter as configured for this run (ExtProcAny is inside HCM), and the routes'
+	// timeouts and per-route configs.
+	a, err := anypb.New(cfg.Filter)
+	if err != nil {
+		return nil, fmt.Errorf("pack ext_proc config: %w", err)
+	}
+	in.ExtProcAny.TypeUrl, in.ExtProcAny.Value = a.GetTypeUrl(), a.GetValue()
+	routes := in.HCM.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
+	if len(routes) != len(cfg.Routes) {
+		return nil, fmt.Errorf("the bootstrap has %d routes, the filter config %d", len(routes), len(cfg.Routes))
+	}
+	for i, r := range routes {
+		r.GetRoute().Timeout = durationpb.New(cfg.Routes[i].Timeout)
+		delete(r.TypedPerFilterConfig, envoy.ExtProcFilterName)
+		if pr := cfg.Routes[i].PerRoute; pr != nil {
+			a, err := anypb.New(pr)
+			if err != nil {
+				return nil, fmt.Errorf("pack per-route config: %w", err)
+			}
+			if r.TypedPerFilterConfig == nil {
+				r.TypedPerFilterConfig = map[string]*anypb.Any{}
+			}
+			r.TypedPerFilterConfig[envoy.ExtProcFilterName] = a
+		}
+	}
+	hcm, err := anypb.New(in.HCM)
+	if err != nil {
+		return nil, fmt.Errorf("pack connection manager: %w", err)
+	}
+	in.HCMAny.TypeUrl, in.HCMAny.Value = hcm.GetTypeUrl(), hcm.GetValue()
+
+	extProcCluster := cfg.Filter.GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	extProcAddr, err := envoyAddress(o.ExtProcAddr)
+	if err != nil {
+		return nil, fmt.Errorf("ext_proc address: %w", err)
+	}
+	u, err := url.Parse(o.Upstream)
+	if err != nil || u.Scheme != "http" {
+		return nil, fmt.Errorf("upstream %q: only plain http upstreams are supported", o.Upstream)
+	}
+	upAddr, err := envoyAddress(u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("upstream address: %w", err)
+	}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		addr := upAddr
+		if c.GetName() == extProcCluster {
+			addr = extProcAddr
+		} else {
+			c.TransportSocket = nil
+		}
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
+		c.DnsLookupFamily = clusterv3.Cluster_AUTO
+		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{
+			ClusterName: c.GetName(),
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}},
+			}}}},
+		}
+	}
+	if err := envoy.Validate(b); err != nil {
+		return nil, fmt.Errorf("validate the test bootstrap: %w", err)
+	}
+	return b, nil
+}
+
+// envoyAddress turns "host:port" (host an IP) or "unix:///path" into an Envoy address.
+func envoyAddress(s string) (*corev3.Address, error) {
+	if p, ok := strings.CutPrefix(s, "unix://"); ok {
+		return &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: p}}}, nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return nil, err
+	}
+	if net.ParseIP(host) == nil {
+		return nil, fmt.Errorf("%q: a static cluster needs an IP address", host)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("port %q: %w", port, err)
+	}
+	return socketAddress(host, uint32(n)), nil
+}
+
+func socketAddress(host string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}
+
+// syncBuffer collects a process's output; os/exec writes to it from its copying goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,80 @@
+package harness
+
+import (
+	"net/http"
+	"os/exec"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codeinterp/codeinterp/envoy"
+)
+
+// TestRealBootstrap: the config StartReal writes is the shipped one pointed at the test's
+// servers, with the knobs applied, and still valid.
+func TestRealBootstrap(t *testing.T) {
+	o := Options{
+		ExtProcAddr: "127.0.0.1:7001", Upstream: "http://127.0.0.1:7002",
+		MessageTimeout: 50 * time.Millisecond, BufferLimit: 1234, FailureModeAllow: ptr(true),
+	}
+	cfg, err := o.resolve(t)
+	require.NoError(t, err, "resolve")
+	cfg.Routes[2].Timeout = 5 * time.Second
+	b, err := realBootstrap(cfg, o)
+	require.NoError(t, err, "realBootstrap")
+	require.NoError(t, envoy.Validate(b), "validate the written bootstrap")
+
+	in, err := envoy.FindIngress(b)
+	require.NoError(t, err, "find ingress")
+	assert.Equal(t, "127.0.0.1", in.Listener.GetAddress().GetSocketAddress().GetAddress(), "listener address")
+	assert.Equal(t, uint32(0), in.Listener.GetAddress().GetSocketAddress().GetPortValue(), "listener on a free port")
+	assert.Equal(t, uint32(0), b.GetAdmin().GetAddress().GetSocketAddress().GetPortValue(), "admin on a free port")
+	assert.Equal(t, uint32(1234), in.Listener.GetPerConnectionBufferLimitBytes().GetValue(), "buffer limit")
+	assert.Equal(t, 50*time.Millisecond, in.ExtProc.GetMessageTimeout().AsDuration(), "message_timeout knob")
+	assert.True(t, in.ExtProc.GetFailureModeAllow(), "failure_mode_allow knob")
+	assert.Equal(t, extprocv3.ProcessingMode_BUFFERED, in.ExtProc.GetProcessingMode().GetRequestBodyMode(), "processing mode kept")
+
+	routes := in.HCM.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
+	assert.Equal(t, 5*time.Second, routes[2].GetRoute().GetTimeout().AsDuration(), "route timeout from the filter config")
+	pr := &extprocv3.ExtProcPerRoute{}
+	require.NoError(t, routes[0].GetTypedPerFilterConfig()[envoy.ExtProcFilterName].UnmarshalTo(pr), "per-route config kept")
+	assert.True(t, pr.GetDisabled(), "embeddings route still disabled")
+
+	for name, want := range map[string]uint32{"codeinterp_ext_proc": 7001, "llm": 7002, "openai": 7002} {
+		c := envoy.Cluster(b, name)
+		require.NotNil(t, c, "cluster %s", name)
+		sa := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+		assert.Equal(t, want, sa.GetPortValue(), "cluster %s port", name)
+		assert.Equal(t, "127.0.0.1", sa.GetAddress(), "cluster %s address", name)
+	}
+	assert.Nil(t, envoy.Cluster(b, "openai").GetTransportSocket(), "upstream clusters speak plain HTTP to the fake")
+	assert.NotNil(t, envoy.Cluster(b, "codeinterp_ext_proc").GetTypedExtensionProtocolOptions(), "ext_proc cluster keeps HTTP/2")
+
+	_, err = realBootstrap(cfg, Options{ExtProcAddr: "unix:///tmp/x.sock", Upstream: "http://127.0.0.1:7002"})
+	assert.NoError(t, err, "unix socket ext_proc address")
+	_, err = realBootstrap(cfg, Options{ExtProcAddr: "localhost:1", Upstream: "http://127.0.0.1:7002"})
+	assert.Error(t, err, "a hostname cannot be a static endpoint")
+}
+
+// TestFronts runs a pass-through request on both fronts; the real one skips without envoy.
+func TestFronts(t *testing.T) {
+	proc := newFakeProc(t, passThrough)
+	up := newUpstream(t, nil)
+	var names []string
+	Fronts(t, Options{ExtProcAddr: proc.addr, Upstream: up.srv.URL}, func(t *testing.T, front Front) {
+		names = append(names, front.Name())
+		resp, err := http.Post(front.URL()+"/v1/responses", "application/json", nil)
+		require.NoError(t, err, "POST through %s", front.Name())
+		defer resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "status through %s", front.Name())
+	})
+	want := []string{"harness"}
+	if _, err := exec.LookPath("envoy"); err == nil {
+		want = append(want, "real-envoy")
+	}
+	assert.Equal(t, want, names, "fronts run")
+	http.DefaultClient.CloseIdleConnections()
+}
