@@ -347,16 +347,11 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 // input array at sp into a function_call item and a function_call_output item, and the
 // container ids of those items.
 func reqReplayInput(b []byte, sp reqSpan, name string) (edits []reqEdit, containerIDs []string) {
-	in := b[sp.start:sp.end]
-	// Skip the walk when no item can be one: the type is spelled out, or hidden behind an escape.
-	if !bytes.Contains(in, []byte("code_interpreter_call")) && !bytes.Contains(in, []byte(`\u`)) {
+	if !reqMayHold(b[sp.start:sp.end], "code_interpreter_call") {
 		return nil, nil
 	}
 	reqEachElem(b, sp.start, func(idx, st, en int) bool {
-		if b[st] != '{' {
-			return true
-		}
-		if typ, _ := reqStr(b, reqField(b, st, "type")); typ != "code_interpreter_call" {
+		if b[st] != '{' || !reqFieldIs(b, st, "type", "code_interpreter_call") {
 			return true
 		}
 		var id, code, containerID string
@@ -384,6 +379,25 @@ func reqReplayInput(b []byte, sp reqSpan, name string) (edits []reqEdit, contain
 		return true
 	})
 	return edits, containerIDs
+}
+
+// reqMayHold reports whether the JSON text b may hold a string or key that decodes to word, an
+// ASCII word of lowercase letters and underscores: it holds word itself, or an escape that
+// decodes to one of those characters (\u005f to \u007a), which could spell it.
+func reqMayHold(b []byte, word string) bool {
+	if bytes.Contains(b, []byte(word)) {
+		return true
+	}
+	for i := 0; ; {
+		k := bytes.Index(b[i:], []byte(`\u00`))
+		if k < 0 {
+			return false
+		}
+		i += k + 4
+		if i < len(b) && (b[i] == '5' || b[i] == '6' || b[i] == '7') {
+			return true
+		}
+	}
 }
 
 // reqCallPair returns a function_call item calling the function with code and its

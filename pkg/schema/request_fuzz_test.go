@@ -66,7 +66,41 @@ func FuzzRewriteRequest(f *testing.F) {
 			t.Fatalf("RewriteRequest(%s, %q) = %q: %d code_interpreter tools and %d functions named %q, want 0 and 1",
 				s, body, got.Body, cis, ours, DefaultFunctionName)
 		}
+		if s == Responses {
+			if n := reqFuzzCountReplayed(t, got.Body); n != 0 {
+				t.Fatalf("RewriteRequest(%s, %q) = %q: %d code_interpreter_call input items left", s, body, got.Body, n)
+			}
+		}
 	})
+}
+
+// reqFuzzCountReplayed counts the code_interpreter_call items in body's input list.
+func reqFuzzCountReplayed(t *testing.T, body []byte) int {
+	t.Helper()
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		t.Fatalf("unmarshal %q: %v", body, err)
+	}
+	var items []map[string]any
+	if json.Unmarshal(top["input"], &items) != nil {
+		var loose []json.RawMessage // a list with items that are not objects
+		if json.Unmarshal(top["input"], &loose) != nil {
+			return 0
+		}
+		for _, raw := range loose {
+			var item map[string]any
+			if json.Unmarshal(raw, &item) == nil {
+				items = append(items, item)
+			}
+		}
+	}
+	n := 0
+	for _, item := range items {
+		if item["type"] == "code_interpreter_call" {
+			n++
+		}
+	}
+	return n
 }
 
 // reqFuzzCountTools counts, in body's tools (decoded the way upstreams decode JSON: exact keys,

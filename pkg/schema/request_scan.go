@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"unicode"
@@ -179,7 +180,11 @@ func reqScanKey(b []byte, i int, members *[]reqMember, record bool) (int, error)
 func reqScanString(b []byte, i int) (int, error) {
 	j := i + 1
 	for {
-		// Bytes from 0x20 up other than the quote and the backslash need no further look.
+		// Bytes from 0x20 up other than the quote and the backslash need no further look; skip
+		// them eight at a time while a whole word holds none of the others.
+		for j+8 <= len(b) && !reqWordSpecial(binary.LittleEndian.Uint64(b[j:])) {
+			j += 8
+		}
 		for j < len(b) && b[j] >= 0x20 && b[j] != '"' && b[j] != '\\' {
 			j++
 		}
@@ -213,6 +218,15 @@ func reqScanString(b []byte, i int) (int, error) {
 			return 0, &reqSyntaxError{off: j, msg: fmt.Sprintf("invalid control character %q in string", c)}
 		}
 	}
+}
+
+// reqWordSpecial reports whether any byte of w is a control character (below 0x20), a quote or a
+// backslash: the bytes a string scan must stop at. It uses the classic "has a zero byte" bit
+// tricks, which have no false negatives.
+func reqWordSpecial(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	return (w-ones*0x20)&^w&highs|hasZero(w^(ones*'"'))|hasZero(w^(ones*'\\')) != 0
 }
 
 // reqScanLiteral checks that lit (true, false or null) starts at b[i].
@@ -380,6 +394,13 @@ func reqPath(b []byte, i int, keys ...string) reqSpan {
 		}
 	}
 	return sp
+}
+
+// reqFieldIs reports whether the object starting at b[i] has a member key (the last one when it
+// repeats) whose value is the string want; it allocates nothing for plain strings.
+func reqFieldIs(b []byte, i int, key, want string) bool {
+	sp := reqField(b, i, key)
+	return sp.ok() && reqStringIs(b[sp.start:sp.end], want)
 }
 
 // reqStr returns the decoded string at span sp and whether sp holds a string.

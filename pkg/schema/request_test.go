@@ -568,3 +568,21 @@ func TestRewriteRequestEscapedKeys(t *testing.T) {
 	assert.Equal(t, "s1", got.SessionID, "RewriteRequest(%s) session", give)
 	assert.Equal(t, "{}", string(got.StreamOptions), "RewriteRequest(%s) stream_options", give)
 }
+
+func TestMayHold(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{`[{"type":"code_interpreter_call"}]`, true},
+		{`[{"type":"code\u005finterpreter_call"}]`, true},
+		{`[{"t\u0079pe":"x"}]`, true}, // a key spelled with escapes could hide anything
+		{`[{"type":"message","content":"caf\u00e9 \u2014 \ud83d\ude00"}]`, false},
+		{`[{"type":"message","content":"code interpreter call"}]`, false},
+		{`[{"content":"\u00"}]`, false},
+		{`[]`, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, reqMayHold([]byte(tt.give), "code_interpreter_call"), "reqMayHold(%s)", tt.give)
+	}
+}
