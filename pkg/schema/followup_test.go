@@ -2,6 +2,9 @@ package schema
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -230,4 +233,49 @@ func TestFollowUpRoundTrip(t *testing.T) {
 	require.NotNil(t, items[4].OfFunctionCallOutput, "follow-up input[4] is an output")
 	assert.Equal(t, "ran 2+2", items[4].OfFunctionCallOutput.Output.OfString.Value, "follow-up last output")
 	assert.Contains(t, string(next), `"stream":false`, "follow-up streams")
+}
+
+// FuzzFollowUp checks that ParseTurn and FollowUp never panic on arbitrary request and response
+// bodies, and that a follow-up built without error is valid JSON that ParseTurn reads.
+func FuzzFollowUp(f *testing.F) {
+	for _, name := range []string{"responses_list_input", "responses_string_input", "responses_store_false", "responses_conversation", "responses_no_input", "chat_basic", "chat_audio_reasoning"} {
+		req, err := os.ReadFile(filepath.Join("testdata", "followup", name+".req.json"))
+		if err != nil {
+			f.Fatalf("read %s: %v", name, err)
+		}
+		resp, err := os.ReadFile(filepath.Join("testdata", "followup", name+".resp.json"))
+		if err != nil {
+			f.Fatalf("read %s: %v", name, err)
+		}
+		s := byte(0)
+		if strings.HasPrefix(name, "chat") {
+			s = 1
+		}
+		f.Add(s, req, resp, byte(0))
+	}
+	f.Fuzz(func(t *testing.T, surface byte, req, resp []byte, opts byte) {
+		s := Responses
+		if surface%2 == 1 {
+			s = Chat
+		}
+		turn, err := ParseTurn(s, resp, "")
+		if err != nil {
+			return
+		}
+		var outs []CallOutput
+		for _, c := range turn.Calls {
+			outs = append(outs, CallOutput{CallID: c.CallID, Output: "out " + c.CallID})
+		}
+		o := FollowUpOptions{DropToolChoice: opts&1 != 0, ToolChoiceNone: opts&2 != 0}
+		next, err := FollowUp(s, req, resp, outs, o)
+		if err != nil {
+			return
+		}
+		if !json.Valid(next) {
+			t.Fatalf("FollowUp(%s, %q, %q) = %q, not valid JSON", s, req, resp, next)
+		}
+		if _, err := ParseTurn(s, next, ""); err != nil {
+			t.Fatalf("ParseTurn(FollowUp(%s, %q, %q)) = %v", s, req, resp, err)
+		}
+	})
 }
