@@ -47,14 +47,14 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	}
 	reqMembers, isObject, err := reqScanTop(req)
 	if err != nil {
-		return nil, fmt.Errorf("follow up: request: %w", err)
+		return nil, fmt.Errorf("follow up: parse request: %w", err)
 	}
 	if !isObject {
 		return nil, errors.New("follow up: the request is not a JSON object")
 	}
 	respMembers, isObject, err := reqScanTop(resp)
 	if err != nil {
-		return nil, fmt.Errorf("follow up: response: %w", err)
+		return nil, fmt.Errorf("follow up: parse response: %w", err)
 	}
 	if !isObject {
 		return nil, errors.New("follow up: the response is not a JSON object")

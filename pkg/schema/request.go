@@ -105,8 +105,11 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	name := o.name()
 
 	tools, err := reqFindTools(s, t, name)
-	if err != nil || !tools.found {
-		return r, err
+	if err != nil {
+		return Request{}, err
+	}
+	if !tools.found {
+		return r, nil
 	}
 	// A body that gives a member we read or edit twice is refused: we could not tell which one the
 	// upstream would honour.
