@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -512,4 +513,77 @@ func TestAdversarialTenants(t *testing.T) {
 	res, err := alice.Run(ctx, "print(secret, open('/mnt/data/secret.txt').read())", 0)
 	require.NoError(t, err, "alice again")
 	assert.Equal(t, "alice-secret alice-secret\n", res.Stdout, "alice's state is intact")
+}
+
+// TestAdversarialMemoryBombProcesses: several processes, each within the per-process address
+// space limit, together far beyond the container's memory. Only the container's cgroup can stop
+// them, so the test needs one.
+func TestAdversarialMemoryBombProcesses(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{DataBytes: 16 << 20, TmpBytes: 8 << 20})
+	if l.cgroups == nil {
+		t.Skip("no writable cgroup hierarchy here: the rlimits alone cannot bound this")
+	}
+	c := newTestContainer(t, l, Spec{MemoryLimit: "512m"})
+	memMax, _ := l.cgroupLimits(512 << 20)
+	res, err := runTimeout(c, `import os
+kids = []
+for i in range(6):
+    pid = os.fork()
+    if pid == 0:
+        b = b'x' * (300 << 20)  # touched: 1.8 GB in all, 300 MB each within the rlimit
+        os._exit(0)
+    kids.append(pid)
+killed = 0
+for pid in kids:
+    _, status = os.waitpid(pid, 0)
+    killed += os.WIFSIGNALED(status)
+print('killed', killed)`, 60*time.Second)
+	if err == nil {
+		assert.NotEqual(t, "killed 0\n", res.Stdout, "some children were stopped by the cgroup's limit")
+	} else {
+		assert.ErrorIs(t, err, ErrLost, "or the container itself was")
+	}
+	peak := c.(*localContainer).cg.peakMemory()
+	assert.LessOrEqual(t, peak, memMax, "the container's memory never exceeded its cgroup limit")
+	assert.Greater(t, peak, int64(300<<20), "the bomb did allocate (the test would prove nothing otherwise)")
+	assertHealthy(t, l)
+}
+
+func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	if l.cgroups == nil {
+		t.Skip("no writable cgroup hierarchy here")
+	}
+	c := newTestContainer(t, l, Spec{})
+	runIn(t, c, "import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '600'])")
+	cg := c.(*localContainer).cg
+	tree := procTree(containerPID(c))
+	require.GreaterOrEqual(t, len(tree), 4, "monitor, init, interpreter and its child")
+	for pid := range tree {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		require.NoError(t, err, "read cgroup of %d", pid)
+		for _, dir := range cg.dirs {
+			assert.Contains(t, string(data), filepath.Base(dir), "process %d is in the container's cgroup", pid)
+		}
+	}
+	dirs := slices.Clone(cg.dirs)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	for _, d := range dirs {
+		_, err := os.Stat(d)
+		assert.ErrorIs(t, err, os.ErrNotExist, "the container's cgroup is removed with it")
+	}
+}
+
+func TestNewLocalCgroupSetting(t *testing.T) {
+	t.Parallel()
+	_, err := NewLocal(LocalConfig{Cgroups: "sometimes"}, zaptest.NewLogger(t))
+	assert.Error(t, err, "an unknown cgroups setting is refused")
+	_, err = NewLocal(LocalConfig{Cgroups: t.TempDir()}, zaptest.NewLogger(t))
+	assert.Error(t, err, "a directory that is not a delegated cgroup is refused")
+	l := newTestLocal(t, LocalConfig{Cgroups: "off"})
+	assert.Nil(t, l.cgroups, "cgroups off")
+	c := newTestContainer(t, l, Spec{})
+	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "containers work without cgroups")
 }

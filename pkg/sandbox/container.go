@@ -37,6 +37,7 @@ type localContainer struct {
 	// are all gone.
 	initMu sync.Mutex
 	initFD int
+	cg     *containerCgroup // nil without cgroups
 
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
@@ -53,10 +54,12 @@ type localContainer struct {
 	runMu sync.Mutex // one run at a time
 	seq   uint64     // guarded by runMu
 
-	deleteOnce sync.Once
-	deleted    chan struct{} // closed when Delete has started
-	wg         sync.WaitGroup
-	closeFiles sync.Once
+	deleteOnce  sync.Once
+	deleted     chan struct{} // closed when Delete has started
+	cleanupOnce sync.Once
+	cleanupErr  error // set by cleanupOnce
+	wg          sync.WaitGroup
+	closeFiles  sync.Once
 }
 
 type frameMsg struct {
@@ -94,6 +97,9 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 			if c.hostDir != "" {
 				os.RemoveAll(c.hostDir)
 			}
+			if c.cg != nil && c.cmd == nil {
+				_ = c.cg.remove()
+			}
 		}
 	}()
 	pipe := func() (r, w *os.File, err error) {
@@ -103,7 +109,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		}
 		return r, w, nil
 	}
-	var ctlInR, ctlOutW, intrR, outW, errW *os.File
+	var ctlInR, ctlOutW, intrR, outW, errW, blockW *os.File
 	if ctlInR, c.ctlW, err = pipe(); err != nil {
 		return nil, err
 	}
@@ -141,6 +147,19 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		defer infoR.Close()
 		childFiles = append(childFiles, infoW)
 		extra = append(extra, sp, infoW)
+		if l.cgroups != nil {
+			var blockR *os.File // fd 8: bubblewrap's --block-fd
+			if blockR, blockW, err = pipe(); err != nil {
+				return nil, err
+			}
+			defer blockW.Close()
+			childFiles = append(childFiles, blockR)
+			extra = append(extra, blockR)
+			memMax, pidsMax := l.cgroupLimits(memBytes)
+			if c.cg, err = l.cgroups.create(name, memMax, pidsMax); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+		}
 	}
 
 	dir := dataDir
@@ -196,7 +215,29 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	}
 	childFiles = nil
 	if infoR != nil {
-		c.openInit(infoR)
+		initPID := c.openInit(infoR)
+		if c.cg != nil {
+			// bubblewrap's monitor and the sandbox's init are the only processes so far; the
+			// init waits on the block pipe before it starts anything.
+			err := c.cg.add(cmd.Process.Pid)
+			if err == nil && initPID > 0 {
+				err = c.cg.add(initPID)
+			} else if err == nil {
+				err = errors.New("no pid for the sandbox's init")
+			}
+			if err != nil {
+				c.kill()
+				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
+				_ = c.Delete(context.Background())
+				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			}
+			if _, err := blockW.Write([]byte{1}); err != nil {
+				c.kill()
+				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
+				_ = c.Delete(context.Background())
+				return nil, fmt.Errorf("%w: release the sandbox: %w", ErrUnavailable, err)
+			}
+		}
 	}
 
 	c.goTracked(func() { c.stdout.readFrom(c.outR) })
@@ -221,23 +262,24 @@ func (c *localContainer) goTracked(f func()) {
 
 // openInit reads bubblewrap's --info-fd report and opens a pidfd of the container's init. It
 // is best effort: without it Delete cannot wait for the container's processes to be gone.
-func (c *localContainer) openInit(info *os.File) {
+func (c *localContainer) openInit(info *os.File) int {
 	_ = info.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var msg struct {
 		ChildPID int `json:"child-pid"`
 	}
 	if err := json.NewDecoder(info).Decode(&msg); err != nil || msg.ChildPID <= 0 {
 		c.log.Warn("no child pid from bubblewrap", zap.Error(err))
-		return
+		return 0
 	}
 	fd, err := unix.PidfdOpen(msg.ChildPID, 0)
 	if err != nil {
 		c.log.Warn("open pidfd of the container's init", zap.Int("pid", msg.ChildPID), zap.Error(err))
-		return
+		return msg.ChildPID
 	}
 	c.initMu.Lock()
 	c.initFD = fd
 	c.initMu.Unlock()
+	return msg.ChildPID
 }
 
 // kill kills the container: bubblewrap's process group (without isolation: the interpreter's)
@@ -580,7 +622,8 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 }
 
 // Delete kills the container and waits for its process and goroutines (bounded by ctx). It is
-// idempotent and safe to call concurrently with Run, which then fails with ErrClosed.
+// idempotent and safe to call concurrently with Run, which then fails with ErrClosed, and with
+// itself.
 func (c *localContainer) Delete(ctx context.Context) error {
 	c.deleteOnce.Do(func() {
 		close(c.deleted)
@@ -592,6 +635,12 @@ func (c *localContainer) Delete(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("delete container: %w", ctx.Err())
 	}
+	c.cleanupOnce.Do(func() { c.cleanupErr = c.cleanup(ctx) })
+	return c.cleanupErr
+}
+
+// cleanup releases what a dead container holds; it runs once.
+func (c *localContainer) cleanup(ctx context.Context) error {
 	// The process is gone; its pipes may still be held by a process that escaped (only
 	// possible without isolation): closing our ends stops the readers regardless.
 	c.closeParentFiles()
@@ -605,13 +654,19 @@ func (c *localContainer) Delete(ctx context.Context) error {
 		c.initFD = -1
 	}
 	c.initMu.Unlock()
-	c.l.untrack(c)
-	if c.hostDir != "" {
-		if err := os.RemoveAll(c.hostDir); err != nil {
-			return fmt.Errorf("delete container: %w", err)
+	var err error
+	if c.cg != nil {
+		if rerr := c.cg.remove(); rerr != nil {
+			err = fmt.Errorf("delete container: %w", rerr)
 		}
 	}
-	return nil
+	c.l.untrack(c)
+	if c.hostDir != "" {
+		if rerr := os.RemoveAll(c.hostDir); rerr != nil && err == nil {
+			err = fmt.Errorf("delete container: %w", rerr)
+		}
+	}
+	return err
 }
 
 func (c *localContainer) closeParentFiles() {

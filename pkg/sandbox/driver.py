@@ -336,6 +336,27 @@ def _format_error(e):
     return {'name': type(e).__name__, 'value': _cap(value), 'traceback': _cap(text)}
 
 
+def _forked_child_exit(e):
+    # A process the cell forked has run off the end of the cell (or raised out of it): it must
+    # not act as the driver. It ends as a forked child of a script would.
+    code = 0
+    if isinstance(e, SystemExit):
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    elif e is not None:
+        try:
+            sys.stderr.write(_format_error(e)['traceback'])
+        except BaseException:
+            pass
+        code = 1
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    _flush_buffers()
+    os._exit(code)
+
+
 def _scan_files():
     old, new, changed = S.files, {}, []
     count = 0
@@ -386,7 +407,11 @@ def _run(req):
         try:
             _exec_cell(code, fname, res)
         except BaseException as e:
+            if os.getpid() != S.pid:
+                _forked_child_exit(e)
             res['error'] = _format_error(e)
+        if os.getpid() != S.pid:
+            _forked_child_exit(None)
         _collect_figures(close=True)
         _intr_off()
     except KeyboardInterrupt:
@@ -477,6 +502,9 @@ def _main():
     loaded = _preload() if cfg.get('preload') else []
     _set_limits(cfg.get('limits', {}))
     _thread.start_new_thread(_interrupt_loop, (_thread.get_ident(),))
+    S.pid = os.getpid()
+    # A forked child must not inherit (and later repeat) output still in the buffers.
+    os.register_at_fork(before=_flush_buffers)
 
     main = type(sys)('__main__')
     main.__dict__['__builtins__'] = builtins

@@ -76,6 +76,13 @@ type LocalConfig struct {
 	InterruptGrace time.Duration
 	// ReadOnlyPaths are more host paths made visible read-only at the same place.
 	ReadOnlyPaths []string
+	// Cgroups places each container in a cgroup of its own that caps the memory of all its
+	// processes and tmpfs (the memory limit plus DataBytes and twice TmpBytes) and its
+	// processes: "auto" (or "", the default) where the server may create cgroups (cgroup v1's
+	// memory and pids hierarchies, or a cgroup v2 directory delegating both controllers),
+	// "off", or the absolute path of a cgroup v2 directory delegating both controllers. The
+	// rlimits apply either way.
+	Cgroups string
 	// UnsafeNoIsolation runs Python without bubblewrap, with the server's own rights: for
 	// development machines without bubblewrap only. The rlimits still apply, nothing else does.
 	UnsafeNoIsolation bool
@@ -105,6 +112,7 @@ type Local struct {
 	// start with -S and skip both the compilation and site, a third of a bare start.
 	driverCode string
 	sysPath    []any
+	cgroups    *cgroupParents // nil when containers get no cgroup
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -158,6 +166,17 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 	if err := l.probe(); err != nil {
 		l.removeWorkDir()
 		return nil, fmt.Errorf("new local sandbox: %w", err)
+	}
+	if !cfg.UnsafeNoIsolation {
+		if l.cgroups, err = newCgroupParents(cfg.Cgroups); err != nil {
+			l.removeWorkDir()
+			return nil, fmt.Errorf("new local sandbox: %w", err)
+		}
+	}
+	if l.cgroups != nil {
+		l.log.Info("containers get their own cgroups", zap.String("under", l.cgroups.describe()))
+	} else if !cfg.UnsafeNoIsolation {
+		l.log.Info("no writable cgroup hierarchy: containers are limited by rlimits only")
 	}
 	l.args = l.bwrapArgs(false)
 	if l.setUID {
@@ -448,6 +467,10 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	}
 	if !probe {
 		a = append(a, "--info-fd", "7")
+		if l.cgroups != nil {
+			// The sandbox waits, before it starts anything, until it is in its cgroup.
+			a = append(a, "--block-fd", "8")
+		}
 	}
 	return a
 }
@@ -558,6 +581,9 @@ func (l *Local) Close() error {
 	}
 	l.wg.Wait()
 	if first {
+		if l.cgroups != nil {
+			l.cgroups.remove()
+		}
 		l.removeWorkDir()
 	}
 	return nil
@@ -593,6 +619,11 @@ func mapPath(p, hostDir string) string {
 		return dataDir + rel
 	}
 	return p
+}
+
+// cgroupLimits returns a container's cgroup memory and process limits.
+func (l *Local) cgroupLimits(memBytes int64) (int64, int) {
+	return memBytes + l.cfg.DataBytes + 2*l.cfg.TmpBytes + cgroupSlack, l.cfg.MaxProcesses + 8
 }
 
 // isolated reports whether containers run under bubblewrap.

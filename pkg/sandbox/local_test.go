@@ -92,6 +92,12 @@ func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 			wantStdout: "before\n", wantErr: "KeyError", wantTB: []string{"line 2"}},
 		{name: "syntax error", give: "x = (", wantErr: "SyntaxError", wantTB: []string{"line 1"}},
 		{name: "exit is an error, not the end", give: "exit(3)", wantErr: "SystemExit"},
+		{name: "fork: output not repeated", give: "import os\nprint('once')\npid = os.fork()\nif pid == 0:\n    print('child', flush=True)\n    os._exit(0)\nos.waitpid(pid, 0);",
+			wantStdout: "once\nchild\n"},
+		{name: "forked child ending the cell", give: "import os\npid = os.fork()\nif pid == 0:\n    print('child done')\nelse:\n    os.waitpid(pid, 0)\n    print('parent done')",
+			wantStdout: "child done\nparent done\n"},
+		{name: "forked child exiting out of the cell", give: "import os, sys\npid = os.fork()\nif pid == 0:\n    sys.exit(3)\n_, st = os.waitpid(pid, 0)\nos.WEXITSTATUS(st)",
+			wantValue: "3"},
 	}
 	for _, tt := range tests {
 		res, err := runTimeout(c, tt.give, 30*time.Second)
@@ -111,6 +117,17 @@ func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 		assert.Equal(t, tt.wantErr, gotErr, "%s: error of %q", tt.name, tt.give)
 		assert.False(t, res.Truncated, "%s: truncated", tt.name)
 	}
+}
+
+func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
+	t.Parallel()
+	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	res := runIn(t, c, "import os\npid = os.fork()\nif pid == 0:\n    raise ValueError('in child')\n_, st = os.waitpid(pid, 0)\nos.WEXITSTATUS(st)")
+	assert.Equal(t, "1", res.Value, "the child exits with status 1, as a script's would")
+	assert.Nil(t, res.Error, "the parent's run is unaffected")
+	assert.Contains(t, res.Stderr, "line 4, in <module>\n    raise ValueError('in child')\nValueError: in child\n", "the child's traceback")
+	assert.NotContains(t, res.Stderr, "<codeinterp>", "without the driver's frames")
+	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "the driver still answers alone")
 }
 
 func TestLocalStatePersistsPerContainer(t *testing.T) {
