@@ -3,7 +3,9 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -138,60 +140,110 @@ func Final(in FinalInput) ([]byte, error) {
 	if in.FunctionName == "" {
 		return nil, errors.New("build final answer: empty function name")
 	}
+	views := make([]string, len(in.Rounds))
 	for i, r := range in.Rounds {
-		if !gjson.ValidBytes(r.Body) || !gjson.ParseBytes(r.Body).IsObject() {
+		views[i] = finalView(r.Body)
+		if !gjson.Valid(views[i]) || !finalIsObject(views[i]) {
 			return nil, fmt.Errorf("build final answer: round %d: body is not a JSON object", i+1)
 		}
 	}
 	switch in.Surface {
 	case Responses:
-		return finalResponses(in)
+		return finalResponses(in, views)
 	case Chat:
-		return finalChat(in)
+		return finalChat(in, views)
 	default:
 		return nil, fmt.Errorf("build final answer: unsupported surface %v", in.Surface)
 	}
 }
 
-func finalResponses(in FinalInput) ([]byte, error) {
-	last := len(in.Rounds) - 1
-	body := in.Rounds[last].Body
+// finalView returns b as a string without copying it. Final reads the bodies through these
+// views only while it runs, never modifies them, and copies every byte it returns.
+func finalView(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
 
-	output, changed, err := finalResponsesOutput(in)
+// finalEdit replaces the value at path (a top-level member, or an element of one) of the last
+// body.
+type finalEdit struct {
+	path  string
+	value []byte
+}
+
+// finalApply returns a new copy of body (whose view is view) with the value at each edit's path
+// replaced, spliced in one pass; the edited values must not nest. A path the body lacks is added
+// with sjson.
+func finalApply(body []byte, view string, edits []finalEdit) ([]byte, error) {
+	type span struct {
+		start, end int
+		value      []byte
+	}
+	var spans []span
+	var missing []finalEdit
+	size := len(body)
+	for _, e := range edits {
+		r := gjson.Get(view, e.path)
+		if !r.Exists() || r.Index <= 0 {
+			missing = append(missing, e)
+			continue
+		}
+		spans = append(spans, span{r.Index, r.Index + len(r.Raw), e.value})
+		size += len(e.value) - len(r.Raw)
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })
+	out := make([]byte, 0, size)
+	at := 0
+	for _, sp := range spans {
+		out = append(out, body[at:sp.start]...)
+		out = append(out, sp.value...)
+		at = sp.end
+	}
+	out = append(out, body[at:]...)
+	var err error
+	for _, e := range missing {
+		if out, err = sjson.SetRawBytes(out, e.path, e.value); err != nil {
+			return nil, fmt.Errorf("build final answer: set %s: %w", e.path, err)
+		}
+	}
+	return out, nil
+}
+
+func finalResponses(in FinalInput, views []string) ([]byte, error) {
+	last := views[len(views)-1]
+	output, changed, err := finalResponsesOutput(in, views)
 	if err != nil {
 		return nil, err
 	}
-	if changed || len(in.Rounds) > 1 {
-		if body, err = sjson.SetRawBytes(body, "output", output); err != nil {
-			return nil, fmt.Errorf("build final answer: set output: %w", err)
-		}
+	var edits []finalEdit
+	if changed || len(views) > 1 {
+		edits = append(edits, finalEdit{"output", output})
 	}
-	if body, err = finalSetUsage(body, in.Rounds); err != nil {
-		return nil, err
+	if usage := finalUsage(views); usage != nil {
+		edits = append(edits, finalEdit{"usage", usage})
 	}
-	if body, err = finalResponsesTools(body, in.FunctionName, in.Tool); err != nil {
-		return nil, err
+	if e, ok := finalResponsesTools(last, in.FunctionName, in.Tool); ok {
+		edits = append(edits, e)
 	}
-	if body, err = finalResponsesToolChoice(body, in.FunctionName, in.ToolChoice); err != nil {
-		return nil, err
+	if choice := finalResponsesToolChoice(last, in.FunctionName, in.ToolChoice); choice != nil {
+		edits = append(edits, finalEdit{"tool_choice", choice})
 	}
-	return body, nil
+	return finalApply(in.Rounds[len(views)-1].Body, last, edits)
 }
 
 // finalResponsesOutput returns the concatenated output array of all rounds and whether it
 // differs from the concatenation of the rounds' items (an internal call was replaced or
 // removed).
-func finalResponsesOutput(in FinalInput) ([]byte, bool, error) {
+func finalResponsesOutput(in FinalInput, views []string) ([]byte, bool, error) {
 	size := 2
-	for _, r := range in.Rounds {
-		size += len(r.Body)
+	for _, v := range views {
+		size += len(v)
 	}
 	out := make([]byte, 0, size)
 	out = append(out, '[')
 	n := 0
 	changed := false
 	for ri, r := range in.Rounds {
-		output := gjson.GetBytes(r.Body, "output")
+		output := gjson.Get(views[ri], "output")
 		if output.Exists() && output.Type != gjson.Null && !output.IsArray() {
 			return nil, false, fmt.Errorf("build final answer: round %d: output is not an array", ri+1)
 		}
@@ -245,77 +297,108 @@ func finalFindCall(calls []CodeCall, callID string) int {
 	return -1
 }
 
-// finalResponsesTools replaces the first function tool named name by tool and removes any other
-// (or all of them when tool is nil).
-func finalResponsesTools(body []byte, name string, tool []byte) ([]byte, error) {
+// finalIsInternalTool reports whether t is the Responses function tool (or function choice)
+// naming the internal function.
+func finalIsInternalTool(t gjson.Result, name string) bool {
+	return t.Get("type").String() == "function" && t.Get("name").String() == name
+}
+
+// finalResponsesTools returns the edit of the body view's tools: the function tool named name
+// replaced by tool in place (only that element's bytes change), or, when there are several of
+// them or tool is nil, the array rebuilt with the first replaced and the others removed. It
+// returns false when there is no such tool.
+func finalResponsesTools(view, name string, tool []byte) (finalEdit, bool) {
+	tools := gjson.Get(view, "tools")
 	var found []int
-	gjson.GetBytes(body, "tools").ForEach(func(k, t gjson.Result) bool {
-		if t.Get("type").String() == "function" && t.Get("name").String() == name {
+	tools.ForEach(func(k, t gjson.Result) bool {
+		if finalIsInternalTool(t, name) {
 			found = append(found, int(k.Int()))
 		}
 		return true
 	})
-	if len(found) == 0 {
-		return body, nil
+	switch {
+	case len(found) == 0:
+		return finalEdit{}, false
+	case len(found) == 1 && tool != nil:
+		return finalEdit{"tools." + strconv.Itoa(found[0]), tool}, true
 	}
-	var err error
-	for i := len(found) - 1; i >= 0; i-- {
-		path := "tools." + strconv.Itoa(found[i])
-		if i == 0 && tool != nil {
-			body, err = sjson.SetRawBytes(body, path, tool)
-		} else {
-			body, err = sjson.DeleteBytes(body, path)
+	out := make([]byte, 0, len(tools.Raw)+len(tool))
+	out = append(out, '[')
+	n := 0
+	replaced := false
+	tools.ForEach(func(_, t gjson.Result) bool {
+		raw := []byte(t.Raw)
+		if finalIsInternalTool(t, name) {
+			if replaced || tool == nil {
+				return true
+			}
+			raw, replaced = tool, true
 		}
-		if err != nil {
-			return nil, fmt.Errorf("build final answer: restore tools: %w", err)
+		if n > 0 {
+			out = append(out, ',')
 		}
-	}
-	return body, nil
+		out = append(out, raw...)
+		n++
+		return true
+	})
+	return finalEdit{"tools", append(out, ']')}, true
 }
 
 // finalHostedChoice is the tool_choice that names the hosted code_interpreter tool.
 const finalHostedChoice = `{"type":"code_interpreter"}`
 
-// finalResponsesToolChoice sets tool_choice to the client's original, or, when there is none,
-// turns a choice that names the internal function back into the hosted tool's.
-func finalResponsesToolChoice(body []byte, name string, choice []byte) ([]byte, error) {
-	var err error
+// finalResponsesToolChoice returns the tool_choice to set: the client's original when there is
+// one, else the body's with any naming of the internal function turned back into the hosted
+// tool's, or nil when the body's stays as it is.
+func finalResponsesToolChoice(view, name string, choice []byte) []byte {
 	if choice != nil {
-		if body, err = sjson.SetRawBytes(body, "tool_choice", choice); err != nil {
-			return nil, fmt.Errorf("build final answer: restore tool_choice: %w", err)
-		}
-		return body, nil
+		return choice
 	}
-	tc := gjson.GetBytes(body, "tool_choice")
-	if tc.Get("type").String() == "function" && tc.Get("name").String() == name {
-		if body, err = sjson.SetRawBytes(body, "tool_choice", []byte(finalHostedChoice)); err != nil {
-			return nil, fmt.Errorf("build final answer: restore tool_choice: %w", err)
-		}
-		return body, nil
+	tc := gjson.Get(view, "tool_choice")
+	if finalIsInternalTool(tc, name) {
+		return []byte(finalHostedChoice)
 	}
-	var named []int
-	tc.Get("tools").ForEach(func(k, t gjson.Result) bool {
-		if t.Get("type").String() == "function" && t.Get("name").String() == name {
-			named = append(named, int(k.Int()))
+	tools := tc.Get("tools")
+	if !tools.IsArray() {
+		return nil
+	}
+	found := false
+	tools.ForEach(func(_, t gjson.Result) bool {
+		found = found || finalIsInternalTool(t, name)
+		return !found
+	})
+	if !found {
+		return nil
+	}
+	list := make([]byte, 0, len(tools.Raw))
+	list = append(list, '[')
+	n := 0
+	replaced := false
+	tools.ForEach(func(_, t gjson.Result) bool {
+		raw := t.Raw
+		if finalIsInternalTool(t, name) {
+			if replaced {
+				return true
+			}
+			raw, replaced = finalHostedChoice, true
 		}
+		if n > 0 {
+			list = append(list, ',')
+		}
+		list = append(list, raw...)
+		n++
 		return true
 	})
-	for i := len(named) - 1; i >= 0; i-- {
-		path := "tool_choice.tools." + strconv.Itoa(named[i])
-		if i == 0 {
-			body, err = sjson.SetRawBytes(body, path, []byte(finalHostedChoice))
-		} else {
-			body, err = sjson.DeleteBytes(body, path)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("build final answer: restore tool_choice: %w", err)
-		}
+	list = append(list, ']')
+	out, err := sjson.SetRaw(tc.Raw, "tools", string(list))
+	if err != nil {
+		return nil // tc is valid JSON (a part of a valid body): SetRaw on it cannot fail
 	}
-	return body, nil
+	return []byte(out)
 }
 
-func finalChat(in FinalInput) ([]byte, error) {
-	body := in.Rounds[len(in.Rounds)-1].Body
+func finalChat(in FinalInput, views []string) ([]byte, error) {
+	last := views[len(views)-1]
 	type fix struct {
 		choice  int
 		removed bool   // whether tool calls of the internal function were removed
@@ -324,7 +407,7 @@ func finalChat(in FinalInput) ([]byte, error) {
 		stop    bool   // whether finish_reason becomes "stop"
 	}
 	var fixes []fix
-	gjson.GetBytes(body, "choices").ForEach(func(k, choice gjson.Result) bool {
+	gjson.Get(last, "choices").ForEach(func(k, choice gjson.Result) bool {
 		msg := choice.Get("message")
 		f := fix{choice: int(k.Int())}
 		n := 0
@@ -353,7 +436,16 @@ func finalChat(in FinalInput) ([]byte, error) {
 		}
 		return true
 	})
-	var err error
+	var edits []finalEdit
+	if usage := finalUsage(views); usage != nil {
+		edits = append(edits, finalEdit{"usage", usage})
+	}
+	body, err := finalApply(in.Rounds[len(views)-1].Body, last, edits)
+	if err != nil {
+		return nil, err
+	}
+	// Internal calls left in a Chat answer are rare (a mixed turn, or the loop stopped): edit
+	// them with sjson on the copy.
 	for _, f := range fixes {
 		prefix := "choices." + strconv.Itoa(f.choice)
 		switch {
@@ -372,5 +464,5 @@ func finalChat(in FinalInput) ([]byte, error) {
 			return nil, fmt.Errorf("build final answer: remove internal tool calls: %w", err)
 		}
 	}
-	return finalSetUsage(body, in.Rounds)
+	return body, nil
 }

@@ -58,3 +58,19 @@ func finalAppendString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// finalIsObject reports whether the valid JSON text s is an object (its first non-space byte is
+// '{'), without scanning the rest of it.
+func finalIsObject(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}

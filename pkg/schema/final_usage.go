@@ -1,33 +1,27 @@
 package schema
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 )
 
-// finalSetUsage sets body's "usage" to the sum of all rounds' usage. With one round, or when no
-// round has a usage object, body is returned unchanged.
-func finalSetUsage(body []byte, rounds []Round) ([]byte, error) {
-	if len(rounds) < 2 {
-		return body, nil
+// finalUsage returns the sum of all rounds' usage (the body views), or nil with one round or
+// when no round has a usage object.
+func finalUsage(views []string) []byte {
+	if len(views) < 2 {
+		return nil
 	}
-	usages := make([]gjson.Result, 0, len(rounds))
-	for _, r := range rounds {
-		if u := gjson.GetBytes(r.Body, "usage"); u.IsObject() {
+	usages := make([]gjson.Result, 0, len(views))
+	for _, v := range views {
+		if u := gjson.Get(v, "usage"); u.IsObject() {
 			usages = append(usages, u)
 		}
 	}
 	if len(usages) == 0 {
-		return body, nil
+		return nil
 	}
-	body, err := sjson.SetRawBytes(body, "usage", finalSumJSON(nil, usages))
-	if err != nil {
-		return nil, fmt.Errorf("build final answer: set usage: %w", err)
-	}
-	return body, nil
+	return finalSumJSON(nil, usages)
 }
 
 // finalSumJSON appends the sum of vals (the values found at one path in each round, in

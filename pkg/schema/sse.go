@@ -34,11 +34,12 @@ const (
 // there is no [DONE] sentinel. The data lines never contain a raw newline, U+2028 or U+2029,
 // and invalid UTF-8 is replaced by U+FFFD. ResponsesSSE fails when final is not a JSON object.
 func ResponsesSSE(final []byte) ([]byte, error) {
-	s := string(final)
-	if !gjson.Valid(s) || !gjson.Parse(s).IsObject() {
+	s, ok := sseCompactBody(final)
+	if !ok {
 		return nil, errors.New("encode responses stream: body is not a JSON object")
 	}
-	w := sseWriter{buf: make([]byte, 0, 2*len(s)+4096)}
+	// A stream carries each text up to five times (delta, text done, part done, item done, completed).
+	w := sseWriter{buf: make([]byte, 0, 6*len(s)+4096)}
 	sseStart(&w, s)
 	i := 0
 	gjson.Get(s, "output").ForEach(func(_, item gjson.Result) bool {
@@ -61,8 +62,8 @@ func ResponsesSSE(final []byte) ([]byte, error) {
 // is resp's, so resp should be a body built by [Final], whose tools echo the client's. It fails
 // when resp is not a JSON object.
 func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
-	s := string(resp)
-	if !gjson.Valid(s) || !gjson.Parse(s).IsObject() {
+	s, ok := sseCompactBody(resp)
+	if !ok {
 		return nil, errors.New("encode failed responses stream: body is not a JSON object")
 	}
 	errObj := make([]byte, 0, 32+len(code)+len(message))
@@ -176,9 +177,10 @@ func sseStringRaw(v gjson.Result) string {
 }
 
 func sseCodeCall(w *sseWriter, idx int, id string, item gjson.Result) {
-	added := w.edit(item.Raw, "status", `"in_progress"`, true)
-	added = w.edit(added, "code", `""`, true)
+	// Empty the large fields first, so the later edits copy a small item.
+	added := w.edit(item.Raw, "code", `""`, true)
 	added = w.edit(added, "outputs", "[]", true)
+	added = w.edit(added, "status", `"in_progress"`, true)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 
 	progress := func(typ string) {
@@ -209,8 +211,8 @@ func sseCodeCall(w *sseWriter, idx int, id string, item gjson.Result) {
 }
 
 func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
-	added := w.edit(item.Raw, "status", `"in_progress"`, true)
-	added = w.edit(added, "content", "[]", true)
+	added := w.edit(item.Raw, "content", "[]", true)
+	added = w.edit(added, "status", `"in_progress"`, true)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 
 	// head opens an event about content part j of this message.
@@ -285,8 +287,8 @@ func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
 // sseToolInput writes the events of a tool call whose input streams as a string field (a
 // function_call's arguments, a custom_tool_call's input): <prefix>.delta… and <prefix>.done.
 func sseToolInput(w *sseWriter, idx int, id string, item gjson.Result, field, prefix string) {
-	added := w.edit(item.Raw, "status", `"in_progress"`, false)
-	added = w.edit(added, field, `""`, true)
+	added := w.edit(item.Raw, field, `""`, true)
+	added = w.edit(added, "status", `"in_progress"`, false)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 	input := item.Get(field)
 	for s := input.String(); len(s) > 0; {
@@ -307,11 +309,11 @@ func sseToolInput(w *sseWriter, idx int, id string, item gjson.Result, field, pr
 }
 
 func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
-	added := w.edit(item.Raw, "status", `"in_progress"`, false)
-	added = w.edit(added, "summary", "[]", true)
+	added := w.edit(item.Raw, "summary", "[]", true)
 	if item.Get("content").IsArray() {
 		added = w.edit(added, "content", "[]", true)
 	}
+	added = w.edit(added, "status", `"in_progress"`, false)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 
 	head := func(typ, indexKey string, k int) {

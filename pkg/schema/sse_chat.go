@@ -22,8 +22,8 @@ import (
 // `data: [DONE]`. Data lines never contain a raw newline, U+2028 or U+2029. ChatSSE fails when
 // final is not a JSON object.
 func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
-	s := string(final)
-	if !gjson.Valid(s) || !gjson.Parse(s).IsObject() {
+	s, ok := sseCompactBody(final)
+	if !ok {
 		return nil, errors.New("encode chat stream: body is not a JSON object")
 	}
 	includeUsage := gjson.GetBytes(streamOptions, "include_usage").Bool()
@@ -31,24 +31,25 @@ func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
 
 	head := make([]byte, 0, 256)
 	head = append(head, `{"id":`...)
-	head = sseAppendCompact(head, sseRawOr(root.Get("id"), `""`))
+	head = append(head, sseRawOr(root.Get("id"), `""`)...)
 	head = append(head, `,"object":"chat.completion.chunk","created":`...)
-	head = sseAppendCompact(head, sseRawOr(root.Get("created"), "0"))
+	head = append(head, sseRawOr(root.Get("created"), "0")...)
 	head = append(head, `,"model":`...)
-	head = sseAppendCompact(head, sseRawOr(root.Get("model"), `""`))
+	head = append(head, sseRawOr(root.Get("model"), `""`)...)
 	for _, k := range []string{"system_fingerprint", "service_tier"} {
 		if v := root.Get(k); v.Exists() {
 			head = append(head, ',', '"')
 			head = append(head, k...)
 			head = append(head, '"', ':')
-			head = sseAppendCompact(head, v.Raw)
+			head = append(head, v.Raw...)
 		}
 	}
 	tail := "}"
 	if includeUsage {
 		tail = `,"usage":null}`
 	}
-	c := sseChat{buf: make([]byte, 0, 2*len(s)+1024), head: head, tail: tail}
+	// Each delta of at most sseDeltaMax bytes costs about 200 bytes of chunk envelope.
+	c := sseChat{buf: make([]byte, 0, 3*len(s)+4*len(head)+1024), head: head, tail: tail}
 
 	pos := 0
 	root.Get("choices").ForEach(func(_, choice gjson.Result) bool {
@@ -60,7 +61,7 @@ func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
 		c.buf = append(c.buf, "data: "...)
 		c.buf = append(c.buf, c.head...)
 		c.buf = append(c.buf, `,"choices":[],"usage":`...)
-		c.buf = sseAppendCompact(c.buf, sseRawOr(root.Get("usage"), "null"))
+		c.buf = append(c.buf, sseRawOr(root.Get("usage"), "null")...)
 		c.buf = append(c.buf, "}\n\n"...)
 	}
 	c.buf = append(c.buf, "data: [DONE]\n\n"...)
@@ -95,9 +96,9 @@ func (c *sseChat) begin() {
 // end closes the delta and the chunk.
 func (c *sseChat) end(logprobs, finishReason string) {
 	c.buf = append(c.buf, `},"logprobs":`...)
-	c.buf = sseAppendCompact(c.buf, logprobs)
+	c.buf = append(c.buf, logprobs...)
 	c.buf = append(c.buf, `,"finish_reason":`...)
-	c.buf = sseAppendCompact(c.buf, finishReason)
+	c.buf = append(c.buf, finishReason...)
 	c.buf = append(c.buf, '}', ']')
 	c.buf = append(c.buf, c.tail...)
 	c.buf = append(c.buf, "\n\n"...)
@@ -127,7 +128,7 @@ func (c *sseChat) choice(choice gjson.Result, pos int) {
 
 	c.begin()
 	c.buf = append(c.buf, `"role":`...)
-	c.buf = sseAppendCompact(c.buf, sseRawOr(msg.Get("role"), `"assistant"`))
+	c.buf = append(c.buf, sseRawOr(msg.Get("role"), `"assistant"`)...)
 	c.buf = append(c.buf, `,"content":""`...)
 	c.end("null", "null")
 
@@ -157,7 +158,7 @@ func (c *sseChat) toolCall(k int, tc gjson.Result) {
 		}
 		c.begin()
 		c.buf = append(c.buf, `"tool_calls":[`...)
-		c.buf = sseAppendCompact(c.buf, raw)
+		c.buf = append(c.buf, raw...)
 		c.buf = append(c.buf, ']')
 		c.end("null", "null")
 		return
@@ -166,9 +167,9 @@ func (c *sseChat) toolCall(k int, tc gjson.Result) {
 	c.buf = append(c.buf, `"tool_calls":[{"index":`...)
 	c.buf = append(c.buf, ks...)
 	c.buf = append(c.buf, `,"id":`...)
-	c.buf = sseAppendCompact(c.buf, sseRawOr(tc.Get("id"), `""`))
+	c.buf = append(c.buf, sseRawOr(tc.Get("id"), `""`)...)
 	c.buf = append(c.buf, `,"type":"function","function":{"name":`...)
-	c.buf = sseAppendCompact(c.buf, sseRawOr(tc.Get("function.name"), `""`))
+	c.buf = append(c.buf, sseRawOr(tc.Get("function.name"), `""`)...)
 	c.buf = append(c.buf, `,"arguments":""}}]`...)
 	c.end("null", "null")
 

@@ -3,6 +3,8 @@ package schema
 import (
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
 )
 
 // sseDeltaMax is the largest delta, in bytes, the streams split text into. A delta ends at the
@@ -85,16 +87,27 @@ func (w *sseWriter) num(k string, v int) {
 	w.buf = strconv.AppendInt(w.buf, int64(v), 10)
 }
 
-// raw appends k with the valid JSON value v, compacted onto one line by sseAppendCompact.
+// raw appends k with the JSON value v, which must already be one compact, sanitized line: a
+// part of a body from sseCompactBody, or built from literals and finalAppendString.
 func (w *sseWriter) raw(k, v string) {
 	w.key(k)
-	w.buf = sseAppendCompact(w.buf, v)
+	w.buf = append(w.buf, v...)
 }
 
 // literal appends k with v as is; v must be a constant, compact JSON value.
 func (w *sseWriter) literal(k, v string) {
 	w.key(k)
 	w.buf = append(w.buf, v...)
+}
+
+// sseCompactBody validates that b is a JSON object and returns it as one compact, sanitized line
+// (sseAppendCompact), so that every part of it can be copied into a data line as is.
+func sseCompactBody(b []byte) (string, bool) {
+	if !gjson.ValidBytes(b) || !finalIsObject(finalView(b)) {
+		return "", false
+	}
+	// The compacted bytes are never modified: viewing them as a string saves a copy.
+	return finalView(sseAppendCompact(make([]byte, 0, len(b)), finalView(b))), true
 }
 
 // sseAppendCompact appends the valid JSON value raw to dst without insignificant whitespace,

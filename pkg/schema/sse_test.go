@@ -69,7 +69,7 @@ func sseSDKStream[T any](stream []byte) *ssestream.Stream[T] {
 func sseSDKEvents[T any](t testing.TB, stream []byte) []T {
 	t.Helper()
 	s := sseSDKStream[T](stream)
-	var out []T
+	out := make([]T, 0, bytes.Count(stream, []byte("\n\n"))) // events are large: grow once
 	for s.Next() {
 		out = append(out, s.Current())
 	}
