@@ -131,8 +131,9 @@ type FinalInput struct {
 // finish_reason of "tool_calls" becomes "stop". Chat has no slot for code_interpreter_call
 // items, so none are added.
 //
-// Final fails when a body is not a JSON object or a CodeCall matches no internal call of its
-// round. It does not modify in.
+// Final fails when there are no rounds or no function name, when a body is not a JSON object or
+// its output not an array, and when a CodeCall matches no internal call of its round or has an
+// output of unknown type. It does not modify in, and the body it returns shares no memory with it.
 func Final(in FinalInput) ([]byte, error) {
 	if len(in.Rounds) == 0 {
 		return nil, errors.New("build final answer: no rounds")
