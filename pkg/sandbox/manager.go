@@ -132,7 +132,6 @@ type Manager struct {
 	sessions map[string]int // session entries per identity
 	count    int            // live entries
 	pool     []Container
-	filling  bool // the filler is creating a container
 
 	refill chan struct{}   // size 1: a kick to the pool filler; extra kicks are redundant
 	ctx    context.Context // done at Close: stops the filler, the pruner and pool starts
@@ -367,16 +366,12 @@ func (m *Manager) fillPool() {
 		for {
 			m.mu.Lock()
 			need := !m.closed && len(m.pool) < m.cfg.WarmPool
-			m.filling = need
 			m.mu.Unlock()
 			if !need {
 				break
 			}
 			c, err := m.p.Create(ctx, m.poolSpec)
 			if err != nil {
-				m.mu.Lock()
-				m.filling = false
-				m.mu.Unlock()
 				if ctx.Err() != nil {
 					return
 				}
@@ -393,7 +388,6 @@ func (m *Manager) fillPool() {
 			}
 			backoff = 0
 			m.mu.Lock()
-			m.filling = false
 			if m.closed {
 				m.mu.Unlock()
 				m.deleteNow(c)
