@@ -90,7 +90,7 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	if s != Responses && s != Chat {
 		return Request{}, fmt.Errorf("rewrite request: unknown surface %v", s)
 	}
-	members, isObject, err := reqScanTop(body)
+	members, isObject, asciiEscape, err := reqScanTopEscapes(body)
 	if err != nil {
 		return Request{}, &RequestError{
 			Message: "We could not parse the JSON body of your request: " + err.Error(),
@@ -159,7 +159,7 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	}
 
 	if sp := t.span("input"); s == Responses && sp.ok() && body[sp.start] == '[' {
-		e, ids := reqReplayInput(body, sp, name)
+		e, ids := reqReplayInput(body, sp, name, asciiEscape)
 		edits = append(edits, e...)
 		r.ReplayedContainerIDs = ids
 	}
@@ -348,9 +348,11 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 
 // reqReplayInput returns the edits that turn each code_interpreter_call item of the Responses
 // input array at sp into a function_call item and a function_call_output item, and the
-// container ids of those items.
-func reqReplayInput(b []byte, sp reqSpan, name string) (edits []reqEdit, containerIDs []string) {
-	if !reqMayHold(b[sp.start:sp.end], "code_interpreter_call") {
+// container ids of those items. asciiEscape is reqScanTopEscapes's report on the body.
+func reqReplayInput(b []byte, sp reqSpan, name string, asciiEscape bool) (edits []reqEdit, containerIDs []string) {
+	// Skip the walk when no item can be one: the type is neither spelled out nor possibly
+	// hidden behind escapes.
+	if !asciiEscape && !bytes.Contains(b[sp.start:sp.end], []byte("code_interpreter_call")) {
 		return nil, nil
 	}
 	reqEachElem(b, sp.start, func(idx, st, en int) bool {
@@ -382,25 +384,6 @@ func reqReplayInput(b []byte, sp reqSpan, name string) (edits []reqEdit, contain
 		return true
 	})
 	return edits, containerIDs
-}
-
-// reqMayHold reports whether the JSON text b may hold a string or key that decodes to word, an
-// ASCII word of lowercase letters and underscores: it holds word itself, or an escape that
-// decodes to one of those characters (\u005f to \u007a), which could spell it.
-func reqMayHold(b []byte, word string) bool {
-	if bytes.Contains(b, []byte(word)) {
-		return true
-	}
-	for i := 0; ; {
-		k := bytes.Index(b[i:], []byte(`\u00`))
-		if k < 0 {
-			return false
-		}
-		i += k + 4
-		if i < len(b) && (b[i] == '5' || b[i] == '6' || b[i] == '7') {
-			return true
-		}
-	}
 }
 
 // reqCallPair returns a function_call item calling the function with code and its

@@ -57,10 +57,19 @@ func reqSkipWS(b []byte, i int) int {
 // whitespace allowed) in a single pass. When the value is an object it also returns the object's
 // members in order. Like encoding/json it does not check that strings are valid UTF-8.
 func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
+	members, isObject, _, err = reqScanTopEscapes(b)
+	return members, isObject, err
+}
+
+// reqScanTopEscapes is reqScanTop that also reports whether a string or key of b holds a \u
+// escape of a character from 'P' to DEL (\u0050 to \u007f), the range of the lowercase letters
+// and the underscore that spell the API's type names: only then can such a name hide behind
+// escapes.
+func reqScanTopEscapes(b []byte) (members []reqMember, isObject, asciiEscape bool, err error) {
 	var stack []byte // open containers: '{' or '['
 	i := reqSkipWS(b, 0)
 	if i >= len(b) {
-		return nil, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
+		return nil, false, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
 	}
 	isObject = b[i] == '{'
 	pending := false // a top-level member's value is being read
@@ -68,12 +77,12 @@ func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
 	for {
 		if expectValue {
 			if i >= len(b) {
-				return nil, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
+				return nil, false, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
 			}
 			switch c := b[i]; {
 			case c == '{' || c == '[':
 				if len(stack) >= reqMaxDepth {
-					return nil, false, &reqSyntaxError{off: i, msg: "nesting too deep"}
+					return nil, false, false, &reqSyntaxError{off: i, msg: "nesting too deep"}
 				}
 				stack = append(stack, c)
 				i = reqSkipWS(b, i+1)
@@ -86,33 +95,33 @@ func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
 					continue
 				}
 				top := isObject && len(stack) == 1
-				if i, err = reqScanKey(b, i, &members, top); err != nil {
-					return nil, false, err
+				if i, err = reqScanKey(b, i, &members, top, &asciiEscape); err != nil {
+					return nil, false, false, err
 				}
 				pending = pending || top
 				continue
 			case c == '"':
-				if i, err = reqScanString(b, i); err != nil {
-					return nil, false, err
+				if i, err = reqScanString(b, i, &asciiEscape); err != nil {
+					return nil, false, false, err
 				}
 			case c == 't':
 				if i, err = reqScanLiteral(b, i, "true"); err != nil {
-					return nil, false, err
+					return nil, false, false, err
 				}
 			case c == 'f':
 				if i, err = reqScanLiteral(b, i, "false"); err != nil {
-					return nil, false, err
+					return nil, false, false, err
 				}
 			case c == 'n':
 				if i, err = reqScanLiteral(b, i, "null"); err != nil {
-					return nil, false, err
+					return nil, false, false, err
 				}
 			case c == '-' || (c >= '0' && c <= '9'):
 				if i, err = reqScanNumber(b, i); err != nil {
-					return nil, false, err
+					return nil, false, false, err
 				}
 			default:
-				return nil, false, &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q looking for a value", c)}
+				return nil, false, false, &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q looking for a value", c)}
 			}
 		}
 		// A value ended at i.
@@ -124,12 +133,12 @@ func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
 		i = reqSkipWS(b, i)
 		if len(stack) == 0 {
 			if i != len(b) {
-				return nil, false, &reqSyntaxError{off: i, msg: "invalid data after the top-level value"}
+				return nil, false, false, &reqSyntaxError{off: i, msg: "invalid data after the top-level value"}
 			}
-			return members, isObject, nil
+			return members, isObject, asciiEscape, nil
 		}
 		if i >= len(b) {
-			return nil, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
+			return nil, false, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
 		}
 		top := stack[len(stack)-1]
 		switch b[i] {
@@ -138,8 +147,8 @@ func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
 			expectValue = true
 			if top == '{' {
 				top := isObject && len(stack) == 1
-				if i, err = reqScanKey(b, i, &members, top); err != nil {
-					return nil, false, err
+				if i, err = reqScanKey(b, i, &members, top, &asciiEscape); err != nil {
+					return nil, false, false, err
 				}
 				pending = pending || top
 			}
@@ -147,7 +156,7 @@ func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
 			stack = stack[:len(stack)-1]
 			i++
 		default:
-			return nil, false, &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q after a value", b[i])}
+			return nil, false, false, &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q after a value", b[i])}
 		}
 	}
 }
@@ -155,12 +164,12 @@ func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
 // reqScanKey reads an object key, the colon and the whitespace after it, starting at the key's
 // opening quote, and returns the offset of the member's value. When record is set the member is
 // appended to members.
-func reqScanKey(b []byte, i int, members *[]reqMember, record bool) (int, error) {
+func reqScanKey(b []byte, i int, members *[]reqMember, record bool, asciiEscape *bool) (int, error) {
 	if i >= len(b) || b[i] != '"' {
 		return 0, &reqSyntaxError{off: i, msg: "expected a string key"}
 	}
 	start := i
-	i, err := reqScanString(b, i)
+	i, err := reqScanString(b, i, asciiEscape)
 	if err != nil {
 		return 0, err
 	}
@@ -177,7 +186,8 @@ func reqScanKey(b []byte, i int, members *[]reqMember, record bool) (int, error)
 }
 
 // reqScanString validates the string starting at b[i] (a quote) and returns the offset past it.
-func reqScanString(b []byte, i int) (int, error) {
+// It sets *asciiEscape when the string holds an escape from \u0050 to \u007f.
+func reqScanString(b []byte, i int, asciiEscape *bool) (int, error) {
 	j := i + 1
 	for {
 		// Bytes from 0x20 up other than the quote and the backslash need no further look; skip
@@ -209,6 +219,9 @@ func reqScanString(b []byte, i int) (int, error) {
 					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
 						return 0, &reqSyntaxError{off: j, msg: "invalid \\u escape in string"}
 					}
+				}
+				if b[j+2] == '0' && b[j+3] == '0' && b[j+4] >= '5' && b[j+4] <= '7' {
+					*asciiEscape = true
 				}
 				j += 6
 			default:

@@ -569,20 +569,21 @@ func TestRewriteRequestEscapedKeys(t *testing.T) {
 	assert.Equal(t, "{}", string(got.StreamOptions), "RewriteRequest(%s) stream_options", give)
 }
 
-func TestMayHold(t *testing.T) {
+func TestScanTopEscapes(t *testing.T) {
 	tests := []struct {
 		give string
 		want bool
 	}{
-		{`[{"type":"code_interpreter_call"}]`, true},
+		{`[{"type":"code_interpreter_call"}]`, false},
 		{`[{"type":"code\u005finterpreter_call"}]`, true},
 		{`[{"t\u0079pe":"x"}]`, true}, // a key spelled with escapes could hide anything
-		{`[{"type":"message","content":"caf\u00e9 \u2014 \ud83d\ude00"}]`, false},
-		{`[{"type":"message","content":"code interpreter call"}]`, false},
-		{`[{"content":"\u00"}]`, false},
-		{`[]`, false},
+		{`[{"type":"message","content":"caf\u00e9 \u2014 \ud83d\ude00 \u0041"}]`, false},
+		{`["\\u0063"]`, false}, // an escaped backslash, then text
+		{`["\u007F"]`, true},
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, reqMayHold([]byte(tt.give), "code_interpreter_call"), "reqMayHold(%s)", tt.give)
+		_, _, got, err := reqScanTopEscapes([]byte(tt.give))
+		require.NoError(t, err, "reqScanTopEscapes(%s)", tt.give)
+		assert.Equal(t, tt.want, got, "reqScanTopEscapes(%s)", tt.give)
 	}
 }
