@@ -404,9 +404,8 @@ func reqCallPair(callID, name, code, output string) []byte {
 
 // RenderOutputs returns the text fed back to the model for the outputs of a code_interpreter_call
 // item, given as the raw JSON of its "outputs" value: an array of {"type":"logs","logs":…} and
-// {"type":"image","url":…} entries. Logs appear as they are and each image as [OutputImageNote],
-// in order, one per line. Entries of other types are skipped; null, an empty array or anything
-// that is not a JSON array gives "".
+// {"type":"image","url":…} entries. It renders them as [RenderCodeOutputs] does; null, an empty
+// array or anything that is not a JSON array gives "".
 func RenderOutputs(outputs []byte) string {
 	if _, _, err := reqScanTop(outputs); err != nil {
 		return ""
@@ -415,6 +414,25 @@ func RenderOutputs(outputs []byte) string {
 	if outputs[st] != '[' {
 		return ""
 	}
+	var outs []CodeOutput
+	reqEachElem(outputs, st, func(_, es, _ int) bool {
+		if outputs[es] != '{' {
+			return true
+		}
+		var o CodeOutput
+		o.Type, _ = reqStr(outputs, reqField(outputs, es, "type"))
+		o.Logs, _ = reqStr(outputs, reqField(outputs, es, "logs"))
+		outs = append(outs, o)
+		return true
+	})
+	return RenderCodeOutputs(outs)
+}
+
+// RenderCodeOutputs returns the text fed back to the model for a run's outputs: the logs as they
+// are and each image as [OutputImageNote], in order, one per line. Outputs of other types and
+// empty logs are skipped; no outputs give "". The loop and the replay of code_interpreter_call
+// input items both use it, so the model reads the same text for the same run.
+func RenderCodeOutputs(outs []CodeOutput) string {
 	var sb strings.Builder
 	add := func(s string) {
 		if sb.Len() > 0 && !strings.HasSuffix(sb.String(), "\n") {
@@ -422,19 +440,15 @@ func RenderOutputs(outputs []byte) string {
 		}
 		sb.WriteString(s)
 	}
-	reqEachElem(outputs, st, func(_, es, _ int) bool {
-		if outputs[es] != '{' {
-			return true
-		}
-		switch typ, _ := reqStr(outputs, reqField(outputs, es, "type")); typ {
-		case "logs":
-			if logs, _ := reqStr(outputs, reqField(outputs, es, "logs")); logs != "" {
-				add(logs)
+	for _, o := range outs {
+		switch o.Type {
+		case CodeOutputLogs:
+			if o.Logs != "" {
+				add(o.Logs)
 			}
-		case "image":
+		case CodeOutputImage:
 			add(OutputImageNote)
 		}
-		return true
-	})
+	}
 	return sb.String()
 }

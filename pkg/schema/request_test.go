@@ -454,6 +454,18 @@ func TestRewriteRequestReplayParsesWithSDK(t *testing.T) {
 	assert.Equal(t, "mean 7.0123\n"+OutputImageNote, items[3].OfFunctionCallOutput.Output.OfString.Value, "RewriteRequest(responses_replay) rendered output")
 }
 
+func TestRenderCodeOutputs(t *testing.T) {
+	outs := []CodeOutput{
+		{Type: CodeOutputLogs, Logs: "a\n"},
+		{Type: CodeOutputImage, URL: "data:image/png;base64,AA=="},
+		{Type: "files"},
+		{Type: CodeOutputLogs},
+		{Type: CodeOutputLogs, Logs: "b"},
+	}
+	assert.Equal(t, "a\n"+OutputImageNote+"\nb", RenderCodeOutputs(outs), "RenderCodeOutputs(%+v)", outs)
+	assert.Empty(t, RenderCodeOutputs(nil), "RenderCodeOutputs(nil)")
+}
+
 func TestRenderOutputs(t *testing.T) {
 	tests := []struct {
 		name string
