@@ -111,7 +111,7 @@ func (f *filter) mergePerRouteConfig() {
 	f.dec.setMode(cfg.GetProcessingMode())
 	f.enc.setMode(cfg.GetProcessingMode())
 	f.failureModeAllow = cfg.GetFailureModeAllow()
-	md := cfg.GetGrpcService().GetInitialMetadata()
+	md := append([]*corev3.HeaderValue(nil), cfg.GetGrpcService().GetInitialMetadata()...)
 	pr := f.route.PerRoute
 	if f.routeOK && pr != nil {
 		if pr.GetDisabled() {
@@ -122,16 +122,16 @@ func (f *filter) mergePerRouteConfig() {
 				f.dec.setMode(pm)
 				f.enc.setMode(pm)
 			}
+			// Same key: replaced; new key: appended (mergeHeaderValuesField).
 			for _, hv := range o.GetGrpcInitialMetadata() {
 				replaced := false
-				for i, cur := range md {
-					if cur.GetKey() == hv.GetKey() {
-						md = append(md[:i:i], append([]*corev3.HeaderValue{hv}, md[i+1:]...)...)
-						replaced = true
+				for i := range md {
+					if md[i].GetKey() == hv.GetKey() {
+						md[i], replaced = hv, true
 					}
 				}
 				if !replaced {
-					md = append(md[:len(md):len(md)], hv)
+					md = append(md, hv)
 				}
 			}
 			if fma := o.GetFailureModeAllow(); fma != nil {
@@ -202,6 +202,9 @@ func (f *filter) start() {
 	}
 	f.rec.RequestID, _ = h.get("x-request-id")
 
+	// Envoy reads the request and writes the response independently; Go's HTTP/1 server
+	// would otherwise discard the unread request body before the first response write.
+	_ = f.rc.EnableFullDuplex()
 	// Go's server reports no body as ContentLength 0; a chunked body as -1.
 	hasBody := f.r.ContentLength != 0
 	if hasBody {

@@ -19,8 +19,24 @@
 // send_body_without_waiting_for_header_response, observability mode, attributes, forward
 // rules, http_service. Trailers are never sent: HTTP/1.1 test traffic has none.
 //
-// [StartReal] runs the same scenarios against a real Envoy when one is on PATH; [Fronts] runs
-// a test function against both.
+// [StartReal] runs the same scenarios against a real Envoy when one is on PATH; [Fronts] and
+// [EachFront] run a test function against both.
+//
+// A scenario test looks like this (the codeinterp server's follow-up calls go back through
+// the front, so it starts after the front, on a listener made before):
+//
+//	func TestScenario(t *testing.T) {
+//		model := fakemodel.New(t)
+//		model.Enqueue("/v1/responses", fakemodel.JSON(fakemodel.Responses("m", fakemodel.Usage{}, fakemodel.Message("hi"))))
+//		harness.EachFront(t, func(t *testing.T, start func(harness.Options) harness.Front) {
+//			lis, _ := net.Listen("tcp", "127.0.0.1:0")
+//			front := start(harness.Options{ExtProcAddr: lis.Addr().String(), Upstream: model.URL()})
+//			// start the ext_proc server on lis with front.URL() as its upstream, then:
+//			client := openai.NewClient(option.WithBaseURL(front.URL() + "/v1/"))
+//			// ... call client.Responses.New and check the answer; with *harness.Envoy,
+//			// Records() and Stats() show the ext_proc exchange.
+//		})
+//	}
 package harness
 
 import (

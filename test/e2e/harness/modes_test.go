@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -361,4 +362,46 @@ func TestModeOverrideStreamsSSE(t *testing.T) {
 		"-> request_headers", "<- request_headers", "-> request_body", "<- request_body",
 		"-> response_headers", "<- response_headers",
 	}, onlyRecord(t, e).Exchange(), "exchange")
+}
+
+// TestFullDuplexBodies: with body mode NONE the request and response bodies flow
+// independently, as through Envoy: the client reads the start of the response while it is
+// still sending the request body.
+func TestFullDuplexBodies(t *testing.T) {
+	proc := newFakeProc(t, passThrough)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		_, _ = io.WriteString(w, "ready\n")
+		w.(http.Flusher).Flush()
+		b, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, "got:"+string(b))
+	}))
+	t.Cleanup(srv.Close)
+	e := Start(t, Options{
+		ExtProcAddr: proc.addr, Upstream: srv.URL,
+		ProcessingMode: mode(extprocv3.ProcessingMode_NONE, extprocv3.ProcessingMode_NONE),
+	})
+	req, pw := pipeRequest(t, e, "/v1/responses", -1)
+	readStart := make(chan struct{})
+	writeErr := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(pw, "A")
+		if err == nil {
+			<-readStart
+			_, err = io.WriteString(pw, "B")
+		}
+		writeErr <- errors.Join(err, pw.Close())
+	}()
+	resp, err := e.Client().Do(req)
+	require.NoError(t, err, "response headers before the request body ended")
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	close(readStart)
+	require.NoError(t, err, "read the start of the response")
+	assert.Equal(t, "ready\n", line, "start of the response")
+	require.NoError(t, <-writeErr, "write the request body")
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err, "read the rest")
+	assert.Equal(t, "got:AB", string(rest), "the upstream got the whole request body")
 }

@@ -45,8 +45,26 @@ type Front interface {
 // [StartReal], which skips (saying so) when no envoy binary is on PATH.
 func Fronts(t *testing.T, o Options, fn func(t *testing.T, front Front)) {
 	t.Helper()
-	t.Run("harness", func(t *testing.T) { fn(t, Start(t, o)) })
-	t.Run("real-envoy", func(t *testing.T) { fn(t, StartReal(t, o)) })
+	EachFront(t, func(t *testing.T, start func(Options) Front) { fn(t, start(o)) })
+}
+
+// EachFront is [Fronts] for scenarios that must start their servers around the front: fn
+// runs as the subtests "harness" and "real-envoy" (skipped, saying so, without an envoy
+// binary) and gets the matching start function. Neither front connects to the ext_proc
+// server before the first request, so a scenario can listen on an address, start the front
+// with it, and then start the ext_proc server on that listener with the front's URL as its
+// follow-up upstream.
+func EachFront(t *testing.T, fn func(t *testing.T, start func(Options) Front)) {
+	t.Helper()
+	t.Run("harness", func(t *testing.T) {
+		fn(t, func(o Options) Front { return Start(t, o) })
+	})
+	t.Run("real-envoy", func(t *testing.T) {
+		if _, err := exec.LookPath("envoy"); err != nil {
+			t.Skip("real Envoy variant skipped: no envoy binary on PATH")
+		}
+		fn(t, func(o Options) Front { return StartReal(t, o) })
+	})
 }
 
 // RealEnvoy is an envoy process running a copy of the filter config's bootstrap pointed at

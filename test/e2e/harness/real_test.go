@@ -1,14 +1,17 @@
 package harness
 
 import (
+	"net"
 	"net/http"
 	"os/exec"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 
 	"github.com/codeinterp/codeinterp/envoy"
 )
@@ -77,4 +80,31 @@ func TestFronts(t *testing.T) {
 	}
 	assert.Equal(t, want, names, "fronts run")
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// TestFrontConnectsLazily: the ext_proc server may start after the front (EachFront's
+// pattern), because the front connects on the first request.
+func TestFrontConnectsLazily(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err, "listen for the ext_proc server")
+	up := newUpstream(t, nil)
+	EachFront(t, func(t *testing.T, start func(Options) Front) {
+		front := start(Options{ExtProcAddr: lis.Addr().String(), Upstream: up.srv.URL})
+		srv := grpc.NewServer()
+		extprocsvc.RegisterExternalProcessorServer(srv, &fakeProc{t: t, script: passThrough})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = srv.Serve(lis)
+		}()
+		t.Cleanup(func() {
+			srv.Stop()
+			<-done
+		})
+		resp, err := http.Post(front.URL()+"/v1/responses", "application/json", nil)
+		require.NoError(t, err, "POST through %s", front.Name())
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "status through %s", front.Name())
+		http.DefaultClient.CloseIdleConnections()
+	})
 }
