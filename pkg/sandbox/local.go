@@ -568,11 +568,8 @@ func (l *Local) Close() error {
 	l.mu.Lock()
 	first := !l.closed
 	l.closed = true
-	live := make([]*localContainer, 0, len(l.live))
-	for c := range l.live {
-		live = append(live, c)
-	}
 	l.mu.Unlock()
+	live := l.liveContainers()
 	for _, c := range live {
 		c.kill()
 	}
@@ -597,6 +594,17 @@ func (l *Local) track(c *localContainer) error {
 	}
 	l.live[c] = struct{}{}
 	return nil
+}
+
+// liveContainers returns the containers created and not yet deleted.
+func (l *Local) liveContainers() []*localContainer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*localContainer, 0, len(l.live))
+	for c := range l.live {
+		out = append(out, c)
+	}
+	return out
 }
 
 func (l *Local) untrack(c *localContainer) {

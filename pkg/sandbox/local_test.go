@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -388,4 +389,42 @@ func TestLocalClose(t *testing.T) {
 	assert.False(t, c.(*localContainer).Alive(), "Close killed the live container")
 	_, err = l.Create(context.Background(), Spec{})
 	assert.ErrorIs(t, err, ErrClosed, "create after close")
+}
+
+func TestManagerOverLocal(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{})
+	m := NewManager(l, ManagerConfig{WarmPool: 1}, zaptest.NewLogger(t))
+	ctx := context.Background()
+	for m.warmCount() < 1 {
+		time.Sleep(5 * time.Millisecond) // the pool fills in the background
+	}
+	warm := l.liveContainers()
+	require.Len(t, warm, 1, "one warm container")
+
+	s, err := m.Acquire(ctx, AcquireRequest{Identity: "alice", Session: "s"})
+	require.NoError(t, err, "acquire")
+	res, err := s.Run(ctx, "x = 41\nx + 1", 0)
+	require.NoError(t, err, "first run")
+	assert.Equal(t, "42", res.Value, "first run")
+	used := s.e.c.(*localContainer)
+	assert.Same(t, warm[0], used, "the first run used the warm container")
+
+	// Killed from outside while idle (as the kernel's OOM killer would): the next run goes to
+	// a fresh container for the same key.
+	oldID := s.ContainerID()
+	tree := procTree(containerPID(used))
+	require.NoError(t, syscall.Kill(containerPID(used), syscall.SIGKILL), "kill")
+	for used.Alive() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	res, err = s.Run(ctx, "'x' in dir()", 0)
+	require.NoError(t, err, "run after the container died")
+	assert.Equal(t, "False", res.Value, "fresh state")
+	assert.NotEqual(t, oldID, s.ContainerID(), "new container id")
+	s.Release()
+
+	require.NoError(t, m.Close(ctx), "close")
+	assert.Empty(t, l.liveContainers(), "Close deleted every container")
+	assert.Empty(t, survivors(tree), "no process of the killed container is left")
 }

@@ -551,6 +551,13 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 	}
 	if e.c != nil {
 		c := e.c
+		if a, ok := c.(aliveChecker); ok && !a.Alive() {
+			// Died while idle: the run goes to a fresh container for the key.
+			m.log.Info("container died while idle: replacing it", zap.String("container_id", e.id))
+			m.removeLocked(e)
+			m.mu.Unlock()
+			return nil, errEntryDead
+		}
 		m.mu.Unlock()
 		return c, nil
 	}

@@ -336,6 +336,23 @@ func TestManagerLostContainerReplaced(t *testing.T) {
 	})
 }
 
+func TestManagerContainerDeadWhileIdleReplaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{})
+		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		run(t, l, "x=1")
+		oldID := l.ContainerID()
+		p.container(0).deleted.Store(true) // e.g. killed at its CPU limit between runs
+		res, err := l.Run(context.Background(), "x", 0)
+		require.NoError(t, err, "the run goes to a fresh container")
+		assert.Equal(t, "", res.Value, "state reset")
+		assert.NotEqual(t, oldID, l.ContainerID(), "ContainerID changed")
+		assert.False(t, m.Known("alice", oldID), "the dead container is forgotten")
+		l.Release()
+	})
+}
+
 func TestManagerTimeoutWithoutLossKeepsContainer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &fakeProvider{}
