@@ -48,7 +48,6 @@ type filter struct {
 	stream             *sideStream
 	protocolConfigSent bool
 	sentImmediate      bool
-	localReplied       bool
 
 	// downCh delivers the client's body; nil once it ended.
 	downCh chan bodyEvent
@@ -397,12 +396,12 @@ func (f *filter) passData(d *procState, data []byte, eos bool) {
 // sendLocalReply is the filter manager's sendLocalReply with prepareLocalReply (§4.3): the
 // upstream request is reset; the reply goes through the filter chain (so an active ext_proc
 // filter sees it as a response, §1.6) unless response headers already reached the filter, in
-// which case it goes straight to the client; once the client has headers it is a reset.
+// which case it goes straight to the client; once the client has headers it is a reset. So a
+// second local reply (say a message timeout while the server processes a 413) goes direct.
 func (f *filter) sendLocalReply(code int, body string, mutate func(*headerMap), details string) {
-	if f.localReplied || f.clientDone || f.reset {
+	if f.clientDone || f.reset {
 		return
 	}
-	f.localReplied = true
 	f.rec.LocalReply = &LocalReply{Status: code, Details: details, Body: body}
 	f.routerDone = true
 	f.abortUpstream()

@@ -114,7 +114,8 @@ func TestImmediateResponse(t *testing.T) {
 }
 
 // TestBufferLimit: §1.6 — a BUFFERED request over the buffer limit is a 413 and never reaches
-// the upstream; a BUFFERED response over it is a 500; STREAMED is not limited.
+// the upstream; a BUFFERED response over it is a 500; STREAMED is not limited. The limit
+// (32 bytes) holds Envoy's own reply bodies, which the filter buffers as responses too.
 func TestBufferLimit(t *testing.T) {
 	tests := []struct {
 		name         string
@@ -126,19 +127,19 @@ func TestBufferLimit(t *testing.T) {
 		wantDetails  string
 		wantUpstream int
 	}{
-		{name: "request at the limit", giveReq: strings.Repeat("q", 16), giveResp: "ok", wantStatus: 200, wantBody: "ok", wantUpstream: 1},
-		{name: "request over the limit", giveReq: strings.Repeat("q", 17), giveResp: "ok", wantStatus: 413, wantBody: "Payload Too Large", wantDetails: "request_payload_too_large"},
-		{name: "response over the limit", giveReq: "{}", giveResp: strings.Repeat("r", 17), wantStatus: 500, wantBody: "Internal Server Error", wantDetails: "response_payload_too_large", wantUpstream: 1},
+		{name: "request at the limit", giveReq: strings.Repeat("q", 32), giveResp: "ok", wantStatus: 200, wantBody: "ok", wantUpstream: 1},
+		{name: "request over the limit", giveReq: strings.Repeat("q", 33), giveResp: "ok", wantStatus: 413, wantBody: "Payload Too Large", wantDetails: "request_payload_too_large"},
+		{name: "response over the limit", giveReq: "{}", giveResp: strings.Repeat("r", 33), wantStatus: 500, wantBody: "Internal Server Error", wantDetails: "response_payload_too_large", wantUpstream: 1},
 		{
-			name: "STREAMED has no limit", giveReq: strings.Repeat("q", 40), giveResp: strings.Repeat("r", 40),
-			giveMode: mode(extprocv3.ProcessingMode_STREAMED, extprocv3.ProcessingMode_STREAMED), wantStatus: 200, wantBody: strings.Repeat("r", 40), wantUpstream: 1,
+			name: "STREAMED has no limit", giveReq: strings.Repeat("q", 80), giveResp: strings.Repeat("r", 80),
+			giveMode: mode(extprocv3.ProcessingMode_STREAMED, extprocv3.ProcessingMode_STREAMED), wantStatus: 200, wantBody: strings.Repeat("r", 80), wantUpstream: 1,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			proc := newFakeProc(t, passThrough)
 			up := newUpstream(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, tt.giveResp) })
-			e := start(t, proc, up, Options{BufferLimit: 16, ProcessingMode: tt.giveMode})
+			e := start(t, proc, up, Options{BufferLimit: 32, ProcessingMode: tt.giveMode})
 			res := do(t, e, http.MethodPost, "/v1/responses", tt.giveReq)
 			require.NoError(t, res.err, "POST with %s", tt.name)
 			assert.Equal(t, tt.wantStatus, res.status, "status with %s", tt.name)
@@ -154,8 +155,8 @@ func TestBufferLimit(t *testing.T) {
 func TestRequestOverLimitGoesThroughResponsePath(t *testing.T) {
 	proc := newFakeProc(t, passThrough)
 	up := newUpstream(t, nil)
-	e := start(t, proc, up, Options{BufferLimit: 4})
-	res := do(t, e, http.MethodPost, "/v1/responses", "too long")
+	e := start(t, proc, up, Options{BufferLimit: 20})
+	res := do(t, e, http.MethodPost, "/v1/responses", strings.Repeat("x", 21))
 	require.NoError(t, res.err, "POST")
 	assert.Equal(t, http.StatusRequestEntityTooLarge, res.status, "status")
 	assert.Equal(t, "text/plain", res.header.Get("Content-Type"), "content-type")
@@ -581,4 +582,49 @@ func TestLocalRepliesGoThroughResponsePath(t *testing.T) {
 			assert.Equal(t, http.StatusText(tt.wantStatus), http.StatusText(atoi(seen)), "response_headers :status the server saw with %s", tt.name)
 		})
 	}
+}
+
+// TestSecondLocalReplyGoesDirect: a local reply that the ext_proc filter is processing as a
+// response (here a 413, §1.6) can be overtaken by another local reply, which goes straight
+// to the client (here a message timeout on the 413's response_headers).
+func TestSecondLocalReplyGoesDirect(t *testing.T) {
+	proc := newFakeProc(t, func(s *procStream) error {
+		for {
+			req := s.recv()
+			if req == nil {
+				return nil
+			}
+			if requestKind(req) == "response_headers" {
+				s.send(override(50 * time.Millisecond))
+				s.drain()
+				return nil
+			}
+			s.send(cont(req))
+		}
+	})
+	up := newUpstream(t, nil)
+	// The limit must hold the 413's own body ("Payload Too Large"), which the filter buffers
+	// as a response.
+	e := start(t, proc, up, Options{BufferLimit: 20})
+	res := do(t, e, http.MethodPost, "/v1/responses", strings.Repeat("x", 21))
+	require.NoError(t, res.err, "POST")
+	assert.Equal(t, http.StatusGatewayTimeout, res.status, "status")
+	assert.Empty(t, res.body, "body")
+	rec := onlyRecord(t, e)
+	assert.Equal(t, "ext_proc_error_per-message_timeout_exceeded", rec.Details(), "details")
+	assert.Empty(t, up.requests(), "upstream never contacted")
+}
+
+// TestLocalReplyBodyOverLimit: Envoy's own reply body is buffered by the filter like any
+// response body, so with a limit smaller than "Payload Too Large" the 413 itself overflows
+// and a direct 500 follows.
+func TestLocalReplyBodyOverLimit(t *testing.T) {
+	proc := newFakeProc(t, passThrough)
+	up := newUpstream(t, nil)
+	e := start(t, proc, up, Options{BufferLimit: 4})
+	res := do(t, e, http.MethodPost, "/v1/responses", "too long")
+	require.NoError(t, res.err, "POST")
+	assert.Equal(t, http.StatusInternalServerError, res.status, "status")
+	assert.Equal(t, "response_payload_too_large", onlyRecord(t, e).Details(), "details")
+	assert.Empty(t, up.requests(), "upstream never contacted")
 }

@@ -26,7 +26,7 @@ type Record struct {
 	// StreamEnd says how the stream ended: "" (never opened), "envoy" (Envoy half-closed and
 	// cancelled it, §0), "server-ok" (the server closed it with OK) or "server-error".
 	StreamEnd string
-	// LocalReply is the local reply Envoy generated for the request, or nil.
+	// LocalReply is the (last) local reply Envoy generated for the request, or nil.
 	LocalReply *LocalReply
 	// UpstreamRequests counts the requests sent to the upstream (0 or 1).
 	UpstreamRequests int

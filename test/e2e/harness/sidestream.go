@@ -87,7 +87,6 @@ func (s *sideStream) wake() {
 }
 
 func (s *sideStream) sendLoop(ctx context.Context) {
-	defer s.cancel()
 	for {
 		s.mu.Lock()
 		batch, closing := s.pending, s.closing
@@ -95,13 +94,15 @@ func (s *sideStream) sendLoop(ctx context.Context) {
 		s.mu.Unlock()
 		for _, req := range batch {
 			if err := s.stream.Send(req); err != nil {
-				// The stream is broken; the receiver reports the status.
+				// The server ended the stream; the receiver reports its status. Cancelling
+				// here could hide that status from the receiver.
 				return
 			}
 		}
 		if closing {
-			// Half-close, then reset (the deferred cancel).
+			// Half-close, then reset.
 			_ = s.stream.CloseSend()
+			s.cancel()
 			return
 		}
 		if len(batch) > 0 {
@@ -115,15 +116,13 @@ func (s *sideStream) sendLoop(ctx context.Context) {
 	}
 }
 
+// receive hands the filter every response and then the stream's end, until close was called
+// or the filter is gone.
 func (s *sideStream) receive(ctx context.Context) {
 	for {
 		resp, err := s.stream.Recv()
 		ev := sideEvent{resp: resp}
 		if err != nil {
-			if ctx.Err() != nil {
-				// Envoy reset the stream itself; nobody is listening any more.
-				return
-			}
 			ev = sideEvent{end: true}
 			if !errors.Is(err, io.EOF) {
 				ev.err = err
