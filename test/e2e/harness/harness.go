@@ -88,6 +88,10 @@ type Options struct {
 	// StatusOnError overrides status_on_error when > 0.
 	StatusOnError int
 
+	// NoRecords stops the harness from keeping a [Record] per request ([Envoy.Records] then
+	// returns none; [Envoy.Stats] still counts), for benchmarks with many requests.
+	NoRecords bool
+
 	// hooks lets this package's tests observe the event loop.
 	hooks *testHooks
 }
@@ -164,6 +168,7 @@ type Envoy struct {
 	statusOnError     int
 	bufferLimit       int
 	upstream          string
+	noRecords         bool
 	hooks             *testHooks
 
 	client     extprocsvc.ExternalProcessorClient
@@ -218,6 +223,7 @@ func newEnvoy(t testing.TB, o Options) (*Envoy, error) {
 		statusOnError:     http.StatusInternalServerError,
 		bufferLimit:       cfg.BufferLimit,
 		upstream:          strings.TrimSuffix(o.Upstream, "/"),
+		noRecords:         o.NoRecords,
 		hooks:             o.hooks,
 	}
 	e.cond = sync.NewCond(&e.mu)
@@ -308,7 +314,9 @@ func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.run()
 
 	e.mu.Lock()
-	e.records = append(e.records, f.rec)
+	if !e.noRecords {
+		e.records = append(e.records, f.rec)
+	}
 	e.stats.add(f.stats)
 	e.inflight--
 	e.cond.Broadcast()

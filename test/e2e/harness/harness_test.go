@@ -35,7 +35,7 @@ type script func(s *procStream) error
 // fakeProc is an ext_proc gRPC server whose answers a test scripts, one script call per stream.
 type fakeProc struct {
 	extprocsvc.UnimplementedExternalProcessorServer
-	t      *testing.T
+	t      testing.TB
 	addr   string
 	script script
 
@@ -45,7 +45,7 @@ type fakeProc struct {
 
 // procStream is one stream as the fake server sees it.
 type procStream struct {
-	t   *testing.T
+	t   testing.TB
 	srv extprocsvc.ExternalProcessor_ProcessServer
 	// md is the stream's initial metadata (with :authority).
 	md metadata.MD
@@ -53,7 +53,7 @@ type procStream struct {
 	end error
 }
 
-func newFakeProc(t *testing.T, sc script) *fakeProc {
+func newFakeProc(t testing.TB, sc script) *fakeProc {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err, "listen for the fake ext_proc server")
@@ -232,7 +232,7 @@ type fakeUpstream struct {
 	reqs []upstreamRequest
 }
 
-func newUpstream(t *testing.T, handler http.HandlerFunc) *fakeUpstream {
+func newUpstream(t testing.TB, handler http.HandlerFunc) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{}
 	if handler == nil {
@@ -298,7 +298,7 @@ func send(e *Envoy, req *http.Request) result {
 }
 
 // start starts a harness in front of proc and up with the shipped config and o's knobs.
-func start(t *testing.T, proc *fakeProc, up *fakeUpstream, o Options) *Envoy {
+func start(t testing.TB, proc *fakeProc, up *fakeUpstream, o Options) *Envoy {
 	t.Helper()
 	o.ExtProcAddr = proc.addr
 	o.Upstream = up.srv.URL
