@@ -194,7 +194,8 @@ func checkNativeAnswer(t *testing.T, resp responses.Response, what string) {
 		assert.ElementsMatch(t, []string{"id", "type", "status", "code", "container_id", "outputs"}, names, "%s: keys of item %d", what, i)
 		assert.Equal(t, "[", string(bytes.TrimSpace(keys["outputs"])[:1]), "%s: outputs of item %d is an array", what, i)
 		assert.True(t, strings.HasPrefix(it.ID, "ci_"), "%s: id of item %d", what, i)
-		assert.True(t, strings.HasPrefix(it.ContainerID, "cntr_"), "%s: container_id of item %d", what, i)
+		assert.True(t, strings.HasPrefix(it.ContainerID, "cntr_"),
+			"%s: container_id of item %d is %q: every code_interpreter_call names the container of its request (README, Sandboxes and sessions)", what, i, it.ContainerID)
 	}
 }
 
@@ -210,11 +211,15 @@ var loopScenarios = []loopScenario{
 	{name: "compute 40+2 (chat)", run: scenarioComputeChat},
 	{name: "an error fed back and corrected (responses)", run: scenarioErrorCorrectedResponses},
 	{name: "an error fed back and corrected (chat)", run: scenarioErrorCorrectedChat},
+	{name: "two calls in one turn", run: scenarioTwoCallsOneTurn},
+	{name: "no code run (responses)", run: scenarioNoCodeResponses},
+	{name: "no code run (chat)", run: scenarioNoCodeChat},
 	{name: "what a notebook shows", run: scenarioNotebookOutputs},
 	{name: "a plot is an image output", run: scenarioImage},
 	{name: "a forced tool_choice applies to the first round only (responses)", run: scenarioForcedChoiceResponses},
 	{name: "a forced tool_choice applies to the first round only (chat)", run: scenarioForcedChoiceChat},
 	{name: "repeated code is not run again", run: scenarioRepeat},
+	{name: "arguments that are not code", run: scenarioInvalidArguments},
 	{name: "the round limit (responses)", run: scenarioMaxRoundsResponses},
 	{name: "the round limit (chat)", run: scenarioMaxRoundsChat},
 	{name: "a run that exceeds the run timeout", run: scenarioRunTimeout},
@@ -274,8 +279,9 @@ func scenarioComputeChat(t *testing.T, x *scene) string {
 }
 
 func scenarioErrorCorrectedResponses(t *testing.T, x *scene) string {
+	reasoning := fakemodel.Item{"type": "reasoning", "id": "rs_1", "summary": []any{}, "encrypted_content": "gAAAA-e2e"}
 	x.m.script(responsesPath,
-		responsesReply(usage(10, 5), runCode("call_bad", "x = [1, 2, 3]\nprint(x[5])")),
+		responsesReply(usage(10, 5), reasoning, fakemodel.Message("Let me look."), runCode("call_bad", "x = [1, 2, 3]\nprint(x[5])")),
 		responsesReply(usage(20, 6), runCode("call_good", "print(x[2])")),
 		responsesReply(usage(30, 7), fakemodel.Message("The last element is 3.")))
 	resp := x.responses(t, "sk-rounds", ask("print the last element"))
@@ -288,10 +294,15 @@ func scenarioErrorCorrectedResponses(t *testing.T, x *scene) string {
 	assert.Contains(t, fed, "Traceback", "error corrected: a traceback")
 	assert.Equal(t, "3\n", outputOf(t, reqs[2], "call_good"), "error corrected: state kept between rounds")
 	assert.Equal(t, fed, outputOf(t, reqs[2], "call_bad"), "error corrected: round 1 kept in round 2's request")
+	input := gjson.GetBytes(reqs[1].Body, "input")
+	assert.Equal(t, "gAAAA-e2e", gjson.Get(input.Raw, `#(id=="rs_1").encrypted_content`).String(), "error corrected: the reasoning item kept in the follow-up")
+	assert.Equal(t, "Let me look.", gjson.Get(input.Raw, `#(type=="message").content.0.text`).String(), "error corrected: the assistant's text kept in the follow-up")
 
 	checkNativeAnswer(t, resp, "error corrected")
-	assert.Equal(t, []string{"code_interpreter_call", "code_interpreter_call", "message"}, itemTypes(resp), "error corrected: items in order")
-	bad, good := codeCall(t, resp, 0), codeCall(t, resp, 1)
+	assert.Equal(t, []string{"reasoning", "message", "code_interpreter_call", "code_interpreter_call", "message"}, itemTypes(resp),
+		"error corrected: every round's items, in order")
+	assert.Equal(t, "rs_1", resp.Output[0].ID, "error corrected: the reasoning item")
+	bad, good := codeCall(t, resp, 2), codeCall(t, resp, 3)
 	assert.Equal(t, "x = [1, 2, 3]\nprint(x[5])", bad.Code, "error corrected: first call first")
 	assert.Equal(t, fed, logsOf(bad), "error corrected: the client sees the traceback")
 	assert.Equal(t, "print(x[2])", good.Code, "error corrected: second call second")
@@ -317,6 +328,43 @@ func scenarioErrorCorrectedChat(t *testing.T, x *scene) string {
 	require.Len(t, resp.Choices, 1, "error corrected chat: choices")
 	assert.Equal(t, "Half is 0.5.", resp.Choices[0].Message.Content, "error corrected chat: answer")
 	assert.Equal(t, int64(78), resp.Usage.TotalTokens, "error corrected chat: usage of the three rounds")
+	return viewChat(resp)
+}
+
+func scenarioTwoCallsOneTurn(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_1", "a = 6\nprint('a set')"), runCode("call_2", "print(a * 7)")),
+		responsesReply(usage(1, 1), fakemodel.Message("a * 7 = 42")))
+	resp := x.responses(t, "sk-two", ask("two steps"))
+
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "two calls: requests the model got")
+	assert.Equal(t, "a set\n", outputOf(t, reqs[1], "call_1"), "two calls: the first ran first")
+	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_2"), "two calls: the second saw the first's state")
+	checkNativeAnswer(t, resp, "two calls")
+	assert.Equal(t, []string{"code_interpreter_call", "code_interpreter_call", "message"}, itemTypes(resp), "two calls: items")
+	assert.Equal(t, "print(a * 7)", codeCall(t, resp, 1).Code, "two calls: in the model's order")
+	assert.Equal(t, codeCall(t, resp, 0).ContainerID, codeCall(t, resp, 1).ContainerID, "two calls: one container")
+	return normalized(resp.RawJSON())
+}
+
+func scenarioNoCodeResponses(t *testing.T, x *scene) string {
+	x.m.script(responsesPath, responsesReply(usage(3, 2), fakemodel.Message("No code needed.")))
+	resp := x.responses(t, "sk-nocode", ask("say hi"))
+	require.Len(t, x.sent(), 1, "no code: requests the model got")
+	checkNativeAnswer(t, resp, "no code")
+	assert.Equal(t, []string{"message"}, itemTypes(resp), "no code: items")
+	assert.Equal(t, int64(5), resp.Usage.TotalTokens, "no code: usage")
+	return normalized(resp.RawJSON())
+}
+
+func scenarioNoCodeChat(t *testing.T, x *scene) string {
+	x.m.script(chatPath, chatReply(usage(3, 2), "No code needed."))
+	resp := x.chat(t, "sk-nocode", x.askChat("say hi"), withChatTool())
+	require.Len(t, x.sent(), 1, "no code chat: requests the model got")
+	require.Len(t, resp.Choices, 1, "no code chat: choices")
+	assert.Equal(t, "No code needed.", resp.Choices[0].Message.Content, "no code chat: answer")
+	assert.Equal(t, int64(5), resp.Usage.TotalTokens, "no code chat: usage")
 	return viewChat(resp)
 }
 
@@ -413,6 +461,22 @@ func scenarioRepeat(t *testing.T, x *scene) string {
 	second := codeCall(t, resp, 1)
 	assert.Equal(t, responses.ResponseCodeInterpreterToolCallStatusFailed, second.Status, "repeat: the repeated call failed")
 	assert.Equal(t, loop.TextRepeated, logsOf(second), "repeat: its logs")
+	return normalized(resp.RawJSON())
+}
+
+func scenarioInvalidArguments(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), fakemodel.FunctionCall("code_interpreter", "call_raw", "print('not JSON')")),
+		responsesReply(usage(1, 1), fakemodel.Message("I will answer without code.")))
+	resp := x.responses(t, "sk-args", ask("run it"))
+
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "invalid arguments: requests the model got")
+	assert.Equal(t, loop.TextInvalidArguments, outputOf(t, reqs[1], "call_raw"), "invalid arguments: the model is told, nothing ran")
+	checkNativeAnswer(t, resp, "invalid arguments")
+	ci := codeCall(t, resp, 0)
+	assert.Equal(t, responses.ResponseCodeInterpreterToolCallStatusFailed, ci.Status, "invalid arguments: status")
+	assert.Equal(t, loop.TextInvalidArguments, logsOf(ci), "invalid arguments: logs")
 	return normalized(resp.RawJSON())
 }
 
