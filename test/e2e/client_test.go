@@ -46,8 +46,8 @@ type wire struct {
 	read atomic.Int64
 }
 
-// option captures the answer of the request it is passed to.
-func (w *wire) option() option.RequestOption {
+// capture captures the answer of the request it is passed to.
+func (w *wire) capture() option.RequestOption {
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		resp, err := next(req)
 		if resp != nil {
@@ -107,7 +107,7 @@ func responsesCall(t *testing.T, v variant, client openai.Client, params respons
 		return *resp, nil
 	}
 	var w wire
-	stream := client.Responses.NewStreaming(ctx, params, append(opts, w.option())...)
+	stream := client.Responses.NewStreaming(ctx, params, append(opts, w.capture())...)
 	defer stream.Close()
 	var events []responses.ResponseStreamEventUnion
 	for stream.Next() {
@@ -230,7 +230,7 @@ func chatCall(t *testing.T, v variant, client openai.Client, params openai.ChatC
 		return *resp, nil
 	}
 	var w wire
-	stream := client.Chat.Completions.NewStreaming(ctx, params, append(opts, w.option())...)
+	stream := client.Chat.Completions.NewStreaming(ctx, params, append(opts, w.capture())...)
 	defer stream.Close()
 	var acc openai.ChatCompletionAccumulator
 	var chunks []openai.ChatCompletionChunk

@@ -47,6 +47,7 @@ func TestLoop(t *testing.T) {
 			})
 		}
 		t.Run("sandbox lifetime", func(t *testing.T) { testSandboxLifetime(t, s, m) })
+		t.Run("a chat stream without include_usage has no usage chunk", func(t *testing.T) { testChatStreamWithoutUsage(t, s, m) })
 	})
 }
 
@@ -141,6 +142,24 @@ func outputOf(t *testing.T, r fakemodel.Request, callID string) string {
 	return ""
 }
 
+// checkUpstreamRequests checks what every model call of a loop carries: the client's
+// credentials (also on the loop's own follow-ups), no x-codeinterp-* header (the signed
+// follow-up header is removed before the model), and stream:false without stream_options
+// whatever the client asked.
+func checkUpstreamRequests(t *testing.T, reqs []fakemodel.Request, auth, what string) {
+	t.Helper()
+	for i, r := range reqs {
+		assert.Equal(t, auth, r.Header.Get("Authorization"), "%s: credentials of model call %d", what, i+1)
+		for k := range r.Header {
+			assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-codeinterp-"), "%s: model call %d carries %s", what, i+1, k)
+		}
+		if st := gjson.GetBytes(r.Body, "stream"); st.Exists() {
+			assert.False(t, st.Bool(), "%s: model call %d streams", what, i+1)
+		}
+		assert.False(t, gjson.GetBytes(r.Body, "stream_options").Exists(), "%s: model call %d has stream_options", what, i+1)
+	}
+}
+
 // codeCall returns output item i as a code_interpreter_call, checking its type.
 func codeCall(t *testing.T, resp responses.Response, i int) responses.ResponseCodeInterpreterToolCall {
 	t.Helper()
@@ -192,7 +211,7 @@ func checkNativeAnswer(t *testing.T, resp responses.Response, what string) {
 			names = append(names, k)
 		}
 		assert.ElementsMatch(t, []string{"id", "type", "status", "code", "container_id", "outputs"}, names, "%s: keys of item %d", what, i)
-		assert.Equal(t, "[", string(bytes.TrimSpace(keys["outputs"])[:1]), "%s: outputs of item %d is an array", what, i)
+		assert.True(t, bytes.HasPrefix(bytes.TrimSpace(keys["outputs"]), []byte("[")), "%s: outputs of item %d is an array, not %s", what, i, keys["outputs"])
 		assert.True(t, strings.HasPrefix(it.ID, "ci_"), "%s: id of item %d", what, i)
 		assert.True(t, strings.HasPrefix(it.ContainerID, "cntr_"),
 			"%s: container_id of item %d is %q: every code_interpreter_call names the container of its request (README, Sandboxes and sessions)", what, i, it.ContainerID)
@@ -243,6 +262,7 @@ func scenarioComputeResponses(t *testing.T, x *scene) string {
 	reqs := x.sent()
 	require.Len(t, reqs, 2, "compute: requests the model got")
 	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_1"), "compute: the real output fed back to the model")
+	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute")
 	checkNativeAnswer(t, resp, "compute")
 	assert.Equal(t, []string{"code_interpreter_call", "message"}, itemTypes(resp), "compute: output items")
 	ci := codeCall(t, resp, 0)
@@ -266,6 +286,7 @@ func scenarioComputeChat(t *testing.T, x *scene) string {
 
 	reqs := x.sent()
 	require.Len(t, reqs, 2, "compute chat: requests the model got")
+	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute chat")
 	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_1"), "compute chat: the real output fed back to the model")
 	assert.Equal(t, "call_1", gjson.GetBytes(reqs[1].Body, `messages.#(role=="assistant").tool_calls.0.id`).String(),
 		"compute chat: the follow-up has the assistant's call")
@@ -799,3 +820,29 @@ func scenarioMixedChat(t *testing.T, x *scene) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func testChatStreamWithoutUsage(t *testing.T, s *Stack, m *model) {
+	m.clear()
+	m.script(chatPath,
+		chatReply(usage(10, 5), "", chatRunCode("call_1", "print(40+2)")),
+		chatReply(usage(20, 7), "40+2 = 42"))
+	client := s.Client("sk-nousage")
+	stream := client.Chat.Completions.NewStreaming(t.Context(), openai.ChatCompletionNewParams{
+		Model:    testModel,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("compute 40+2")},
+	}, withChatTool())
+	defer stream.Close()
+	var acc openai.ChatCompletionAccumulator
+	n := 0
+	for stream.Next() {
+		chunk := stream.Current()
+		n++
+		assert.NotEmpty(t, chunk.Choices, "no usage: chunk %d has choices (no usage chunk)", n)
+		assert.Zero(t, chunk.Usage.TotalTokens, "no usage: chunk %d carries no usage", n)
+		acc.AddChunk(chunk)
+	}
+	require.NoError(t, stream.Err(), "no usage: stream")
+	require.Len(t, acc.Choices, 1, "no usage: choices")
+	assert.Equal(t, "40+2 = 42", acc.Choices[0].Message.Content, "no usage: answer")
+	assert.Equal(t, "stop", acc.Choices[0].FinishReason, "no usage: finish_reason")
+}
