@@ -201,9 +201,9 @@ func testPlainPassThrough(t *testing.T, s *Stack) {
 			got := tt.send(t, s.Client("sk-plain"), give)
 			assert.Equal(t, string(tt.answer), got, "%s: the client got the model's answer byte for byte", tt.name)
 
-			reqs := s.Model.RequestsTo(tt.path)
-			reqs = reqs[len(reqs)-1:]
-			require.Len(t, s.Model.Requests()[mark:], 1, "%s: requests the model got", tt.name)
+			reqs := s.Model.Requests()[mark:]
+			require.Len(t, reqs, 1, "%s: requests the model got", tt.name)
+			assert.Equal(t, tt.path, reqs[0].Path, "%s: path", tt.name)
 			assert.Equal(t, string(give), string(reqs[0].Body), "%s: the model got the client's body byte for byte", tt.name)
 
 			recs := records(t, s, recMark)
@@ -215,7 +215,7 @@ func testPlainPassThrough(t *testing.T, s *Stack) {
 
 func testOtherPaths(t *testing.T, s *Stack) {
 	t.Run("embeddings never open a stream", func(t *testing.T) {
-		recMark := recordCount(s)
+		mark, recMark := len(s.Model.Requests()), recordCount(s)
 		s.Model.Enqueue("/v1/embeddings", fakemodel.JSON(map[string]any{
 			"object": "list", "model": "text-embedding-3-small",
 			"data":  []any{map[string]any{"object": "embedding", "index": 0, "embedding": []float64{0.25, -0.5}}},
@@ -229,8 +229,9 @@ func testOtherPaths(t *testing.T, s *Stack) {
 		require.NoError(t, err, "embeddings request")
 		require.Len(t, resp.Data, 1, "embeddings: data")
 		assert.Equal(t, []float64{0.25, -0.5}, resp.Data[0].Embedding, "embeddings: vector")
-		last := s.Model.Requests()[len(s.Model.Requests())-1]
-		assert.Equal(t, "/v1/embeddings", last.Path, "embeddings reached the model")
+		reqs := s.Model.Requests()[mark:]
+		require.Len(t, reqs, 1, "embeddings: requests the model got")
+		assert.Equal(t, "/v1/embeddings", reqs[0].Path, "embeddings reached the model")
 
 		recs := records(t, s, recMark)
 		require.Len(t, recs, 1, "embeddings: requests through the front")
@@ -325,18 +326,19 @@ func testSSEPassThrough(t *testing.T, s *Stack) {
 			defer release()
 			events := append([]fakemodel.Event(nil), tt.events...)
 			events[1].Wait = held // the model sends the first event, then holds the stream
-			recMark := recordCount(s)
+			mark, recMark := len(s.Model.Requests()), recordCount(s)
 			s.Model.Enqueue(tt.path, fakemodel.SSE(events...))
 			ctx, cancel := context.WithTimeout(t.Context(), firstEventGuard)
 			defer cancel()
 			got := tt.read(t, ctx, s.Client("sk-sse"), release)
 			assert.Equal(t, tt.want, got, "%s: what the client read", tt.name)
 
-			last := s.Model.RequestsTo(tt.path)
-			assert.True(t, gjson.GetBytes(last[len(last)-1].Body, "stream").Bool(), "%s: the model was asked to stream", tt.name)
+			reqs := s.Model.Requests()[mark:]
+			require.Len(t, reqs, 1, "%s: requests the model got", tt.name)
+			assert.True(t, gjson.GetBytes(reqs[0].Body, "stream").Bool(), "%s: the model was asked to stream", tt.name)
 			recs := records(t, s, recMark)
 			require.Len(t, recs, 1, "%s: requests through the front", tt.name)
-			assert.Equal(t, string(sentBody(recs[0])), string(last[len(last)-1].Body), "%s: the model got the client's body", tt.name)
+			assert.Equal(t, string(sentBody(recs[0])), string(reqs[0].Body), "%s: the model got the client's body", tt.name)
 			assert.Equal(t, plainExchange, recs[0].Exchange(), "%s: ext_proc exchange (the stream is never sent)", tt.name)
 		})
 	}
