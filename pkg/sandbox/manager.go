@@ -353,15 +353,29 @@ func (m *Manager) kick() {
 	}
 }
 
+// refillDelay is how long the pool filler waits after a hand-out before it starts a
+// container: the run that took the warm container comes first, and starting one (with its
+// imports) would compete with it for the CPU.
+const refillDelay = 100 * time.Millisecond
+
 // fillPool keeps cfg.WarmPool containers ready, creating one at a time, until Close.
 func (m *Manager) fillPool() {
 	ctx := m.ctx
 	backoff := time.Duration(0)
-	for {
+	for first := true; ; first = false {
 		select {
 		case <-ctx.Done():
 			return
 		case <-m.refill:
+		}
+		if !first {
+			t := time.NewTimer(refillDelay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 		for {
 			m.mu.Lock()

@@ -466,6 +466,9 @@ func TestManagerWarmPool(t *testing.T) {
 		run(t, l, "x=1")
 		assert.Equal(t, 1, p.container(0).runs, "the first warm container serves the first run")
 		synctest.Wait()
+		assert.Equal(t, 2, p.numCreated(), "the refill waits a moment: the run that took the container goes first")
+		time.Sleep(refillDelay)
+		synctest.Wait()
 		assert.Equal(t, 3, p.numCreated(), "the pool is refilled in the background")
 
 		// A warm container that died in the pool is not handed out.
