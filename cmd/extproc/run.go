@@ -80,6 +80,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
+	// Runs after the manager's Close (defers run last-first): removes the work directory.
+	defer func() {
+		if err := provider.Close(); err != nil {
+			log.Warn("close sandbox backend", zap.Error(err))
+		}
+	}()
 	if sb.GetLocal().GetUnsafeNoIsolation() {
 		log.Warn("sandbox isolation is OFF (sandbox.local.unsafe_no_isolation): code runs with the server's rights; never use this in production")
 	}

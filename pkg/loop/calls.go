@@ -69,6 +69,12 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 			lr.seen[c.Code] = round
 			text = lr.runOne(ctx, &item)
 		}
+		if item.ContainerID == "" {
+			// Every item names its container, also when its code did not run.
+			if lease, err := lr.ensureLease(ctx); err == nil {
+				item.ContainerID = lease.ContainerID()
+			}
+		}
 		if last && text != "" {
 			text += "\n" + TextRoundLimit
 		}
@@ -81,18 +87,29 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 	return items, outputs, repeated
 }
 
+// ensureLease returns the request's sandbox lease, acquiring it on first use. Acquiring names the
+// container without starting it; it starts on the first run.
+func (lr *loopRun) ensureLease(ctx context.Context) (*sandbox.Lease, error) {
+	if lr.lease != nil {
+		return lr.lease, nil
+	}
+	lease, err := lr.e.sandboxes.Acquire(ctx, lr.r.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	lr.lease = lease
+	return lease, nil
+}
+
 // runOne runs one call's code in the request's sandbox and fills item; it returns the text fed
 // back to the model.
 func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) string {
-	if lr.lease == nil {
-		lease, err := lr.e.sandboxes.Acquire(ctx, lr.r.Sandbox)
-		if err != nil {
-			lr.e.log.Warn("acquire sandbox", zap.Error(err))
-			lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
-			item.Status = statusFailed
-			return TextSandboxUnavailable
-		}
-		lr.lease = lease
+	lease, err := lr.ensureLease(ctx)
+	if err != nil {
+		lr.e.log.Warn("acquire sandbox", zap.Error(err))
+		lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
+		item.Status = statusFailed
+		return TextSandboxUnavailable
 	}
 	timeout := lr.r.RunTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -103,9 +120,9 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) string {
 	}
 	lr.calls++
 	start := time.Now()
-	res, err := lr.lease.Run(ctx, item.Code, timeout)
+	res, err := lease.Run(ctx, item.Code, timeout)
 	lr.e.metrics.runSeconds.Observe(time.Since(start).Seconds())
-	item.ContainerID = lr.lease.ContainerID()
+	item.ContainerID = lease.ContainerID()
 	limit := lr.r.OutputLimit
 	if limit <= 0 {
 		limit = 16 << 10

@@ -180,12 +180,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed: "+err.Error(), "upstream_unreachable", StopUpstreamError)
 		}
 		if status != http.StatusOK {
-			return Response{
-				Status: status,
-				Header: jsonHeader(),
-				Body:   schema.UpstreamErrorBody(status, body),
-				Rounds: len(lr.rounds), Calls: lr.calls, Stop: StopUpstreamError,
-			}
+			return lr.fail(status, schema.UpstreamErrorBody(status, body), StopUpstreamError)
 		}
 		reqBody, resp = next, body
 		if turn, err = schema.ParseTurn(r.Surface, resp, r.FunctionName); err != nil {
@@ -240,7 +235,7 @@ func (lr *loopRun) final(stop StopReason) Response {
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not encode the answer as an event stream.", "stream_failed", stop)
 	}
 	res.Body = sse
-	res.Header = http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}, "Cache-Control": {"no-cache"}}
+	res.Header = sseHeader()
 	return res
 }
 
@@ -260,12 +255,43 @@ func (lr *loopRun) upstreamGarbage(err error) Response {
 }
 
 func (lr *loopRun) errorResponse(status int, message, code string, stop StopReason) Response {
-	return Response{
-		Status: status,
-		Header: jsonHeader(),
-		Body:   schema.ServerErrorBody(status, message, code),
-		Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop,
+	return lr.fail(status, schema.ServerErrorBody(status, message, code), stop)
+}
+
+// fail answers with an error. A client that asked for a stream gets it as the stream's failure
+// events (Responses: response.created, response.in_progress, response.failed; Chat: an error
+// chunk), as the native API reports a failure in the middle of an answer; others get the JSON error
+// body with status.
+func (lr *loopRun) fail(status int, body []byte, stop StopReason) Response {
+	res := Response{Status: status, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
+	if !lr.r.Rewrite.Stream {
+		return res
 	}
+	code, message := schema.ErrorFields(body)
+	var sse []byte
+	switch lr.r.Surface {
+	case schema.Chat:
+		sse = schema.ErrorSSE(schema.Chat, code, message)
+	default:
+		if len(lr.rounds) == 0 {
+			return res
+		}
+		partial, err := schema.Final(schema.FinalInput{
+			Surface: lr.r.Surface, Rounds: lr.rounds, FunctionName: lr.r.FunctionName,
+			Tool: lr.r.Rewrite.Tool, ToolChoice: lr.r.Rewrite.ToolChoice,
+		})
+		if err == nil {
+			sse, err = schema.ResponsesFailedSSE(partial, code, message)
+		}
+		if err != nil {
+			lr.e.log.Warn("encode failure events", zap.Error(err))
+			return res
+		}
+	}
+	res.Status = http.StatusOK
+	res.Body = sse
+	res.Header = sseHeader()
+	return res
 }
 
 func ctxStop(err error) StopReason {
@@ -276,6 +302,10 @@ func ctxStop(err error) StopReason {
 }
 
 func jsonHeader() http.Header { return http.Header{"Content-Type": {"application/json"}} }
+
+func sseHeader() http.Header {
+	return http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}, "Cache-Control": {"no-cache"}}
+}
 
 // post sends one follow-up call and reads its whole answer.
 func (lr *loopRun) post(ctx context.Context, body []byte) (int, []byte, error) {

@@ -499,3 +499,52 @@ func TestRenderAndCap(t *testing.T) {
 	assert.True(t, strings.HasPrefix(got, "é") && strings.HasSuffix(got, "é"), "cut at rune boundaries: %q", got)
 	assert.Equal(t, "short", capText("short", 200))
 }
+
+func TestCallsThatDidNotRunNameTheirContainer(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
+	first := strings.Replace(respCall("1", "print(1)", 10), `"{\"code\":\"print(1)\"}"`, `"not json"`, 1)
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	ci := parseResponse(t, res.Body).Output[0].AsCodeInterpreterCall()
+	assert.Equal(t, "failed", string(ci.Status))
+	assert.True(t, strings.HasPrefix(ci.ContainerID, "cntr_"), "a call with bad arguments still names the request's container, got %q", ci.ContainerID)
+	created, _, _ := f.provider.counts()
+	assert.Zero(t, created, "naming the container does not start it")
+}
+
+func TestStreamingFailureIsFailureEvents(t *testing.T) {
+	tests := []struct {
+		name    string
+		surface schema.Surface
+		client  string
+		first   string
+		want    []string
+	}{
+		{
+			name:    "responses",
+			surface: schema.Responses,
+			client:  strings.Replace(responsesClient, `{"model"`, `{"stream":true,"model"`, 1),
+			first:   respCall("1", "print(1)", 10),
+			want:    []string{"event: response.created", "event: response.in_progress", "event: response.failed", `"message":"overloaded"`},
+		},
+		{
+			name:    "chat",
+			surface: schema.Chat,
+			client:  strings.Replace(chatClient, `{"model"`, `{"stream":true,"model"`, 1),
+			first:   chatCall("1", "print(1)"),
+			want:    []string{`data: {"error":`, `"message":"overloaded"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, scripted{status: 500, body: `{"error":{"message":"overloaded","type":"server_error","code":"overloaded"}}`})
+			res := f.engine.Run(context.Background(), f.request(t, tt.surface, tt.client, tt.first))
+			assert.Equal(t, http.StatusOK, res.Status, "a stream reports the failure in the stream")
+			assert.Equal(t, StopUpstreamError, res.Stop)
+			assert.Equal(t, "text/event-stream; charset=utf-8", res.Header.Get("Content-Type"))
+			for _, w := range tt.want {
+				assert.Contains(t, string(res.Body), w, "%s stream: %s", tt.name, res.Body)
+			}
+		})
+	}
+}

@@ -110,3 +110,18 @@ func MarkIncomplete(s Surface, body []byte, reason string) ([]byte, error) {
 	}
 	return body, nil
 }
+
+// ErrorFields returns the code and message of an API error body ({"error":{"code","message"}}); a
+// missing code is "server_error".
+func ErrorFields(body []byte) (code, message string) {
+	e := gjson.GetBytes(body, "error")
+	code = e.Get("code").String()
+	if code == "" {
+		code = "server_error"
+	}
+	message = e.Get("message").String()
+	if message == "" {
+		message = strings.TrimSpace(string(body))
+	}
+	return code, message
+}

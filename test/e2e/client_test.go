@@ -117,8 +117,19 @@ func responsesCall(t *testing.T, v variant, client openai.Client, params respons
 		return responses.Response{}, err
 	}
 	checkStreamHeaders(t, &w, "Responses stream")
+	if n := len(events); n > 0 && events[n-1].Type == "response.failed" {
+		// The native way to report a failure in the middle of an answer.
+		require.Equal(t, []string{"response.created", "response.in_progress", "response.failed"}, eventTypes(events),
+			"Responses stream: a failed answer's events")
+		return responses.Response{}, &failedStream{Response: events[n-1].AsResponseFailed().Response}
+	}
 	return checkResponsesEvents(t, events), nil
 }
+
+// failedStream is a Responses stream that ended with response.failed.
+type failedStream struct{ Response responses.Response }
+
+func (f *failedStream) Error() string { return "response.failed: " + f.Response.Error.Message }
 
 // checkResponsesEvents checks a Responses event stream as issue 5 describes it (sequence
 // numbers from 0; created, in_progress first; response.completed last; for each output item

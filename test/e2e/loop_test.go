@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -721,15 +723,24 @@ func scenarioUpstreamErrorResponses(t *testing.T, x *scene) string {
 		responsesReply(usage(1, 1), runCode("call_1", "print('ran')")),
 		errorReply(http.StatusInternalServerError, "the model fell over"))
 	_, err := responsesCall(t, x.v, x.s.Client("sk-upstream"), ask("compute"))
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "upstream 500: requests the model got")
+	assert.Equal(t, "ran\n", outputOf(t, reqs[1], "call_1"), "upstream 500: round 1 ran")
+	if x.v.stream {
+		// A stream reports a failure in the middle of an answer as response.failed.
+		var failed *failedStream
+		require.True(t, errors.As(err, &failed), "upstream 500 stream: want response.failed, got %T: %v", err, err)
+		assert.Equal(t, responses.ResponseStatusFailed, failed.Response.Status, "upstream 500 stream: status")
+		assert.Equal(t, "the model fell over", failed.Response.Error.Message, "upstream 500 stream: the upstream's message")
+		assert.Equal(t, "code_interpreter", failed.Response.Tools[0].Type, "upstream 500 stream: the hosted tool is echoed")
+		return "error: " + failed.Response.Error.Message
+	}
 	apiErr := apiError(t, err, "upstream 500")
 	assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode, "upstream 500: status")
 	assert.Equal(t, "the model fell over", apiErr.Message, "upstream 500: the upstream's message")
 	assert.Equal(t, "server_error", apiErr.Type, "upstream 500: type")
 	assert.Equal(t, "application/json", apiErr.Response.Header.Get("Content-Type"), "upstream 500: content-type")
-	reqs := x.sent()
-	require.Len(t, reqs, 2, "upstream 500: requests the model got")
-	assert.Equal(t, "ran\n", outputOf(t, reqs[1], "call_1"), "upstream 500: round 1 ran")
-	return errorView(apiErr)
+	return "error: " + apiErr.Message
 }
 
 func scenarioUpstreamErrorChat(t *testing.T, x *scene) string {
@@ -737,11 +748,19 @@ func scenarioUpstreamErrorChat(t *testing.T, x *scene) string {
 		chatReply(usage(1, 1), "", chatRunCode("call_1", "print('ran')")),
 		errorReply(http.StatusInternalServerError, "the model fell over"))
 	_, err := chatCall(t, x.v, x.s.Client("sk-upstream"), x.askChat("compute"), withChatTool())
+	require.Len(t, x.sent(), 2, "upstream 500 chat: requests the model got")
+	if x.v.stream {
+		// A chat stream reports it as an error chunk, which the SDK raises.
+		var streamErr *ssestream.StreamError
+		require.True(t, errors.As(err, &streamErr), "upstream 500 chat stream: want a stream error, got %T: %v", err, err)
+		msg := gjson.GetBytes(streamErr.Event.Data, "error.message").String()
+		assert.Equal(t, "the model fell over", msg, "upstream 500 chat stream: the upstream's message")
+		return "error: " + msg
+	}
 	apiErr := apiError(t, err, "upstream 500 chat")
 	assert.Equal(t, http.StatusInternalServerError, apiErr.StatusCode, "upstream 500 chat: status")
 	assert.Equal(t, "the model fell over", apiErr.Message, "upstream 500 chat: the upstream's message")
-	require.Len(t, x.sent(), 2, "upstream 500 chat: requests the model got")
-	return errorView(apiErr)
+	return "error: " + apiErr.Message
 }
 
 // weatherTool is a client function tool.
