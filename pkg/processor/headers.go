@@ -10,35 +10,29 @@ import (
 // reservedPrefix starts every header the server owns; clients cannot send them.
 const reservedPrefix = "x-codeinterp-"
 
-// headerMap holds one direction's headers as Envoy sent them: lower-case keys, repeated keys
-// kept in order.
-type headerMap struct {
-	keys   []string
-	values map[string][]string
-}
+// headerMap is one direction's headers as Envoy sent them: lower-case keys (reference §0),
+// repeated keys as repeated entries, in order. It reads Envoy's message in place: a request has
+// a dozen or two headers, so a linear scan is cheaper than building a map for every stream.
+type headerMap []*corev3.HeaderValue
 
-// newHeaderMap reads Envoy's header map. Envoy sends values in raw_value (reference §0); value
-// is read only when raw_value is empty, for older Envoys.
-func newHeaderMap(hm *corev3.HeaderMap) headerMap {
-	m := headerMap{values: make(map[string][]string, len(hm.GetHeaders()))}
-	for _, h := range hm.GetHeaders() {
-		k := strings.ToLower(h.GetKey())
-		v := string(h.GetRawValue())
-		if v == "" {
-			v = h.GetValue()
-		}
-		if _, ok := m.values[k]; !ok {
-			m.keys = append(m.keys, k)
-		}
-		m.values[k] = append(m.values[k], v)
+// newHeaderMap wraps Envoy's header map.
+func newHeaderMap(hm *corev3.HeaderMap) headerMap { return hm.GetHeaders() }
+
+// value returns a header's value: raw_value, which Envoy sends (reference §0), or value for
+// older Envoys.
+func value(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
 	}
-	return m
+	return h.GetValue()
 }
 
-// get returns the first value of key, or "".
+// get returns the first value of key (lower case), or "".
 func (m headerMap) get(key string) string {
-	if vs := m.values[key]; len(vs) > 0 {
-		return vs[0]
+	for _, h := range m {
+		if h.GetKey() == key {
+			return value(h)
+		}
 	}
 	return ""
 }
@@ -46,12 +40,21 @@ func (m headerMap) get(key string) string {
 // reserved lists the reserved headers present, to be removed.
 func (m headerMap) reserved() []string {
 	var out []string
-	for _, k := range m.keys {
-		if strings.HasPrefix(k, reservedPrefix) {
+	for _, h := range m {
+		if k := h.GetKey(); strings.HasPrefix(k, reservedPrefix) && !contains(out, k) {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 // credentialHeaders are always carried to follow-up calls: the model API authenticates them.
@@ -62,12 +65,9 @@ var credentialHeaders = []string{"authorization", "x-api-key", "api-key"}
 // framing headers, reserved and Envoy-owned headers never are.
 func (m headerMap) forward(allow []string) http.Header {
 	out := make(http.Header)
-	for _, k := range m.keys {
-		if !forwardable(k, allow) {
-			continue
-		}
-		for _, v := range m.values[k] {
-			out.Add(k, v)
+	for _, h := range m {
+		if k := h.GetKey(); forwardable(k, allow) {
+			out[http.CanonicalHeaderKey(k)] = append(out[http.CanonicalHeaderKey(k)], value(h))
 		}
 	}
 	return out
@@ -84,10 +84,8 @@ func forwardable(k string, allow []string) bool {
 		"upgrade", "proxy-connection", "accept-encoding", "expect":
 		return false
 	}
-	for _, c := range credentialHeaders {
-		if k == c {
-			return true
-		}
+	if contains(credentialHeaders, k) {
+		return true
 	}
 	for _, a := range allow {
 		if a == k || (strings.HasSuffix(a, "*") && strings.HasPrefix(k, strings.TrimSuffix(a, "*"))) {

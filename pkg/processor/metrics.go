@@ -11,7 +11,10 @@ import (
 
 // Metrics are the processor's Prometheus metrics. The caller registers them (see Collectors).
 type Metrics struct {
-	streams      *prometheus.CounterVec
+	streams *prometheus.CounterVec
+	// outcomes caches the streams counter of each known outcome: a label lookup per stream is
+	// measurable on the pass-through path.
+	outcomes     map[string]prometheus.Counter
 	rewrites     *prometheus.CounterVec
 	loops        *prometheus.CounterVec
 	loopDuration *prometheus.HistogramVec
@@ -21,7 +24,7 @@ type Metrics struct {
 
 // NewMetrics returns unregistered metrics.
 func NewMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		streams: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_streams_total",
 			Help: "ext_proc streams by outcome (pass_through, plain, follow_up, client_error, done, max_rounds, ...).",
@@ -49,6 +52,21 @@ func NewMetrics() *Metrics {
 			Help: "Code runs, by API surface.",
 		}, []string{"surface"}),
 	}
+	m.outcomes = make(map[string]prometheus.Counter)
+	for _, o := range []string{"pass_through", "plain", "follow_up", "client_error", "incomplete", "upstream_status",
+		"upstream_encoding", "done", "client_call", "max_rounds", "repeat", "deadline", "upstream_error", "canceled"} {
+		m.outcomes[o] = m.streams.WithLabelValues(o)
+	}
+	return m
+}
+
+// stream counts one ended stream by outcome.
+func (m *Metrics) stream(outcome string) {
+	if c, ok := m.outcomes[outcome]; ok {
+		c.Inc()
+		return
+	}
+	m.streams.WithLabelValues(outcome).Inc()
 }
 
 // Collectors returns the metrics for registration.

@@ -118,7 +118,6 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		srv:     s,
 		ctx:     ctx,
 		send:    stream.Send,
-		log:     s.log,
 		profile: s.profileFor(ctx),
 	}
 	defer st.finish()
@@ -134,7 +133,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			if ctx.Err() != nil {
 				return nil
 			}
-			st.log.Warn("stream failed", zap.Error(err))
+			st.logger().Warn("stream failed", zap.Error(err))
 			return status.Errorf(codes.Internal, "%v", err)
 		}
 	}

@@ -41,19 +41,28 @@ type streamState struct {
 	srv     *Server
 	ctx     context.Context
 	send    func(*extprocv3.ProcessingResponse) error
-	log     *zap.Logger
 	profile *config.Profile
+	// log is made on first use (see logger): most streams never log.
+	log *zap.Logger
 
-	kind     streamKind
-	surface  schema.Surface
-	path     string
-	headers  headerMap
-	identity string
-	rewrite  schema.Request
+	kind      streamKind
+	surface   schema.Surface
+	path      string
+	headers   headerMap
+	requestID string
+	identity  string
+	rewrite   schema.Request
 	// respEncoding is the upstream answer's content-encoding.
 	respEncoding string
-	started      time.Time
 	outcome      string
+}
+
+// logger returns the stream's logger, with the request id.
+func (st *streamState) logger() *zap.Logger {
+	if st.log == nil {
+		st.log = st.srv.log.With(zap.String("request_id", st.requestID))
+	}
+	return st.log
 }
 
 // handle answers one message from Envoy.
@@ -95,49 +104,85 @@ func (st *streamState) finish() {
 			outcome = "incomplete"
 		}
 	}
-	st.srv.metrics.streams.WithLabelValues(outcome).Inc()
+	st.srv.metrics.stream(outcome)
 }
 
 // requestHeaders decides what the stream is: a served API call, our loop's own follow-up, or
 // anything else. Client-sent x-codeinterp-* headers are always removed.
 func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	st.headers = newHeaderMap(h.GetHeaders())
-	st.started = st.srv.now()
-	if id := st.headers.get("x-request-id"); id != "" {
-		st.log = st.log.With(zap.String("request_id", id))
-	}
-	mutation := &extprocv3.HeaderMutation{RemoveHeaders: st.headers.reserved()}
+	st.requestID = st.headers.get("x-request-id")
+	reserved := st.headers.reserved()
 
-	path := st.headers.get(":path")
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
-	}
 	st.path = st.headers.get(":path")
+	path := pathOnly(st.path)
 	surface, served := st.srv.paths[path]
-	st.identity = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
 
-	switch {
-	case st.srv.signer.verifyFollowUp(st.headers.get(followUpHeader), path, st.identity, st.srv.now()):
-		st.outcome = "follow_up"
-		return passThrough(mutation)
-	case !served || st.headers.get(":method") != http.MethodPost || st.profile.Disabled || h.GetEndOfStream():
+	if sig := st.headers.get(followUpHeader); sig != "" {
+		if st.srv.signer.verifyFollowUp(sig, path, st.srv.signer.identity(st.headers, st.profile.IdentityHeader), st.srv.now()) {
+			st.outcome = "follow_up"
+			return passThrough(reserved)
+		}
+	}
+	if !served || st.headers.get(":method") != http.MethodPost || st.profile.Disabled || h.GetEndOfStream() {
 		st.kind = kindPassThrough
-		return passThrough(mutation)
+		return passThrough(reserved)
 	}
 	st.kind = kindServed
 	st.surface = surface
+	if len(reserved) == 0 {
+		return continueHeaders
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: nilIfEmpty(mutation)}},
+		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: reserved},
+		}},
 	}}
 }
 
-// passThrough answers request headers so that Envoy sends no bodies and skips the response phase.
-// An omitted body mode in mode_override means NONE (reference §2).
-func passThrough(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
-			Response: &extprocv3.CommonResponse{HeaderMutation: nilIfEmpty(mutation)},
+// Answers that carry nothing of a stream's own are made once and shared: the server never
+// modifies a message it has sent.
+var (
+	continueHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	continueBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	passThroughPlain = passThroughWith(nil)
+	// skipResponseBody answers response headers so that Envoy does not send the response body:
+	// only the response body mode matters this late, and omitted body modes mean NONE.
+	skipResponseBody = &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{},
 		}},
+		ModeOverride: &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE},
+	}
+	continueResponseHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	continueResponseBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+)
+
+// passThrough answers request headers so that Envoy sends no bodies and skips the response phase,
+// removing the reserved headers named. An omitted body mode in mode_override means NONE
+// (reference §2).
+func passThrough(remove []string) *extprocv3.ProcessingResponse {
+	if len(remove) == 0 {
+		return passThroughPlain
+	}
+	return passThroughWith(remove)
+}
+
+func passThroughWith(remove []string) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{}
+	if len(remove) > 0 {
+		common.HeaderMutation = &extprocv3.HeaderMutation{RemoveHeaders: remove}
+	}
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: common}},
 		ModeOverride: &filterv3.ProcessingMode{
 			RequestBodyMode:    filterv3.ProcessingMode_NONE,
 			ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
@@ -149,7 +194,7 @@ func passThrough(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingRespon
 // requestBody rewrites a served request's body.
 func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if st.kind != kindServed {
-		return continueRequestBody(nil, nil)
+		return continueBody
 	}
 	rw, err := schema.RewriteRequest(st.surface, b.GetBody(), schema.Options{
 		FunctionName:        st.profile.FunctionName,
@@ -161,13 +206,14 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 			re = &schema.RequestError{Message: err.Error()}
 		}
 		st.outcome = "client_error"
-		st.log.Debug("client error", zap.Error(err))
+		st.logger().Debug("client error", zap.Error(err))
 		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
 	}
 	if !rw.Found {
 		st.kind = kindPlain
-		return continueRequestBody(nil, nil)
+		return continueBody
 	}
+	st.identity = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
 	if rw.ContainerID != "" && !st.srv.containers.Known(st.identity, rw.ContainerID) {
 		st.outcome = "client_error"
 		re := &schema.RequestError{
@@ -205,34 +251,23 @@ func continueRequestBody(body []byte, remove []string) *extprocv3.ProcessingResp
 // responseHeaders lets a rewritten request's 200 answer come to the server buffered; everything
 // else passes through without its body being sent here.
 func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	skipBody := &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
-			Response: &extprocv3.CommonResponse{},
-		}},
-		// Only the response body mode matters this late; omitted body modes mean NONE.
-		ModeOverride: &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE},
-	}
 	if st.kind != kindRewritten {
-		return skipBody
+		return skipResponseBody
 	}
 	rh := newHeaderMap(h.GetHeaders())
 	if code := rh.get(":status"); code != "200" {
 		st.outcome = "upstream_status"
-		st.log.Debug("upstream answered non-200; passing it through", zap.String("status", code))
-		return skipBody
+		st.logger().Debug("upstream answered non-200; passing it through", zap.String("status", code))
+		return skipResponseBody
 	}
 	st.respEncoding = strings.ToLower(strings.TrimSpace(rh.get("content-encoding")))
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-	}}
+	return continueResponseHeaders
 }
 
 // responseBody runs the loop over a rewritten request's answer and replaces it with the final one.
 func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	if st.kind != kindRewritten {
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
-		}}, nil
+		return continueResponseBody, nil
 	}
 	body, err := decodeBody(st.respEncoding, b.GetBody())
 	if err != nil {
@@ -258,7 +293,7 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	}
 	st.outcome = string(res.Stop)
 	st.srv.metrics.observeLoop(st.surface, res, st.srv.now().Sub(started))
-	st.log.Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
+	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
 		zap.Int("calls", res.Calls), zap.Int("status", res.Status))
 
 	if res.Status != http.StatusOK {
@@ -321,6 +356,7 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 	}
 }
 
+// pathOnly returns p without its query string or fragment.
 func pathOnly(p string) string {
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		return p[:i]
