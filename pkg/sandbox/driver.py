@@ -10,12 +10,11 @@
 #   fd 3  server -> driver  frames: 4-byte big-endian length, marshal (version 2) dict
 #   fd 4  driver -> server  frames: same encoding
 #   fd 5  server -> driver  8-byte big-endian run numbers to interrupt (SIGINT, KeyboardInterrupt)
-# The interpreter runs without the site module (-S) and this driver arrives compiled: argv[1] is its
-# code object and argv[2] the configuration, both marshalled, in hex. The configuration carries
-# the module path site would have built.
+# This driver arrives compiled: argv[1] is its code object and argv[2] the configuration, both
+# marshalled, in hex.
 #
-# It imports nothing slow at start (no site, json, re, traceback or ast module) to keep cold starts
-# near a bare interpreter's; marshal, select, _signal, _ast and _thread are built in.
+# It imports nothing slow at start (no json, re, traceback, signal or ast module) to keep cold
+# starts near a bare interpreter's; marshal, select, _signal, _ast and _thread are built in.
 
 import sys, os, marshal, select, _thread, _ast, builtins, io
 import _signal as signal  # the signal module would import enum: 7 ms of a cold start
@@ -475,13 +474,6 @@ def _main():
     cfg = marshal.loads(bytes.fromhex(sys.argv[-1]))
     del sys.argv[1:]
     sys.argv[0] = ''
-    if cfg.get('path'):
-        sys.path[:] = list(cfg['path'])
-    # What site would have added for an interactive user.
-    import _sitebuiltins
-    builtins.exit = _sitebuiltins.Quitter('exit', 'Ctrl-D (i.e. EOF)')
-    builtins.quit = _sitebuiltins.Quitter('quit', 'Ctrl-D (i.e. EOF)')
-    builtins.help = _sitebuiltins._Helper()
     for fd in (R_IN, R_OUT, R_INTR):
         os.set_inheritable(fd, False)
     S.data_dir = cfg['data_dir']
