@@ -251,7 +251,13 @@ func TestAdversarialProcSnooping(t *testing.T) {
 	a := newTestContainer(t, l, Spec{})
 	b := newTestContainer(t, l, Spec{})
 	marker := "snoop-marker-" + randomHex(8)
-	runIn(t, a, fmt.Sprintf("import subprocess\np = subprocess.Popen(['/bin/sh', '-c', 'sleep 600', %q])\nsecret_var = %q", marker, marker))
+	// The child announces itself once running (Popen may return while its command line is
+	// still being set up by exec).
+	runIn(t, a, fmt.Sprintf(`import subprocess, sys, os, time
+p = subprocess.Popen([sys.executable, '-c', "open('/tmp/up', 'w').close()\nimport time\ntime.sleep(600)", %q])
+while not os.path.exists('/tmp/up'):
+    time.sleep(0.01)
+secret_var = %q`, marker, marker))
 	// The marker process exists (seen from the host), so the check below can fail.
 	found := false
 	for pid := range procTree(containerPID(a)) {
