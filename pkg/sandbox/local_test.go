@@ -243,7 +243,7 @@ func TestLocalTimeoutInterrupts(t *testing.T) {
 		{"blocking sleep", "print('started')\nimport time\ntime.sleep(600)"},
 	}
 	for _, tt := range tests {
-		res, err := runTimeout(c, tt.give, 500*time.Millisecond)
+		res, err := runTimeout(c, tt.give, time.Second)
 		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
 		assert.NotErrorIs(t, err, ErrLost, "%s: interrupted, not killed", tt.name)
 		assert.Equal(t, "started\n", res.Stdout, "%s: output before the interrupt", tt.name)
@@ -265,7 +265,7 @@ func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		c := newTestContainer(t, l, Spec{})
-		res, err := runTimeout(c, tt.give, 300*time.Millisecond)
+		res, err := runTimeout(c, tt.give, time.Second)
 		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
 		assert.ErrorIs(t, err, ErrLost, "%s: killed", tt.name)
 		assert.Equal(t, "stubborn\n", res.Stdout, "%s: partial output", tt.name)
