@@ -85,12 +85,30 @@ type Request struct {
 //
 // Client mistakes (malformed JSON, two code_interpreter tools, a client tool already using the
 // function's name, a rewritten member given twice) are returned as *RequestError. RewriteRequest
-// does not keep or modify body; Request.Body may share memory with it.
+// does not keep or modify body. When Found is false Request.Body is body itself; otherwise it is
+// new memory of exactly its length that nothing else refers to.
+//
+// Malformed JSON is refused where RewriteRequest reads or edits: the top-level keys, the values
+// of "tools", "tool_choice", "stream", "stream_options" and "metadata", and (Responses) the
+// code_interpreter_call items of "input"; and everywhere the structure is checked (brackets and
+// braces balanced and matched, commas and colons in place, keys are strings, numbers and
+// literals well formed, strings terminated, nesting at most 10000 deep, nothing after the
+// value). Inside the other strings (the conversation's text, "instructions", "model", …) only
+// the closing quote is looked for, so that megabytes of conversation cost one quick pass: raw
+// control characters and malformed escapes there are not refused. Such a body goes upstream
+// with those bytes as they were, where the model's API refuses it with its own 400; everything
+// RewriteRequest edits is well formed, and on well-formed JSON it sees exactly what a JSON
+// parser sees.
 func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	if s != Responses && s != Chat {
 		return Request{}, fmt.Errorf("rewrite request: unknown surface %v", s)
 	}
-	members, isObject, asciiEscape, err := reqScanTopEscapes(body)
+	mode := reqScanRequest
+	if s == Responses {
+		mode = reqScanRequestItems
+	}
+	var membersBuf [16]reqMember // the top-level members of most requests, without an allocation
+	sc, err := reqScan(body, mode, membersBuf[:0])
 	if err != nil {
 		return Request{}, &RequestError{
 			Message: "We could not parse the JSON body of your request: " + err.Error(),
@@ -98,13 +116,14 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 		}
 	}
 	r := Request{Body: body}
-	if !isObject {
+	if !sc.isObject {
 		return r, nil
 	}
+	members := sc.members
 	t := reqNewTopLevel(body, members)
 	name := o.name()
 
-	tools, err := reqFindTools(s, t, name)
+	tools, err := reqFindTools(s, body, members, name)
 	if err != nil {
 		return Request{}, err
 	}
@@ -159,7 +178,7 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	}
 
 	if sp := t.span("input"); s == Responses && sp.ok() && body[sp.start] == '[' {
-		e, ids := reqReplayInput(body, sp, name, asciiEscape)
+		e, ids := reqReplayInput(body, sp, sc.items, name)
 		edits = append(edits, e...)
 		r.ReplayedContainerIDs = ids
 	}
@@ -176,19 +195,18 @@ type reqTools struct {
 	ci    reqSpan // the code_interpreter tool
 }
 
-// reqFindTools finds the code_interpreter tool in every top-level "tools" array and checks that it
-// is the only one and that no client tool already uses the function's name.
-func reqFindTools(s Surface, t reqTopLevel, name string) (reqTools, error) {
-	b := t.b
+// reqFindTools finds the code_interpreter tool in every "tools" array among members, the
+// top-level members of b, and checks that it is the only one and that no client tool already
+// uses the function's name.
+func reqFindTools(s Surface, b []byte, members []reqMember, name string) (reqTools, error) {
+	// b and members come apart so that the top-level members, which the caller may hold on its
+	// stack, do not escape with b into the walks below.
 	var (
 		res        reqTools
 		second     = -1 // index of a second code_interpreter tool
 		clashParam string
 	)
-	if t.count("tools") == 0 {
-		return reqTools{}, nil
-	}
-	for _, m := range t.members {
+	for _, m := range members {
 		if !m.is(b, "tools") || b[m.valStart] != '[' {
 			continue
 		}
@@ -196,11 +214,11 @@ func reqFindTools(s Surface, t reqTopLevel, name string) (reqTools, error) {
 			if b[st] != '{' {
 				return true
 			}
-			typ, _ := reqStr(b, reqField(b, st, "type"))
-			switch {
-			case typ == "code_interpreter" && !res.found:
+			typ := reqField(b, st, "type")
+			switch ci := typ.ok() && reqStringIs(b[typ.start:typ.end], "code_interpreter"); {
+			case ci && !res.found:
 				res.found, res.ci = true, reqSpan{st, en}
-			case typ == "code_interpreter":
+			case ci:
 				if second < 0 {
 					second = idx
 				}
@@ -231,19 +249,29 @@ func reqFindTools(s Surface, t reqTopLevel, name string) (reqTools, error) {
 }
 
 // reqToolNameClash returns the path (relative to the tool) of the name of the client tool
-// starting at b[st] when that name is the function's name, or "".
-func reqToolNameClash(s Surface, b []byte, st int, typ, name string) string {
+// starting at b[st], whose "type" member's value spans typ, when that name is the function's
+// name, or "".
+func reqToolNameClash(s Surface, b []byte, st int, typ reqSpan, name string) string {
 	if s == Chat {
 		// Chat tools nest their name under their type: {"type":"function","function":{"name":…}}.
-		if typ == "" {
+		if !typ.ok() || b[typ.start] != '"' || typ.end-typ.start == 2 {
 			return ""
 		}
-		if n, _ := reqStr(b, reqPath(b, st, typ, "name")); n == name {
-			return typ + ".name"
+		rawType := b[typ.start:typ.end]
+		var holder reqSpan
+		reqEachMember(b, st, func(rawKey []byte, vs, ve int) bool {
+			if reqRawEqual(rawKey, rawType) {
+				holder = reqSpan{vs, ve} // the last one counts, as in reqField
+			}
+			return true
+		})
+		if holder.ok() && reqFieldIs(b, holder.start, "name", name) {
+			t, _ := reqStr(b, typ)
+			return t + ".name"
 		}
 		return ""
 	}
-	if n, _ := reqStr(b, reqField(b, st, "name")); n == name {
+	if reqFieldIs(b, st, "name", name) {
 		return "name"
 	}
 	return ""
@@ -348,16 +376,13 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 
 // reqReplayInput returns the edits that turn each code_interpreter_call item of the Responses
 // input array at sp into a function_call item and a function_call_output item, and the
-// container ids of those items. asciiEscape is reqScanTopEscapes's report on the body.
-func reqReplayInput(b []byte, sp reqSpan, name string, asciiEscape bool) (edits []reqEdit, containerIDs []string) {
-	// Skip the walk when no item can be one: the type is neither spelled out nor possibly
-	// hidden behind escapes.
-	if !asciiEscape && !bytes.Contains(b[sp.start:sp.end], []byte("code_interpreter_call")) {
-		return nil, nil
-	}
-	reqEachElem(b, sp.start, func(idx, st, en int) bool {
-		if b[st] != '{' || !reqFieldIs(b, st, "type", "code_interpreter_call") {
-			return true
+// container ids of those items. items are the elements of the array that may be such items, as
+// reqScan reported them (checked byte by byte); every other element is left as it is.
+func reqReplayInput(b []byte, sp reqSpan, items []reqItem, name string) (edits []reqEdit, containerIDs []string) {
+	for _, it := range items {
+		st, en := it.start, it.end
+		if st < sp.start || en > sp.end || b[st] != '{' || !reqFieldIs(b, st, "type", "code_interpreter_call") {
+			continue
 		}
 		var id, code, containerID string
 		var outputs []byte
@@ -375,14 +400,13 @@ func reqReplayInput(b []byte, sp reqSpan, name string, asciiEscape bool) (edits 
 			return true
 		})
 		if id == "" {
-			id = fmt.Sprintf("ci_replay_%d", idx)
+			id = fmt.Sprintf("ci_replay_%d", it.idx)
 		}
 		if containerID != "" {
 			containerIDs = append(containerIDs, containerID)
 		}
 		edits = append(edits, reqEdit{start: st, end: en, repl: reqCallPair(id, name, code, RenderOutputs(outputs))})
-		return true
-	})
+	}
 	return edits, containerIDs
 }
 

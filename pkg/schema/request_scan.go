@@ -3,7 +3,9 @@ package schema
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"unicode"
 	"unicode/utf16"
@@ -11,8 +13,10 @@ import (
 )
 
 // This file holds the byte-level JSON scanner shared by the request rewriter, the turn reader and
-// the follow-up builder. reqScanTop validates a whole body in one pass and remembers where the
-// top-level members are; the other helpers walk values that are already known to be valid.
+// the follow-up builder. reqScan reads a whole body in one pass and remembers where the
+// top-level members are: reqScanTop validates every byte (the turn reader, the follow-up
+// builder), reqScanRequest only what the rewriter reads (see reqScan). The other helpers walk
+// values that have already been checked.
 
 // reqMaxDepth bounds nesting as encoding/json does, so a hostile body cannot make scanning deep.
 const reqMaxDepth = 10000
@@ -53,36 +57,145 @@ func reqSkipWS(b []byte, i int) int {
 	return i
 }
 
-// reqScanTop validates b as one JSON value (RFC 8259, nesting at most reqMaxDepth, surrounding
-// whitespace allowed) in a single pass. When the value is an object it also returns the object's
-// members in order. Like encoding/json it does not check that strings are valid UTF-8.
-func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
-	members, isObject, _, err = reqScanTopEscapes(b)
-	return members, isObject, err
+// reqScanMode says how closely reqScan checks a body.
+type reqScanMode uint8
+
+const (
+	// reqScanStrict checks every byte: reqScan accepts exactly what json.Valid accepts.
+	reqScanStrict reqScanMode = iota
+	// reqScanRequest checks a request body as closely as RewriteRequest needs (see
+	// reqScanStrictKeys): the values it reads or edits are checked byte by byte; in the other
+	// values (the conversation above all) strings are only followed to their closing quote.
+	reqScanRequest
+	// reqScanRequestItems is reqScanRequest that also reports the elements of the top-level
+	// "input" array that may be code_interpreter_call items, each checked byte by byte.
+	reqScanRequestItems
+)
+
+// reqScanned is what reqScan learned of a body.
+type reqScanned struct {
+	// members holds the top-level members in order when the body is an object.
+	members []reqMember
+	// isObject reports whether the body is a JSON object.
+	isObject bool
+	// items holds, under reqScanRequestItems, the elements of the top-level "input" array that
+	// may be code_interpreter_call items, in order: the objects with a member whose key decodes
+	// to "type" and whose value is a string that decodes to "code_interpreter_call". (When
+	// "type" repeats, the last one decides what the item is; such an object is reported if any
+	// of them qualifies.) Each was checked byte by byte.
+	items []reqItem
 }
 
-// reqScanTopEscapes is reqScanTop that also reports whether a string or key of b holds a \u
-// escape of a character from 'P' to DEL (\u0050 to \u007f), the range of the lowercase letters
-// and the underscore that spell the API's type names: only then can such a name hide behind
-// escapes.
-func reqScanTopEscapes(b []byte) (members []reqMember, isObject, asciiEscape bool, err error) {
-	var stack []byte // open containers: '{' or '['
+// reqItem is an element of an array: its index and its span in the body.
+type reqItem struct{ idx, start, end int }
+
+// reqScanTop validates b as one JSON value (RFC 8259, nesting at most reqMaxDepth, surrounding
+// whitespace allowed) in a single pass, accepting exactly what json.Valid accepts. When the
+// value is an object it also returns the object's members in order. Like encoding/json it does
+// not check that strings are valid UTF-8.
+func reqScanTop(b []byte) (members []reqMember, isObject bool, err error) {
+	sc, err := reqScan(b, reqScanStrict, nil)
+	return sc.members, sc.isObject, err
+}
+
+// reqScanStrictKeys reports whether key names a top-level member of a request whose value
+// RewriteRequest reads or edits, so that reqScanRequest checks it byte by byte.
+func reqScanStrictKeys(key string) bool {
+	switch key {
+	case "tools", "tool_choice", "stream", "stream_options", "metadata":
+		return true
+	}
+	return false
+}
+
+// reqScan reads b as one JSON value (nesting at most reqMaxDepth, surrounding whitespace
+// allowed) in a single pass, checking it as mode says, and returns what it learned. The
+// top-level members go into members[:0], so a caller can lend reqScan room on its stack; nil
+// is fine.
+//
+// Under reqScanStrict it accepts exactly what json.Valid accepts. Under reqScanRequest and
+// reqScanRequestItems the structure is checked everywhere (brackets and braces balanced and
+// matched, commas and colons in place, keys are strings, literals and numbers well formed,
+// nothing after the value) and so are the top-level keys, the values reqScanStrictKeys names and
+// the reported items; inside every other string only the end is looked for: the first quote
+// preceded by an even number of backslashes. Raw control characters and malformed escapes in
+// those strings are therefore not rejected. On valid JSON every mode sees the same structure a
+// JSON parser sees.
+func reqScan(b []byte, mode reqScanMode, members []reqMember) (reqScanned, error) {
+	var stackBuf [64]byte
+	stack := stackBuf[:0] // open containers: '{' or '['
+	sc := reqScanned{members: members[:0]}
 	i := reqSkipWS(b, 0)
 	if i >= len(b) {
-		return nil, false, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
+		return reqScanned{}, &reqSyntaxError{off: i, msg: "unexpected end of input"}
 	}
-	isObject = b[i] == '{'
-	pending := false // a top-level member's value is being read
-	expectValue := true
+	if sc.isObject = b[i] == '{'; sc.isObject && sc.members == nil {
+		sc.members = make([]reqMember, 0, 16)
+	}
+	var (
+		strict  = mode == reqScanStrict // the strings of the value being read are checked byte by byte
+		pending bool                    // a top-level member's value is being read
+		track   bool                    // the value being read is the "input" array whose items are reported
+		item    = reqItem{idx: -1}      // the element of the tracked array being read
+		maybe   bool                    // the element may be a code_interpreter_call item
+		err     error
+	)
+	expectKey, expectValue := false, true
 	for {
+		if expectKey {
+			// An object member: its key, the colon and the whitespace after it.
+			if i >= len(b) || b[i] != '"' {
+				return reqScanned{}, &reqSyntaxError{off: i, msg: "expected a string key"}
+			}
+			ks := i
+			top := sc.isObject && len(stack) == 1
+			if strict || top {
+				i, err = reqScanString(b, i)
+			} else {
+				i, err = reqSkipString(b, i)
+			}
+			if err != nil {
+				return reqScanned{}, err
+			}
+			ke := i
+			i = reqSkipWS(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return reqScanned{}, &reqSyntaxError{off: i, msg: "expected ':' after an object key"}
+			}
+			i = reqSkipWS(b, i+1)
+			switch {
+			case top:
+				sc.members = append(sc.members, reqMember{keyStart: ks, keyEnd: ke, valStart: i})
+				pending = true
+				if mode != reqScanStrict {
+					var input bool
+					strict, input = reqScanTopKey(b[ks:ke])
+					track = input && mode == reqScanRequestItems && i < len(b) && b[i] == '['
+					item.idx = -1
+				}
+			case track && len(stack) == 3 && !maybe:
+				maybe = reqMayBeCallType(b, ks, ke, i)
+			}
+			expectKey = false
+		}
 		if expectValue {
 			if i >= len(b) {
-				return nil, false, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
+				return reqScanned{}, &reqSyntaxError{off: i, msg: "unexpected end of input"}
+			}
+			if track && len(stack) == 2 {
+				item = reqItem{idx: item.idx + 1, start: i}
+				maybe = false
 			}
 			switch c := b[i]; {
+			case c == '"':
+				if strict {
+					i, err = reqScanString(b, i)
+				} else {
+					i, err = reqSkipString(b, i)
+				}
 			case c == '{' || c == '[':
 				if len(stack) >= reqMaxDepth {
-					return nil, false, false, &reqSyntaxError{off: i, msg: "nesting too deep"}
+					return reqScanned{}, &reqSyntaxError{off: i, msg: "nesting too deep"}
 				}
 				stack = append(stack, c)
 				i = reqSkipWS(b, i+1)
@@ -91,103 +204,180 @@ func reqScanTopEscapes(b []byte) (members []reqMember, isObject, asciiEscape boo
 					i++
 					break
 				}
-				if c == '[' {
-					continue
-				}
-				top := isObject && len(stack) == 1
-				if i, err = reqScanKey(b, i, &members, top, &asciiEscape); err != nil {
-					return nil, false, false, err
-				}
-				pending = pending || top
+				expectKey = c == '{'
 				continue
-			case c == '"':
-				if i, err = reqScanString(b, i, &asciiEscape); err != nil {
-					return nil, false, false, err
-				}
 			case c == 't':
-				if i, err = reqScanLiteral(b, i, "true"); err != nil {
-					return nil, false, false, err
-				}
+				i, err = reqScanLiteral(b, i, "true")
 			case c == 'f':
-				if i, err = reqScanLiteral(b, i, "false"); err != nil {
-					return nil, false, false, err
-				}
+				i, err = reqScanLiteral(b, i, "false")
 			case c == 'n':
-				if i, err = reqScanLiteral(b, i, "null"); err != nil {
-					return nil, false, false, err
-				}
+				i, err = reqScanLiteral(b, i, "null")
 			case c == '-' || (c >= '0' && c <= '9'):
-				if i, err = reqScanNumber(b, i); err != nil {
-					return nil, false, false, err
-				}
+				i, err = reqScanNumber(b, i)
 			default:
-				return nil, false, false, &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q looking for a value", c)}
+				err = &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q looking for a value", c)}
+			}
+			if err != nil {
+				return reqScanned{}, err
 			}
 		}
 		// A value ended at i.
 		expectValue = false
-		if pending && len(stack) == 1 {
-			members[len(members)-1].valEnd = i
-			pending = false
+		switch len(stack) {
+		case 1:
+			if pending {
+				sc.members[len(sc.members)-1].valEnd = i
+				pending, track, strict = false, false, mode == reqScanStrict
+			}
+		case 2:
+			if track && maybe {
+				item.end = i
+				if err := reqScanItem(b, item); err != nil {
+					return reqScanned{}, err
+				}
+				sc.items = append(sc.items, item)
+				maybe = false
+			}
 		}
 		i = reqSkipWS(b, i)
 		if len(stack) == 0 {
 			if i != len(b) {
-				return nil, false, false, &reqSyntaxError{off: i, msg: "invalid data after the top-level value"}
+				return reqScanned{}, &reqSyntaxError{off: i, msg: "invalid data after the top-level value"}
 			}
-			return members, isObject, asciiEscape, nil
+			return sc, nil
 		}
 		if i >= len(b) {
-			return nil, false, false, &reqSyntaxError{off: i, msg: "unexpected end of input"}
+			return reqScanned{}, &reqSyntaxError{off: i, msg: "unexpected end of input"}
 		}
-		top := stack[len(stack)-1]
-		switch b[i] {
+		switch top := stack[len(stack)-1]; b[i] {
 		case ',':
 			i = reqSkipWS(b, i+1)
-			expectValue = true
-			if top == '{' {
-				top := isObject && len(stack) == 1
-				if i, err = reqScanKey(b, i, &members, top, &asciiEscape); err != nil {
-					return nil, false, false, err
-				}
-				pending = pending || top
-			}
+			expectKey, expectValue = top == '{', true
 		case top + 2:
 			stack = stack[:len(stack)-1]
 			i++
 		default:
-			return nil, false, false, &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q after a value", b[i])}
+			return reqScanned{}, &reqSyntaxError{off: i, msg: fmt.Sprintf("invalid character %q after a value", b[i])}
 		}
 	}
 }
 
-// reqScanKey reads an object key, the colon and the whitespace after it, starting at the key's
-// opening quote, and returns the offset of the member's value. When record is set the member is
-// appended to members.
-func reqScanKey(b []byte, i int, members *[]reqMember, record bool, asciiEscape *bool) (int, error) {
-	if i >= len(b) || b[i] != '"' {
-		return 0, &reqSyntaxError{off: i, msg: "expected a string key"}
+// reqScanTopKey reports, for the top-level key raw of a request (a valid JSON string with its
+// quotes), whether reqScanStrictKeys names it and whether it is "input".
+func reqScanTopKey(raw []byte) (strict, input bool) {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		key := string(inner) // not kept, so the conversion costs no allocation
+		return reqScanStrictKeys(key), key == "input"
 	}
-	start := i
-	i, err := reqScanString(b, i, asciiEscape)
-	if err != nil {
-		return 0, err
+	key, _ := reqDecodeString(raw)
+	return reqScanStrictKeys(key), key == "input"
+}
+
+// reqMayBeCallType reports whether the member whose key spans b[ks:ke] and whose value starts at
+// b[vs] makes its object a possible code_interpreter_call item: the key decodes to "type" and
+// the value is a string that decodes to "code_interpreter_call". Neither has been checked byte
+// by byte; a malformed escape makes it false, and the scan does not report it (the item is not
+// read).
+func reqMayBeCallType(b []byte, ks, ke, vs int) bool {
+	if !reqRawIs(b[ks:ke], "type") || vs >= len(b) || b[vs] != '"' {
+		return false
 	}
-	end := i
-	i = reqSkipWS(b, i)
-	if i >= len(b) || b[i] != ':' {
-		return 0, &reqSyntaxError{off: i, msg: "expected ':' after an object key"}
+	ve, err := reqSkipString(b, vs)
+	return err == nil && reqRawIs(b[vs:ve], "code_interpreter_call")
+}
+
+// reqRawIs reports whether raw, a string with its quotes that ends at its first unescaped quote,
+// decodes to want, which must consist of ASCII letters, digits and underscores. It costs no
+// allocation unless raw has an escape and a length that can spell want: each escape of such a
+// character is six bytes (\u0074), so raw holds either want itself or 5 to 5*len(want) more
+// bytes.
+func reqRawIs(raw []byte, want string) bool {
+	n := len(raw) - 2
+	switch {
+	case n == len(want):
+		return string(raw[1:len(raw)-1]) == want
+	case n < len(want)+5 || n > 6*len(want) || bytes.IndexByte(raw, '\\') < 0:
+		return false
 	}
-	i = reqSkipWS(b, i+1)
-	if record {
-		*members = append(*members, reqMember{keyStart: start, keyEnd: end, valStart: i})
+	got, ok := reqDecodeString(raw)
+	return ok && got == want
+}
+
+// reqScanItem checks the array element it spans byte by byte, as reqScanTop does.
+func reqScanItem(b []byte, it reqItem) error {
+	_, err := reqScan(b[it.start:it.end], reqScanStrict, nil)
+	var se *reqSyntaxError
+	if errors.As(err, &se) {
+		se.off += it.start
 	}
-	return i, nil
+	return err
+}
+
+// reqSkipString returns the offset past the string whose opening quote is at b[i], looking only
+// for its end: the first quote preceded by an even number of backslashes. What lies between the
+// quotes is not checked; in a valid string, that quote is the one a JSON parser ends it at.
+func reqSkipString(b []byte, i int) (int, error) {
+	if j := reqStringEndAt(b, i); j >= 0 {
+		return j, nil
+	}
+	return 0, &reqSyntaxError{off: len(b), msg: "unterminated string"}
+}
+
+// reqStringEndAt returns the offset past the first quote after b[i] that an even number of
+// backslashes precedes (counting back no further than b[i+1]), or -1 when there is none.
+func reqStringEndAt(b []byte, i int) int {
+	j := i + 1
+	for {
+		// Most keys, short values and runs between escaped quotes end within 16 bytes: look at
+		// two words in registers before paying for a call that searches the rest.
+		if k := reqQuoteIn16(b, j); k >= 0 {
+			j = k
+		} else if k := bytes.IndexByte(b[j:], '"'); k >= 0 {
+			j += k
+		} else {
+			return -1
+		}
+		if b[j-1] != '\\' {
+			return j + 1
+		}
+		n := 1
+		for p := j - 2; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+}
+
+// reqQuoteIn16 returns the offset of the first quote in b[j:j+16], or -1 when there is none or
+// fewer than 16 bytes are left.
+func reqQuoteIn16(b []byte, j int) int {
+	if j+16 > len(b) {
+		return -1
+	}
+	if m := reqQuoteMask(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+		return j + bits.TrailingZeros64(m)/8
+	}
+	if m := reqQuoteMask(binary.LittleEndian.Uint64(b[j+8:])); m != 0 {
+		return j + 8 + bits.TrailingZeros64(m)/8
+	}
+	return -1
+}
+
+// reqQuoteMask returns a word whose lowest set bit is the high bit of the first quote byte of w
+// (in little-endian order), or 0 when w has no quote. Bits above the first quote may be set
+// wrongly: the "has a zero byte" trick is exact only up to the first zero byte.
+func reqQuoteMask(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := w ^ (ones * '"')
+	return (x - ones) & ^x & highs
 }
 
 // reqScanString validates the string starting at b[i] (a quote) and returns the offset past it.
-// It sets *asciiEscape when the string holds an escape from \u0050 to \u007f.
-func reqScanString(b []byte, i int, asciiEscape *bool) (int, error) {
+func reqScanString(b []byte, i int) (int, error) {
 	j := i + 1
 	for {
 		// Bytes from 0x20 up other than the quote and the backslash need no further look; skip
@@ -219,9 +409,6 @@ func reqScanString(b []byte, i int, asciiEscape *bool) (int, error) {
 					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
 						return 0, &reqSyntaxError{off: j, msg: "invalid \\u escape in string"}
 					}
-				}
-				if b[j+2] == '0' && b[j+3] == '0' && b[j+4] >= '5' && b[j+4] <= '7' {
-					*asciiEscape = true
 				}
 				j += 6
 			default:
@@ -291,23 +478,10 @@ func reqScanNumber(b []byte, i int) (int, error) {
 
 // reqStringEnd returns the offset past the string whose opening quote is at b[i].
 func reqStringEnd(b []byte, i int) int {
-	j := i + 1
-	for {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return len(b)
-		}
-		j += k
-		// The quote is escaped when an odd number of backslashes precedes it.
-		n := 0
-		for p := j - 1; p > i && b[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			return j + 1
-		}
-		j++
+	if j := reqStringEndAt(b, i); j >= 0 {
+		return j
 	}
+	return len(b)
 }
 
 // reqValueEnd returns the offset past the value starting at b[i].
@@ -435,6 +609,17 @@ func reqStringIs(raw []byte, want string) bool {
 	}
 	s, ok := reqDecodeString(raw)
 	return ok && s == want
+}
+
+// reqRawEqual reports whether x and y, valid JSON strings with their quotes, decode to the same
+// text; it allocates nothing when neither has an escape.
+func reqRawEqual(x, y []byte) bool {
+	if bytes.IndexByte(x, '\\') < 0 && bytes.IndexByte(y, '\\') < 0 && utf8.Valid(x) && utf8.Valid(y) {
+		return bytes.Equal(x, y)
+	}
+	xs, xok := reqDecodeString(x)
+	ys, yok := reqDecodeString(y)
+	return xok && yok && xs == ys
 }
 
 // reqDecodeString decodes raw, a valid JSON string with its quotes, as encoding/json does:
@@ -576,27 +761,27 @@ type reqEdit struct {
 	repl       []byte
 }
 
-// reqApply returns b with the edits applied. Edits must not overlap; two insertions at the same
-// offset keep their order.
+// reqApply returns b with the edits applied, in a new slice of exactly the right size that
+// shares no memory with b or the edits. Edits must not overlap; two insertions at the same offset
+// keep their order.
 func reqApply(b []byte, edits []reqEdit) ([]byte, error) {
+	if len(edits) == 0 {
+		return bytes.Clone(b), nil
+	}
 	slices.SortStableFunc(edits, func(x, y reqEdit) int { return x.start - y.start })
-	n := len(b)
+	pieces := make([][]byte, 0, 2*len(edits)+1)
 	prev := 0
 	for _, e := range edits {
 		if e.start < prev || e.end < e.start || e.end > len(b) {
 			return nil, fmt.Errorf("apply edits: overlapping edit at offset %d", e.start)
 		}
+		pieces = append(pieces, b[prev:e.start], e.repl)
 		prev = e.end
-		n += len(e.repl) - (e.end - e.start)
 	}
-	out := make([]byte, 0, n)
-	at := 0
-	for _, e := range edits {
-		out = append(out, b[at:e.start]...)
-		out = append(out, e.repl...)
-		at = e.end
-	}
-	return append(out, b[at:]...), nil
+	pieces = append(pieces, b[prev:])
+	// bytes.Join makes one allocation of the exact size and, unlike make, does not zero it
+	// before the pieces overwrite it: on megabyte bodies that is a pass over memory saved.
+	return bytes.Join(pieces, nil), nil
 }
 
 // reqRemoveMember returns the edit that deletes members[k] from its object together with one

@@ -230,9 +230,21 @@ func TestRewriteRequestErrors(t *testing.T) {
 		{"trailing comma", Chat, `{"tools":[],}`, "", "invalid_json"},
 		{"trailing data", Responses, `{"tools":[]} {}`, "", "invalid_json"},
 		{"single quotes", Responses, `{'tools':[]}`, "", "invalid_json"},
-		{"bad escape", Responses, `{"input":"\x"}`, "", "invalid_json"},
-		{"short unicode escape", Responses, `{"input":"\u12"}`, "", "invalid_json"},
-		{"raw newline in string", Chat, "{\"messages\":\"a\nb\"}", "", "invalid_json"},
+		{"bad escape in a tool", Responses, `{"tools":[{"type":"code_interpreter","container":"\x"}]}`, "", "invalid_json"},
+		{"short unicode escape in tool_choice", Responses, `{"tool_choice":"\u12"}`, "", "invalid_json"},
+		{"raw newline in metadata", Chat, "{\"metadata\":{\"session_id\":\"a\nb\"}}", "", "invalid_json"},
+		{"raw tab in stream_options", Chat, "{\"stream_options\":{\"x\":\"\t\"}}", "", "invalid_json"},
+		{"bad escape in a top-level key", Chat, `{"mod\el":"x"}`, "", "invalid_json"},
+		{"raw control character in a top-level key", Responses, "{\"in\x01put\":[]}", "", "invalid_json"},
+		{"bad escape in a tools array without our tool", Chat, `{"tools":[{"type":"function","function":{"name":"\q"}}]}`, "", "invalid_json"},
+		{"bad escape in a replayed item", Responses, `{"input":[{"type":"code_interpreter_call","code":"\x"}]}`, "", "invalid_json"},
+		{"raw newline in a replayed item", Responses, "{\"input\":[{\"type\":\"code_interpreter_call\",\"outputs\":[{\"logs\":\"a\nb\"}]}]}", "", "invalid_json"},
+		{"unterminated string in the conversation", Responses, `{"input":[{"content":"abc\"}]}`, "", "invalid_json"},
+		{"unbalanced brackets in the conversation", Chat, `{"messages":[{"content":"a"]}`, "", "invalid_json"},
+		{"missing comma in the conversation", Chat, `{"messages":[{"role":"user" "content":"a"}]}`, "", "invalid_json"},
+		{"bad number in the conversation", Responses, `{"input":[{"n":1.}]}`, "", "invalid_json"},
+		{"bad literal in the conversation", Responses, `{"input":[nul]}`, "", "invalid_json"},
+		{"unquoted key in the conversation", Responses, `{"input":[{role:"user"}]}`, "", "invalid_json"},
 		{"leading zero", Responses, `{"temperature":01}`, "", "invalid_json"},
 		{"bare minus", Responses, `{"temperature":-}`, "", "invalid_json"},
 		{"bad literal", Responses, `{"stream":tru}`, "", "invalid_json"},
@@ -278,6 +290,42 @@ func TestRewriteRequestErrors(t *testing.T) {
 			assert.Equal(t, tt.wantParam, re.Param, "RewriteRequest(%s, %q) param", tt.surface, tt.give)
 			assert.Equal(t, tt.wantCode, re.Code, "RewriteRequest(%s, %q) code", tt.surface, tt.give)
 			assert.NotEmpty(t, re.Message, "RewriteRequest(%s, %q) message", tt.surface, tt.give)
+		})
+	}
+}
+
+// TestRewriteRequestLooseStrings pins down what RewriteRequest lets through: raw control
+// characters and malformed escapes inside strings it does not read. The body goes upstream with
+// those bytes as they were and only the rewritten values changed.
+func TestRewriteRequestLooseStrings(t *testing.T) {
+	tool := `{"type":"code_interpreter"}`
+	tests := []struct {
+		name    string
+		surface Surface
+		give    string // TOOL stands for the code_interpreter tool
+	}{
+		{"raw newline in a message", Chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\nb\"}],\"tools\":[TOOL]}"},
+		{"raw control characters in an input item", Responses, "{\"input\":[{\"role\":\"user\",\"content\":\"\x00\x1f\"}],\"tools\":[TOOL]}"},
+		{"bad escape in the input string", Responses, `{"input":"\x","tools":[TOOL]}`},
+		{"short unicode escape in a message key", Chat, `{"messages":[{"\u12":"x"}],"tools":[TOOL]}`},
+		{"bad escape in instructions", Responses, `{"instructions":"\a\u00zz","tools":[TOOL]}`},
+		{"bad escape in an item that is not a call", Responses, `{"input":[{"type":"message","content":"\q"}],"tools":[TOOL]}`},
+		{"escaped quote after a bad escape", Responses, `{"input":[{"content":"\q\"\\"}],"tools":[TOOL]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			give := []byte(strings.Replace(tt.give, "TOOL", tool, 1))
+			require.False(t, json.Valid(give), "%s is valid JSON; the case needs a malformed string", give)
+			want := strings.Replace(tt.give, "TOOL", string(reqFunctionTool(tt.surface, DefaultFunctionName, DefaultFunctionDescription)), 1)
+			got, err := RewriteRequest(tt.surface, give, Options{})
+			require.NoError(t, err, "RewriteRequest(%s, %q)", tt.surface, give)
+			assert.True(t, got.Found, "RewriteRequest(%s, %q) found", tt.surface, give)
+			assert.Equal(t, want, string(got.Body), "RewriteRequest(%s, %q)", tt.surface, give)
+
+			withoutTool := bytes.Replace(give, []byte(tool), nil, 1)
+			got, err = RewriteRequest(tt.surface, withoutTool, Options{})
+			require.NoError(t, err, "RewriteRequest(%s, %q)", tt.surface, withoutTool)
+			assert.Equal(t, Request{Body: withoutTool}, got, "RewriteRequest(%s, %q)", tt.surface, withoutTool)
 		})
 	}
 }
@@ -581,21 +629,40 @@ func TestRewriteRequestEscapedKeys(t *testing.T) {
 	assert.Equal(t, "{}", string(got.StreamOptions), "RewriteRequest(%s) stream_options", give)
 }
 
-func TestScanTopEscapes(t *testing.T) {
+func TestScanRequestItems(t *testing.T) {
 	tests := []struct {
+		name string
 		give string
-		want bool
+		want []int // indexes of the reported input items
 	}{
-		{`[{"type":"code_interpreter_call"}]`, false},
-		{`[{"type":"code\u005finterpreter_call"}]`, true},
-		{`[{"t\u0079pe":"x"}]`, true}, // a key spelled with escapes could hide anything
-		{`[{"type":"message","content":"caf\u00e9 \u2014 \ud83d\ude00 \u0041"}]`, false},
-		{`["\\u0063"]`, false}, // an escaped backslash, then text
-		{`["\u007F"]`, true},
+		{"plain call", `{"input":[{"type":"message"},{"type":"code_interpreter_call","id":"ci"}]}`, []int{1}},
+		{"escaped type value", `{"input":[{"type":"code\u005finterpreter_call"}]}`, []int{0}},
+		{"escaped key", `{"input":[{"t\u0079pe":"code_interpreter_call"}]}`, []int{0}},
+		{"escaped key, other type", `{"input":[{"t\u0079pe":"x"}]}`, nil},
+		{"escaped other key", `{"input":[{"r\u006fle":"code_interpreter_call"}]}`, nil},
+		{"malformed escape in the type", `{"input":[{"type":"code_interpreter_cal\u6c"}]}`, nil},
+		{"other escapes", `{"input":[{"type":"message","content":"caf\u00e9 \u2014 \u0041"}]}`, nil},
+		{"escaped backslash then text", `{"input":["\\u0063"]}`, nil},
+		{"type of a nested object", `{"input":[{"content":{"type":"code_interpreter_call"}}]}`, nil},
+		{"type as a value", `{"input":[{"role":"type","content":"code_interpreter_call"}]}`, nil},
+		{"type not a string", `{"input":[{"type":["code_interpreter_call"]}]}`, nil},
+		{"scalars and arrays counted", `{"input":[1,"x",[{"type":"code_interpreter_call"}],{},{"type":"code_interpreter_call"}]}`, []int{4}},
+		{"a later type still counts", `{"input":[{"type":"message","type":"code_interpreter_call"}]}`, []int{0}},
+		{"input not at top level", `{"x":{"input":[{"type":"code_interpreter_call"}]}}`, nil},
+		{"input an object", `{"input":{"a":{"type":"code_interpreter_call"}}}`, nil},
+		{"input a string", `{"input":"code_interpreter_call"}`, nil},
+		{"escaped input key", `{"in\u0070ut":[{"type":"code_interpreter_call"}]}`, []int{0}},
 	}
 	for _, tt := range tests {
-		_, _, got, err := reqScanTopEscapes([]byte(tt.give))
-		require.NoError(t, err, "reqScanTopEscapes(%s)", tt.give)
-		assert.Equal(t, tt.want, got, "reqScanTopEscapes(%s)", tt.give)
+		t.Run(tt.name, func(t *testing.T) {
+			sc, err := reqScan([]byte(tt.give), reqScanRequestItems, nil)
+			require.NoError(t, err, "reqScan(%s)", tt.give)
+			var got []int
+			for _, it := range sc.items {
+				got = append(got, it.idx)
+				assert.True(t, json.Valid([]byte(tt.give)[it.start:it.end]), "reqScan(%s) item %d span %d:%d", tt.give, it.idx, it.start, it.end)
+			}
+			assert.Equal(t, tt.want, got, "reqScan(%s) items", tt.give)
+		})
 	}
 }
