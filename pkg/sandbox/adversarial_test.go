@@ -117,7 +117,7 @@ func TestAdversarialForkBomb(t *testing.T) {
 
 func TestAdversarialNetwork(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	c := newTestContainer(t, l, Spec{})
 	ln4, err := net.Listen("tcp4", "127.0.0.1:0")
 	require.NoError(t, err, "listen on IPv4 loopback")
@@ -173,7 +173,7 @@ def udp(addr):
 
 func TestAdversarialHostFiles(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	c := newTestContainer(t, l, Spec{})
 	secretDir := t.TempDir()
 	secret := filepath.Join(secretDir, "secret.txt")
@@ -247,7 +247,7 @@ print('\n'.join(seen))`
 
 func TestAdversarialProcSnooping(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	a := newTestContainer(t, l, Spec{})
 	b := newTestContainer(t, l, Spec{})
 	marker := "snoop-marker-" + randomHex(8)
@@ -299,7 +299,7 @@ for pid in range(1, 1 << 15):
 
 func TestAdversarialMemoryBomb(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	// A small limit keeps the touched variant quick; the mechanism is the same for every size.
 	c := newTestContainer(t, l, Spec{MemoryLimit: "512m"})
 	tests := []struct {
@@ -379,7 +379,7 @@ def fill(d):
 
 func TestAdversarialHugeOutput(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	c := newTestContainer(t, l, Spec{})
 	limit := 1 << 20
 	tests := []struct {
@@ -410,7 +410,7 @@ func TestAdversarialHugeOutput(t *testing.T) {
 
 func TestAdversarialProtocolAbuse(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	tests := []struct {
 		name string
 		give string
@@ -430,7 +430,7 @@ func TestAdversarialProtocolAbuse(t *testing.T) {
 
 func TestAdversarialSignals(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	bystander := newTestContainer(t, l, Spec{})
 	tests := []struct {
 		name string
@@ -453,7 +453,7 @@ func TestAdversarialSignals(t *testing.T) {
 
 func TestAdversarialPtraceAndPrivileges(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	c := newTestContainer(t, l, Spec{})
 	runIn(t, c, `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -486,7 +486,7 @@ def call(name, *args):
 
 func TestAdversarialTenants(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	m := NewManager(l, ManagerConfig{}, zaptest.NewLogger(t))
 	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close manager") })
 	ctx := context.Background()
@@ -558,7 +558,7 @@ print('killed', killed)`, 60*time.Second)
 
 func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here")
 	}

@@ -62,7 +62,7 @@ func hasScientificPython(t testing.TB) {
 
 func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	c := newTestContainer(t, sharedLocal(t), Spec{})
 	tests := []struct {
 		name       string
 		give       string
@@ -122,7 +122,7 @@ func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 
 func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	c := newTestContainer(t, sharedLocal(t), Spec{})
 	res := runIn(t, c, "import os\npid = os.fork()\nif pid == 0:\n    raise ValueError('in child')\n_, st = os.waitpid(pid, 0)\nos.WEXITSTATUS(st)")
 	assert.Equal(t, "1", res.Value, "the child exits with status 1, as a script's would")
 	assert.Nil(t, res.Error, "the parent's run is unaffected")
@@ -133,7 +133,7 @@ func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
 
 func TestLocalStatePersistsPerContainer(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	a := newTestContainer(t, l, Spec{})
 	b := newTestContainer(t, l, Spec{})
 	runIn(t, a, "x = 10\nimport math")
@@ -152,7 +152,7 @@ func TestLocalStatePersistsPerContainer(t *testing.T) {
 func TestLocalImagesAndLibraries(t *testing.T) {
 	t.Parallel()
 	hasScientificPython(t)
-	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	c := newTestContainer(t, sharedLocal(t), Spec{})
 	tests := []struct {
 		name       string
 		give       string
@@ -181,7 +181,7 @@ func TestLocalImagesAndLibraries(t *testing.T) {
 
 func TestLocalReportsFiles(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	c := newTestContainer(t, sharedLocal(t), Spec{})
 	tests := []struct {
 		name string
 		give string
@@ -233,7 +233,7 @@ func TestLocalOutputLimit(t *testing.T) {
 
 func TestLocalTimeoutInterrupts(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, newTestLocal(t, LocalConfig{}), Spec{})
+	c := newTestContainer(t, sharedLocal(t), Spec{})
 	runIn(t, c, "x = 1")
 	tests := []struct {
 		name string
@@ -276,7 +276,7 @@ func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 
 func TestLocalLostAndCancelled(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 
 	c := newTestContainer(t, l, Spec{})
 	res, err := runTimeout(c, "print('bye', flush=True)\nimport os\nos._exit(3)", 10*time.Second)
@@ -298,7 +298,7 @@ func TestLocalLostAndCancelled(t *testing.T) {
 
 func TestLocalDelete(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	c, err := l.Create(context.Background(), Spec{})
 	require.NoError(t, err, "create")
 	runIn(t, c, "x = 1")
@@ -318,7 +318,7 @@ func TestLocalDelete(t *testing.T) {
 
 func TestLocalMemoryLimit(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
+	l := sharedLocal(t)
 	tests := []struct {
 		name string
 		give Spec
