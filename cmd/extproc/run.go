@@ -124,6 +124,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registry.MustRegister(metrics.Collectors()...)
 	registry.MustRegister(engine.Collectors()...)
+	registry.MustRegister(manager.Collectors()...)
 
 	gs := grpc.NewServer(
 		// Envoy sends whole BUFFERED bodies in one message; grpc-go's 4 MiB default would fail them.

@@ -133,6 +133,8 @@ type Manager struct {
 	count    int            // live entries
 	pool     []Container
 
+	metrics managerMetrics
+
 	refill chan struct{}   // size 1: a kick to the pool filler; extra kicks are redundant
 	ctx    context.Context // done at Close: stops the filler, the pruner and pool starts
 	stop   context.CancelFunc
@@ -156,6 +158,7 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		ids:      map[string]*entry{},
 		sessions: map[string]int{},
 		refill:   make(chan struct{}, 1),
+		metrics:  newManagerMetrics(),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
@@ -200,6 +203,7 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 	case r.ContainerID != "":
 		e = m.lookupLocked(r.Identity, r.ContainerID)
 		if e == nil {
+			m.metrics.refusals.WithLabelValues("unknown_container").Inc()
 			return nil, ErrUnknownContainer
 		}
 	case r.Session != "":
@@ -242,12 +246,15 @@ func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
 	if k.kind == kindSession && m.sessions[k.identity] >= m.cfg.MaxSessionsPerIdentity {
 		victim := m.lruIdleSessionLocked(k.identity)
 		if victim == nil {
+			m.metrics.refusals.WithLabelValues("cap").Inc()
 			return nil, fmt.Errorf("%w: all %d sessions of this identity are in use", ErrUnavailable, m.cfg.MaxSessionsPerIdentity)
 		}
 		m.log.Debug("evicting least recently used session", zap.String("container_id", victim.id))
+		m.metrics.evictions.WithLabelValues("lru").Inc()
 		m.removeLocked(victim)
 	}
 	if m.count >= m.cfg.MaxContainers {
+		m.metrics.refusals.WithLabelValues("cap").Inc()
 		return nil, fmt.Errorf("%w: %d containers in use", ErrUnavailable, m.cfg.MaxContainers)
 	}
 	e := &entry{
@@ -455,6 +462,7 @@ func (m *Manager) pruneOnce(now time.Time) {
 	for _, e := range m.keys {
 		if e.key.kind == kindSession && e.leases == 0 && now.Sub(e.lastUsed) >= m.cfg.SessionIdleTTL {
 			m.log.Debug("deleting idle session", zap.String("container_id", e.id))
+			m.metrics.evictions.WithLabelValues("idle").Inc()
 			m.removeLocked(e)
 		}
 	}
@@ -578,6 +586,7 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 	if c := m.takeWarmLocked(e.spec); c != nil {
 		e.c = c
 		m.mu.Unlock()
+		m.metrics.starts.WithLabelValues("warm").Inc()
 		return c, nil
 	}
 	m.wg.Add(1) // Close waits for a start in progress
@@ -611,6 +620,7 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 	}
 	e.c = c
 	m.mu.Unlock()
+	m.metrics.starts.WithLabelValues("cold").Inc()
 	return c, nil
 }
 
@@ -623,6 +633,7 @@ func (m *Manager) afterRun(e *entry, c Container, err error) {
 		return
 	}
 	m.log.Info("container lost: evicting it", zap.String("container_id", e.id), zap.Error(err))
+	m.metrics.evictions.WithLabelValues("lost").Inc()
 	m.removeLocked(e)
 }
 

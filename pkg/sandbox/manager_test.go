@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -541,4 +544,36 @@ func TestManagerClose(t *testing.T) {
 		s.Release()
 		e.Release()
 	})
+}
+
+func TestManagerMetrics(t *testing.T) {
+	p := &fakeProvider{}
+	m := newTestManager(t, p, ManagerConfig{MaxSessionsPerIdentity: 1})
+	reg := prometheus.NewRegistry()
+	for _, c := range m.Collectors() {
+		require.NoError(t, reg.Register(c), "register the manager's metrics")
+	}
+
+	a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+	run(t, a, "x=1")
+	a.Release()
+	b := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s2"}) // evicts s1 (cap 1)
+	_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "bob", ContainerID: b.ContainerID()})
+	require.ErrorIs(t, err, ErrUnknownContainer)
+	e := acquire(t, m, AcquireRequest{Identity: "alice"})
+
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.metrics.starts.WithLabelValues("cold")), "one container started")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.metrics.evictions.WithLabelValues("lru")), "one LRU eviction")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.metrics.refusals.WithLabelValues("unknown_container")), "one unknown container")
+	got, err := testutil.GatherAndCount(reg, "codeinterp_sandbox_containers")
+	require.NoError(t, err)
+	assert.Equal(t, 2, got, "gauges for both kinds")
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP codeinterp_sandbox_containers Containers in use (issued under a key), by kind.
+# TYPE codeinterp_sandbox_containers gauge
+codeinterp_sandbox_containers{kind="ephemeral"} 1
+codeinterp_sandbox_containers{kind="session"} 1
+`), "codeinterp_sandbox_containers"))
+	b.Release()
+	e.Release()
 }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// freeAddr returns a loopback address nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunServesAndStops(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("log_level: debug\nlisten: 127.0.0.1:1\nsandbox:\n  warm_pool_size: 0\n"), 0o600))
+	grpcAddr, adminAddr := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		// --listen overrides the file's listen.
+		done <- run(ctx, []string{"--config", cfgPath, "--listen", grpcAddr, "--admin-listen", adminAddr, "--log-level", "info"}, &logs)
+	}()
+
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + adminAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 50*time.Millisecond, "readyz turns 200; logs:\n%s", &logs)
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err, "gRPC health on the --listen address")
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, hc.GetStatus())
+	require.NoError(t, conn.Close())
+
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"codeinterp_streams_total", "codeinterp_loop_code_run_seconds", "codeinterp_sandbox_"} {
+		assert.True(t, strings.Contains(string(metrics), name), "/metrics serves %s", name)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "run returns cleanly on shutdown")
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	assert.NotContains(t, logs.String(), `"level":"debug"`, "--log-level overrides the file's log_level")
+	assert.Contains(t, logs.String(), `"msg":"serving"`)
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		args []string
+		want string
+	}{
+		{"unknown field", "lissen: x\n", nil, "lissen: unknown field"},
+		{"bad value", "sandbox:\n  default_memory_limit: 3g\n", nil, "sandbox.default_memory_limit"},
+		{"bad flag value", "", []string{"--log-level", "loud"}, "log_level"},
+		{"stray argument", "", []string{"serve"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tt.file), 0o600))
+			var out syncBuffer
+			err := run(context.Background(), append([]string{"--config", path}, tt.args...), &out)
+			require.Error(t, err, "run with %s", tt.name)
+			assert.True(t, strings.Contains(err.Error(), tt.want), "run with %s: error %q names %q", tt.name, err, tt.want)
+		})
+	}
+}
+
+func TestRunFailsFastOnBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	var out syncBuffer
+	err = run(context.Background(), []string{"--listen", l.Addr().String(), "--admin-listen", freeAddr(t)}, &out)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "listen")
+}

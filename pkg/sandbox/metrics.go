@@ -1,0 +1,62 @@
+package sandbox
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// managerMetrics are the Manager's Prometheus metrics.
+type managerMetrics struct {
+	starts    *prometheus.CounterVec
+	evictions *prometheus.CounterVec
+	refusals  *prometheus.CounterVec
+}
+
+func newManagerMetrics() managerMetrics {
+	return managerMetrics{
+		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_sandbox_starts_total",
+			Help: "Containers put to use, by source: warm (from the pool) or cold (started on demand).",
+		}, []string{"source"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_sandbox_evictions_total",
+			Help: "Session containers deleted before their owner was done: lru (per-identity cap), idle (TTL), lost (died or was killed).",
+		}, []string{"reason"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_sandbox_acquire_failures_total",
+			Help: "Acquires refused, by reason: cap (a cap was reached) or unknown_container.",
+		}, []string{"reason"}),
+	}
+}
+
+// Collectors returns the Manager's metrics for registration: the counters above and gauges of
+// the containers in use (by kind) and ready in the warm pool, read at scrape time.
+func (m *Manager) Collectors() []prometheus.Collector {
+	inUse := func(kind keyKind) func() float64 {
+		return func() float64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			n := 0
+			for k := range m.keys {
+				if k.kind == kind {
+					n++
+				}
+			}
+			return float64(n)
+		}
+	}
+	return []prometheus.Collector{
+		m.metrics.starts, m.metrics.evictions, m.metrics.refusals,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "codeinterp_sandbox_containers",
+			Help:        "Containers in use (issued under a key), by kind.",
+			ConstLabels: prometheus.Labels{"kind": "session"},
+		}, inUse(kindSession)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "codeinterp_sandbox_containers",
+			Help:        "Containers in use (issued under a key), by kind.",
+			ConstLabels: prometheus.Labels{"kind": "ephemeral"},
+		}, inUse(kindEphemeral)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "codeinterp_sandbox_warm_containers",
+			Help: "Started containers ready in the warm pool.",
+		}, func() float64 { return float64(m.warmCount()) }),
+	}
+}
