@@ -12,21 +12,15 @@ import (
 	"strings"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/processor"
-	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // run parses args, serves until ctx is done, then shuts down within the configured grace. It is
@@ -64,90 +58,24 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer adminLis.Close()
 
-	sb := cfg.GetSandbox()
-	provider, err := sandbox.NewLocal(sandbox.LocalConfig{
-		Python:             sb.GetLocal().GetPython(),
-		Bwrap:              sb.GetLocal().GetBwrap(),
-		WorkDir:            sb.GetLocal().GetWorkDir(),
-		CPUSeconds:         int(sb.GetLocal().GetCpuSeconds()),
-		MaxProcesses:       int(sb.GetLocal().GetMaxProcesses()),
-		MaxFileBytes:       int64(sb.GetLocal().GetMaxFileBytes()),
-		OutputLimit:        int(sb.GetOutputLimitBytes()),
-		DefaultMemoryLimit: sb.GetDefaultMemoryLimit(),
-		UnsafeNoIsolation:  sb.GetLocal().GetUnsafeNoIsolation(),
-		Preload:            true,
-	}, log)
-	if err != nil {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	// Runs after the manager's Close (defers run last-first): removes the work directory.
-	defer func() {
-		if err := provider.Close(); err != nil {
-			log.Warn("close sandbox backend", zap.Error(err))
-		}
-	}()
-	if sb.GetLocal().GetUnsafeNoIsolation() {
-		log.Warn("sandbox isolation is OFF (sandbox.local.unsafe_no_isolation): code runs with the server's rights; never use this in production")
-	}
-	manager := sandbox.NewManager(provider, sandbox.ManagerConfig{
-		WarmPool:               int(sb.GetWarmPoolSize()),
-		SessionIdleTTL:         sb.GetSessionIdleTtl().AsDuration(),
-		MaxSessionsPerIdentity: int(sb.GetMaxSessionsPerIdentity()),
-		MaxContainers:          int(sb.GetMaxContainers()),
-		RunTimeout:             cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
-	}, log)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := manager.Close(ctx); err != nil {
-			log.Warn("close sandboxes", zap.Error(err))
-		}
-	}()
-
-	engine := loop.New(manager, loop.Config{Log: log})
-	defer engine.Close()
-
-	metrics := processor.NewMetrics()
-	srv, err := processor.New(processor.Options{
-		Config:     cfg,
-		Loop:       engine,
-		Containers: manager,
-		Secret:     secret,
-		Log:        log,
-		Metrics:    metrics,
-	})
+	svc, err := processor.NewService(processor.ServiceOptions{Config: cfg, Secret: secret, Log: log})
 	if err != nil {
 		return err
 	}
-
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registry.MustRegister(metrics.Collectors()...)
-	registry.MustRegister(engine.Collectors()...)
-	registry.MustRegister(manager.Collectors()...)
+	registry.MustRegister(svc.Collectors()...)
 
-	gs := grpc.NewServer(
-		// Envoy sends whole BUFFERED bodies in one message; grpc-go's 4 MiB default would fail them.
-		grpc.MaxRecvMsgSize(int(cfg.GetMaxRequestBytes())),
-		grpc.MaxSendMsgSize(int(cfg.GetMaxRequestBytes())),
-	)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(gs, hs)
-	extprocv3.RegisterExternalProcessorServer(gs, srv)
-
-	admin := &http.Server{Handler: adminHandler(hs, registry), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: adminHandler(svc, registry), ReadHeaderTimeout: 10 * time.Second}
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- admin.Serve(adminLis) }()
-
 	grpcDone := make(chan error, 1)
-	go func() { grpcDone <- gs.Serve(grpcLis) }()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	go func() { grpcDone <- svc.Serve(grpcLis) }()
 	log.Info("serving",
 		zap.String("listen", cfg.GetListen()),
 		zap.String("admin_listen", cfg.GetAdminListen()),
 		zap.String("upstream", cfg.GetUpstream()),
-		zap.String("sandbox", sb.GetBackend()))
+		zap.String("sandbox", cfg.GetSandbox().GetBackend()))
 
 	var serveErr error
 	select {
@@ -158,27 +86,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		serveErr = fmt.Errorf("serve admin: %w", serveErr)
 	}
 
-	// Shut down: report NOT_SERVING, let open streams finish up to the grace, then stop hard
-	// (GracefulStop alone has no bound, grpc-go #2448).
-	hs.Shutdown()
 	grace := cfg.GetShutdownGrace().AsDuration()
 	log.Info("shutting down", zap.Duration("grace", grace))
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	timer := time.NewTimer(grace)
-	select {
-	case <-stopped:
-		timer.Stop()
-	case <-timer.C:
-		log.Warn("grace period over; closing open streams")
-		gs.Stop()
-		<-stopped
+	if err := svc.Shutdown(grace); err != nil {
+		log.Warn("shutdown", zap.Error(err))
 	}
 	if serveErr == nil {
-		<-grpcDone
+		if err := <-grpcDone; err != nil {
+			serveErr = fmt.Errorf("serve grpc: %w", err)
+		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -264,14 +180,13 @@ func newLogger(level string, w io.Writer) (*zap.Logger, error) {
 
 // adminHandler serves /healthz (the process is up), /readyz (the gRPC health status is SERVING)
 // and /metrics.
-func adminHandler(hs *health.Server, reg *prometheus.Registry) http.Handler {
+func adminHandler(svc *processor.Service, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
-		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		if !svc.Serving(r.Context()) {
 			http.Error(w, "not serving", http.StatusServiceUnavailable)
 			return
 		}

@@ -50,6 +50,9 @@ const (
 	DefaultCPUSeconds             = 300
 	DefaultMaxProcesses           = 64
 	DefaultMaxFileBytes           = 100 << 20
+	DefaultDataBytes              = 512 << 20
+	DefaultTmpBytes               = 64 << 20
+	DefaultInterruptGrace         = 2 * time.Second
 )
 
 // DefaultForwardHeaders are the request headers, besides the credentials, that the loop copies from
@@ -293,6 +296,16 @@ func ApplyDefaults(cfg *configv1.Config) {
 	if l.MaxFileBytes == 0 {
 		l.MaxFileBytes = DefaultMaxFileBytes
 	}
+	if l.DataBytes == 0 {
+		l.DataBytes = DefaultDataBytes
+	}
+	if l.TmpBytes == 0 {
+		l.TmpBytes = DefaultTmpBytes
+	}
+	setString(&l.Cgroups, "auto")
+	if l.InterruptGrace == nil {
+		l.InterruptGrace = durationpb.New(DefaultInterruptGrace)
+	}
 }
 
 func setString(p *string, def string) {
@@ -425,6 +438,23 @@ func validateSandbox(s *configv1.Sandbox) []error {
 	}
 	if s.Local.MaxProcesses < 4 {
 		bad("local.max_processes", "%d is below 4", s.Local.MaxProcesses)
+	}
+	if s.Local.DataBytes < 1<<20 {
+		bad("local.data_bytes", "%d is below 1 MiB", s.Local.DataBytes)
+	}
+	if s.Local.TmpBytes < 1<<20 {
+		bad("local.tmp_bytes", "%d is below 1 MiB", s.Local.TmpBytes)
+	}
+	if c := s.Local.Cgroups; c != "auto" && c != "off" && !strings.HasPrefix(c, "/") {
+		bad("local.cgroups", "%q is not auto, off or an absolute cgroup v2 path", c)
+	}
+	if d := s.Local.InterruptGrace.AsDuration(); d <= 0 {
+		bad("local.interrupt_grace", "%v must be positive", d)
+	}
+	for i, p := range s.Local.ReadOnlyPaths {
+		if !strings.HasPrefix(p, "/") {
+			bad(fmt.Sprintf("local.read_only_paths[%d]", i), "%q must be an absolute path", p)
+		}
 	}
 	return errs
 }

@@ -26,6 +26,7 @@ import (
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
@@ -139,13 +140,18 @@ func benchProcessor(b *testing.B) string {
 	if err := config.Validate(cfg); err != nil {
 		b.Fatalf("config: %v", err)
 	}
-	srv, err := startServer(lis.view(), cfg, instantProvider{}, zap.NewNop())
+	svc, err := processor.NewService(processor.ServiceOptions{Config: cfg, Provider: instantProvider{}})
 	if err != nil {
-		b.Fatalf("start server: %v", err)
+		b.Fatalf("new service: %v", err)
 	}
+	served := make(chan error, 1)
+	go func() { served <- svc.Serve(lis.view()) }()
 	b.Cleanup(func() {
-		if err := srv.stop(); err != nil {
+		if err := svc.Shutdown(stopGrace); err != nil {
 			b.Errorf("stop server: %v", err)
+		}
+		if err := <-served; err != nil {
+			b.Errorf("serve: %v", err)
 		}
 	})
 	return lis.l.Addr().String()
@@ -340,7 +346,7 @@ func BenchmarkLoopRound(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			fx := newRoundFixture(b, stream)
 			mgr := sandbox.NewManager(instantProvider{}, sandbox.ManagerConfig{}, zap.NewNop())
-			b.Cleanup(func() { _ = closeManager(mgr) })
+			b.Cleanup(func() { _ = mgr.Close(context.Background()) })
 			engine := loop.New(mgr, loop.Config{Client: memoryModel{status: http.StatusOK, body: fx.final}})
 			b.Cleanup(engine.Close)
 			req := loop.Request{
@@ -411,7 +417,7 @@ func BenchmarkLoopRoundParts(b *testing.B) {
 	})
 	b.Run("sandbox-acquire-run-release", func(b *testing.B) {
 		mgr := sandbox.NewManager(instantProvider{}, sandbox.ManagerConfig{}, zap.NewNop())
-		b.Cleanup(func() { _ = closeManager(mgr) })
+		b.Cleanup(func() { _ = mgr.Close(context.Background()) })
 		b.ReportAllocs()
 		for b.Loop() {
 			lease, err := mgr.Acquire(b.Context(), sandbox.AcquireRequest{Identity: "bench"})

@@ -8,29 +8,21 @@
 package e2e
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
@@ -133,7 +125,7 @@ type Stack struct {
 	transport *http.Transport
 }
 
-// Serve builds the server as cmd/extproc does, with the front's URL as the upstream of the
+// Serve builds the server as cmd/extproc does (processor.NewService), with the front's URL as the upstream of the
 // loop's follow-up calls (so they pass through "Envoy" with the signed header, as in
 // production), and serves it on the Env's listener. t.Cleanup stops the gRPC server (graceful,
 // then hard after a bound), closes the sandbox manager, the engine and the sandbox backend,
@@ -151,27 +143,27 @@ func (e *Env) Serve(t *testing.T, front harness.Front) *Stack {
 		t.Fatalf("e2e: invalid configuration: %v", err)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	provider, err := NewLocalProvider(cfg, log)
+	svc, err := processor.NewService(processor.ServiceOptions{Config: cfg, Log: log})
 	if err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	srv, err := startServer(e.lis.view(), cfg, provider, log)
-	if err != nil {
-		_ = provider.Close()
-		t.Fatalf("e2e: %v", err)
-	}
+	served := make(chan error, 1)
+	go func() { served <- svc.Serve(e.lis.view()) }()
 	transport := &http.Transport{MaxIdleConnsPerHost: 16}
 	t.Cleanup(func() {
 		transport.CloseIdleConnections()
-		if err := srv.stop(); err != nil {
+		if err := svc.Shutdown(stopGrace); err != nil {
 			t.Errorf("e2e: stop the server: %v", err)
 		}
-		if err := provider.Close(); err != nil {
-			t.Errorf("e2e: close the sandbox backend: %v", err)
+		if err := <-served; err != nil {
+			t.Errorf("e2e: serve: %v", err)
 		}
 	})
-	return &Stack{Front: front, Model: e.Model, Config: cfg, Manager: srv.manager, transport: transport}
+	return &Stack{Front: front, Model: e.Model, Config: cfg, Manager: svc.Manager(), transport: transport}
 }
+
+// stopGrace bounds the graceful stop of a test server before it is stopped hard.
+const stopGrace = 10 * time.Second
 
 // Harness returns the front as the harness, or nil when it is a real Envoy (whose ext_proc
 // exchange cannot be observed).
@@ -195,113 +187,6 @@ func (s *Stack) ClientAt(base, apiKey string, opts ...option.RequestOption) open
 		option.WithHTTPClient(&http.Client{Transport: s.transport}),
 	}
 	return openai.NewClient(append(all, opts...)...)
-}
-
-// NewLocalProvider is the local bubblewrap backend configured from cfg exactly as
-// cmd/extproc configures it (numpy, pandas and matplotlib preloaded). The caller closes it
-// after the manager using it.
-func NewLocalProvider(cfg *configv1.Config, log *zap.Logger) (*sandbox.Local, error) {
-	sb := cfg.GetSandbox()
-	p, err := sandbox.NewLocal(sandbox.LocalConfig{
-		Python:             sb.GetLocal().GetPython(),
-		Bwrap:              sb.GetLocal().GetBwrap(),
-		WorkDir:            sb.GetLocal().GetWorkDir(),
-		CPUSeconds:         int(sb.GetLocal().GetCpuSeconds()),
-		MaxProcesses:       int(sb.GetLocal().GetMaxProcesses()),
-		MaxFileBytes:       int64(sb.GetLocal().GetMaxFileBytes()),
-		OutputLimit:        int(sb.GetOutputLimitBytes()),
-		DefaultMemoryLimit: sb.GetDefaultMemoryLimit(),
-		UnsafeNoIsolation:  sb.GetLocal().GetUnsafeNoIsolation(),
-		Preload:            true,
-	}, log)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	return p, nil
-}
-
-// server is a running ext_proc gRPC server and what it owns.
-type server struct {
-	gs      *grpc.Server
-	manager *sandbox.Manager
-	engine  *loop.Engine
-	served  chan error
-}
-
-// stopGrace bounds the graceful stop of a test server before it is stopped hard.
-const stopGrace = 10 * time.Second
-
-// startServer wires a server over provider as cmd/extproc's run does (sandbox manager → loop
-// engine → processor → gRPC server with the receive limit raised, health service) and serves
-// it on lis. cfg must have defaults applied. The caller stops it with stop, then closes the
-// provider.
-func startServer(lis net.Listener, cfg *configv1.Config, provider sandbox.Provider, log *zap.Logger) (*server, error) {
-	sb := cfg.GetSandbox()
-	manager := sandbox.NewManager(provider, sandbox.ManagerConfig{
-		WarmPool:               int(sb.GetWarmPoolSize()),
-		SessionIdleTTL:         sb.GetSessionIdleTtl().AsDuration(),
-		MaxSessionsPerIdentity: int(sb.GetMaxSessionsPerIdentity()),
-		MaxContainers:          int(sb.GetMaxContainers()),
-		RunTimeout:             cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
-	}, log)
-	engine := loop.New(manager, loop.Config{Log: log})
-	srv, err := processor.New(processor.Options{
-		Config:     cfg,
-		Loop:       engine,
-		Containers: manager,
-		Log:        log,
-		Metrics:    processor.NewMetrics(),
-	})
-	if err != nil {
-		engine.Close()
-		_ = closeManager(manager)
-		return nil, fmt.Errorf("new processor: %w", err)
-	}
-	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(int(cfg.GetMaxRequestBytes())),
-		grpc.MaxSendMsgSize(int(cfg.GetMaxRequestBytes())),
-	)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	extprocv3.RegisterExternalProcessorServer(gs, srv)
-	s := &server{gs: gs, manager: manager, engine: engine, served: make(chan error, 1)}
-	go func() { s.served <- gs.Serve(lis) }()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	return s, nil
-}
-
-// stop stops the gRPC server (gracefully, then hard after stopGrace, as cmd/extproc does),
-// waits for Serve to return, closes the sandbox manager (deleting every container) and the
-// engine.
-func (s *server) stop() error {
-	stopped := make(chan struct{})
-	go func() {
-		s.gs.GracefulStop()
-		close(stopped)
-	}()
-	timer := time.NewTimer(stopGrace)
-	select {
-	case <-stopped:
-		timer.Stop()
-	case <-timer.C:
-		s.gs.Stop()
-		<-stopped
-	}
-	var errs []error
-	if err := <-s.served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		errs = append(errs, fmt.Errorf("serve: %w", err))
-	}
-	if err := closeManager(s.manager); err != nil {
-		errs = append(errs, err)
-	}
-	s.engine.Close()
-	return errors.Join(errs...)
-}
-
-func closeManager(m *sandbox.Manager) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return m.Close(ctx)
 }
 
 // loopback is a TCP listener on 127.0.0.1 that outlives the servers serving it one after

@@ -374,8 +374,8 @@ type Sandbox struct {
 	// default_memory_limit applies when a request names none: "1g", "4g", "16g" or "64g". Default
 	// "1g".
 	DefaultMemoryLimit string `protobuf:"bytes,7,opt,name=default_memory_limit,json=defaultMemoryLimit,proto3" json:"default_memory_limit,omitempty"`
-	// output_limit_bytes caps what one run may return (stdout, stderr, value, images); the rest is
-	// cut with a truncation marker. Default 1048576.
+	// output_limit_bytes caps, for one run, each of stdout, stderr, the last value, the error and
+	// the images together; the rest is cut with a visible truncation marker. Default 1048576.
 	OutputLimitBytes uint32 `protobuf:"varint,8,opt,name=output_limit_bytes,json=outputLimitBytes,proto3" json:"output_limit_bytes,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -474,12 +474,15 @@ type LocalSandbox struct {
 	Python string `protobuf:"bytes,1,opt,name=python,proto3" json:"python,omitempty"`
 	// bwrap is the bubblewrap binary. Default "bwrap" from PATH.
 	Bwrap string `protobuf:"bytes,2,opt,name=bwrap,proto3" json:"bwrap,omitempty"`
-	// work_dir is the host directory under which each container's /mnt/data is made. Default a
-	// directory under the system temporary directory.
+	// work_dir is a host directory for the files the backend shares read-only with every
+	// container (a passwd file naming the sandbox user, matplotlib's font cache). Default: a new
+	// directory under the system temporary directory, removed at exit. Each container's /mnt/data
+	// is a private tmpfs (see data_bytes), not a host directory.
 	WorkDir string `protobuf:"bytes,3,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
 	// cpu_seconds is the CPU-time limit (RLIMIT_CPU) of a container. Default 300.
 	CpuSeconds uint32 `protobuf:"varint,4,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
-	// max_processes caps the processes and threads of a container. Default 64.
+	// max_processes caps the processes and threads of a container (RLIMIT_NPROC in the
+	// container's own user namespace, and its pids cgroup where cgroups are used). Default 64.
 	MaxProcesses uint32 `protobuf:"varint,5,opt,name=max_processes,json=maxProcesses,proto3" json:"max_processes,omitempty"`
 	// max_file_bytes caps the size of one file written in a container (RLIMIT_FSIZE). Default
 	// 104857600 (100 MiB).
@@ -488,8 +491,26 @@ type LocalSandbox struct {
 	// bubblewrap only: the code then runs with the server's own rights. Default false, and a
 	// missing bwrap is a start-up error.
 	UnsafeNoIsolation bool `protobuf:"varint,7,opt,name=unsafe_no_isolation,json=unsafeNoIsolation,proto3" json:"unsafe_no_isolation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// data_bytes is the size of each container's /mnt/data, a tmpfs private to the container, so
+	// that a disk fill stays inside it. Default 536870912 (512 MiB).
+	DataBytes uint64 `protobuf:"varint,8,opt,name=data_bytes,json=dataBytes,proto3" json:"data_bytes,omitempty"`
+	// tmp_bytes is the size of each of the container's /tmp and /dev/shm. Default 67108864
+	// (64 MiB).
+	TmpBytes uint64 `protobuf:"varint,9,opt,name=tmp_bytes,json=tmpBytes,proto3" json:"tmp_bytes,omitempty"`
+	// cgroups places each container in a cgroup of its own capping the memory of all its
+	// processes and tmpfs, and its process count: "auto" (the default) where the server may
+	// create cgroups (cgroup v1 memory and pids hierarchies, or a delegated cgroup v2
+	// directory), "off", or the absolute path of a cgroup v2 directory delegating the memory and
+	// pids controllers. The rlimits apply either way.
+	Cgroups string `protobuf:"bytes,10,opt,name=cgroups,proto3" json:"cgroups,omitempty"`
+	// interrupt_grace is how long a run may take to stop after its run_timeout passed and it was
+	// interrupted (KeyboardInterrupt) before its container is killed. Default 2s.
+	InterruptGrace *durationpb.Duration `protobuf:"bytes,11,opt,name=interrupt_grace,json=interruptGrace,proto3" json:"interrupt_grace,omitempty"`
+	// read_only_paths lists more host paths made visible read-only at the same place in every
+	// container (for example a directory of extra Python packages).
+	ReadOnlyPaths []string `protobuf:"bytes,12,rep,name=read_only_paths,json=readOnlyPaths,proto3" json:"read_only_paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LocalSandbox) Reset() {
@@ -571,6 +592,41 @@ func (x *LocalSandbox) GetUnsafeNoIsolation() bool {
 	return false
 }
 
+func (x *LocalSandbox) GetDataBytes() uint64 {
+	if x != nil {
+		return x.DataBytes
+	}
+	return 0
+}
+
+func (x *LocalSandbox) GetTmpBytes() uint64 {
+	if x != nil {
+		return x.TmpBytes
+	}
+	return 0
+}
+
+func (x *LocalSandbox) GetCgroups() string {
+	if x != nil {
+		return x.Cgroups
+	}
+	return ""
+}
+
+func (x *LocalSandbox) GetInterruptGrace() *durationpb.Duration {
+	if x != nil {
+		return x.InterruptGrace
+	}
+	return nil
+}
+
+func (x *LocalSandbox) GetReadOnlyPaths() []string {
+	if x != nil {
+		return x.ReadOnlyPaths
+	}
+	return nil
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
@@ -618,7 +674,7 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x0emax_containers\x18\x06 \x01(\rR\rmaxContainers\x120\n" +
 	"\x14default_memory_limit\x18\a \x01(\tR\x12defaultMemoryLimit\x12,\n" +
 	"\x12output_limit_bytes\x18\b \x01(\rR\x10outputLimitBytesB\x11\n" +
-	"\x0f_warm_pool_size\"\xf3\x01\n" +
+	"\x0f_warm_pool_size\"\xb5\x03\n" +
 	"\fLocalSandbox\x12\x16\n" +
 	"\x06python\x18\x01 \x01(\tR\x06python\x12\x14\n" +
 	"\x05bwrap\x18\x02 \x01(\tR\x05bwrap\x12\x19\n" +
@@ -627,7 +683,14 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"cpuSeconds\x12#\n" +
 	"\rmax_processes\x18\x05 \x01(\rR\fmaxProcesses\x12$\n" +
 	"\x0emax_file_bytes\x18\x06 \x01(\x04R\fmaxFileBytes\x12.\n" +
-	"\x13unsafe_no_isolation\x18\a \x01(\bR\x11unsafeNoIsolationBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\x13unsafe_no_isolation\x18\a \x01(\bR\x11unsafeNoIsolation\x12\x1d\n" +
+	"\n" +
+	"data_bytes\x18\b \x01(\x04R\tdataBytes\x12\x1b\n" +
+	"\ttmp_bytes\x18\t \x01(\x04R\btmpBytes\x12\x18\n" +
+	"\acgroups\x18\n" +
+	" \x01(\tR\acgroups\x12B\n" +
+	"\x0finterrupt_grace\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0einterruptGrace\x12&\n" +
+	"\x0fread_only_paths\x18\f \x03(\tR\rreadOnlyPathsBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
@@ -651,20 +714,21 @@ var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*durationpb.Duration)(nil), // 5: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	5, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
-	1, // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	4, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
-	2, // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
-	5, // 4: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	5, // 5: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	3, // 6: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	5, // 7: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	1, // 8: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	5,  // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	1,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
+	4,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	2,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
+	5,  // 4: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	5,  // 5: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	3,  // 6: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	5,  // 7: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	5,  // 8: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	1,  // 9: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
