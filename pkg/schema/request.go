@@ -143,7 +143,8 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 
 	r.Found = true
 	r.Tool = bytes.Clone(body[tools.ci.start:tools.ci.end])
-	edits := []reqEdit{{start: tools.ci.start, end: tools.ci.end, repl: reqFunctionTool(s, name, o.description())}}
+	edits := make([]reqEdit, 1, 8) // the tool, the choice, stream, stream_options, a few replays
+	edits[0] = reqEdit{start: tools.ci.start, end: tools.ci.end, repl: reqFunctionTool(s, name, o.description())}
 	if c := reqField(body, tools.ci.start, "container"); c.ok() {
 		if id, ok := reqStr(body, c); ok {
 			r.ContainerID = id
@@ -210,25 +211,34 @@ func reqFindTools(s Surface, b []byte, members []reqMember, name string) (reqToo
 		if !m.is(b, "tools") || b[m.valStart] != '[' {
 			continue
 		}
-		reqEachElem(b, m.valStart, func(idx, st, en int) bool {
+		// Each tool's members are read in one walk, which also finds where the tool ends.
+		var tool reqObject
+		i := reqSkipWS(b, m.valStart+1)
+		for idx := 0; i < len(b) && b[i] != ']'; idx++ {
+			st := i
 			if b[st] != '{' {
-				return true
-			}
-			typ := reqField(b, st, "type")
-			switch ci := typ.ok() && reqStringIs(b[typ.start:typ.end], "code_interpreter"); {
-			case ci && !res.found:
-				res.found, res.ci = true, reqSpan{st, en}
-			case ci:
-				if second < 0 {
-					second = idx
+				i = reqValueEnd(b, st)
+			} else {
+				i = tool.read(b, st)
+				typ := tool.field("type")
+				switch ci := typ.ok() && reqStringIs(b[typ.start:typ.end], "code_interpreter"); {
+				case ci && !res.found:
+					res.found, res.ci = true, reqSpan{st, i}
+				case ci:
+					if second < 0 {
+						second = idx
+					}
+				case clashParam == "":
+					if p := reqToolNameClash(s, &tool, typ, name); p != "" {
+						clashParam = fmt.Sprintf("tools[%d].%s", idx, p)
+					}
 				}
-			case clashParam == "":
-				if p := reqToolNameClash(s, b, st, typ, name); p != "" {
-					clashParam = fmt.Sprintf("tools[%d].%s", idx, p)
-				}
 			}
-			return true
-		})
+			if i = reqSkipWS(b, i); i >= len(b) || b[i] != ',' {
+				break
+			}
+			i = reqSkipWS(b, i+1)
+		}
 	}
 	switch {
 	case !res.found:
@@ -248,60 +258,121 @@ func reqFindTools(s Surface, b []byte, members []reqMember, name string) (reqToo
 	return res, nil
 }
 
-// reqToolNameClash returns the path (relative to the tool) of the name of the client tool
-// starting at b[st], whose "type" member's value spans typ, when that name is the function's
+// reqToolNameClash returns the path (relative to the tool) of the name of the client tool whose
+// members are tool and whose "type" member's value spans typ, when that name is the function's
 // name, or "".
-func reqToolNameClash(s Surface, b []byte, st int, typ reqSpan, name string) string {
+func reqToolNameClash(s Surface, tool *reqObject, typ reqSpan, name string) string {
+	b := tool.b
 	if s == Chat {
 		// Chat tools nest their name under their type: {"type":"function","function":{"name":…}}.
 		if !typ.ok() || b[typ.start] != '"' || typ.end-typ.start == 2 {
 			return ""
 		}
-		rawType := b[typ.start:typ.end]
-		var holder reqSpan
-		reqEachMember(b, st, func(rawKey []byte, vs, ve int) bool {
-			if reqRawEqual(rawKey, rawType) {
-				holder = reqSpan{vs, ve} // the last one counts, as in reqField
-			}
-			return true
-		})
-		if holder.ok() && reqFieldIs(b, holder.start, "name", name) {
+		if holder := tool.fieldRaw(b[typ.start:typ.end]); holder.ok() && reqFieldIs(b, holder.start, "name", name) {
 			t, _ := reqStr(b, typ)
 			return t + ".name"
 		}
 		return ""
 	}
-	if reqFieldIs(b, st, "name", name) {
+	if sp := tool.field("name"); sp.ok() && reqStringIs(b[sp.start:sp.end], name) {
 		return "name"
 	}
 	return ""
 }
 
+// reqObjectKept is how many members a reqObject keeps; tools have two to five.
+const reqObjectKept = 8
+
+// reqObject holds the members of one object of a checked body, read in a single walk. Its zero
+// value is ready for read.
+type reqObject struct {
+	b    []byte
+	st   int
+	n    int // members read; only the first reqObjectKept are kept
+	keys [reqObjectKept]reqSpan
+	vals [reqObjectKept]reqSpan
+}
+
+// read reads the members of the object starting at b[st] and returns the offset just past it.
+func (o *reqObject) read(b []byte, st int) int {
+	o.b, o.st, o.n = b, st, 0
+	i := reqSkipWS(b, st+1)
+	for i < len(b) && b[i] == '"' {
+		ke := reqStringEnd(b, i)
+		vs := reqSkipWS(b, reqSkipWS(b, ke)+1)
+		ve := reqValueEnd(b, vs)
+		if o.n < reqObjectKept {
+			o.keys[o.n], o.vals[o.n] = reqSpan{i, ke}, reqSpan{vs, ve}
+		}
+		o.n++
+		if i = reqSkipWS(b, ve); i >= len(b) || b[i] != ',' {
+			break
+		}
+		i = reqSkipWS(b, i+1)
+	}
+	return min(i+1, len(b)) // past the closing brace
+}
+
+// field returns the span of the value of the member named key (the last one when the key
+// repeats, as reqField), or a zero span.
+func (o *reqObject) field(key string) reqSpan {
+	if o.n > reqObjectKept {
+		return reqField(o.b, o.st, key)
+	}
+	for k := o.n - 1; k >= 0; k-- {
+		if reqStringIs(o.b[o.keys[k].start:o.keys[k].end], key) {
+			return o.vals[k]
+		}
+	}
+	return reqSpan{}
+}
+
+// fieldRaw is field for a key given as a JSON string with its quotes.
+func (o *reqObject) fieldRaw(rawKey []byte) reqSpan {
+	if o.n > reqObjectKept {
+		var sp reqSpan
+		reqEachMember(o.b, o.st, func(k []byte, vs, ve int) bool {
+			if reqRawEqual(k, rawKey) {
+				sp = reqSpan{vs, ve}
+			}
+			return true
+		})
+		return sp
+	}
+	for k := o.n - 1; k >= 0; k-- {
+		if reqRawEqual(o.b[o.keys[k].start:o.keys[k].end], rawKey) {
+			return o.vals[k]
+		}
+	}
+	return reqSpan{}
+}
+
 // reqFunctionTool returns the function tool that stands in for the code_interpreter tool.
 func reqFunctionTool(s Surface, name, description string) []byte {
-	var fn []byte
-	fn = append(fn, `"name":`...)
-	fn = reqAppendString(fn, name)
-	fn = append(fn, `,"description":`...)
-	fn = reqAppendString(fn, description)
-	fn = append(fn, `,"parameters":{"type":"object","properties":{"code":{"type":"string","description":`...)
-	fn = reqAppendString(fn, reqCodeDescription)
-	fn = append(fn, `}},"required":["code"]}`...)
-
-	out := []byte(`{"type":"function",`)
+	// One allocation: the fixed text takes under 192 bytes, and the strings need more than their
+	// length only when they hold characters to escape.
+	out := make([]byte, 0, 192+len(name)+len(description)+len(reqCodeDescription))
+	out = append(out, `{"type":"function",`...)
 	if s == Chat {
 		out = append(out, `"function":{`...)
-		out = append(out, fn...)
+	}
+	out = append(out, `"name":`...)
+	out = reqAppendString(out, name)
+	out = append(out, `,"description":`...)
+	out = reqAppendString(out, description)
+	out = append(out, `,"parameters":{"type":"object","properties":{"code":{"type":"string","description":`...)
+	out = reqAppendString(out, reqCodeDescription)
+	out = append(out, `}},"required":["code"]}`...)
+	if s == Chat {
 		out = append(out, '}')
-	} else {
-		out = append(out, fn...)
 	}
 	return append(out, '}')
 }
 
 // reqFunctionChoice returns the tool_choice (or allowed_tools entry) that names the function.
 func reqFunctionChoice(s Surface, name string) []byte {
-	out := []byte(`{"type":"function",`)
+	out := make([]byte, 0, 48+len(name))
+	out = append(out, `{"type":"function",`...)
 	if s == Chat {
 		out = append(out, `"function":{"name":`...)
 		out = reqAppendString(out, name)

@@ -276,6 +276,16 @@ func TestRewriteRequestErrors(t *testing.T) {
 			`{"messages":[],"tools":[{"type":"custom","custom":{"name":"code_interpreter"}},{"type":"code_interpreter"}]}`,
 			"tools[0].custom.name", "",
 		},
+		{
+			"chat function named like ours, past eight members", Chat,
+			`{"messages":[],"tools":[{"type":"code_interpreter"},{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"type":"function","function":{"name":"code_interpreter"}}]}`,
+			"tools[1].function.name", "",
+		},
+		{
+			"responses function named like ours, past eight members", Responses,
+			`{"tools":[{"type":"code_interpreter"},{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"type":"function","name":"x","name":"code_interpreter"}]}`,
+			"tools[1].name", "",
+		},
 		{"tools given twice", Responses, `{"tools":[],"tools":[{"type":"code_interpreter"}]}`, "tools", ""},
 		{"tool_choice given twice", Chat, `{"tools":[{"type":"code_interpreter"}],"tool_choice":"auto","tool_choice":"none"}`, "tool_choice", ""},
 		{"stream given twice", Responses, `{"stream":false,"tools":[{"type":"code_interpreter"}],"stream":true}`, "stream", ""},
@@ -326,6 +336,43 @@ func TestRewriteRequestLooseStrings(t *testing.T) {
 			got, err = RewriteRequest(tt.surface, withoutTool, Options{})
 			require.NoError(t, err, "RewriteRequest(%s, %q)", tt.surface, withoutTool)
 			assert.Equal(t, Request{Body: withoutTool}, got, "RewriteRequest(%s, %q)", tt.surface, withoutTool)
+		})
+	}
+}
+
+func TestReqObject(t *testing.T) {
+	many := `{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"type":"x","t\u0079pe":"y","x":{"k":[1,"}"]}}`
+	tests := []struct {
+		name      string
+		give      string
+		key       string
+		wantValue string // "" when absent
+	}{
+		{"first", `{"type":"function","name":"f"}`, "type", `"function"`},
+		{"last of repeats", `{"type":"a","name":"f","type":"b"}`, "type", `"b"`},
+		{"escaped key", `{"t\u0079pe" : "a" }`, "type", `"a"`},
+		{"absent", `{"name":"f"}`, "type", ""},
+		{"empty", `{ }`, "type", ""},
+		{"nested value", `{"function":{"name":"f","parameters":{"a":"}"}}}`, "function", `{"name":"f","parameters":{"a":"}"}}`},
+		{"past the kept members", many, "type", `"y"`},
+		{"past the kept members, nested", many, "x", `{"k":[1,"}"]}`},
+		{"kept member of a long object", many, "c", `3`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := []byte(tt.give + `,"tail"]`)
+			var o reqObject
+			end := o.read(b, 0)
+			assert.Equal(t, len(tt.give), end, "reqObject.read(%s) end", tt.give)
+			var got, gotRaw string
+			if sp := o.field(tt.key); sp.ok() {
+				got = string(b[sp.start:sp.end])
+			}
+			if sp := o.fieldRaw(reqAppendString(nil, tt.key)); sp.ok() {
+				gotRaw = string(b[sp.start:sp.end])
+			}
+			assert.Equal(t, tt.wantValue, got, "reqObject(%s).field(%q)", tt.give, tt.key)
+			assert.Equal(t, tt.wantValue, gotRaw, "reqObject(%s).fieldRaw(%q)", tt.give, tt.key)
 		})
 	}
 }
