@@ -209,7 +209,8 @@ func reqFuzzCountTools(t *testing.T, s Surface, body []byte) (cis, ours int) {
 }
 
 // FuzzRequestDecodeString checks that the scanner accepts exactly the JSON strings encoding/json
-// accepts and decodes them to the same text.
+// accepts and decodes them to the same text, and that reqAppendString encodes that text back to
+// a JSON string that decodes to it.
 func FuzzRequestDecodeString(f *testing.F) {
 	for _, s := range []string{`plain`, `caf\u00e9`, `\ud83d\ude00`, `\ud83d`, `\ud83d\u0041`, `\"\\\/\b\f\n\r\t`, "\xff\xfe", `\u00`, "a\nb", `\x`} {
 		f.Add([]byte(s))
@@ -232,8 +233,10 @@ func FuzzRequestDecodeString(f *testing.F) {
 		if !reqStringIs(q, want) {
 			t.Fatalf("reqStringIs(%q, %q) = false", q, want)
 		}
-		if back := reqAppendString(nil, want); !json.Valid(back) {
-			t.Fatalf("reqAppendString(%q) = %q, not valid JSON", want, back)
+		back := reqAppendString(nil, want)
+		var again string
+		if err := json.Unmarshal(back, &again); err != nil || again != want {
+			t.Fatalf("reqAppendString(%q) = %q, which decodes to %q (error %v)", want, back, again, err)
 		}
 	})
 }

@@ -718,6 +718,17 @@ func reqAppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Skip eight bytes at a time while they are plain ASCII that needs no escape.
+		for i+8 <= len(s) {
+			w := binary.LittleEndian.Uint64([]byte(s[i : i+8]))
+			if w&0x8080808080808080 != 0 || reqWordSpecial(w) {
+				break
+			}
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
