@@ -60,13 +60,13 @@ func (c CodeCall) MarshalJSON() ([]byte, error) {
 
 func (c CodeCall) appendJSON(dst []byte) ([]byte, error) {
 	dst = append(dst, `{"id":`...)
-	dst = finalAppendString(dst, c.ID)
+	dst = appendJSONString(dst, c.ID)
 	dst = append(dst, `,"type":"code_interpreter_call","status":`...)
-	dst = finalAppendString(dst, c.Status)
+	dst = appendJSONString(dst, c.Status)
 	dst = append(dst, `,"code":`...)
-	dst = finalAppendString(dst, c.Code)
+	dst = appendJSONString(dst, c.Code)
 	dst = append(dst, `,"container_id":`...)
-	dst = finalAppendString(dst, c.ContainerID)
+	dst = appendJSONString(dst, c.ContainerID)
 	dst = append(dst, `,"outputs":[`...)
 	for i, o := range c.Outputs {
 		if i > 0 {
@@ -75,10 +75,10 @@ func (c CodeCall) appendJSON(dst []byte) ([]byte, error) {
 		switch o.Type {
 		case CodeOutputLogs:
 			dst = append(dst, `{"type":"logs","logs":`...)
-			dst = finalAppendString(dst, o.Logs)
+			dst = appendJSONString(dst, o.Logs)
 		case CodeOutputImage:
 			dst = append(dst, `{"type":"image","url":`...)
-			dst = finalAppendString(dst, o.URL)
+			dst = appendJSONString(dst, o.URL)
 		default:
 			return nil, fmt.Errorf("marshal code_interpreter_call %q: output %d has unknown type %q", c.ID, i, o.Type)
 		}

@@ -1,20 +1,32 @@
 package schema
 
 import (
+	"encoding/binary"
 	"unicode/utf8"
 )
 
 const finalHex = "0123456789abcdef"
 
-// finalAppendString appends s to dst as a JSON string literal. It escapes what JSON requires
+// appendJSONString appends s to dst as a JSON string literal. It escapes what JSON requires
 // (quote, backslash, control characters), escapes U+2028 and U+2029 (JavaScript line
 // terminators) and replaces each byte of an invalid UTF-8 sequence with \ufffd, as
 // encoding/json does; unlike encoding/json it leaves <, > and & alone, as the OpenAI API does.
 // The result never contains a raw newline.
-func finalAppendString(dst []byte, s string) []byte {
+func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Skip eight bytes at a time while they are plain ASCII that needs no escape.
+		for i+8 <= len(s) {
+			w := binary.LittleEndian.Uint64([]byte(s[i : i+8]))
+			if w&0x8080808080808080 != 0 || reqWordSpecial(w) {
+				break
+			}
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		b := s[i]
 		if b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' {

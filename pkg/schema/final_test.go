@@ -561,15 +561,15 @@ func TestFinalAppendStringMatchesEncodingJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := finalAppendString(nil, tt.give)
+			got := appendJSONString(nil, tt.give)
 			var decoded string
-			require.NoError(t, json.Unmarshal(got, &decoded), "decode finalAppendString(%q) = %s", tt.give, got)
+			require.NoError(t, json.Unmarshal(got, &decoded), "decode appendJSONString(%q) = %s", tt.give, got)
 			want, err := json.Marshal(tt.give)
 			require.NoError(t, err, "json.Marshal(%q)", tt.give)
 			var wantDecoded string
 			require.NoError(t, json.Unmarshal(want, &wantDecoded), "decode json.Marshal(%q)", tt.give)
-			assert.Equal(t, wantDecoded, decoded, "decoded finalAppendString(%q)", tt.give)
-			assert.NotContains(t, string(got), "\n", "raw newline in finalAppendString(%q)", tt.give)
+			assert.Equal(t, wantDecoded, decoded, "decoded appendJSONString(%q)", tt.give)
+			assert.NotContains(t, string(got), "\n", "raw newline in appendJSONString(%q)", tt.give)
 		})
 	}
 }

@@ -82,7 +82,7 @@ func finalSumObjects(dst []byte, objs []gjson.Result) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = finalAppendString(dst, k)
+		dst = appendJSONString(dst, k)
 		dst = append(dst, ':')
 		dst = finalSumJSON(dst, children[i])
 	}

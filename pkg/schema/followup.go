@@ -45,10 +45,13 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	if s != Responses && s != Chat {
 		return nil, fmt.Errorf("follow up: unknown surface %v", s)
 	}
-	reqMembers, isObject, err := reqScanTop(req)
+	// The request was read by RewriteRequest (or built by an earlier FollowUp): check it as
+	// RewriteRequest does, so a body it accepted is accepted here too, and fast.
+	scanned, err := reqScan(req, reqScanRequest, nil)
 	if err != nil {
 		return nil, fmt.Errorf("follow up: parse request: %w", err)
 	}
+	reqMembers, isObject := scanned.members, scanned.isObject
 	if !isObject {
 		return nil, errors.New("follow up: the request is not a JSON object")
 	}
@@ -169,9 +172,9 @@ func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []foll
 			outItems = append(outItems, ',')
 		}
 		outItems = append(outItems, `{"type":"function_call_output","call_id":`...)
-		outItems = reqAppendString(outItems, out.CallID)
+		outItems = appendJSONString(outItems, out.CallID)
 		outItems = append(outItems, `,"output":`...)
-		outItems = reqAppendString(outItems, out.Output)
+		outItems = appendJSONString(outItems, out.Output)
 		outItems = append(outItems, '}')
 	}
 
@@ -258,9 +261,9 @@ func followUpChat(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, error) {
 	elems := followUpAssistant(resp, msg)
 	for _, out := range outs {
 		elems = append(elems, `,{"role":"tool","tool_call_id":`...)
-		elems = reqAppendString(elems, out.CallID)
+		elems = appendJSONString(elems, out.CallID)
 		elems = append(elems, `,"content":`...)
-		elems = reqAppendString(elems, out.Output)
+		elems = appendJSONString(elems, out.Output)
 		elems = append(elems, '}')
 	}
 	return []reqEdit{reqAppendElems(req, msgs.end-1, elems)}, nil

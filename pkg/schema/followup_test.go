@@ -271,6 +271,12 @@ func FuzzFollowUp(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if !json.Valid(req) {
+			// The request is checked as RewriteRequest checks it: loose bytes inside strings it
+			// does not read pass through (the upstream refuses them), so the output is only as
+			// valid as the input.
+			return
+		}
 		if !json.Valid(next) {
 			t.Fatalf("FollowUp(%s, %q, %q) = %q, not valid JSON", s, req, resp, next)
 		}
@@ -278,4 +284,18 @@ func FuzzFollowUp(f *testing.F) {
 			t.Fatalf("ParseTurn(FollowUp(%s, %q, %q)) = %v", s, req, resp, err)
 		}
 	})
+}
+
+// TestFollowUpAcceptsWhatRewriteAccepts: a request RewriteRequest accepted (a raw control
+// character inside a conversation string is not its concern) must not fail the next round.
+func TestFollowUpAcceptsWhatRewriteAccepts(t *testing.T) {
+	client := []byte("{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"tab\there\"}],\"tools\":[{\"type\":\"code_interpreter\",\"container\":{\"type\":\"auto\"}}]}")
+	rw, err := RewriteRequest(Responses, client, Options{})
+	require.NoError(t, err, "rewrite accepts a loose conversation string")
+	require.True(t, rw.Found)
+	resp := []byte(`{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"}]}`)
+	next, err := FollowUp(Responses, rw.Body, resp, []CallOutput{{CallID: "c1", Output: "1"}}, FollowUpOptions{})
+	require.NoError(t, err, "follow-up of an accepted request")
+	assert.Contains(t, string(next), "tab\there", "the loose bytes pass through unchanged")
+	assert.Contains(t, string(next), `"function_call_output"`)
 }

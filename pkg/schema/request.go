@@ -357,11 +357,11 @@ func reqFunctionTool(s Surface, name, description string) []byte {
 		out = append(out, `"function":{`...)
 	}
 	out = append(out, `"name":`...)
-	out = reqAppendString(out, name)
+	out = appendJSONString(out, name)
 	out = append(out, `,"description":`...)
-	out = reqAppendString(out, description)
+	out = appendJSONString(out, description)
 	out = append(out, `,"parameters":{"type":"object","properties":{"code":{"type":"string","description":`...)
-	out = reqAppendString(out, reqCodeDescription)
+	out = appendJSONString(out, reqCodeDescription)
 	out = append(out, `}},"required":["code"]}`...)
 	if s == Chat {
 		out = append(out, '}')
@@ -375,11 +375,11 @@ func reqFunctionChoice(s Surface, name string) []byte {
 	out = append(out, `{"type":"function",`...)
 	if s == Chat {
 		out = append(out, `"function":{"name":`...)
-		out = reqAppendString(out, name)
+		out = appendJSONString(out, name)
 		return append(out, `}}`...)
 	}
 	out = append(out, `"name":`...)
-	out = reqAppendString(out, name)
+	out = appendJSONString(out, name)
 	return append(out, '}')
 }
 
@@ -485,15 +485,15 @@ func reqReplayInput(b []byte, sp reqSpan, items []reqItem, name string) (edits [
 // function_call_output item, separated by a comma.
 func reqCallPair(callID, name, code, output string) []byte {
 	out := []byte(`{"type":"function_call","call_id":`)
-	out = reqAppendString(out, callID)
+	out = appendJSONString(out, callID)
 	out = append(out, `,"name":`...)
-	out = reqAppendString(out, name)
+	out = appendJSONString(out, name)
 	out = append(out, `,"arguments":`...)
-	out = reqAppendString(out, string(reqAppendString([]byte(`{"code":`), code))+"}")
+	out = appendJSONString(out, string(appendJSONString([]byte(`{"code":`), code))+"}")
 	out = append(out, `},{"type":"function_call_output","call_id":`...)
-	out = reqAppendString(out, callID)
+	out = appendJSONString(out, callID)
 	out = append(out, `,"output":`...)
-	out = reqAppendString(out, output)
+	out = appendJSONString(out, output)
 	return append(out, '}')
 }
 

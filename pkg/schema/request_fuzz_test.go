@@ -209,7 +209,7 @@ func reqFuzzCountTools(t *testing.T, s Surface, body []byte) (cis, ours int) {
 }
 
 // FuzzRequestDecodeString checks that the scanner accepts exactly the JSON strings encoding/json
-// accepts and decodes them to the same text, and that reqAppendString encodes that text back to
+// accepts and decodes them to the same text, and that appendJSONString encodes that text back to
 // a JSON string that decodes to it.
 func FuzzRequestDecodeString(f *testing.F) {
 	for _, s := range []string{`plain`, `caf\u00e9`, `\ud83d\ude00`, `\ud83d`, `\ud83d\u0041`, `\"\\\/\b\f\n\r\t`, "\xff\xfe", `\u00`, "a\nb", `\x`} {
@@ -233,10 +233,10 @@ func FuzzRequestDecodeString(f *testing.F) {
 		if !reqStringIs(q, want) {
 			t.Fatalf("reqStringIs(%q, %q) = false", q, want)
 		}
-		back := reqAppendString(nil, want)
+		back := appendJSONString(nil, want)
 		var again string
 		if err := json.Unmarshal(back, &again); err != nil || again != want {
-			t.Fatalf("reqAppendString(%q) = %q, which decodes to %q (error %v)", want, back, again, err)
+			t.Fatalf("appendJSONString(%q) = %q, which decodes to %q (error %v)", want, back, again, err)
 		}
 	})
 }

@@ -711,61 +711,6 @@ func reqHex4(b []byte, i int) (rune, bool) {
 	return r, true
 }
 
-// reqAppendString appends s to dst as a JSON string. Like encoding/json it replaces invalid UTF-8
-// with U+FFFD; unlike it, it leaves <, > and & as they are.
-func reqAppendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		// Skip eight bytes at a time while they are plain ASCII that needs no escape.
-		for i+8 <= len(s) {
-			w := binary.LittleEndian.Uint64([]byte(s[i : i+8]))
-			if w&0x8080808080808080 != 0 || reqWordSpecial(w) {
-				break
-			}
-			i += 8
-		}
-		if i >= len(s) {
-			break
-		}
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
-
 // reqEdit replaces b[start:end] with repl.
 type reqEdit struct {
 	start, end int
@@ -819,7 +764,7 @@ func reqAppendMember(b []byte, closeAt int, key string, value []byte) reqEdit {
 	if p >= 0 && b[p] != '{' {
 		repl = append(repl, ',')
 	}
-	repl = reqAppendString(repl, key)
+	repl = appendJSONString(repl, key)
 	repl = append(repl, ':')
 	repl = append(repl, value...)
 	return reqEdit{start: p + 1, end: p + 1, repl: repl}

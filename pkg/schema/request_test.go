@@ -368,7 +368,7 @@ func TestReqObject(t *testing.T) {
 			if sp := o.field(tt.key); sp.ok() {
 				got = string(b[sp.start:sp.end])
 			}
-			if sp := o.fieldRaw(reqAppendString(nil, tt.key)); sp.ok() {
+			if sp := o.fieldRaw(appendJSONString(nil, tt.key)); sp.ok() {
 				gotRaw = string(b[sp.start:sp.end])
 			}
 			assert.Equal(t, tt.wantValue, got, "reqObject(%s).field(%q)", tt.give, tt.key)
@@ -653,15 +653,15 @@ func TestValueEnd(t *testing.T) {
 func TestAppendString(t *testing.T) {
 	gives := []string{"", "plain", "q\"b\\s/", "\x00\x01\x1f\n\r\t", "<&>", "é☕😀", "bad\xffutf8\xe2\x82", "\u2028"}
 	for _, give := range gives {
-		got := reqAppendString(nil, give)
-		require.True(t, json.Valid(got), "reqAppendString(%q) = %s is not valid JSON", give, got)
+		got := appendJSONString(nil, give)
+		require.True(t, json.Valid(got), "appendJSONString(%q) = %s is not valid JSON", give, got)
 		var back string
-		require.NoError(t, json.Unmarshal(got, &back), "unmarshal reqAppendString(%q)", give)
+		require.NoError(t, json.Unmarshal(got, &back), "unmarshal appendJSONString(%q)", give)
 		want, _ := json.Marshal(give)
 		var wantBack string
 		require.NoError(t, json.Unmarshal(want, &wantBack), "unmarshal json.Marshal(%q)", give)
-		assert.Equal(t, wantBack, back, "reqAppendString(%q) round trip", give)
-		assert.False(t, bytes.Contains(got, []byte("\n")), "reqAppendString(%q) has a raw newline", give)
+		assert.Equal(t, wantBack, back, "appendJSONString(%q) round trip", give)
+		assert.False(t, bytes.Contains(got, []byte("\n")), "appendJSONString(%q) has a raw newline", give)
 	}
 }
 

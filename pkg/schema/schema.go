@@ -3,9 +3,17 @@
 // function tool, reads the model's calls of that function, builds follow-up requests, and
 // assembles the final answer (JSON or SSE) in the shape the native API returns.
 //
-// Every function takes and returns bytes and edits them in place where it can (gjson/sjson),
-// leaving every byte it does not need to change as the client sent it. Nothing here knows about
-// gRPC, Envoy or the network, and every function is safe for concurrent use.
+// Every function takes and returns bytes and edits them by splicing, leaving every byte it does
+// not need to change as the client sent it. Nothing here knows about gRPC, Envoy or the network,
+// and every function is safe for concurrent use.
+//
+// How much of a request is checked: RewriteRequest (and FollowUp, on the request it extends)
+// fully checks the JSON it reads or changes — the top-level keys, tools, tool_choice, stream,
+// stream_options, metadata and replayed code_interpreter_call items — and checks the structure of
+// everything else (brackets, commas, colons, quoted keys, numbers, literals, terminated strings,
+// nesting depth). Inside other strings (the conversation text, instructions, ...) it only looks for
+// the closing quote, so a raw control character or a malformed escape there is left for the
+// upstream API to refuse with its own 400. On valid JSON it sees exactly what a JSON parser sees.
 package schema
 
 import (

@@ -68,9 +68,9 @@ func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
 	}
 	errObj := make([]byte, 0, 32+len(code)+len(message))
 	errObj = append(errObj, `{"code":`...)
-	errObj = finalAppendString(errObj, code)
+	errObj = appendJSONString(errObj, code)
 	errObj = append(errObj, `,"message":`...)
-	errObj = finalAppendString(errObj, message)
+	errObj = appendJSONString(errObj, message)
 	errObj = append(errObj, '}')
 
 	w := sseWriter{buf: make([]byte, 0, 3*len(s)+1024)}

@@ -79,7 +79,7 @@ func (w *sseWriter) key(k string) {
 
 func (w *sseWriter) str(k, v string) {
 	w.key(k)
-	w.buf = finalAppendString(w.buf, v)
+	w.buf = appendJSONString(w.buf, v)
 }
 
 func (w *sseWriter) num(k string, v int) {
@@ -88,7 +88,7 @@ func (w *sseWriter) num(k string, v int) {
 }
 
 // raw appends k with the JSON value v, which must already be one compact, sanitized line: a
-// part of a body from sseCompactBody, or built from literals and finalAppendString.
+// part of a body from sseCompactBody, or built from literals and appendJSONString.
 func (w *sseWriter) raw(k, v string) {
 	w.key(k)
 	w.buf = append(w.buf, v...)
@@ -112,7 +112,7 @@ func sseCompactBody(b []byte) (string, bool) {
 
 // sseAppendCompact appends the valid JSON value raw to dst without insignificant whitespace,
 // with U+2028 and U+2029 escaped and each byte of an invalid UTF-8 sequence replaced by \ufffd
-// (as finalAppendString does for strings it encodes). The result is one line that every SSE
+// (as appendJSONString does for strings it encodes). The result is one line that every SSE
 // parser reads whole and every JSON parser decodes to the same value as raw.
 func sseAppendCompact(dst []byte, raw string) []byte {
 	inString := false
