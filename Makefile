@@ -20,9 +20,11 @@ all: build
 build:
 	$(GO) build -o $(BIN)/extproc ./cmd/extproc
 
-## run: start the server with the local bubblewrap sandbox (flags: ARGS="--log-level debug ...").
+## run: start the server with the local bubblewrap sandbox and the configuration that goes with
+## envoy/envoy.yaml (more flags: ARGS="--log-level debug ...").
+RUN_CONFIG ?= envoy/codeinterp.yaml
 run: build
-	$(BIN)/extproc $(ARGS)
+	$(BIN)/extproc --config $(RUN_CONFIG) $(ARGS)
 
 ## test: vet, format check, and every test (unit, adversarial sandbox, Envoy harness, e2e) with -race.
 test: lint

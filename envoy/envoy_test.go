@@ -20,17 +20,19 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/codeinterp/codeinterp/pkg/config"
 )
 
 const shipped = "envoy.yaml"
 
-// The server's loop deadline defaults to 240s and is announced to Envoy with one
+// The server's loop deadline (default config.DefaultLoopDeadline) is announced to Envoy with one
 // override_message_timeout, which Envoy ignores above max_message_timeout (reference §5.2).
-const serverLoopDeadline = 240 * time.Second
+const serverLoopDeadline = config.DefaultLoopDeadline
 
 // The server's default gRPC receive limit (Config.max_request_bytes); the buffer limit must not
 // exceed what the server accepts, and LLM bodies need at least this much.
-const serverMaxRequestBytes = 64 << 20
+const serverMaxRequestBytes = config.DefaultMaxRequestBytes
 
 func loadShipped(t *testing.T) *bootstrapv3.Bootstrap {
 	t.Helper()
