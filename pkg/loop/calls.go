@@ -49,7 +49,7 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 	outputs := make([]schema.CallOutput, 0, len(calls))
 	repeated := false
 	for _, c := range calls {
-		item := schema.CodeCall{ID: lr.e.newID("ci_"), CallID: c.CallID, Code: c.Code, Status: statusCompleted, Outputs: []schema.CodeOutput{}}
+		item := schema.CodeCall{ID: lr.e.newID("ci_"), Code: c.Code, Status: statusCompleted, Outputs: []schema.CodeOutput{}}
 		var text string
 		switch {
 		case c.ArgsErr != nil:
@@ -66,8 +66,11 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 				lr.e.metrics.runs.WithLabelValues("repeat").Inc()
 				break
 			}
-			lr.seen[c.Code] = round
-			text = lr.runOne(ctx, &item)
+			var ran bool
+			if text, ran = lr.runOne(ctx, &item); ran {
+				// Code that could not run (no sandbox, or it was lost) may be sent again.
+				lr.seen[c.Code] = round
+			}
 		}
 		if item.ContainerID == "" {
 			// Every item names its container, also when its code did not run.
@@ -102,14 +105,15 @@ func (lr *loopRun) ensureLease(ctx context.Context) (*sandbox.Lease, error) {
 }
 
 // runOne runs one call's code in the request's sandbox and fills item; it returns the text fed
-// back to the model.
-func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) string {
+// back to the model and whether the code ran to a result (finished or timed out) rather than
+// not at all or in a sandbox that was lost.
+func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, bool) {
 	lease, err := lr.ensureLease(ctx)
 	if err != nil {
 		lr.e.log.Warn("acquire sandbox", zap.Error(err))
 		lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
 		item.Status = statusFailed
-		return TextSandboxUnavailable
+		return TextSandboxUnavailable, false
 	}
 	timeout := lr.r.RunTimeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -137,7 +141,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) string {
 		for _, img := range res.Images {
 			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "image", URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(img.PNG)})
 		}
-		return text
+		return text, true
 	case errors.Is(err, sandbox.ErrTimeout):
 		lr.e.metrics.runs.WithLabelValues("timeout").Inc()
 		item.Status = statusFailed
@@ -149,19 +153,19 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) string {
 			text += "\n" + partial
 		}
 		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: text})
-		return text
+		return text, true
 	case errors.Is(err, sandbox.ErrLost):
 		lr.e.metrics.runs.WithLabelValues("lost").Inc()
 		item.Status = statusFailed
-		return TextSandboxLost
+		return TextSandboxLost, false
 	case ctx.Err() != nil:
 		item.Status = "incomplete"
-		return ""
+		return "", false
 	default:
 		lr.e.log.Warn("code run failed", zap.Error(err))
 		lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
 		item.Status = statusFailed
-		return TextSandboxUnavailable
+		return TextSandboxUnavailable, false
 	}
 }
 

@@ -164,6 +164,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		next, err := schema.FollowUp(r.Surface, reqBody, resp, outputs, schema.FollowUpOptions{
 			FunctionName:   r.FunctionName,
 			DropToolChoice: r.Rewrite.ForcedChoice,
+			ToolChoice:     r.Rewrite.LaterChoice,
 			ToolChoiceNone: finishing,
 		})
 		if err != nil {

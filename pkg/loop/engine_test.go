@@ -548,3 +548,71 @@ func TestStreamingFailureIsFailureEvents(t *testing.T) {
 		})
 	}
 }
+
+// Two internal calls in one turn that share a call_id: the loop runs one and refuses the other,
+// and the client still gets the answer with an item for each.
+func TestRunDuplicateCallIDsStillAnswer(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
+	first := `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[` +
+		`{"type":"function_call","id":"fc_1","call_id":"call_x","name":"code_interpreter","arguments":"{\"code\":\"print(1)\"}","status":"completed"},` +
+		`{"type":"function_call","id":"fc_2","call_id":"call_x","name":"code_interpreter","arguments":"{\"code\":\"print(2)\"}","status":"completed"}],` +
+		`"tools":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	var statuses []string
+	for _, it := range gjson.GetBytes(res.Body, "output").Array() {
+		if it.Get("type").String() == "code_interpreter_call" {
+			statuses = append(statuses, it.Get("status").String())
+		}
+	}
+	assert.Equal(t, []string{"completed", "failed"}, statuses, "one item per call, the duplicate refused: %s", res.Body)
+}
+
+// A sandbox lost mid-run tells the model "the next call starts in a fresh sandbox"; the model's
+// retry of the same code is not a repeat: it runs.
+func TestRunRetryAfterLostSandboxRuns(t *testing.T) {
+	f := newFixture(t,
+		scripted{status: 200, body: respCall("2", "print(1)", 10)},
+		scripted{status: 200, body: respText("3", "ok")})
+	n := 0
+	f.provider.run = func(string) (sandbox.Result, error) {
+		n++
+		if n == 1 {
+			return sandbox.Result{}, sandbox.ErrLost
+		}
+		return sandbox.Result{Stdout: "1\n"}, nil
+	}
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	_, _, codes := f.provider.counts()
+	assert.Equal(t, []string{"print(1)", "print(1)"}, codes, "the retry in the fresh sandbox should run")
+	assert.NotEqual(t, StopRepeat, res.Stop)
+}
+
+// allowed_tools with mode "required": after round 1 the forcing is dropped but the client's
+// restriction to its allowed tools stays.
+func TestRunAllowedToolsRestrictionKept(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
+	client := `{"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"code_interpreter"}]},` +
+		`"tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"function","name":"delete_everything","parameters":{}}]}`
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, client, respCall("1", "print(1)", 10)))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	sent := f.model.sent()
+	require.Len(t, sent, 1)
+	tc := gjson.GetBytes(sent[0], "tool_choice")
+	assert.Equal(t, "allowed_tools", tc.Get("type").String(), "round 2 must still restrict tools: %s", sent[0])
+	assert.Equal(t, "auto", tc.Get("mode").String(), "round 2 must not force a call: %s", sent[0])
+}
+
+// The finishing follow-up sets tool_choice "none"; the upstream echoes it, but the client sees
+// the choice it sent.
+func TestRunEchoesClientToolChoice(t *testing.T) {
+	last := strings.Replace(respText("2", "final"), `"tools":`, `"tool_choice":"none","tools":`, 1)
+	f := newFixture(t, scripted{status: 200, body: last})
+	first := strings.Replace(respCall("1", "print(1)", 10), `"tools":`, `"tool_choice":"auto","tools":`, 1)
+	req := f.request(t, schema.Responses, responsesClient, first)
+	req.MaxRounds = 1
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, "auto", gjson.GetBytes(res.Body, "tool_choice").String(), "echo of the client's choice: %s", res.Body)
+}

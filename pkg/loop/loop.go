@@ -32,7 +32,9 @@ type Request struct {
 	FunctionName string
 	// MaxRounds bounds the sandbox rounds; zero means 8.
 	MaxRounds int
-	// RunTimeout is the wall-clock limit of one code run; zero means the sandbox default.
+	// RunTimeout is the wall-clock limit of one code run. When the loop has a deadline, a run
+	// gets at most half of the time left before it (the rest is for the follow-up call); zero
+	// means that half, or the sandbox default when there is no deadline.
 	RunTimeout time.Duration
 	// OutputLimit bounds the text of one run fed back to the model; zero means 16 KiB.
 	OutputLimit int

@@ -34,9 +34,6 @@ type CodeCall struct {
 	// Outputs are the run's logs and images. They are rendered as an array, [] when empty,
 	// never null.
 	Outputs []CodeOutput
-	// CallID is the call_id of the internal function call this item answers. It is not
-	// rendered: [Final] uses it to put the item where that call was.
-	CallID string
 }
 
 // CodeOutput is one output of a [CodeCall]: {"type":"logs","logs":…} or
@@ -91,8 +88,8 @@ func (c CodeCall) appendJSON(dst []byte) ([]byte, error) {
 type Round struct {
 	// Body is the upstream answer of this round: a complete, non-streaming JSON body.
 	Body []byte
-	// Calls are the calls run from this round's internal function calls, matched to them by
-	// CallID.
+	// Calls are the calls run from this round's internal function calls, one for each, in the
+	// order of those calls; none when the loop did not run them.
 	Calls []CodeCall
 }
 
@@ -109,8 +106,9 @@ type FinalInput struct {
 	// Tool is the client's original code_interpreter tool object, echoed in "tools" where the
 	// internal function tool was (Responses). Nil removes the function tool instead.
 	Tool []byte
-	// ToolChoice is the client's original tool_choice when the request's was rewritten, echoed
-	// in "tool_choice" (Responses). Nil keeps the upstream's.
+	// ToolChoice is the client's original tool_choice, echoed in "tool_choice" (Responses): the
+	// upstream saw a rewritten one, and later rounds may have relaxed it or set "none". Nil means
+	// the client sent none, and the API's default "auto" is echoed.
 	ToolChoice []byte
 }
 
@@ -119,12 +117,12 @@ type FinalInput struct {
 //
 // Responses: the last round's body, byte for byte except where it must change. Its "output" is
 // the concatenation, round by round, of each round's output items, where every function_call
-// item of the internal function is replaced in place by the [CodeCall] whose CallID matches its
-// call_id, or removed when there is none (the loop stopped before running it). The client's own
+// item of the internal function is replaced in place by the round's [CodeCall] at the same
+// position among those calls, or removed when the round has none (the loop did not run them). The client's own
 // function calls, messages and reasoning items stay where they were. "usage" is the sum of all
 // rounds' usage (every numeric leaf at the same path). In "tools" the internal function tool is
-// replaced by in.Tool; "tool_choice" is set to in.ToolChoice when that is non-nil, and otherwise
-// a choice naming the internal function is turned back into the code_interpreter one.
+// replaced by in.Tool; "tool_choice" is set to in.ToolChoice (the client's), or to the API's
+// default "auto" when the client sent none.
 //
 // Chat: the last round's body with "usage" summed over all rounds. Tool calls of the internal
 // function left in a message are removed; when none remain, "tool_calls" is dropped and a
@@ -132,8 +130,8 @@ type FinalInput struct {
 // items, so none are added.
 //
 // Final fails when there are no rounds or no function name, when a body is not a JSON object or
-// its output not an array, and when a CodeCall matches no internal call of its round or has an
-// output of unknown type. It does not modify in, and the body it returns shares no memory with it.
+// its output not an array, when a round has calls but not one for each of its internal function
+// calls, and when a CodeCall has an output of unknown type. It does not modify in, and the body it returns shares no memory with it.
 func Final(in FinalInput) ([]byte, error) {
 	if len(in.Rounds) == 0 {
 		return nil, errors.New("build final answer: no rounds")
@@ -225,7 +223,7 @@ func finalResponses(in FinalInput, views []string) ([]byte, error) {
 	if e, ok := finalResponsesTools(last, in.FunctionName, in.Tool); ok {
 		edits = append(edits, e)
 	}
-	if choice := finalResponsesToolChoice(last, in.FunctionName, in.ToolChoice); choice != nil {
+	if choice := finalResponsesToolChoice(last, in.ToolChoice); choice != nil {
 		edits = append(edits, finalEdit{"tool_choice", choice})
 	}
 	return finalApply(in.Rounds[len(views)-1].Body, last, edits)
@@ -248,7 +246,7 @@ func finalResponsesOutput(in FinalInput, views []string) ([]byte, bool, error) {
 		if output.Exists() && output.Type != gjson.Null && !output.IsArray() {
 			return nil, false, fmt.Errorf("build final answer: round %d: output is not an array", ri+1)
 		}
-		used := make([]bool, len(r.Calls))
+		internal := 0 // internal function calls of this round seen so far
 		var err error
 		output.ForEach(func(_, item gjson.Result) bool {
 			if !finalIsInternalCall(item, in.FunctionName) {
@@ -260,25 +258,23 @@ func finalResponsesOutput(in FinalInput, views []string) ([]byte, bool, error) {
 				return true
 			}
 			changed = true
-			ci := finalFindCall(r.Calls, item.Get("call_id").String())
-			if ci < 0 {
+			k := internal
+			internal++
+			if k >= len(r.Calls) {
 				return true // never run: the client must not see the internal call
 			}
-			used[ci] = true
 			if n > 0 {
 				out = append(out, ',')
 			}
-			out, err = r.Calls[ci].appendJSON(out)
+			out, err = r.Calls[k].appendJSON(out)
 			n++
 			return err == nil
 		})
 		if err != nil {
 			return nil, false, fmt.Errorf("build final answer: round %d: %w", ri+1, err)
 		}
-		for ci, ok := range used {
-			if !ok {
-				return nil, false, fmt.Errorf("build final answer: round %d: call %q matches no internal function call", ri+1, r.Calls[ci].CallID)
-			}
+		if len(r.Calls) > 0 && len(r.Calls) != internal {
+			return nil, false, fmt.Errorf("build final answer: round %d: %d calls for %d internal function calls", ri+1, len(r.Calls), internal)
 		}
 	}
 	return append(out, ']'), changed, nil
@@ -287,15 +283,6 @@ func finalResponsesOutput(in FinalInput, views []string) ([]byte, bool, error) {
 // finalIsInternalCall reports whether item is a Responses function_call of the internal function.
 func finalIsInternalCall(item gjson.Result, name string) bool {
 	return item.Get("type").String() == "function_call" && item.Get("name").String() == name
-}
-
-func finalFindCall(calls []CodeCall, callID string) int {
-	for i := range calls {
-		if calls[i].CallID == callID {
-			return i
-		}
-	}
-	return -1
 }
 
 // finalIsInternalTool reports whether t is the Responses function tool (or function choice)
@@ -348,54 +335,16 @@ func finalResponsesTools(view, name string, tool []byte) (finalEdit, bool) {
 // finalHostedChoice is the tool_choice that names the hosted code_interpreter tool.
 const finalHostedChoice = `{"type":"code_interpreter"}`
 
-// finalResponsesToolChoice returns the tool_choice to set: the client's original when there is
-// one, else the body's with any naming of the internal function turned back into the hosted
-// tool's, or nil when the body's stays as it is.
-func finalResponsesToolChoice(view, name string, choice []byte) []byte {
-	if choice != nil {
-		return choice
+// finalResponsesToolChoice returns the tool_choice to echo, the client's original or "auto" when
+// it sent none, or nil when the body's already is that.
+func finalResponsesToolChoice(view string, choice []byte) []byte {
+	if choice == nil {
+		choice = []byte(`"auto"`)
 	}
-	tc := gjson.Get(view, "tool_choice")
-	if finalIsInternalTool(tc, name) {
-		return []byte(finalHostedChoice)
-	}
-	tools := tc.Get("tools")
-	if !tools.IsArray() {
+	if tc := gjson.Get(view, "tool_choice"); tc.Exists() && tc.Raw == string(choice) {
 		return nil
 	}
-	found := false
-	tools.ForEach(func(_, t gjson.Result) bool {
-		found = found || finalIsInternalTool(t, name)
-		return !found
-	})
-	if !found {
-		return nil
-	}
-	list := make([]byte, 0, len(tools.Raw))
-	list = append(list, '[')
-	n := 0
-	replaced := false
-	tools.ForEach(func(_, t gjson.Result) bool {
-		raw := t.Raw
-		if finalIsInternalTool(t, name) {
-			if replaced {
-				return true
-			}
-			raw, replaced = finalHostedChoice, true
-		}
-		if n > 0 {
-			list = append(list, ',')
-		}
-		list = append(list, raw...)
-		n++
-		return true
-	})
-	list = append(list, ']')
-	out, err := sjson.SetRaw(tc.Raw, "tools", string(list))
-	if err != nil {
-		return nil // tc is valid JSON (a part of a valid body): SetRaw on it cannot fail
-	}
-	return []byte(out)
+	return choice
 }
 
 func finalChat(in FinalInput, views []string) ([]byte, error) {

@@ -50,7 +50,7 @@ func finalBenchInput() FinalInput {
 		Tool:         []byte(`{"type":"code_interpreter","container":{"type":"auto"}}`),
 		Rounds: []Round{
 			{Body: []byte(round1), Calls: []CodeCall{{
-				ID: "ci_1", Status: "completed", Code: code, ContainerID: "cntr_1", CallID: "call_1",
+				ID: "ci_1", Status: "completed", Code: code, ContainerID: "cntr_1",
 				Outputs: []CodeOutput{{Type: CodeOutputLogs, Logs: finalBenchText(10 << 10)}},
 			}}},
 			{Body: []byte(round2)},

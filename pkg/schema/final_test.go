@@ -32,7 +32,6 @@ type finalCase struct {
 			Status      string `json:"status"`
 			Code        string `json:"code"`
 			ContainerID string `json:"container_id"`
-			CallID      string `json:"call_id"`
 			Outputs     []struct {
 				Type string `json:"type"`
 				Logs string `json:"logs"`
@@ -61,7 +60,7 @@ func finalLoadCase(t testing.TB, name string) FinalInput {
 	for _, r := range c.Rounds {
 		round := Round{Body: r.Body}
 		for _, cc := range r.Calls {
-			call := CodeCall{ID: cc.ID, Status: cc.Status, Code: cc.Code, ContainerID: cc.ContainerID, CallID: cc.CallID}
+			call := CodeCall{ID: cc.ID, Status: cc.Status, Code: cc.Code, ContainerID: cc.ContainerID}
 			for _, o := range cc.Outputs {
 				call.Outputs = append(call.Outputs, CodeOutput{Type: o.Type, Logs: o.Logs, URL: o.URL})
 			}
@@ -325,35 +324,62 @@ func TestFinalDoesNotModifyInput(t *testing.T) {
 	}
 }
 
-func TestFinalRemovesInternalToolChoice(t *testing.T) {
+// Calls are placed by position among the round's internal calls, so calls that share a call_id
+// or have none (the model's mistake, answered without running) still each get their item.
+func TestFinalPlacesCallsByPosition(t *testing.T) {
+	body := `{"id":"resp_1","output":[` +
+		`{"type":"function_call","name":"f","call_id":"x"},{"type":"message","id":"m"},` +
+		`{"type":"function_call","name":"f","call_id":"x"},{"type":"function_call","name":"f"}],"tools":[]}`
+	got, err := Final(FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
+		Body:  []byte(body),
+		Calls: []CodeCall{{ID: "ci_1"}, {ID: "ci_2"}, {ID: "ci_3"}},
+	}}})
+	require.NoError(t, err, "Final of %s", body)
+	var ids []string
+	for _, it := range gjson.GetBytes(got, "output").Array() {
+		ids = append(ids, it.Get("id").String())
+	}
+	assert.Equal(t, []string{"ci_1", "m", "ci_2", "ci_3"}, ids, "output of %s", got)
+}
+
+func TestFinalEchoesClientToolChoice(t *testing.T) {
 	tests := []struct {
-		name       string
-		giveChoice string
-		wantChoice string
+		name         string
+		giveUpstream string // the tool_choice the last upstream answer echoes; empty: none
+		giveClient   string // the client's tool_choice; empty: none
+		wantChoice   string
 	}{
 		{
-			name:       "function choice",
-			giveChoice: `{"type":"function","name":"code_interpreter"}`,
-			wantChoice: `{"type":"code_interpreter"}`,
+			name:         "hosted tool named",
+			giveUpstream: `{"type":"function","name":"code_interpreter"}`,
+			giveClient:   `{"type":"code_interpreter"}`,
+			wantChoice:   `{"type":"code_interpreter"}`,
 		},
 		{
-			name:       "allowed tools",
-			giveChoice: `{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"get_weather"},{"type":"function","name":"code_interpreter"}]}`,
-			wantChoice: `{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"get_weather"},{"type":"code_interpreter"}]}`,
+			name:         "allowed tools relaxed in later rounds",
+			giveUpstream: `{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"get_weather"},{"type":"function","name":"code_interpreter"}]}`,
+			giveClient:   `{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"get_weather"},{"type":"code_interpreter"}]}`,
+			wantChoice:   `{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"get_weather"},{"type":"code_interpreter"}]}`,
 		},
-		{
-			name:       "client function untouched",
-			giveChoice: `{"type":"function","name":"get_weather"}`,
-			wantChoice: `{"type":"function","name":"get_weather"}`,
-		},
-		{name: "mode untouched", giveChoice: `"required"`, wantChoice: `"required"`},
+		{name: "required dropped in later rounds", giveUpstream: `"auto"`, giveClient: `"required"`, wantChoice: `"required"`},
+		{name: "finishing round without a client choice", giveUpstream: `"none"`, wantChoice: `"auto"`},
+		{name: "client function untouched", giveUpstream: `{"type":"function","name":"get_weather"}`, giveClient: `{"type":"function","name":"get_weather"}`, wantChoice: `{"type":"function","name":"get_weather"}`},
+		{name: "absent upstream", giveClient: `"none"`, wantChoice: `"none"`},
+		{name: "absent everywhere", wantChoice: `"auto"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body := `{"id":"resp_1","output":[],"tool_choice":` + tt.giveChoice + `,"tools":[]}`
-			got, err := Final(FinalInput{Surface: Responses, FunctionName: "code_interpreter", Rounds: []Round{{Body: []byte(body)}}})
-			require.NoError(t, err, "Final with tool_choice %s", tt.giveChoice)
-			assert.JSONEq(t, tt.wantChoice, gjson.GetBytes(got, "tool_choice").Raw, "tool_choice from %s", tt.giveChoice)
+			body := `{"id":"resp_1","output":[],"tools":[]}`
+			if tt.giveUpstream != "" {
+				body = `{"id":"resp_1","output":[],"tool_choice":` + tt.giveUpstream + `,"tools":[]}`
+			}
+			in := FinalInput{Surface: Responses, FunctionName: "code_interpreter", Rounds: []Round{{Body: []byte(body)}}}
+			if tt.giveClient != "" {
+				in.ToolChoice = []byte(tt.giveClient)
+			}
+			got, err := Final(in)
+			require.NoError(t, err, "Final with tool_choice %s from %s", tt.giveUpstream, tt.giveClient)
+			assert.JSONEq(t, tt.wantChoice, gjson.GetBytes(got, "tool_choice").Raw, "tool_choice echoed for %s / %s", tt.giveUpstream, tt.giveClient)
 		})
 	}
 }
@@ -477,18 +503,26 @@ func TestFinalErrors(t *testing.T) {
 			wantErr: "round 1: output is not an array",
 		},
 		{
-			name: "call matching nothing",
+			name: "more calls than internal calls",
 			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"}]}`),
-				Calls: []CodeCall{{ID: "ci_1", CallID: "b"}},
+				Calls: []CodeCall{{ID: "ci_1"}, {ID: "ci_2"}},
 			}}},
-			wantErr: `call "b" matches no internal function call`,
+			wantErr: `round 1: 2 calls for 1 internal function calls`,
+		},
+		{
+			name: "fewer calls than internal calls",
+			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
+				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"},{"type":"function_call","name":"f","call_id":"b"}]}`),
+				Calls: []CodeCall{{ID: "ci_1"}},
+			}}},
+			wantErr: `round 1: 1 calls for 2 internal function calls`,
 		},
 		{
 			name: "unknown output type",
 			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"}]}`),
-				Calls: []CodeCall{{ID: "ci_1", CallID: "a", Outputs: []CodeOutput{{Type: "files"}}}},
+				Calls: []CodeCall{{ID: "ci_1", Outputs: []CodeOutput{{Type: "files"}}}},
 			}}},
 			wantErr: `unknown type "files"`,
 		},
@@ -516,7 +550,7 @@ func TestCodeCallMarshalJSON(t *testing.T) {
 		{
 			name: "logs and image",
 			give: CodeCall{
-				ID: "ci_1", Status: "completed", Code: "print('<a & b>')\n", ContainerID: "cntr_1", CallID: "call_1",
+				ID: "ci_1", Status: "completed", Code: "print('<a & b>')\n", ContainerID: "cntr_1",
 				Outputs: []CodeOutput{{Type: CodeOutputLogs, Logs: "<a & b>\n"}, {Type: CodeOutputImage, URL: "data:image/png;base64,AAA="}},
 			},
 			want: `{"id":"ci_1","type":"code_interpreter_call","status":"completed","code":"print('<a & b>')\n","container_id":"cntr_1",` +

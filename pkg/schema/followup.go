@@ -19,8 +19,11 @@ type FollowUpOptions struct {
 	FunctionName string
 	// DropToolChoice removes tool_choice: a forced choice applies to the first round only.
 	DropToolChoice bool
+	// ToolChoice, when non-nil, is the raw tool_choice to send instead (for example a forced
+	// allowed_tools relaxed to mode "auto"); it wins over DropToolChoice.
+	ToolChoice []byte
 	// ToolChoiceNone sets tool_choice to "none" (the loop's last round, so the model must answer
-	// in text); it wins over DropToolChoice.
+	// in text); it wins over the other two.
 	ToolChoiceNone bool
 }
 
@@ -85,12 +88,16 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 		return nil, err
 	}
 
+	choice := o.ToolChoice
+	if o.ToolChoiceNone {
+		choice = []byte(`"none"`)
+	}
 	switch k := rq.find("tool_choice"); {
-	case o.ToolChoiceNone && k >= 0:
+	case choice != nil && k >= 0:
 		m := reqMembers[k]
-		edits = append(edits, reqEdit{start: m.valStart, end: m.valEnd, repl: []byte(`"none"`)})
-	case o.ToolChoiceNone:
-		appends = append(appends, followUpMember{key: "tool_choice", value: []byte(`"none"`)})
+		edits = append(edits, reqEdit{start: m.valStart, end: m.valEnd, repl: choice})
+	case choice != nil:
+		appends = append(appends, followUpMember{key: "tool_choice", value: choice})
 	case o.DropToolChoice && k >= 0:
 		edits = append(edits, reqRemoveMember(reqMembers, k))
 	}

@@ -133,6 +133,9 @@ func TestFollowUpEdgeBodies(t *testing.T) {
 		{"tool_choice last removed", `{"input":[1], "tool_choice":"required" }`, FollowUpOptions{DropToolChoice: true}, `{"input":[1,` + call + `] }`},
 		{"tool_choice first removed", `{"tool_choice":"required", "input":[]}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
 		{"drop without tool_choice", `{"input":[]}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
+		{"tool_choice relaxed", `{"tool_choice":{"mode":"required"}, "input":[]}`, FollowUpOptions{DropToolChoice: true, ToolChoice: []byte(`{"mode":"auto"}`)}, `{"tool_choice":{"mode":"auto"}, "input":[` + call + `]}`},
+		{"relaxed choice added", `{"input":[]}`, FollowUpOptions{ToolChoice: []byte(`{"mode":"auto"}`)}, `{"input":[` + call + `],"tool_choice":{"mode":"auto"}}`},
+		{"none wins over a relaxed choice", `{"tool_choice":"required","input":[]}`, FollowUpOptions{ToolChoice: []byte(`{"mode":"auto"}`), ToolChoiceNone: true}, `{"tool_choice":"none","input":[` + call + `]}`},
 		{"conversation without input", `{"conversation":{"id":"conv_1"}}`, FollowUpOptions{}, `{"conversation":{"id":"conv_1"},"input":[{"type":"function_call_output","call_id":"c1","output":"1"}]}`},
 		{"conversation null is no conversation", `{"conversation":null,"input":[]}`, FollowUpOptions{}, `{"conversation":null,"input":[` + call + `]}`},
 	}

@@ -59,11 +59,17 @@ type Request struct {
 	ContainerID string
 	// MemoryLimit is the tool's container.memory_limit when set.
 	MemoryLimit string
-	// ToolChoice is the client's tool_choice, raw, when it was rewritten; nil otherwise.
+	// ToolChoice is the client's tool_choice, raw, as sent (Body may have it rewritten); nil when
+	// the request has none.
 	ToolChoice []byte
 	// ForcedChoice reports whether the upstream tool_choice forces a tool call ("required", our
-	// function by name, or allowed_tools with mode "required"); the loop drops it after round 1.
+	// function by name, or allowed_tools with mode "required"); it applies to the first round
+	// only, and later rounds send LaterChoice instead.
 	ForcedChoice bool
+	// LaterChoice is, when ForcedChoice is set, the upstream tool_choice for the rounds after the
+	// first: allowed_tools with mode "auto" (the client's restriction kept, the forcing dropped),
+	// or nil to remove tool_choice (the API's default, "auto").
+	LaterChoice []byte
 	// Stream reports whether the client asked for stream:true (Body has stream:false).
 	Stream bool
 	// StreamOptions is the client's stream_options, raw, which Body no longer has; nil when absent
@@ -154,12 +160,10 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	}
 
 	if sp := t.span("tool_choice"); sp.ok() {
-		e, forced, rewritten := reqRewriteToolChoice(s, body, sp, name)
+		e, forced, later := reqRewriteToolChoice(s, body, sp, name)
 		edits = append(edits, e...)
-		r.ForcedChoice = forced
-		if rewritten {
-			r.ToolChoice = bytes.Clone(body[sp.start:sp.end])
-		}
+		r.ForcedChoice, r.LaterChoice = forced, later
+		r.ToolChoice = bytes.Clone(body[sp.start:sp.end])
 	}
 
 	if sp := t.span("stream"); sp.ok() && string(body[sp.start:sp.end]) == "true" {
@@ -397,19 +401,19 @@ func reqNamesHostedTool(b []byte, st int) bool {
 }
 
 // reqRewriteToolChoice returns the edits that make the tool_choice at sp name the function
-// instead of the hosted tool, whether the resulting choice forces a tool call, and whether it
-// changed.
-func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits []reqEdit, forced, rewritten bool) {
+// instead of the hosted tool, whether the resulting choice forces a tool call, and, when it does,
+// the choice for later rounds (see [Request.LaterChoice]).
+func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits []reqEdit, forced bool, later []byte) {
 	switch b[sp.start] {
 	case '"':
 		mode, _ := reqStr(b, sp)
-		return nil, mode == "required", false
+		return nil, mode == "required", nil
 	case '{':
 	default:
-		return nil, false, false
+		return nil, false, nil
 	}
 	if reqNamesHostedTool(b, sp.start) {
-		return []reqEdit{{start: sp.start, end: sp.end, repl: reqFunctionChoice(s, name)}}, true, true
+		return []reqEdit{{start: sp.start, end: sp.end, repl: reqFunctionChoice(s, name)}}, true, nil
 	}
 	switch typ, _ := reqStr(b, reqField(b, sp.start, "type")); typ {
 	case "function":
@@ -418,7 +422,7 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 			path = []string{"function", "name"}
 		}
 		fn, _ := reqStr(b, reqPath(b, sp.start, path...))
-		return nil, fn == name, false
+		return nil, fn == name, nil
 	case "allowed_tools":
 		// Responses: {"type":"allowed_tools","mode":…,"tools":[…]};
 		// Chat: {"type":"allowed_tools","allowed_tools":{"mode":…,"tools":[…]}}.
@@ -426,11 +430,12 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 		if s == Chat {
 			inner := reqField(b, sp.start, "allowed_tools")
 			if !inner.ok() || b[inner.start] != '{' {
-				return nil, false, false
+				return nil, false, nil
 			}
 			holder = inner.start
 		}
-		mode, _ := reqStr(b, reqField(b, holder, "mode"))
+		modeAt := reqField(b, holder, "mode")
+		mode, _ := reqStr(b, modeAt)
 		if list := reqField(b, holder, "tools"); list.ok() && b[list.start] == '[' {
 			fn := reqFunctionChoice(s, name)
 			reqEachElem(b, list.start, func(_, st, en int) bool {
@@ -440,9 +445,21 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 				return true
 			})
 		}
-		return edits, mode == "required", len(edits) > 0
+		if mode != "required" {
+			return edits, false, nil
+		}
+		// Later rounds keep the client's list of allowed tools but no longer force a call.
+		relax := make([]reqEdit, 0, len(edits)+1)
+		relax = append(relax, reqEdit{start: modeAt.start - sp.start, end: modeAt.end - sp.start, repl: []byte(`"auto"`)})
+		for _, e := range edits {
+			relax = append(relax, reqEdit{start: e.start - sp.start, end: e.end - sp.start, repl: e.repl})
+		}
+		// The edits are disjoint spans inside the choice, so applying them cannot fail; if it
+		// did, later rounds would send no tool_choice, which also ends the forcing.
+		later, _ = reqApply(b[sp.start:sp.end], relax)
+		return edits, true, later
 	}
-	return nil, false, false
+	return nil, false, nil
 }
 
 // reqReplayInput returns the edits that turn each code_interpreter_call item of the Responses

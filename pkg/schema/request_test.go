@@ -50,7 +50,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 	}{
 		{
 			name: "responses_tool_first", surface: Responses,
-			want: Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": "cntr_68c2e6f380d8"}`), ContainerID: "cntr_68c2e6f380d8"},
+			want: Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": "cntr_68c2e6f380d8"}`), ContainerID: "cntr_68c2e6f380d8", ToolChoice: []byte(`"auto"`)},
 		},
 		{
 			name: "responses_tool_middle", surface: Responses,
@@ -83,6 +83,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 				Tool:         []byte(reqTestTool),
 				ToolChoice:   []byte(`{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"lookup"},{"type":"code_interpreter"}]}`),
 				ForcedChoice: true,
+				LaterChoice:  []byte(`{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"lookup"},{"type":"function","name":"code_interpreter"}]}`),
 			},
 		},
 		{
@@ -95,19 +96,19 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_choice_client_function", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool)},
+			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"function","name":"get_weather"}`)},
 		},
 		{
 			name: "responses_choice_none", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool)},
+			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`"none"`)},
 		},
 		{
 			name: "responses_choice_required", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool), ForcedChoice: true},
+			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`"required"`), ForcedChoice: true},
 		},
 		{
 			name: "responses_choice_our_function", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool), ForcedChoice: true},
+			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"function","name":"code_interpreter"}`), ForcedChoice: true},
 		},
 		{
 			name: "responses_replay", surface: Responses,
@@ -151,6 +152,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 			want: Request{
 				Found:         true,
 				Tool:          []byte(`{"type": "code_interpreter"}`),
+				ToolChoice:    []byte(`"required"`),
 				ForcedChoice:  true,
 				Stream:        true,
 				StreamOptions: []byte(`{"include_usage": true}`),
@@ -164,16 +166,17 @@ func TestRewriteRequestGolden(t *testing.T) {
 				ContainerID:  "cntr_9",
 				ToolChoice:   []byte(`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"a"}},{"type":"code_interpreter"}]}}`),
 				ForcedChoice: true,
+				LaterChoice:  []byte(`{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"code_interpreter"}}]}}`),
 				SessionID:    "s-1",
 			},
 		},
 		{
 			name: "chat_choice_client_function", surface: Chat,
-			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`)},
+			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`), ToolChoice: []byte(`{"type":"function","function":{"name":"a"}}`)},
 		},
 		{
 			name: "chat_choice_auto", surface: Chat,
-			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`)},
+			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`), ToolChoice: []byte(`"auto"`)},
 		},
 	}
 	for _, tt := range tests {

@@ -78,7 +78,7 @@ func FuzzResponsesSSE(f *testing.F) {
 			Tool:         []byte(`{"type":"code_interpreter","container":{"type":"auto"}}`),
 			Rounds: []Round{
 				{Body: []byte(round1), Calls: []CodeCall{{
-					ID: "ci_1", Status: "completed", Code: code, ContainerID: "cntr_1", CallID: "call_1",
+					ID: "ci_1", Status: "completed", Code: code, ContainerID: "cntr_1",
 					Outputs: []CodeOutput{{Type: CodeOutputLogs, Logs: text}},
 				}}},
 				{Body: []byte(round2)},
@@ -130,7 +130,7 @@ func FuzzChatSSE(f *testing.F) {
 			`"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`
 		final, err := Final(FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []Round{{
 			Body:  []byte(body),
-			Calls: []CodeCall{{ID: "ci_1", CallID: "call_1"}},
+			Calls: []CodeCall{{ID: "ci_1"}},
 		}}})
 		require.NoError(t, err, "Final")
 		opts := []byte(`{"include_usage":false}`)

@@ -394,7 +394,7 @@ func BenchmarkLoopRoundParts(b *testing.B) {
 		b.Fatalf("follow-up: %v", err)
 	}
 	rounds := []schema.Round{
-		{Body: fx.first, Calls: []schema.CodeCall{{ID: "ci_1", CallID: "call_1", Status: "completed", Code: "print(40 + 2)",
+		{Body: fx.first, Calls: []schema.CodeCall{{ID: "ci_1", Status: "completed", Code: "print(40 + 2)",
 			ContainerID: "cntr_1", Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: "42\n"}}}}},
 		{Body: fx.final},
 	}
