@@ -10,10 +10,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
@@ -119,6 +122,8 @@ type loopRun struct {
 	seen   map[string]int
 	calls  int
 	rounds []schema.Round
+	// pending holds the outputs of the last round's calls when the loop stops for a client call.
+	pending []schema.CallOutput
 }
 
 func (lr *loopRun) release() {
@@ -158,6 +163,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		if turn.ClientCalls > 0 {
 			// The client's own calls are pending: it gets the answer now and replays our items.
 			stop = StopClientCall
+			lr.pending = outputs
 			break
 		}
 		finishing = finishing || repeated
@@ -171,7 +177,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			lr.e.log.Error("build follow-up", zap.Error(err))
 			return lr.errorResponse(http.StatusBadGateway, "codeinterp could not build the follow-up request from the model's answer.", "followup_failed", StopUpstreamError)
 		}
-		status, body, err := lr.post(ctx, next)
+		status, header, body, err := lr.post(ctx, next)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				stop = ctxStop(ctxErr)
@@ -181,7 +187,9 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed: "+err.Error(), "upstream_unreachable", StopUpstreamError)
 		}
 		if status != http.StatusOK {
-			return lr.fail(status, schema.UpstreamErrorBody(status, body), StopUpstreamError)
+			res := lr.fail(status, schema.UpstreamErrorBody(status, body), StopUpstreamError)
+			copyErrorHeaders(res.Header, header)
+			return res
 		}
 		reqBody, resp = next, body
 		if turn, err = schema.ParseTurn(r.Surface, resp, r.FunctionName); err != nil {
@@ -221,6 +229,9 @@ func (lr *loopRun) final(stop StopReason) Response {
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not assemble the final answer from the model's answer.", "final_failed", stop)
 	}
 	res := Response{Status: http.StatusOK, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
+	if stop == StopClientCall && r.Surface == schema.Responses {
+		res.Pending, res.ResponseID = lr.pending, gjson.GetBytes(body, "id").String()
+	}
 	if !r.Rewrite.Stream {
 		return res
 	}
@@ -308,12 +319,24 @@ func sseHeader() http.Header {
 	return http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}, "Cache-Control": {"no-cache"}}
 }
 
+// copyErrorHeaders copies to dst the headers of an upstream error answer that a client's SDK
+// acts on: when to retry, the request id to quote, the rate limits.
+func copyErrorHeaders(dst, src http.Header) {
+	for k, v := range src {
+		switch lk := strings.ToLower(k); {
+		case lk == "retry-after", lk == "retry-after-ms", lk == "x-should-retry", lk == "x-request-id",
+			strings.HasPrefix(lk, "x-ratelimit-"):
+			dst[k] = slices.Clone(v)
+		}
+	}
+}
+
 // post sends one follow-up call and reads its whole answer.
-func (lr *loopRun) post(ctx context.Context, body []byte) (int, []byte, error) {
+func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, lr.r.URL, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, fmt.Errorf("new request: %w", err)
+		return 0, nil, nil, fmt.Errorf("new request: %w", err)
 	}
 	req.Header = lr.r.Header.Clone()
 	if req.Header == nil {
@@ -324,21 +347,21 @@ func (lr *loopRun) post(ctx context.Context, body []byte) (int, []byte, error) {
 	resp, err := lr.e.client.Do(req)
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(io.LimitReader(resp.Body, lr.e.maxBody+1))
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
-		return 0, nil, fmt.Errorf("read answer: %w", err)
+		return 0, nil, nil, fmt.Errorf("read answer: %w", err)
 	}
 	if int64(len(out)) > lr.e.maxBody {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
-		return 0, nil, fmt.Errorf("answer exceeds %d bytes", lr.e.maxBody)
+		return 0, nil, nil, fmt.Errorf("answer exceeds %d bytes", lr.e.maxBody)
 	}
 	lr.e.metrics.followUps.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
 	lr.e.metrics.followUpSeconds.Observe(time.Since(start).Seconds())
-	return resp.StatusCode, out, nil
+	return resp.StatusCode, resp.Header, out, nil
 }
 
 // randomID returns prefix followed by 48 random hex digits, the length of OpenAI's item ids.

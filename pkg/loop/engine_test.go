@@ -92,6 +92,7 @@ type scripted struct {
 	status int
 	body   string
 	delay  time.Duration
+	header http.Header // extra response headers
 }
 
 func (m *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -112,6 +113,9 @@ func (m *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		}
+	}
+	for k, v := range a.header {
+		w.Header()[k] = v
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(a.status)
@@ -374,6 +378,20 @@ func TestUpstreamErrorInRoundTwo(t *testing.T) {
 		"the ephemeral sandbox is deleted on the failure path too")
 }
 
+func TestUpstreamErrorKeepsRetryHeaders(t *testing.T) {
+	f := newFixture(t, scripted{status: 429, body: `{"error":{"message":"slow down","type":"rate_limit_error"}}`, header: http.Header{
+		"Retry-After": {"7"}, "Retry-After-Ms": {"6500"}, "X-Request-Id": {"req_9"},
+		"X-Ratelimit-Remaining-Tokens": {"0"}, "Set-Cookie": {"s=1"}, "Openai-Organization": {"org-1"},
+	}})
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	require.Equal(t, 429, res.Status, "body: %s", res.Body)
+	for k, want := range map[string]string{"Retry-After": "7", "Retry-After-Ms": "6500", "X-Request-Id": "req_9", "X-Ratelimit-Remaining-Tokens": "0", "Content-Type": "application/json"} {
+		assert.Equal(t, want, res.Header.Get(k), "header %s of the error answer", k)
+	}
+	assert.Empty(t, res.Header.Get("Set-Cookie"), "other upstream headers are not copied")
+	assert.Empty(t, res.Header.Get("Openai-Organization"), "other upstream headers are not copied")
+}
+
 func TestUpstreamNonJSONErrorIsWrapped(t *testing.T) {
 	f := newFixture(t, scripted{status: 503, body: `upstream connect error`})
 	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
@@ -395,6 +413,10 @@ func TestMixedTurnReturnsClientCall(t *testing.T) {
 	require.Len(t, r.Output, 2)
 	assert.Equal(t, "code_interpreter_call", r.Output[0].Type)
 	assert.Equal(t, "get_weather", r.Output[1].AsFunctionCall().Name)
+	assert.Equal(t, "resp_1", res.ResponseID, "the answer a continuation names")
+	require.Len(t, res.Pending, 1, "the internal call's output is left for the continuation")
+	assert.Equal(t, "call_1", res.Pending[0].CallID, "pending output's call id")
+	assert.Equal(t, "42\n", res.Pending[0].Output, "pending output's text (the fake sandbox prints 42)")
 }
 
 func TestForcedToolChoiceAppliesToRoundOneOnly(t *testing.T) {

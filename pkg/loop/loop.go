@@ -49,7 +49,8 @@ type Request struct {
 type Response struct {
 	// Status is the HTTP status.
 	Status int
-	// Header holds content-type (and cache-control for event streams).
+	// Header holds content-type (and cache-control for event streams); an upstream error's
+	// answer also carries the upstream's retry, request-id and rate-limit headers.
 	Header http.Header
 	// Body is the complete body: JSON, or an event stream when the client asked for stream:true.
 	Body []byte
@@ -57,6 +58,14 @@ type Response struct {
 	Rounds, Calls int
 	// Stop tells why the loop ended.
 	Stop StopReason
+	// Pending is set when a Responses answer leaves the client's own calls pending
+	// (StopClientCall): the outputs of the internal calls of that same turn. The upstream may
+	// have stored the turn with those calls unanswered, so a request that continues from it
+	// (previous_response_id = ResponseID, or the same conversation) must carry them
+	// (schema.PrependCallOutputs). A client that replays the items instead needs nothing.
+	Pending []schema.CallOutput
+	// ResponseID is the answer's id when Pending is set.
+	ResponseID string
 }
 
 // StopReason tells why the loop ended.

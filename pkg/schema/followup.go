@@ -111,10 +111,7 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	}
 	// Members are added once the other edits are in, so the comma before them reflects whether
 	// any member is left.
-	closeAt := len(body) - 1
-	for closeAt > 0 && reqIsWS(body[closeAt]) {
-		closeAt--
-	}
+	closeAt := reqCloseAt(body)
 	adds := make([]reqEdit, 0, len(appends))
 	for _, a := range appends {
 		e := reqAppendMember(body, closeAt, a.key, a.value)
@@ -173,17 +170,7 @@ func followUpOutputs(s Surface, rs reqTopLevel, name string, outputs []CallOutpu
 // member to add when the request has none.
 func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []followUpMember, error) {
 	req, resp := rq.b, rs.b
-	var outItems []byte
-	for i, out := range outs {
-		if i > 0 {
-			outItems = append(outItems, ',')
-		}
-		outItems = append(outItems, `{"type":"function_call_output","call_id":`...)
-		outItems = appendJSONString(outItems, out.CallID)
-		outItems = append(outItems, `,"output":`...)
-		outItems = appendJSONString(outItems, out.Output)
-		outItems = append(outItems, '}')
-	}
+	outItems := followUpOutputItems(outs)
 
 	in := rq.span("input")
 	if conv := rq.span("conversation"); conv.ok() && string(req[conv.start:conv.end]) != "null" {
@@ -238,6 +225,61 @@ func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []foll
 		return []reqEdit{{start: in.start, end: in.end, repl: append(append([]byte{'['}, items...), ']')}}, nil, nil
 	}
 	return nil, nil, errors.New("follow up: the request's input is neither a string nor a list")
+}
+
+// followUpOutputItems returns the function_call_output items of outs, comma-separated.
+func followUpOutputItems(outs []CallOutput) []byte {
+	var items []byte
+	for i, out := range outs {
+		if i > 0 {
+			items = append(items, ',')
+		}
+		items = append(items, `{"type":"function_call_output","call_id":`...)
+		items = appendJSONString(items, out.CallID)
+		items = append(items, `,"output":`...)
+		items = appendJSONString(items, out.Output)
+		items = append(items, '}')
+	}
+	return items
+}
+
+// PrependCallOutputs puts a function_call_output item for each of outs at the front of a
+// Responses request's input (a string input becomes [outputs…, {"role":"user","content":s}]),
+// every other byte as it was. It answers the calls an earlier answer left pending upstream,
+// which a request continuing from that answer (previous_response_id, conversation) must carry.
+func PrependCallOutputs(body []byte, outs []CallOutput) ([]byte, error) {
+	if len(outs) == 0 {
+		return body, nil
+	}
+	members, isObject, err := reqScanTop(body)
+	if err != nil {
+		return nil, fmt.Errorf("prepend call outputs: %w", err)
+	}
+	if !isObject {
+		return nil, errors.New("prepend call outputs: the body is not a JSON object")
+	}
+	t := reqNewTopLevel(body, members)
+	items := followUpOutputItems(outs)
+	var e reqEdit
+	switch in := t.span("input"); {
+	case !in.ok():
+		e = reqAppendMember(body, reqCloseAt(body), "input", append(append([]byte{'['}, items...), ']'))
+	case body[in.start] == '[':
+		if reqSkipWS(body, in.start+1) != in.end-1 {
+			items = append(items, ',')
+		}
+		e = reqEdit{start: in.start + 1, end: in.start + 1, repl: items}
+	case body[in.start] == '"':
+		list := append([]byte{'['}, items...)
+		list = append(list, `,{"role":"user","content":`...)
+		list = append(list, body[in.start:in.end]...)
+		e = reqEdit{start: in.start, end: in.end, repl: append(list, "}]"...)}
+	case string(body[in.start:in.end]) == "null":
+		e = reqEdit{start: in.start, end: in.end, repl: append(append([]byte{'['}, items...), ']')}
+	default:
+		return nil, errors.New("prepend call outputs: the request's input is neither a string nor a list")
+	}
+	return reqApply(body, []reqEdit{e})
 }
 
 // followUpUnresolvableReasoning reports whether the item starting at b[st] is a reasoning item

@@ -302,3 +302,34 @@ func TestFollowUpAcceptsWhatRewriteAccepts(t *testing.T) {
 	assert.Contains(t, string(next), "tab\there", "the loose bytes pass through unchanged")
 	assert.Contains(t, string(next), `"function_call_output"`)
 }
+
+func TestPrependCallOutputs(t *testing.T) {
+	outs := []CallOutput{{CallID: "c1", Output: "4\n"}, {CallID: "c2", Output: `"q"`}}
+	items := `{"type":"function_call_output","call_id":"c1","output":"4\n"},{"type":"function_call_output","call_id":"c2","output":"\"q\""}`
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"list", `{"previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"x","output":"ok"}]}`,
+			`{"previous_response_id":"resp_1","input":[` + items + `,{"type":"function_call_output","call_id":"x","output":"ok"}]}`},
+		{"empty list", `{"input":[ ]}`, `{"input":[` + items + ` ]}`},
+		{"string", `{"input":"next?","store":true}`, `{"input":[` + items + `,{"role":"user","content":"next?"}],"store":true}`},
+		{"null", `{"input":null}`, `{"input":[` + items + `]}`},
+		{"absent", `{"conversation":"conv_1" } `, `{"conversation":"conv_1","input":[` + items + `] } `},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := PrependCallOutputs([]byte(tt.give), outs)
+			require.NoError(t, err, "PrependCallOutputs(%s)", tt.give)
+			assert.Equal(t, tt.want, string(got), "PrependCallOutputs(%s)", tt.give)
+		})
+	}
+	for _, give := range []string{`[]`, `{"input":3}`, `{"input":`} {
+		_, err := PrependCallOutputs([]byte(give), outs)
+		assert.Error(t, err, "PrependCallOutputs(%s)", give)
+	}
+	same, err := PrependCallOutputs([]byte(`{"input":"x"}`), nil)
+	require.NoError(t, err, "PrependCallOutputs without outputs")
+	assert.Equal(t, `{"input":"x"}`, string(same), "PrependCallOutputs without outputs")
+}

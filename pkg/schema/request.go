@@ -80,6 +80,10 @@ type Request struct {
 	// ReplayedContainerIDs holds the container_id of each replayed code_interpreter_call input
 	// item that has one, in input order.
 	ReplayedContainerIDs []string
+	// PreviousResponseID is the Responses request's previous_response_id, and ConversationID its
+	// conversation's id (the string, or the object's "id"): the earlier answer the request
+	// continues from. They are read also when Found is false.
+	PreviousResponseID, ConversationID string
 }
 
 // RewriteRequest rewrites a client request body of surface s for the upstream model: the
@@ -132,6 +136,14 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	tools, err := reqFindTools(s, body, members, name)
 	if err != nil {
 		return Request{}, err
+	}
+	if s == Responses {
+		r.PreviousResponseID, _ = reqStr(body, t.span("previous_response_id"))
+		if sp := t.span("conversation"); sp.ok() && body[sp.start] == '{' {
+			r.ConversationID, _ = reqStr(body, reqField(body, sp.start, "id"))
+		} else if sp.ok() {
+			r.ConversationID, _ = reqStr(body, sp)
+		}
 	}
 	if !tools.found {
 		return r, nil

@@ -57,6 +57,16 @@ func reqSkipWS(b []byte, i int) int {
 	return i
 }
 
+// reqCloseAt returns the index of the last byte of b that is not white space: the closing
+// brace or bracket of the JSON value b holds.
+func reqCloseAt(b []byte) int {
+	i := len(b) - 1
+	for i > 0 && reqIsWS(b[i]) {
+		i--
+	}
+	return i
+}
+
 // reqScanMode says how closely reqScan checks a body.
 type reqScanMode uint8
 

@@ -716,3 +716,26 @@ func TestScanRequestItems(t *testing.T) {
 		})
 	}
 }
+
+func TestRewriteRequestContinuation(t *testing.T) {
+	tests := []struct {
+		name             string
+		surface          Surface
+		give             string
+		wantPrev, wantCv string
+	}{
+		{"previous response", Responses, `{"previous_response_id":"resp_9","input":"x","tools":[{"type":"code_interpreter"}]}`, "resp_9", ""},
+		{"conversation string", Responses, `{"conversation":"conv_1","input":"x"}`, "", "conv_1"},
+		{"conversation object", Responses, `{"conversation":{"id":"conv_2"},"input":"x","tools":[{"type":"code_interpreter"}]}`, "", "conv_2"},
+		{"null", Responses, `{"conversation":null,"previous_response_id":null}`, "", ""},
+		{"chat has neither", Chat, `{"previous_response_id":"resp_9","messages":[]}`, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RewriteRequest(tt.surface, []byte(tt.give), Options{})
+			require.NoError(t, err, "RewriteRequest(%s)", tt.give)
+			assert.Equal(t, tt.wantPrev, got.PreviousResponseID, "PreviousResponseID of %s", tt.give)
+			assert.Equal(t, tt.wantCv, got.ConversationID, "ConversationID of %s", tt.give)
+		})
+	}
+}
