@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 )
 
 // assertHealthy checks that the server can still start processes and that a new container of
@@ -169,6 +170,82 @@ def udp(addr):
 	require.NoError(t, ln4.(*net.TCPListener).SetDeadline(time.Now().Add(10*time.Millisecond)), "deadline")
 	_, err = ln4.Accept()
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "no connection arrived at the host's listener")
+}
+
+// inheritedSocket is one end of a host TCP connection held as a descriptor without
+// close-on-exec, as one the server inherited would be, and the host's other end.
+type inheritedSocket struct {
+	fd   int
+	peer net.Conn
+	name string // as /proc/PID/fd links name it: "socket:[inode]"
+}
+
+func newInheritedSocket(t *testing.T) inheritedSocket {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err, "listen")
+	defer ln.Close()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err, "dial")
+	t.Cleanup(func() { conn.Close() })
+	peer, err := ln.Accept()
+	require.NoError(t, err, "accept")
+	t.Cleanup(func() { peer.Close() })
+	f, err := conn.(*net.TCPConn).File()
+	require.NoError(t, err, "the connection's descriptor")
+	defer f.Close()
+	fd, err := unix.Dup(int(f.Fd())) // dup sets no close-on-exec
+	require.NoError(t, err, "dup")
+	t.Cleanup(func() { unix.Close(fd) })
+	var st unix.Stat_t
+	require.NoError(t, unix.Fstat(fd, &st), "fstat")
+	return inheritedSocket{fd: fd, peer: peer, name: fmt.Sprintf("socket:[%d]", st.Ino)}
+}
+
+// TestAdversarialInheritedDescriptors is not parallel: NewLocal marks every descriptor of the
+// process close-on-exec, and another test's NewLocal meanwhile would hide whether the driver
+// closes a descriptor opened after NewLocal.
+func TestAdversarialInheritedDescriptors(t *testing.T) {
+	before := newInheritedSocket(t)
+	l := newTestLocal(t, LocalConfig{})
+	flags, err := unix.FcntlInt(uintptr(before.fd), unix.F_GETFD, 0)
+	require.NoError(t, err, "F_GETFD")
+	assert.NotZero(t, flags&unix.FD_CLOEXEC, "NewLocal marked the descriptor the server held close-on-exec")
+	after := newInheritedSocket(t)
+	flags, err = unix.FcntlInt(uintptr(after.fd), unix.F_GETFD, 0)
+	require.NoError(t, err, "F_GETFD")
+	require.Zero(t, flags&unix.FD_CLOEXEC, "a descriptor opened after NewLocal stays inheritable")
+
+	c := newTestContainer(t, l, Spec{})
+	res := runIn(t, c, fmt.Sprintf(`import os, socket, subprocess
+links = []
+for pid in [p for p in os.listdir('/proc') if p.isdigit()] + ['self']:
+    try:
+        fds = os.listdir('/proc/%%s/fd' %% pid)
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            links.append(os.readlink('/proc/%%s/fd/%%s' %% (pid, fd)))
+        except OSError:
+            pass
+child = subprocess.run(['/bin/ls', '-l', '/proc/self/fd/'], capture_output=True, text=True).stdout
+sent = []
+for fd in (%d, %d):
+    try:
+        socket.socket(fileno=fd).sendall(b'escaped')
+        sent.append(fd)
+    except OSError:
+        pass
+print(sent, links, child)`, before.fd, after.fd))
+	assert.Contains(t, res.Stdout, "[] [", "no descriptor of the server worked in the container")
+	assert.Contains(t, res.Stdout, "pipe:[", "the listing saw the container's own descriptors")
+	for _, s := range []inheritedSocket{before, after} {
+		assert.NotContains(t, res.Stdout, s.name, "no process of the container holds the server's socket %d", s.fd)
+		require.NoError(t, s.peer.SetReadDeadline(time.Now().Add(50*time.Millisecond)), "deadline")
+		n, _ := s.peer.Read(make([]byte, 16))
+		assert.Zero(t, n, "nothing reached the host through the server's socket %d", s.fd)
+	}
 }
 
 func TestAdversarialHostFiles(t *testing.T) {

@@ -24,6 +24,26 @@ MAX_REQUEST = 64 << 20
 FLUSH_EVERY = 0.1  # seconds: output of a running cell reaches the server at least this often
 
 
+def _close_inherited():
+    # A descriptor the server held without close-on-exec passes through bubblewrap to this
+    # process: close every one above the protocol's before anything else runs, so that no code
+    # reaches what the server holds (a socket would reach the network).
+    try:
+        fds = [int(n) for n in os.listdir('/proc/self/fd')]
+    except (OSError, ValueError):
+        os.closerange(R_INTR + 1, os.sysconf('SC_OPEN_MAX'))
+        return
+    for fd in fds:
+        if fd > R_INTR:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed already
+
+
+_close_inherited()
+
+
 class _State:
     pass
 

@@ -125,6 +125,11 @@ var _ Provider = (*Local)(nil)
 // NewLocal checks the configuration, prepares WorkDir and starts one sandbox to prove that
 // bubblewrap works here (and to build matplotlib's font cache once for every container). It
 // fails when bubblewrap is missing or unusable, unless UnsafeNoIsolation is set.
+//
+// It marks every descriptor the process holds from 3 up close-on-exec, for the whole process:
+// a descriptor the server inherited without the flag would otherwise reach every container (a
+// socket would reach the network from a sandbox that has none). A descriptor the process opens
+// later without the flag is closed by each container's driver before any code runs.
 func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 	if log == nil {
 		log = zap.NewNop()
@@ -141,6 +146,10 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 		log:    log.Named("sandbox.local"),
 		live:   map[*localContainer]struct{}{},
 		setUID: os.Geteuid() == 0,
+	}
+	// Before the first sandbox starts: no descriptor of the server may reach one.
+	if err := closeOnExecInherited(); err != nil {
+		l.log.Warn("descriptors the server inherited may reach containers (their drivers close them)", zap.Error(err))
 	}
 	python, err := exec.LookPath(cfg.Python)
 	if err != nil {
