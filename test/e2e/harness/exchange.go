@@ -53,14 +53,17 @@ type filter struct {
 	downCh chan bodyEvent
 
 	// Router state. routerDone reports that nothing more goes upstream.
-	routerDone  bool
-	upRoute     Route
-	upPipe      *bodyPipe
-	upCancel    context.CancelFunc
-	upAborted   bool
-	upStart     time.Time
-	upRespCh    chan upResult
-	upDataCh    chan bodyEvent
+	routerDone bool
+	upRoute    Route
+	upPipe     *bodyPipe
+	upCancel   context.CancelFunc
+	upAborted  bool
+	upStart    time.Time
+	upRespCh   chan upResult
+	upDataCh   chan bodyEvent
+	// upComplete reports that the upstream response ended: the route timeout is disarmed
+	// for good.
+	upComplete  bool
 	routeTimer  *time.Timer
 	routeTimerC <-chan time.Time
 
@@ -528,13 +531,25 @@ func (f *filter) routerData(data []byte, eos bool) {
 	}
 }
 
-// startRouteTimer starts the route timeout, which counts from the end of the request (§7.12).
+// startRouteTimer starts the route timeout, which counts from the end of the request (§7.12)
+// and runs until the upstream response ends (see upstreamComplete). It is not started once
+// the upstream response ended.
 func (f *filter) startRouteTimer() {
-	if f.upRoute.Timeout <= 0 || f.routeTimer != nil {
+	if f.upRoute.Timeout <= 0 || f.routeTimer != nil || f.upComplete {
 		return
 	}
 	f.routeTimer = time.NewTimer(f.upRoute.Timeout)
 	f.routeTimerC = f.routeTimer.C
+}
+
+// upstreamComplete is the router's onUpstreamComplete: the upstream response ended (headers
+// with end of stream, or the last body chunk), which disarms the route timeout before the
+// filters see that end. So the timeout covers a slow upstream body, while the response headers
+// are held by ext_proc or after they reached the client, but not what ext_proc does with a
+// complete response (a BUFFERED response_body call of any length).
+func (f *filter) upstreamComplete() {
+	f.upComplete = true
+	f.stopRouteTimer()
 }
 
 func (f *filter) stopRouteTimer() {
@@ -557,7 +572,8 @@ func (f *filter) abortUpstream() {
 }
 
 // onUpstreamResponse is the upstream's response headers reaching the filter (encodeHeaders),
-// with the router's x-envoy-upstream-service-time (§0).
+// with the router's x-envoy-upstream-service-time (§0). The route timeout keeps running until
+// the response ends.
 func (f *filter) onUpstreamResponse(res upResult) {
 	f.upRespCh = nil
 	if f.upAborted {
@@ -566,7 +582,6 @@ func (f *filter) onUpstreamResponse(res upResult) {
 		}
 		return
 	}
-	f.stopRouteTimer()
 	if res.err != nil {
 		f.sendLocalReply(http.StatusServiceUnavailable,
 			"upstream connect error or disconnect/reset before headers. reset reason: connection failure",
@@ -580,6 +595,7 @@ func (f *filter) onUpstreamResponse(res upResult) {
 		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
 	if eos {
 		resp.Body.Close()
+		f.upstreamComplete()
 	} else {
 		ch := make(chan bodyEvent)
 		f.upDataCh = ch
@@ -603,6 +619,9 @@ func (f *filter) onUpstreamData(ev bodyEvent) {
 		// The upstream reset after its headers: Envoy resets the downstream stream.
 		f.reset = true
 		return
+	}
+	if ev.eos {
+		f.upstreamComplete()
 	}
 	d := f.enc
 	st, data := f.onData(d, ev.data, ev.eos)

@@ -3,8 +3,10 @@ package harness
 import (
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -94,6 +96,123 @@ func TestClearRouteCache(t *testing.T) {
 			require.Len(t, ups, 1, "upstream requests with %s", tt.name)
 			assert.Equal(t, tt.wantPath, ups[0].Path, "upstream path with %s", tt.name)
 			assert.Equal(t, tt.wantIgnored, onlyRecord(t, e).Stats.ClearRouteCacheIgnored, "clear_route_cache_ignored with %s", tt.name)
+		})
+	}
+}
+
+// TestRouteTimeoutSpansUpstreamResponse: §7.12 — the route timeout runs from the end of the
+// request until the upstream response ends (the router disarms it at the upstream's end of
+// stream, router.cc onUpstreamComplete), not until the response headers. An upstream that
+// stalls after its headers gets the router's 504 straight to the client while ext_proc still
+// holds the headers (BUFFERED), and a reset once the client has them (body NONE after a
+// mode_override). What ext_proc does with a complete response is not timed by the route.
+func TestRouteTimeoutSpansUpstreamResponse(t *testing.T) {
+	const late = 600 * time.Millisecond
+	// stallAfterHeaders sends the response headers at once and its body late, unless the
+	// request is reset first.
+	stallAfterHeaders := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-time.After(late):
+			_, _ = io.WriteString(w, "late body")
+		case <-r.Context().Done():
+		}
+	}
+	tests := []struct {
+		name         string
+		giveTimeout  time.Duration
+		giveUpstream http.HandlerFunc
+		giveScript   script
+		wantStatus   int
+		wantBody     string
+		wantReset    bool
+		wantDetails  string
+		wantExchange []string
+	}{
+		{
+			name:         "headers held by ext_proc: direct 504",
+			giveTimeout:  50 * time.Millisecond,
+			giveUpstream: stallAfterHeaders,
+			giveScript:   passThrough,
+			wantStatus:   http.StatusGatewayTimeout,
+			wantBody:     "upstream request timeout",
+			wantDetails:  "upstream_response_timeout",
+			wantExchange: []string{
+				"-> request_headers", "<- request_headers", "-> request_body", "<- request_body",
+				"-> response_headers", "<- response_headers",
+			},
+		},
+		{
+			name:         "headers already sent to the client: reset",
+			giveTimeout:  50 * time.Millisecond,
+			giveUpstream: stallAfterHeaders,
+			giveScript: func(s *procStream) error {
+				for {
+					req := s.recv()
+					if req == nil {
+						return nil
+					}
+					resp := cont(req)
+					if requestKind(req) == "response_headers" {
+						resp.ModeOverride = &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_NONE}
+					}
+					s.send(resp)
+				}
+			},
+			wantStatus:  http.StatusOK,
+			wantReset:   true,
+			wantDetails: "upstream_response_timeout",
+			wantExchange: []string{
+				"-> request_headers", "<- request_headers", "-> request_body", "<- request_body",
+				"-> response_headers", "<- response_headers",
+			},
+		},
+		{
+			name:         "complete upstream response: a slow response_body answer is not timed out",
+			giveTimeout:  late / 2,
+			giveUpstream: nil,
+			giveScript: answerUntil("response_body", func(s *procStream, req *extprocsvc.ProcessingRequest) error {
+				time.Sleep(late)
+				s.send(cont(req))
+				return s.drain()
+			}),
+			wantStatus: http.StatusOK,
+			wantBody:   "upstream body",
+			wantExchange: []string{
+				"-> request_headers", "<- request_headers", "-> request_body", "<- request_body",
+				"-> response_headers", "<- response_headers", "-> response_body", "<- response_body",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			proc := newFakeProc(t, tt.giveScript)
+			up := newUpstream(t, tt.giveUpstream)
+			cfg := ShippedConfig(t)
+			for i := range cfg.Routes {
+				cfg.Routes[i].Timeout = tt.giveTimeout
+			}
+			e := start(t, proc, up, Options{Config: cfg})
+			req, err := http.NewRequest(http.MethodPost, e.URL()+"/v1/responses", strings.NewReader(`{}`))
+			require.NoError(t, err, "build request with %s", tt.name)
+			resp, err := e.Client().Do(req)
+			require.NoError(t, err, "response headers with %s", tt.name)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, tt.wantStatus, resp.StatusCode, "status with %s", tt.name)
+			rec := onlyRecord(t, e)
+			if tt.wantReset {
+				assert.Error(t, err, "the body ends with a reset with %s", tt.name)
+				assert.True(t, rec.Reset, "recorded reset with %s", tt.name)
+			} else {
+				assert.NoError(t, err, "read the body with %s", tt.name)
+				assert.Equal(t, tt.wantBody, string(body), "body with %s", tt.name)
+				assert.False(t, rec.Reset, "no reset with %s", tt.name)
+			}
+			assert.Equal(t, tt.wantDetails, rec.Details(), "details with %s", tt.name)
+			assert.Equal(t, tt.wantExchange, rec.Exchange(), "exchange with %s", tt.name)
 		})
 	}
 }
