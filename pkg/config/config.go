@@ -55,6 +55,12 @@ const (
 	DefaultInterruptGrace         = 2 * time.Second
 )
 
+// LoopDeadlineMargin is the part of a profile's loop_deadline that the server keeps for itself:
+// the loop runs for loop_deadline minus this margin, and the rest is for sending the final answer
+// before Envoy's message timer, extended to loop_deadline, fires. So a loop_deadline must be
+// longer than the margin.
+const LoopDeadlineMargin = time.Second
+
 // DefaultForwardHeaders are the request headers, besides the credentials, that the loop copies from
 // the client's request onto its follow-up calls when a profile lists none. An entry ending in "*"
 // matches a prefix. x-codeinterp-*, x-envoy-* and x-forwarded-* headers are never copied.
@@ -380,8 +386,8 @@ func validateProfile(field string, p *configv1.Profile) []error {
 	if p.GetMaxRounds() > 64 {
 		bad("max_rounds", "%d is above 64", p.GetMaxRounds())
 	}
-	if d := p.GetLoopDeadline(); d != nil && d.AsDuration() <= 0 {
-		bad("loop_deadline", "%v must be positive", d.AsDuration())
+	if d := p.GetLoopDeadline(); d != nil && d.AsDuration() <= LoopDeadlineMargin {
+		bad("loop_deadline", "%v leaves the loop no time: it must be longer than the %v the server keeps for sending its answer", d.AsDuration(), LoopDeadlineMargin)
 	}
 	if d := p.GetRunTimeout(); d != nil && d.AsDuration() <= 0 {
 		bad("run_timeout", "%v must be positive", d.AsDuration())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 )
@@ -98,6 +99,10 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"named profile run timeout", func(c *configv1.Config) {
 			c.Profiles = map[string]*configv1.Profile{"p": {RunTimeout: c.DefaultProfile.LoopDeadline, LoopDeadline: c.DefaultProfile.RunTimeout}}
 		}, `profiles["p"].run_timeout:`},
+		{"loop deadline within the margin", func(c *configv1.Config) { c.DefaultProfile.LoopDeadline = durationpb.New(LoopDeadlineMargin) }, "default_profile.loop_deadline:"},
+		{"named profile loop deadline within the margin", func(c *configv1.Config) {
+			c.Profiles = map[string]*configv1.Profile{"p": {LoopDeadline: durationpb.New(LoopDeadlineMargin / 2), RunTimeout: durationpb.New(time.Millisecond)}}
+		}, `profiles["p"].loop_deadline:`},
 		{"forward reserved header", func(c *configv1.Config) { c.DefaultProfile.ForwardHeaders = []string{"x-codeinterp-followup"} }, "default_profile.forward_headers[0]:"},
 		{"backend", func(c *configv1.Config) { c.Sandbox.Backend = "e2b" }, "sandbox.backend:"},
 		{"memory", func(c *configv1.Config) { c.Sandbox.DefaultMemoryLimit = "2g" }, "sandbox.default_memory_limit:"},
@@ -113,5 +118,32 @@ func TestValidateNamesTheField(t *testing.T) {
 			require.Error(t, err, "validate with %s changed", tt.name)
 			assert.Contains(t, err.Error(), tt.want, "validate with %s changed", tt.name)
 		})
+	}
+}
+
+// TestLoopDeadlineMargin: the loop gets loop_deadline minus LoopDeadlineMargin, so a
+// loop_deadline must be longer than the margin.
+func TestLoopDeadlineMargin(t *testing.T) {
+	tests := []struct {
+		give    time.Duration
+		wantErr bool
+	}{
+		{give: LoopDeadlineMargin / 2, wantErr: true},
+		{give: LoopDeadlineMargin, wantErr: true},
+		{give: LoopDeadlineMargin + time.Millisecond},
+		{give: DefaultLoopDeadline},
+	}
+	for _, tt := range tests {
+		cfg := &configv1.Config{}
+		ApplyDefaults(cfg)
+		cfg.DefaultProfile.LoopDeadline = durationpb.New(tt.give)
+		cfg.DefaultProfile.RunTimeout = durationpb.New(time.Millisecond)
+		err := Validate(cfg)
+		if tt.wantErr {
+			require.Error(t, err, "validate with loop_deadline %v", tt.give)
+			assert.Contains(t, err.Error(), "default_profile.loop_deadline:", "validate with loop_deadline %v", tt.give)
+			continue
+		}
+		assert.NoError(t, err, "validate with loop_deadline %v", tt.give)
 	}
 }

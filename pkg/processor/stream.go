@@ -284,7 +284,7 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		// up to max_message_timeout (reference §5.2).
 		sendErr = st.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(deadline)})
 	}
-	ctx, cancel := context.WithTimeout(st.ctx, deadline-deadlineMargin)
+	ctx, cancel := context.WithTimeout(st.ctx, deadline-config.LoopDeadlineMargin)
 	defer cancel()
 	started := st.srv.now()
 	res := st.srv.loop.Run(ctx, req)
@@ -307,10 +307,6 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		ResponseBody: &extprocv3.BodyResponse{Response: bodyMutation(res.Body, set, []string{"content-encoding"})},
 	}}, nil
 }
-
-// deadlineMargin is kept from the loop deadline for sending the final answer before Envoy's
-// extended message timer fires.
-const deadlineMargin = time.Second
 
 // loopRequest builds the loop's request from the stream's state.
 func (st *streamState) loopRequest(first []byte) loop.Request {
