@@ -227,7 +227,9 @@ func TestModeOverride(t *testing.T) {
 		giveMode    *extprocv3.ProcessingMode
 		giveOptions Options
 		giveAllowed []*extprocv3.ProcessingMode
-		want        []string
+		// giveRouteMode is every route's ExtProcPerRoute processing_mode.
+		giveRouteMode *extprocv3.ProcessingMode
+		want          []string
 	}{
 		{
 			name:     "bodies off on request_headers",
@@ -261,6 +263,23 @@ func TestModeOverride(t *testing.T) {
 			giveOn:   "response_headers",
 			giveMode: &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_NONE},
 			want:     full[:6],
+		},
+		{
+			name:          "a route's mode applies without an override",
+			giveRouteMode: mode(extprocv3.ProcessingMode_NONE, extprocv3.ProcessingMode_NONE),
+			want:          headersOnly,
+		},
+		{
+			// The base is the filter's mode, so an override can undo a route's mode: the request
+			// body, NONE on the route, is sent whole (held, if it came before the answer).
+			name:   "merged into the filter's mode, not the route's",
+			giveOn: "request_headers",
+			giveMode: &extprocv3.ProcessingMode{
+				RequestBodyMode: extprocv3.ProcessingMode_BUFFERED, ResponseHeaderMode: extprocv3.ProcessingMode_SEND,
+				ResponseBodyMode: extprocv3.ProcessingMode_BUFFERED,
+			},
+			giveRouteMode: mode(extprocv3.ProcessingMode_NONE, extprocv3.ProcessingMode_NONE),
+			want:          full,
 		},
 		{
 			name:        "ignored without allow_mode_override",
@@ -316,9 +335,19 @@ func TestModeOverride(t *testing.T) {
 			})
 			up := newUpstream(t, nil)
 			o := tt.giveOptions
-			if tt.giveAllowed != nil {
+			if tt.giveAllowed != nil || tt.giveRouteMode != nil {
 				o.Config = ShippedConfig(t)
 				o.Config.Filter.AllowedOverrideModes = tt.giveAllowed
+			}
+			if tt.giveRouteMode != nil {
+				for i, r := range o.Config.Routes {
+					if r.PerRoute.GetDisabled() {
+						continue
+					}
+					o.Config.Routes[i].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{
+						Overrides: &extprocv3.ExtProcOverrides{ProcessingMode: tt.giveRouteMode},
+					}}
+				}
 			}
 			e := start(t, proc, up, o)
 			res := do(t, e, http.MethodPost, "/v1/responses", `{"a":1}`)
