@@ -482,6 +482,9 @@ func TestAdversarialHugeOutput(t *testing.T) {
 	res := runIn(t, c, "class Big:\n    def _repr_png_(self):\n        return b'\\x89PNG' + b'0' * 10_000_000\nBig()")
 	assert.Empty(t, res.Images, "an oversized image is dropped")
 	assert.True(t, res.Truncated, "an oversized image marks the result truncated")
+	res = runIn(t, c, fmt.Sprintf("class Tiny:\n    def _repr_png_(self):\n        return b'\\x89PNG'\ndisplay(*[Tiny()] * %d)", maxImages+1))
+	assert.Len(t, res.Images, maxImages, "images beyond the count a run returns are dropped")
+	assert.True(t, res.Truncated, "images beyond the count mark the result truncated")
 	assertHealthy(t, l, c)
 }
 
@@ -501,6 +504,41 @@ func TestAdversarialProtocolAbuse(t *testing.T) {
 		c := newTestContainer(t, l, Spec{})
 		_, err := runTimeout(c, tt.give, 30*time.Second)
 		assert.ErrorIs(t, err, ErrLost, "%s: the container is given up", tt.name)
+	}
+	assertHealthy(t, l)
+}
+
+// TestAdversarialForgedAnswers writes frames to the driver's answer pipe from the code, which
+// runs in the driver's process: any frame but the run's own result gives the container up,
+// before the server decodes more of them.
+func TestAdversarialForgedAnswers(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	forge := `import marshal, os, sys, time
+S = sys._getframe(1).f_globals['S']  # the driver's state
+def forge(**v):
+    body = marshal.dumps(v, 2)
+    os.write(4, len(body).to_bytes(4, 'big') + body)
+`
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"an answer of an earlier run", "forge(op='result', seq=S.seq - 1, value='forged')\ntime.sleep(600)"},
+		{"an answer of a later run", "forge(op='result', seq=S.seq + 1, value='forged')\ntime.sleep(600)"},
+		{"a frame that is not a result", "forge(op='ready', seq=S.seq)\ntime.sleep(600)"},
+		{"a frame without a run number", "forge(op='result', value='forged')\ntime.sleep(600)"},
+		{"this run's answer of a million values", "forge(op='result', seq=S.seq, x=[None] * (1 << 20))\ntime.sleep(600)"},
+		{"a stream of large frames of other runs", "while True:\n    forge(op='result', seq=-1, x=[None] * (8 << 20))"},
+	}
+	for _, tt := range tests {
+		c := newTestContainer(t, l, Spec{})
+		res, err := runTimeout(c, forge+tt.give, 20*time.Second)
+		assert.ErrorIs(t, err, ErrLost, "%s: the container is given up", tt.name)
+		assert.NotErrorIs(t, err, ErrTimeout, "%s: at once, not when the run's time is up", tt.name)
+		assert.Empty(t, res.Value, "%s: no forged value is taken", tt.name)
+		_, err = runTimeout(c, "1", 10*time.Second)
+		assert.ErrorIs(t, err, ErrLost, "%s: the container is gone", tt.name)
 	}
 	assertHealthy(t, l)
 }

@@ -480,7 +480,12 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 		}
 		select {
 		case f := <-c.frames:
+			if f.err == nil {
+				f.err = checkAnswer(f.v, seq)
+			}
 			if f.err != nil {
+				// The driver broke the protocol, or code running in its process wrote to its
+				// pipe: nothing it sends can be trusted any more.
 				c.kill()
 				res := c.partial(outDone, errDone)
 				if c.isDeleted() {
@@ -490,9 +495,6 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 					return res, c.stopErr(ctx, true)
 				}
 				return res, fmt.Errorf("%w: %w", ErrLost, f.err)
-			}
-			if got, _ := f.v["seq"].(int64); got != int64(seq) {
-				continue // not this run's answer
 			}
 			res := c.result(f.v, outDone, errDone)
 			if interrupted {
@@ -525,6 +527,23 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 			return c.partial(outDone, errDone), ErrClosed
 		}
 	}
+}
+
+// checkAnswer checks that a frame the driver sent during run seq is that run's result. Each
+// run takes its own answer, so any other frame, of an earlier run or a later one, was forged.
+func checkAnswer(v map[string]any, seq uint64) error {
+	op, _ := v["op"].(string)
+	got, ok := v["seq"].(int64)
+	if op == "result" && ok && got == int64(seq) {
+		return nil
+	}
+	if len(op) > 32 {
+		op = op[:32]
+	}
+	if !ok {
+		return fmt.Errorf("protocol violation: the answer to run %d is a %q frame with a seq of type %T", seq, op, v["seq"])
+	}
+	return fmt.Errorf("protocol violation: the answer to run %d is a %q frame of run %d", seq, op, got)
 }
 
 // stopErr is the error of a run stopped because ctx is done; killed reports whether the

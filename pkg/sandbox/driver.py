@@ -191,7 +191,7 @@ def _finish_streams(marker):
 def _add_image(png):
     if not isinstance(png, (bytes, bytearray)) or not png:
         return
-    if S.image_bytes + len(png) > S.limit:
+    if S.image_bytes + len(png) > S.limit or len(S.images) >= S.max_images:
         S.truncated = True
         return
     S.image_bytes += len(png)
@@ -499,6 +499,7 @@ def _main():
     S.data_dir = cfg['data_dir']
     S.limit = cfg['output_limit']
     S.max_files = cfg['max_files']
+    S.max_images = cfg['max_images']
     S.saved_out = os.dup(1)
     S.saved_err = os.dup(2)
     S.stdout = _new_stream(1)

@@ -31,6 +31,7 @@ const (
 	sandboxUID  = 1000 // the code's uid and gid inside its user namespace
 	sandboxName = "sandbox"
 	maxFiles    = 10000 // directory entries under /mnt/data scanned after each run
+	maxImages   = 1000  // images one run returns; more mark it truncated
 )
 
 // LocalConfig configures the local backend. The zero value works where bubblewrap and
@@ -522,6 +523,7 @@ func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
 		"data_dir":     dir,
 		"output_limit": l.cfg.OutputLimit,
 		"max_files":    maxFiles,
+		"max_images":   maxImages,
 		"preload":      l.cfg.Preload,
 		"limits": map[string]any{
 			"as":     memBytes,

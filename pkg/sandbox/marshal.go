@@ -17,6 +17,12 @@ import (
 
 const (
 	marshalMaxDepth = 16
+	// marshalMaxValues bounds the values one frame decodes to. The frame limit bounds its
+	// bytes, but a byte may decode to 16 or more (a None in a list; an empty dict is more), and
+	// code that takes over the driver's process can write frames of its own. The driver's
+	// largest answer holds maxFiles files of three values each, maxImages images and a dozen
+	// more values.
+	marshalMaxValues = 3*maxFiles + maxImages + 1024
 )
 
 var errMarshal = errors.New("malformed driver frame")
@@ -120,7 +126,7 @@ func marshalAppendInt(b []byte, x int64) []byte {
 
 // marshalDecode decodes one value that must span all of data.
 func marshalDecode(data []byte) (any, error) {
-	d := marshalDecoder{data: data}
+	d := marshalDecoder{data: data, values: marshalMaxValues}
 	v, err := d.value(0)
 	if err != nil {
 		return nil, err
@@ -132,8 +138,9 @@ func marshalDecode(data []byte) (any, error) {
 }
 
 type marshalDecoder struct {
-	data []byte
-	pos  int
+	data   []byte
+	pos    int
+	values int // how many more values may be decoded
 }
 
 func (d *marshalDecoder) take(n int) ([]byte, error) {
@@ -157,6 +164,10 @@ func (d *marshalDecoder) value(depth int) (any, error) {
 	if depth > marshalMaxDepth {
 		return nil, fmt.Errorf("%w: nested too deeply", errMarshal)
 	}
+	if d.values <= 0 {
+		return nil, fmt.Errorf("%w: more than %d values", errMarshal, marshalMaxValues)
+	}
+	d.values--
 	tb, err := d.take(1)
 	if err != nil {
 		return nil, err
@@ -197,9 +208,13 @@ func (d *marshalDecoder) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		// Every element takes at least one byte: a count beyond the rest is malformed.
+		// Every element takes at least one byte and one value: a count beyond the rest of
+		// either is malformed, and the list is never sized beyond them.
 		if n < 0 || int(n) > len(d.data)-d.pos {
 			return nil, fmt.Errorf("%w: list of %d elements past the end", errMarshal, n)
+		}
+		if int(n) > d.values {
+			return nil, fmt.Errorf("%w: more than %d values", errMarshal, marshalMaxValues)
 		}
 		list := make([]any, 0, n)
 		for range n {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"math"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,6 +87,92 @@ func TestMarshalDecodeRejects(t *testing.T) {
 		_, err := marshalDecode(tt.give)
 		assert.ErrorIs(t, err, errMarshal, "%s: %q", tt.name, tt.give)
 	}
+	// The list itself is a value: it may hold one value fewer than a frame.
+	_, err := marshalDecode(marshalList("N", marshalMaxValues-1))
+	assert.NoError(t, err, "a list of as many values as a frame may hold")
+	_, err = marshalDecode(marshalList("N", marshalMaxValues))
+	assert.ErrorIs(t, err, errMarshal, "a list of more values than a frame may hold")
+	_, err = marshalDecode(marshalList("[\x00\x00\x00\x00", marshalMaxValues))
+	assert.ErrorIs(t, err, errMarshal, "nested lists of more values than a frame may hold")
+	_, err = marshalDecode(marshalList("{u\x01\x00\x00\x00aN0", marshalMaxValues/2))
+	assert.ErrorIs(t, err, errMarshal, "dicts of more keys and values than a frame may hold")
+}
+
+// marshalList is a marshalled list of n copies of the marshalled value elem.
+func marshalList(elem string, n int) []byte {
+	b := binary.LittleEndian.AppendUint32([]byte{'['}, uint32(n))
+	return append(b, bytes.Repeat([]byte(elem), n)...)
+}
+
+// allocated returns the bytes f allocated (of the whole process: the test must not be parallel).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestMarshalDecodeBoundsMemory decodes frames as large as the driver may send, made of the
+// values that cost the most memory per byte: what they decode to stays within the frame's size
+// plus a few MiB, not a multiple of the frame.
+func TestMarshalDecodeBoundsMemory(t *testing.T) {
+	frameLimit := (&Local{cfg: LocalConfig{OutputLimit: 1 << 20}}).maxFrame()
+	slack := uint64(8 << 20)
+	tests := []struct {
+		name string
+		give string // one marshalled value, repeated
+	}{
+		{"Nones", "N"},
+		{"empty dicts", "{0"},
+		{"empty lists", "[\x00\x00\x00\x00"},
+		{"small ints", "i\x07\x00\x00\x00"},
+		{"ints", "i\x07\x01\x00\x00"},
+		{"longs", "l\x03\x00\x00\x00\x01\x00\x01\x00\x01\x00"},
+		{"floats", "g\x00\x00\x00\x00\x00\x00\xf0\x3f"},
+		{"empty strings", "u\x00\x00\x00\x00"},
+		{"empty bytes", "s\x00\x00\x00\x00"},
+		{"dicts of one key", "{u\x01\x00\x00\x00aN0"},
+	}
+	for _, tt := range tests {
+		frame := marshalList(tt.give, (frameLimit-5)/len(tt.give))
+		var err error
+		got := allocated(func() { _, err = marshalDecode(frame) })
+		assert.ErrorIs(t, err, errMarshal, "%s: a %d-byte frame of them is refused", tt.name, len(frame))
+		assert.LessOrEqual(t, got, slack, "%s: memory for a refused %d-byte frame", tt.name, len(frame))
+
+		frame = marshalList(tt.give, marshalMaxValues-1)
+		got = allocated(func() { _, _ = marshalDecode(frame) })
+		assert.LessOrEqual(t, got, uint64(len(frame))+slack, "%s: memory for the most of them a frame holds", tt.name)
+	}
+	frame := binary.LittleEndian.AppendUint32([]byte{'u'}, uint32(frameLimit-5))
+	frame = append(frame, bytes.Repeat([]byte("x"), frameLimit-5)...)
+	var err error
+	got := allocated(func() { _, err = marshalDecode(frame) })
+	require.NoError(t, err, "a string as long as a frame")
+	assert.LessOrEqual(t, got, uint64(len(frame))+slack, "memory for a string as long as a frame")
+}
+
+// TestMarshalDecodeTakesTheLargestResult decodes the largest answer the driver sends: one file
+// entry per file scanned, as many images as a run returns.
+func TestMarshalDecodeTakesTheLargestResult(t *testing.T) {
+	files := make([]any, maxFiles)
+	for i := range files {
+		files[i] = []any{"/mnt/data/f" + strconv.Itoa(i), int64(i)}
+	}
+	images := make([]any, maxImages)
+	for i := range images {
+		images[i] = []byte("\x89PNG")
+	}
+	give := map[string]any{
+		"op": "result", "seq": int64(1), "value": "v", "truncated": true, "files": files, "images": images,
+		"error": map[string]any{"name": "E", "value": "v", "traceback": "t"},
+	}
+	b, err := marshalEncode(give)
+	require.NoError(t, err, "encode")
+	got, err := marshalDecode(b)
+	require.NoError(t, err, "decode the largest result")
+	assert.Equal(t, give, got, "round trip of the largest result")
 }
 
 func FuzzMarshalDecode(f *testing.F) {
