@@ -182,6 +182,14 @@ var passThroughMode = &filterv3.ProcessingMode{
 	ResponseBodyMode:   filterv3.ProcessingMode_NONE,
 }
 
+// wantServedMode is the mode_override that asks for both bodies BUFFERED and the response headers,
+// whatever the route's processing mode.
+var wantServedMode = &filterv3.ProcessingMode{
+	RequestBodyMode:    filterv3.ProcessingMode_BUFFERED,
+	ResponseHeaderMode: filterv3.ProcessingMode_SEND,
+	ResponseBodyMode:   filterv3.ProcessingMode_BUFFERED,
+}
+
 const (
 	toolBody  = `{"model":"m","input":"compute 40+2","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`
 	plainBody = `{"model":"m","input":"hi","tools":[{"type":"function","name":"f","parameters":{}}]}`
@@ -220,7 +228,7 @@ func TestForgedFollowUpIsProcessed(t *testing.T) {
 	ts := newTestServer(t, nil, nil, nil)
 	ex := ts.open(t)
 	resp := ex.send(postHeaders("/v1/responses", "x-codeinterp-followup", "v1.99999999999.deadbeef"))
-	assert.Nil(t, resp.GetModeOverride(), "a forged follow-up header must not skip processing")
+	assert.True(t, protoEqual(wantServedMode, resp.GetModeOverride()), "a forged follow-up header must not skip processing: %v", resp.GetModeOverride())
 	resp = ex.send(reqBody(toolBody))
 	assert.NotNil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "the body is still rewritten")
 }
@@ -255,20 +263,20 @@ func TestSignedFollowUpPassesThrough(t *testing.T) {
 				}
 			}
 			resp := ts.open(t).send(hdrs)
-			assert.Nil(t, resp.GetModeOverride(), "a signature for another request must not pass (%s)", tt.name)
+			assert.True(t, protoEqual(wantServedMode, resp.GetModeOverride()), "a signature for another request must not pass (%s): %v", tt.name, resp.GetModeOverride())
 		})
 	}
 
 	expired := ts.srv.signer.signFollowUp("/v1/responses", identity, time.Now().Add(-time.Second))
 	resp = ts.open(t).send(postHeaders("/v1/responses", "x-codeinterp-followup", expired))
-	assert.Nil(t, resp.GetModeOverride(), "an expired signature must not pass")
+	assert.True(t, protoEqual(wantServedMode, resp.GetModeOverride()), "an expired signature must not pass: %v", resp.GetModeOverride())
 }
 
 func TestPlainRequestPassesThrough(t *testing.T) {
 	ts := newTestServer(t, nil, nil, nil)
 	ex := ts.open(t)
 	resp := ex.send(postHeaders("/v1/responses"))
-	assert.Nil(t, resp.GetModeOverride(), "a served path waits for its body")
+	assert.True(t, protoEqual(wantServedMode, resp.GetModeOverride()), "a served path asks for its body: %v", resp.GetModeOverride())
 	resp = ex.send(reqBody(plainBody))
 	assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "a body without code_interpreter is not touched")
 	assert.Nil(t, resp.GetRequestBody().GetResponse().GetHeaderMutation(), "no header changes either")
@@ -276,6 +284,32 @@ func TestPlainRequestPassesThrough(t *testing.T) {
 	require.NotNil(t, resp.GetResponseHeaders())
 	assert.Equal(t, filterv3.ProcessingMode_NONE, resp.GetModeOverride().GetResponseBodyMode(), "the answer is not sent to the server")
 	assert.Empty(t, ts.loop.requests(), "no loop for a plain request")
+}
+
+// TestServedPathAsksForBufferedBodies: the server relies on whole bodies, so it does not count
+// on the route's processing mode (a route's ExtProcPerRoute may set another): a served path's
+// request_headers answer asks for a BUFFERED request body and response headers, and a rewritten
+// request's response_headers answer for a BUFFERED response body, so that the loop gets the
+// whole answer. Each mode_override merges to the shipped filter mode (reference §2), and
+// rides on an answer the server sends anyway.
+func TestServedPathAsksForBufferedBodies(t *testing.T) {
+	ts := newTestServer(t, nil, nil, nil)
+	for _, path := range []string{"/v1/responses", "/v1/chat/completions", "/openai/v1/responses"} {
+		ex := ts.open(t)
+		resp := ex.send(postHeaders(path))
+		require.NotNil(t, resp.GetRequestHeaders(), "a request_headers answer on %s", path)
+		assert.True(t, protoEqual(wantServedMode, resp.GetModeOverride()), "request_headers mode_override on %s: %v", path, resp.GetModeOverride())
+
+		body := toolBody
+		if path == "/v1/chat/completions" {
+			body = `{"model":"m","messages":[],"tools":[{"type":"code_interpreter"}]}`
+		}
+		resp = ex.send(reqBody(body))
+		require.NotNil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "the body on %s is rewritten", path)
+		resp = ex.send(respHeaders(":status", "200", "content-type", "application/json"))
+		require.NotNil(t, resp.GetResponseHeaders(), "a response_headers answer on %s", path)
+		assert.True(t, protoEqual(wantServedMode, resp.GetModeOverride()), "response_headers mode_override on %s: %v", path, resp.GetModeOverride())
+	}
 }
 
 func TestMalformedJSONIs400(t *testing.T) {

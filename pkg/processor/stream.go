@@ -131,21 +131,41 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	st.kind = kindServed
 	st.surface = surface
 	if len(reserved) == 0 {
-		return continueHeaders
+		return continueServed
 	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: reserved},
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: reserved}},
 		}},
-	}}
+		ModeOverride: servedMode,
+	}
+}
+
+// servedMode is the processing mode a served request needs, whatever mode its route has (a
+// route's ExtProcPerRoute may set another): the whole request body, the response headers, and
+// the whole response body, so that the body can be rewritten and the loop reads the complete
+// answer. It is sent as the mode_override of the request_headers answer of a served path (a
+// request body mode may still change there) and of the response_headers answer of a rewritten
+// request (reference §2). Envoy merges a mode_override into the filter's configured mode:
+// omitted body modes would be NONE, DEFAULT header and trailer modes keep the configured ones.
+// This one merges to the shipped envoy.yaml mode, so that mode is the one to list if the filter
+// sets allowed_override_modes. The request body mode no longer matters on response headers.
+var servedMode = &filterv3.ProcessingMode{
+	RequestBodyMode:    filterv3.ProcessingMode_BUFFERED,
+	ResponseHeaderMode: filterv3.ProcessingMode_SEND,
+	ResponseBodyMode:   filterv3.ProcessingMode_BUFFERED,
 }
 
 // Answers that carry nothing of a stream's own are made once and shared: the server never
 // modifies a message it has sent.
 var (
-	continueHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-	}}
+	// continueServed answers a served path's request headers.
+	continueServed = &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{},
+		}},
+		ModeOverride: servedMode,
+	}
 	continueBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}
@@ -158,9 +178,14 @@ var (
 		}},
 		ModeOverride: &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE},
 	}
-	continueResponseHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-	}}
+	// bufferResponseBody answers a rewritten request's 200 response headers: the loop needs the
+	// whole answer in one response_body message.
+	bufferResponseBody = &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{},
+		}},
+		ModeOverride: servedMode,
+	}
 	continueResponseBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}
@@ -248,8 +273,8 @@ func continueRequestBody(body []byte, remove []string) *extprocv3.ProcessingResp
 	}}
 }
 
-// responseHeaders lets a rewritten request's 200 answer come to the server buffered; everything
-// else passes through without its body being sent here.
+// responseHeaders has a rewritten request's 200 answer come to the server buffered, whatever the
+// route's mode; everything else passes through without its body being sent here.
 func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	if st.kind != kindRewritten {
 		return skipResponseBody
@@ -261,7 +286,7 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 		return skipResponseBody
 	}
 	st.respEncoding = strings.ToLower(strings.TrimSpace(rh.get("content-encoding")))
-	return continueResponseHeaders
+	return bufferResponseBody
 }
 
 // responseBody runs the loop over a rewritten request's answer and replaces it with the final one.
