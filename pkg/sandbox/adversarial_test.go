@@ -508,18 +508,34 @@ func TestAdversarialProtocolAbuse(t *testing.T) {
 	assertHealthy(t, l)
 }
 
+// forge defines forge(**frame) in a cell, which writes a frame to the driver's answer pipe, and
+// S, the driver's state (S.seq is the run's number).
+const forge = `import marshal, os, sys, time
+S = sys._getframe(1).f_globals['S']
+def forge(**v):
+    body = marshal.dumps(v, 2)
+    os.write(4, len(body).to_bytes(4, 'big') + body)
+`
+
+// TestAdversarialForgedAnswerOfThisRun answers the run from its own code before the code ends:
+// the run takes the answer (the code could have printed anything anyway) but does not wait for
+// the code's end markers beyond their grace, nor does the container outlive the real answer.
+func TestAdversarialForgedAnswerOfThisRun(t *testing.T) {
+	t.Parallel()
+	c := newTestContainer(t, sharedLocal(t), Spec{})
+	res, err := runTimeout(c, forge+"forge(op='result', seq=S.seq, value='forged')\ntime.sleep(30)\nprint('late')", 60*time.Second)
+	require.NoError(t, err, "the run takes the answer it was sent")
+	assert.NotContains(t, res.Stdout, "late", "the run ended with its answer, not with the code")
+	_, err = runTimeout(c, "1", time.Second)
+	assert.ErrorIs(t, err, ErrLost, "the container is given up (the real answer comes out of turn)")
+}
+
 // TestAdversarialForgedAnswers writes frames to the driver's answer pipe from the code, which
 // runs in the driver's process: any frame but the run's own result gives the container up,
 // before the server decodes more of them.
 func TestAdversarialForgedAnswers(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	forge := `import marshal, os, sys, time
-S = sys._getframe(1).f_globals['S']  # the driver's state
-def forge(**v):
-    body = marshal.dumps(v, 2)
-    os.write(4, len(body).to_bytes(4, 'big') + body)
-`
 	tests := []struct {
 		name string
 		give string

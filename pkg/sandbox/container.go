@@ -562,14 +562,7 @@ func (c *localContainer) stopErr(ctx context.Context, killed bool) error {
 // partial collects what the streams delivered of a run cut short.
 func (c *localContainer) partial(outDone, errDone <-chan struct{}) Result {
 	// A dead container's pipes end soon; a live one's output so far is all there is.
-	wait := time.NewTimer(markerGrace / 4)
-	defer wait.Stop()
-	for _, ch := range []<-chan struct{}{outDone, errDone} {
-		select {
-		case <-ch:
-		case <-wait.C:
-		}
-	}
+	waitMarkers(markerGrace/4, nil, outDone, errDone)
 	var res Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
@@ -578,17 +571,24 @@ func (c *localContainer) partial(outDone, errDone <-chan struct{}) Result {
 	return res
 }
 
-// result builds a run's Result from the driver's answer and the streams.
-func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct{}) Result {
-	wait := time.NewTimer(markerGrace)
-	defer wait.Stop()
+// waitMarkers waits until both streams have shown the run's end marker or ended, until exited
+// is closed (when not nil), or for d in all.
+func waitMarkers(d time.Duration, exited <-chan struct{}, outDone, errDone <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
 	for _, ch := range []<-chan struct{}{outDone, errDone} {
 		select {
 		case <-ch:
-		case <-wait.C:
-		case <-c.exited:
+		case <-exited:
+		case <-t.C:
+			return
 		}
 	}
+}
+
+// result builds a run's Result from the driver's answer and the streams.
+func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct{}) Result {
+	waitMarkers(markerGrace, c.exited, outDone, errDone)
 	var res Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
