@@ -68,6 +68,7 @@ type Server struct {
 	log        *zap.Logger
 	metrics    *Metrics
 	now        func() time.Time
+	pending    *pendingOutputs
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -107,6 +108,7 @@ func New(o Options) (*Server, error) {
 		log:        log.Named("processor"),
 		metrics:    metrics,
 		now:        now,
+		pending:    newPendingOutputs(now),
 	}, nil
 }
 

@@ -28,6 +28,7 @@ import (
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 func TestMain(m *testing.M) {
@@ -410,7 +411,7 @@ func TestLoopAnswer(t *testing.T) {
 }
 
 func TestLoopErrorIsImmediateResponse(t *testing.T) {
-	fl := &fakeLoop{resp: loop.Response{Status: 500, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"error":{"message":"boom"}}`), Stop: loop.StopUpstreamError}}
+	fl := &fakeLoop{resp: loop.Response{Status: 500, Header: http.Header{"Content-Type": {"application/json"}, "Retry-After": {"3"}}, Body: []byte(`{"error":{"message":"boom"}}`), Stop: loop.StopUpstreamError}}
 	ts := newTestServer(t, nil, fl, nil)
 	ex := ts.open(t)
 	ex.send(postHeaders("/v1/chat/completions"))
@@ -421,6 +422,11 @@ func TestLoopErrorIsImmediateResponse(t *testing.T) {
 	require.NotNil(t, ir)
 	assert.Equal(t, 500, int(ir.GetStatus().GetCode()))
 	assert.Equal(t, `{"error":{"message":"boom"}}`, string(ir.GetBody()))
+	got := map[string]string{}
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		got[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+	}
+	assert.Equal(t, map[string]string{"content-type": "application/json", "retry-after": "3"}, got, "the loop's headers, lower-case, as raw values")
 }
 
 func TestGzipAnswerIsDecoded(t *testing.T) {
@@ -474,3 +480,32 @@ func TestIdentity(t *testing.T) {
 }
 
 func protoEqual(a, b proto.Message) bool { return proto.Equal(a, b) }
+
+// A turn that called the code function and a client function leaves the code's output pending
+// upstream; the request that continues from that answer by previous_response_id gets it
+// prepended, also when it no longer has the code_interpreter tool, and only for the same caller.
+func TestContinuationCarriesPendingOutputs(t *testing.T) {
+	fl := &fakeLoop{resp: loop.Response{
+		Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"resp_mixed"}`),
+		Stop: loop.StopClientCall, ResponseID: "resp_mixed", Pending: []schema.CallOutput{{CallID: "call_ci", Output: "42\n"}},
+	}}
+	ts := newTestServer(t, nil, fl, nil)
+	ex := ts.open(t)
+	ex.send(postHeaders("/v1/responses"))
+	ex.send(reqBody(toolBody))
+	ex.send(respHeaders(":status", "200"))
+	ex.send(respBody([]byte(`{"id":"resp_mixed"}`)))
+
+	next := `{"model":"m","previous_response_id":"resp_mixed","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
+	ex = ts.open(t)
+	ex.send(postHeaders("/v1/responses"))
+	resp := ex.send(reqBody(next))
+	want := `{"model":"m","previous_response_id":"resp_mixed","input":[{"type":"function_call_output","call_id":"call_ci","output":"42\n"},{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
+	assert.Equal(t, want, string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody()), "the continuation carries the pending output")
+
+	ex = ts.open(t)
+	ex.send(reqHeaders(false, ":authority", "llm.local", ":path", "/v1/responses", ":method", "POST", ":scheme", "http",
+		"content-type", "application/json", "authorization", "Bearer sk-two"))
+	resp = ex.send(reqBody(next))
+	assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "another caller's continuation is left as it is")
+}

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,6 +238,9 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	}
 	if !rw.Found {
 		st.kind = kindPlain
+		if body := st.continuation(b.GetBody(), rw); body != nil {
+			return continueRequestBody(body, nil)
+		}
 		return continueBody
 	}
 	st.identity = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
@@ -259,10 +264,33 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
 	}
 	st.kind = kindRewritten
+	if body := st.continuation(rw.Body, rw); body != nil {
+		rw.Body = body
+	}
 	st.rewrite = rw
 	st.srv.metrics.rewrites.WithLabelValues(st.surface.String()).Inc()
 	// The upstream must answer uncompressed: the loop reads the answer and rewrites it.
 	return continueRequestBody(rw.Body, []string{"accept-encoding"})
+}
+
+// continuation returns body with the outputs of the code calls that the answer a Responses
+// request continues from left pending (see pendingOutputs), or nil when there are none.
+func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
+	if rw.PreviousResponseID == "" && rw.ConversationID == "" {
+		return nil
+	}
+	identity := st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
+	outs := st.srv.pending.take(identity, rw.PreviousResponseID, rw.ConversationID)
+	if outs == nil {
+		return nil
+	}
+	out, err := schema.PrependCallOutputs(body, outs)
+	if err != nil {
+		st.logger().Warn("add pending code outputs", zap.Error(err))
+		return nil
+	}
+	st.logger().Debug("added pending code outputs", zap.Int("outputs", len(outs)))
+	return out
 }
 
 // continueRequestBody answers a request body, replacing it when body is non-nil (and then setting
@@ -321,12 +349,12 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
 		zap.Int("calls", res.Calls), zap.Int("status", res.Status))
 
-	if res.Status != http.StatusOK {
-		return immediate(res.Status, res.Header.Get("content-type"), res.Body, "codeinterp_"+string(res.Stop)), nil
+	if len(res.Pending) > 0 {
+		st.srv.pending.put(st.identity, res.ResponseID, st.rewrite.ConversationID, res.Pending)
 	}
-	set := []*corev3.HeaderValueOption{setHeader("content-type", res.Header.Get("content-type"))}
-	if cc := res.Header.Get("cache-control"); cc != "" {
-		set = append(set, setHeader("cache-control", cc))
+	set := headerOptions(res.Header)
+	if res.Status != http.StatusOK {
+		return immediateWith(res.Status, set, res.Body, "codeinterp_"+string(res.Stop)), nil
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: bodyMutation(res.Body, set, []string{"content-encoding"})},
@@ -410,9 +438,18 @@ const jsonContentType = "application/json"
 // immediate answers the client directly (reference §4.3): Envoy sends the reply with a
 // content-length of len(body), and drops the upstream's answer if there was one.
 func immediate(code int, contentType string, body []byte, details string) *extprocv3.ProcessingResponse {
-	var headers *extprocv3.HeaderMutation
+	var set []*corev3.HeaderValueOption
 	if contentType != "" {
-		headers = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", contentType)}}
+		set = []*corev3.HeaderValueOption{setHeader("content-type", contentType)}
+	}
+	return immediateWith(code, set, body, details)
+}
+
+// immediateWith is immediate with the headers set given.
+func immediateWith(code int, set []*corev3.HeaderValueOption, body []byte, details string) *extprocv3.ProcessingResponse {
+	var headers *extprocv3.HeaderMutation
+	if len(set) > 0 {
+		headers = &extprocv3.HeaderMutation{SetHeaders: set}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
@@ -422,6 +459,19 @@ func immediate(code int, contentType string, body []byte, details string) *extpr
 			Details: details,
 		},
 	}}
+}
+
+// headerOptions returns the header mutations that set every header of h (its first value), in
+// a fixed order.
+func headerOptions(h http.Header) []*corev3.HeaderValueOption {
+	keys := slices.Sorted(maps.Keys(h))
+	set := make([]*corev3.HeaderValueOption, 0, len(keys))
+	for _, k := range keys {
+		if v := h[k]; len(v) > 0 {
+			set = append(set, setHeader(strings.ToLower(k), v[0]))
+		}
+	}
+	return set
 }
 
 // bodyMutation replaces the body (when body is non-nil) and keeps content-length equal to its

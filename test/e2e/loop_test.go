@@ -252,6 +252,7 @@ var loopScenarios = []loopScenario{
 	{name: "upstream 500 in round 2 (responses)", run: scenarioUpstreamErrorResponses},
 	{name: "upstream 500 in round 2 (chat)", run: scenarioUpstreamErrorChat},
 	{name: "a mixed client and internal call, then the client's replay", run: scenarioMixedReplay},
+	{name: "a mixed client and internal call, then a continuation by previous_response_id", run: scenarioMixedContinue},
 	{name: "a mixed client and internal call (chat)", run: scenarioMixedChat},
 }
 
@@ -818,6 +819,45 @@ func scenarioMixedReplay(t *testing.T, x *scene) string {
 	assert.Equal(t, "sunny", outputOf(t, reqs[1], "call_w"), "mixed: the client's output")
 	checkNativeAnswer(t, second, "mixed replay")
 	assert.Equal(t, "42, and sunny in Paris.", second.OutputText(), "mixed: the final answer")
+	return normalized("[" + first.RawJSON() + "," + second.RawJSON() + "]")
+}
+
+func scenarioMixedContinue(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(5, 5), runCode("call_ci", "print(6 * 7)"),
+			fakemodel.FunctionCall("get_weather", "call_w", `{"city":"Paris"}`)),
+		responsesReply(usage(9, 3), fakemodel.Message("42, and sunny in Paris.")),
+		responsesReply(usage(9, 3), fakemodel.Message("Sunny in Paris.")))
+	p := ask("compute and check the weather")
+	p.Tools = append(p.Tools, weatherTool())
+	first := x.responses(t, "sk-continue", p)
+	require.Len(t, x.sent(), 1, "continue: the client's call is pending, so the model is not called again")
+	checkNativeAnswer(t, first, "continue")
+	assert.Equal(t, []string{"code_interpreter_call", "function_call"}, itemTypes(first), "continue: our item, then the client's call")
+
+	// The client continues from the stored answer with its own call's output only, as it would
+	// with OpenAI's hosted tool. The upstream stored that turn with our call unanswered too.
+	p.PreviousResponseID = openai.String(first.ID)
+	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+		{OfFunctionCallOutput: &responses.ResponseInputItemFunctionCallOutputParam{
+			CallID: openai.String("call_w"),
+			Output: responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfString: openai.String("sunny")},
+		}},
+	}}
+	second := x.responses(t, "sk-continue", p)
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "continue: the continuation reached the model")
+	assert.Equal(t, first.ID, gjson.GetBytes(reqs[1].Body, "previous_response_id").String(), "continue: previous_response_id kept")
+	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_ci"), "continue: our call's output added for the upstream")
+	assert.Equal(t, "sunny", outputOf(t, reqs[1], "call_w"), "continue: the client's output")
+	checkNativeAnswer(t, second, "continue")
+	assert.Equal(t, "42, and sunny in Paris.", second.OutputText(), "continue: the final answer")
+
+	// Another API key naming the same answer gets nothing of ours.
+	_ = x.responses(t, "sk-other", p)
+	reqs = x.sent()
+	require.Len(t, reqs, 3, "continue: the other key's request reached the model")
+	assert.False(t, gjson.GetBytes(reqs[2].Body, `input.#(call_id=="call_ci")`).Exists(), "continue: no output for another identity: %s", reqs[2].Body)
 	return normalized("[" + first.RawJSON() + "," + second.RawJSON() + "]")
 }
 
