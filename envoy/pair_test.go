@@ -24,8 +24,12 @@ func TestServerConfigMatchesBootstrap(t *testing.T) {
 	require.NoError(t, err)
 	maxTimeout := in.ExtProc.GetMaxMessageTimeout().AsDuration()
 
+	// Nothing moves on the client's stream while the loop runs: the connection manager's stream
+	// idle timeout must outlast it too.
+	idle := in.HCM.GetStreamIdleTimeout().AsDuration()
 	for name, p := range config.Profiles(cfg) {
 		assert.LessOrEqual(t, p.LoopDeadline, maxTimeout, "profile %q: loop_deadline must fit under max_message_timeout", name)
+		assert.Less(t, p.LoopDeadline, idle, "profile %q: loop_deadline must be shorter than stream_idle_timeout", name)
 	}
 	assert.Contains(t, in.ExtProc.GetGrpcService().GetEnvoyGrpc().GetClusterName(), "codeinterp")
 	assert.Contains(t, cfg.GetListen(), "50051", "listen matches the ext_proc cluster's port")

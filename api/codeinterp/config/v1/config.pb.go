@@ -207,7 +207,9 @@ type Profile struct {
 	MaxRounds uint32 `protobuf:"varint,4,opt,name=max_rounds,json=maxRounds,proto3" json:"max_rounds,omitempty"`
 	// loop_deadline bounds one request's whole loop (code runs and follow-up model calls). The
 	// server sends Envoy one override_message_timeout of this length when a loop starts, so it
-	// must not exceed the filter's max_message_timeout. Default 240s.
+	// must not exceed the filter's max_message_timeout, and Envoy's stream_idle_timeout must be
+	// longer. The server keeps the last second for sending its answer, so it must be longer than
+	// 1s. Default 240s.
 	LoopDeadline *durationpb.Duration `protobuf:"bytes,5,opt,name=loop_deadline,json=loopDeadline,proto3" json:"loop_deadline,omitempty"`
 	// run_timeout is the wall-clock limit of one code run. Default 30s.
 	RunTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=run_timeout,json=runTimeout,proto3" json:"run_timeout,omitempty"`
