@@ -73,8 +73,13 @@ func (l *Local) maxFrame() int {
 	return 5*l.cfg.OutputLimit + 4<<20
 }
 
-// start launches the process and its reader goroutines; it does not wait for the driver.
+// start launches the process and its reader goroutines; it does not wait for the driver. It
+// fails with ErrClosed after Close, which waits for the starts in progress.
 func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
+	if err := l.beginStart(); err != nil {
+		return nil, err
+	}
+	defer l.starts.Done()
 	c := &localContainer{
 		l:       l,
 		initFD:  -1,
@@ -88,16 +93,17 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	name := randomHex(8)
 	c.log = l.log.With(zap.String("container", name))
 	var childFiles []*os.File
+	started := false // the process started: Delete releases what the container holds
 	defer func() {
 		for _, f := range childFiles {
 			f.Close()
 		}
-		if err != nil {
+		if err != nil && !started {
 			c.closeParentFiles()
 			if c.hostDir != "" {
 				os.RemoveAll(c.hostDir)
 			}
-			if c.cg != nil && c.cmd == nil {
+			if c.cg != nil {
 				_ = c.cg.remove()
 			}
 		}
@@ -201,15 +207,12 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	}
 	cmd.WaitDelay = time.Second
 	c.cmd = cmd
-	if err := l.track(c); err != nil {
-		cancel()
-		return nil, err
-	}
 	if err := cmd.Start(); err != nil {
 		cancel()
-		l.untrack(c)
 		return nil, fmt.Errorf("%w: start %s: %w", ErrUnavailable, path, err)
 	}
+	started = true
+	l.track(c)
 	for _, f := range childFiles {
 		f.Close()
 	}

@@ -115,10 +115,11 @@ type Local struct {
 
 	// mu guards the fields below.
 	mu     sync.Mutex
-	live   map[*localContainer]struct{}
+	live   map[*localContainer]struct{} // started and not yet deleted
 	closed bool
 
-	wg sync.WaitGroup // goroutines of all containers
+	starts sync.WaitGroup // starts in progress, added to under mu while not closed
+	wg     sync.WaitGroup // goroutines of all containers
 }
 
 var _ Provider = (*Local)(nil)
@@ -571,6 +572,8 @@ func (l *Local) Close() error {
 	first := !l.closed
 	l.closed = true
 	l.mu.Unlock()
+	// No start begins now; one in progress ends with its container live or released.
+	l.starts.Wait()
 	live := l.liveContainers()
 	for _, c := range live {
 		c.kill()
@@ -588,14 +591,24 @@ func (l *Local) Close() error {
 	return nil
 }
 
-func (l *Local) track(c *localContainer) error {
+// beginStart counts a start in progress, which must call l.starts.Done when it ends; after
+// Close it fails with ErrClosed.
+func (l *Local) beginStart() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return ErrClosed
 	}
-	l.live[c] = struct{}{}
+	l.starts.Add(1)
 	return nil
+}
+
+// track adds a started container to those Close kills. Its start is still counted in
+// l.starts, so Close, which waits for the starts, sees it.
+func (l *Local) track(c *localContainer) {
+	l.mu.Lock()
+	l.live[c] = struct{}{}
+	l.mu.Unlock()
 }
 
 // liveContainers returns the containers created and not yet deleted.

@@ -3,8 +3,15 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -389,6 +396,70 @@ func TestLocalClose(t *testing.T) {
 	assert.False(t, c.(*localContainer).Alive(), "Close killed the live container")
 	_, err = l.Create(context.Background(), Spec{})
 	assert.ErrorIs(t, err, ErrClosed, "create after close")
+}
+
+// TestLocalStartFailures runs a Local whose bubblewrap is gone after NewLocal, so that every
+// start fails in the middle: a failed start leaves no cgroup behind, and Close, racing with
+// failing starts, returns.
+func TestLocalStartFailures(t *testing.T) {
+	t.Parallel()
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("bubblewrap is not installed")
+	}
+	dir, err := os.MkdirTemp("", "codeinterp-test-")
+	require.NoError(t, err, "temporary directory")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755), "the sandbox user runs bubblewrap from it")
+	link := filepath.Join(dir, "bwrap")
+	require.NoError(t, os.Symlink(bwrap, link), "link bubblewrap")
+	l, err := NewLocal(LocalConfig{Bwrap: link}, zaptest.NewLogger(t))
+	require.NoError(t, err, "NewLocal")
+	var parents []string // the Local's cgroups, which hold one directory per container
+	if l.cgroups != nil {
+		parents = slices.Clone(l.cgroups.dirs)
+	}
+	require.NoError(t, os.Remove(link), "remove bubblewrap")
+
+	_, err = l.Create(context.Background(), Spec{})
+	require.ErrorIs(t, err, ErrUnavailable, "a start without bubblewrap")
+	for _, p := range parents {
+		entries, err := os.ReadDir(p)
+		require.NoError(t, err, "read cgroup %s", p)
+		for _, e := range entries {
+			assert.False(t, e.IsDir(), "cgroup %s of a failed start is removed", e.Name())
+		}
+	}
+
+	var attempts atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				_, err := l.Create(context.Background(), Spec{})
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				attempts.Add(1)
+			}
+		})
+	}
+	for attempts.Load() < 100 {
+		runtime.Gosched()
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		assert.NoError(t, err, "close while starts fail")
+	case <-time.After(time.Minute):
+		require.FailNow(t, "Close hangs while starts fail")
+	}
+	wg.Wait()
+	for _, p := range parents {
+		_, err := os.Stat(p)
+		assert.ErrorIs(t, err, os.ErrNotExist, "Close removed the Local's cgroup %s: no container's is left in it", p)
+	}
 }
 
 func TestManagerOverLocal(t *testing.T) {
