@@ -91,9 +91,31 @@ def _write_all(fd, data):
         view = view[n:]
 
 
-def _send(obj):
+def _frame(obj):
     body = marshal.dumps(obj, 2)
-    _write_all(R_OUT, len(body).to_bytes(4, 'big') + body)
+    return len(body).to_bytes(4, 'big') + body
+
+
+def _send(obj):
+    _write_all(R_OUT, _frame(obj))
+
+
+def _send_result(res):
+    try:
+        frame = _frame(res)
+    except Exception as e:
+        # Something marshal refuses (the code can reach the driver's state), or no memory left
+        # to encode the result: the run fails, the container lives on.
+        frame = _frame(_error_result(res.get('seq', 0), type(e).__name__,
+                                     'the result could not be returned: %s' % _cap(str(e))))
+    _write_all(R_OUT, frame)
+
+
+def _error_result(seq, name, value):
+    # A run's result that is only an error, as Python would print it without a traceback.
+    text = name + (': ' + value if value else '') + '\n'
+    return {'op': 'result', 'seq': seq, 'value': '', 'files': [], 'images': [], 'truncated': False,
+            'error': {'name': _cap(name), 'value': _cap(value), 'traceback': _cap(text)}}
 
 
 # --- interrupts -----------------------------------------------------------------------------
@@ -330,6 +352,9 @@ def _exec_cell(code, fname, res):
 
 
 def _cap(text):
+    # repr() and str() may return a str subclass (numpy.str_ is one), which marshal refuses.
+    if type(text) is not str:
+        text = str.__str__(text)
     data = text.encode('utf-8', 'surrogatepass')
     if len(data) <= S.limit:
         return text
@@ -353,7 +378,7 @@ def _format_error(e):
         value = str(e)
     except Exception:
         value = '<exception str() failed>'
-    return {'name': type(e).__name__, 'value': _cap(value), 'traceback': _cap(text)}
+    return {'name': _cap(type(e).__name__), 'value': _cap(value), 'traceback': _cap(text)}
 
 
 def _forked_child_exit(e):
@@ -539,10 +564,8 @@ def _main():
         try:
             res = _run(req)
         except KeyboardInterrupt:
-            res = {'op': 'result', 'seq': req.get('seq', 0), 'value': '', 'files': [], 'images': [],
-                   'truncated': False,
-                   'error': {'name': 'KeyboardInterrupt', 'value': '', 'traceback': 'KeyboardInterrupt\n'}}
-        _send(res)
+            res = _error_result(req.get('seq', 0), 'KeyboardInterrupt', '')
+        _send_result(res)
 
 
 _DRIVER_FILE = _main.__code__.co_filename

@@ -127,6 +127,45 @@ func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 	}
 }
 
+// TestLocalResultsMarshalRefuses runs cells whose results hold what the driver's encoding
+// refuses as it stands: each run answers, and the container keeps its state.
+func TestLocalResultsMarshalRefuses(t *testing.T) {
+	t.Parallel()
+	c := newTestContainer(t, sharedLocal(t), Spec{})
+	runIn(t, c, "x = 41\nclass S(str): pass")
+	tests := []struct {
+		name      string
+		give      string
+		wantValue string
+		wantErr   string // exception class
+		wantText  string // in the error's value
+	}{
+		{name: "repr is a str subclass", give: "class A:\n    def __repr__(self): return S('an A')\nA()", wantValue: "an A"},
+		{name: "str of an exception is a str subclass",
+			give:    "class E(Exception):\n    def __str__(self): return S('boom')\nraise E()",
+			wantErr: "E", wantText: "boom"},
+		{name: "exception class named by a str subclass",
+			give:    "class E(Exception): pass\nE.__name__ = S('Renamed')\nraise E('x')",
+			wantErr: "Renamed", wantText: "x"},
+		{name: "what marshal refuses in the driver's state",
+			give:    "import sys\nsys._getframe(1).f_globals['S'].images.append(object())",
+			wantErr: "ValueError", wantText: "the result could not be returned"},
+	}
+	for _, tt := range tests {
+		res, err := runTimeout(c, tt.give, 30*time.Second)
+		require.NoError(t, err, "%s: run %q", tt.name, tt.give)
+		assert.Equal(t, tt.wantValue, res.Value, "%s: value of %q", tt.name, tt.give)
+		if tt.wantErr == "" {
+			assert.Nil(t, res.Error, "%s: error of %q", tt.name, tt.give)
+			continue
+		}
+		require.NotNil(t, res.Error, "%s: error of %q", tt.name, tt.give)
+		assert.Equal(t, tt.wantErr, res.Error.Name, "%s: error of %q", tt.name, tt.give)
+		assert.Contains(t, res.Error.Value, tt.wantText, "%s: error value of %q", tt.name, tt.give)
+	}
+	assert.Equal(t, "41", runIn(t, c, "x").Value, "the container kept its state")
+}
+
 func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
 	t.Parallel()
 	c := newTestContainer(t, sharedLocal(t), Spec{})
