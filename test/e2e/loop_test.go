@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
@@ -17,9 +18,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
+	"github.com/codeinterp/codeinterp/test/e2e/harness"
 )
 
 // Issue 4 (the loop) and issue 5 (streaming) end to end. Every scenario runs twice, once with
@@ -50,6 +53,51 @@ func TestLoop(t *testing.T) {
 		}
 		t.Run("sandbox lifetime", func(t *testing.T) { testSandboxLifetime(t, s, m) })
 		t.Run("a chat stream without include_usage has no usage chunk", func(t *testing.T) { testChatStreamWithoutUsage(t, s, m) })
+	})
+}
+
+// TestLoopWhateverTheRouteMode runs scenarios on routes whose ExtProcPerRoute sets other body
+// modes than the filter's (request body NONE, response body STREAMED): the server asks for the
+// whole bodies with its mode_override, so the request is still rewritten and the loop still reads
+// the whole answer.
+func TestLoopWhateverTheRouteMode(t *testing.T) {
+	cfg := harness.ShippedConfig(t)
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if r.PerRoute.GetDisabled() {
+			continue
+		}
+		per := &extprocv3.ExtProcPerRoute{}
+		if r.PerRoute != nil {
+			per = proto.Clone(r.PerRoute).(*extprocv3.ExtProcPerRoute)
+		}
+		if per.GetOverrides() == nil {
+			per.Override = &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{}}
+		}
+		per.GetOverrides().ProcessingMode = &extprocv3.ProcessingMode{
+			RequestHeaderMode:  extprocv3.ProcessingMode_SEND,
+			RequestBodyMode:    extprocv3.ProcessingMode_NONE,
+			ResponseHeaderMode: extprocv3.ProcessingMode_SEND,
+			ResponseBodyMode:   extprocv3.ProcessingMode_STREAMED,
+		}
+		r.PerRoute = per
+	}
+	env := NewEnv(t, EnvOptions{Harness: harness.Options{Config: cfg}})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		m := newModel(t, s.Model)
+		for _, sc := range []loopScenario{
+			{name: "compute 40+2 (responses)", run: scenarioComputeResponses},
+			{name: "compute 40+2 (chat)", run: scenarioComputeChat},
+		} {
+			for _, v := range variants {
+				t.Run(sc.name+"/"+v.String(), func(t *testing.T) {
+					m.clear()
+					x := &scene{s: s, m: m, v: v, mark: len(m.Requests())}
+					sc.run(t, x)
+					assert.Zero(t, m.pending(), "%s (%s): every scripted answer was used", sc.name, v)
+				})
+			}
+		}
 	})
 }
 
