@@ -459,13 +459,8 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 	outDone := c.stdout.begin(marker)
 	errDone := c.stderr.begin(marker)
 
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.ctlW.SetWriteDeadline(dl)
-	} else {
-		_ = c.ctlW.SetWriteDeadline(time.Time{})
-	}
 	req := map[string]any{"op": "run", "seq": int64(seq), "code": code, "marker": marker}
-	if err := writeFrame(c.ctlW, req); err != nil {
+	if err := c.send(ctx, req); err != nil {
 		c.kill()
 		res := c.partial(outDone, errDone)
 		if ctx.Err() != nil {
@@ -530,6 +525,23 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 			return c.partial(outDone, errDone), ErrClosed
 		}
 	}
+}
+
+// send writes a request to the driver. The request is written whole even when ctx ends
+// meanwhile (the run is then interrupted, which the driver honours as the run starts), but a
+// driver that does not read it is given up InterruptGrace after ctx ends.
+func (c *localContainer) send(ctx context.Context, req map[string]any) error {
+	_ = c.ctlW.SetWriteDeadline(time.Time{})
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = c.ctlW.SetWriteDeadline(time.Now().Add(c.l.cfg.InterruptGrace))
+		close(fired)
+	})
+	err := writeFrame(c.ctlW, req)
+	if !stop() {
+		<-fired
+	}
+	return err
 }
 
 // checkAnswer checks that a frame the driver sent during run seq is that run's result. Each

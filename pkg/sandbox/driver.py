@@ -52,6 +52,7 @@ S = _State()
 S.lock = _thread.allocate_lock()
 S.running = False
 S.seq = 0
+S.interrupted = 0  # the latest run the server interrupted
 S.count = 0
 S.images = []
 S.image_bytes = 0
@@ -137,6 +138,8 @@ def _interrupt_loop(main_ident):
             return
         seq = int.from_bytes(b, 'big')
         with S.lock:
+            # A run interrupted before it starts is stopped as it starts (_intr_on).
+            S.interrupted = max(S.interrupted, seq)
             if S.running and S.seq == seq:
                 _flush_buffers()
                 signal.pthread_kill(main_ident, signal.SIGINT)
@@ -153,11 +156,15 @@ def _flush_buffers():
 
 
 def _intr_on(seq):
+    # The handler is in place before the run counts as running: only then is SIGINT sent.
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with S.lock:
         S.seq = seq
         S.running = True
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+        early = S.interrupted >= seq
+    if early:
+        raise KeyboardInterrupt
 
 
 def _intr_off():

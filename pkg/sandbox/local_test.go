@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -295,6 +296,41 @@ func TestLocalTimeoutInterrupts(t *testing.T) {
 		assert.Equal(t, "started\n", res.Stdout, "%s: output before the interrupt", tt.name)
 		require.NotNil(t, res.Error, "%s: interrupted", tt.name)
 		assert.Equal(t, "KeyboardInterrupt", res.Error.Name, "%s: interrupted like a notebook", tt.name)
+		assert.Equal(t, "1\n", runIn(t, c, "print(x)").Stdout, "%s: state survives the interrupt", tt.name)
+	}
+}
+
+// TestLocalInterruptBeforeTheRunStarts makes the driver slow (from a cell: the code can reach
+// the driver's functions) so that a run's time is up before the run starts: it is interrupted
+// as it starts, not lost.
+func TestLocalInterruptBeforeTheRunStarts(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	slowDriver := func(fn string) string {
+		return fmt.Sprintf(`import sys, time
+g = sys._getframe(1).f_globals
+def slow(*args, f=g[%[1]q]):
+    time.sleep(1)
+    return f(*args)
+g[%[1]q] = slow`, fn)
+	}
+	tests := []struct {
+		name string
+		slow string // the driver function that takes a second longer
+		give string
+	}{
+		{"the interrupt arrives while the driver prepares the run", "_reset_streams", "while True:\n    pass"},
+		{"a large cell sent with little time left", "_recv", strings.Repeat("#", 1<<20) + "\nwhile True:\n    pass"},
+	}
+	for _, tt := range tests {
+		c := newTestContainer(t, l, Spec{})
+		runIn(t, c, "x = 1\n"+slowDriver(tt.slow))
+		res, err := runTimeout(c, tt.give, 300*time.Millisecond)
+		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
+		assert.NotErrorIs(t, err, ErrLost, "%s: interrupted, not killed", tt.name)
+		if assert.NotNil(t, res.Error, "%s: interrupted", tt.name) {
+			assert.Equal(t, "KeyboardInterrupt", res.Error.Name, "%s: interrupted like a notebook", tt.name)
+		}
 		assert.Equal(t, "1\n", runIn(t, c, "print(x)").Stdout, "%s: state survives the interrupt", tt.name)
 	}
 }
