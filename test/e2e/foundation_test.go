@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
@@ -36,6 +38,37 @@ func TestFoundation(t *testing.T) {
 		t.Run("event streams without code_interpreter are not buffered", func(t *testing.T) { testSSEPassThrough(t, s) })
 		t.Run("client mistakes", func(t *testing.T) { testClientMistakes(t, s) })
 		t.Run("forged x-codeinterp headers", func(t *testing.T) { testForgedHeaders(t, s, m) })
+	})
+}
+
+// TestAllowedOverrideModes runs with the filter's allowed_override_modes set to the list the
+// README gives: every mode_override the server sends must be on it (Envoy silently ignores one
+// that is not), so the pass-through paths still cost what they should and the loop still runs.
+func TestAllowedOverrideModes(t *testing.T) {
+	cfg := harness.ShippedConfig(t)
+	filter := proto.Clone(cfg.Filter).(*extprocv3.ExternalProcessor)
+	own := proto.Clone(filter.GetProcessingMode()).(*extprocv3.ProcessingMode)
+	passThrough := func(responseHeaders extprocv3.ProcessingMode_HeaderSendMode) *extprocv3.ProcessingMode {
+		return &extprocv3.ProcessingMode{
+			RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_NONE,
+			ResponseHeaderMode: responseHeaders, ResponseBodyMode: extprocv3.ProcessingMode_NONE,
+			RequestTrailerMode: extprocv3.ProcessingMode_SKIP, ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+		}
+	}
+	filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{own, passThrough(extprocv3.ProcessingMode_SKIP), passThrough(extprocv3.ProcessingMode_SEND)}
+	cfg.Filter = filter
+	env := NewEnv(t, EnvOptions{Harness: harness.Options{Config: cfg}})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		m := newModel(t, s.Model)
+		t.Run("requests without code_interpreter pass through untouched", func(t *testing.T) { testPlainPassThrough(t, s) })
+		t.Run("other paths", func(t *testing.T) { testOtherPaths(t, s) })
+		t.Run("event streams without code_interpreter are not buffered", func(t *testing.T) { testSSEPassThrough(t, s) })
+		for _, v := range variants {
+			t.Run("compute 40+2/"+v.String(), func(t *testing.T) {
+				m.clear()
+				scenarioComputeResponses(t, &scene{s: s, m: m, v: v, mark: len(m.Requests())})
+			})
+		}
 	})
 }
 
