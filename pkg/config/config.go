@@ -38,21 +38,22 @@ const (
 	DefaultRunTimeout       = 30 * time.Second
 	DefaultModelOutputLimit = 16 << 10
 
-	DefaultSandboxBackend         = "local"
-	DefaultWarmPoolSize           = 2
-	DefaultSessionIdleTTL         = 20 * time.Minute
-	DefaultMaxSessionsPerIdentity = 10
-	DefaultMaxContainers          = 64
-	DefaultMemoryLimit            = "1g"
-	DefaultRunOutputLimit         = 1 << 20
-	DefaultPython                 = "/usr/bin/python3"
-	DefaultBwrap                  = "bwrap"
-	DefaultCPUSeconds             = 300
-	DefaultMaxProcesses           = 64
-	DefaultMaxFileBytes           = 100 << 20
-	DefaultDataBytes              = 512 << 20
-	DefaultTmpBytes               = 64 << 20
-	DefaultInterruptGrace         = 2 * time.Second
+	DefaultSandboxBackend           = "local"
+	DefaultWarmPoolSize             = 2
+	DefaultSessionIdleTTL           = 20 * time.Minute
+	DefaultMaxSessionsPerIdentity   = 10
+	DefaultMaxContainers            = 64
+	DefaultMaxContainersPerIdentity = 16
+	DefaultMemoryLimit              = "1g"
+	DefaultRunOutputLimit           = 1 << 20
+	DefaultPython                   = "/usr/bin/python3"
+	DefaultBwrap                    = "bwrap"
+	DefaultCPUSeconds               = 300
+	DefaultMaxProcesses             = 64
+	DefaultMaxFileBytes             = 100 << 20
+	DefaultDataBytes                = 512 << 20
+	DefaultTmpBytes                 = 64 << 20
+	DefaultInterruptGrace           = 2 * time.Second
 )
 
 // LoopDeadlineMargin is the part of a profile's loop_deadline that the server keeps for itself:
@@ -283,6 +284,9 @@ func ApplyDefaults(cfg *configv1.Config) {
 	if s.MaxContainers == 0 {
 		s.MaxContainers = DefaultMaxContainers
 	}
+	if s.MaxContainersPerIdentity == 0 {
+		s.MaxContainersPerIdentity = min(max(DefaultMaxContainersPerIdentity, s.MaxSessionsPerIdentity), s.MaxContainers)
+	}
 	setString(&s.DefaultMemoryLimit, DefaultMemoryLimit)
 	if s.OutputLimitBytes == 0 {
 		s.OutputLimitBytes = DefaultRunOutputLimit
@@ -433,8 +437,11 @@ func validateSandbox(s *configv1.Sandbox) []error {
 	if s.GetWarmPoolSize() > 64 {
 		bad("warm_pool_size", "%d is above 64", s.GetWarmPoolSize())
 	}
-	if s.MaxSessionsPerIdentity > s.MaxContainers {
-		bad("max_sessions_per_identity", "%d is above max_containers %d", s.MaxSessionsPerIdentity, s.MaxContainers)
+	if s.MaxContainersPerIdentity > s.MaxContainers {
+		bad("max_containers_per_identity", "%d is above max_containers %d", s.MaxContainersPerIdentity, s.MaxContainers)
+	}
+	if s.MaxSessionsPerIdentity > s.MaxContainersPerIdentity {
+		bad("max_sessions_per_identity", "%d is above max_containers_per_identity %d", s.MaxSessionsPerIdentity, s.MaxContainersPerIdentity)
 	}
 	if s.OutputLimitBytes < 1024 {
 		bad("output_limit_bytes", "%d is below 1024", s.OutputLimitBytes)

@@ -27,6 +27,7 @@ func TestLoadFullFile(t *testing.T) {
 	assert.Equal(t, "4g", cfg.GetSandbox().GetDefaultMemoryLimit())
 	assert.Equal(t, uint32(120), cfg.GetSandbox().GetLocal().GetCpuSeconds())
 	assert.Equal(t, uint32(DefaultMaxProcesses), cfg.GetSandbox().GetLocal().GetMaxProcesses(), "unset local field gets its default")
+	assert.Equal(t, uint32(DefaultMaxContainersPerIdentity), cfg.GetSandbox().GetMaxContainersPerIdentity(), "unset identity cap gets its default")
 
 	profiles := Profiles(cfg)
 	require.Len(t, profiles, 3)
@@ -107,6 +108,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"backend", func(c *configv1.Config) { c.Sandbox.Backend = "e2b" }, "sandbox.backend:"},
 		{"memory", func(c *configv1.Config) { c.Sandbox.DefaultMemoryLimit = "2g" }, "sandbox.default_memory_limit:"},
 		{"python path", func(c *configv1.Config) { c.Sandbox.Local.Python = "python3" }, "sandbox.local.python:"},
+		{"identity cap above the global cap", func(c *configv1.Config) { c.Sandbox.MaxContainersPerIdentity = c.Sandbox.MaxContainers + 1 }, "sandbox.max_containers_per_identity:"},
+		{"session cap above the identity cap", func(c *configv1.Config) { c.Sandbox.MaxSessionsPerIdentity = c.Sandbox.MaxContainersPerIdentity + 1 }, "sandbox.max_sessions_per_identity:"},
 		{"secret file", func(c *configv1.Config) { c.FollowupSecretFile = "/nonexistent/secret" }, "followup_secret_file:"},
 	}
 	for _, tt := range tests {

@@ -69,11 +69,12 @@ func NewService(o ServiceOptions) (*Service, error) {
 		s.owned, provider = local, local
 	}
 	s.manager = sandbox.NewManager(provider, sandbox.ManagerConfig{
-		WarmPool:               int(sb.GetWarmPoolSize()),
-		SessionIdleTTL:         sb.GetSessionIdleTtl().AsDuration(),
-		MaxSessionsPerIdentity: int(sb.GetMaxSessionsPerIdentity()),
-		MaxContainers:          int(sb.GetMaxContainers()),
-		RunTimeout:             cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
+		WarmPool:                 int(sb.GetWarmPoolSize()),
+		SessionIdleTTL:           sb.GetSessionIdleTtl().AsDuration(),
+		MaxSessionsPerIdentity:   int(sb.GetMaxSessionsPerIdentity()),
+		MaxContainers:            int(sb.GetMaxContainers()),
+		MaxContainersPerIdentity: int(sb.GetMaxContainersPerIdentity()),
+		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
 	}, log)
 	s.engine = loop.New(s.manager, loop.Config{Log: log})
 	s.metrics = NewMetrics()

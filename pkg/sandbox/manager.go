@@ -26,6 +26,11 @@ type ManagerConfig struct {
 	// MaxContainers caps all containers in use, ephemeral and session (the warm pool is
 	// excluded); an Acquire beyond it fails with ErrUnavailable. Default 64.
 	MaxContainers int
+	// MaxContainersPerIdentity caps the containers of one identity, ephemeral and session, so
+	// that one tenant cannot take all of MaxContainers: one more evicts that identity's least
+	// recently used session not in use, or fails with ErrUnavailable. Default 16 (and at least
+	// MaxSessionsPerIdentity, at most MaxContainers).
+	MaxContainersPerIdentity int
 	// RunTimeout is the wall-clock limit of a run called with timeout 0. Default 30s.
 	RunTimeout time.Duration
 	// DeleteTimeout bounds one background deletion. Default 30s.
@@ -42,6 +47,10 @@ func (c *ManagerConfig) setDefaults() {
 	if c.MaxContainers <= 0 {
 		c.MaxContainers = 64
 	}
+	if c.MaxContainersPerIdentity <= 0 {
+		c.MaxContainersPerIdentity = 16
+	}
+	c.MaxContainersPerIdentity = min(max(c.MaxContainersPerIdentity, c.MaxSessionsPerIdentity), c.MaxContainers)
 	if c.RunTimeout <= 0 {
 		c.RunTimeout = 30 * time.Second
 	}
@@ -130,6 +139,7 @@ type Manager struct {
 	keys     map[sandboxKey]*entry
 	ids      map[string]*entry
 	sessions map[string]int // session entries per identity
+	owned    map[string]int // entries (ephemeral and session) per identity
 	count    int            // live entries
 	pool     []Container
 
@@ -157,6 +167,7 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		keys:     map[sandboxKey]*entry{},
 		ids:      map[string]*entry{},
 		sessions: map[string]int{},
+		owned:    map[string]int{},
 		refill:   make(chan struct{}, 1),
 		metrics:  newManagerMetrics(),
 	}
@@ -244,14 +255,14 @@ func (m *Manager) lookupLocked(identity, id string) *entry {
 // newEntryLocked reserves a container under k, within the caps.
 func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
 	if k.kind == kindSession && m.sessions[k.identity] >= m.cfg.MaxSessionsPerIdentity {
-		victim := m.lruIdleSessionLocked(k.identity)
-		if victim == nil {
-			m.metrics.refusals.WithLabelValues("cap").Inc()
-			return nil, fmt.Errorf("%w: all %d sessions of this identity are in use", ErrUnavailable, m.cfg.MaxSessionsPerIdentity)
+		if err := m.evictLRUSessionLocked(k.identity, "all %d sessions of this identity are in use", m.cfg.MaxSessionsPerIdentity); err != nil {
+			return nil, err
 		}
-		m.log.Debug("evicting least recently used session", zap.String("container_id", victim.id))
-		m.metrics.evictions.WithLabelValues("lru").Inc()
-		m.removeLocked(victim)
+	}
+	if m.owned[k.identity] >= m.cfg.MaxContainersPerIdentity {
+		if err := m.evictLRUSessionLocked(k.identity, "all %d containers of this identity are in use", m.cfg.MaxContainersPerIdentity); err != nil {
+			return nil, err
+		}
 	}
 	if m.count >= m.cfg.MaxContainers {
 		m.metrics.refusals.WithLabelValues("cap").Inc()
@@ -267,10 +278,26 @@ func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
 	m.keys[k] = e
 	m.ids[e.id] = e
 	m.count++
+	m.owned[k.identity]++
 	if k.kind == kindSession {
 		m.sessions[k.identity]++
 	}
 	return e, nil
+}
+
+// evictLRUSessionLocked makes room under one of identity's caps by removing its least recently
+// used session not in use; when there is none, it fails with ErrUnavailable, saying why with
+// format and limit.
+func (m *Manager) evictLRUSessionLocked(identity, format string, limit int) error {
+	victim := m.lruIdleSessionLocked(identity)
+	if victim == nil {
+		m.metrics.refusals.WithLabelValues("cap").Inc()
+		return fmt.Errorf("%w: "+format, ErrUnavailable, limit)
+	}
+	m.log.Debug("evicting least recently used session", zap.String("container_id", victim.id))
+	m.metrics.evictions.WithLabelValues("lru").Inc()
+	m.removeLocked(victim)
+	return nil
 }
 
 func (m *Manager) lruIdleSessionLocked(identity string) *entry {
@@ -297,6 +324,9 @@ func (m *Manager) removeLocked(e *entry) {
 	}
 	delete(m.ids, e.id)
 	m.count--
+	if m.owned[e.key.identity]--; m.owned[e.key.identity] <= 0 {
+		delete(m.owned, e.key.identity)
+	}
 	if e.key.kind == kindSession {
 		if m.sessions[e.key.identity]--; m.sessions[e.key.identity] <= 0 {
 			delete(m.sessions, e.key.identity)

@@ -277,6 +277,38 @@ func TestManagerGlobalCap(t *testing.T) {
 	})
 }
 
+// One identity cannot take all of MaxContainers: its containers, ephemeral and session, are
+// capped; an idle session of its own makes room, others' containers are never touched.
+func TestManagerIdentityCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProvider{}
+		m := newTestManager(t, p, ManagerConfig{MaxContainers: 8, MaxContainersPerIdentity: 3, MaxSessionsPerIdentity: 2})
+		s := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		run(t, s, "x=1")
+		sid := s.ContainerID()
+		s.Release()
+		e1 := acquire(t, m, AcquireRequest{Identity: "alice"})
+		e2 := acquire(t, m, AcquireRequest{Identity: "alice"})
+		bob := acquire(t, m, AcquireRequest{Identity: "bob"})
+
+		// Alice is at her cap: her idle session makes room for another ephemeral container.
+		e3 := acquire(t, m, AcquireRequest{Identity: "alice"})
+		assert.False(t, m.Known("alice", sid), "alice's idle session evicted at her cap")
+		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice"})
+		assert.ErrorIs(t, err, ErrUnavailable, "alice beyond her cap with every container in use")
+		_, err = m.Acquire(context.Background(), AcquireRequest{Identity: "alice", Session: "t"})
+		assert.ErrorIs(t, err, ErrUnavailable, "a new session beyond her cap too")
+
+		// Others still get containers.
+		carol := acquire(t, m, AcquireRequest{Identity: "carol", Session: "s"})
+		e1.Release()
+		again := acquire(t, m, AcquireRequest{Identity: "alice"})
+		for _, l := range []*Lease{e2, e3, bob, carol, again} {
+			l.Release()
+		}
+	})
+}
+
 func TestManagerIdleTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &fakeProvider{}

@@ -373,6 +373,12 @@ type Sandbox struct {
 	// max_containers caps all containers (ephemeral and session, warm pool excluded); a request
 	// that would exceed it gets the "sandbox unavailable" result. Default 64.
 	MaxContainers uint32 `protobuf:"varint,6,opt,name=max_containers,json=maxContainers,proto3" json:"max_containers,omitempty"`
+	// max_containers_per_identity caps the containers (ephemeral and session) of one identity, so
+	// that one tenant cannot take all of max_containers: beyond it, the identity's least recently
+	// used idle session is deleted, or, when all are in use, the request gets the "sandbox
+	// unavailable" result. Requests without an identity share one. At least
+	// max_sessions_per_identity; at most max_containers. Default 16.
+	MaxContainersPerIdentity uint32 `protobuf:"varint,9,opt,name=max_containers_per_identity,json=maxContainersPerIdentity,proto3" json:"max_containers_per_identity,omitempty"`
 	// default_memory_limit applies when a request names none: "1g", "4g", "16g" or "64g". Default
 	// "1g".
 	DefaultMemoryLimit string `protobuf:"bytes,7,opt,name=default_memory_limit,json=defaultMemoryLimit,proto3" json:"default_memory_limit,omitempty"`
@@ -451,6 +457,13 @@ func (x *Sandbox) GetMaxSessionsPerIdentity() uint32 {
 func (x *Sandbox) GetMaxContainers() uint32 {
 	if x != nil {
 		return x.MaxContainers
+	}
+	return 0
+}
+
+func (x *Sandbox) GetMaxContainersPerIdentity() uint32 {
+	if x != nil {
+		return x.MaxContainersPerIdentity
 	}
 	return 0
 }
@@ -666,14 +679,15 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\bupstream\x18\n" +
 	" \x01(\tR\bupstream\x12,\n" +
 	"\x12output_limit_bytes\x18\v \x01(\rR\x10outputLimitBytes\x128\n" +
-	"\x18allow_anonymous_sessions\x18\f \x01(\bR\x16allowAnonymousSessions\"\xa2\x03\n" +
+	"\x18allow_anonymous_sessions\x18\f \x01(\bR\x16allowAnonymousSessions\"\xe1\x03\n" +
 	"\aSandbox\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x128\n" +
 	"\x05local\x18\x02 \x01(\v2\".codeinterp.config.v1.LocalSandboxR\x05local\x12)\n" +
 	"\x0ewarm_pool_size\x18\x03 \x01(\rH\x00R\fwarmPoolSize\x88\x01\x01\x12C\n" +
 	"\x10session_idle_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0esessionIdleTtl\x129\n" +
 	"\x19max_sessions_per_identity\x18\x05 \x01(\rR\x16maxSessionsPerIdentity\x12%\n" +
-	"\x0emax_containers\x18\x06 \x01(\rR\rmaxContainers\x120\n" +
+	"\x0emax_containers\x18\x06 \x01(\rR\rmaxContainers\x12=\n" +
+	"\x1bmax_containers_per_identity\x18\t \x01(\rR\x18maxContainersPerIdentity\x120\n" +
 	"\x14default_memory_limit\x18\a \x01(\tR\x12defaultMemoryLimit\x12,\n" +
 	"\x12output_limit_bytes\x18\b \x01(\rR\x10outputLimitBytesB\x11\n" +
 	"\x0f_warm_pool_size\"\xb5\x03\n" +
