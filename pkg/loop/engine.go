@@ -122,8 +122,10 @@ type loopRun struct {
 	seen   map[string]int
 	calls  int
 	rounds []schema.Round
-	// pending holds the outputs of the last round's calls when the loop stops for a client call.
-	pending []schema.CallOutput
+	// pending holds the last round's calls and outputs when the loop stops for a client call,
+	// clientIDs that round's client call ids (Chat).
+	pending   []schema.PendingCall
+	clientIDs []string
 }
 
 func (lr *loopRun) release() {
@@ -163,7 +165,12 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		if turn.ClientCalls > 0 {
 			// The client's own calls are pending: it gets the answer now and replays our items.
 			stop = StopClientCall
-			lr.pending = outputs
+			for i, c := range turn.Calls {
+				if c.CallID != "" {
+					lr.pending = append(lr.pending, schema.PendingCall{CallID: c.CallID, Arguments: c.Arguments, Output: outputs[i].Output})
+				}
+			}
+			lr.clientIDs = turn.ClientCallIDs
 			break
 		}
 		finishing = finishing || repeated
@@ -229,8 +236,14 @@ func (lr *loopRun) final(stop StopReason) Response {
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not assemble the final answer from the model's answer.", "final_failed", stop)
 	}
 	res := Response{Status: http.StatusOK, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
-	if stop == StopClientCall && r.Surface == schema.Responses {
-		res.Pending, res.ResponseID = lr.pending, gjson.GetBytes(body, "id").String()
+	if stop == StopClientCall {
+		res.Pending = lr.pending
+		switch r.Surface {
+		case schema.Responses:
+			res.ResponseID = gjson.GetBytes(body, "id").String()
+		case schema.Chat:
+			res.ClientCallIDs = lr.clientIDs
+		}
 	}
 	if !r.Rewrite.Stream {
 		return res

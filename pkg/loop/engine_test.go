@@ -638,3 +638,15 @@ func TestRunEchoesClientToolChoice(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	assert.Equal(t, "auto", gjson.GetBytes(res.Body, "tool_choice").String(), "echo of the client's choice: %s", res.Body)
 }
+
+func TestMixedTurnChatReportsPendingCalls(t *testing.T) {
+	f := newFixture(t)
+	first := strings.Replace(chatCall("1", "print(1)"), `}}]},`, `}},{"id":"call_w","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},`, 1)
+	res := f.engine.Run(context.Background(), f.request(t, schema.Chat, chatClient, first))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopClientCall, res.Stop, "body: %s", res.Body)
+	assert.Empty(t, f.model.sent(), "the client's call is pending: no follow-up")
+	assert.Equal(t, []string{"call_w"}, res.ClientCallIDs, "the client's call the pending call goes with")
+	assert.Equal(t, []schema.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(1)"}`, Output: "42\n"}}, res.Pending, "the internal call left out of the answer")
+	assert.Equal(t, `["call_w"]`, gjson.GetBytes(res.Body, "choices.0.message.tool_calls.#.id").Raw, "the answer shows the client's call only: %s", res.Body)
+}

@@ -58,14 +58,18 @@ type Response struct {
 	Rounds, Calls int
 	// Stop tells why the loop ended.
 	Stop StopReason
-	// Pending is set when a Responses answer leaves the client's own calls pending
-	// (StopClientCall): the outputs of the internal calls of that same turn. The upstream may
-	// have stored the turn with those calls unanswered, so a request that continues from it
-	// (previous_response_id = ResponseID, or the same conversation) must carry them
-	// (schema.PrependCallOutputs). A client that replays the items instead needs nothing.
-	Pending []schema.CallOutput
-	// ResponseID is the answer's id when Pending is set.
+	// Pending is set when the answer leaves the client's own calls pending (StopClientCall): the
+	// internal calls of that same turn, with their outputs, which the answer does not show as
+	// calls. On Responses the upstream may have stored the turn with those calls unanswered, so
+	// a request that continues from it (previous_response_id = ResponseID, or the same
+	// conversation) must carry their outputs (schema.PrependCallOutputs); a client that replays
+	// the items needs nothing. On Chat the client's next request replays the message without
+	// them, and they are put back (schema.InsertChatCalls) next to the tool calls ClientCallIDs.
+	Pending []schema.PendingCall
+	// ResponseID is the Responses answer's id when Pending is set.
 	ResponseID string
+	// ClientCallIDs are the ids of the client's tool calls of the Chat answer when Pending is set.
+	ClientCallIDs []string
 }
 
 // StopReason tells why the loop ended.

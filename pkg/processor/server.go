@@ -68,7 +68,7 @@ type Server struct {
 	log        *zap.Logger
 	metrics    *Metrics
 	now        func() time.Time
-	pending    *pendingOutputs
+	pending    *pendingCalls
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -108,7 +108,7 @@ func New(o Options) (*Server, error) {
 		log:        log.Named("processor"),
 		metrics:    metrics,
 		now:        now,
-		pending:    newPendingOutputs(now),
+		pending:    newPendingCalls(now),
 	}, nil
 }
 

@@ -487,7 +487,7 @@ func protoEqual(a, b proto.Message) bool { return proto.Equal(a, b) }
 func TestContinuationCarriesPendingOutputs(t *testing.T) {
 	fl := &fakeLoop{resp: loop.Response{
 		Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"resp_mixed"}`),
-		Stop: loop.StopClientCall, ResponseID: "resp_mixed", Pending: []schema.CallOutput{{CallID: "call_ci", Output: "42\n"}},
+		Stop: loop.StopClientCall, ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}},
 	}}
 	ts := newTestServer(t, nil, fl, nil)
 	ex := ts.open(t)
@@ -508,4 +508,37 @@ func TestContinuationCarriesPendingOutputs(t *testing.T) {
 		"content-type", "application/json", "authorization", "Bearer sk-two"))
 	resp = ex.send(reqBody(next))
 	assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "another caller's continuation is left as it is")
+}
+
+// A Chat answer that left out the code call next to the client's gets it back in every later
+// request that replays the message, from the same caller only.
+func TestChatReplayGetsPendingCallsBack(t *testing.T) {
+	fl := &fakeLoop{resp: loop.Response{
+		Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"chatcmpl-1"}`),
+		Stop: loop.StopClientCall, ClientCallIDs: []string{"call_w"},
+		Pending: []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print(42)"}`, Output: "42\n"}},
+	}}
+	ts := newTestServer(t, nil, fl, nil)
+	ex := ts.open(t)
+	ex.send(postHeaders("/v1/chat/completions"))
+	ex.send(reqBody(`{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"code_interpreter"}]}`))
+	ex.send(respHeaders(":status", "200"))
+	ex.send(respBody([]byte(`{"id":"chatcmpl-1"}`)))
+
+	next := `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`
+	want := `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}},` +
+		`{"id":"call_ci","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"print(42)\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_ci","content":"42\n"},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`
+	for i := range 2 {
+		ex = ts.open(t)
+		ex.send(postHeaders("/v1/chat/completions"))
+		resp := ex.send(reqBody(next))
+		assert.Equal(t, want, string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody()), "replay %d gets the code call back", i+1)
+	}
+
+	ex = ts.open(t)
+	ex.send(reqHeaders(false, ":authority", "llm.local", ":path", "/v1/chat/completions", ":method", "POST", ":scheme", "http",
+		"content-type", "application/json", "authorization", "Bearer sk-two"))
+	resp := ex.send(reqBody(next))
+	assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "another caller's request is left as it is")
 }

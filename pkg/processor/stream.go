@@ -52,8 +52,10 @@ type streamState struct {
 	path      string
 	headers   headerMap
 	requestID string
-	identity  string
-	rewrite   schema.Request
+	// identity is the caller's identity once identityKnown (see callerIdentity).
+	identity      string
+	identityKnown bool
+	rewrite       schema.Request
 	// respEncoding is the upstream answer's content-encoding.
 	respEncoding string
 	outcome      string
@@ -121,7 +123,7 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	surface, served := st.srv.paths[path]
 
 	if sig := st.headers.get(followUpHeader); sig != "" {
-		if st.srv.signer.verifyFollowUp(sig, path, st.srv.signer.identity(st.headers, st.profile.IdentityHeader), st.srv.now()) {
+		if st.srv.signer.verifyFollowUp(sig, path, st.callerIdentity(), st.srv.now()) {
 			st.outcome = "follow_up"
 			return passThrough(reserved)
 		}
@@ -243,7 +245,7 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 		}
 		return continueBody
 	}
-	st.identity = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
+	st.callerIdentity()
 	if rw.ContainerID != "" && !st.srv.containers.Known(st.identity, rw.ContainerID) {
 		st.outcome = "client_error"
 		re := &schema.RequestError{
@@ -273,24 +275,48 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	return continueRequestBody(rw.Body, []string{"accept-encoding"})
 }
 
-// continuation returns body with the outputs of the code calls that the answer a Responses
-// request continues from left pending (see pendingOutputs), or nil when there are none.
+// continuation returns body with the code calls that an answer the request continues from left
+// out (see pendingCalls) put back, or nil when there are none.
 func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
-	if rw.PreviousResponseID == "" && rw.ConversationID == "" {
-		return nil
+	var (
+		out []byte
+		err error
+	)
+	switch st.surface {
+	case schema.Responses:
+		if rw.PreviousResponseID == "" && rw.ConversationID == "" {
+			return nil
+		}
+		calls := st.srv.pending.takeResponses(st.callerIdentity(), rw.PreviousResponseID, rw.ConversationID)
+		if calls == nil {
+			return nil
+		}
+		out, err = schema.PrependCallOutputs(body, calls)
+	case schema.Chat:
+		lookup := st.srv.pending.chatLookup(st.callerIdentity())
+		if lookup == nil {
+			return nil
+		}
+		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, lookup)
 	}
-	identity := st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
-	outs := st.srv.pending.take(identity, rw.PreviousResponseID, rw.ConversationID)
-	if outs == nil {
-		return nil
-	}
-	out, err := schema.PrependCallOutputs(body, outs)
 	if err != nil {
-		st.logger().Warn("add pending code outputs", zap.Error(err))
+		st.logger().Warn("put back pending code calls", zap.Error(err))
 		return nil
 	}
-	st.logger().Debug("added pending code outputs", zap.Int("outputs", len(outs)))
+	if out != nil {
+		st.logger().Debug("put back pending code calls")
+	}
 	return out
+}
+
+// callerIdentity returns the identity of the request's caller (a keyed hash of its credential
+// or identity header), computed once.
+func (st *streamState) callerIdentity() string {
+	if !st.identityKnown {
+		st.identity = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
+		st.identityKnown = true
+	}
+	return st.identity
 }
 
 // continueRequestBody answers a request body, replacing it when body is non-nil (and then setting
@@ -349,8 +375,12 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
 		zap.Int("calls", res.Calls), zap.Int("status", res.Status))
 
-	if len(res.Pending) > 0 {
-		st.srv.pending.put(st.identity, res.ResponseID, st.rewrite.ConversationID, res.Pending)
+	switch {
+	case len(res.Pending) == 0:
+	case st.surface == schema.Chat:
+		st.srv.pending.putChat(st.identity, res.ClientCallIDs, res.Pending)
+	default:
+		st.srv.pending.putResponses(st.identity, res.ResponseID, st.rewrite.ConversationID, res.Pending)
 	}
 	set := headerOptions(res.Header)
 	if res.Status != http.StatusOK {

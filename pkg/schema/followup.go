@@ -243,13 +243,30 @@ func followUpOutputItems(outs []CallOutput) []byte {
 	return items
 }
 
-// PrependCallOutputs puts a function_call_output item for each of outs at the front of a
+// PendingCall is a call of the internal function that an answer left out because the same turn
+// also called a client function (the client got its own call to run), with the call's output:
+// what a request continuing from that answer must carry for the model.
+type PendingCall struct {
+	// CallID is the call's id (Responses call_id, Chat tool call id).
+	CallID string
+	// Arguments is the call's arguments, as the model sent them.
+	Arguments string
+	// Output is the text the call's run fed back.
+	Output string
+}
+
+// PrependCallOutputs puts a function_call_output item for each of calls at the front of a
 // Responses request's input (a string input becomes [outputs…, {"role":"user","content":s}]),
 // every other byte as it was. It answers the calls an earlier answer left pending upstream,
-// which a request continuing from that answer (previous_response_id, conversation) must carry.
-func PrependCallOutputs(body []byte, outs []CallOutput) ([]byte, error) {
-	if len(outs) == 0 {
+// which a request continuing from that answer (previous_response_id, conversation) must carry;
+// the upstream holds the calls themselves.
+func PrependCallOutputs(body []byte, calls []PendingCall) ([]byte, error) {
+	if len(calls) == 0 {
 		return body, nil
+	}
+	outs := make([]CallOutput, len(calls))
+	for i, c := range calls {
+		outs[i] = CallOutput{CallID: c.CallID, Output: c.Output}
 	}
 	members, isObject, err := reqScanTop(body)
 	if err != nil {
@@ -368,4 +385,85 @@ func followUpAssistant(b []byte, msg reqSpan) []byte {
 		out = append(out[:1], append(role, out[1:]...)...)
 	}
 	return append(out, '}')
+}
+
+// InsertChatCalls puts calls of the internal function back into a Chat request's history. For
+// every assistant message with a tool call for which pending returns calls (pending is asked
+// each tool call id of each assistant message), those calls are appended to the message's
+// tool_calls and a tool message with each one's output is put right after the message; calls
+// the message already has are skipped. Every other byte stays as it was. It returns nil when
+// nothing was added.
+//
+// A Chat answer that called the code function and a client function is returned with the
+// client's call only; the client's next request replays that message, and this gives the model
+// back its code call and what it printed.
+func InsertChatCalls(body []byte, functionName string, pending func(callID string) []PendingCall) ([]byte, error) {
+	members, isObject, err := reqScanTop(body)
+	if err != nil {
+		return nil, fmt.Errorf("insert chat calls: %w", err)
+	}
+	if !isObject {
+		return nil, errors.New("insert chat calls: the body is not a JSON object")
+	}
+	b := body
+	msgs := reqNewTopLevel(b, members).span("messages")
+	if !msgs.ok() || b[msgs.start] != '[' {
+		return nil, nil
+	}
+	name := Options{FunctionName: functionName}.name()
+	var edits []reqEdit
+	reqEachElem(b, msgs.start, func(_, st, en int) bool {
+		if b[st] != '{' || !reqFieldIs(b, st, "role", "assistant") {
+			return true
+		}
+		tc := reqField(b, st, "tool_calls")
+		if !tc.ok() || b[tc.start] != '[' {
+			return true
+		}
+		var ids []string
+		have := map[string]bool{}
+		reqEachElem(b, tc.start, func(_, cs, _ int) bool {
+			if b[cs] == '{' {
+				if id, ok := reqStr(b, reqField(b, cs, "id")); ok {
+					ids = append(ids, id)
+					have[id] = true
+				}
+			}
+			return true
+		})
+		var calls, tools []byte
+		for _, id := range ids {
+			for _, c := range pending(id) {
+				if have[c.CallID] {
+					continue
+				}
+				have[c.CallID] = true
+				calls = append(calls, ',')
+				calls = append(calls, `{"id":`...)
+				calls = appendJSONString(calls, c.CallID)
+				calls = append(calls, `,"type":"function","function":{"name":`...)
+				calls = appendJSONString(calls, name)
+				calls = append(calls, `,"arguments":`...)
+				calls = appendJSONString(calls, c.Arguments)
+				calls = append(calls, "}}"...)
+				tools = append(tools, `,{"role":"tool","tool_call_id":`...)
+				tools = appendJSONString(tools, c.CallID)
+				tools = append(tools, `,"content":`...)
+				tools = appendJSONString(tools, c.Output)
+				tools = append(tools, '}')
+			}
+		}
+		if calls != nil {
+			edits = append(edits, reqAppendElems(b, tc.end-1, calls[1:]), reqEdit{start: en, end: en, repl: tools})
+		}
+		return true
+	})
+	if edits == nil {
+		return nil, nil
+	}
+	out, err := reqApply(b, edits)
+	if err != nil {
+		return nil, fmt.Errorf("insert chat calls: %w", err)
+	}
+	return out, nil
 }

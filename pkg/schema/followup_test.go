@@ -304,7 +304,7 @@ func TestFollowUpAcceptsWhatRewriteAccepts(t *testing.T) {
 }
 
 func TestPrependCallOutputs(t *testing.T) {
-	outs := []CallOutput{{CallID: "c1", Output: "4\n"}, {CallID: "c2", Output: `"q"`}}
+	outs := []PendingCall{{CallID: "c1", Arguments: "{}", Output: "4\n"}, {CallID: "c2", Output: `"q"`}}
 	items := `{"type":"function_call_output","call_id":"c1","output":"4\n"},{"type":"function_call_output","call_id":"c2","output":"\"q\""}`
 	tests := []struct {
 		name string
@@ -332,4 +332,54 @@ func TestPrependCallOutputs(t *testing.T) {
 	same, err := PrependCallOutputs([]byte(`{"input":"x"}`), nil)
 	require.NoError(t, err, "PrependCallOutputs without outputs")
 	assert.Equal(t, `{"input":"x"}`, string(same), "PrependCallOutputs without outputs")
+}
+
+func TestInsertChatCalls(t *testing.T) {
+	pending := map[string][]PendingCall{
+		"call_w": {{CallID: "call_ci", Arguments: `{"code":"print(6*7)"}`, Output: "42\n"}},
+		"call_x": {{CallID: "call_ci", Arguments: `{"code":"print(6*7)"}`, Output: "42\n"}},
+		"call_v": {{CallID: "call_c2", Arguments: `{"code":"1"}`, Output: "1"}},
+	}
+	lookup := func(id string) []PendingCall { return pending[id] }
+	ci := `{"id":"call_ci","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"print(6*7)\"}"}}`
+	tool := `{"role":"tool","tool_call_id":"call_ci","content":"42\n"}`
+	tests := []struct {
+		name string
+		give string
+		want string // empty: nothing added
+	}{
+		{
+			name: "after the client's call",
+			give: `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`,
+			want: `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}},` + ci + `]},` + tool + `,{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`,
+		},
+		{
+			name: "two client calls of one turn add ours once",
+			give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"},{"id":"call_x"}]}]}`,
+			want: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"},{"id":"call_x"},` + ci + `]},` + tool + `]}`,
+		},
+		{
+			name: "every mixed turn of the history",
+			give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"}]},{"role":"assistant","tool_calls":[ {"id":"call_v"} ]}]}`,
+			want: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"},` + ci + `]},` + tool + `,{"role":"assistant","tool_calls":[ {"id":"call_v"},{"id":"call_c2","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"1\"}"}} ]},{"role":"tool","tool_call_id":"call_c2","content":"1"}]}`,
+		},
+		{name: "already there", give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"},{"id":"call_ci"}]}]}`},
+		{name: "unknown call", give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_q"}]}]}`},
+		{name: "a user message is not looked at", give: `{"messages":[{"role":"user","tool_calls":[{"id":"call_w"}]}]}`},
+		{name: "no messages", give: `{"input":"x"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := InsertChatCalls([]byte(tt.give), "", lookup)
+			require.NoError(t, err, "InsertChatCalls(%s)", tt.give)
+			if tt.want == "" {
+				assert.Nil(t, got, "InsertChatCalls(%s) adds nothing", tt.give)
+				return
+			}
+			assert.Equal(t, tt.want, string(got), "InsertChatCalls(%s)", tt.give)
+			assert.True(t, json.Valid(got), "InsertChatCalls(%s) is valid JSON", tt.give)
+		})
+	}
+	_, err := InsertChatCalls([]byte(`{"messages":[`), "", lookup)
+	assert.Error(t, err, "malformed body")
 }

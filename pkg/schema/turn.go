@@ -50,6 +50,8 @@ type Turn struct {
 	// must run (function calls, custom tool calls, computer, shell and apply_patch calls, MCP
 	// approval requests); calls the upstream already ran itself are not counted.
 	ClientCalls int
+	// ClientCallIDs holds, on Chat, the ids of the client's tool calls, in order.
+	ClientCallIDs []string
 }
 
 // ParseTurn reads the calls of the function named functionName (empty means
@@ -187,6 +189,9 @@ func turnReadChat(t reqTopLevel, name string) Turn {
 		}
 		if (typ != "function" && hasType) || n != name {
 			turn.ClientCalls++
+			if id, _ := reqStr(b, reqField(b, st, "id")); id != "" {
+				turn.ClientCallIDs = append(turn.ClientCallIDs, id)
+			}
 			return true
 		}
 		id, _ := reqStr(b, reqField(b, st, "id"))

@@ -35,6 +35,7 @@ func TestParseTurn(t *testing.T) {
 		functionName    string
 		wantCalls       []turnWant
 		wantClientCalls int
+		wantClientIDs   []string // Chat only
 	}{
 		{
 			name: "responses_one_call", surface: Responses,
@@ -90,6 +91,7 @@ func TestParseTurn(t *testing.T) {
 				{ItemID: "call_5", CallID: "call_5", Arguments: `{"code":"5"}trailing`, Err: "args"},
 			},
 			wantClientCalls: 2, // lookup and the custom tool; choices[1] is not read
+			wantClientIDs:   []string{"call_2", "call_3"},
 		},
 	}
 	for _, tt := range tests {
@@ -107,6 +109,7 @@ func TestParseTurn(t *testing.T) {
 			}
 			assert.Equal(t, tt.wantCalls, calls, "ParseTurn(%s, %s) calls", tt.surface, tt.name)
 			assert.Equal(t, tt.wantClientCalls, got.ClientCalls, "ParseTurn(%s, %s) client calls", tt.surface, tt.name)
+			assert.Equal(t, tt.wantClientIDs, got.ClientCallIDs, "ParseTurn(%s, %s) client call ids", tt.surface, tt.name)
 		})
 	}
 }

@@ -913,8 +913,10 @@ func scenarioMixedChat(t *testing.T, x *scene) string {
 	weather := map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object"}}}
 	x.m.script(chatPath, chatReply(usage(5, 5), "Checking.",
 		chatRunCode("call_ci", "print(6 * 7)"),
-		fakemodel.ToolCall{ID: "call_w", Name: "get_weather", Arguments: `{"city":"Paris"}`}))
-	resp := x.chat(t, "sk-mixed", x.askChat("compute and check the weather"), withChatTool(weather))
+		fakemodel.ToolCall{ID: "call_w", Name: "get_weather", Arguments: `{"city":"Paris"}`}),
+		chatReply(usage(9, 3), "42, and sunny in Paris."))
+	p := x.askChat("compute and check the weather")
+	resp := x.chat(t, "sk-mixed", p, withChatTool(weather))
 
 	require.Len(t, x.sent(), 1, "mixed chat: the client's call is pending, so the model is not called again")
 	require.Len(t, resp.Choices, 1, "mixed chat: choices")
@@ -923,7 +925,21 @@ func scenarioMixedChat(t *testing.T, x *scene) string {
 	assert.Equal(t, "get_weather", msg.ToolCalls[0].Function.Name, "mixed chat: the client's call")
 	assert.Equal(t, "call_w", msg.ToolCalls[0].ID, "mixed chat: the client's call id")
 	assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason, "mixed chat: finish_reason")
-	return viewChat(resp)
+
+	// The client replays the message it got, with its call's output; the model gets its code
+	// call and what it printed back in the history.
+	p.Messages = append(p.Messages, msg.ToParam(), openai.ToolMessage("sunny", "call_w"))
+	second := x.chat(t, "sk-mixed", p, withChatTool(weather))
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "mixed chat: the replay reached the model")
+	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_ci"), "mixed chat: our call's output is back in the history")
+	assert.Equal(t, "sunny", outputOf(t, reqs[1], "call_w"), "mixed chat: the client's output")
+	assert.JSONEq(t, codeArgs("print(6 * 7)"),
+		gjson.GetBytes(reqs[1].Body, `messages.#(role=="assistant").tool_calls.#(id=="call_ci").function.arguments`).String(),
+		"mixed chat: our call is back next to the client's: %s", reqs[1].Body)
+	require.Len(t, second.Choices, 1, "mixed chat replay: choices")
+	assert.Equal(t, "42, and sunny in Paris.", second.Choices[0].Message.Content, "mixed chat: the final answer")
+	return viewChat(resp) + viewChat(second)
 }
 
 func ptr[T any](v T) *T { return &v }
