@@ -268,14 +268,10 @@ func PrependCallOutputs(body []byte, calls []PendingCall) ([]byte, error) {
 	for i, c := range calls {
 		outs[i] = CallOutput{CallID: c.CallID, Output: c.Output}
 	}
-	members, isObject, err := reqScanTop(body)
+	t, err := reqTopObject(body, "prepend call outputs")
 	if err != nil {
-		return nil, fmt.Errorf("prepend call outputs: %w", err)
+		return nil, err
 	}
-	if !isObject {
-		return nil, errors.New("prepend call outputs: the body is not a JSON object")
-	}
-	t := reqNewTopLevel(body, members)
 	items := followUpOutputItems(outs)
 	var e reqEdit
 	switch in := t.span("input"); {
@@ -398,15 +394,12 @@ func followUpAssistant(b []byte, msg reqSpan) []byte {
 // client's call only; the client's next request replays that message, and this gives the model
 // back its code call and what it printed.
 func InsertChatCalls(body []byte, functionName string, pending func(callID string) []PendingCall) ([]byte, error) {
-	members, isObject, err := reqScanTop(body)
+	t, err := reqTopObject(body, "insert chat calls")
 	if err != nil {
-		return nil, fmt.Errorf("insert chat calls: %w", err)
-	}
-	if !isObject {
-		return nil, errors.New("insert chat calls: the body is not a JSON object")
+		return nil, err
 	}
 	b := body
-	msgs := reqNewTopLevel(b, members).span("messages")
+	msgs := t.span("messages")
 	if !msgs.ok() || b[msgs.start] != '[' {
 		return nil, nil
 	}

@@ -57,6 +57,19 @@ func reqSkipWS(b []byte, i int) int {
 	return i
 }
 
+// reqTopObject scans b, which must hold a JSON object, and indexes its top-level members; its
+// errors start with what.
+func reqTopObject(b []byte, what string) (reqTopLevel, error) {
+	members, isObject, err := reqScanTop(b)
+	if err != nil {
+		return reqTopLevel{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if !isObject {
+		return reqTopLevel{}, fmt.Errorf("%s: the body is not a JSON object", what)
+	}
+	return reqNewTopLevel(b, members), nil
+}
+
 // reqCloseAt returns the index of the last byte of b that is not white space: the closing
 // brace or bracket of the JSON value b holds.
 func reqCloseAt(b []byte) int {

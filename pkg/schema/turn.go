@@ -59,14 +59,11 @@ type Turn struct {
 // "output"; on Chat the tool_calls of choices[0].message (other choices are ignored). It returns
 // an error only when body is not a JSON object.
 func ParseTurn(s Surface, body []byte, functionName string) (Turn, error) {
-	members, isObject, err := reqScanTop(body)
+	t, err := reqTopObject(body, "parse turn")
 	if err != nil {
-		return Turn{}, fmt.Errorf("parse turn: %w", err)
+		return Turn{}, err
 	}
-	if !isObject {
-		return Turn{}, errors.New("parse turn: the body is not a JSON object")
-	}
-	return turnRead(s, reqNewTopLevel(body, members), Options{FunctionName: functionName}.name())
+	return turnRead(s, t, Options{FunctionName: functionName}.name())
 }
 
 // turnRead reads a validated turn whose top-level members are t.
