@@ -166,7 +166,9 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			// The client's own calls are pending: it gets the answer now and replays our items.
 			stop = StopClientCall
 			for i, c := range turn.Calls {
-				if c.CallID != "" {
+				// One output per call id, as in a follow-up: a call whose id repeats an
+				// earlier one's was not run.
+				if c.CallID != "" && !errors.Is(c.ArgsErr, schema.ErrDuplicateCallID) {
 					lr.pending = append(lr.pending, schema.PendingCall{CallID: c.CallID, Arguments: c.Arguments, Output: outputs[i].Output})
 				}
 			}

@@ -650,3 +650,22 @@ func TestMixedTurnChatReportsPendingCalls(t *testing.T) {
 	assert.Equal(t, []schema.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(1)"}`, Output: "42\n"}}, res.Pending, "the internal call left out of the answer")
 	assert.Equal(t, `["call_w"]`, gjson.GetBytes(res.Body, "choices.0.message.tool_calls.#.id").Raw, "the answer shows the client's call only: %s", res.Body)
 }
+
+// A mixed turn whose internal calls share a call_id leaves one pending output for that id, as a
+// follow-up would: the continuation must not answer one call twice.
+func TestMixedTurnPendingOncePerCallID(t *testing.T) {
+	f := newFixture(t)
+	first := `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[` +
+		`{"type":"function_call","id":"fc_1","call_id":"call_x","name":"code_interpreter","arguments":"{\"code\":\"print(1)\"}","status":"completed"},` +
+		`{"type":"function_call","id":"fc_2","call_id":"call_x","name":"code_interpreter","arguments":"{\"code\":\"print(2)\"}","status":"completed"},` +
+		`{"type":"function_call","id":"fc_3","call_id":"call_w","name":"get_weather","arguments":"{}","status":"completed"}],` +
+		`"tools":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
+	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	require.Equal(t, StopClientCall, res.Stop)
+	ids := map[string]int{}
+	for _, p := range res.Pending {
+		ids[p.CallID]++
+	}
+	assert.Equal(t, map[string]int{"call_x": 1}, ids, "one pending output per call id: %+v", res.Pending)
+}

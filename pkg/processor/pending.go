@@ -9,12 +9,15 @@ import (
 )
 
 // Bounds of the pending-call store: how long an answer's pending calls are kept for the
-// requests that continue from it, and how many entries and bytes are kept at most (the least
-// recently stored go first).
+// requests that continue from it, and how many entries and bytes are kept at most, in all and
+// for one identity (the least recently stored go first), so that one tenant cannot push the
+// others' out.
 const (
-	pendingTTL        = time.Hour
-	pendingMaxEntries = 10000
-	pendingMaxBytes   = 16 << 20
+	pendingTTL                   = time.Hour
+	pendingMaxEntries            = 10000
+	pendingMaxBytes              = 16 << 20
+	pendingMaxEntriesPerIdentity = 256
+	pendingMaxBytesPerIdentity   = 1 << 20
 )
 
 // pendingCalls remembers the internal calls, with their outputs, that an answer did not show
@@ -29,15 +32,21 @@ const (
 //     every later request; ours are put back next to them so that the model sees its code and
 //     what it printed.
 //
-// Entries are scoped by the caller's identity and bounded by pendingTTL, pendingMaxEntries and
-// pendingMaxBytes. The zero value is not usable; use newPendingCalls.
+// Entries are scoped by the caller's identity and bounded by pendingTTL and the pendingMax
+// constants. The zero value is not usable; use newPendingCalls.
 type pendingCalls struct {
 	mu    sync.Mutex
 	now   func() time.Time
 	byKey map[pendingKey]*list.Element // of *pendingEntry
 	order *list.List                   // least recently stored first
 	bytes int
-	chats map[string]int // Chat entries per identity
+	per   map[string]*pendingUsage // per identity
+}
+
+// pendingUsage is what one identity holds in the store.
+type pendingUsage struct {
+	entries, bytes int
+	chatIDs        map[string]struct{} // the ids of its Chat entries
 }
 
 // pendingKind is what a continuation refers to.
@@ -63,7 +72,7 @@ type pendingEntry struct {
 }
 
 func newPendingCalls(now func() time.Time) *pendingCalls {
-	return &pendingCalls{now: now, byKey: make(map[pendingKey]*list.Element), order: list.New(), chats: make(map[string]int)}
+	return &pendingCalls{now: now, byKey: make(map[pendingKey]*list.Element), order: list.New(), per: make(map[string]*pendingUsage)}
 }
 
 // putResponses remembers calls for the continuation of the Responses answer responseID (and of
@@ -72,14 +81,12 @@ func (p *pendingCalls) putResponses(identity, responseID, conversationID string,
 	p.put(calls, pendingKey{identity, pendingResponse, responseID}, pendingKey{identity, pendingConversation, conversationID})
 }
 
-// putChat remembers calls for the Chat requests of identity that replay the client's tool calls
-// clientCallIDs.
+// putChat remembers calls for the Chat requests of identity that replay the message with the
+// client's tool calls clientCallIDs. The message is found by its first client call.
 func (p *pendingCalls) putChat(identity string, clientCallIDs []string, calls []schema.PendingCall) {
-	keys := make([]pendingKey, len(clientCallIDs))
-	for i, id := range clientCallIDs {
-		keys[i] = pendingKey{identity, pendingChatCall, id}
+	if len(clientCallIDs) > 0 {
+		p.put(calls, pendingKey{identity, pendingChatCall, clientCallIDs[0]})
 	}
-	p.put(calls, keys...)
 }
 
 func (p *pendingCalls) put(calls []schema.PendingCall, keys ...pendingKey) {
@@ -90,7 +97,7 @@ func (p *pendingCalls) put(calls []schema.PendingCall, keys ...pendingKey) {
 	for _, c := range calls {
 		size += len(c.CallID) + len(c.Arguments) + len(c.Output)
 	}
-	if size > pendingMaxBytes {
+	if size > pendingMaxBytesPerIdentity {
 		return
 	}
 	p.mu.Lock()
@@ -104,8 +111,24 @@ func (p *pendingCalls) put(calls []schema.PendingCall, keys ...pendingKey) {
 		e := &pendingEntry{key: k, calls: calls, size: size, expires: now.Add(pendingTTL)}
 		p.byKey[k] = p.order.PushBack(e)
 		p.bytes += size
+		u := p.per[k.identity]
+		if u == nil {
+			u = &pendingUsage{chatIDs: make(map[string]struct{})}
+			p.per[k.identity] = u
+		}
+		u.entries++
+		u.bytes += size
 		if k.kind == pendingChatCall {
-			p.chats[k.identity]++
+			u.chatIDs[k.id] = struct{}{}
+		}
+		// The identity's oldest entries go first when it holds more than its share; a walk from
+		// the front, on the rare path of a turn that left calls pending.
+		for el := p.order.Front(); el != nil && (u.entries > pendingMaxEntriesPerIdentity || u.bytes > pendingMaxBytesPerIdentity); {
+			next := el.Next()
+			if old := el.Value.(*pendingEntry); old.key.identity == k.identity && old.key != k {
+				p.removeLocked(old.key)
+			}
+			el = next
 		}
 	}
 	// Every entry lives pendingTTL from when it was stored, so the expired ones are at the front.
@@ -118,46 +141,63 @@ func (p *pendingCalls) put(calls []schema.PendingCall, keys ...pendingKey) {
 	}
 }
 
-// takeResponses returns the calls whose outputs a Responses request of identity continuing from
-// previousResponseID or in conversationID must carry, or nil. An answer's entry stays until it
-// expires (a client may branch from one answer several times); a conversation's is used once,
-// since the conversation holds the outputs from then on.
-func (p *pendingCalls) takeResponses(identity, previousResponseID, conversationID string) []schema.PendingCall {
+// responses returns the calls whose outputs a Responses request of identity continuing from
+// previousResponseID or in conversationID must carry, or nil, and whether they are the
+// conversation's. Entries stay until they expire (a client may branch from one answer several
+// times, or retry); a conversation's goes once the upstream has taken a request that carried
+// them (dropConversation), since the conversation holds the outputs from then on.
+func (p *pendingCalls) responses(identity, previousResponseID, conversationID string) (calls []schema.PendingCall, conversation bool) {
 	if previousResponseID == "" && conversationID == "" {
-		return nil
+		return nil, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	if previousResponseID != "" {
 		if calls := p.getLocked(pendingKey{identity, pendingResponse, previousResponseID}, now); calls != nil {
-			return calls
+			return calls, false
 		}
 	}
 	if conversationID != "" {
-		k := pendingKey{identity, pendingConversation, conversationID}
-		if calls := p.getLocked(k, now); calls != nil {
-			p.removeLocked(k)
-			return calls
+		if calls := p.getLocked(pendingKey{identity, pendingConversation, conversationID}, now); calls != nil {
+			return calls, true
 		}
 	}
-	return nil
+	return nil, false
 }
 
-// chatLookup returns, when identity has Chat entries, the function that gives the calls to put
-// back next to a client tool call id (see schema.InsertChatCalls); nil otherwise. Chat entries
-// stay until they expire: every later request of the conversation replays the message.
-func (p *pendingCalls) chatLookup(identity string) func(callID string) []schema.PendingCall {
+// dropConversation forgets the calls of identity's conversation conversationID.
+func (p *pendingCalls) dropConversation(identity, conversationID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.chats[identity] == 0 {
+	p.removeLocked(pendingKey{identity, pendingConversation, conversationID})
+}
+
+// chatIDs returns the client tool call ids that identity's live Chat entries are found by.
+// Chat entries stay until they expire: every later request of the conversation replays the
+// message.
+func (p *pendingCalls) chatIDs(identity string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.per[identity]
+	if u == nil || len(u.chatIDs) == 0 {
 		return nil
 	}
-	return func(callID string) []schema.PendingCall {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.getLocked(pendingKey{identity, pendingChatCall, callID}, p.now())
+	now := p.now()
+	ids := make([]string, 0, len(u.chatIDs))
+	for id := range u.chatIDs {
+		if p.getLocked(pendingKey{identity, pendingChatCall, id}, now) != nil {
+			ids = append(ids, id)
+		}
 	}
+	return ids
+}
+
+// chat returns the calls to put back next to identity's client tool call callID, or nil.
+func (p *pendingCalls) chat(identity, callID string) []schema.PendingCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.getLocked(pendingKey{identity, pendingChatCall, callID}, p.now())
 }
 
 // getLocked returns the live entry of k's calls, dropping it when it has expired.
@@ -179,12 +219,18 @@ func (p *pendingCalls) removeLocked(k pendingKey) {
 	if !ok {
 		return
 	}
-	p.bytes -= el.Value.(*pendingEntry).size
+	size := el.Value.(*pendingEntry).size
+	p.bytes -= size
 	p.order.Remove(el)
 	delete(p.byKey, k)
-	if k.kind == pendingChatCall {
-		if p.chats[k.identity]--; p.chats[k.identity] <= 0 {
-			delete(p.chats, k.identity)
+	if u := p.per[k.identity]; u != nil {
+		u.entries--
+		u.bytes -= size
+		if k.kind == pendingChatCall {
+			delete(u.chatIDs, k.id)
+		}
+		if u.entries <= 0 {
+			delete(p.per, k.identity)
 		}
 	}
 }

@@ -18,62 +18,85 @@ func TestPendingCallsResponses(t *testing.T) {
 	outs := []schema.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(42)"}`, Output: "42\n"}}
 	p.putResponses("id-a", "resp_1", "conv_1", outs)
 
-	assert.Nil(t, p.takeResponses("id-b", "resp_1", ""), "another identity never gets them")
-	assert.Nil(t, p.takeResponses("id-a", "resp_2", ""), "another answer's continuation gets nothing")
-	assert.Nil(t, p.takeResponses("id-a", "", ""), "a request that continues from nothing gets nothing")
-	assert.Equal(t, outs, p.takeResponses("id-a", "resp_1", ""), "continuation by previous_response_id")
-	assert.Equal(t, outs, p.takeResponses("id-a", "resp_1", ""), "a second branch from the same answer")
+	get := func(identity, prev, conv string) []schema.PendingCall {
+		calls, _ := p.responses(identity, prev, conv)
+		return calls
+	}
+	assert.Nil(t, get("id-b", "resp_1", ""), "another identity never gets them")
+	assert.Nil(t, get("id-a", "resp_2", ""), "another answer's continuation gets nothing")
+	assert.Nil(t, get("id-a", "", ""), "a request that continues from nothing gets nothing")
+	assert.Equal(t, outs, get("id-a", "resp_1", ""), "continuation by previous_response_id")
+	assert.Equal(t, outs, get("id-a", "resp_1", ""), "a second branch from the same answer")
 
-	assert.Equal(t, outs, p.takeResponses("id-a", "", "conv_1"), "continuation in the conversation")
-	assert.Nil(t, p.takeResponses("id-a", "", "conv_1"), "the conversation holds them after one use")
+	calls, conversation := p.responses("id-a", "", "conv_1")
+	assert.Equal(t, outs, calls, "continuation in the conversation")
+	assert.True(t, conversation, "the conversation's entry")
+	assert.Equal(t, outs, get("id-a", "", "conv_1"), "a retry before the upstream took the request gets them again")
+	p.dropConversation("id-a", "conv_1")
+	assert.Nil(t, get("id-a", "", "conv_1"), "the conversation holds them once the upstream took them")
 
 	now = now.Add(pendingTTL + time.Second)
-	assert.Nil(t, p.takeResponses("id-a", "resp_1", ""), "expired")
+	assert.Nil(t, get("id-a", "resp_1", ""), "expired")
 }
 
 func TestPendingCallsBounds(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := newPendingCalls(func() time.Time { return now })
-	big := []schema.PendingCall{{CallID: "c", Output: strings.Repeat("x", pendingMaxBytes/4)}}
-	for i := range 5 {
-		p.putResponses("id", "resp_"+strconv.Itoa(i), "", big)
+	get := func(identity, prev string) []schema.PendingCall {
+		calls, _ := p.responses(identity, prev, "")
+		return calls
 	}
-	assert.Nil(t, p.takeResponses("id", "resp_0", ""), "the oldest entry goes when the bytes bound is reached")
-	assert.NotNil(t, p.takeResponses("id", "resp_4", ""), "the newest entry stays")
-	assert.LessOrEqual(t, p.bytes, pendingMaxBytes, "bytes kept")
+	// One identity cannot push the others out.
+	other := []schema.PendingCall{{CallID: "c", Output: "other"}}
+	p.putResponses("quiet", "resp_q", "", other)
+	big := []schema.PendingCall{{CallID: "c", Output: strings.Repeat("x", pendingMaxBytesPerIdentity/4)}}
+	for i := range 10 {
+		p.putResponses("noisy", "resp_"+strconv.Itoa(i), "", big)
+	}
+	assert.Equal(t, other, get("quiet", "resp_q"), "another identity's entry survives a noisy one")
+	assert.Nil(t, get("noisy", "resp_0"), "the noisy identity's oldest entry goes at its bytes share")
+	assert.NotNil(t, get("noisy", "resp_9"), "its newest entry stays")
+	assert.LessOrEqual(t, p.per["noisy"].bytes, pendingMaxBytesPerIdentity, "bytes kept for one identity")
 
-	p.putResponses("id", "huge", "", []schema.PendingCall{{CallID: "c", Output: strings.Repeat("x", pendingMaxBytes+1)}})
-	assert.Nil(t, p.takeResponses("id", "huge", ""), "outputs larger than the whole store are not kept")
+	p.putResponses("noisy", "huge", "", []schema.PendingCall{{CallID: "c", Output: strings.Repeat("x", pendingMaxBytesPerIdentity+1)}})
+	assert.Nil(t, get("noisy", "huge"), "calls larger than an identity's share are not kept")
+
+	small := []schema.PendingCall{{CallID: "c", Output: "1"}}
+	for i := range pendingMaxEntriesPerIdentity + 10 {
+		p.putResponses("many", "resp_"+strconv.Itoa(i), "", small)
+	}
+	assert.Equal(t, pendingMaxEntriesPerIdentity, p.per["many"].entries, "entries kept for one identity")
+	assert.Nil(t, get("many", "resp_0"), "the oldest went")
 
 	q := newPendingCalls(func() time.Time { return now })
-	small := []schema.PendingCall{{CallID: "c", Output: "1"}}
 	for i := range pendingMaxEntries + 10 {
-		q.putResponses("id", "resp_"+strconv.Itoa(i), "", small)
+		q.putResponses("id"+strconv.Itoa(i%100), "resp_"+strconv.Itoa(i), "", small)
 	}
-	require.LessOrEqual(t, q.order.Len(), pendingMaxEntries, "entries kept")
+	require.LessOrEqual(t, q.order.Len(), pendingMaxEntries, "entries kept in all")
 	assert.Equal(t, len(q.byKey), q.order.Len(), "index and order agree")
 
-	q.putResponses("id", "early", "", small)
+	r := newPendingCalls(func() time.Time { return now })
+	r.putResponses("id", "early", "", small)
 	now = now.Add(pendingTTL + time.Second)
-	q.putResponses("id", "late", "", small)
-	assert.Equal(t, 1, q.order.Len(), "expired entries are dropped when a new one is stored")
+	r.putResponses("id", "late", "", small)
+	assert.Equal(t, 1, r.order.Len(), "expired entries are dropped when a new one is stored")
+	assert.Equal(t, 1, r.per["id"].entries, "and no longer counted")
 }
 
 func TestPendingCallsChat(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := newPendingCalls(func() time.Time { return now })
-	assert.Nil(t, p.chatLookup("id-a"), "no lookup for an identity without Chat entries")
+	assert.Empty(t, p.chatIDs("id-a"), "no ids for an identity without Chat entries")
 	calls := []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"1"}`, Output: "1"}}
 	p.putChat("id-a", []string{"call_w", "call_x"}, calls)
-	assert.Nil(t, p.chatLookup("id-b"), "another identity has none")
-	lookup := p.chatLookup("id-a")
-	require.NotNil(t, lookup, "a lookup for the identity")
-	assert.Equal(t, calls, lookup("call_w"), "by the first client call")
-	assert.Equal(t, calls, lookup("call_x"), "by the second client call")
-	assert.Equal(t, calls, lookup("call_w"), "every later request replays the message")
-	assert.Nil(t, lookup("call_q"), "another call")
+	assert.Empty(t, p.chatIDs("id-b"), "another identity has none")
+	assert.Equal(t, []string{"call_w"}, p.chatIDs("id-a"), "the message is found by its first client call")
+	assert.Equal(t, calls, p.chat("id-a", "call_w"), "by the first client call")
+	assert.Nil(t, p.chat("id-b", "call_w"), "not for another identity")
+	assert.Equal(t, calls, p.chat("id-a", "call_w"), "every later request replays the message")
+	assert.Nil(t, p.chat("id-a", "call_q"), "another call")
 	now = now.Add(pendingTTL + time.Second)
-	assert.Nil(t, lookup("call_w"), "expired")
-	assert.Nil(t, lookup("call_x"), "expired")
-	assert.Nil(t, p.chatLookup("id-a"), "no lookup once every entry is gone")
+	assert.Empty(t, p.chatIDs("id-a"), "expired entries are dropped when looked for")
+	assert.Nil(t, p.chat("id-a", "call_w"), "expired")
+	assert.Empty(t, p.per, "nothing is counted for the identity any more")
 }

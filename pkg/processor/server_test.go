@@ -542,3 +542,31 @@ func TestChatReplayGetsPendingCallsBack(t *testing.T) {
 	resp := ex.send(reqBody(next))
 	assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "another caller's request is left as it is")
 }
+
+// The code outputs a conversation's continuation carries are kept until the upstream takes a
+// request that carried them: a retry after an upstream error carries them again.
+func TestConversationPendingOutputsKeptUntilTaken(t *testing.T) {
+	fl := &fakeLoop{resp: loop.Response{
+		Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"resp_mixed"}`),
+		Stop: loop.StopClientCall, ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}},
+	}}
+	ts := newTestServer(t, nil, fl, nil)
+	ex := ts.open(t)
+	ex.send(postHeaders("/v1/responses"))
+	ex.send(reqBody(`{"model":"m","conversation":"conv_1","input":"q","tools":[{"type":"code_interpreter"}]}`))
+	ex.send(respHeaders(":status", "200"))
+	ex.send(respBody([]byte(`{"id":"resp_mixed"}`)))
+
+	next := `{"model":"m","conversation":"conv_1","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
+	for i, status := range []string{"429", "200"} {
+		ex = ts.open(t)
+		ex.send(postHeaders("/v1/responses"))
+		resp := ex.send(reqBody(next))
+		assert.Contains(t, string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody()), `"call_id":"call_ci"`, "request %d carries the pending output", i+1)
+		ex.send(respHeaders(":status", status))
+	}
+	ex = ts.open(t)
+	ex.send(postHeaders("/v1/responses"))
+	resp := ex.send(reqBody(next))
+	assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "once the upstream took it, the conversation holds the output")
+}

@@ -56,6 +56,9 @@ type streamState struct {
 	identity      string
 	identityKnown bool
 	rewrite       schema.Request
+	// carriedConversation is the conversation whose pending code outputs the request carries:
+	// they are forgotten once the upstream has taken it.
+	carriedConversation string
 	// respEncoding is the upstream answer's content-encoding.
 	respEncoding string
 	outcome      string
@@ -287,17 +290,25 @@ func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
 		if rw.PreviousResponseID == "" && rw.ConversationID == "" {
 			return nil
 		}
-		calls := st.srv.pending.takeResponses(st.callerIdentity(), rw.PreviousResponseID, rw.ConversationID)
+		calls, conversation := st.srv.pending.responses(st.callerIdentity(), rw.PreviousResponseID, rw.ConversationID)
 		if calls == nil {
 			return nil
 		}
+		if conversation {
+			st.carriedConversation = rw.ConversationID
+		}
 		out, err = schema.PrependCallOutputs(body, calls)
 	case schema.Chat:
-		lookup := st.srv.pending.chatLookup(st.callerIdentity())
-		if lookup == nil {
+		// Most requests replay none of the messages the store knows: a look for the ids is
+		// cheaper than reading the messages.
+		identity := st.callerIdentity()
+		ids := st.srv.pending.chatIDs(identity)
+		if !slices.ContainsFunc(ids, func(id string) bool { return bytes.Contains(body, []byte(`"`+id+`"`)) }) {
 			return nil
 		}
-		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, lookup)
+		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, func(callID string) []schema.PendingCall {
+			return st.srv.pending.chat(identity, callID)
+		})
 	}
 	if err != nil {
 		st.logger().Warn("put back pending code calls", zap.Error(err))
@@ -330,6 +341,11 @@ func continueRequestBody(body []byte, remove []string) *extprocv3.ProcessingResp
 // responseHeaders has a rewritten request's 200 answer come to the server buffered, whatever the
 // route's mode; everything else passes through without its body being sent here.
 func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	if st.carriedConversation != "" {
+		if code := newHeaderMap(h.GetHeaders()).get(":status"); len(code) == 3 && code[0] == '2' {
+			st.srv.pending.dropConversation(st.identity, st.carriedConversation)
+		}
+	}
 	if st.kind != kindRewritten {
 		return skipResponseBody
 	}

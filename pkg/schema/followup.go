@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // CallOutput is the text fed back to the model for one call.
@@ -208,23 +209,57 @@ func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []foll
 		items = append(items, outItems...)
 	}
 
+	e, ok, err := responsesInputEdit(req, in, items, false)
 	switch {
-	case !in.ok():
+	case err != nil:
+		return nil, nil, fmt.Errorf("follow up: %w", err)
+	case !ok:
 		return nil, []followUpMember{{key: "input", value: append(append([]byte{'['}, items...), ']')}}, nil
-	case req[in.start] == '[':
-		return []reqEdit{reqAppendElems(req, in.end-1, items)}, nil, nil
-	case req[in.start] == '"':
-		list := append([]byte(`[{"role":"user","content":`), req[in.start:in.end]...)
-		list = append(list, '}')
-		if len(items) > 0 {
-			list = append(list, ',')
-			list = append(list, items...)
-		}
-		return []reqEdit{{start: in.start, end: in.end, repl: append(list, ']')}}, nil, nil
-	case string(req[in.start:in.end]) == "null":
-		return []reqEdit{{start: in.start, end: in.end, repl: append(append([]byte{'['}, items...), ']')}}, nil, nil
 	}
-	return nil, nil, errors.New("follow up: the request's input is neither a string nor a list")
+	return []reqEdit{e}, nil, nil
+}
+
+// responsesInputEdit returns the edit that adds items (comma-separated values) to the Responses
+// input at in, at its front or at its end: a list gets them inside, a string s becomes
+// [{"role":"user","content":s}] with the items after it (before it, front), null becomes the
+// items' list. It returns false when there is no input (the caller adds the member), and an
+// error when the input is something else.
+func responsesInputEdit(b []byte, in reqSpan, items []byte, front bool) (reqEdit, bool, error) {
+	if !in.ok() {
+		return reqEdit{}, false, nil
+	}
+	switch {
+	case b[in.start] == '[':
+		if !front {
+			return reqAppendElems(b, in.end-1, items), true, nil
+		}
+		repl := items
+		if len(items) > 0 && reqSkipWS(b, in.start+1) != in.end-1 {
+			repl = append(slices.Clip(items), ',')
+		}
+		return reqEdit{start: in.start + 1, end: in.start + 1, repl: repl}, true, nil
+	case b[in.start] == '"':
+		msg := append([]byte(`{"role":"user","content":`), b[in.start:in.end]...)
+		msg = append(msg, '}')
+		parts := [2][]byte{msg, items}
+		if front {
+			parts = [2][]byte{items, msg}
+		}
+		list := []byte{'['}
+		for _, p := range parts {
+			if len(p) == 0 {
+				continue
+			}
+			if len(list) > 1 {
+				list = append(list, ',')
+			}
+			list = append(list, p...)
+		}
+		return reqEdit{start: in.start, end: in.end, repl: append(list, ']')}, true, nil
+	case string(b[in.start:in.end]) == "null":
+		return reqEdit{start: in.start, end: in.end, repl: append(append([]byte{'['}, items...), ']')}, true, nil
+	}
+	return reqEdit{}, false, errors.New("the request's input is neither a string nor a list")
 }
 
 // followUpOutputItems returns the function_call_output items of outs, comma-separated.
@@ -273,24 +308,12 @@ func PrependCallOutputs(body []byte, calls []PendingCall) ([]byte, error) {
 		return nil, err
 	}
 	items := followUpOutputItems(outs)
-	var e reqEdit
-	switch in := t.span("input"); {
-	case !in.ok():
+	e, ok, err := responsesInputEdit(body, t.span("input"), items, true)
+	if err != nil {
+		return nil, fmt.Errorf("prepend call outputs: %w", err)
+	}
+	if !ok {
 		e = reqAppendMember(body, reqCloseAt(body), "input", append(append([]byte{'['}, items...), ']'))
-	case body[in.start] == '[':
-		if reqSkipWS(body, in.start+1) != in.end-1 {
-			items = append(items, ',')
-		}
-		e = reqEdit{start: in.start + 1, end: in.start + 1, repl: items}
-	case body[in.start] == '"':
-		list := append([]byte{'['}, items...)
-		list = append(list, `,{"role":"user","content":`...)
-		list = append(list, body[in.start:in.end]...)
-		e = reqEdit{start: in.start, end: in.end, repl: append(list, "}]"...)}
-	case string(body[in.start:in.end]) == "null":
-		e = reqEdit{start: in.start, end: in.end, repl: append(append([]byte{'['}, items...), ']')}
-	default:
-		return nil, errors.New("prepend call outputs: the request's input is neither a string nor a list")
 	}
 	return reqApply(body, []reqEdit{e})
 }
@@ -394,12 +417,17 @@ func followUpAssistant(b []byte, msg reqSpan) []byte {
 // client's call only; the client's next request replays that message, and this gives the model
 // back its code call and what it printed.
 func InsertChatCalls(body []byte, functionName string, pending func(callID string) []PendingCall) ([]byte, error) {
-	t, err := reqTopObject(body, "insert chat calls")
+	// The same check RewriteRequest makes of a request, not a full one: conversation text is
+	// only scanned for its end.
+	sc, err := reqScan(body, reqScanRequest, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("insert chat calls: %w", err)
+	}
+	if !sc.isObject {
+		return nil, errors.New("insert chat calls: the body is not a JSON object")
 	}
 	b := body
-	msgs := t.span("messages")
+	msgs := reqNewTopLevel(b, sc.members).span("messages")
 	if !msgs.ok() || b[msgs.start] != '[' {
 		return nil, nil
 	}
