@@ -41,6 +41,7 @@ type pendingCalls struct {
 	order *list.List                   // least recently stored first
 	bytes int
 	per   map[string]*pendingUsage // per identity
+	chats int                      // Chat entries of all identities
 }
 
 // pendingUsage is what one identity holds in the store.
@@ -120,6 +121,7 @@ func (p *pendingCalls) put(calls []schema.PendingCall, keys ...pendingKey) {
 		u.bytes += size
 		if k.kind == pendingChatCall {
 			u.chatIDs[k.id] = struct{}{}
+			p.chats++
 		}
 		// The identity's oldest entries go first when it holds more than its share; a walk from
 		// the front, on the rare path of a turn that left calls pending.
@@ -193,6 +195,14 @@ func (p *pendingCalls) chatIDs(identity string) []string {
 	return ids
 }
 
+// anyChat reports whether the store holds Chat entries at all: when it does not, a Chat
+// request needs no look, nor its caller's identity.
+func (p *pendingCalls) anyChat() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.chats > 0
+}
+
 // chat returns the calls to put back next to identity's client tool call callID, or nil.
 func (p *pendingCalls) chat(identity, callID string) []schema.PendingCall {
 	p.mu.Lock()
@@ -228,6 +238,7 @@ func (p *pendingCalls) removeLocked(k pendingKey) {
 		u.bytes -= size
 		if k.kind == pendingChatCall {
 			delete(u.chatIDs, k.id)
+			p.chats--
 		}
 		if u.entries <= 0 {
 			delete(p.per, k.identity)

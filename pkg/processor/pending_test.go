@@ -87,10 +87,12 @@ func TestPendingCallsChat(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := newPendingCalls(func() time.Time { return now })
 	assert.Empty(t, p.chatIDs("id-a"), "no ids for an identity without Chat entries")
+	assert.False(t, p.anyChat(), "no Chat entries at all")
 	calls := []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"1"}`, Output: "1"}}
 	p.putChat("id-a", []string{"call_w", "call_x"}, calls)
 	assert.Empty(t, p.chatIDs("id-b"), "another identity has none")
 	assert.Equal(t, []string{"call_w"}, p.chatIDs("id-a"), "the message is found by its first client call")
+	assert.True(t, p.anyChat(), "Chat entries held")
 	assert.Equal(t, calls, p.chat("id-a", "call_w"), "by the first client call")
 	assert.Nil(t, p.chat("id-b", "call_w"), "not for another identity")
 	assert.Equal(t, calls, p.chat("id-a", "call_w"), "every later request replays the message")
@@ -99,4 +101,5 @@ func TestPendingCallsChat(t *testing.T) {
 	assert.Empty(t, p.chatIDs("id-a"), "expired entries are dropped when looked for")
 	assert.Nil(t, p.chat("id-a", "call_w"), "expired")
 	assert.Empty(t, p.per, "nothing is counted for the identity any more")
+	assert.False(t, p.anyChat(), "no Chat entries left")
 }

@@ -301,6 +301,9 @@ func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
 	case schema.Chat:
 		// Most requests replay none of the messages the store knows: a look for the ids is
 		// cheaper than reading the messages.
+		if !st.srv.pending.anyChat() {
+			return nil
+		}
 		identity := st.callerIdentity()
 		ids := st.srv.pending.chatIDs(identity)
 		if !slices.ContainsFunc(ids, func(id string) bool { return bytes.Contains(body, []byte(`"`+id+`"`)) }) {
