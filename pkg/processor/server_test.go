@@ -481,20 +481,26 @@ func TestIdentity(t *testing.T) {
 
 func protoEqual(a, b proto.Message) bool { return proto.Equal(a, b) }
 
+// mixedTurn returns a server that has answered one request of path with body by a loop that
+// stopped for a client call, with res's pending calls.
+func mixedTurn(t *testing.T, path, body string, res loop.Response) *testServer {
+	t.Helper()
+	res.Status, res.Header, res.Body, res.Stop = 200, http.Header{"Content-Type": {"application/json"}}, []byte(`{}`), loop.StopClientCall
+	ts := newTestServer(t, nil, &fakeLoop{resp: res}, nil)
+	ex := ts.open(t)
+	ex.send(postHeaders(path))
+	ex.send(reqBody(body))
+	ex.send(respHeaders(":status", "200"))
+	ex.send(respBody([]byte(`{}`)))
+	return ts
+}
+
 // A turn that called the code function and a client function leaves the code's output pending
 // upstream; the request that continues from that answer by previous_response_id gets it
 // prepended, also when it no longer has the code_interpreter tool, and only for the same caller.
 func TestContinuationCarriesPendingOutputs(t *testing.T) {
-	fl := &fakeLoop{resp: loop.Response{
-		Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"resp_mixed"}`),
-		Stop: loop.StopClientCall, ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}},
-	}}
-	ts := newTestServer(t, nil, fl, nil)
-	ex := ts.open(t)
-	ex.send(postHeaders("/v1/responses"))
-	ex.send(reqBody(toolBody))
-	ex.send(respHeaders(":status", "200"))
-	ex.send(respBody([]byte(`{"id":"resp_mixed"}`)))
+	ts := mixedTurn(t, "/v1/responses", toolBody, loop.Response{ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}}})
+	var ex *exchange
 
 	next := `{"model":"m","previous_response_id":"resp_mixed","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
 	ex = ts.open(t)
@@ -513,17 +519,9 @@ func TestContinuationCarriesPendingOutputs(t *testing.T) {
 // A Chat answer that left out the code call next to the client's gets it back in every later
 // request that replays the message, from the same caller only.
 func TestChatReplayGetsPendingCallsBack(t *testing.T) {
-	fl := &fakeLoop{resp: loop.Response{
-		Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"chatcmpl-1"}`),
-		Stop: loop.StopClientCall, ClientCallIDs: []string{"call_w"},
-		Pending: []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print(42)"}`, Output: "42\n"}},
-	}}
-	ts := newTestServer(t, nil, fl, nil)
-	ex := ts.open(t)
-	ex.send(postHeaders("/v1/chat/completions"))
-	ex.send(reqBody(`{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"code_interpreter"}]}`))
-	ex.send(respHeaders(":status", "200"))
-	ex.send(respBody([]byte(`{"id":"chatcmpl-1"}`)))
+	ts := mixedTurn(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"code_interpreter"}]}`,
+		loop.Response{ClientCallIDs: []string{"call_w"}, Pending: []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print(42)"}`, Output: "42\n"}}})
+	var ex *exchange
 
 	next := `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`
 	want := `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}},` +
@@ -546,16 +544,9 @@ func TestChatReplayGetsPendingCallsBack(t *testing.T) {
 // The code outputs a conversation's continuation carries are kept until the upstream takes a
 // request that carried them: a retry after an upstream error carries them again.
 func TestConversationPendingOutputsKeptUntilTaken(t *testing.T) {
-	fl := &fakeLoop{resp: loop.Response{
-		Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"resp_mixed"}`),
-		Stop: loop.StopClientCall, ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}},
-	}}
-	ts := newTestServer(t, nil, fl, nil)
-	ex := ts.open(t)
-	ex.send(postHeaders("/v1/responses"))
-	ex.send(reqBody(`{"model":"m","conversation":"conv_1","input":"q","tools":[{"type":"code_interpreter"}]}`))
-	ex.send(respHeaders(":status", "200"))
-	ex.send(respBody([]byte(`{"id":"resp_mixed"}`)))
+	ts := mixedTurn(t, "/v1/responses", `{"model":"m","conversation":"conv_1","input":"q","tools":[{"type":"code_interpreter"}]}`,
+		loop.Response{ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}}})
+	var ex *exchange
 
 	next := `{"model":"m","conversation":"conv_1","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
 	for i, status := range []string{"429", "200"} {
