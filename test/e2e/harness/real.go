@@ -42,7 +42,7 @@ type Front interface {
 }
 
 // Fronts runs fn as two subtests: "harness" against [Start], always, and "real-envoy" against
-// [StartReal], which skips (saying so) when no envoy binary is on PATH.
+// [StartReal] (see [RequireEnvoy] for what happens without an envoy binary).
 func Fronts(t *testing.T, o Options, fn func(t *testing.T, front Front)) {
 	t.Helper()
 	EachFront(t, func(t *testing.T, start func(Options) Front) { fn(t, start(o)) })
@@ -60,11 +60,56 @@ func EachFront(t *testing.T, fn func(t *testing.T, start func(Options) Front)) {
 		fn(t, func(o Options) Front { return Start(t, o) })
 	})
 	t.Run("real-envoy", func(t *testing.T) {
-		if _, err := exec.LookPath("envoy"); err != nil {
-			t.Skip("real Envoy variant skipped: no envoy binary on PATH")
-		}
+		RequireEnvoy(t)
 		fn(t, func(o Options) Front { return StartReal(t, o) })
 	})
+}
+
+// RequireEnvoyEnv names the environment variable that makes a missing Envoy a failure instead
+// of a skip; `make test` sets it once `make deps` has installed Envoy.
+const RequireEnvoyEnv = "CODEINTERP_REQUIRE_ENVOY"
+
+// EnvoyBinary finds the envoy binary: $ENVOY_BIN, else the project's .venv/bin/envoy (found by
+// walking up from the working directory to the module root), else envoy on PATH.
+func EnvoyBinary() (string, error) {
+	if p := os.Getenv("ENVOY_BIN"); p != "" {
+		return exec.LookPath(p)
+	}
+	if dir, err := os.Getwd(); err == nil {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				if p, err := exec.LookPath(filepath.Join(dir, ".venv", "bin", "envoy")); err == nil {
+					return p, nil
+				}
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	p, err := exec.LookPath("envoy")
+	if err != nil {
+		return "", errors.New("no envoy binary: not in $ENVOY_BIN, .venv/bin or PATH (run `make deps`)")
+	}
+	return p, nil
+}
+
+// RequireEnvoy returns the envoy binary, or ends the test when there is none: a failure when
+// $CODEINTERP_REQUIRE_ENVOY is set (as `make test` sets it), a skip saying so otherwise.
+func RequireEnvoy(t testing.TB) string {
+	t.Helper()
+	bin, err := EnvoyBinary()
+	if err == nil {
+		return bin
+	}
+	if os.Getenv(RequireEnvoyEnv) != "" {
+		t.Fatalf("real Envoy required ($%s is set): %v", RequireEnvoyEnv, err)
+	}
+	t.Skipf("real Envoy variant skipped: %v", err)
+	return ""
 }
 
 // RealEnvoy is an envoy process running a copy of the filter config's bootstrap pointed at
@@ -82,18 +127,15 @@ func (r *RealEnvoy) Name() string { return "real-envoy" }
 // realStartTimeout bounds Envoy's start-up (it usually takes well under a second).
 const realStartTimeout = 30 * time.Second
 
-// StartReal runs a real Envoy with o's config when an envoy binary is on PATH, and skips the
-// test otherwise. It writes a copy of the bootstrap with the listener on a free port, every
+// StartReal runs a real Envoy ([EnvoyBinary]) with o's config; without one it skips or fails
+// the test as [RequireEnvoy] does. It writes a copy of the bootstrap with the listener on a free port, every
 // upstream cluster pointed at o.Upstream and the ext_proc cluster at o.ExtProcAddr, applies
 // o's knobs (timeouts, buffer limit, ...), runs "envoy -c <copy> --base-id <random>
 // --concurrency 1", and waits until the admin endpoint reports ready. The process is stopped
 // (SIGTERM, then SIGKILL) and waited for by t.Cleanup.
 func StartReal(t testing.TB, o Options) *RealEnvoy {
 	t.Helper()
-	bin, err := exec.LookPath("envoy")
-	if err != nil {
-		t.Skip("real Envoy variant skipped: no envoy binary on PATH")
-	}
+	bin := RequireEnvoy(t)
 	cfg, err := o.resolve(t)
 	if err != nil {
 		t.Fatalf("real envoy: %v", err)

@@ -3,7 +3,6 @@ package harness
 import (
 	"net"
 	"net/http"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -75,7 +74,7 @@ func TestFronts(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, "status through %s", front.Name())
 	})
 	want := []string{"harness"}
-	if _, err := exec.LookPath("envoy"); err == nil {
+	if _, err := EnvoyBinary(); err == nil {
 		want = append(want, "real-envoy")
 	}
 	assert.Equal(t, want, names, "fronts run")
@@ -85,10 +84,11 @@ func TestFronts(t *testing.T) {
 // TestFrontConnectsLazily: the ext_proc server may start after the front (EachFront's
 // pattern), because the front connects on the first request.
 func TestFrontConnectsLazily(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err, "listen for the ext_proc server")
 	up := newUpstream(t, nil)
 	EachFront(t, func(t *testing.T, start func(Options) Front) {
+		// One listener per front: stopping the gRPC server closes it.
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err, "listen for the ext_proc server")
 		front := start(Options{ExtProcAddr: lis.Addr().String(), Upstream: up.srv.URL})
 		srv := grpc.NewServer()
 		extprocsvc.RegisterExternalProcessorServer(srv, &fakeProc{t: t, script: passThrough})
