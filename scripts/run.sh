@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make run`: Envoy on 127.0.0.1:10000 with envoy/envoy.yaml (its model cluster pointed at the
+# upstream) and the codeinterp server beside it on 127.0.0.1:50051. Ctrl-C (or SIGTERM) stops both
+# and waits for them.
+#   scripts/run.sh UPSTREAM CONFIG [server flags...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+upstream=${1:?usage: run.sh UPSTREAM CONFIG [flags]}
+config=${2:?usage: run.sh UPSTREAM CONFIG [flags]}
+shift 2
+
+envoy_bin=${ENVOY_BIN:-}
+if [ -z "$envoy_bin" ]; then
+  envoy_bin=$(command -v envoy || true)
+  [ -n "$envoy_bin" ] || envoy_bin=.venv/bin/envoy
+fi
+mkdir -p bin
+go run ./cmd/envoyconf -in envoy/envoy.yaml -upstream "$upstream" -listen-address 127.0.0.1 -out bin/envoy-run.json
+
+pids=()
+stop() {
+  trap - INT TERM EXIT
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap stop INT TERM EXIT
+
+bin/extproc --config "$config" "$@" &
+pids+=($!)
+"$envoy_bin" -c bin/envoy-run.json --log-level warn --base-id-path bin/envoy-base-id --use-dynamic-base-id &
+pids+=($!)
+echo "run: Envoy on http://127.0.0.1:10000 (admin 127.0.0.1:9901) -> $upstream; codeinterp on 127.0.0.1:50051 (admin 127.0.0.1:9090)" >&2
+echo "run: OPENAI_BASE_URL=http://127.0.0.1:10000/v1; Ctrl-C stops both" >&2
+# Either process ending ends the session.
+wait -n "${pids[@]}" || true
