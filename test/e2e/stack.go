@@ -80,7 +80,7 @@ type Env struct {
 }
 
 // NewEnv starts the fake model and opens the gRPC listener; t.Cleanup closes both.
-func NewEnv(t *testing.T, o EnvOptions) *Env {
+func NewEnv(t testing.TB, o EnvOptions) *Env {
 	t.Helper()
 	lis, err := newLoopback()
 	if err != nil {
@@ -130,7 +130,7 @@ type Stack struct {
 // production), and serves it on the Env's listener. t.Cleanup stops the gRPC server (graceful,
 // then hard after a bound), closes the sandbox manager, the engine and the sandbox backend,
 // and waits for all of it.
-func (e *Env) Serve(t *testing.T, front harness.Front) *Stack {
+func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 	t.Helper()
 	cfg := DefaultConfig()
 	if e.opts.Configure != nil {

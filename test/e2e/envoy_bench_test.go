@@ -1,0 +1,221 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"github.com/tidwall/gjson"
+	"google.golang.org/protobuf/proto"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
+	"github.com/codeinterp/codeinterp/test/e2e/harness"
+)
+
+// The figures of the real-Envoy issue (run by `make bench`): client → real Envoy 1.40 → fake
+// model on loopback, the same routes with the ext_proc filter (codeinterp behind it) and with
+// the filter disabled on every route, one client, one run, the two requests of a pair sent
+// alternately so that drift in the machine's load affects both alike. Each reports the p50 and
+// p99 of both and the difference of the medians (diff-p50-ns):
+//
+//   - BenchmarkEnvoyPassThrough: a 10 KB Chat Completions request without the tool;
+//   - BenchmarkEnvoyNoCode: a 1 MB Responses request with code_interpreter whose answer calls
+//     no code;
+//   - BenchmarkEnvoyLoopRound: one loop round (the model runs print(1) once, then answers): the
+//     total, the time the fake model spent on its two calls, and codeinterp's share (the total
+//     minus the model's time; Envoy's own proxying of the two calls is in that share too).
+
+// envoyBench is a real Envoy with the filter, a second one with the filter disabled on every
+// route, the codeinterp server behind the first, and the fake model behind both.
+type envoyBench struct {
+	with, without *http.Client
+	withURL       string
+	withoutURL    string
+	// modelNanos adds up the time the fake model's handlers spent, from the request's arrival
+	// to the end of the answer.
+	modelNanos atomic.Int64
+}
+
+func newEnvoyBench(b *testing.B) *envoyBench {
+	b.Helper()
+	harness.RequireEnvoy(b)
+	env := NewEnv(b, EnvOptions{Configure: func(c *configv1.Config) {
+		c.Sandbox.WarmPoolSize = proto.Uint32(1)
+	}})
+	eb := &envoyBench{}
+	env.Model.Handle("/v1/chat/completions", eb.timed(func(w http.ResponseWriter, _ []byte) {
+		writeJSON(w, fakemodel.Chat(testModel, usage(2500, 12), "pass-through answer"))
+	}))
+	env.Model.Handle("/v1/responses", eb.timed(func(w http.ResponseWriter, body []byte) {
+		switch {
+		case bytes.Contains(body, []byte(`"function_call_output"`)):
+			writeJSON(w, fakemodel.Responses(testModel, usage(30, 5), fakemodel.Message("1")))
+		case gjson.GetBytes(body, "metadata.bench").String() == "code":
+			writeJSON(w, fakemodel.Responses(testModel, usage(20, 5), runCode("call_1", "print(1)")))
+		default:
+			writeJSON(w, fakemodel.Responses(testModel, usage(250000, 5), fakemodel.Message("no code needed")))
+		}
+	}))
+
+	with := harness.StartReal(b, env.HarnessOptions())
+	env.Serve(b, with)
+	off := harness.ShippedConfig(b)
+	for i := range off.Routes {
+		off.Routes[i].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Disabled{Disabled: true}}
+	}
+	o := env.HarnessOptions()
+	o.Config = off
+	without := harness.StartReal(b, o)
+
+	eb.withURL, eb.withoutURL = with.URL(), without.URL()
+	eb.with = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	eb.without = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	b.Cleanup(func() {
+		eb.with.CloseIdleConnections()
+		eb.without.CloseIdleConnections()
+	})
+	return eb
+}
+
+func (eb *envoyBench) timed(h func(w http.ResponseWriter, body []byte)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		h(w, body)
+		eb.modelNanos.Add(int64(time.Since(start)))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	js, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(js)
+}
+
+// timedPost sends body to base+path with c and checks the answer is a 200 whose body holds want.
+func timedPost(b *testing.B, c *http.Client, base, path string, body []byte, want string) time.Duration {
+	b.Helper()
+	req, err := http.NewRequestWithContext(b.Context(), http.MethodPost, base+path, bytes.NewReader(body))
+	if err != nil {
+		b.Fatalf("request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatalf("POST %s: %v", path, err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	took := time.Since(start)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(got, []byte(want)) {
+		b.Fatalf("POST %s: status %d, %v, want a body with %q: %.300s", path, resp.StatusCode, err, want, got)
+	}
+	return took
+}
+
+// pairs times the same request through both Envoys, alternating, and reports p50/p99 of each
+// and the difference of the medians.
+func (eb *envoyBench) pairs(b *testing.B, path string, body []byte, want string) {
+	// Warm both paths (connections, the server's first request) before timing.
+	for range 3 {
+		timedPost(b, eb.with, eb.withURL, path, body, want)
+		timedPost(b, eb.without, eb.withoutURL, path, body, want)
+	}
+	b.SetBytes(int64(len(body)))
+	var with, without []time.Duration
+	for b.Loop() {
+		with = append(with, timedPost(b, eb.with, eb.withURL, path, body, want))
+		without = append(without, timedPost(b, eb.without, eb.withoutURL, path, body, want))
+	}
+	p50w, p99w := percentiles(with)
+	p50o, p99o := percentiles(without)
+	b.ReportMetric(float64(p50w.Nanoseconds()), "p50-with-ns")
+	b.ReportMetric(float64(p99w.Nanoseconds()), "p99-with-ns")
+	b.ReportMetric(float64(p50o.Nanoseconds()), "p50-without-ns")
+	b.ReportMetric(float64(p99o.Nanoseconds()), "p99-without-ns")
+	b.ReportMetric(float64((p50w - p50o).Nanoseconds()), "diff-p50-ns")
+}
+
+func percentiles(took []time.Duration) (p50, p99 time.Duration) {
+	if len(took) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(took)
+	slices.Sort(s)
+	return s[len(s)/2], s[len(s)*99/100]
+}
+
+// chatBody is a Chat Completions request of about size bytes without the tool.
+func chatBody(size int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":"gpt-e2e","messages":[`)
+	for i := 0; b.Len() < size-100; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"role":%q,"content":"turn %d: the quick brown fox jumps over the lazy dog, again and again"}`,
+			[]string{"user", "assistant"}[i%2], i)
+	}
+	b.WriteString(`],"temperature":0.2}`)
+	return b.Bytes()
+}
+
+// BenchmarkEnvoyPassThrough: a 10 KB Chat request without the tool, with and without the filter.
+func BenchmarkEnvoyPassThrough(b *testing.B) {
+	eb := newEnvoyBench(b)
+	eb.pairs(b, "/v1/chat/completions", chatBody(10<<10), "pass-through answer")
+}
+
+// BenchmarkEnvoyNoCode: a 1 MB Responses request with code_interpreter whose answer calls no
+// code, with and without the filter (without it, the model gets the hosted tool as sent).
+func BenchmarkEnvoyNoCode(b *testing.B) {
+	eb := newEnvoyBench(b)
+	eb.pairs(b, "/v1/responses", conversation(1<<20), "no code needed")
+}
+
+// BenchmarkEnvoyLoopRound: one loop round through the real Envoy; the container is a session's,
+// so each op runs print(1) in a live container, as a conversation's later turns do.
+func BenchmarkEnvoyLoopRound(b *testing.B) {
+	eb := newEnvoyBench(b)
+	body := []byte(`{"model":"gpt-e2e","tools":[{"type":"code_interpreter","container":{"type":"auto"}}],` +
+		`"metadata":{"bench":"code","session_id":"bench-loop"},"input":"print one"}`)
+	const want = `"code_interpreter_call"`
+	for range 3 {
+		timedPost(b, eb.with, eb.withURL, "/v1/responses", body, want)
+	}
+	var total, share []time.Duration
+	var model time.Duration
+	for b.Loop() {
+		before := eb.modelNanos.Load()
+		took := timedPost(b, eb.with, eb.withURL, "/v1/responses", body, want)
+		m := time.Duration(eb.modelNanos.Load() - before)
+		total = append(total, took)
+		share = append(share, took-m)
+		model += m
+	}
+	p50, p99 := percentiles(total)
+	s50, s99 := percentiles(share)
+	b.ReportMetric(float64(p50.Nanoseconds()), "p50-total-ns")
+	b.ReportMetric(float64(p99.Nanoseconds()), "p99-total-ns")
+	b.ReportMetric(float64(s50.Nanoseconds()), "p50-share-ns")
+	b.ReportMetric(float64(s99.Nanoseconds()), "p99-share-ns")
+	b.ReportMetric(float64(model.Nanoseconds())/float64(len(total)), "model-ns/op")
+}
