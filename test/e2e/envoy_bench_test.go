@@ -24,7 +24,9 @@ import (
 // model on loopback, the same routes with the ext_proc filter (codeinterp behind it) and with
 // the filter disabled on every route, one client, one run, the two requests of a pair sent
 // alternately so that drift in the machine's load affects both alike. Each reports the p50 and
-// p99 of both and the difference of the medians (diff-p50-ns):
+// p99 of both and the difference of the medians (diff-p50-ns); the pass-through also runs the
+// filter against a do-nothing ext_proc server (nop-*), which is what the ext_proc exchange
+// itself costs in Envoy whatever the server does:
 //
 //   - BenchmarkEnvoyPassThrough: a 10 KB Chat Completions request without the tool;
 //   - BenchmarkEnvoyNoCode: a 1 MB Responses request with code_interpreter whose answer calls
@@ -36,9 +38,8 @@ import (
 // envoyBench is a real Envoy with the filter, a second one with the filter disabled on every
 // route, the codeinterp server behind the first, and the fake model behind both.
 type envoyBench struct {
-	with, without *http.Client
-	withURL       string
-	withoutURL    string
+	with, without, nop          *http.Client
+	withURL, withoutURL, nopURL string
 	// modelNanos adds up the time the fake model's handlers spent, from the request's arrival
 	// to the end of the answer.
 	modelNanos atomic.Int64
@@ -75,12 +76,18 @@ func newEnvoyBench(b *testing.B) *envoyBench {
 	o.Config = off
 	without := harness.StartReal(b, o)
 
-	eb.withURL, eb.withoutURL = with.URL(), without.URL()
+	o = env.HarnessOptions()
+	o.ExtProcAddr = benchNopServer(b)
+	nop := harness.StartReal(b, o)
+
+	eb.withURL, eb.withoutURL, eb.nopURL = with.URL(), without.URL(), nop.URL()
 	eb.with = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
 	eb.without = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	eb.nop = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
 	b.Cleanup(func() {
 		eb.with.CloseIdleConnections()
 		eb.without.CloseIdleConnections()
+		eb.nop.CloseIdleConnections()
 	})
 	return eb
 }
@@ -131,19 +138,32 @@ func timedPost(b *testing.B, c *http.Client, base, path string, body []byte, wan
 	return took
 }
 
-// pairs times the same request through both Envoys, alternating, and reports p50/p99 of each
-// and the difference of the medians.
-func (eb *envoyBench) pairs(b *testing.B, path string, body []byte, want string) {
-	// Warm both paths (connections, the server's first request) before timing.
+// pairs times the same request through both Envoys (and, with nop, the do-nothing server's),
+// alternating, and reports p50/p99 of each and the difference of the medians.
+func (eb *envoyBench) pairs(b *testing.B, path string, body []byte, want string, nop bool) {
+	// Warm the paths (connections, the server's first request) before timing.
 	for range 3 {
 		timedPost(b, eb.with, eb.withURL, path, body, want)
 		timedPost(b, eb.without, eb.withoutURL, path, body, want)
+		if nop {
+			timedPost(b, eb.nop, eb.nopURL, path, body, want)
+		}
 	}
 	b.SetBytes(int64(len(body)))
-	var with, without []time.Duration
+	var with, without, nops []time.Duration
 	for b.Loop() {
 		with = append(with, timedPost(b, eb.with, eb.withURL, path, body, want))
 		without = append(without, timedPost(b, eb.without, eb.withoutURL, path, body, want))
+		if nop {
+			nops = append(nops, timedPost(b, eb.nop, eb.nopURL, path, body, want))
+		}
+	}
+	if nop {
+		p50n, p99n := percentiles(nops)
+		p50o, _ := percentiles(without)
+		b.ReportMetric(float64(p50n.Nanoseconds()), "p50-nop-ns")
+		b.ReportMetric(float64(p99n.Nanoseconds()), "p99-nop-ns")
+		b.ReportMetric(float64((p50n - p50o).Nanoseconds()), "nop-diff-p50-ns")
 	}
 	p50w, p99w := percentiles(with)
 	p50o, p99o := percentiles(without)
@@ -181,14 +201,14 @@ func chatBody(size int) []byte {
 // BenchmarkEnvoyPassThrough: a 10 KB Chat request without the tool, with and without the filter.
 func BenchmarkEnvoyPassThrough(b *testing.B) {
 	eb := newEnvoyBench(b)
-	eb.pairs(b, "/v1/chat/completions", chatBody(10<<10), "pass-through answer")
+	eb.pairs(b, "/v1/chat/completions", chatBody(10<<10), "pass-through answer", true)
 }
 
 // BenchmarkEnvoyNoCode: a 1 MB Responses request with code_interpreter whose answer calls no
 // code, with and without the filter (without it, the model gets the hosted tool as sent).
 func BenchmarkEnvoyNoCode(b *testing.B) {
 	eb := newEnvoyBench(b)
-	eb.pairs(b, "/v1/responses", conversation(1<<20), "no code needed")
+	eb.pairs(b, "/v1/responses", conversation(1<<20), "no code needed", false)
 }
 
 // BenchmarkEnvoyLoopRound: one loop round through the real Envoy; the container is a session's,
