@@ -1,0 +1,126 @@
+// Package containers serves OpenAI's Containers API — /v1/containers and their files — over the
+// containers codeinterp keeps for its callers, so that the SDKs' client.containers calls work
+// against codeinterp as they do against OpenAI: create, list, retrieve and delete containers;
+// upload files into them (multipart, or by the id of a file of the upstream's Files API), list,
+// retrieve, delete and download them.
+//
+// The package is HTTP only: what a container is, where its files live and how long it lives
+// belong to the [Store] it is given. Every call is scoped by the caller's identity (the same
+// identity the code_interpreter loop scopes its containers by): a container of another
+// identity is unknown, a 404, never a 403 that would tell it exists. Uploads and downloads
+// stream between the client and the store; no whole file is held in memory.
+package containers
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Container is a container as the API shows it.
+type Container struct {
+	// ID is the container's id, "cntr_…".
+	ID string
+	// Name is the name it was created with (empty for a container the loop created).
+	Name string
+	// CreatedAt and LastActiveAt are when it was created and last used.
+	CreatedAt, LastActiveAt time.Time
+	// ExpiresAfter is how long it lives idle after LastActiveAt.
+	ExpiresAfter time.Duration
+	// MemoryLimit is "1g", "4g", "16g" or "64g".
+	MemoryLimit string
+	// Expired reports whether it expired (it may still be listed for a while, as natively).
+	Expired bool
+}
+
+// File is a file of a container.
+type File struct {
+	// ID is the file's id, "cfile_…".
+	ID string
+	// ContainerID is the container it belongs to.
+	ContainerID string
+	// Path is its absolute path in the container, under /mnt/data.
+	Path string
+	// Bytes is its size.
+	Bytes int64
+	// CreatedAt is when it was written.
+	CreatedAt time.Time
+	// Source is "user" for a file uploaded through the API or copied from file_ids, "assistant"
+	// for one the code wrote.
+	Source string
+}
+
+// NewContainer is what a client asks for when it creates a container.
+type NewContainer struct {
+	// Name is the container's name (required by the API).
+	Name string
+	// ExpiresAfter is its idle expiry; zero means the store's default.
+	ExpiresAfter time.Duration
+	// MemoryLimit is the memory limit asked for; empty means the store's default.
+	MemoryLimit string
+}
+
+// Store keeps the containers. Its methods are scoped by identity, never empty; a container of
+// another identity is ErrNotFound. Every call on a container refreshes its last activity.
+// Implementations must be safe for concurrent use.
+type Store interface {
+	// Create creates a container for identity.
+	Create(ctx context.Context, identity string, c NewContainer) (Container, error)
+	// List returns identity's containers, in any order.
+	List(ctx context.Context, identity string) ([]Container, error)
+	// Get returns one container of identity.
+	Get(ctx context.Context, identity, id string) (Container, error)
+	// Delete deletes one container of identity and its files.
+	Delete(ctx context.Context, identity, id string) error
+}
+
+// FileStore keeps the files of a [Store]'s containers, with the same scoping.
+type FileStore interface {
+	// Put writes the file name (a base name) of container id from r, as a "user" file. On any
+	// error nothing of it is left. r fails with [ErrTooLarge] past the upload limit.
+	Put(ctx context.Context, identity, id, name string, r io.Reader) (File, error)
+	// Files returns the container's files, in any order.
+	Files(ctx context.Context, identity, id string) ([]File, error)
+	// File returns one file of the container.
+	File(ctx context.Context, identity, id, fileID string) (File, error)
+	// Open returns the content of one file of the container; the caller closes it.
+	Open(ctx context.Context, identity, id, fileID string) (io.ReadCloser, File, error)
+	// Remove deletes one file of the container.
+	Remove(ctx context.Context, identity, id, fileID string) error
+}
+
+// Fetcher reads a file of the upstream's Files API with the caller's credentials, for a
+// container file created by file_id.
+type Fetcher interface {
+	// Fetch returns the file's name and content; the caller closes it. A file the upstream
+	// does not know is ErrNotFound.
+	Fetch(ctx context.Context, credentials Credentials, fileID string) (name string, content io.ReadCloser, err error)
+}
+
+// Credentials are the caller's headers that a [Fetcher] forwards upstream (Authorization,
+// api-key, OpenAI-Organization, OpenAI-Project).
+type Credentials map[string]string
+
+// The errors a [Store], [FileStore] or [Fetcher] return for the API to map.
+var (
+	// ErrNotFound: no such container or file for this identity.
+	ErrNotFound = errors.New("not found")
+	// ErrExpired: the container expired.
+	ErrExpired = errors.New("container expired")
+	// ErrTooLarge: the file is over the upload limit or the container's space.
+	ErrTooLarge = errors.New("file too large")
+	// ErrFull: the identity (or the server) may not have another container now.
+	ErrFull = errors.New("no more containers")
+	// ErrUpstream: a file of the upstream's Files API could not be read.
+	ErrUpstream = errors.New("files api failed")
+)
+
+// InvalidError is a value the client sent that the store refuses (a memory limit, a name); it
+// becomes a 400 naming Param.
+type InvalidError struct {
+	// Param is the request field, Message the explanation the client reads.
+	Param, Message string
+}
+
+func (e *InvalidError) Error() string { return e.Param + ": " + e.Message }

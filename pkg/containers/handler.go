@@ -1,0 +1,683 @@
+package containers
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// Config holds a Handler's settings. Identify is required; the zero value of every other field
+// works.
+type Config struct {
+	// Identify returns the caller's identity ("" for a caller without a credential, who gets a
+	// 401: anonymous callers have no lasting containers).
+	Identify func(*http.Request) string
+	// Fetcher, if set, copies files of the upstream's Files API in (file_ids, and container
+	// files created by file_id); without one those are a 400.
+	Fetcher Fetcher
+	// PathPrefixes are served too, each before /v1/containers (e.g. "/analyst").
+	PathPrefixes []string
+	// MaxUploadBytes bounds one file; zero means 512 MiB.
+	MaxUploadBytes int64
+	// MaxExpiry bounds expires_after.minutes; zero means 20 minutes, as natively.
+	MaxExpiry time.Duration
+	// Log receives the handler's logs. If nil, nothing is logged.
+	Log *zap.Logger
+}
+
+// maxJSONBody bounds a JSON request body of the API (a container create, a file by id).
+const maxJSONBody = 1 << 20
+
+// Handler serves the Containers API. It is safe for concurrent use.
+type Handler struct {
+	store Store
+	files FileStore
+	cfg   Config
+	log   *zap.Logger
+	mux   *http.ServeMux
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns a Handler over store and files.
+func New(store Store, files FileStore, cfg Config) *Handler {
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 512 << 20
+	}
+	if cfg.MaxExpiry <= 0 {
+		cfg.MaxExpiry = 20 * time.Minute
+	}
+	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux()}
+	if h.log == nil {
+		h.log = zap.NewNop()
+	}
+	h.log = h.log.Named("containers")
+	for _, prefix := range append([]string{""}, cfg.PathPrefixes...) {
+		base := strings.TrimSuffix(prefix, "/") + "/v1/containers"
+		h.mux.HandleFunc("POST "+base, h.scoped(h.createContainer))
+		h.mux.HandleFunc("GET "+base, h.scoped(h.listContainers))
+		h.mux.HandleFunc("GET "+base+"/{id}", h.scoped(h.getContainer))
+		h.mux.HandleFunc("DELETE "+base+"/{id}", h.scoped(h.deleteContainer))
+		h.mux.HandleFunc("POST "+base+"/{id}/files", h.scoped(h.createFile))
+		h.mux.HandleFunc("GET "+base+"/{id}/files", h.scoped(h.listFiles))
+		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}", h.scoped(h.getFile))
+		h.mux.HandleFunc("DELETE "+base+"/{id}/files/{file}", h.scoped(h.deleteFile))
+		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}/content", h.scoped(h.fileContent))
+	}
+	return h
+}
+
+// ServeHTTP serves one API call; a path the API does not have is a 404 in OpenAI's error shape.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		writeError(w, &schema.RequestError{Status: http.StatusNotFound,
+			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), Code: "unknown_url"})
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// call is one scoped API call.
+type call struct {
+	w        http.ResponseWriter
+	r        *http.Request
+	identity string
+}
+
+func (h *Handler) scoped(fn func(c call)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		identity := h.cfg.Identify(r)
+		if identity == "" {
+			writeError(w, &schema.RequestError{Status: http.StatusUnauthorized, Code: "missing_api_key",
+				Message: "You didn't provide an API key. Containers are kept per API key: send it in the Authorization header."})
+			return
+		}
+		fn(call{w: w, r: r, identity: identity})
+	}
+}
+
+// fail answers err, mapped to the API's status and error shape; errors that are not the
+// client's go to the log, and the client reads a fixed text.
+func (h *Handler) fail(c call, what string, err error) {
+	var inv *InvalidError
+	var re *schema.RequestError
+	switch {
+	case errors.As(err, &re):
+		writeError(c.w, re)
+	case errors.As(err, &inv):
+		writeError(c.w, &schema.RequestError{Message: inv.Message, Param: inv.Param, Code: "invalid_value"})
+	case errors.Is(err, ErrNotFound):
+		writeError(c.w, &schema.RequestError{Status: http.StatusNotFound, Message: what + " not found.", Code: "not_found"})
+	case errors.Is(err, ErrExpired):
+		writeError(c.w, &schema.RequestError{Message: "Container is expired.", Code: "container_expired"})
+	case errors.Is(err, ErrTooLarge):
+		writeError(c.w, &schema.RequestError{Status: http.StatusRequestEntityTooLarge,
+			Message: fmt.Sprintf("The file is too large: files are limited to %d bytes, and to the space left in the container.", h.cfg.MaxUploadBytes),
+			Code:    "file_too_large"})
+	case errors.Is(err, ErrFull):
+		writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests,
+			Message: "No more containers can be created for this API key now: delete one, or wait for one to expire.", Code: "too_many_containers"})
+	case errors.Is(err, ErrUpstream):
+		h.log.Warn("read a file of the Files API", zap.Error(err))
+		c.w.Header().Set("Content-Type", "application/json")
+		c.w.WriteHeader(http.StatusBadGateway)
+		_, _ = c.w.Write(schema.ServerErrorBody(http.StatusBadGateway, "The file could not be read from the upstream's Files API.", "files_api_failed"))
+	case c.r.Context().Err() != nil:
+		// The client went away; nobody reads an answer.
+	default:
+		h.log.Warn("containers API call failed", zap.String("method", c.r.Method), zap.String("what", what), zap.Error(err))
+		c.w.Header().Set("Content-Type", "application/json")
+		c.w.WriteHeader(http.StatusInternalServerError)
+		_, _ = c.w.Write(schema.ServerErrorBody(http.StatusInternalServerError, "The container operation failed on the server.", "server_error"))
+	}
+}
+
+func writeError(w http.ResponseWriter, e *schema.RequestError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.HTTPStatus())
+	_, _ = w.Write(schema.ErrorBody(e))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	js, err := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		// Every value written here is made of strings, numbers and bools: this cannot happen.
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write(schema.ServerErrorBody(http.StatusInternalServerError, "The answer could not be encoded.", "server_error"))
+		return
+	}
+	_, _ = w.Write(js)
+}
+
+// --- Containers ------------------------------------------------------------------------------
+
+type containerJSON struct {
+	ID           string       `json:"id"`
+	Object       string       `json:"object"`
+	Name         string       `json:"name"`
+	CreatedAt    int64        `json:"created_at"`
+	Status       string       `json:"status"`
+	LastActiveAt int64        `json:"last_active_at"`
+	ExpiresAfter expiryJSON   `json:"expires_after"`
+	MemoryLimit  string       `json:"memory_limit,omitempty"`
+	Network      *networkJSON `json:"network_policy,omitempty"`
+}
+
+type expiryJSON struct {
+	Anchor  string `json:"anchor"`
+	Minutes int64  `json:"minutes"`
+}
+
+type networkJSON struct {
+	Type string `json:"type"`
+}
+
+func toJSON(c Container) containerJSON {
+	status := "running"
+	if c.Expired {
+		status = "expired"
+	}
+	return containerJSON{
+		ID: c.ID, Object: "container", Name: c.Name, CreatedAt: c.CreatedAt.Unix(), Status: status,
+		LastActiveAt: c.LastActiveAt.Unix(),
+		ExpiresAfter: expiryJSON{Anchor: "last_active_at", Minutes: int64((c.ExpiresAfter + time.Minute - 1) / time.Minute)},
+		MemoryLimit:  c.MemoryLimit,
+		// A container has no network at all.
+		Network: &networkJSON{Type: "disabled"},
+	}
+}
+
+// createBody is POST /v1/containers.
+type createBody struct {
+	Name         *string `json:"name"`
+	ExpiresAfter *struct {
+		Anchor  string `json:"anchor"`
+		Minutes *int64 `json:"minutes"`
+	} `json:"expires_after"`
+	FileIDs       []string `json:"file_ids"`
+	MemoryLimit   *string  `json:"memory_limit"`
+	NetworkPolicy *struct {
+		Type           string          `json:"type"`
+		AllowedDomains json.RawMessage `json:"allowed_domains"`
+		DomainSecrets  json.RawMessage `json:"domain_secrets"`
+	} `json:"network_policy"`
+	Skills []json.RawMessage `json:"skills"`
+}
+
+func (h *Handler) createContainer(c call) {
+	var body createBody
+	if err := decodeJSON(c.r, &body); err != nil {
+		h.fail(c, "", err)
+		return
+	}
+	nc, err := h.newContainer(body)
+	if err != nil {
+		h.fail(c, "", err)
+		return
+	}
+	// Fetch what file_ids names before the container exists: a missing file then leaves nothing.
+	fetched := make([]fetchedFile, 0, len(body.FileIDs))
+	defer func() {
+		for _, f := range fetched {
+			_ = f.content.Close()
+		}
+	}()
+	for i, id := range body.FileIDs {
+		f, err := h.fetch(c, id, fmt.Sprintf("file_ids[%d]", i))
+		if err != nil {
+			h.fail(c, "File", err)
+			return
+		}
+		fetched = append(fetched, f)
+	}
+	ct, err := h.store.Create(c.r.Context(), c.identity, nc)
+	if err != nil {
+		h.fail(c, "Container", err)
+		return
+	}
+	for _, f := range fetched {
+		if _, err := h.files.Put(c.r.Context(), c.identity, ct.ID, f.name, h.limit(f.content)); err != nil {
+			// No half-made container: the files of the request come in whole, or not at all.
+			if derr := h.store.Delete(context.WithoutCancel(c.r.Context()), c.identity, ct.ID); derr != nil {
+				h.log.Warn("delete a container whose files failed", zap.Error(derr))
+			}
+			h.fail(c, "File", err)
+			return
+		}
+	}
+	writeJSON(c.w, toJSON(ct))
+}
+
+// newContainer checks a create body.
+func (h *Handler) newContainer(b createBody) (NewContainer, error) {
+	var nc NewContainer
+	if b.Name == nil {
+		return nc, &schema.RequestError{Message: "Missing required parameter: 'name'.", Param: "name", Code: "missing_required_parameter"}
+	}
+	nc.Name = *b.Name
+	if len(nc.Name) > 256 || !utf8.ValidString(nc.Name) {
+		return nc, &schema.RequestError{Message: "Invalid 'name': at most 256 characters of UTF-8.", Param: "name", Code: "invalid_value"}
+	}
+	if e := b.ExpiresAfter; e != nil {
+		if e.Anchor != "last_active_at" {
+			return nc, &schema.RequestError{Message: "Invalid 'expires_after.anchor': expected 'last_active_at'.", Param: "expires_after.anchor", Code: "invalid_value"}
+		}
+		if e.Minutes == nil {
+			return nc, &schema.RequestError{Message: "Missing required parameter: 'expires_after.minutes'.", Param: "expires_after.minutes", Code: "missing_required_parameter"}
+		}
+		maxMinutes := int64(h.cfg.MaxExpiry / time.Minute)
+		switch m := *e.Minutes; {
+		case m < 1:
+			return nc, &schema.RequestError{Message: "Invalid 'expires_after.minutes': expected a value at least 1.", Param: "expires_after.minutes", Code: "integer_below_min_value"}
+		case m > maxMinutes:
+			return nc, &schema.RequestError{Message: fmt.Sprintf("Invalid 'expires_after.minutes': expected a value at most %d.", maxMinutes), Param: "expires_after.minutes", Code: "integer_above_max_value"}
+		default:
+			nc.ExpiresAfter = time.Duration(m) * time.Minute
+		}
+	}
+	if b.MemoryLimit != nil {
+		nc.MemoryLimit = *b.MemoryLimit
+	}
+	if n := b.NetworkPolicy; n != nil && n.Type != "disabled" {
+		return nc, &schema.RequestError{Message: "Invalid 'network_policy.type': containers have no network here; only 'disabled' is supported.", Param: "network_policy.type", Code: "invalid_value"}
+	}
+	if len(b.Skills) > 0 {
+		return nc, &schema.RequestError{Message: "Invalid 'skills': skills are not supported.", Param: "skills", Code: "invalid_value"}
+	}
+	if len(b.FileIDs) > 50 {
+		return nc, &schema.RequestError{Message: "Invalid 'file_ids': at most 50 files.", Param: "file_ids", Code: "array_above_max_length"}
+	}
+	return nc, nil
+}
+
+func (h *Handler) listContainers(c call) {
+	p, err := readPage(c.r)
+	if err != nil {
+		h.fail(c, "", err)
+		return
+	}
+	all, err := h.store.List(c.r.Context(), c.identity)
+	if err != nil {
+		h.fail(c, "Container", err)
+		return
+	}
+	if name := c.r.URL.Query().Get("name"); name != "" {
+		all = slices.DeleteFunc(all, func(ct Container) bool { return ct.Name != name })
+	}
+	items, hasMore, err := page(p, all, func(ct Container) (time.Time, string) { return ct.CreatedAt, ct.ID })
+	if err != nil {
+		h.fail(c, "", err)
+		return
+	}
+	data := make([]containerJSON, len(items))
+	for i, ct := range items {
+		data[i] = toJSON(ct)
+	}
+	writeJSON(c.w, listJSON(data, hasMore, func(v containerJSON) string { return v.ID }))
+}
+
+func (h *Handler) getContainer(c call) {
+	ct, err := h.store.Get(c.r.Context(), c.identity, c.r.PathValue("id"))
+	if err != nil {
+		h.fail(c, "Container", err)
+		return
+	}
+	writeJSON(c.w, toJSON(ct))
+}
+
+func (h *Handler) deleteContainer(c call) {
+	id := c.r.PathValue("id")
+	if err := h.store.Delete(c.r.Context(), c.identity, id); err != nil {
+		h.fail(c, "Container", err)
+		return
+	}
+	writeJSON(c.w, deletedJSON{ID: id, Object: "container.deleted", Deleted: true})
+}
+
+type deletedJSON struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Deleted bool   `json:"deleted"`
+}
+
+// --- Files -----------------------------------------------------------------------------------
+
+type fileJSON struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	ContainerID string `json:"container_id"`
+	Path        string `json:"path"`
+	Bytes       int64  `json:"bytes"`
+	CreatedAt   int64  `json:"created_at"`
+	Source      string `json:"source"`
+}
+
+func fileToJSON(f File) fileJSON {
+	return fileJSON{ID: f.ID, Object: "container.file", ContainerID: f.ContainerID, Path: f.Path,
+		Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), Source: f.Source}
+}
+
+// createFile is POST /v1/containers/{id}/files: a multipart body with the file's content
+// ("file") or the id of a file of the Files API ("file_id"), or a JSON body {"file_id": …}.
+func (h *Handler) createFile(c call) {
+	id := c.r.PathValue("id")
+	// The container must be there before a byte of the upload is read.
+	if _, err := h.store.Get(c.r.Context(), c.identity, id); err != nil {
+		h.fail(c, "Container", err)
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
+	var (
+		f   File
+		err error
+	)
+	switch mt {
+	case "multipart/form-data":
+		f, err = h.createFileMultipart(c, id)
+	case "application/json", "":
+		var body struct {
+			FileID *string `json:"file_id"`
+		}
+		if err = decodeJSON(c.r, &body); err == nil {
+			if body.FileID == nil {
+				err = &schema.RequestError{Message: "Send the file's content (multipart 'file') or a 'file_id'.", Param: "file", Code: "missing_required_parameter"}
+			} else {
+				f, err = h.putFetched(c, id, *body.FileID)
+			}
+		}
+	default:
+		err = &schema.RequestError{Status: http.StatusUnsupportedMediaType, Message: "Send multipart/form-data (with 'file' or 'file_id') or application/json (with 'file_id').", Code: "unsupported_media_type"}
+	}
+	if err != nil {
+		h.fail(c, "File", err)
+		return
+	}
+	writeJSON(c.w, fileToJSON(f))
+}
+
+// createFileMultipart reads the parts in order and stores the first "file" or "file_id";
+// nothing of the upload is held in memory.
+func (h *Handler) createFileMultipart(c call, id string) (File, error) {
+	// The multipart framing adds a little to the file; the file itself is limited by h.limit.
+	c.r.Body = http.MaxBytesReader(c.w, c.r.Body, h.cfg.MaxUploadBytes+1<<20)
+	mr, err := c.r.MultipartReader()
+	if err != nil {
+		return File{}, &schema.RequestError{Message: "The multipart body cannot be read: " + err.Error(), Code: "invalid_multipart"}
+	}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return File{}, &schema.RequestError{Message: "Send the file's content (multipart 'file') or a 'file_id'.", Param: "file", Code: "missing_required_parameter"}
+		}
+		if err != nil {
+			return File{}, multipartError(err)
+		}
+		switch part.FormName() {
+		case "file":
+			name, err := baseName(part.FileName())
+			if err != nil {
+				return File{}, err
+			}
+			return h.files.Put(c.r.Context(), c.identity, id, name, h.limit(part))
+		case "file_id":
+			v, err := io.ReadAll(io.LimitReader(part, 257))
+			if err != nil {
+				return File{}, multipartError(err)
+			}
+			return h.putFetched(c, id, string(v))
+		}
+	}
+}
+
+func multipartError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return ErrTooLarge
+	}
+	return &schema.RequestError{Message: "The multipart body cannot be read.", Code: "invalid_multipart"}
+}
+
+// baseName checks an uploaded file's name: the base name it will have under /mnt/data.
+func baseName(name string) (string, error) {
+	// Browsers and SDKs send the base name; some clients send a path: keep its last element.
+	name = path.Base(strings.ReplaceAll(name, `\`, "/"))
+	if name == "" || name == "." || name == ".." || name == "/" || len(name) > 255 ||
+		strings.ContainsRune(name, 0) || !utf8.ValidString(name) {
+		return "", &schema.RequestError{Message: "Invalid file name: give the file a name (at most 255 bytes of UTF-8).", Param: "file", Code: "invalid_file_name"}
+	}
+	return name, nil
+}
+
+type fetchedFile struct {
+	name    string
+	content io.ReadCloser
+}
+
+// fetch opens the Files API file fileID with the caller's credentials.
+func (h *Handler) fetch(c call, fileID, param string) (fetchedFile, error) {
+	if h.cfg.Fetcher == nil {
+		return fetchedFile{}, &schema.RequestError{Message: "Files by id are not available on this server.", Param: param, Code: "invalid_value"}
+	}
+	if fileID == "" || len(fileID) > 256 || strings.ContainsAny(fileID, "/?#%") {
+		return fetchedFile{}, &schema.RequestError{Message: fmt.Sprintf("Invalid file id '%s'.", fileID), Param: param, Code: "invalid_value"}
+	}
+	name, content, err := h.cfg.Fetcher.Fetch(c.r.Context(), credentials(c.r), fileID)
+	if errors.Is(err, ErrNotFound) {
+		return fetchedFile{}, &schema.RequestError{Message: fmt.Sprintf("No such File object: %s", fileID), Param: param, Code: "file_not_found"}
+	}
+	if err != nil {
+		return fetchedFile{}, err
+	}
+	if name, err = baseName(name); err != nil {
+		content.Close()
+		return fetchedFile{}, err
+	}
+	return fetchedFile{name: name, content: content}, nil
+}
+
+func (h *Handler) putFetched(c call, id, fileID string) (File, error) {
+	f, err := h.fetch(c, fileID, "file_id")
+	if err != nil {
+		return File{}, err
+	}
+	defer f.content.Close()
+	return h.files.Put(c.r.Context(), c.identity, id, f.name, h.limit(f.content))
+}
+
+// credentials are the caller's headers a Fetcher forwards.
+func credentials(r *http.Request) Credentials {
+	out := Credentials{}
+	for _, k := range []string{"Authorization", "Api-Key", "X-Api-Key", "Openai-Organization", "Openai-Project"} {
+		if v := r.Header.Get(k); v != "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (h *Handler) listFiles(c call) {
+	p, err := readPage(c.r)
+	if err != nil {
+		h.fail(c, "", err)
+		return
+	}
+	all, err := h.files.Files(c.r.Context(), c.identity, c.r.PathValue("id"))
+	if err != nil {
+		h.fail(c, "Container", err)
+		return
+	}
+	items, hasMore, err := page(p, all, func(f File) (time.Time, string) { return f.CreatedAt, f.ID })
+	if err != nil {
+		h.fail(c, "", err)
+		return
+	}
+	data := make([]fileJSON, len(items))
+	for i, f := range items {
+		data[i] = fileToJSON(f)
+	}
+	writeJSON(c.w, listJSON(data, hasMore, func(v fileJSON) string { return v.ID }))
+}
+
+func (h *Handler) getFile(c call) {
+	f, err := h.files.File(c.r.Context(), c.identity, c.r.PathValue("id"), c.r.PathValue("file"))
+	if err != nil {
+		h.fail(c, "File", err)
+		return
+	}
+	writeJSON(c.w, fileToJSON(f))
+}
+
+func (h *Handler) deleteFile(c call) {
+	fileID := c.r.PathValue("file")
+	if err := h.files.Remove(c.r.Context(), c.identity, c.r.PathValue("id"), fileID); err != nil {
+		h.fail(c, "File", err)
+		return
+	}
+	writeJSON(c.w, deletedJSON{ID: fileID, Object: "container.file.deleted", Deleted: true})
+}
+
+// fileContent streams a file's bytes.
+func (h *Handler) fileContent(c call) {
+	rc, f, err := h.files.Open(c.r.Context(), c.identity, c.r.PathValue("id"), c.r.PathValue("file"))
+	if err != nil {
+		h.fail(c, "File", err)
+		return
+	}
+	defer rc.Close()
+	c.w.Header().Set("Content-Type", "application/octet-stream")
+	c.w.Header().Set("Content-Length", strconv.FormatInt(f.Bytes, 10))
+	c.w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(f.Path)}))
+	if _, err := io.Copy(c.w, rc); err != nil && c.r.Context().Err() == nil {
+		// The status is out: all that is left is to cut the body short, which the length shows.
+		h.log.Warn("stream a container file", zap.Error(err))
+	}
+}
+
+// --- Shared ----------------------------------------------------------------------------------
+
+// limit fails the reader with ErrTooLarge past the upload limit, while reading.
+func (h *Handler) limit(r io.Reader) io.Reader {
+	return &limitReader{r: r, left: h.cfg.MaxUploadBytes}
+}
+
+type limitReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return 0, ErrTooLarge
+	}
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		return n, ErrTooLarge
+	}
+	return n, err
+}
+
+// decodeJSON reads a JSON body of at most maxJSONBody bytes into v, refusing unknown fields as
+// the native API does.
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxJSONBody+1))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return &schema.RequestError{Message: "Unknown parameter: '" + strings.Trim(f, `"`) + "'.", Param: strings.Trim(f, `"`), Code: "unknown_parameter"}
+		}
+		return &schema.RequestError{Message: "The body is not valid JSON for this call.", Code: "invalid_json"}
+	}
+	if dec.More() {
+		return &schema.RequestError{Message: "The body is not valid JSON for this call.", Code: "invalid_json"}
+	}
+	return nil
+}
+
+// pageRequest is a list call's limit, order and cursor.
+type pageRequest struct {
+	limit int
+	desc  bool
+	after string
+}
+
+func readPage(r *http.Request) (pageRequest, error) {
+	q := r.URL.Query()
+	p := pageRequest{limit: 20, desc: true, after: q.Get("after")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			return p, &schema.RequestError{Message: "Invalid 'limit': expected an integer from 1 to 100.", Param: "limit", Code: "invalid_value"}
+		}
+		p.limit = n
+	}
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		p.desc = false
+	default:
+		return p, &schema.RequestError{Message: "Invalid 'order': expected 'asc' or 'desc'.", Param: "order", Code: "invalid_value"}
+	}
+	return p, nil
+}
+
+// page sorts items by creation (then id) in the asked order and returns the page after the
+// cursor, and whether more follow. An unknown cursor is a 400.
+func page[T any](p pageRequest, items []T, key func(T) (time.Time, string)) ([]T, bool, error) {
+	slices.SortFunc(items, func(a, b T) int {
+		ta, ia := key(a)
+		tb, ib := key(b)
+		c := cmp.Or(ta.Compare(tb), strings.Compare(ia, ib))
+		if p.desc {
+			return -c
+		}
+		return c
+	})
+	if p.after != "" {
+		i := slices.IndexFunc(items, func(t T) bool { _, id := key(t); return id == p.after })
+		if i < 0 {
+			return nil, false, &schema.RequestError{Message: fmt.Sprintf("Invalid 'after': no object '%s' in this list.", p.after), Param: "after", Code: "invalid_value"}
+		}
+		items = items[i+1:]
+	}
+	if len(items) > p.limit {
+		return items[:p.limit], true, nil
+	}
+	return items, false, nil
+}
+
+type listBody[T any] struct {
+	Object  string  `json:"object"`
+	Data    []T     `json:"data"`
+	FirstID *string `json:"first_id"`
+	LastID  *string `json:"last_id"`
+	HasMore bool    `json:"has_more"`
+}
+
+func listJSON[T any](data []T, hasMore bool, id func(T) string) listBody[T] {
+	out := listBody[T]{Object: "list", Data: data, HasMore: hasMore}
+	if len(data) > 0 {
+		first, last := id(data[0]), id(data[len(data)-1])
+		out.FirstID, out.LastID = &first, &last
+	}
+	return out
+}
