@@ -1,0 +1,124 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// WriteSSE writes a final answer (a Messages API message) to w as the native event stream:
+// message_start (the message without content, stop_reason null), ping, each content block as
+// content_block_start / content_block_delta / content_block_stop — text as a text_delta, a
+// tool_use or server_tool_use input as an input_json_delta, a result block whole in its
+// content_block_start — then message_delta (stop_reason, stop_sequence, container, usage) and
+// message_stop. The SDKs' message accumulators rebuild the message from it.
+func WriteSSE(w io.Writer, final []byte) error {
+	msg := gjson.ParseBytes(final)
+	if !msg.IsObject() {
+		return errors.New("sse: the answer is not a JSON object")
+	}
+	start, err := sjson.SetRaw(msg.Raw, "content", "[]")
+	if err == nil {
+		start, err = sjson.SetRaw(start, "stop_reason", "null")
+	}
+	if err == nil {
+		start, err = sjson.SetRaw(start, "stop_sequence", "null")
+	}
+	if err == nil {
+		start, err = sjson.Delete(start, "container")
+	}
+	if err == nil && msg.Get("usage").IsObject() {
+		// The start carries the input side; the output tokens come with message_delta.
+		start, err = sjson.Set(start, "usage.output_tokens", 0)
+	}
+	if err != nil {
+		return fmt.Errorf("sse: message_start: %w", err)
+	}
+	ew := &eventWriter{w: w}
+	ew.event("message_start", `{"type":"message_start","message":`+start+`}`)
+	ew.event("ping", `{"type":"ping"}`)
+	for i, b := range msg.Get("content").Array() {
+		idx := itoa(i)
+		switch b.Get("type").String() {
+		case "text":
+			head, _ := sjson.Set(b.Raw, "text", "")
+			head, _ = sjson.Delete(head, "citations")
+			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+head+`}`)
+			if t := b.Get("text").String(); t != "" {
+				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"text_delta","text":`+quote(t)+`}}`)
+			}
+			for _, c := range b.Get("citations").Array() {
+				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"citations_delta","citation":`+c.Raw+`}}`)
+			}
+		case "thinking":
+			head := `{"type":"thinking","thinking":"","signature":""}`
+			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+head+`}`)
+			if t := b.Get("thinking").String(); t != "" {
+				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"thinking_delta","thinking":`+quote(t)+`}}`)
+			}
+			if s := b.Get("signature").String(); s != "" {
+				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"signature_delta","signature":`+quote(s)+`}}`)
+			}
+		case "tool_use", "server_tool_use":
+			head, _ := sjson.SetRaw(b.Raw, "input", "{}")
+			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+head+`}`)
+			if in := b.Get("input"); in.Exists() && in.Raw != "{}" {
+				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"input_json_delta","partial_json":`+quote(in.Raw)+`}}`)
+			}
+		default:
+			// Result blocks (and any other block) arrive whole in their start event.
+			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+b.Raw+`}`)
+		}
+		ew.event("content_block_stop", `{"type":"content_block_stop","index":`+idx+`}`)
+	}
+	delta := `{"stop_reason":` + rawOr(msg.Get("stop_reason"), "null") + `,"stop_sequence":` + rawOr(msg.Get("stop_sequence"), "null")
+	if c := msg.Get("container"); c.Exists() {
+		delta += `,"container":` + c.Raw
+	}
+	ew.event("message_delta", `{"type":"message_delta","delta":`+delta+`},"usage":`+rawOr(msg.Get("usage"), "{}")+`}`)
+	ew.event("message_stop", `{"type":"message_stop"}`)
+	return ew.err
+}
+
+// WriteErrorSSE writes an error in the middle of a stream as the native API does: an "error"
+// event with the error body.
+func WriteErrorSSE(w io.Writer, status int, message string) error {
+	ew := &eventWriter{w: w}
+	ew.event("error", string(ErrorBody(status, message)))
+	return ew.err
+}
+
+func rawOr(r gjson.Result, def string) string {
+	if !r.Exists() {
+		return def
+	}
+	return r.Raw
+}
+
+// eventWriter writes SSE events to w, keeping the first error.
+type eventWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *eventWriter) event(name, data string) {
+	if e.err != nil {
+		return
+	}
+	if strings.ContainsAny(data, "\r\n") {
+		// Raw blocks keep the upstream's whitespace; an event's data must be one line.
+		var b bytes.Buffer
+		if err := json.Compact(&b, []byte(data)); err != nil {
+			e.err = fmt.Errorf("sse: %s: %w", name, err)
+			return
+		}
+		data = b.String()
+	}
+	_, e.err = io.WriteString(e.w, "event: "+name+"\ndata: "+data+"\n\n")
+}
