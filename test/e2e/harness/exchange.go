@@ -322,6 +322,9 @@ func (f *filter) overBufferLimit(d *procState) bool {
 		return false
 	}
 	if d.dir == decoding {
+		// The request body is gone with the 413: a headers response that arrives later sends no
+		// request_body (verified against Envoy 1.40).
+		d.fm.buf, d.fm.hasBuf = nil, false
 		f.sendLocalReply(http.StatusRequestEntityTooLarge, "Payload Too Large", nil, "request_payload_too_large")
 	} else {
 		f.sendLocalReply(http.StatusInternalServerError, "Internal Server Error", nil, "response_payload_too_large")

@@ -88,6 +88,10 @@ type Options struct {
 	// StatusOnError overrides status_on_error when > 0.
 	StatusOnError int
 
+	// Pool, when set, makes [StartReal] take a shared Envoy from the pool instead of starting
+	// one for the test ([RealPool]). [Start] ignores it.
+	Pool *RealPool
+
 	// NoRecords stops the harness from keeping a [Record] per request ([Envoy.Records] then
 	// returns none; [Envoy.Stats] still counts), for benchmarks with many requests.
 	NoRecords bool

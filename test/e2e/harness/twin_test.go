@@ -1,0 +1,641 @@
+package harness
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Twin tests: every case sends one request through both fronts (the harness and the real
+// Envoy, [Fronts]) to the same scripted ext_proc server and recording upstream, and asserts
+// one expected outcome that both must produce: what the client got, what the upstream got and
+// what the ext_proc server received, in order. Where the two disagreed, the harness was fixed
+// to match the real Envoy.
+//
+// One ext_proc server and one upstream serve all cases of a test function, so cases with
+// equal knobs have equal bootstraps and share one real Envoy (a RealPool per test function).
+
+// twinCase is one scenario.
+type twinCase struct {
+	name string
+	// options are the knobs (ExtProcAddr and Upstream are set by the runner).
+	options Options
+	// config changes a copy of the shipped config, or is nil.
+	config func(c *FilterConfig)
+	// script plays the ext_proc server's side of the request's stream.
+	script script
+	// upstream answers the upstream request; nil: 200 "upstream body" (text/plain).
+	upstream http.HandlerFunc
+	// method, path and body of the client's request: POST, /v1/responses and {"a":1} unless
+	// set; noBody sends none.
+	method, path, body string
+	noBody             bool
+	// clientTimeout bounds the client's wait (default 10s): outcomes that depend on a timer
+	// must arrive well within it.
+	clientTimeout time.Duration
+
+	want twinOutcome
+}
+
+// twinOutcome is what both fronts must produce.
+type twinOutcome struct {
+	// status and body are what the client got; status 0 means the stream was reset (the
+	// client saw the connection end without a complete response).
+	status int
+	body   string
+	// header lists client response headers that matter: name → value, "" for absent.
+	header map[string]string
+	// upstream lists the requests the upstream got, in order.
+	upstream []upstreamWant
+	// proc is what the ext_proc server received on the request's one stream
+	// ([renderRequest]); nil means no stream was opened. procMaybe may follow it, in part
+	// (a prefix of it) or whole: messages that race with the stream's reset on both fronts.
+	proc, procMaybe []string
+}
+
+// upstreamWant is one upstream request: method and path (before: POST /v1/responses), body,
+// and the headers that matter (name → value, "" for absent).
+type upstreamWant struct {
+	method, path string
+	body         string
+	header       map[string]string
+}
+
+const twinBody = `{"a":1}`
+
+// runTwins runs every case on both fronts, one after the other.
+func runTwins(t *testing.T, cases []twinCase) {
+	t.Helper()
+	proc := newFakeProc(t, passThrough)
+	up := newUpstream(t, nil)
+	pool, err := NewRealPool()
+	require.NoError(t, err, "new real pool")
+	t.Cleanup(func() { assert.NoError(t, pool.Close(), "close the real pool") })
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.options
+			o.ExtProcAddr, o.Upstream, o.Pool = proc.addr, up.srv.URL, pool
+			if tc.config != nil {
+				o.Config = ShippedConfig(t)
+				tc.config(&o.Config)
+			}
+			Fronts(t, o, func(t *testing.T, front Front) {
+				proc.reset(t, tc.script)
+				up.reset(tc.upstream)
+				got := twinRequest(t, front, tc)
+				// Every stream ends with the HTTP request; wait for the scripts to see it.
+				require.True(t, proc.waitIdle(10*time.Second), "%s on %s: the ext_proc scripts ended", tc.name, front.Name())
+				checkTwin(t, front.Name(), tc, got, up.requests(), proc.received())
+			})
+		})
+	}
+}
+
+// twinRequest sends the case's request on a fresh connection and reads the whole answer.
+func twinRequest(t *testing.T, front Front, tc twinCase) result {
+	t.Helper()
+	method, path, body := tc.method, tc.path, tc.body
+	if method == "" {
+		method = http.MethodPost
+	}
+	if path == "" {
+		path = "/v1/responses"
+	}
+	if body == "" && !tc.noBody {
+		body = twinBody
+	}
+	var rd io.Reader
+	if !tc.noBody {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, front.URL()+path, rd)
+	require.NoError(t, err, "build %s %s", method, path)
+	timeout := tc.clientTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	transport := &http.Transport{DisableKeepAlives: true, DisableCompression: true}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: timeout}
+	resp, err := client.Do(req)
+	if err != nil {
+		return result{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return result{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+}
+
+func checkTwin(t *testing.T, front string, tc twinCase, got result, ups []upstreamRequest, streams [][]string) {
+	t.Helper()
+	w := tc.want
+	where := tc.name + " on " + front
+	if w.status == 0 {
+		assert.Error(t, got.err, "%s: the client sees a reset (got status %d, body %q)", where, got.status, got.body)
+	} else if assert.NoError(t, got.err, "%s: client exchange", where) {
+		assert.Equal(t, w.status, got.status, "%s: client status", where)
+		assert.Equal(t, w.body, got.body, "%s: client body", where)
+		for k, v := range w.header {
+			assert.Equal(t, v, strings.Join(got.header.Values(k), ","), "%s: client header %s", where, k)
+		}
+	}
+
+	if assert.Len(t, ups, len(w.upstream), "%s: upstream requests", where) {
+		for i, u := range w.upstream {
+			g := ups[i]
+			method, path := u.method, u.path
+			if method == "" {
+				method = http.MethodPost
+			}
+			if path == "" {
+				path = "/v1/responses"
+			}
+			assert.Equal(t, method, g.Method, "%s: upstream request %d method", where, i)
+			assert.Equal(t, path, g.Path, "%s: upstream request %d path", where, i)
+			assert.Equal(t, u.body, g.Body, "%s: upstream request %d body", where, i)
+			for k, v := range u.header {
+				assert.Equal(t, v, strings.Join(g.Header.Values(k), ","), "%s: upstream request %d header %s", where, i, k)
+			}
+		}
+	}
+
+	if w.proc == nil {
+		assert.Empty(t, streams, "%s: no ext_proc stream", where)
+		return
+	}
+	if assert.Len(t, streams, 1, "%s: ext_proc streams", where) {
+		got := streams[0]
+		if n := len(got) - len(w.proc); n > 0 && n <= len(w.procMaybe) {
+			assert.Equal(t, w.procMaybe[:n], got[len(w.proc):], "%s: messages racing with the reset", where)
+			got = got[:len(w.proc)]
+		}
+		assert.Equal(t, w.proc, got, "%s: messages the ext_proc server received", where)
+	}
+}
+
+// --- Scripts ------------------------------------------------------------------------------
+
+// onKind answers CONTINUE to every message but the first of kind, which then handles; after
+// then the stream is answered CONTINUE to its end (then returns more) or ended with then's
+// error.
+func onKind(kind string, then func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error)) script {
+	return answerUntil(kind, func(s *procStream, req *extprocsvc.ProcessingRequest) error {
+		more, err := then(s, req)
+		if err != nil || !more {
+			return err
+		}
+		return passThrough(s)
+	})
+}
+
+// respond answers the first message of kind with resp, the others CONTINUE.
+func respond(kind string, resp *extprocsvc.ProcessingResponse) script {
+	return onKind(kind, func(s *procStream, _ *extprocsvc.ProcessingRequest) (bool, error) {
+		s.send(resp)
+		return true, nil
+	})
+}
+
+// withCommon answers the first message of kind with common, the others CONTINUE.
+func withCommon(kind string, common *extprocsvc.CommonResponse) script {
+	return onKind(kind, func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		s.send(answer(req, common))
+		return true, nil
+	})
+}
+
+// closeOn ends the stream with err (nil: OK) on the first message of kind.
+func closeOn(kind string, err error) script {
+	return answerUntil(kind, func(*procStream, *extprocsvc.ProcessingRequest) error { return err })
+}
+
+// stallOn never answers the first message of kind; it waits for Envoy to end the stream.
+func stallOn(kind string) script { return answerUntil(kind, stall) }
+
+// pause waits d or until the stream is cancelled; it reports whether d passed.
+func (s *procStream) pause(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-s.srv.Context().Done():
+		return false
+	}
+}
+
+// overrideThenAnswer sends the overrides on the first message of kind, waits d, then answers
+// CONTINUE (if the stream is still open) and passes the rest through.
+func overrideThenAnswer(kind string, d time.Duration, overrides ...time.Duration) script {
+	return onKind(kind, func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		for _, o := range overrides {
+			s.send(override(o))
+		}
+		if !s.pause(d) {
+			s.drain()
+			return false, nil
+		}
+		s.send(cont(req))
+		return true, nil
+	})
+}
+
+// slowOn answers the first message of kind CONTINUE after d.
+func slowOn(kind string, d time.Duration) script {
+	return overrideThenAnswer(kind, d)
+}
+
+// --- Expected exchanges -------------------------------------------------------------------
+
+const (
+	gotReqHeaders  = "request_headers POST /v1/responses cl=7"
+	gotReqBody     = `request_body "{\"a\":1}" eos`
+	gotRespHeaders = "response_headers 200 cl=13"
+	gotRespBody    = `response_body "upstream body" eos`
+)
+
+// fullExchange is a BUFFERED/BUFFERED request's whole exchange with the default upstream.
+var fullExchange = []string{gotReqHeaders, gotReqBody, gotRespHeaders, gotRespBody}
+
+// unmodified is the client's answer when nothing changed the default upstream's.
+func unmodified() (int, string, map[string]string) {
+	return 200, "upstream body", map[string]string{"content-length": "13", "content-type": "text/plain"}
+}
+
+// upstreamGot is the one upstream request of an unmodified POST.
+func upstreamGot() []upstreamWant {
+	return []upstreamWant{{body: twinBody, header: map[string]string{"content-length": "7"}}}
+}
+
+func passed(proc []string) twinOutcome {
+	st, body, hdr := unmodified()
+	return twinOutcome{status: st, body: body, header: hdr, upstream: upstreamGot(), proc: proc}
+}
+
+// --- Cases --------------------------------------------------------------------------------
+
+// TestTwinBuffered: the BUFFERED exchange, held headers (a body response may set headers)
+// and content-length (kept, and checked against a mutated body).
+func TestTwinBuffered(t *testing.T) {
+	mutBody := &extprocsvc.CommonResponse{BodyMutation: bodyMut("{}")}
+	fixCL := &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("content-length", "2")), BodyMutation: bodyMut("{}")}
+	dropCL := &extprocsvc.CommonResponse{
+		HeaderMutation: &extprocsvc.HeaderMutation{RemoveHeaders: []string{"content-length"}}, BodyMutation: bodyMut("{}"),
+	}
+	respFixCL := &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("content-length", "4")), BodyMutation: bodyMut("done")}
+	runTwins(t, []twinCase{
+		{name: "pass through", script: passThrough, want: passed(fullExchange)},
+		{
+			name: "request without a body", script: passThrough, method: http.MethodGet, noBody: true,
+			want: func() twinOutcome {
+				o := passed([]string{"request_headers GET /v1/responses eos", gotRespHeaders, gotRespBody})
+				o.upstream = []upstreamWant{{method: http.MethodGet, header: map[string]string{"content-length": ""}}}
+				return o
+			}(),
+		},
+		{
+			name:   "held request headers: the body response sets a header",
+			script: withCommon("request_body", &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("x-from-body", "1"))}),
+			want: func() twinOutcome {
+				o := passed(fullExchange)
+				o.upstream[0].header["x-from-body"] = "1"
+				return o
+			}(),
+		},
+		{
+			name:   "held response headers: the body response sets a header",
+			script: withCommon("response_body", &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("x-from-body", "1"))}),
+			want: func() twinOutcome {
+				o := passed(fullExchange)
+				o.header["x-from-body"] = "1"
+				return o
+			}(),
+		},
+		{
+			name:   "request body mutation with a content-length that no longer fits",
+			script: withCommon("request_body", mutBody),
+			want:   twinOutcome{status: 500, body: "", header: map[string]string{"content-length": "0"}, proc: fullExchange[:2]},
+		},
+		{
+			name:   "request body mutation with content-length fixed by the body response",
+			script: withCommon("request_body", fixCL),
+			want: func() twinOutcome {
+				o := passed(fullExchange)
+				o.upstream = []upstreamWant{{body: "{}", header: map[string]string{"content-length": "2"}}}
+				return o
+			}(),
+		},
+		{
+			name:   "request body mutation with content-length removed",
+			script: withCommon("request_body", dropCL),
+			want: func() twinOutcome {
+				o := passed(fullExchange)
+				o.upstream = []upstreamWant{{body: "{}", header: map[string]string{"content-length": ""}}}
+				return o
+			}(),
+		},
+		{
+			name:   "request content-length fixed by the headers response",
+			script: onKind("request_headers", fixCLOnHeaders),
+			want: func() twinOutcome {
+				o := passed(fullExchange)
+				o.upstream = []upstreamWant{{body: "{}", header: map[string]string{"content-length": "2"}}}
+				return o
+			}(),
+		},
+		{
+			name:   "clear_body counts as length 0",
+			script: withCommon("request_body", &extprocsvc.CommonResponse{BodyMutation: &extprocsvc.BodyMutation{Mutation: &extprocsvc.BodyMutation_ClearBody{ClearBody: true}}}),
+			want:   twinOutcome{status: 500, header: map[string]string{"content-length": "0"}, proc: fullExchange[:2]},
+		},
+		{
+			name:   "response body mutation with a content-length that no longer fits",
+			script: withCommon("response_body", mutBody),
+			want:   twinOutcome{status: 500, header: map[string]string{"content-length": "0"}, upstream: upstreamGot(), proc: fullExchange},
+		},
+		{
+			name:   "response body mutation with content-length fixed",
+			script: withCommon("response_body", respFixCL),
+			want: twinOutcome{
+				status: 200, body: "done", header: map[string]string{"content-length": "4", "content-type": "text/plain"},
+				upstream: upstreamGot(), proc: fullExchange,
+			},
+		},
+	})
+}
+
+// fixCLOnHeaders sets content-length 2 on the request headers response, then replaces the
+// body with 2 bytes.
+func fixCLOnHeaders(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+	s.send(answer(req, &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("content-length", "2"))}))
+	body := s.expect("request_body")
+	if body == nil {
+		return false, errScript
+	}
+	s.send(answer(body, &extprocsvc.CommonResponse{BodyMutation: bodyMut("{}")}))
+	return true, nil
+}
+
+// TestTwinModeOverride: mode_override on header responses, allow_mode_override and
+// allowed_override_modes.
+func TestTwinModeOverride(t *testing.T) {
+	withOverride := func(kind string, m *extprocv3.ProcessingMode) script {
+		return onKind(kind, func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+			resp := cont(req)
+			resp.ModeOverride = m
+			s.send(resp)
+			return true, nil
+		})
+	}
+	skipResponse := &extprocv3.ProcessingMode{ResponseHeaderMode: extprocv3.ProcessingMode_SKIP}
+	// The merged mode of skipResponse, spelled out (trailers SKIP as in envoy.yaml).
+	skipResponseMerged := &extprocv3.ProcessingMode{
+		RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_NONE,
+		RequestTrailerMode: extprocv3.ProcessingMode_SKIP, ResponseHeaderMode: extprocv3.ProcessingMode_SKIP,
+		ResponseBodyMode: extprocv3.ProcessingMode_NONE, ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+	}
+	bufferedOnly := &extprocv3.ProcessingMode{
+		RequestBodyMode: extprocv3.ProcessingMode_BUFFERED, ResponseHeaderMode: extprocv3.ProcessingMode_SKIP,
+	}
+	allowed := func(modes ...*extprocv3.ProcessingMode) func(*FilterConfig) {
+		return func(c *FilterConfig) { c.Filter.AllowedOverrideModes = modes }
+	}
+	runTwins(t, []twinCase{
+		{
+			name:   "omitted body modes are NONE: only request headers go to the server",
+			script: withOverride("request_headers", skipResponse),
+			want:   passed([]string{gotReqHeaders}),
+		},
+		{
+			name:   "request body kept, response skipped",
+			script: withOverride("request_headers", bufferedOnly),
+			want:   passed([]string{gotReqHeaders, gotReqBody}),
+		},
+		{
+			name:   "response body NONE on response_headers",
+			script: withOverride("response_headers", &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_NONE}),
+			want:   passed(fullExchange[:3]),
+		},
+		{
+			name:   "ignored on a body response",
+			script: withOverride("request_body", skipResponse),
+			want:   passed(fullExchange),
+		},
+		{
+			name:    "ignored without allow_mode_override",
+			options: Options{AllowModeOverride: ptr(false)},
+			script:  withOverride("request_headers", skipResponse),
+			want:    passed(fullExchange),
+		},
+		{
+			name:   "ignored when the merged mode is not in allowed_override_modes",
+			config: allowed(bufferedOnly),
+			script: withOverride("request_headers", skipResponse),
+			want:   passed(fullExchange),
+		},
+		{
+			name:   "applied when the merged mode is in allowed_override_modes",
+			config: allowed(skipResponseMerged),
+			script: withOverride("request_headers", skipResponse),
+			want:   passed([]string{gotReqHeaders}),
+		},
+		{
+			name:   "allowed_override_modes: DEFAULT trailer modes in an entry",
+			config: allowed(&extprocv3.ProcessingMode{ResponseHeaderMode: extprocv3.ProcessingMode_SKIP}),
+			script: withOverride("request_headers", skipResponse),
+			want:   passed(fullExchange),
+		},
+	})
+}
+
+// TestTwinImmediateResponse: an ImmediateResponse in each phase.
+func TestTwinImmediateResponse(t *testing.T) {
+	denied := immediate(&extprocsvc.ImmediateResponse{
+		Status: httpStatus(401), Headers: setHeaders(setRaw("x-a", "1")), Body: []byte("denied"), Details: "no entry",
+	})
+	want := func(upstream []upstreamWant, proc []string) twinOutcome {
+		return twinOutcome{
+			status: 401, body: "denied",
+			header:   map[string]string{"content-type": "text/plain", "content-length": "6", "x-a": "1"},
+			upstream: upstream, proc: proc,
+		}
+	}
+	runTwins(t, []twinCase{
+		{name: "request_headers", script: respond("request_headers", denied), want: want(nil, fullExchange[:1])},
+		{name: "request_body", script: respond("request_body", denied), want: want(nil, fullExchange[:2])},
+		{name: "response_headers", script: respond("response_headers", denied), want: want(upstreamGot(), fullExchange[:3])},
+		{name: "response_body", script: respond("response_body", denied), want: want(upstreamGot(), fullExchange)},
+		{
+			name:   "no status and no body",
+			script: respond("request_headers", immediate(&extprocsvc.ImmediateResponse{Headers: setHeaders(setRaw("content-type", "application/json"))})),
+			want:   twinOutcome{status: 200, header: map[string]string{"content-length": "0", "content-type": ""}, proc: fullExchange[:1]},
+		},
+	})
+}
+
+// TestTwinBufferLimit: a BUFFERED body over the buffer limit (64 bytes here) is a 413 for a
+// request and a 500 for a response.
+func TestTwinBufferLimit(t *testing.T) {
+	limit := Options{BufferLimit: 64}
+	big := strings.Repeat("r", 65)
+	runTwins(t, []twinCase{
+		{
+			name: "request at the limit", options: limit, script: passThrough, body: strings.Repeat("q", 64),
+			want: func() twinOutcome {
+				o := passed([]string{"request_headers POST /v1/responses cl=64", `request_body "` + strings.Repeat("q", 64) + `" eos`, gotRespHeaders, gotRespBody})
+				o.upstream = []upstreamWant{{body: strings.Repeat("q", 64)}}
+				return o
+			}(),
+		},
+		{
+			name: "request over the limit", options: limit, script: passThrough, body: strings.Repeat("q", 65),
+			want: twinOutcome{
+				status: 413, body: "Payload Too Large", header: map[string]string{"content-type": "text/plain"},
+				proc: []string{"request_headers POST /v1/responses cl=65", "response_headers 413 cl=17", `response_body "Payload Too Large" eos`},
+			},
+		},
+		{
+			name: "response over the limit", options: limit, script: passThrough,
+			upstream: func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, big) },
+			want: twinOutcome{
+				status: 500, body: "Internal Server Error", header: map[string]string{"content-type": "text/plain"},
+				upstream: upstreamGot(), proc: []string{gotReqHeaders, gotReqBody, "response_headers 200 cl=65"},
+			},
+		},
+	})
+}
+
+// TestTwinMessageTimeout: message_timeout (200ms here) is a 504, or with failure_mode_allow
+// the request goes on unmodified; override_message_timeout is accepted once per call when
+// 1ms <= value <= max_message_timeout (2s here). The server answers late (800ms) where the
+// outcome tells whether an override was accepted.
+func TestTwinMessageTimeout(t *testing.T) {
+	short := Options{MessageTimeout: 200 * time.Millisecond, MaxMessageTimeout: 2 * time.Second}
+	fma := short
+	fma.FailureModeAllow = ptr(true)
+	timedOut := func(upstream []upstreamWant, proc []string) twinOutcome {
+		return twinOutcome{status: 504, body: "", header: map[string]string{"content-length": "0"}, upstream: upstream, proc: proc}
+	}
+	late := 800 * time.Millisecond
+	runTwins(t, []twinCase{
+		{name: "request headers unanswered", options: short, script: stallOn("request_headers"), want: timedOut(nil, fullExchange[:1])},
+		{name: "request body unanswered", options: short, script: stallOn("request_body"), want: timedOut(nil, fullExchange[:2])},
+		{name: "response headers unanswered", options: short, script: stallOn("response_headers"), want: timedOut(upstreamGot(), fullExchange[:3])},
+		{name: "response body unanswered", options: short, script: stallOn("response_body"), want: timedOut(upstreamGot(), fullExchange)},
+		{name: "failure_mode_allow, request phase", options: fma, script: stallOn("request_headers"), want: passed(fullExchange[:1])},
+		{name: "failure_mode_allow, response phase", options: fma, script: stallOn("response_body"), want: passed(fullExchange)},
+		{name: "override accepted", options: short, script: overrideThenAnswer("request_headers", late, 2*time.Second), want: passed(fullExchange)},
+		{name: "override above max_message_timeout ignored", options: short, script: overrideThenAnswer("request_headers", late, 3*time.Second), want: timedOut(nil, fullExchange[:1])},
+		{name: "override below 1ms ignored", options: short, script: overrideThenAnswer("request_headers", late, 500*time.Microsecond), want: timedOut(nil, fullExchange[:1])},
+		{name: "only the first override of a call counts", options: short, script: overrideThenAnswer("request_headers", late, 2*time.Second, 100*time.Millisecond), want: passed(fullExchange)},
+		{name: "override in the response phase", options: short, script: overrideThenAnswer("response_body", late, 2*time.Second), want: passed(fullExchange)},
+	})
+}
+
+// TestTwinStreamEnd: the server ending the stream with OK (the request goes on unmodified)
+// or with an error (status_on_error, 500; with failure_mode_allow unmodified), in each phase.
+func TestTwinStreamEnd(t *testing.T) {
+	boom := status.Error(codes.Internal, "boom")
+	failed := func(upstream []upstreamWant, proc []string) twinOutcome {
+		return twinOutcome{status: 500, header: map[string]string{"content-length": "0"}, upstream: upstream, proc: proc}
+	}
+	fma := Options{FailureModeAllow: ptr(true)}
+	var cases []twinCase
+	for i, phase := range []string{"request_headers", "request_body", "response_headers", "response_body"} {
+		var up []upstreamWant
+		if i >= 2 {
+			up = upstreamGot()
+		}
+		cases = append(cases,
+			twinCase{name: "OK on " + phase, script: closeOn(phase, nil), want: passed(fullExchange[:i+1])},
+			twinCase{name: "error on " + phase, script: closeOn(phase, boom), want: failed(up, fullExchange[:i+1])},
+			twinCase{name: "error on " + phase + ", failure_mode_allow", options: fma, script: closeOn(phase, boom), want: passed(fullExchange[:i+1])},
+		)
+	}
+	cases = append(cases, twinCase{
+		name: "status_on_error", options: Options{StatusOnError: 503}, script: closeOn("request_body", boom),
+		want: twinOutcome{status: 503, header: map[string]string{"content-length": "0"}, proc: fullExchange[:2]},
+	})
+	runTwins(t, cases)
+}
+
+// TestTwinSpurious: responses of the wrong kind, unsolicited or empty ones are
+// status_on_error (500), or ignored with failure_mode_allow.
+func TestTwinSpurious(t *testing.T) {
+	unsolicited := onKind("request_headers", func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		s.send(cont(req))
+		s.send(cont(req))
+		return true, nil
+	})
+	failed := func(proc []string) twinOutcome {
+		return twinOutcome{status: 500, header: map[string]string{"content-length": "0"}, proc: proc}
+	}
+	fma := Options{FailureModeAllow: ptr(true)}
+	runTwins(t, []twinCase{
+		{name: "body response to the headers", script: respond("request_headers", reqBody(&extprocsvc.CommonResponse{})), want: failed(fullExchange[:1])},
+		{name: "response headers response in the request phase", script: respond("request_headers", respHeaders(&extprocsvc.CommonResponse{})), want: failed(fullExchange[:1])},
+		{name: "headers response to the body", script: respond("request_body", reqHeaders(&extprocsvc.CommonResponse{})), want: failed(fullExchange[:2])},
+		{name: "empty response", script: respond("request_headers", &extprocsvc.ProcessingResponse{}), want: failed(fullExchange[:1])},
+		{
+			name:   "trailers response",
+			script: respond("request_headers", &extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocsvc.TrailersResponse{}}}),
+			want:   failed(fullExchange[:1]),
+		},
+		{
+			// The request_body Envoy sends after the first answer races with the reset the second
+			// one causes.
+			name: "unsolicited second answer", script: unsolicited,
+			want: func() twinOutcome { o := failed(fullExchange[:1]); o.procMaybe = fullExchange[1:2]; return o }(),
+		},
+		{
+			name:   "immediate response with disable_immediate_response",
+			config: func(c *FilterConfig) { c.Filter.DisableImmediateResponse = true },
+			script: respond("request_headers", immediate(&extprocsvc.ImmediateResponse{Status: httpStatus(403)})),
+			want:   failed(fullExchange[:1]),
+		},
+		{name: "failure_mode_allow ignores it", options: fma, script: respond("request_headers", reqBody(&extprocsvc.CommonResponse{})), want: passed(fullExchange[:1])},
+	})
+}
+
+// TestTwinRouteTimeout: the route timeout (300ms here) counts from the end of the processed
+// request until the upstream response has ended: ext_proc time before the upstream call or
+// after its response is not counted; a slow upstream is a 504 that goes through ext_proc.
+func TestTwinRouteTimeout(t *testing.T) {
+	routeTimeout := func(c *FilterConfig) {
+		for i := range c.Routes {
+			c.Routes[i].Timeout = 300 * time.Millisecond
+		}
+	}
+	slow := 900 * time.Millisecond
+	hang := func(w http.ResponseWriter, r *http.Request) {
+		timer := time.NewTimer(5 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-r.Context().Done():
+		case <-timer.C:
+			_, _ = io.WriteString(w, "too late")
+		}
+	}
+	runTwins(t, []twinCase{
+		{name: "slow request_body answer", config: routeTimeout, script: slowOn("request_body", slow), want: passed(fullExchange)},
+		{name: "slow response_headers answer", config: routeTimeout, script: slowOn("response_headers", slow), want: passed(fullExchange)},
+		{name: "slow response_body answer", config: routeTimeout, script: slowOn("response_body", slow), want: passed(fullExchange)},
+		{
+			name: "slow upstream", config: routeTimeout, script: passThrough, upstream: hang,
+			want: twinOutcome{
+				status: 504, body: "upstream request timeout", header: map[string]string{"content-type": "text/plain"},
+				upstream: upstreamGot(),
+				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 504 cl=24", `response_body "upstream request timeout" eos`},
+			},
+		},
+	})
+}
