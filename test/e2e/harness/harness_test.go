@@ -93,7 +93,9 @@ func (p *fakeProc) Process(srv extprocsvc.ExternalProcessor_ProcessServer) error
 	defer func() {
 		p.mu.Lock()
 		p.running--
-		p.idle.Broadcast()
+		if p.idle != nil { // nil in a fakeProc made without newFakeProc
+			p.idle.Broadcast()
+		}
 		p.mu.Unlock()
 	}()
 	return sc(s)
