@@ -66,6 +66,12 @@ type filter struct {
 	upComplete  bool
 	routeTimer  *time.Timer
 	routeTimerC <-chan time.Time
+	// idleTimer is the connection manager's stream_idle_timeout (nil when disabled); any
+	// headers or data passing a filter-manager stage restart it.
+	idleTimer  *time.Timer
+	idleTimerC <-chan time.Time
+	// downEnded reports that the client's request has arrived whole.
+	downEnded bool
 
 	clientHeadersSent bool
 	clientDone        bool
@@ -178,6 +184,9 @@ func (f *filter) run() {
 		case <-f.routeTimerC:
 			f.routeTimerC = nil
 			f.sendLocalReply(http.StatusGatewayTimeout, "upstream request timeout", nil, "upstream_response_timeout")
+		case <-f.idleTimerC:
+			f.idleTimerC = nil
+			f.onIdleTimeout()
 		case <-f.r.Context().Done():
 			// The client went away.
 			f.reset = true
@@ -203,12 +212,17 @@ func (f *filter) start() {
 		h.add("x-request-id", newRequestID())
 	}
 	f.rec.RequestID, _ = h.get("x-request-id")
+	if d := f.e.cfg.StreamIdleTimeout; d > 0 {
+		f.idleTimer = time.NewTimer(d)
+		f.idleTimerC = f.idleTimer.C
+	}
 
 	// Envoy reads the request and writes the response independently; Go's HTTP/1 server
 	// would otherwise discard the unread request body before the first response write.
 	_ = f.rc.EnableFullDuplex()
 	// Go's server reports no body as ContentLength 0; a chunked body as -1.
 	hasBody := f.r.ContentLength != 0
+	f.downEnded = !hasBody
 	if hasBody {
 		ch := make(chan bodyEvent)
 		f.downCh = ch
@@ -251,7 +265,9 @@ func (f *filter) onDownstream(ev bodyEvent) {
 	}
 	if ev.eos {
 		f.downCh = nil
+		f.downEnded = true
 	}
+	f.resetIdleTimer()
 	d := f.dec
 	st, data := f.onData(d, ev.data, ev.eos)
 	f.afterData(d, data, ev.eos, st)
@@ -370,6 +386,7 @@ func (f *filter) inject(d *procState, data []byte, eos bool) {
 }
 
 func (f *filter) passHeaders(d *procState, h *headerMap, eos bool) {
+	f.resetIdleTimer()
 	if eos {
 		d.fm.endPassed = true
 	}
@@ -384,6 +401,7 @@ func (f *filter) passData(d *procState, data []byte, eos bool) {
 	if len(data) == 0 && !eos {
 		return
 	}
+	f.resetIdleTimer()
 	if eos {
 		if d.fm.endPassed {
 			return
@@ -433,6 +451,8 @@ func (f *filter) sendLocalReply(code int, body string, mutate func(*headerMap), 
 		body = ""
 	}
 	if !f.enc.fm.started {
+		// FilterManager::encodeHeaders and encodeData restart stream_idle_timeout.
+		f.resetIdleTimer()
 		f.encodeHeaders(h, body == "")
 		if body != "" && !f.clientDone && !f.reset {
 			d := f.enc
@@ -562,6 +582,30 @@ func (f *filter) stopRouteTimer() {
 	f.routeTimerC = nil
 }
 
+// resetIdleTimer is ActiveStream::resetIdleTimer: the codec delivering request headers or
+// data, and FilterManager's decode and encode stages (the router's upstream response, a
+// filter continuing or injecting), restart stream_idle_timeout. ext_proc messages do not.
+func (f *filter) resetIdleTimer() {
+	if f.idleTimer != nil {
+		f.idleTimer.Reset(f.e.cfg.StreamIdleTimeout)
+		f.idleTimerC = f.idleTimer.C
+	}
+}
+
+// onIdleTimeout is ActiveStream::onIdleTimeout (Envoy 1.40): a local reply, 504 once the
+// whole request has arrived and 408 before (Utility::maybeRequestTimeoutCode), through the
+// filter chain if the response has not started, straight to the client if it is held, a
+// reset if the client has headers. The reply's headers entering the filter chain restart the
+// timer, so if ext_proc then holds them (the server is slow), the timer fires again one
+// timeout later and that reply goes straight to the client (verified against Envoy 1.40).
+func (f *filter) onIdleTimeout() {
+	code := http.StatusRequestTimeout
+	if f.downEnded {
+		code = http.StatusGatewayTimeout
+	}
+	f.sendLocalReply(code, "stream timeout", nil, "stream_idle_timeout")
+}
+
 // abortUpstream resets the upstream request; its late events are dropped.
 func (f *filter) abortUpstream() {
 	f.upAborted = true
@@ -591,6 +635,7 @@ func (f *filter) onUpstreamResponse(res upResult) {
 			nil, "upstream_reset_before_response_started{connection_failure}")
 		return
 	}
+	f.resetIdleTimer()
 	resp := res.resp
 	h := newHeaderMap([]header{{":status", strconv.Itoa(resp.StatusCode)}}, resp.Header)
 	h.add("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(f.upStart).Milliseconds(), 10))
@@ -623,6 +668,7 @@ func (f *filter) onUpstreamData(ev bodyEvent) {
 		f.reset = true
 		return
 	}
+	f.resetIdleTimer()
 	if ev.eos {
 		f.upstreamComplete()
 	}
@@ -689,6 +735,9 @@ func (f *filter) clientData(data []byte, eos bool) {
 // destroy is Filter::onDestroy plus the end of the HTTP stream: the side stream is closed
 // (half-close, then reset, §0), the upstream released, and every goroutine waited for.
 func (f *filter) destroy() {
+	if f.idleTimer != nil {
+		f.idleTimer.Stop()
+	}
 	f.complete = true
 	f.dec.stopTimer()
 	f.enc.stopTimer()

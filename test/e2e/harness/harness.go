@@ -87,6 +87,8 @@ type Options struct {
 	BufferLimit int
 	// StatusOnError overrides status_on_error when > 0.
 	StatusOnError int
+	// StreamIdleTimeout overrides the connection manager's stream_idle_timeout when > 0.
+	StreamIdleTimeout time.Duration
 
 	// Pool, when set, makes [StartReal] take a shared Envoy from the pool instead of starting
 	// one for the test ([RealPool]). [Start] ignores it.
@@ -149,6 +151,9 @@ func (o Options) resolve(t testing.TB) (FilterConfig, error) {
 	}
 	if o.BufferLimit > 0 {
 		cfg.BufferLimit = o.BufferLimit
+	}
+	if o.StreamIdleTimeout > 0 {
+		cfg.StreamIdleTimeout = o.StreamIdleTimeout
 	}
 	if err := f.ValidateAll(); err != nil {
 		return FilterConfig{}, fmt.Errorf("invalid ext_proc config: %w", err)

@@ -112,6 +112,10 @@ func RequireEnvoy(t testing.TB) string {
 	return ""
 }
 
+// EnvoyLogLevelEnv names the environment variable that sets the real Envoy's --log-level
+// (default warn); a failing test logs Envoy's output, so "debug" shows why it failed.
+const EnvoyLogLevelEnv = "CODEINTERP_ENVOY_LOG_LEVEL"
+
 // RealEnvoy is an envoy process running a copy of the filter config's bootstrap pointed at
 // the test's servers.
 type RealEnvoy struct {
@@ -271,11 +275,15 @@ func launchReal(bin, dir string, js []byte) (*realProc, error) {
 		return nil, fmt.Errorf("write bootstrap: %w", err)
 	}
 	adminPath := filepath.Join(dir, "admin-address")
+	level := os.Getenv(EnvoyLogLevelEnv)
+	if level == "" {
+		level = "warn"
+	}
 	cmd := exec.Command(bin, "-c", cfgPath,
 		"--base-id", strconv.Itoa(1+rand.IntN(1<<20)),
 		"--concurrency", "1",
 		"--admin-address-path", adminPath,
-		"--log-level", "warn")
+		"--log-level", level)
 	rp := &realProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = rp.logs, rp.logs
 	if err := cmd.Start(); err != nil {
@@ -423,6 +431,7 @@ func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) 
 			r.TypedPerFilterConfig[envoy.ExtProcFilterName] = a
 		}
 	}
+	in.HCM.StreamIdleTimeout = durationpb.New(cfg.StreamIdleTimeout)
 	hcm, err := anypb.New(in.HCM)
 	if err != nil {
 		return nil, fmt.Errorf("pack connection manager: %w", err)

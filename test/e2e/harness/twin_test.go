@@ -273,7 +273,9 @@ func unmodified() (int, string, map[string]string) {
 
 // upstreamGot is the one upstream request of an unmodified POST.
 func upstreamGot() []upstreamWant {
-	return []upstreamWant{{body: twinBody, header: map[string]string{"content-length": "7"}}}
+	return []upstreamWant{{body: twinBody, header: map[string]string{
+		"content-length": "7", "x-forwarded-proto": "http", "x-envoy-expected-rq-timeout-ms": "600000",
+	}}}
 }
 
 func passed(proc []string) twinOutcome {
@@ -523,7 +525,7 @@ func TestTwinMessageTimeout(t *testing.T) {
 	fma := short
 	fma.FailureModeAllow = ptr(true)
 	timedOut := func(upstream []upstreamWant, proc []string) twinOutcome {
-		return twinOutcome{status: 504, body: "", header: map[string]string{"content-length": "0"}, upstream: upstream, proc: proc}
+		return twinOutcome{status: 504, body: "", header: map[string]string{"content-length": "0", "content-type": ""}, upstream: upstream, proc: proc}
 	}
 	late := 800 * time.Millisecond
 	runTwins(t, []twinCase{
@@ -546,7 +548,7 @@ func TestTwinMessageTimeout(t *testing.T) {
 func TestTwinStreamEnd(t *testing.T) {
 	boom := status.Error(codes.Internal, "boom")
 	failed := func(upstream []upstreamWant, proc []string) twinOutcome {
-		return twinOutcome{status: 500, header: map[string]string{"content-length": "0"}, upstream: upstream, proc: proc}
+		return twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, upstream: upstream, proc: proc}
 	}
 	fma := Options{FailureModeAllow: ptr(true)}
 	var cases []twinCase
@@ -577,7 +579,7 @@ func TestTwinSpurious(t *testing.T) {
 		return true, nil
 	})
 	failed := func(proc []string) twinOutcome {
-		return twinOutcome{status: 500, header: map[string]string{"content-length": "0"}, proc: proc}
+		return twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, proc: proc}
 	}
 	fma := Options{FailureModeAllow: ptr(true)}
 	runTwins(t, []twinCase{
@@ -625,16 +627,71 @@ func TestTwinRouteTimeout(t *testing.T) {
 			_, _ = io.WriteString(w, "too late")
 		}
 	}
+	// The router tells the upstream the route timeout.
+	withTimeout := func(o twinOutcome) twinOutcome {
+		for i := range o.upstream {
+			o.upstream[i].header["x-envoy-expected-rq-timeout-ms"] = "300"
+		}
+		return o
+	}
+	upstream := withTimeout(twinOutcome{upstream: upstreamGot()}).upstream
 	runTwins(t, []twinCase{
-		{name: "slow request_body answer", config: routeTimeout, script: slowOn("request_body", slow), want: passed(fullExchange)},
-		{name: "slow response_headers answer", config: routeTimeout, script: slowOn("response_headers", slow), want: passed(fullExchange)},
-		{name: "slow response_body answer", config: routeTimeout, script: slowOn("response_body", slow), want: passed(fullExchange)},
+		{name: "slow request_body answer", config: routeTimeout, script: slowOn("request_body", slow), want: withTimeout(passed(fullExchange))},
+		{name: "slow response_headers answer", config: routeTimeout, script: slowOn("response_headers", slow), want: withTimeout(passed(fullExchange))},
+		{name: "slow response_body answer", config: routeTimeout, script: slowOn("response_body", slow), want: withTimeout(passed(fullExchange))},
 		{
 			name: "slow upstream", config: routeTimeout, script: passThrough, upstream: hang,
 			want: twinOutcome{
 				status: 504, body: "upstream request timeout", header: map[string]string{"content-type": "text/plain"},
-				upstream: upstreamGot(),
+				upstream: upstream,
 				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 504 cl=24", `response_body "upstream request timeout" eos`},
+			},
+		},
+	})
+}
+
+// TestTwinStreamIdleTimeout: stream_idle_timeout (400ms here) counts time without headers or
+// data moving on the HTTP stream; ext_proc messages do not count. It ends the request with a
+// local reply "stream timeout": 504 once the request arrived whole, through ext_proc if the
+// response has not started, straight to the client if ext_proc holds the response headers.
+func TestTwinStreamIdleTimeout(t *testing.T) {
+	idle := Options{StreamIdleTimeout: 400 * time.Millisecond}
+	slow := 1200 * time.Millisecond
+	direct := func(proc []string) twinOutcome {
+		return twinOutcome{
+			status: 504, body: "stream timeout", header: map[string]string{"content-type": "text/plain"},
+			upstream: upstreamGot(), proc: proc,
+		}
+	}
+	hang := func(w http.ResponseWriter, r *http.Request) {
+		timer := time.NewTimer(5 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-r.Context().Done():
+		case <-timer.C:
+			_, _ = io.WriteString(w, "too late")
+		}
+	}
+	runTwins(t, []twinCase{
+		{name: "activity within the timeout", options: idle, script: passThrough, want: passed(fullExchange)},
+		{
+			// The first timeout's reply goes to ext_proc as response headers, which restarts the
+			// timer; the server, still busy, holds them; the second timeout goes to the client
+			// directly and resets the stream, so the server may never read those headers.
+			name: "slow request_body answer", options: idle, script: slowOn("request_body", slow),
+			want: twinOutcome{
+				status: 504, body: "stream timeout", header: map[string]string{"content-type": "text/plain"},
+				proc: []string{gotReqHeaders, gotReqBody}, procMaybe: []string{"response_headers 504 cl=14"},
+			},
+		},
+		{name: "slow response_headers answer", options: idle, script: slowOn("response_headers", slow), want: direct(fullExchange[:3])},
+		{name: "slow response_body answer", options: idle, script: slowOn("response_body", slow), want: direct(fullExchange)},
+		{
+			name: "slow upstream", options: idle, script: passThrough, upstream: hang,
+			want: twinOutcome{
+				status: 504, body: "stream timeout", header: map[string]string{"content-type": "text/plain"},
+				upstream: upstreamGot(),
+				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 504 cl=14", `response_body "stream timeout" eos`},
 			},
 		},
 	})
