@@ -630,9 +630,10 @@ func (f *filter) onUpstreamResponse(res upResult) {
 		return
 	}
 	if res.err != nil {
+		// Envoy 1.40's words for a refused connection.
 		f.sendLocalReply(http.StatusServiceUnavailable,
-			"upstream connect error or disconnect/reset before headers. reset reason: connection failure",
-			nil, "upstream_reset_before_response_started{connection_failure}")
+			"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure",
+			nil, "upstream_reset_before_response_started{remote_connection_failure}")
 		return
 	}
 	f.resetIdleTimer()

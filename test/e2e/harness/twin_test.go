@@ -1,6 +1,7 @@
 package harness
 
 import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"io"
 	"net/http"
 	"strings"
@@ -39,6 +40,11 @@ type twinCase struct {
 	// set; noBody sends none.
 	method, path, body string
 	noBody             bool
+	// header lists request headers to send, as name, value pairs.
+	header []string
+	// procDown points the front at an address where no ext_proc server listens; upstreamDown
+	// does so for the upstream.
+	procDown, upstreamDown bool
 	// clientTimeout bounds the client's wait (default 10s): outcomes that depend on a timer
 	// must arrive well within it.
 	clientTimeout time.Duration
@@ -52,7 +58,8 @@ type twinOutcome struct {
 	// client saw the connection end without a complete response).
 	status int
 	body   string
-	// header lists client response headers that matter: name → value, "" for absent.
+	// header lists client response headers that matter: name → value (values joined with
+	// ","), "" for absent, [present] for present with an empty value.
 	header map[string]string
 	// upstream lists the requests the upstream got, in order.
 	upstream []upstreamWant
@@ -84,6 +91,12 @@ func runTwins(t *testing.T, cases []twinCase) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.options
 			o.ExtProcAddr, o.Upstream, o.Pool = proc.addr, up.srv.URL, pool
+			if tc.procDown {
+				o.ExtProcAddr = closedAddr(t)
+			}
+			if tc.upstreamDown {
+				o.Upstream = "http://" + closedAddr(t)
+			}
 			if tc.config != nil {
 				o.Config = ShippedConfig(t)
 				tc.config(&o.Config)
@@ -119,6 +132,9 @@ func twinRequest(t *testing.T, front Front, tc twinCase) result {
 	}
 	req, err := http.NewRequest(method, front.URL()+path, rd)
 	require.NoError(t, err, "build %s %s", method, path)
+	for i := 0; i+1 < len(tc.header); i += 2 {
+		req.Header.Add(tc.header[i], tc.header[i+1])
+	}
 	timeout := tc.clientTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
@@ -145,7 +161,7 @@ func checkTwin(t *testing.T, front string, tc twinCase, got result, ups []upstre
 		assert.Equal(t, w.status, got.status, "%s: client status", where)
 		assert.Equal(t, w.body, got.body, "%s: client body", where)
 		for k, v := range w.header {
-			assert.Equal(t, v, strings.Join(got.header.Values(k), ","), "%s: client header %s", where, k)
+			assert.Equal(t, v, headerText(got.header, k), "%s: client header %s", where, k)
 		}
 	}
 
@@ -163,7 +179,7 @@ func checkTwin(t *testing.T, front string, tc twinCase, got result, ups []upstre
 			assert.Equal(t, path, g.Path, "%s: upstream request %d path", where, i)
 			assert.Equal(t, u.body, g.Body, "%s: upstream request %d body", where, i)
 			for k, v := range u.header {
-				assert.Equal(t, v, strings.Join(g.Header.Values(k), ","), "%s: upstream request %d header %s", where, i, k)
+				assert.Equal(t, v, headerText(g.Header, k), "%s: upstream request %d header %s", where, i, k)
 			}
 		}
 	}
@@ -180,6 +196,22 @@ func checkTwin(t *testing.T, front string, tc twinCase, got result, ups []upstre
 		}
 		assert.Equal(t, w.proc, got, "%s: messages the ext_proc server received", where)
 	}
+}
+
+// present is how [headerText] shows a header that is there with an empty value.
+const present = "[present]"
+
+// headerText is h's values of k joined with ",": "" when there are none, [present] when they
+// are empty.
+func headerText(h http.Header, k string) string {
+	vs := h.Values(k)
+	if len(vs) == 0 {
+		return ""
+	}
+	if v := strings.Join(vs, ","); v != "" {
+		return v
+	}
+	return present
 }
 
 // --- Scripts ------------------------------------------------------------------------------
@@ -693,6 +725,271 @@ func TestTwinStreamIdleTimeout(t *testing.T) {
 				upstream: upstreamGot(),
 				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 504 cl=14", `response_body "stream timeout" eos`},
 			},
+		},
+	})
+}
+
+// onV1 sets the ExtProcPerRoute of the /v1/ route.
+func onV1(pr *extprocv3.ExtProcPerRoute) func(*FilterConfig) {
+	return func(c *FilterConfig) {
+		for i, r := range c.Routes {
+			if r.Prefix == "/v1/" {
+				c.Routes[i].PerRoute = pr
+			}
+		}
+	}
+}
+
+// TestTwinServerModes: the modes the codeinterp server asks for (pkg/processor: servedMode,
+// passThrough, skipResponseBody) with allowed_override_modes set as the README says, and on
+// a route whose ExtProcPerRoute sets other body modes: a mode_override merges into the
+// filter's processing_mode, not the route's.
+func TestTwinServerModes(t *testing.T) {
+	served := &extprocv3.ProcessingMode{
+		RequestBodyMode: extprocv3.ProcessingMode_BUFFERED, ResponseHeaderMode: extprocv3.ProcessingMode_SEND,
+		ResponseBodyMode: extprocv3.ProcessingMode_BUFFERED,
+	}
+	passMode := &extprocv3.ProcessingMode{
+		RequestBodyMode: extprocv3.ProcessingMode_NONE, ResponseHeaderMode: extprocv3.ProcessingMode_SKIP,
+		ResponseBodyMode: extprocv3.ProcessingMode_NONE,
+	}
+	skipBody := &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_NONE}
+	// The README's list: the filter's own mode and the two pass-through modes, trailers SKIP.
+	readmeAllowed := func(c *FilterConfig) {
+		pm := c.Filter.GetProcessingMode()
+		c.Filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{
+			pm,
+			{
+				RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_NONE,
+				RequestTrailerMode: extprocv3.ProcessingMode_SKIP, ResponseHeaderMode: extprocv3.ProcessingMode_SKIP,
+				ResponseBodyMode: extprocv3.ProcessingMode_NONE, ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+			},
+			{
+				RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_NONE,
+				RequestTrailerMode: extprocv3.ProcessingMode_SKIP, ResponseHeaderMode: extprocv3.ProcessingMode_SEND,
+				ResponseBodyMode: extprocv3.ProcessingMode_NONE, ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+			},
+		}
+	}
+	noBodies := onV1(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+		ProcessingMode: &extprocv3.ProcessingMode{
+			RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_NONE,
+			ResponseHeaderMode: extprocv3.ProcessingMode_SEND, ResponseBodyMode: extprocv3.ProcessingMode_NONE,
+		},
+	}}})
+	both := func(fs ...func(*FilterConfig)) func(*FilterConfig) {
+		return func(c *FilterConfig) {
+			for _, f := range fs {
+				f(c)
+			}
+		}
+	}
+	overrideOn := func(kind string, m *extprocv3.ProcessingMode) script {
+		return onKind(kind, func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+			resp := cont(req)
+			resp.ModeOverride = m
+			s.send(resp)
+			return true, nil
+		})
+	}
+	// served on request headers, then again on response headers (as for a rewritten request).
+	servedTwice := func(s *procStream) error {
+		for {
+			req := s.recv()
+			if req == nil {
+				return nil
+			}
+			resp := cont(req)
+			if k := requestKind(req); k == "request_headers" || k == "response_headers" {
+				resp.ModeOverride = served
+			}
+			s.send(resp)
+		}
+	}
+	runTwins(t, []twinCase{
+		{name: "served, README allowed list", config: readmeAllowed, script: overrideOn("request_headers", served), want: passed(fullExchange)},
+		{name: "pass-through, README allowed list", config: readmeAllowed, script: overrideOn("request_headers", passMode), want: passed(fullExchange[:1])},
+		{name: "response body skipped, README allowed list", config: readmeAllowed, script: overrideOn("response_headers", skipBody), want: passed(fullExchange[:3])},
+		{name: "route without bodies", config: noBodies, script: passThrough, want: passed([]string{gotReqHeaders, gotRespHeaders})},
+		{name: "served on a route without bodies", config: noBodies, script: servedTwice, want: passed(fullExchange)},
+		{name: "served on a route without bodies, README allowed list", config: both(noBodies, readmeAllowed), script: servedTwice, want: passed(fullExchange)},
+		{
+			name: "disabled route", path: "/v1/embeddings", script: passThrough,
+			want: func() twinOutcome {
+				o := passed(nil)
+				o.upstream[0].path = "/v1/embeddings"
+				return o
+			}(),
+		},
+	})
+}
+
+// TestTwinStreamedResponse: a mode_override to STREAMED on the response headers of an SSE
+// answer: the server gets each chunk as it comes and answers it; the client gets each chunk
+// once answered. The upstream sends its first event only after the server answered the
+// headers (and a grace period for the front to handle that answer), and ends the body only
+// after the server answered the first chunk, so the chunks are the same on both fronts.
+func TestTwinStreamedResponse(t *testing.T) {
+	headersAnswered := make(chan struct{}, 1)
+	chunkAnswered := make(chan struct{}, 1)
+	sse := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		_ = rc.Flush()
+		for _, ch := range []chan struct{}{headersAnswered, chunkAnswered} {
+			select {
+			case <-ch:
+			case <-r.Context().Done():
+				return
+			case <-time.After(5 * time.Second):
+				return
+			}
+			if ch == headersAnswered {
+				_, _ = io.WriteString(w, "data: 1\n\n")
+				_ = rc.Flush()
+			}
+		}
+	}
+	streamed := func(immediateOnChunk bool) script {
+		return func(s *procStream) error {
+			for {
+				req := s.recv()
+				if req == nil {
+					return nil
+				}
+				resp := cont(req)
+				switch requestKind(req) {
+				case "response_headers":
+					resp.ModeOverride = &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_STREAMED}
+					s.send(resp)
+					if !s.pause(200 * time.Millisecond) {
+						return nil
+					}
+					headersAnswered <- struct{}{}
+					continue
+				case "response_body":
+					if immediateOnChunk {
+						s.send(immediate(&extprocsvc.ImmediateResponse{Status: httpStatus(403)}))
+						s.drain()
+						return nil
+					}
+					s.send(resp)
+					if !req.GetResponseBody().GetEndOfStream() {
+						chunkAnswered <- struct{}{}
+					}
+					continue
+				}
+				s.send(resp)
+			}
+		}
+	}
+	runTwins(t, []twinCase{
+		{
+			name: "SSE streamed", script: streamed(false), upstream: sse,
+			want: twinOutcome{
+				status: 200, body: "data: 1\n\n", header: map[string]string{"content-type": "text/event-stream", "content-length": ""},
+				upstream: upstreamGot(),
+				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 200", `response_body "data: 1\n\n"`, `response_body "" eos`},
+			},
+		},
+		{
+			// The response headers are gone to the client: an ImmediateResponse can only reset.
+			name: "ImmediateResponse on a streamed chunk", script: streamed(true), upstream: sse,
+			want: twinOutcome{
+				status: 0, upstream: upstreamGot(),
+				proc: []string{gotReqHeaders, gotReqBody, "response_headers 200", `response_body "data: 1\n\n"`},
+			},
+		},
+	})
+}
+
+// TestTwinHeaderMutations: header mutations the server may send, on the request and the
+// response: set (raw_value; value alone is an empty value), append, remove, rules for
+// x-envoy-* and routing headers, :path and :status.
+func TestTwinHeaderMutations(t *testing.T) {
+	valueOnly := &extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-v", Value: "text"}}}}
+	bothValues := &extprocsvc.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-v", Value: "a", RawValue: []byte("b")}}}}
+	onRequest := func(m *extprocsvc.HeaderMutation) script {
+		return withCommon("request_headers", &extprocsvc.CommonResponse{HeaderMutation: m})
+	}
+	upWith := func(hdr map[string]string) twinOutcome {
+		o := passed(fullExchange)
+		for k, v := range hdr {
+			o.upstream[0].header[k] = v
+		}
+		return o
+	}
+	client := []string{"X-Client", "1"}
+	runTwins(t, []twinCase{
+		{name: "set with raw_value", header: client, script: onRequest(setHeaders(setRaw("x-client", "2"), setRaw("x-new", "n"))), want: upWith(map[string]string{"x-client": "2", "x-new": "n"})},
+		{name: "append", header: client, script: onRequest(setHeaders(appendRaw("x-client", "2"))), want: upWith(map[string]string{"x-client": "1,2"})},
+		{name: "remove", header: client, script: onRequest(&extprocsvc.HeaderMutation{RemoveHeaders: []string{"x-client"}}), want: upWith(map[string]string{"x-client": ""})},
+		{name: "value without raw_value", script: onRequest(valueOnly), want: upWith(map[string]string{"x-v": present})},
+		{name: "value and raw_value: raw_value wins", script: onRequest(bothValues), want: upWith(map[string]string{"x-v": "b"})},
+		{name: "x-envoy-* is not allowed", script: onRequest(setHeaders(setRaw("x-envoy-foo", "1"))), want: upWith(map[string]string{"x-envoy-foo": ""})},
+		{
+			name: ":path", script: onRequest(setHeaders(setRaw(":path", "/v1/chat/completions"))),
+			want: func() twinOutcome {
+				o := passed([]string{gotReqHeaders, gotReqBody, gotRespHeaders, gotRespBody})
+				o.upstream[0].path = "/v1/chat/completions"
+				return o
+			}(),
+		},
+		{
+			name:   "response :status and a header",
+			script: withCommon("response_headers", &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw(":status", "201"), setRaw("x-r", "1"))}),
+			want: func() twinOutcome {
+				o := passed(fullExchange)
+				o.status = 201
+				o.header["x-r"] = "1"
+				return o
+			}(),
+		},
+		{
+			name: "CONTINUE_AND_REPLACE on request headers",
+			script: onKind("request_headers", func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+				s.send(answer(req, &extprocsvc.CommonResponse{
+					Status: extprocsvc.CommonResponse_CONTINUE_AND_REPLACE, BodyMutation: bodyMut(`{"b":2}`),
+				}))
+				return true, nil
+			}),
+			want: func() twinOutcome {
+				o := passed([]string{gotReqHeaders, gotRespHeaders, gotRespBody})
+				o.upstream = []upstreamWant{{body: `{"b":2}`, header: map[string]string{"content-length": ""}}}
+				return o
+			}(),
+		},
+	})
+}
+
+// TestTwinLocalReplies: replies the front makes itself while ext_proc is active go through
+// ext_proc as responses; an unreachable ext_proc server fails closed (500) or, with
+// failure_mode_allow, open.
+func TestTwinLocalReplies(t *testing.T) {
+	const refused = "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
+	runTwins(t, []twinCase{
+		{
+			name: "no route", path: "/other", script: passThrough,
+			want: twinOutcome{
+				status: 404, header: map[string]string{"content-length": "0"},
+				proc: []string{"request_headers POST /other cl=7", `request_body "{\"a\":1}" eos`, "response_headers 404 eos"},
+			},
+		},
+		{
+			name: "upstream unreachable", upstreamDown: true, script: passThrough,
+			want: twinOutcome{
+				status: 503, body: refused,
+				proc: []string{gotReqHeaders, gotReqBody, "response_headers 503 cl=98", `response_body "` + refused + `" eos`},
+			},
+		},
+		{
+			name: "ext_proc server unreachable", procDown: true, script: passThrough,
+			want: twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}},
+		},
+		{
+			name: "ext_proc server unreachable, failure_mode_allow", procDown: true, options: Options{FailureModeAllow: ptr(true)}, script: passThrough,
+			want: passed(nil),
 		},
 	})
 }
