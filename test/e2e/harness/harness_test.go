@@ -159,6 +159,14 @@ func (s *procStream) recv() *extprocsvc.ProcessingRequest {
 	return req
 }
 
+// note adds an observation of the script's to what the stream received, for the twin tests
+// to compare.
+func (s *procStream) note(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, text)
+}
+
 // renderRequest is a message as the twin tests compare it: its kind, then for request
 // headers ":method :path", for response headers ":status", and " cl=N" when they carry a
 // content-length; for bodies the body quoted; last " eos" when end_of_stream is set.

@@ -1,9 +1,11 @@
 package harness
 
 import (
+	"errors"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +50,8 @@ type twinCase struct {
 	// clientTimeout bounds the client's wait (default 10s): outcomes that depend on a timer
 	// must arrive well within it.
 	clientTimeout time.Duration
+	// send replaces the runner's request when set.
+	send func(t *testing.T, front Front) result
 
 	want twinOutcome
 }
@@ -104,7 +108,12 @@ func runTwins(t *testing.T, cases []twinCase) {
 			Fronts(t, o, func(t *testing.T, front Front) {
 				proc.reset(t, tc.script)
 				up.reset(tc.upstream)
-				got := twinRequest(t, front, tc)
+				var got result
+				if tc.send != nil {
+					got = tc.send(t, front)
+				} else {
+					got = twinRequest(t, front, tc)
+				}
 				// Every stream ends with the HTTP request; wait for the scripts to see it.
 				require.True(t, proc.waitIdle(10*time.Second), "%s on %s: the ext_proc scripts ended", tc.name, front.Name())
 				checkTwin(t, front.Name(), tc, got, up.requests(), proc.received())
@@ -990,6 +999,150 @@ func TestTwinLocalReplies(t *testing.T) {
 		{
 			name: "ext_proc server unreachable, failure_mode_allow", procDown: true, options: Options{FailureModeAllow: ptr(true)}, script: passThrough,
 			want: passed(nil),
+		},
+	})
+}
+
+// headerNames is "names: " and the sorted header names of hm.
+func headerNames(hm *corev3.HeaderMap) string {
+	var names []string
+	for _, h := range hm.GetHeaders() {
+		names = append(names, h.GetKey())
+	}
+	slices.Sort(names)
+	return "names: " + strings.Join(names, " ")
+}
+
+// TestTwinWhatTheServerSees: the header names of the request and response headers messages,
+// the values that do not vary between runs, the gRPC initial metadata and the path a
+// per-route profile's request has before its prefix_rewrite.
+func TestTwinWhatTheServerSees(t *testing.T) {
+	names := func(s *procStream) error {
+		for {
+			req := s.recv()
+			if req == nil {
+				return nil
+			}
+			switch r := req.GetRequest().(type) {
+			case *extprocsvc.ProcessingRequest_RequestHeaders:
+				hm := r.RequestHeaders.GetHeaders()
+				s.note(headerNames(hm))
+				for _, k := range []string{":authority", ":scheme", "x-forwarded-proto"} {
+					v, _ := headerValue(hm, k)
+					if k == ":authority" {
+						v = strings.Split(v, ":")[0]
+					}
+					s.note(k + "=" + v)
+				}
+				s.note("profile=" + strings.Join(s.md.Get("x-codeinterp-profile"), ","))
+				s.note("authority=" + strings.Join(s.md.Get(":authority"), ","))
+				if pc := req.GetProtocolConfig(); pc != nil {
+					s.note("protocol_config " + pc.GetRequestBodyMode().String() + " " + pc.GetResponseBodyMode().String())
+				}
+			case *extprocsvc.ProcessingRequest_ResponseHeaders:
+				s.note(headerNames(r.ResponseHeaders.GetHeaders()))
+				if req.GetProtocolConfig() != nil {
+					s.note("protocol_config again")
+				}
+			}
+			s.send(cont(req))
+		}
+	}
+	seen := func(path, profile string) []string {
+		return []string{
+			"request_headers POST " + path + " cl=7",
+			"names: :authority :method :path :scheme content-length content-type user-agent x-forwarded-proto x-request-id",
+			":authority=127.0.0.1", ":scheme=http", "x-forwarded-proto=http",
+			"profile=" + profile, "authority=codeinterp_ext_proc",
+			"protocol_config BUFFERED BUFFERED",
+			gotReqBody, gotRespHeaders,
+			"names: :status content-length content-type date x-envoy-upstream-service-time",
+			gotRespBody,
+		}
+	}
+	runTwins(t, []twinCase{
+		{name: "the /v1/ route", script: names, header: []string{"Content-Type", "application/json"}, want: passed(seen("/v1/responses", ""))},
+		{
+			name: "the /analyst/v1/ route", path: "/analyst/v1/responses", script: names, header: []string{"Content-Type", "application/json"},
+			want: passed(seen("/analyst/v1/responses", "analyst")),
+		},
+	})
+}
+
+// TestTwinLateBody: a request body that arrives after the headers were answered (the client
+// sends it in two parts, the second once the server answered the headers) is still sent as
+// one request_body; over the buffer limit it is a 413.
+func TestTwinLateBody(t *testing.T) {
+	answered := make(chan struct{}, 1)
+	script := func(s *procStream) error {
+		for {
+			req := s.recv()
+			if req == nil {
+				return nil
+			}
+			s.send(cont(req))
+			if requestKind(req) == "request_headers" {
+				answered <- struct{}{}
+			}
+		}
+	}
+	send := func(first, second string) func(t *testing.T, front Front) result {
+		return func(t *testing.T, front Front) result {
+			pr, pw := io.Pipe()
+			req, err := http.NewRequest(http.MethodPost, front.URL()+"/v1/responses", pr)
+			require.NoError(t, err, "build request")
+			req.ContentLength = int64(len(first) + len(second))
+			writeErr := make(chan error, 1)
+			go func() {
+				_, err := io.WriteString(pw, first)
+				if err == nil {
+					select {
+					case <-answered:
+						_, err = io.WriteString(pw, second)
+					case <-time.After(5 * time.Second):
+						err = errors.New("the server did not answer the headers")
+					}
+				}
+				writeErr <- errors.Join(err, pw.Close())
+			}()
+			transport := &http.Transport{DisableKeepAlives: true}
+			defer transport.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: transport, Timeout: 10 * time.Second}).Do(req)
+			_ = pr.CloseWithError(io.ErrClosedPipe)
+			<-writeErr
+			if err != nil {
+				return result{err: err}
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			return result{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+		}
+	}
+	big := strings.Repeat("q", 40)
+	runTwins(t, []twinCase{
+		{
+			name: "in two parts", script: script, send: send(`{"a"`, `:1}`), want: passed(fullExchange),
+		},
+		{
+			name: "over the limit", options: Options{BufferLimit: 64}, script: script, send: send(big, big),
+			want: twinOutcome{
+				status: 413, body: "Payload Too Large", header: map[string]string{"content-type": "text/plain"},
+				proc: []string{"request_headers POST /v1/responses cl=80", "response_headers 413 cl=17", `response_body "Payload Too Large" eos`},
+			},
+		},
+	})
+}
+
+// TestTwinSpuriousInResponse: a wrong answer in the response phase, with the response held,
+// is a 500 straight to the client (fail closed), or ignored with failure_mode_allow.
+func TestTwinSpuriousInResponse(t *testing.T) {
+	failed := twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, upstream: upstreamGot(), proc: fullExchange}
+	runTwins(t, []twinCase{
+		{name: "headers answer to the response body", script: respond("response_body", respHeaders(&extprocsvc.CommonResponse{})), want: failed},
+		{name: "request answer to the response body", script: respond("response_body", reqBody(&extprocsvc.CommonResponse{})), want: failed},
+		{
+			name: "failure_mode_allow", options: Options{FailureModeAllow: ptr(true)},
+			script: respond("response_body", respHeaders(&extprocsvc.CommonResponse{})), want: passed(fullExchange),
 		},
 	})
 }
