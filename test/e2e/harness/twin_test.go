@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,9 @@ type twinOutcome struct {
 	// ([renderRequest]); nil means no stream was opened. procMaybe may follow it, in part
 	// (a prefix of it) or whole: messages that race with the stream's reset on both fronts.
 	proc, procMaybe []string
+	// procOthers are the messages of further streams (follow-up requests), in the order they
+	// opened.
+	procOthers [][]string
 }
 
 // upstreamWant is one upstream request: method and path (before: POST /v1/responses), body,
@@ -197,7 +201,10 @@ func checkTwin(t *testing.T, front string, tc twinCase, got result, ups []upstre
 		assert.Empty(t, streams, "%s: no ext_proc stream", where)
 		return
 	}
-	if assert.Len(t, streams, 1, "%s: ext_proc streams", where) {
+	if assert.Len(t, streams, 1+len(w.procOthers), "%s: ext_proc streams", where) {
+		for i, want := range w.procOthers {
+			assert.Equal(t, want, streams[1+i], "%s: messages of stream %d", where, 1+i)
+		}
 		got := streams[0]
 		if n := len(got) - len(w.proc); n > 0 && n <= len(w.procMaybe) {
 			assert.Equal(t, w.procMaybe[:n], got[len(w.proc):], "%s: messages racing with the reset", where)
@@ -1143,6 +1150,89 @@ func TestTwinSpuriousInResponse(t *testing.T) {
 		{
 			name: "failure_mode_allow", options: Options{FailureModeAllow: ptr(true)},
 			script: respond("response_body", respHeaders(&extprocsvc.CommonResponse{})), want: passed(fullExchange),
+		},
+	})
+}
+
+// TestTwinLoop: the codeinterp loop's shape. The server holds the model's answer (its
+// response_body), makes a follow-up call through the same front (a stream of its own, which
+// it passes through), and then answers the held body with the follow-up's answer. The route
+// timeout (300ms) does not bound the loop, which takes longer; stream_idle_timeout (400ms)
+// does: a loop longer than it ends the client's request with 504 "stream timeout".
+func TestTwinLoop(t *testing.T) {
+	var frontURL string
+	loop := func(extra time.Duration) script {
+		return func(s *procStream) error {
+			first := s.expect("request_headers")
+			if first == nil {
+				return errScript
+			}
+			if p, _ := headerValue(first.GetRequestHeaders().GetHeaders(), ":path"); p == "/v1/followup" {
+				s.send(cont(first))
+				return passThrough(s)
+			}
+			s.send(cont(first))
+			for {
+				req := s.recv()
+				if req == nil {
+					return nil
+				}
+				if requestKind(req) != "response_body" {
+					s.send(cont(req))
+					continue
+				}
+				transport := &http.Transport{DisableKeepAlives: true}
+				resp, err := (&http.Client{Transport: transport, Timeout: 5 * time.Second}).Post(frontURL+"/v1/followup", "application/json", strings.NewReader("{}"))
+				body := ""
+				if assert.NoError(s.t, err, "follow-up call") {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					body = "loop: " + string(b)
+				}
+				transport.CloseIdleConnections()
+				if !s.pause(extra) {
+					return nil
+				}
+				s.send(respBody(&extprocsvc.CommonResponse{
+					HeaderMutation: setHeaders(setRaw("content-length", strconv.Itoa(len(body)))), BodyMutation: bodyMut(body),
+				}))
+				return passThrough(s)
+			}
+		}
+	}
+	send := func(t *testing.T, front Front) result {
+		frontURL = front.URL()
+		return twinRequest(t, front, twinCase{})
+	}
+	routeTimeout := func(c *FilterConfig) {
+		for i := range c.Routes {
+			c.Routes[i].Timeout = 300 * time.Millisecond
+		}
+	}
+	followUp := []string{
+		"request_headers POST /v1/followup cl=2", `request_body "{}" eos`, gotRespHeaders, gotRespBody,
+	}
+	up := func(timeout string) []upstreamWant {
+		return []upstreamWant{
+			{body: twinBody, header: map[string]string{"x-envoy-expected-rq-timeout-ms": timeout}},
+			{path: "/v1/followup", body: "{}", header: map[string]string{"x-envoy-expected-rq-timeout-ms": timeout}},
+		}
+	}
+	runTwins(t, []twinCase{
+		{
+			name: "longer than the route timeout", config: routeTimeout, script: loop(900 * time.Millisecond), send: send,
+			want: twinOutcome{
+				status: 200, body: "loop: upstream body", header: map[string]string{"content-length": "19"},
+				upstream: up("300"), proc: fullExchange, procOthers: [][]string{followUp},
+			},
+		},
+		{
+			name: "longer than stream_idle_timeout", options: Options{StreamIdleTimeout: 400 * time.Millisecond},
+			script: loop(1200 * time.Millisecond), send: send,
+			want: twinOutcome{
+				status: 504, body: "stream timeout",
+				upstream: up("600000"), proc: fullExchange, procOthers: [][]string{followUp},
+			},
 		},
 	})
 }
