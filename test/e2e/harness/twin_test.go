@@ -316,7 +316,7 @@ var fullExchange = []string{gotReqHeaders, gotReqBody, gotRespHeaders, gotRespBo
 
 // unmodified is the client's answer when nothing changed the default upstream's.
 func unmodified() (int, string, map[string]string) {
-	return 200, "upstream body", map[string]string{"content-length": "13", "content-type": "text/plain"}
+	return 200, "upstream body", map[string]string{"content-length": "13", "content-type": "text/plain", "server": "envoy"}
 }
 
 // upstreamGot is the one upstream request of an unmodified POST.
@@ -524,6 +524,17 @@ func TestTwinImmediateResponse(t *testing.T) {
 		{name: "request_body", script: respond("request_body", denied), want: want(nil, fullExchange[:2])},
 		{name: "response_headers", script: respond("response_headers", denied), want: want(upstreamGot(), fullExchange[:3])},
 		{name: "response_body", script: respond("response_body", denied), want: want(upstreamGot(), fullExchange)},
+		{
+			name:   "status below 200 is 200; grpc_status is ignored",
+			script: respond("request_body", immediate(&extprocsvc.ImmediateResponse{Status: httpStatus(100), Body: []byte("hi"), GrpcStatus: &extprocsvc.GrpcStatus{Status: 7}})),
+			want:   twinOutcome{status: 200, body: "hi", header: map[string]string{"content-length": "2", "content-type": "text/plain", "server": "envoy"}, proc: fullExchange[:2]},
+		},
+		{
+			name:   "HEAD gets no body",
+			method: http.MethodHead, noBody: true,
+			script: respond("request_headers", denied),
+			want:   twinOutcome{status: 401, header: map[string]string{"content-length": "6", "x-a": "1"}, proc: []string{"request_headers HEAD /v1/responses eos"}},
+		},
 		{
 			name:   "no status and no body",
 			script: respond("request_headers", immediate(&extprocsvc.ImmediateResponse{Headers: setHeaders(setRaw("content-type", "application/json"))})),
@@ -1233,6 +1244,59 @@ func TestTwinLoop(t *testing.T) {
 				status: 504, body: "stream timeout",
 				upstream: up("600000"), proc: fullExchange, procOthers: [][]string{followUp},
 			},
+		},
+	})
+}
+
+// chunkedSend posts body without a content-length (chunked).
+func chunkedSend(body string) func(t *testing.T, front Front) result {
+	return func(t *testing.T, front Front) result {
+		req, err := http.NewRequest(http.MethodPost, front.URL()+"/v1/responses", io.NopCloser(strings.NewReader(body)))
+		require.NoError(t, err, "build request")
+		req.ContentLength = -1
+		transport := &http.Transport{DisableKeepAlives: true}
+		defer transport.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: transport, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			return result{err: err}
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return result{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+	}
+}
+
+// TestTwinChunkedBodies: bodies without content-length: nothing to check a mutated body
+// against; what goes on carries no content-length. failure_mode_allow does not cover a
+// content-length mismatch.
+func TestTwinChunkedBodies(t *testing.T) {
+	chunkedUp := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "upstream body")
+		_ = http.NewResponseController(w).Flush()
+	}
+	runTwins(t, []twinCase{
+		{
+			name: "chunked request, body mutated", script: withCommon("request_body", &extprocsvc.CommonResponse{BodyMutation: bodyMut("{}")}),
+			send: chunkedSend(twinBody),
+			want: func() twinOutcome {
+				o := passed([]string{"request_headers POST /v1/responses", gotReqBody, gotRespHeaders, gotRespBody})
+				o.upstream = []upstreamWant{{body: "{}", header: map[string]string{"content-length": ""}}}
+				return o
+			}(),
+		},
+		{
+			name: "chunked response, body mutated", upstream: chunkedUp,
+			script: withCommon("response_body", &extprocsvc.CommonResponse{BodyMutation: bodyMut("changed")}),
+			want: twinOutcome{
+				status: 200, body: "changed", header: map[string]string{"content-length": "", "content-type": "text/plain"},
+				upstream: upstreamGot(), proc: []string{gotReqHeaders, gotReqBody, "response_headers 200", gotRespBody},
+			},
+		},
+		{
+			name: "content-length mismatch with failure_mode_allow", options: Options{FailureModeAllow: ptr(true)},
+			script: withCommon("request_body", &extprocsvc.CommonResponse{BodyMutation: bodyMut("{}")}),
+			want:   twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, proc: fullExchange[:2]},
 		},
 	})
 }
