@@ -56,11 +56,14 @@ type filter struct {
 	routerDone bool
 	upRoute    Route
 	upPipe     *bodyPipe
-	upCancel   context.CancelFunc
-	upAborted  bool
-	upStart    time.Time
-	upRespCh   chan upResult
-	upDataCh   chan bodyEvent
+	// upLeft is how many body bytes the upstream request's content-length still allows; -1
+	// without one. clientLeft is the same for the client's response.
+	upLeft, clientLeft int64
+	upCancel           context.CancelFunc
+	upAborted          bool
+	upStart            time.Time
+	upRespCh           chan upResult
+	upDataCh           chan bodyEvent
 	// upComplete reports that the upstream response ended: the route timeout is disarmed
 	// for good.
 	upComplete  bool
@@ -386,7 +389,11 @@ func (f *filter) inject(d *procState, data []byte, eos bool) {
 }
 
 func (f *filter) passHeaders(d *procState, h *headerMap, eos bool) {
-	f.resetIdleTimer()
+	if d.dir == encoding {
+		// FilterManager::encodeHeaders restarts stream_idle_timeout; decodeHeaders (a filter
+		// continuing held request headers) does not (verified against Envoy 1.40).
+		f.resetIdleTimer()
+	}
 	if eos {
 		d.fm.endPassed = true
 	}
@@ -503,6 +510,7 @@ func (f *filter) routerHeaders(h *headerMap, eos bool) {
 			f.upPipe = newBodyPipe()
 			body = f.upPipe
 		}
+		f.upLeft = length
 	}
 	method, _ := h.get(":method")
 	req, err := http.NewRequestWithContext(ctx, method, f.e.upstream+route.rewrite(path), body)
@@ -544,7 +552,9 @@ func (f *filter) routerData(data []byte, eos bool) {
 		return
 	}
 	if f.upPipe != nil {
-		f.upPipe.write(data)
+		// The upstream reads what content-length says; Envoy's HTTP/1 codec writes the rest
+		// too, onto the connection (verified against Envoy 1.40), which the harness drops.
+		f.upPipe.write(limitTo(data, &f.upLeft))
 		if eos {
 			f.upPipe.finish()
 		}
@@ -702,6 +712,12 @@ func (f *filter) clientHeaders(h *headerMap, eos bool) {
 		// Envoy's HTTP/1 codec frames a headers-only response with content-length: 0.
 		out.Set("Content-Length", "0")
 	}
+	f.clientLeft = -1
+	if v, ok := h.get("content-length"); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			f.clientLeft = n
+		}
+	}
 	f.w.WriteHeader(code)
 	f.clientHeadersSent = true
 	f.rec.Status = code
@@ -718,6 +734,8 @@ func (f *filter) clientData(data []byte, eos bool) {
 	if f.clientDone || f.reset {
 		return
 	}
+	// The client reads what content-length says (Envoy 1.40 sends the rest too).
+	data = limitTo(data, &f.clientLeft)
 	if len(data) > 0 {
 		if _, err := f.w.Write(data); err != nil {
 			f.reset = true
@@ -773,4 +791,17 @@ func replaceSpaces(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// limitTo returns the part of data that *left (a byte count, -1 for no limit) allows and
+// takes it from *left.
+func limitTo(data []byte, left *int64) []byte {
+	if *left < 0 {
+		return data
+	}
+	if int64(len(data)) > *left {
+		data = data[:*left]
+	}
+	*left -= int64(len(data))
+	return data
 }

@@ -731,8 +731,56 @@ func TestTwinStreamIdleTimeout(t *testing.T) {
 			_, _ = io.WriteString(w, "too late")
 		}
 	}
+	// A client that sends its headers and part of its body, then waits.
+	partial := func(t *testing.T, front Front) result {
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		req, err := http.NewRequest(http.MethodPost, front.URL()+"/v1/responses", pr)
+		require.NoError(t, err, "build request")
+		req.ContentLength = int64(len(twinBody))
+		go func() { _, _ = io.WriteString(pw, twinBody[:3]) }()
+		transport := &http.Transport{DisableKeepAlives: true}
+		defer transport.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: transport, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			return result{err: err}
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return result{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+	}
+	slowUp := func(d time.Duration) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			timer := time.NewTimer(d)
+			defer timer.Stop()
+			select {
+			case <-r.Context().Done():
+			case <-timer.C:
+				defaultUpstream(w, r)
+			}
+		}
+	}
 	runTwins(t, []twinCase{
 		{name: "activity within the timeout", options: idle, script: passThrough, want: passed(fullExchange)},
+		{
+			// A 408: the request had not arrived whole.
+			name: "client stops sending its body", options: idle, script: passThrough, send: partial,
+			want: twinOutcome{
+				status: 408, body: "stream timeout", header: map[string]string{"content-type": "text/plain"},
+				proc: []string{gotReqHeaders, "response_headers 408 cl=14", `response_body "stream timeout" eos`},
+			},
+		},
+		{
+			// The timer runs from the request (1.5s): continuing the held request headers (after
+			// 1s) does not restart it, so the upstream's answer (1s later) comes too late.
+			name: "continuing the request headers does not restart it", options: Options{StreamIdleTimeout: 1500 * time.Millisecond},
+			method: http.MethodGet, noBody: true, script: slowOn("request_headers", time.Second), upstream: slowUp(time.Second),
+			want: twinOutcome{
+				status: 504, body: "stream timeout", header: map[string]string{"content-type": "text/plain"},
+				upstream: []upstreamWant{{method: http.MethodGet}},
+				proc:     []string{"request_headers GET /v1/responses eos", "response_headers 504 cl=14", `response_body "stream timeout" eos`},
+			},
+		},
 		{
 			// The first timeout's reply goes to ext_proc as response headers, which restarts the
 			// timer; the server, still busy, holds them; the second timeout goes to the client
@@ -970,6 +1018,16 @@ func TestTwinHeaderMutations(t *testing.T) {
 				o := passed(fullExchange)
 				o.status = 201
 				o.header["x-r"] = "1"
+				return o
+			}(),
+		},
+		{
+			// The client reads the 3 bytes content-length now says; Envoy sends all 13.
+			name:   "response content-length shorter than the body",
+			script: withCommon("response_headers", &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("content-length", "3"))}),
+			want: func() twinOutcome {
+				o := passed(fullExchange)
+				o.body, o.header["content-length"] = "ups", "3"
 				return o
 			}(),
 		},
@@ -1299,4 +1357,19 @@ func TestTwinChunkedBodies(t *testing.T) {
 			want:   twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, proc: fullExchange[:2]},
 		},
 	})
+}
+
+// TestTwinShortRequestContentLength: a request_headers answer that sets a content-length
+// shorter than the body: the upstream reads that many bytes (Envoy writes the rest onto the
+// connection too, which spoils it for the next request, so this case has an Envoy of its own).
+func TestTwinShortRequestContentLength(t *testing.T) {
+	runTwins(t, []twinCase{{
+		name:   "request content-length shorter than the body",
+		script: withCommon("request_headers", &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("content-length", "3"))}),
+		want: func() twinOutcome {
+			o := passed(fullExchange)
+			o.upstream = []upstreamWant{{body: `{"a`, header: map[string]string{"content-length": "3"}}}
+			return o
+		}(),
+	}})
 }
