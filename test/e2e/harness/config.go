@@ -24,6 +24,8 @@ const (
 	defaultMessageTimeout  = 200 * time.Millisecond
 	defaultMaxHeadersCount = 100
 	defaultMaxHeadersKB    = 60
+	// defaultStreamIdleTimeout is the connection manager's stream_idle_timeout when unset.
+	defaultStreamIdleTimeout = 5 * time.Minute
 )
 
 // FilterConfig is what the harness takes from the ext_proc filter in envoy/envoy.yaml. Every
@@ -41,6 +43,10 @@ type FilterConfig struct {
 	// for the header-mutation checks (§3.1). Defaults 100 and 60.
 	MaxHeadersCount     int
 	MaxRequestHeadersKB int
+	// StreamIdleTimeout is the connection manager's stream_idle_timeout (default 5m; 0
+	// disables it): how long a request may go without activity on the client's or the
+	// upstream's side (§7.12).
+	StreamIdleTimeout time.Duration
 	// Bootstrap is the whole parsed bootstrap; [StartReal] writes Envoy's config from it.
 	Bootstrap *bootstrapv3.Bootstrap
 }
@@ -124,7 +130,11 @@ func filterConfigFrom(b *bootstrapv3.Bootstrap) (FilterConfig, error) {
 		BufferLimit:         defaultBufferLimit,
 		MaxHeadersCount:     defaultMaxHeadersCount,
 		MaxRequestHeadersKB: defaultMaxHeadersKB,
+		StreamIdleTimeout:   defaultStreamIdleTimeout,
 		Bootstrap:           envoy.Clone(b),
+	}
+	if v := in.HCM.GetStreamIdleTimeout(); v != nil {
+		c.StreamIdleTimeout = v.AsDuration()
 	}
 	if v := in.Listener.GetPerConnectionBufferLimitBytes(); v != nil {
 		c.BufferLimit = int(v.GetValue())

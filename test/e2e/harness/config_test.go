@@ -25,6 +25,7 @@ func TestShippedConfig(t *testing.T) {
 	assert.Equal(t, 64<<20, cfg.BufferLimit, "buffer limit")
 	assert.Equal(t, 100, cfg.MaxHeadersCount, "max headers count")
 	assert.Equal(t, 60, cfg.MaxRequestHeadersKB, "max request headers kb")
+	assert.Equal(t, 600*time.Second, cfg.StreamIdleTimeout, "stream_idle_timeout")
 	require.Len(t, cfg.Routes, 3, "routes")
 	assert.Equal(t, Route{Prefix: "/v1/embeddings", Cluster: "llm", Timeout: 600 * time.Second, PerRoute: cfg.Routes[0].PerRoute}, cfg.Routes[0], "embeddings route")
 	assert.True(t, cfg.Routes[0].PerRoute.GetDisabled(), "embeddings route disabled")

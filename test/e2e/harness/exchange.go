@@ -56,16 +56,25 @@ type filter struct {
 	routerDone bool
 	upRoute    Route
 	upPipe     *bodyPipe
-	upCancel   context.CancelFunc
-	upAborted  bool
-	upStart    time.Time
-	upRespCh   chan upResult
-	upDataCh   chan bodyEvent
+	// upLeft is how many body bytes the upstream request's content-length still allows; -1
+	// without one. clientLeft is the same for the client's response.
+	upLeft, clientLeft int64
+	upCancel           context.CancelFunc
+	upAborted          bool
+	upStart            time.Time
+	upRespCh           chan upResult
+	upDataCh           chan bodyEvent
 	// upComplete reports that the upstream response ended: the route timeout is disarmed
 	// for good.
 	upComplete  bool
 	routeTimer  *time.Timer
 	routeTimerC <-chan time.Time
+	// idleTimer is the connection manager's stream_idle_timeout (nil when disabled); any
+	// headers or data passing a filter-manager stage restart it.
+	idleTimer  *time.Timer
+	idleTimerC <-chan time.Time
+	// downEnded reports that the client's request has arrived whole.
+	downEnded bool
 
 	clientHeadersSent bool
 	clientDone        bool
@@ -178,6 +187,9 @@ func (f *filter) run() {
 		case <-f.routeTimerC:
 			f.routeTimerC = nil
 			f.sendLocalReply(http.StatusGatewayTimeout, "upstream request timeout", nil, "upstream_response_timeout")
+		case <-f.idleTimerC:
+			f.idleTimerC = nil
+			f.onIdleTimeout()
 		case <-f.r.Context().Done():
 			// The client went away.
 			f.reset = true
@@ -203,12 +215,17 @@ func (f *filter) start() {
 		h.add("x-request-id", newRequestID())
 	}
 	f.rec.RequestID, _ = h.get("x-request-id")
+	if d := f.e.cfg.StreamIdleTimeout; d > 0 {
+		f.idleTimer = time.NewTimer(d)
+		f.idleTimerC = f.idleTimer.C
+	}
 
 	// Envoy reads the request and writes the response independently; Go's HTTP/1 server
 	// would otherwise discard the unread request body before the first response write.
 	_ = f.rc.EnableFullDuplex()
 	// Go's server reports no body as ContentLength 0; a chunked body as -1.
 	hasBody := f.r.ContentLength != 0
+	f.downEnded = !hasBody
 	if hasBody {
 		ch := make(chan bodyEvent)
 		f.downCh = ch
@@ -251,7 +268,9 @@ func (f *filter) onDownstream(ev bodyEvent) {
 	}
 	if ev.eos {
 		f.downCh = nil
+		f.downEnded = true
 	}
+	f.resetIdleTimer()
 	d := f.dec
 	st, data := f.onData(d, ev.data, ev.eos)
 	f.afterData(d, data, ev.eos, st)
@@ -322,6 +341,9 @@ func (f *filter) overBufferLimit(d *procState) bool {
 		return false
 	}
 	if d.dir == decoding {
+		// The request body is gone with the 413: a headers response that arrives later sends no
+		// request_body (verified against Envoy 1.40).
+		d.fm.buf, d.fm.hasBuf = nil, false
 		f.sendLocalReply(http.StatusRequestEntityTooLarge, "Payload Too Large", nil, "request_payload_too_large")
 	} else {
 		f.sendLocalReply(http.StatusInternalServerError, "Internal Server Error", nil, "response_payload_too_large")
@@ -367,6 +389,11 @@ func (f *filter) inject(d *procState, data []byte, eos bool) {
 }
 
 func (f *filter) passHeaders(d *procState, h *headerMap, eos bool) {
+	if d.dir == encoding {
+		// FilterManager::encodeHeaders restarts stream_idle_timeout; decodeHeaders (a filter
+		// continuing held request headers) does not (verified against Envoy 1.40).
+		f.resetIdleTimer()
+	}
 	if eos {
 		d.fm.endPassed = true
 	}
@@ -381,6 +408,7 @@ func (f *filter) passData(d *procState, data []byte, eos bool) {
 	if len(data) == 0 && !eos {
 		return
 	}
+	f.resetIdleTimer()
 	if eos {
 		if d.fm.endPassed {
 			return
@@ -430,6 +458,8 @@ func (f *filter) sendLocalReply(code int, body string, mutate func(*headerMap), 
 		body = ""
 	}
 	if !f.enc.fm.started {
+		// FilterManager::encodeHeaders and encodeData restart stream_idle_timeout.
+		f.resetIdleTimer()
 		f.encodeHeaders(h, body == "")
 		if body != "" && !f.clientDone && !f.reset {
 			d := f.enc
@@ -480,6 +510,7 @@ func (f *filter) routerHeaders(h *headerMap, eos bool) {
 			f.upPipe = newBodyPipe()
 			body = f.upPipe
 		}
+		f.upLeft = length
 	}
 	method, _ := h.get(":method")
 	req, err := http.NewRequestWithContext(ctx, method, f.e.upstream+route.rewrite(path), body)
@@ -521,7 +552,9 @@ func (f *filter) routerData(data []byte, eos bool) {
 		return
 	}
 	if f.upPipe != nil {
-		f.upPipe.write(data)
+		// The upstream reads what content-length says; Envoy's HTTP/1 codec writes the rest
+		// too, onto the connection (verified against Envoy 1.40), which the harness drops.
+		f.upPipe.write(limitTo(data, &f.upLeft))
 		if eos {
 			f.upPipe.finish()
 		}
@@ -559,6 +592,30 @@ func (f *filter) stopRouteTimer() {
 	f.routeTimerC = nil
 }
 
+// resetIdleTimer is ActiveStream::resetIdleTimer: the codec delivering request headers or
+// data, and FilterManager's decode and encode stages (the router's upstream response, a
+// filter continuing or injecting), restart stream_idle_timeout. ext_proc messages do not.
+func (f *filter) resetIdleTimer() {
+	if f.idleTimer != nil {
+		f.idleTimer.Reset(f.e.cfg.StreamIdleTimeout)
+		f.idleTimerC = f.idleTimer.C
+	}
+}
+
+// onIdleTimeout is ActiveStream::onIdleTimeout (Envoy 1.40): a local reply, 504 once the
+// whole request has arrived and 408 before (Utility::maybeRequestTimeoutCode), through the
+// filter chain if the response has not started, straight to the client if it is held, a
+// reset if the client has headers. The reply's headers entering the filter chain restart the
+// timer, so if ext_proc then holds them (the server is slow), the timer fires again one
+// timeout later and that reply goes straight to the client (verified against Envoy 1.40).
+func (f *filter) onIdleTimeout() {
+	code := http.StatusRequestTimeout
+	if f.downEnded {
+		code = http.StatusGatewayTimeout
+	}
+	f.sendLocalReply(code, "stream timeout", nil, "stream_idle_timeout")
+}
+
 // abortUpstream resets the upstream request; its late events are dropped.
 func (f *filter) abortUpstream() {
 	f.upAborted = true
@@ -583,11 +640,13 @@ func (f *filter) onUpstreamResponse(res upResult) {
 		return
 	}
 	if res.err != nil {
+		// Envoy 1.40's words for a refused connection.
 		f.sendLocalReply(http.StatusServiceUnavailable,
-			"upstream connect error or disconnect/reset before headers. reset reason: connection failure",
-			nil, "upstream_reset_before_response_started{connection_failure}")
+			"upstream connect error or disconnect/reset before headers. reset reason: remote connection failure",
+			nil, "upstream_reset_before_response_started{remote_connection_failure}")
 		return
 	}
+	f.resetIdleTimer()
 	resp := res.resp
 	h := newHeaderMap([]header{{":status", strconv.Itoa(resp.StatusCode)}}, resp.Header)
 	h.add("x-envoy-upstream-service-time", strconv.FormatInt(time.Since(f.upStart).Milliseconds(), 10))
@@ -620,6 +679,7 @@ func (f *filter) onUpstreamData(ev bodyEvent) {
 		f.reset = true
 		return
 	}
+	f.resetIdleTimer()
 	if ev.eos {
 		f.upstreamComplete()
 	}
@@ -652,6 +712,12 @@ func (f *filter) clientHeaders(h *headerMap, eos bool) {
 		// Envoy's HTTP/1 codec frames a headers-only response with content-length: 0.
 		out.Set("Content-Length", "0")
 	}
+	f.clientLeft = -1
+	if v, ok := h.get("content-length"); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			f.clientLeft = n
+		}
+	}
 	f.w.WriteHeader(code)
 	f.clientHeadersSent = true
 	f.rec.Status = code
@@ -668,6 +734,8 @@ func (f *filter) clientData(data []byte, eos bool) {
 	if f.clientDone || f.reset {
 		return
 	}
+	// The client reads what content-length says (Envoy 1.40 sends the rest too).
+	data = limitTo(data, &f.clientLeft)
 	if len(data) > 0 {
 		if _, err := f.w.Write(data); err != nil {
 			f.reset = true
@@ -686,6 +754,9 @@ func (f *filter) clientData(data []byte, eos bool) {
 // destroy is Filter::onDestroy plus the end of the HTTP stream: the side stream is closed
 // (half-close, then reset, §0), the upstream released, and every goroutine waited for.
 func (f *filter) destroy() {
+	if f.idleTimer != nil {
+		f.idleTimer.Stop()
+	}
 	f.complete = true
 	f.dec.stopTimer()
 	f.enc.stopTimer()
@@ -720,4 +791,17 @@ func replaceSpaces(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// limitTo returns the part of data that *left (a byte count, -1 for no limit) allows and
+// takes it from *left.
+func limitTo(data []byte, left *int64) []byte {
+	if *left < 0 {
+		return data
+	}
+	if int64(len(data)) > *left {
+		data = data[:*left]
+	}
+	*left -= int64(len(data))
+	return data
 }

@@ -545,7 +545,7 @@ func TestLocalRepliesGoThroughResponsePath(t *testing.T) {
 		wantDetails string
 	}{
 		{name: "no route", givePath: "/other", wantStatus: 404, wantDetails: "route_not_found"},
-		{name: "upstream unreachable", givePath: "/v1/responses", giveUpDown: true, wantStatus: 503, wantDetails: "upstream_reset_before_response_started{connection_failure}"},
+		{name: "upstream unreachable", givePath: "/v1/responses", giveUpDown: true, wantStatus: 503, wantDetails: "upstream_reset_before_response_started{remote_connection_failure}"},
 		{name: "route timeout", givePath: "/v1/responses", giveTimeout: 20 * time.Millisecond, wantStatus: 504, wantDetails: "upstream_response_timeout"},
 	}
 	for _, tt := range tests {

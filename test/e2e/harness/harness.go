@@ -1,9 +1,10 @@
 // Package harness plays Envoy for end-to-end tests: an HTTP/1.1 front door that runs one
 // envoy.filters.http.ext_proc filter against a real ext_proc gRPC server and forwards to an
-// upstream, following shared/reference/envoy-ext-proc.md (Envoy ≈1.36/1.37) message for
-// message. No Envoy binary can be installed on our machines, so the end-to-end tests are only
-// as true as this package; where Envoy's behaviour matters, the code cites the reference
-// section (§n) it follows.
+// upstream, following shared/reference/envoy-ext-proc.md message for message; where Envoy's
+// behaviour matters, the code cites the reference section (§n) it follows. The twin tests
+// (twin_test.go) run every modelled rule through this package and a real Envoy 1.40
+// ([StartReal]) and assert the same outcome on both; where they disagreed, this package was
+// changed to do what Envoy 1.40 does (the code says "verified against Envoy 1.40" there).
 //
 // The filter's processing mode, timeouts, buffer limit and routes come from envoy/envoy.yaml
 // ([ShippedConfig]), so the shipped config and the tests cannot drift; [Options] lets a test
@@ -11,7 +12,8 @@
 //
 // Modelled: BUFFERED, STREAMED and NONE body modes; mode_override; header mutations with
 // mutation_rules; content-length rules; CONTINUE_AND_REPLACE; ImmediateResponse; buffer
-// limits; message_timeout and override_message_timeout; failure_mode_allow; status_on_error;
+// limits; message_timeout and override_message_timeout; stream_idle_timeout;
+// failure_mode_allow; status_on_error;
 // spurious messages; the stream-close rules; per-route ExtProcPerRoute (disabled, processing
 // mode, grpc_initial_metadata, failure_mode_allow); route prefix/path matches, prefix_rewrite,
 // host_rewrite_literal and timeouts; local replies through the response path (§1.6). Not
@@ -87,6 +89,12 @@ type Options struct {
 	BufferLimit int
 	// StatusOnError overrides status_on_error when > 0.
 	StatusOnError int
+	// StreamIdleTimeout overrides the connection manager's stream_idle_timeout when > 0.
+	StreamIdleTimeout time.Duration
+
+	// Pool, when set, makes [StartReal] take a shared Envoy from the pool instead of starting
+	// one for the test ([RealPool]). [Start] ignores it.
+	Pool *RealPool
 
 	// NoRecords stops the harness from keeping a [Record] per request ([Envoy.Records] then
 	// returns none; [Envoy.Stats] still counts), for benchmarks with many requests.
@@ -145,6 +153,9 @@ func (o Options) resolve(t testing.TB) (FilterConfig, error) {
 	}
 	if o.BufferLimit > 0 {
 		cfg.BufferLimit = o.BufferLimit
+	}
+	if o.StreamIdleTimeout > 0 {
+		cfg.StreamIdleTimeout = o.StreamIdleTimeout
 	}
 	if err := f.ValidateAll(); err != nil {
 		return FilterConfig{}, fmt.Errorf("invalid ext_proc config: %w", err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -41,6 +42,9 @@ type fakeProc struct {
 
 	mu      sync.Mutex
 	streams []*procStream
+	// running counts the scripts in progress; idle is signalled when it drops to 0.
+	running int
+	idle    *sync.Cond
 }
 
 // procStream is one stream as the fake server sees it.
@@ -51,6 +55,11 @@ type procStream struct {
 	md metadata.MD
 	// end is what Recv returned when the stream ended (io.EOF after Envoy's half-close).
 	end error
+
+	// mu guards got.
+	mu sync.Mutex
+	// got renders every message received, in order ([renderRequest]).
+	got []string
 }
 
 func newFakeProc(t testing.TB, sc script) *fakeProc {
@@ -58,6 +67,7 @@ func newFakeProc(t testing.TB, sc script) *fakeProc {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err, "listen for the fake ext_proc server")
 	p := &fakeProc{t: t, addr: lis.Addr().String(), script: sc}
+	p.idle = sync.NewCond(&p.mu)
 	srv := grpc.NewServer()
 	extprocsvc.RegisterExternalProcessorServer(srv, p)
 	done := make(chan struct{})
@@ -74,11 +84,60 @@ func newFakeProc(t testing.TB, sc script) *fakeProc {
 
 func (p *fakeProc) Process(srv extprocsvc.ExternalProcessor_ProcessServer) error {
 	md, _ := metadata.FromIncomingContext(srv.Context())
-	s := &procStream{t: p.t, srv: srv, md: md}
 	p.mu.Lock()
+	s := &procStream{t: p.t, srv: srv, md: md}
+	sc := p.script
 	p.streams = append(p.streams, s)
+	p.running++
 	p.mu.Unlock()
-	return p.script(s)
+	defer func() {
+		p.mu.Lock()
+		p.running--
+		if p.idle != nil { // nil in a fakeProc made without newFakeProc
+			p.idle.Broadcast()
+		}
+		p.mu.Unlock()
+	}()
+	return sc(s)
+}
+
+// reset makes the fake serve the next streams with sc, reporting to t, and forgets the
+// streams so far. The caller must have waited for them (waitIdle).
+func (p *fakeProc) reset(t testing.TB, sc script) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t, p.script, p.streams = t, sc, nil
+}
+
+// waitIdle waits until no script runs, at most d; it reports whether none does.
+func (p *fakeProc) waitIdle(d time.Duration) bool {
+	timer := time.AfterFunc(d, func() {
+		p.mu.Lock()
+		p.idle.Broadcast()
+		p.mu.Unlock()
+	})
+	defer timer.Stop()
+	deadline := time.Now().Add(d)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.running > 0 && time.Now().Before(deadline) {
+		p.idle.Wait()
+	}
+	return p.running == 0
+}
+
+// received returns, per stream in the order they opened, the messages the fake received.
+func (p *fakeProc) received() [][]string {
+	p.mu.Lock()
+	streams := append([]*procStream(nil), p.streams...)
+	p.mu.Unlock()
+	out := make([][]string, 0, len(streams))
+	for _, s := range streams {
+		s.mu.Lock()
+		out = append(out, append([]string{}, s.got...))
+		s.mu.Unlock()
+	}
+	return out
 }
 
 func (p *fakeProc) streamCount() int {
@@ -94,7 +153,47 @@ func (s *procStream) recv() *extprocsvc.ProcessingRequest {
 		s.end = err
 		return nil
 	}
+	s.mu.Lock()
+	s.got = append(s.got, renderRequest(req))
+	s.mu.Unlock()
 	return req
+}
+
+// note adds an observation of the script's to what the stream received, for the twin tests
+// to compare.
+func (s *procStream) note(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, text)
+}
+
+// renderRequest is a message as the twin tests compare it: its kind, then for request
+// headers ":method :path", for response headers ":status", and " cl=N" when they carry a
+// content-length; for bodies the body quoted; last " eos" when end_of_stream is set.
+func renderRequest(req *extprocsvc.ProcessingRequest) string {
+	out := requestKind(req)
+	var eos bool
+	switch r := req.GetRequest().(type) {
+	case *extprocsvc.ProcessingRequest_RequestHeaders:
+		m, _ := headerValue(r.RequestHeaders.GetHeaders(), ":method")
+		p, _ := headerValue(r.RequestHeaders.GetHeaders(), ":path")
+		out += " " + m + " " + p + contentLength(r.RequestHeaders.GetHeaders())
+		eos = r.RequestHeaders.GetEndOfStream()
+	case *extprocsvc.ProcessingRequest_ResponseHeaders:
+		st, _ := headerValue(r.ResponseHeaders.GetHeaders(), ":status")
+		out += " " + st + contentLength(r.ResponseHeaders.GetHeaders())
+		eos = r.ResponseHeaders.GetEndOfStream()
+	case *extprocsvc.ProcessingRequest_RequestBody:
+		out += " " + strconv.Quote(string(r.RequestBody.GetBody()))
+		eos = r.RequestBody.GetEndOfStream()
+	case *extprocsvc.ProcessingRequest_ResponseBody:
+		out += " " + strconv.Quote(string(r.ResponseBody.GetBody()))
+		eos = r.ResponseBody.GetEndOfStream()
+	}
+	if eos {
+		out += " eos"
+	}
+	return out
 }
 
 // expect receives the next message and checks its kind ("request_headers", ...).
@@ -140,6 +239,13 @@ func passThrough(s *procStream) error {
 		}
 		s.send(cont(req))
 	}
+}
+
+func contentLength(hm *corev3.HeaderMap) string {
+	if v, ok := headerValue(hm, "content-length"); ok {
+		return " cl=" + v
+	}
+	return ""
 }
 
 // --- Response builders -----------------------------------------------------------------
@@ -228,19 +334,30 @@ type upstreamRequest struct {
 type fakeUpstream struct {
 	srv *httptest.Server
 
-	mu   sync.Mutex
-	reqs []upstreamRequest
+	mu      sync.Mutex
+	reqs    []upstreamRequest
+	handler http.HandlerFunc
+}
+
+// reset makes the upstream answer with handler (nil: the default) and forgets the requests.
+func (u *fakeUpstream) reset(handler http.HandlerFunc) {
+	if handler == nil {
+		handler = defaultUpstream
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.reqs, u.handler = nil, handler
+}
+
+func defaultUpstream(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "upstream body")
 }
 
 func newUpstream(t testing.TB, handler http.HandlerFunc) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{}
-	if handler == nil {
-		handler = func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain")
-			_, _ = io.WriteString(w, "upstream body")
-		}
-	}
+	u.reset(handler)
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
@@ -248,6 +365,7 @@ func newUpstream(t testing.TB, handler http.HandlerFunc) *fakeUpstream {
 			Method: r.Method, Path: r.RequestURI, Header: r.Header.Clone(), Body: string(body),
 			ContentLen: r.ContentLength, Chunked: len(r.TransferEncoding) > 0,
 		})
+		handler := u.handler
 		u.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		handler(w, r)

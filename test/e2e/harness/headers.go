@@ -323,12 +323,9 @@ func applyHeaderMutations(mut *extprocsvc.HeaderMutation, m *headerMap, replacin
 		if removeCL && strings.EqualFold(h.GetKey(), "content-length") {
 			continue
 		}
-		if h.GetValue() != "" && len(h.GetRawValue()) > 0 {
-			rejected()
-			return &mutationError{"Only one of value or raw_value in the HeaderValue message should be set."}
-		}
 		// Only raw_value is read (runtime send_header_raw_value, default true): a server that
-		// sets only value produces an empty header value (envoy#31555, §7.1).
+		// sets only value produces an empty header value (envoy#31555, §7.1), and one that sets
+		// both gets raw_value (Envoy 1.40; the reference's "both set is an error" is older).
 		value := string(h.GetRawValue())
 		if !headerNameIsValid(h.GetKey()) || !headerValueIsValid(value) {
 			rejected()

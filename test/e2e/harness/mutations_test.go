@@ -72,12 +72,12 @@ func TestHeaderMutations(t *testing.T) {
 			wantUpstream: map[string][]string{"X-A": {""}},
 		},
 		{
-			name:         "value and raw_value both set is an error",
+			// Envoy 1.40 (twin test): no error, raw_value is used.
+			name:         "value and raw_value both set: raw_value wins",
 			giveOn:       "request_headers",
-			giveMut:      setHeaders(&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-a", Value: "1", RawValue: []byte("1")}}),
-			wantStatus:   http.StatusInternalServerError,
-			wantDetails:  "Only_one_of_value_or_raw_value_in_the_HeaderValue_message_should_be_set.",
-			wantRejected: 1,
+			giveMut:      setHeaders(&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-a", Value: "1", RawValue: []byte("2")}}),
+			wantStatus:   http.StatusOK,
+			wantUpstream: map[string][]string{"X-A": {"2"}},
 		},
 		{
 			name:         "append adds a value",

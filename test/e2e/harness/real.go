@@ -112,6 +112,10 @@ func RequireEnvoy(t testing.TB) string {
 	return ""
 }
 
+// EnvoyLogLevelEnv names the environment variable that sets the real Envoy's --log-level
+// (default warn); a failing test logs Envoy's output, so "debug" shows why it failed.
+const EnvoyLogLevelEnv = "CODEINTERP_ENVOY_LOG_LEVEL"
+
 // RealEnvoy is an envoy process running a copy of the filter config's bootstrap pointed at
 // the test's servers.
 type RealEnvoy struct {
@@ -132,7 +136,9 @@ const realStartTimeout = 30 * time.Second
 // upstream cluster pointed at o.Upstream and the ext_proc cluster at o.ExtProcAddr, applies
 // o's knobs (timeouts, buffer limit, ...), runs "envoy -c <copy> --base-id <random>
 // --concurrency 1", and waits until the admin endpoint reports ready. The process is stopped
-// (SIGTERM, then SIGKILL) and waited for by t.Cleanup.
+// (SIGTERM, then SIGKILL) and waited for by t.Cleanup, unless o.Pool is set: then the Envoy
+// comes from the pool, which runs one per distinct bootstrap until [RealPool.Close]. Either
+// way a failing test logs what Envoy printed while it ran.
 func StartReal(t testing.TB, o Options) *RealEnvoy {
 	t.Helper()
 	bin := RequireEnvoy(t)
@@ -144,50 +150,185 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 	if err != nil {
 		t.Fatalf("real envoy: %v", err)
 	}
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "envoy.json")
 	js, err := protojson.Marshal(b)
 	if err != nil {
 		t.Fatalf("real envoy: encode bootstrap: %v", err)
 	}
+	if o.Pool != nil {
+		p, err := o.Pool.get(bin, js)
+		if err != nil {
+			t.Fatalf("real envoy: %v", err)
+		}
+		mark := p.logs.Len()
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("real envoy output (shared process; this test's part):\n%s", p.logs.From(mark))
+			}
+		})
+		return &RealEnvoy{url: p.url}
+	}
+	p, err := launchReal(bin, t.TempDir(), js)
+	if err != nil {
+		t.Fatalf("real envoy: %v", err)
+	}
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("real envoy output:\n%s", p.logs.String())
+		}
+	})
+	return &RealEnvoy{url: p.url}
+}
+
+// RealPool shares real Envoys between the [StartReal] calls that set Options.Pool: one
+// process per distinct bootstrap (the bytes StartReal would write are the key, so equal knobs
+// and equal test servers share one), started on first use and stopped by [RealPool.Close]. A
+// test makes one for its subtests, or a package one in TestMain, and closes it at the end. A
+// shared Envoy keeps its connections to the ext_proc server and the upstream between uses. Its
+// methods are safe for concurrent use.
+type RealPool struct {
+	dir string
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	procs  map[string]*realProc
+	closed bool
+}
+
+// NewRealPool returns an empty pool; its Envoys' files live under a temporary directory that
+// Close removes.
+func NewRealPool() (*RealPool, error) {
+	dir, err := os.MkdirTemp("", "codeinterp-envoy-pool-")
+	if err != nil {
+		return nil, fmt.Errorf("make pool directory: %w", err)
+	}
+	return &RealPool{dir: dir, procs: map[string]*realProc{}}, nil
+}
+
+// get returns the pool's running Envoy for the bootstrap js, starting it (again, if it
+// exited) when needed.
+func (p *RealPool) get(bin string, js []byte) (*realProc, error) {
+	key := bin + "\x00" + string(js)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("get from pool: closed")
+	}
+	if rp, ok := p.procs[key]; ok {
+		if rp.alive() {
+			return rp, nil
+		}
+		delete(p.procs, key)
+		rp.stop()
+	}
+	dir, err := os.MkdirTemp(p.dir, "envoy-")
+	if err != nil {
+		return nil, fmt.Errorf("make envoy directory: %w", err)
+	}
+	rp, err := launchReal(bin, dir, js)
+	if err != nil {
+		return nil, err
+	}
+	p.procs[key] = rp
+	return rp, nil
+}
+
+// Len is the number of Envoys the pool has started and not lost.
+func (p *RealPool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.procs)
+}
+
+// Close stops the pool's Envoys, waits for them and removes their files; later StartReal
+// calls with the pool fail the test.
+func (p *RealPool) Close() error {
+	p.mu.Lock()
+	procs := p.procs
+	p.procs, p.closed = nil, true
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, rp := range procs {
+		wg.Go(rp.stop)
+	}
+	wg.Wait()
+	if err := os.RemoveAll(p.dir); err != nil {
+		return fmt.Errorf("close pool: %w", err)
+	}
+	return nil
+}
+
+// realProc is one envoy process.
+type realProc struct {
+	cmd  *exec.Cmd
+	url  string
+	logs *syncBuffer
+	// done is closed once the process exited and was waited for.
+	done chan struct{}
+}
+
+// launchReal writes the bootstrap js into dir, starts envoy on it and returns once it is
+// ready. The goroutine waiting for the process ends with it; stop ensures that.
+func launchReal(bin, dir string, js []byte) (*realProc, error) {
+	cfgPath := filepath.Join(dir, "envoy.json")
 	if err := os.WriteFile(cfgPath, js, 0o600); err != nil {
-		t.Fatalf("real envoy: write bootstrap: %v", err)
+		return nil, fmt.Errorf("write bootstrap: %w", err)
 	}
 	adminPath := filepath.Join(dir, "admin-address")
+	level := os.Getenv(EnvoyLogLevelEnv)
+	if level == "" {
+		level = "warn"
+	}
 	cmd := exec.Command(bin, "-c", cfgPath,
 		"--base-id", strconv.Itoa(1+rand.IntN(1<<20)),
 		"--concurrency", "1",
 		"--admin-address-path", adminPath,
-		"--log-level", "warn")
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+		"--log-level", level)
+	rp := &realProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = rp.logs, rp.logs
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("real envoy: start %s: %v", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("real envoy output:\n%s", logs.String())
-		}
-	})
-	addr, err := waitReady(adminPath, exited)
+	go func() {
+		_ = cmd.Wait()
+		close(rp.done)
+	}()
+	addr, err := waitReady(adminPath, rp.done)
 	if err != nil {
-		t.Fatalf("real envoy: %v\n%s", err, logs.String())
+		rp.stop()
+		return nil, fmt.Errorf("%w\n%s", err, rp.logs.String())
 	}
-	return &RealEnvoy{url: "http://" + addr}
+	rp.url = "http://" + addr
+	return rp, nil
+}
+
+// alive reports whether the process still runs.
+func (rp *realProc) alive() bool {
+	select {
+	case <-rp.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop ends the process (SIGTERM, then SIGKILL after 10s) and waits for it; it may be called
+// again.
+func (rp *realProc) stop() {
+	_ = rp.cmd.Process.Signal(syscall.SIGTERM)
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	select {
+	case <-rp.done:
+	case <-timer.C:
+		_ = rp.cmd.Process.Kill()
+		<-rp.done
+	}
 }
 
 // waitReady polls the admin endpoint until Envoy is ready, then returns the ingress
 // listener's bound address.
-func waitReady(adminPath string, exited <-chan error) (string, error) {
+func waitReady(adminPath string, exited <-chan struct{}) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), realStartTimeout)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}
@@ -196,8 +337,8 @@ func waitReady(adminPath string, exited <-chan error) (string, error) {
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-exited:
-			return "", fmt.Errorf("envoy exited during start-up: %v", err)
+		case <-exited:
+			return "", errors.New("envoy exited during start-up")
 		case <-ctx.Done():
 			return "", errors.New("envoy not ready in time")
 		case <-tick.C:
@@ -290,6 +431,7 @@ func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) 
 			r.TypedPerFilterConfig[envoy.ExtProcFilterName] = a
 		}
 	}
+	in.HCM.StreamIdleTimeout = durationpb.New(cfg.StreamIdleTimeout)
 	hcm, err := anypb.New(in.HCM)
 	if err != nil {
 		return nil, fmt.Errorf("pack connection manager: %w", err)
@@ -372,4 +514,18 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Len is the number of bytes written so far.
+func (b *syncBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// From returns what was written after the first n bytes.
+func (b *syncBuffer) From(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf.Bytes()[min(n, b.buf.Len()):])
 }

@@ -21,6 +21,7 @@ func TestRealBootstrap(t *testing.T) {
 	o := Options{
 		ExtProcAddr: "127.0.0.1:7001", Upstream: "http://127.0.0.1:7002",
 		MessageTimeout: 50 * time.Millisecond, BufferLimit: 1234, FailureModeAllow: ptr(true),
+		StreamIdleTimeout: 3 * time.Second,
 	}
 	cfg, err := o.resolve(t)
 	require.NoError(t, err, "resolve")
@@ -37,6 +38,7 @@ func TestRealBootstrap(t *testing.T) {
 	assert.Equal(t, uint32(1234), in.Listener.GetPerConnectionBufferLimitBytes().GetValue(), "buffer limit")
 	assert.Equal(t, 50*time.Millisecond, in.ExtProc.GetMessageTimeout().AsDuration(), "message_timeout knob")
 	assert.True(t, in.ExtProc.GetFailureModeAllow(), "failure_mode_allow knob")
+	assert.Equal(t, 3*time.Second, in.HCM.GetStreamIdleTimeout().AsDuration(), "stream_idle_timeout knob")
 	assert.Equal(t, extprocv3.ProcessingMode_BUFFERED, in.ExtProc.GetProcessingMode().GetRequestBodyMode(), "processing mode kept")
 
 	routes := in.HCM.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
@@ -107,4 +109,32 @@ func TestFrontConnectsLazily(t *testing.T) {
 		assert.Equal(t, http.StatusOK, resp.StatusCode, "status through %s", front.Name())
 		http.DefaultClient.CloseIdleConnections()
 	})
+}
+
+// TestRealPool: StartReal with a pool reuses the running Envoy for an equal bootstrap and
+// starts another for a different one; Close stops them.
+func TestRealPool(t *testing.T) {
+	RequireEnvoy(t)
+	proc := newFakeProc(t, passThrough)
+	up := newUpstream(t, nil)
+	pool, err := NewRealPool()
+	require.NoError(t, err, "new pool")
+	o := Options{ExtProcAddr: proc.addr, Upstream: up.srv.URL, Pool: pool}
+	a := StartReal(t, o)
+	b := StartReal(t, o)
+	assert.Equal(t, a.URL(), b.URL(), "equal options share one Envoy")
+	assert.Equal(t, 1, pool.Len(), "Envoys after two equal starts")
+	o.MessageTimeout = time.Second
+	c := StartReal(t, o)
+	assert.NotEqual(t, a.URL(), c.URL(), "another message_timeout is another Envoy")
+	assert.Equal(t, 2, pool.Len(), "Envoys after a different start")
+	resp, err := http.Post(c.URL()+"/v1/responses", "application/json", nil)
+	require.NoError(t, err, "POST through the pooled Envoy")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "status through the pooled Envoy")
+	http.DefaultClient.CloseIdleConnections()
+	require.NoError(t, pool.Close(), "close the pool")
+	_, err = http.Post(c.URL()+"/v1/responses", "application/json", nil)
+	assert.Error(t, err, "the pool's Envoy is stopped")
+	assert.Equal(t, 0, pool.Len(), "Envoys after Close")
 }
