@@ -140,18 +140,49 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 	if err != nil {
 		t.Fatalf("real envoy: %v", err)
 	}
-	b, err := realBootstrap(cfg, o)
+	p, err := LaunchReal(bin, cfg, o.ExtProcAddr, o.Upstream, t.TempDir())
 	if err != nil {
 		t.Fatalf("real envoy: %v", err)
 	}
-	dir := t.TempDir()
+	t.Cleanup(func() {
+		_ = p.Stop()
+		if t.Failed() {
+			t.Logf("real envoy output:\n%s", p.Logs())
+		}
+	})
+	return &RealEnvoy{url: p.URL()}
+}
+
+// RealProcess is an envoy process started by [LaunchReal]. Its methods are safe for concurrent
+// use.
+type RealProcess struct {
+	url    string
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	exited chan struct{}
+	// waitErr is cmd.Wait's result, set before exited is closed.
+	waitErr error
+	stop    sync.Once
+}
+
+// LaunchReal is [StartReal] for callers that are not tests (test/e2e/cmd/stack): it runs bin
+// with cfg's bootstrap (cfg as [LoadFilterConfig] returns it; [Options] knobs are not applied
+// here) rewritten as StartReal rewrites it, the ext_proc cluster at extProcAddr and every other
+// cluster at upstream, writes its files in dir (which the caller owns and removes), and returns
+// once the admin endpoint reports ready. The caller must call [RealProcess.Stop]. Envoy gets
+// SIGKILL if the calling process dies first, so no Envoy outlives its starter.
+func LaunchReal(bin string, cfg FilterConfig, extProcAddr, upstream, dir string) (*RealProcess, error) {
+	b, err := realBootstrap(cfg, Options{ExtProcAddr: extProcAddr, Upstream: upstream})
+	if err != nil {
+		return nil, err
+	}
 	cfgPath := filepath.Join(dir, "envoy.json")
 	js, err := protojson.Marshal(b)
 	if err != nil {
-		t.Fatalf("real envoy: encode bootstrap: %v", err)
+		return nil, fmt.Errorf("encode bootstrap: %w", err)
 	}
 	if err := os.WriteFile(cfgPath, js, 0o600); err != nil {
-		t.Fatalf("real envoy: write bootstrap: %v", err)
+		return nil, fmt.Errorf("write bootstrap: %w", err)
 	}
 	adminPath := filepath.Join(dir, "admin-address")
 	cmd := exec.Command(bin, "-c", cfgPath,
@@ -159,35 +190,63 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 		"--concurrency", "1",
 		"--admin-address-path", adminPath,
 		"--log-level", "warn")
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p := &RealProcess{cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("real envoy: start %s: %v", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	addr, err := waitReady(adminPath, p.exited, func() error { return p.waitErr })
+	if err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("%w\n%s", err, p.logs.String())
+	}
+	p.url = "http://" + addr
+	return p, nil
+}
+
+// URL is the listener's base URL, e.g. "http://127.0.0.1:41234".
+func (p *RealProcess) URL() string { return p.url }
+
+// Done is closed when the process has ended, for whatever reason.
+func (p *RealProcess) Done() <-chan struct{} { return p.exited }
+
+// Logs returns what Envoy wrote so far (stdout and stderr).
+func (p *RealProcess) Logs() string { return p.logs.String() }
+
+// Stop sends SIGTERM, then SIGKILL after 10 seconds, and waits for the process to end. It
+// returns nil when Envoy exited on the signal or with status 0, else how it ended. Later calls
+// only wait.
+func (p *RealProcess) Stop() error {
+	p.stop.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-p.exited:
 		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("real envoy output:\n%s", logs.String())
+			_ = p.cmd.Process.Kill()
+			<-p.exited
 		}
 	})
-	addr, err := waitReady(adminPath, exited)
-	if err != nil {
-		t.Fatalf("real envoy: %v\n%s", err, logs.String())
+	<-p.exited
+	var exit *exec.ExitError
+	if errors.As(p.waitErr, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+			return nil
+		}
 	}
-	return &RealEnvoy{url: "http://" + addr}
+	if p.waitErr != nil {
+		return fmt.Errorf("envoy: %w", p.waitErr)
+	}
+	return nil
 }
 
 // waitReady polls the admin endpoint until Envoy is ready, then returns the ingress
 // listener's bound address.
-func waitReady(adminPath string, exited <-chan error) (string, error) {
+func waitReady(adminPath string, exited <-chan struct{}, waitErr func() error) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), realStartTimeout)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}
@@ -196,8 +255,8 @@ func waitReady(adminPath string, exited <-chan error) (string, error) {
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-exited:
-			return "", fmt.Errorf("envoy exited during start-up: %v", err)
+		case <-exited:
+			return "", fmt.Errorf("envoy exited during start-up: %v", waitErr())
 		case <-ctx.Done():
 			return "", errors.New("envoy not ready in time")
 		case <-tick.C:
