@@ -62,10 +62,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     reader.start()
     reader.join(READY_TIMEOUT)
     if not line or not line[0]:
+        timed_out = not line  # else stdout ended: the stack exited
         proc.kill()
         proc.wait()
-        pytest.fail(f"the stack did not start within {READY_TIMEOUT}s (exit {proc.returncode}):\n{_tail(log)}",
-                    pytrace=False)
+        why = f"no ready line in {READY_TIMEOUT}s" if timed_out else f"exit {proc.returncode}"
+        pytest.fail(f"the stack did not start ({why}):\n{_tail(log)}", pytrace=False)
     ready = json.loads(line[0])
     try:
         yield Stack(**ready)
