@@ -3,6 +3,8 @@ as the openai Python SDK sees them, plain, with stream=True, and with client.res
 
 from __future__ import annotations
 
+import base64
+import struct
 import uuid
 from typing import Callable
 
@@ -14,7 +16,7 @@ from openai.types.responses import (
     ResponseCompletedEvent,
     ResponseOutputMessage,
 )
-from openai.types.responses.response_code_interpreter_tool_call import OutputLogs
+from openai.types.responses.response_code_interpreter_tool_call import OutputImage, OutputLogs
 
 import fake_model as fm
 from helpers import CODE_TOOL, check_upstream, function_tool, logs_of, normalized, output_of
@@ -270,3 +272,24 @@ def test_arguments_that_are_not_code_fail_the_call(model: fm.FakeModel, client) 
     assert ci.status == "failed", "invalid arguments: status"
     assert logs_of(ci) == fed, "invalid arguments: the client sees why"
     assert resp.output_text == "I will answer without code.", "invalid arguments: answer"
+
+
+def test_a_plot_is_an_image_output(model: fm.FakeModel, client) -> None:
+    """A matplotlib figure comes back as the SDK's OutputImage, a PNG data URL; the model is
+    told an image was shown."""
+    code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares');"
+    model.script(fm.RESPONSES,
+                 fm.ok(fm.responses(fm.run_code("call_plot", code))),
+                 fm.ok(fm.responses(fm.message("Here is the plot."))))
+    resp = client.responses.create(**ask("plot squares"))
+
+    reqs = model.requests(fm.RESPONSES)
+    assert output_of(reqs[1], "call_plot") == "[1 image was shown to the user]", "plot: what the model is told"
+    ci = code_call(resp, 0)
+    assert len(ci.outputs) == 1 and isinstance(ci.outputs[0], OutputImage), f"plot: outputs {ci.outputs}"
+    prefix = "data:image/png;base64,"
+    assert ci.outputs[0].url.startswith(prefix), f"plot: a PNG data URL: {ci.outputs[0].url[:40]}"
+    png = base64.b64decode(ci.outputs[0].url[len(prefix):], validate=True)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "plot: the data is a PNG"
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+    assert width > 0 and height > 0, f"plot: image size {width}x{height}"

@@ -75,3 +75,20 @@ def test_the_analyst_route_keeps_a_session_by_header(model: fm.FakeModel, make_c
     assert reqs[3].header("x-session-id") == session, "analyst: the follow-up carried the client's headers"
     assert first.output[0].container_id == second.output[0].container_id, "analyst: one container"
     assert second.output_text == "42.", "analyst: answer"
+
+
+def test_a_run_over_the_analyst_run_timeout_fails(model: fm.FakeModel, make_client) -> None:
+    """The analyst profile's run timeout (2s) interrupts the run like a notebook: the model is
+    told, the call's status is failed, what it printed before is kept."""
+    model.script(fm.RESPONSES,
+                 fm.ok(fm.responses(fm.run_code("call_slow", "import time\nprint('started', flush=True)\ntime.sleep(120)"))),
+                 fm.ok(fm.responses(fm.message("It was too slow."))))
+    resp = make_client(base="/analyst/v1").responses.create(model=fm.MODEL, input="sleep", tools=[CODE_TOOL])
+
+    fed = output_of(model.requests(fm.RESPONSES)[1], "call_slow")
+    assert fed.startswith("[execution timed out after 2s and was interrupted]\n"), f"run timeout: the model is told: {fed!r}"
+    assert "started" in fed and "KeyboardInterrupt" in fed, f"run timeout: the output before, the interrupt: {fed!r}"
+    ci = resp.output[0]
+    assert (ci.type, ci.status) == ("code_interpreter_call", "failed"), f"run timeout: the call: {ci}"
+    assert "".join(o.logs for o in ci.outputs if o.type == "logs") == fed, "run timeout: the client sees what the model saw"
+    assert resp.output_text == "It was too slow.", "run timeout: answer"
