@@ -203,21 +203,18 @@ def check_events(events: list, what: str) -> None:
             assert deltas[i] == "".join(c.text for c in item.content), f"{what}: text deltas of message {i}"
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_responses(scenario: str, variant: str, model: fm.FakeModel, client) -> None:
-    SCENARIOS[scenario](model, lambda params: VARIANTS[variant](client, params))
-
-
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_streams_reconstruct_the_plain_answer(scenario: str, model: fm.FakeModel, client) -> None:
-    """The same scenario asked three ways: what create(stream=True)'s response.completed and
-    the stream helper's get_final_response give equals the plain answer (but for the ids the
-    server mints, which differ consistently)."""
+def test_responses(scenario: str, model: fm.FakeModel, client, subtests) -> None:
+    """The scenario asked each way (a subtest each), then the streams' reconstruction compared
+    with the plain answer (but for the ids the server mints, which differ consistently)."""
     got = {}
     for variant, send in VARIANTS.items():
-        model.reset()
-        got[variant] = normalized(SCENARIOS[scenario](model, lambda params: send(client, params)).model_dump(mode="json"))
+        with subtests.test(variant=variant):
+            model.reset()
+            resp = SCENARIOS[scenario](model, lambda params: send(client, params))
+            assert model.pending() == 0, f"{scenario} ({variant}): every scripted answer was used"
+            got[variant] = normalized(resp.model_dump(mode="json"))
+    assert set(got) == set(VARIANTS), f"{scenario}: a variant failed (its subtest says why)"
     assert got["create-stream"] == got["plain"], f"{scenario}: create(stream=True) vs plain"
     assert got["stream-helper"] == got["plain"], f"{scenario}: responses.stream's final response vs plain"
 
