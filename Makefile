@@ -44,7 +44,7 @@ run-server: deps build
 
 ## test: vet, format check, every Go test (unit, adversarial sandbox, Envoy harness, e2e through
 ## the harness and a real Envoy) with -race, then the Python SDK suite through a real Envoy.
-test: deps lint test-go
+test: deps lint test-go test-python
 
 test-go: deps lint
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)

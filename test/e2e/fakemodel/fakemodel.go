@@ -78,8 +78,10 @@ func Error(status int, message string) Response {
 
 // Server is the fake model. It is safe for concurrent use.
 type Server struct {
-	t   testing.TB
-	srv *httptest.Server
+	// errorf reports a mistake of the script (an answer that cannot be encoded): t.Errorf for
+	// [New], the logger for [Start].
+	errorf func(format string, args ...any)
+	srv    *httptest.Server
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -91,7 +93,7 @@ type Server struct {
 // New starts a server on 127.0.0.1; t.Cleanup closes it.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{t: t, queues: map[string][]Response{}, handlers: map[string]http.HandlerFunc{}}
+	s := &Server{errorf: t.Errorf, queues: map[string][]Response{}, handlers: map[string]http.HandlerFunc{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
 	return s
@@ -191,7 +193,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, resp Response) {
 	case resp.JSON != nil:
 		b, err := json.Marshal(resp.JSON)
 		if err != nil {
-			s.t.Errorf("fakemodel: marshal the answer to %s %s: %v", r.Method, r.URL.Path, err)
+			s.errorf("fakemodel: marshal the answer to %s %s: %v", r.Method, r.URL.Path, err)
 			http.Error(w, "fakemodel: "+err.Error(), http.StatusInternalServerError)
 			return
 		}

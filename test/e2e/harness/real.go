@@ -191,7 +191,7 @@ type RealPool struct {
 
 	// mu guards the fields below.
 	mu     sync.Mutex
-	procs  map[string]*realProc
+	procs  map[string]*RealProcess
 	closed bool
 }
 
@@ -202,12 +202,12 @@ func NewRealPool() (*RealPool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make pool directory: %w", err)
 	}
-	return &RealPool{dir: dir, procs: map[string]*realProc{}}, nil
+	return &RealPool{dir: dir, procs: map[string]*RealProcess{}}, nil
 }
 
 // get returns the pool's running Envoy for the bootstrap js, starting it (again, if it
 // exited) when needed.
-func (p *RealPool) get(bin string, js []byte) (*realProc, error) {
+func (p *RealPool) get(bin string, js []byte) (*RealProcess, error) {
 	key := bin + "\x00" + string(js)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -258,18 +258,40 @@ func (p *RealPool) Close() error {
 	return nil
 }
 
-// realProc is one envoy process.
-type realProc struct {
+// RealProcess is one envoy process, started by [StartReal], a [RealPool] or [LaunchReal]. Its
+// methods are safe for concurrent use.
+type RealProcess struct {
 	cmd  *exec.Cmd
 	url  string
 	logs *syncBuffer
-	// done is closed once the process exited and was waited for.
-	done chan struct{}
+	// done is closed once the process exited and was waited for; waitErr is cmd.Wait's result,
+	// set before done is closed.
+	done     chan struct{}
+	waitErr  error
+	stopOnce sync.Once
+}
+
+// LaunchReal is [StartReal] for callers that are not tests (test/e2e/cmd/stack): it runs bin
+// with cfg's bootstrap (cfg as [LoadFilterConfig] returns it; [Options] knobs are not applied
+// here) rewritten as StartReal rewrites it, the ext_proc cluster at extProcAddr and every other
+// cluster at upstream, writes its files in dir (which the caller owns and removes), and returns
+// once the admin endpoint reports ready. The caller must call [RealProcess.Stop]. Envoy gets
+// SIGKILL if the calling process dies first, so no Envoy outlives its starter.
+func LaunchReal(bin string, cfg FilterConfig, extProcAddr, upstream, dir string) (*RealProcess, error) {
+	b, err := realBootstrap(cfg, Options{ExtProcAddr: extProcAddr, Upstream: upstream})
+	if err != nil {
+		return nil, err
+	}
+	js, err := protojson.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("encode bootstrap: %w", err)
+	}
+	return launchReal(bin, dir, js)
 }
 
 // launchReal writes the bootstrap js into dir, starts envoy on it and returns once it is
-// ready. The goroutine waiting for the process ends with it; stop ensures that.
-func launchReal(bin, dir string, js []byte) (*realProc, error) {
+// ready. The goroutine waiting for the process ends with it; Stop ensures that.
+func launchReal(bin, dir string, js []byte) (*RealProcess, error) {
 	cfgPath := filepath.Join(dir, "envoy.json")
 	if err := os.WriteFile(cfgPath, js, 0o600); err != nil {
 		return nil, fmt.Errorf("write bootstrap: %w", err)
@@ -284,16 +306,18 @@ func launchReal(bin, dir string, js []byte) (*realProc, error) {
 		"--concurrency", "1",
 		"--admin-address-path", adminPath,
 		"--log-level", level)
-	rp := &realProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	// Envoy dies with the process that started it, so none outlives a crashed test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	rp := &RealProcess{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = rp.logs, rp.logs
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	go func() {
-		_ = cmd.Wait()
+		rp.waitErr = cmd.Wait()
 		close(rp.done)
 	}()
-	addr, err := waitReady(adminPath, rp.done)
+	addr, err := waitReady(adminPath, rp.done, func() error { return rp.waitErr })
 	if err != nil {
 		rp.stop()
 		return nil, fmt.Errorf("%w\n%s", err, rp.logs.String())
@@ -302,8 +326,17 @@ func launchReal(bin, dir string, js []byte) (*realProc, error) {
 	return rp, nil
 }
 
+// URL is the listener's base URL, e.g. "http://127.0.0.1:41234".
+func (rp *RealProcess) URL() string { return rp.url }
+
+// Done is closed when the process has ended, for whatever reason.
+func (rp *RealProcess) Done() <-chan struct{} { return rp.done }
+
+// Logs returns what Envoy wrote so far (stdout and stderr).
+func (rp *RealProcess) Logs() string { return rp.logs.String() }
+
 // alive reports whether the process still runs.
-func (rp *realProc) alive() bool {
+func (rp *RealProcess) alive() bool {
 	select {
 	case <-rp.done:
 		return false
@@ -312,23 +345,40 @@ func (rp *realProc) alive() bool {
 	}
 }
 
-// stop ends the process (SIGTERM, then SIGKILL after 10s) and waits for it; it may be called
-// again.
-func (rp *realProc) stop() {
-	_ = rp.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(10 * time.Second)
-	defer timer.Stop()
-	select {
-	case <-rp.done:
-	case <-timer.C:
-		_ = rp.cmd.Process.Kill()
-		<-rp.done
+// Stop sends SIGTERM, then SIGKILL after 10 seconds, and waits for the process to end. It
+// returns nil when Envoy exited on the signal or with status 0, else how it ended. Later calls
+// only wait.
+func (rp *RealProcess) Stop() error {
+	rp.stopOnce.Do(func() {
+		_ = rp.cmd.Process.Signal(syscall.SIGTERM)
+		timer := time.NewTimer(10 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-rp.done:
+		case <-timer.C:
+			_ = rp.cmd.Process.Kill()
+			<-rp.done
+		}
+	})
+	<-rp.done
+	var exit *exec.ExitError
+	if errors.As(rp.waitErr, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+			return nil
+		}
 	}
+	if rp.waitErr != nil {
+		return fmt.Errorf("envoy: %w", rp.waitErr)
+	}
+	return nil
 }
+
+// stop is Stop for callers that have nothing to do with how it ended.
+func (rp *RealProcess) stop() { _ = rp.Stop() }
 
 // waitReady polls the admin endpoint until Envoy is ready, then returns the ingress
 // listener's bound address.
-func waitReady(adminPath string, exited <-chan struct{}) (string, error) {
+func waitReady(adminPath string, exited <-chan struct{}, waitErr func() error) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), realStartTimeout)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}
@@ -338,7 +388,7 @@ func waitReady(adminPath string, exited <-chan struct{}) (string, error) {
 	for {
 		select {
 		case <-exited:
-			return "", errors.New("envoy exited during start-up")
+			return "", fmt.Errorf("envoy exited during start-up: %v", waitErr())
 		case <-ctx.Done():
 			return "", errors.New("envoy not ready in time")
 		case <-tick.C:

@@ -1,0 +1,91 @@
+"""Checks shared by the suite's tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fake_model import FUNCTION, Request
+
+CODE_TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
+CHAT_CODE_TOOL = {"type": "code_interpreter"}
+
+_MINTED = re.compile(r"\b(ci|cntr)_[0-9a-f]{16,}\b")
+
+
+def normalized(v: Any) -> str:
+    """v as JSON with the ids the server mints (ci_..., cntr_...) replaced by their kind and rank
+    of first appearance, and the SDK stream helpers' empty `parsed` fields dropped, so that two
+    runs of one scenario compare equal exactly when the client got the same thing."""
+    text = json.dumps(_without_parsed(v), sort_keys=True, indent=1)
+    seen: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def rank(m: re.Match) -> str:
+        ident = m.group(0)
+        if ident not in seen:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+            seen[ident] = f"{m.group(1)}_{counts[m.group(1)]}"
+        return seen[ident]
+
+    return _MINTED.sub(rank, text)
+
+
+def _without_parsed(v: Any) -> Any:
+    # ParsedResponse / ParsedChatCompletion (what the stream helpers return) add `parsed`
+    # (and, for chat tool calls, `parsed_arguments`) set to None when no format was asked for.
+    if isinstance(v, dict):
+        return {k: _without_parsed(x) for k, x in v.items()
+                if not (k in ("parsed", "parsed_arguments") and x is None)}
+    if isinstance(v, list):
+        return [_without_parsed(x) for x in v]
+    return v
+
+
+def check_upstream(reqs: list[Request], auth: str, what: str) -> None:
+    """What every model call of a loop carries: the client's credentials, no x-codeinterp-*
+    header, stream off and no stream_options (whatever the client asked), the hosted tool
+    rewritten into the function tool."""
+    assert reqs, f"{what}: the model got no request"
+    for i, r in enumerate(reqs):
+        assert r.header("authorization") == auth, f"{what}: credentials of model call {i + 1}"
+        leaked = [k for k in r.headers if k.lower().startswith("x-codeinterp-")]
+        assert not leaked, f"{what}: model call {i + 1} carries {leaked}"
+        body = r.json()
+        assert not body.get("stream", False), f"{what}: model call {i + 1} streams"
+        assert "stream_options" not in body, f"{what}: model call {i + 1} has stream_options"
+        tools = body.get("tools", [])
+        assert all(t.get("type") != "code_interpreter" for t in tools), \
+            f"{what}: model call {i + 1} still has the hosted tool: {tools}"
+
+
+def function_tool(body: dict, surface: str) -> dict:
+    """The internal function tool in a request the model got, checked for its shape."""
+    tools = [t for t in body["tools"] if t.get("type") == "function"]
+    names = [t["name"] if surface == "responses" else t["function"]["name"] for t in tools]
+    assert FUNCTION in names, f"{surface}: the model sees the function tool {FUNCTION}: {body['tools']}"
+    tool = tools[names.index(FUNCTION)]
+    params = tool["parameters"] if surface == "responses" else tool["function"]["parameters"]
+    assert params["type"] == "object" and "code" in params["properties"], \
+        f"{surface}: the function takes code: {params}"
+    assert params.get("required") == ["code"], f"{surface}: code is required: {params}"
+    return tool
+
+
+def output_of(r: Request, call_id: str) -> str:
+    """The output of call call_id in a request the model got: function_call_output
+    (Responses) or the tool message (Chat)."""
+    body = r.json()
+    for item in body.get("input", []) if isinstance(body.get("input"), list) else []:
+        if item.get("type") == "function_call_output" and item.get("call_id") == call_id:
+            return item["output"]
+    for msg in body.get("messages", []):
+        if msg.get("role") == "tool" and msg.get("tool_call_id") == call_id:
+            return msg["content"]
+    raise AssertionError(f"the model's request has no output for call {call_id}: {r.body}")
+
+
+def logs_of(item: Any) -> str:
+    """The logs outputs of a code_interpreter_call item, concatenated."""
+    return "".join(o.logs for o in item.outputs or [] if o.type == "logs")
