@@ -278,6 +278,11 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	return continueRequestBody(rw.Body, []string{"accept-encoding"})
 }
 
+// maxContinuationBytes bounds what putting pending calls back may add to one request: the
+// store keeps at most pendingMaxBytesPerIdentity of them per caller, which JSON escaping may
+// grow; beyond it the request is sent as the client wrote it.
+const maxContinuationBytes = 4 * pendingMaxBytesPerIdentity
+
 // continuation returns body with the code calls that an answer the request continues from left
 // out (see pendingCalls) put back, or nil when there are none.
 func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
@@ -298,6 +303,9 @@ func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
 			st.carriedConversation = rw.ConversationID
 		}
 		out, err = schema.PrependCallOutputs(body, calls)
+		if err == nil && len(out)-len(body) > maxContinuationBytes {
+			out, err = nil, fmt.Errorf("prepend call outputs: %w (%d bytes)", schema.ErrRewriteTooLarge, maxContinuationBytes)
+		}
 	case schema.Chat:
 		// Most requests replay none of the messages the store knows: a look for the ids is
 		// cheaper than reading the messages.
@@ -309,7 +317,7 @@ func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
 		if !slices.ContainsFunc(ids, func(id string) bool { return bytes.Contains(body, []byte(`"`+id+`"`)) }) {
 			return nil
 		}
-		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, func(callID string) []schema.PendingCall {
+		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, maxContinuationBytes, func(callID string) []schema.PendingCall {
 			return st.srv.pending.chat(identity, callID)
 		})
 	}
