@@ -365,14 +365,18 @@ func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []b
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, lr.e.maxBody+1))
+	limit := lr.e.maxBody
+	if lr.r.MaxResponseBytes > 0 {
+		limit = lr.r.MaxResponseBytes
+	}
+	out, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
 		return 0, nil, nil, fmt.Errorf("read answer: %w", err)
 	}
-	if int64(len(out)) > lr.e.maxBody {
+	if int64(len(out)) > limit {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
-		return 0, nil, nil, fmt.Errorf("answer exceeds %d bytes", lr.e.maxBody)
+		return 0, nil, nil, fmt.Errorf("answer exceeds %d bytes", limit)
 	}
 	lr.e.metrics.followUps.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
 	lr.e.metrics.followUpSeconds.Observe(time.Since(start).Seconds())

@@ -38,6 +38,9 @@ type Request struct {
 	RunTimeout time.Duration
 	// OutputLimit bounds the text of one run fed back to the model; zero means 16 KiB.
 	OutputLimit int
+	// MaxResponseBytes bounds each follow-up answer, checked while reading (after Go's
+	// transparent gzip decoding); zero means the engine's Config.MaxResponseBytes.
+	MaxResponseBytes int64
 	// Sandbox names the sandbox the request's code runs in.
 	Sandbox sandbox.AcquireRequest
 	// OnLoop, if set, is called once, before the first code run, when the answer does need the

@@ -1,11 +1,20 @@
 package processor
 
 import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"compress/zlib"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/schema"
@@ -34,4 +43,51 @@ func TestChatReplayRepeatsGetPendingCallOnce(t *testing.T) {
 	require.NotNil(t, got, "the replay of %d repeats gets the code call back", repeats)
 	assert.Equal(t, 1, strings.Count(string(got), `"tool_call_id":"call_ci"`), "the pending call is put in once, not after each of %d repeats", repeats)
 	assert.Less(t, len(got), len(give)+len(output)+1024, "the %d-byte request grows by one output", len(give))
+}
+
+// A compressed first answer that inflates beyond max_response_bytes is refused while it is
+// inflated, with an API-shaped 502, whatever the accepted content-encoding; one within the
+// bound is decoded.
+func TestCompressedAnswerIsBounded(t *testing.T) {
+	compress := map[string]func(io.Writer) io.WriteCloser{
+		"gzip":          func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) },
+		"x-gzip":        func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) },
+		"deflate":       func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) },
+		"deflate (raw)": func(w io.Writer) io.WriteCloser { zw, _ := flate.NewWriter(w, flate.BestSpeed); return zw },
+	}
+	bomb := make([]byte, 64<<20) // 64 MiB of zeros: 64 KiB compressed
+	for name, newWriter := range compress {
+		encoding := strings.TrimSuffix(name, " (raw)")
+		pack := func(b []byte) []byte {
+			var zb bytes.Buffer
+			zw := newWriter(&zb)
+			_, err := zw.Write(b)
+			require.NoError(t, err, "compress with %s", name)
+			require.NoError(t, zw.Close(), "compress with %s", name)
+			return zb.Bytes()
+		}
+		t.Run(name, func(t *testing.T) {
+			fl := &fakeLoop{resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)}}
+			ts := newTestServer(t, func(c *configv1.Config) { c.MaxResponseBytes = 1 << 20 }, fl, nil)
+
+			ex := ts.open(t)
+			ex.send(postHeaders("/v1/responses"))
+			ex.send(reqBody(toolBody))
+			ex.send(respHeaders(":status", "200", "content-encoding", encoding))
+			resp := ex.send(respBody(pack(bomb)))
+			ir := resp.GetImmediateResponse()
+			require.NotNil(t, ir, "%s: a 64 MiB answer inflated past 1 MiB is refused", name)
+			assert.Equal(t, 502, int(ir.GetStatus().GetCode()), "%s: status", name)
+			assert.Equal(t, "upstream_response_too_large", gjson.GetBytes(ir.GetBody(), "error.code").String(), "%s: OpenAI error shape: %s", name, ir.GetBody())
+			assert.Empty(t, fl.requests(), "%s: the loop never saw the answer", name)
+
+			ex = ts.open(t)
+			ex.send(postHeaders("/v1/responses"))
+			ex.send(reqBody(toolBody))
+			ex.send(respHeaders(":status", "200", "content-encoding", encoding))
+			ex.send(respBody(pack([]byte(`{"id":"resp_0"}`))))
+			require.Len(t, fl.requests(), 1, "%s: an answer within the bound reaches the loop", name)
+			assert.Equal(t, `{"id":"resp_0"}`, string(fl.requests()[0].First), "%s: decoded", name)
+		})
+	}
 }
