@@ -78,10 +78,14 @@ func New(sb Sandboxes, cfg Config) *Engine {
 	}
 	if e.client == nil {
 		e.transport = &http.Transport{
-			Proxy:                 nil, // follow-ups go to the configured upstream, never a proxy from the environment
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          256,
-			MaxIdleConnsPerHost:   64,
+			Proxy:       nil, // follow-ups go to the configured upstream, never a proxy from the environment
+			DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			// Follow-ups go to one host (the local Envoy): its idle pool is the whole pool, so
+			// that a round of many concurrent loops reuses the connections of the last one
+			// instead of dialing most of them again (under load a dial could take longer than
+			// its timeout: the 502s of issue "no tenant can hurt another tenant").
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   1024,
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
@@ -192,8 +196,9 @@ func (lr *loopRun) run(ctx context.Context) Response {
 				stop = ctxStop(ctxErr)
 				break
 			}
+			// The error names addresses: the log gets it, the client a fixed text.
 			lr.e.log.Warn("follow-up call failed", zap.Error(err))
-			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed: "+err.Error(), "upstream_unreachable", StopUpstreamError)
+			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed.", "upstream_unreachable", StopUpstreamError)
 		}
 		if status != http.StatusOK {
 			res := lr.fail(status, schema.UpstreamErrorBody(status, body), StopUpstreamError)
@@ -346,8 +351,40 @@ func copyErrorHeaders(dst, src http.Header) {
 	}
 }
 
-// post sends one follow-up call and reads its whole answer.
+// followUpAttempts bounds the tries of one follow-up call whose connection could not be made.
+const followUpAttempts = 3
+
+// post sends one follow-up call and reads its whole answer. A call whose connection could not
+// be made (nothing was sent) is tried again on a new connection, up to followUpAttempts in
+// all, within ctx. A call on a reused connection that the peer closed before answering is
+// retried by the transport itself (the request is marked replayable: the model's answer
+// has no side effect a second try would repeat).
 func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
+	for attempt := 1; ; attempt++ {
+		status, header, out, err := lr.postOnce(ctx, body)
+		if err == nil || attempt == followUpAttempts || !dialFailed(err) || ctx.Err() != nil {
+			return status, header, out, err
+		}
+		lr.e.log.Info("follow-up connection failed; trying a new one", zap.Int("attempt", attempt), zap.Error(err))
+		lr.e.metrics.followUps.WithLabelValues("retry").Inc()
+		timer := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return 0, nil, nil, err
+		case <-timer.C:
+		}
+	}
+}
+
+// dialFailed reports whether err is the failure to make a connection, before anything was sent.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// postOnce sends one follow-up call and reads its whole answer.
+func (lr *loopRun) postOnce(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, lr.r.URL, bytes.NewReader(body))
 	if err != nil {
@@ -359,6 +396,10 @@ func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []b
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	if _, ok := req.Header["Idempotency-Key"]; !ok {
+		// An empty value marks the request replayable for net/http without sending the header.
+		req.Header["Idempotency-Key"] = nil
+	}
 	resp, err := lr.e.client.Do(req)
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
