@@ -123,9 +123,11 @@ type loopRun struct {
 	r     Request
 	lease *sandbox.Lease
 	// seen maps code already run in this request to the round that ran it.
-	seen   map[string]int
-	calls  int
-	rounds []schema.Round
+	seen  map[string]int
+	calls int
+	// outBytes and images are what the runs have shown the client so far (the output budget).
+	outBytes, images int
+	rounds           []schema.Round
 	// pending holds the last round's calls and outputs when the loop stops for a client call,
 	// clientIDs that round's client call ids (Chat).
 	pending   []schema.PendingCall
@@ -242,6 +244,9 @@ func (lr *loopRun) final(stop StopReason) Response {
 		lr.e.log.Error("assemble final answer", zap.Error(err))
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not assemble the final answer from the model's answer.", "final_failed", stop)
 	}
+	if lr.tooLarge(body) {
+		return lr.answerTooLarge(len(body))
+	}
 	res := Response{Status: http.StatusOK, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
 	if stop == StopClientCall {
 		res.Pending = lr.pending
@@ -266,9 +271,31 @@ func (lr *loopRun) final(stop StopReason) Response {
 		lr.e.log.Error("encode event stream", zap.Error(err))
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not encode the answer as an event stream.", "stream_failed", stop)
 	}
+	if lr.tooLarge(sse) {
+		return lr.answerTooLarge(len(sse))
+	}
 	res.Body = sse
 	res.Header = sseHeader()
 	return res
+}
+
+// tooLarge reports whether body exceeds what the answer may have (Request.MaxAnswerBytes).
+func (lr *loopRun) tooLarge(body []byte) bool {
+	return lr.r.MaxAnswerBytes > 0 && len(body) > lr.r.MaxAnswerBytes
+}
+
+// answerTooLarge answers, instead of an assembled answer of size bytes that could not be
+// sent, with a 502 in OpenAI's error shape, as plain JSON also to a client that asked for a
+// stream (the stream's failure events would repeat the answer).
+func (lr *loopRun) answerTooLarge(size int) Response {
+	lr.e.log.Error("answer too large to send", zap.Int("bytes", size), zap.Int("limit", lr.r.MaxAnswerBytes),
+		zap.Int("calls", lr.calls), zap.Int("images", lr.images), zap.Int("output_bytes", lr.outBytes))
+	msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", size, lr.r.MaxAnswerBytes)
+	return Response{
+		Status: http.StatusBadGateway, Header: jsonHeader(),
+		Body:   schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large"),
+		Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: StopAnswerTooLarge,
+	}
 }
 
 func (lr *loopRun) sandboxRounds() int {

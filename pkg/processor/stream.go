@@ -470,6 +470,10 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 		Sandbox:      sb,
 
 		MaxResponseBytes: p.MaxResponseBytes,
+		MaxOutputBytes:   p.MaxOutputBytes,
+		MaxImages:        p.MaxImages,
+		MaxCallsPerTurn:  p.MaxCallsPerTurn,
+		MaxAnswerBytes:   p.MaxAnswerBytes,
 	}
 }
 
