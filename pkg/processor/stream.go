@@ -418,6 +418,14 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	default:
 		st.srv.pending.putResponses(st.identity, res.ResponseID, st.rewrite.ConversationID, res.Pending)
 	}
+	if max := st.profile.MaxAnswerBytes; len(res.Body) > max {
+		// The loop keeps within it; a body beyond it would fail the gRPC send, and Envoy
+		// would answer a bare 500.
+		st.outcome = string(loop.StopAnswerTooLarge)
+		st.logger().Error("answer too large to send", zap.Int("bytes", len(res.Body)), zap.Int("limit", max))
+		msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", len(res.Body), max)
+		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large"), "codeinterp_answer_too_large"), nil
+	}
 	set := headerOptions(res.Header)
 	if res.Status != http.StatusOK {
 		return immediateWith(res.Status, set, res.Body, "codeinterp_"+string(res.Stop)), nil

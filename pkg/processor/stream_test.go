@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
@@ -90,4 +91,26 @@ func TestCompressedAnswerIsBounded(t *testing.T) {
 			assert.Equal(t, `{"id":"resp_0"}`, string(fl.requests()[0].First), "%s: decoded", name)
 		})
 	}
+}
+
+// An answer larger than one ext_proc message may carry (max_request_bytes, the gRPC send limit)
+// is never sent: the client gets a 502 in OpenAI's error shape instead of Envoy's bare 500.
+func TestAnswerBeyondSendLimitIs502(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 2<<20)
+	fl := &fakeLoop{calls: true, resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: big, Stop: loop.StopDone}}
+	ts := newTestServer(t, func(c *configv1.Config) { c.MaxRequestBytes = 1 << 20; c.DefaultProfile.MaxOutputBytes = 512 << 10 }, fl, nil)
+	ex := ts.open(t)
+	ex.send(postHeaders("/v1/responses"))
+	ex.send(reqBody(toolBody))
+	ex.send(respHeaders(":status", "200"))
+	require.NoError(t, ex.stream.Send(respBody([]byte(`{}`))))
+	var ir *extprocv3.ImmediateResponse
+	for ir == nil {
+		resp, err := ex.stream.Recv()
+		require.NoError(t, err, "a 2 MiB answer with a 1 MiB send limit")
+		ir = resp.GetImmediateResponse()
+		require.True(t, ir != nil || resp.GetOverrideMessageTimeout() != nil, "only the timeout extension comes before the answer: %v", resp)
+	}
+	assert.Equal(t, 502, int(ir.GetStatus().GetCode()), "status")
+	assert.Equal(t, "answer_too_large", gjson.GetBytes(ir.GetBody(), "error.code").String(), "OpenAI error shape: %s", ir.GetBody())
 }
