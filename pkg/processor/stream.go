@@ -380,7 +380,7 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	body, err := decodeBody(st.respEncoding, b.GetBody(), st.profile.MaxResponseBytes)
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		st.outcome = "upstream_encoding"
+		st.outcome = "upstream_too_large"
 		st.logger().Warn("upstream answer too large", zap.String("content_encoding", st.respEncoding), zap.Int("bytes", len(b.GetBody())), zap.Error(err))
 		msg := fmt.Sprintf("The model's answer is larger than the %d bytes codeinterp accepts.", st.profile.MaxResponseBytes)
 		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "upstream_response_too_large"), "codeinterp_upstream_too_large"), nil
