@@ -224,7 +224,6 @@ func (lr *loopRun) show(res sandbox.Result, limit int, item *schema.CodeCall) st
 		left = append(left, fmt.Sprintf("%d images", len(hidden)))
 	}
 	if len(left) > 0 {
-		lr.e.metrics.runs.WithLabelValues("output_limit").Inc()
 		marker := fmt.Sprintf(TextOutputBudget, strings.Join(left, " and "))
 		if logs != "" {
 			logs += "\n"
