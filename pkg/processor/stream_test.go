@@ -51,22 +51,27 @@ func TestChatReplayRepeatsGetPendingCallOnce(t *testing.T) {
 // bound is decoded.
 func TestCompressedAnswerIsBounded(t *testing.T) {
 	compress := map[string]func(io.Writer) io.WriteCloser{
-		"gzip":          func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) },
-		"x-gzip":        func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) },
-		"deflate":       func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) },
+		"gzip":          func(w io.Writer) io.WriteCloser { zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed); return zw },
+		"deflate":       func(w io.Writer) io.WriteCloser { zw, _ := zlib.NewWriterLevel(w, zlib.BestSpeed); return zw },
 		"deflate (raw)": func(w io.Writer) io.WriteCloser { zw, _ := flate.NewWriter(w, flate.BestSpeed); return zw },
 	}
-	bomb := make([]byte, 64<<20) // 64 MiB of zeros: 64 KiB compressed
-	for name, newWriter := range compress {
+	pack := func(name string, b []byte) []byte {
+		var zb bytes.Buffer
+		zw := compress[name](&zb)
+		_, err := zw.Write(b)
+		require.NoError(t, err, "compress with %s", name)
+		require.NoError(t, zw.Close(), "compress with %s", name)
+		return zb.Bytes()
+	}
+	bomb := make([]byte, 16<<20) // 16 MiB of zeros: 16 KiB compressed, 16 times the bound
+	bombs := map[string][]byte{}
+	for name := range compress {
+		bombs[name] = pack(name, bomb)
+	}
+	bombs["x-gzip"] = bombs["gzip"]
+	for name, packed := range bombs {
 		encoding := strings.TrimSuffix(name, " (raw)")
-		pack := func(b []byte) []byte {
-			var zb bytes.Buffer
-			zw := newWriter(&zb)
-			_, err := zw.Write(b)
-			require.NoError(t, err, "compress with %s", name)
-			require.NoError(t, zw.Close(), "compress with %s", name)
-			return zb.Bytes()
-		}
+		packer := strings.Replace(name, "x-gzip", "gzip", 1)
 		t.Run(name, func(t *testing.T) {
 			fl := &fakeLoop{resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{}`)}}
 			ts := newTestServer(t, func(c *configv1.Config) { c.MaxResponseBytes = 1 << 20 }, fl, nil)
@@ -75,9 +80,9 @@ func TestCompressedAnswerIsBounded(t *testing.T) {
 			ex.send(postHeaders("/v1/responses"))
 			ex.send(reqBody(toolBody))
 			ex.send(respHeaders(":status", "200", "content-encoding", encoding))
-			resp := ex.send(respBody(pack(bomb)))
+			resp := ex.send(respBody(packed))
 			ir := resp.GetImmediateResponse()
-			require.NotNil(t, ir, "%s: a 64 MiB answer inflated past 1 MiB is refused", name)
+			require.NotNil(t, ir, "%s: a 16 MiB answer inflated past 1 MiB is refused", name)
 			assert.Equal(t, 502, int(ir.GetStatus().GetCode()), "%s: status", name)
 			assert.Equal(t, "upstream_response_too_large", gjson.GetBytes(ir.GetBody(), "error.code").String(), "%s: OpenAI error shape: %s", name, ir.GetBody())
 			assert.Empty(t, fl.requests(), "%s: the loop never saw the answer", name)
@@ -86,7 +91,7 @@ func TestCompressedAnswerIsBounded(t *testing.T) {
 			ex.send(postHeaders("/v1/responses"))
 			ex.send(reqBody(toolBody))
 			ex.send(respHeaders(":status", "200", "content-encoding", encoding))
-			ex.send(respBody(pack([]byte(`{"id":"resp_0"}`))))
+			ex.send(respBody(pack(packer, []byte(`{"id":"resp_0"}`))))
 			require.Len(t, fl.requests(), 1, "%s: an answer within the bound reaches the loop", name)
 			assert.Equal(t, `{"id":"resp_0"}`, string(fl.requests()[0].First), "%s: decoded", name)
 		})
