@@ -31,12 +31,16 @@ const (
 	DefaultMaxRequestBytes    = 64 << 20
 	DefaultShutdownGrace      = 30 * time.Second
 	DefaultProfileMetadataKey = "x-codeinterp-profile"
+	DefaultMaxResponseBytes   = 32 << 20
 
 	DefaultFunctionName     = "code_interpreter"
 	DefaultMaxRounds        = 8
 	DefaultLoopDeadline     = 240 * time.Second
 	DefaultRunTimeout       = 30 * time.Second
 	DefaultModelOutputLimit = 16 << 10
+	DefaultMaxOutputBytes   = 8 << 20
+	DefaultMaxImages        = 32
+	DefaultMaxCallsPerTurn  = 16
 
 	DefaultSandboxBackend           = "local"
 	DefaultWarmPoolSize             = 2
@@ -243,6 +247,9 @@ func ApplyDefaults(cfg *configv1.Config) {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	if cfg.ShutdownGrace == nil {
 		cfg.ShutdownGrace = durationpb.New(DefaultShutdownGrace)
 	}
@@ -265,6 +272,15 @@ func ApplyDefaults(cfg *configv1.Config) {
 	}
 	if len(p.ForwardHeaders) == 0 {
 		p.ForwardHeaders = append([]string(nil), DefaultForwardHeaders...)
+	}
+	if p.MaxOutputBytes == 0 {
+		p.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if p.MaxImages == 0 {
+		p.MaxImages = DefaultMaxImages
+	}
+	if p.MaxCallsPerTurn == 0 {
+		p.MaxCallsPerTurn = DefaultMaxCallsPerTurn
 	}
 
 	if cfg.Sandbox == nil {
@@ -353,6 +369,9 @@ func Validate(cfg *configv1.Config) error {
 	if cfg.MaxRequestBytes < 1<<20 {
 		bad("max_request_bytes", "%d is below 1 MiB; it must be at least the Envoy buffer limit", cfg.MaxRequestBytes)
 	}
+	if cfg.MaxResponseBytes < 1<<20 {
+		bad("max_response_bytes", "%d is below 1 MiB", cfg.MaxResponseBytes)
+	}
 	if d := cfg.ShutdownGrace.AsDuration(); d < 0 {
 		bad("shutdown_grace", "%v is negative", d)
 	}
@@ -364,7 +383,7 @@ func Validate(cfg *configv1.Config) error {
 	if cfg.ProfileMetadataKey != strings.ToLower(cfg.ProfileMetadataKey) {
 		bad("profile_metadata_key", "%q must be lower case (gRPC metadata keys are)", cfg.ProfileMetadataKey)
 	}
-	errs = append(errs, validateProfile("default_profile", cfg.DefaultProfile)...)
+	errs = append(errs, validateProfile("default_profile", cfg.DefaultProfile, cfg.MaxRequestBytes)...)
 	for name, p := range cfg.Profiles {
 		field := fmt.Sprintf("profiles[%q]", name)
 		if name == "" {
@@ -373,13 +392,13 @@ func Validate(cfg *configv1.Config) error {
 		if p == nil {
 			continue
 		}
-		errs = append(errs, validateProfile(field, p)...)
+		errs = append(errs, validateProfile(field, p, cfg.MaxRequestBytes)...)
 	}
 	errs = append(errs, validateSandbox(cfg.Sandbox)...)
 	return errors.Join(errs...)
 }
 
-func validateProfile(field string, p *configv1.Profile) []error {
+func validateProfile(field string, p *configv1.Profile, maxRequestBytes uint64) []error {
 	var errs []error
 	bad := func(sub, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s.%s: %s", field, sub, fmt.Sprintf(format, args...)))
@@ -416,6 +435,18 @@ func validateProfile(field string, p *configv1.Profile) []error {
 		if err := checkUpstream(u); err != nil {
 			bad("upstream", "%v", err)
 		}
+	}
+	if n := p.GetMaxOutputBytes(); n != 0 && n < 64<<10 {
+		bad("max_output_bytes", "%d is below 65536", n)
+	}
+	if n := p.GetMaxOutputBytes(); n > maxRequestBytes {
+		bad("max_output_bytes", "%d is above max_request_bytes %d: such an answer cannot be sent to Envoy", n, maxRequestBytes)
+	}
+	if n := p.GetMaxCallsPerTurn(); n > 256 {
+		bad("max_calls_per_turn", "%d is above 256", n)
+	}
+	if n := p.GetMaxImages(); n > 1000 {
+		bad("max_images", "%d is above 1000", n)
 	}
 	return errs
 }
@@ -542,12 +573,25 @@ type Profile struct {
 	Upstream               string
 	OutputLimit            int
 	AllowAnonymousSessions bool
+	// MaxOutputBytes, MaxImages and MaxCallsPerTurn are the profile's output budget.
+	MaxOutputBytes  int
+	MaxImages       int
+	MaxCallsPerTurn int
+	// MaxResponseBytes is Config.max_response_bytes, the bound of one upstream answer.
+	MaxResponseBytes int64
+	// MaxAnswerBytes is the largest answer body the server can send Envoy: max_request_bytes
+	// (the gRPC send limit) less AnswerOverheadBytes for the rest of the ext_proc message.
+	MaxAnswerBytes int
 }
+
+// AnswerOverheadBytes is the room kept in one ext_proc message for what it carries besides the
+// answer body (headers, framing).
+const AnswerOverheadBytes = 64 << 10
 
 // Profiles resolves the default profile and every named profile of cfg (defaults applied). The
 // default profile has the empty name.
 func Profiles(cfg *configv1.Config) map[string]*Profile {
-	out := map[string]*Profile{"": resolve("", cfg.DefaultProfile, cfg.Upstream)}
+	out := map[string]*Profile{"": resolve("", cfg.DefaultProfile, cfg)}
 	for name, p := range cfg.Profiles {
 		merged := proto.Clone(cfg.DefaultProfile).(*configv1.Profile)
 		if p != nil {
@@ -557,12 +601,12 @@ func Profiles(cfg *configv1.Config) map[string]*Profile {
 			}
 			proto.Merge(merged, p)
 		}
-		out[name] = resolve(name, merged, cfg.Upstream)
+		out[name] = resolve(name, merged, cfg)
 	}
 	return out
 }
 
-func resolve(name string, p *configv1.Profile, upstream string) *Profile {
+func resolve(name string, p *configv1.Profile, cfg *configv1.Config) *Profile {
 	r := &Profile{
 		Name:                   name,
 		Disabled:               p.GetDisabled(),
@@ -577,9 +621,14 @@ func resolve(name string, p *configv1.Profile, upstream string) *Profile {
 		Upstream:               p.GetUpstream(),
 		OutputLimit:            int(p.GetOutputLimitBytes()),
 		AllowAnonymousSessions: p.GetAllowAnonymousSessions(),
+		MaxOutputBytes:         int(p.GetMaxOutputBytes()),
+		MaxImages:              int(p.GetMaxImages()),
+		MaxCallsPerTurn:        int(p.GetMaxCallsPerTurn()),
+		MaxResponseBytes:       int64(cfg.GetMaxResponseBytes()),
+		MaxAnswerBytes:         int(cfg.GetMaxRequestBytes()) - AnswerOverheadBytes,
 	}
 	if r.Upstream == "" {
-		r.Upstream = upstream
+		r.Upstream = cfg.GetUpstream()
 	}
 	return r
 }

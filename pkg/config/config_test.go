@@ -44,6 +44,11 @@ func TestLoadFullFile(t *testing.T) {
 	assert.Equal(t, []string{"content-type"}, strict.ForwardHeaders, "forward_headers replaces, not appends")
 	assert.Equal(t, "http://127.0.0.1:10000", strict.Upstream)
 	assert.True(t, profiles["passthrough"].Disabled)
+	assert.Equal(t, int64(16<<20), def.MaxResponseBytes, "max_response_bytes from the file")
+	assert.Equal(t, 4<<20, strict.MaxOutputBytes, "named profile sets max_output_bytes")
+	assert.Equal(t, 4, strict.MaxImages, "named profile sets max_images")
+	assert.Equal(t, 2<<20, def.MaxOutputBytes, "max_output_bytes from the file")
+	assert.Equal(t, 8, strict.MaxCallsPerTurn, "named profile inherits max_calls_per_turn")
 }
 
 func TestDefaults(t *testing.T) {
@@ -60,6 +65,11 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, DefaultMaxRounds, p.MaxRounds)
 	assert.Equal(t, DefaultLoopDeadline, p.LoopDeadline)
 	assert.Equal(t, DefaultRunTimeout, p.RunTimeout)
+	assert.Equal(t, DefaultMaxOutputBytes, p.MaxOutputBytes)
+	assert.Equal(t, DefaultMaxImages, p.MaxImages)
+	assert.Equal(t, DefaultMaxCallsPerTurn, p.MaxCallsPerTurn)
+	assert.Equal(t, int64(DefaultMaxResponseBytes), p.MaxResponseBytes)
+	assert.Equal(t, DefaultMaxRequestBytes-AnswerOverheadBytes, p.MaxAnswerBytes, "the answer fits one ext_proc message")
 }
 
 func TestParseErrors(t *testing.T) {
@@ -111,6 +121,13 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"identity cap above the global cap", func(c *configv1.Config) { c.Sandbox.MaxContainersPerIdentity = c.Sandbox.MaxContainers + 1 }, "sandbox.max_containers_per_identity:"},
 		{"session cap above the identity cap", func(c *configv1.Config) { c.Sandbox.MaxSessionsPerIdentity = c.Sandbox.MaxContainersPerIdentity + 1 }, "sandbox.max_sessions_per_identity:"},
 		{"secret file", func(c *configv1.Config) { c.FollowupSecretFile = "/nonexistent/secret" }, "followup_secret_file:"},
+		{"small response limit", func(c *configv1.Config) { c.MaxResponseBytes = 1024 }, "max_response_bytes:"},
+		{"small output budget", func(c *configv1.Config) { c.DefaultProfile.MaxOutputBytes = 1024 }, "default_profile.max_output_bytes:"},
+		{"output budget beyond the send limit", func(c *configv1.Config) {
+			c.Profiles = map[string]*configv1.Profile{"p": {MaxOutputBytes: c.MaxRequestBytes + 1}}
+		}, `profiles["p"].max_output_bytes:`},
+		{"calls per turn", func(c *configv1.Config) { c.DefaultProfile.MaxCallsPerTurn = 1000 }, "default_profile.max_calls_per_turn:"},
+		{"images", func(c *configv1.Config) { c.DefaultProfile.MaxImages = 5000 }, "default_profile.max_images:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,6 +34,12 @@ const (
 	TextRoundLimit = "[round limit reached: no more code can run for this request. Answer the user with what you have.]"
 	// TextNoOutput answers a run that showed nothing.
 	TextNoOutput = "[the code ran and produced no output]"
+	// TextCallLimit answers, without running it, a call beyond the turn's max_calls_per_turn.
+	TextCallLimit = "[not run: one turn may run at most %d code calls. Run this code in a later turn, or combine the code into fewer calls.]"
+	// TextOutputBudget marks output left out because the request's output budget
+	// (max_output_bytes, max_images) is used up; it is shown to the client as a logs output
+	// and to the model in the run's text.
+	TextOutputBudget = "[output limit of this request reached: %s not shown to the user]"
 )
 
 // Statuses of a code_interpreter_call item.
@@ -48,10 +54,17 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 	items := make([]schema.CodeCall, 0, len(calls))
 	outputs := make([]schema.CallOutput, 0, len(calls))
 	repeated := false
-	for _, c := range calls {
+	maxCalls := lr.r.MaxCallsPerTurn
+	if maxCalls <= 0 {
+		maxCalls = DefaultMaxCallsPerTurn
+	}
+	for i, c := range calls {
 		item := schema.CodeCall{ID: lr.e.newID("ci_"), Code: c.Code, Status: statusCompleted, Outputs: []schema.CodeOutput{}}
 		var text string
 		switch {
+		case i >= maxCalls:
+			item.Status, text = statusFailed, fmt.Sprintf(TextCallLimit, maxCalls)
+			lr.e.metrics.runs.WithLabelValues("call_limit").Inc()
 		case c.ArgsErr != nil:
 			item.Status, text = statusFailed, TextInvalidArguments
 			lr.e.metrics.runs.WithLabelValues("invalid_arguments").Inc()
@@ -134,14 +147,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	switch {
 	case err == nil:
 		lr.e.metrics.runs.WithLabelValues("ok").Inc()
-		text, logs := render(res, limit)
-		if logs != "" {
-			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: logs})
-		}
-		for _, img := range res.Images {
-			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "image", URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(img.PNG)})
-		}
-		return text, true
+		return lr.show(res, limit, item), true
 	case errors.Is(err, sandbox.ErrTimeout):
 		lr.e.metrics.runs.WithLabelValues("timeout").Inc()
 		item.Status = statusFailed
@@ -149,6 +155,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		if errors.Is(err, sandbox.ErrLost) {
 			text += "\n" + TextTimeoutKilled
 		}
+		res.Images = nil // a timed-out run's images are not shown
 		if partial, _ := render(res, limit); partial != TextNoOutput {
 			text += "\n" + partial
 		}
@@ -167,6 +174,74 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		item.Status = statusFailed
 		return TextSandboxUnavailable, false
 	}
+}
+
+// imageURLPrefix starts the data: URL of an image output.
+const imageURLPrefix = "data:image/png;base64,"
+
+// show fills item's outputs with what a finished run shows the client, within what is left of
+// the request's output budget, and returns the text fed back to the model. Logs beyond the
+// budget are cut and images beyond it (or beyond max_images) left out, with a TextOutputBudget
+// marker in the logs and in the model's text.
+func (lr *loopRun) show(res sandbox.Result, limit int, item *schema.CodeCall) string {
+	budget := lr.r.MaxOutputBytes
+	if budget <= 0 {
+		budget = DefaultMaxOutputBytes
+	}
+	maxImages := lr.r.MaxImages
+	if maxImages <= 0 {
+		maxImages = DefaultMaxImages
+	}
+	var shown, hidden []sandbox.Image
+	for _, img := range res.Images {
+		size := len(imageURLPrefix) + base64.StdEncoding.EncodedLen(len(img.PNG))
+		if lr.images >= maxImages || lr.outBytes+size > budget {
+			hidden = append(hidden, img)
+			continue
+		}
+		lr.images++
+		lr.outBytes += size
+		shown = append(shown, img)
+	}
+	res.Images = shown
+	text, logs := render(res, limit)
+	var left []string
+	if n := len(logs); n > 0 && lr.outBytes+n > budget {
+		keep := budget - lr.outBytes
+		if keep >= 256 {
+			logs = capText(logs, keep)
+		} else {
+			logs = ""
+		}
+		left = append(left, "the rest of the printed output")
+	}
+	lr.outBytes += len(logs)
+	switch len(hidden) {
+	case 0:
+	case 1:
+		left = append(left, "1 image")
+	default:
+		left = append(left, fmt.Sprintf("%d images", len(hidden)))
+	}
+	if len(left) > 0 {
+		marker := fmt.Sprintf(TextOutputBudget, strings.Join(left, " and "))
+		if logs != "" {
+			logs += "\n"
+		}
+		logs += marker
+		if text == TextNoOutput {
+			text = marker
+		} else {
+			text += "\n" + marker
+		}
+	}
+	if logs != "" {
+		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: logs})
+	}
+	for _, img := range shown {
+		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "image", URL: imageURLPrefix + base64.StdEncoding.EncodeToString(img.PNG)})
+	}
+	return text
 }
 
 // render turns a run's result into the text fed back to the model (what a notebook shows) and

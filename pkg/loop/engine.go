@@ -78,10 +78,14 @@ func New(sb Sandboxes, cfg Config) *Engine {
 	}
 	if e.client == nil {
 		e.transport = &http.Transport{
-			Proxy:                 nil, // follow-ups go to the configured upstream, never a proxy from the environment
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          256,
-			MaxIdleConnsPerHost:   64,
+			Proxy:       nil, // follow-ups go to the configured upstream, never a proxy from the environment
+			DialContext: (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			// Follow-ups go to one host (the local Envoy): its idle pool is the whole pool, so
+			// that a round of many concurrent loops reuses the connections of the last one
+			// instead of dialing most of them again (under load a dial could take longer than
+			// its timeout: the 502s of issue "no tenant can hurt another tenant").
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   1024,
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
@@ -119,9 +123,11 @@ type loopRun struct {
 	r     Request
 	lease *sandbox.Lease
 	// seen maps code already run in this request to the round that ran it.
-	seen   map[string]int
-	calls  int
-	rounds []schema.Round
+	seen  map[string]int
+	calls int
+	// outBytes and images are what the runs have shown the client so far (the output budget).
+	outBytes, images int
+	rounds           []schema.Round
 	// pending holds the last round's calls and outputs when the loop stops for a client call,
 	// clientIDs that round's client call ids (Chat).
 	pending   []schema.PendingCall
@@ -192,8 +198,9 @@ func (lr *loopRun) run(ctx context.Context) Response {
 				stop = ctxStop(ctxErr)
 				break
 			}
+			// The error names addresses: the log gets it, the client a fixed text.
 			lr.e.log.Warn("follow-up call failed", zap.Error(err))
-			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed: "+err.Error(), "upstream_unreachable", StopUpstreamError)
+			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed.", "upstream_unreachable", StopUpstreamError)
 		}
 		if status != http.StatusOK {
 			res := lr.fail(status, schema.UpstreamErrorBody(status, body), StopUpstreamError)
@@ -237,6 +244,9 @@ func (lr *loopRun) final(stop StopReason) Response {
 		lr.e.log.Error("assemble final answer", zap.Error(err))
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not assemble the final answer from the model's answer.", "final_failed", stop)
 	}
+	if lr.tooLarge(body) {
+		return lr.answerTooLarge(len(body))
+	}
 	res := Response{Status: http.StatusOK, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
 	if stop == StopClientCall {
 		res.Pending = lr.pending
@@ -261,9 +271,31 @@ func (lr *loopRun) final(stop StopReason) Response {
 		lr.e.log.Error("encode event stream", zap.Error(err))
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not encode the answer as an event stream.", "stream_failed", stop)
 	}
+	if lr.tooLarge(sse) {
+		return lr.answerTooLarge(len(sse))
+	}
 	res.Body = sse
 	res.Header = sseHeader()
 	return res
+}
+
+// tooLarge reports whether body exceeds what the answer may have (Request.MaxAnswerBytes).
+func (lr *loopRun) tooLarge(body []byte) bool {
+	return lr.r.MaxAnswerBytes > 0 && len(body) > lr.r.MaxAnswerBytes
+}
+
+// answerTooLarge answers, instead of an assembled answer of size bytes that could not be
+// sent, with a 502 in OpenAI's error shape, as plain JSON also to a client that asked for a
+// stream (the stream's failure events would repeat the answer).
+func (lr *loopRun) answerTooLarge(size int) Response {
+	lr.e.log.Error("answer too large to send", zap.Int("bytes", size), zap.Int("limit", lr.r.MaxAnswerBytes),
+		zap.Int("calls", lr.calls), zap.Int("images", lr.images), zap.Int("output_bytes", lr.outBytes))
+	msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", size, lr.r.MaxAnswerBytes)
+	return Response{
+		Status: http.StatusBadGateway, Header: jsonHeader(),
+		Body:   schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large"),
+		Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: StopAnswerTooLarge,
+	}
 }
 
 func (lr *loopRun) sandboxRounds() int {
@@ -346,8 +378,40 @@ func copyErrorHeaders(dst, src http.Header) {
 	}
 }
 
-// post sends one follow-up call and reads its whole answer.
+// followUpAttempts bounds the tries of one follow-up call whose connection could not be made.
+const followUpAttempts = 3
+
+// post sends one follow-up call and reads its whole answer. A call whose connection could not
+// be made (nothing was sent) is tried again on a new connection, up to followUpAttempts in
+// all, within ctx. A call on a reused connection that the peer closed before answering is
+// retried by the transport itself (the request is marked replayable: the model's answer
+// has no side effect a second try would repeat).
 func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
+	for attempt := 1; ; attempt++ {
+		status, header, out, err := lr.postOnce(ctx, body)
+		if err == nil || attempt == followUpAttempts || !dialFailed(err) || ctx.Err() != nil {
+			return status, header, out, err
+		}
+		lr.e.log.Info("follow-up connection failed; trying a new one", zap.Int("attempt", attempt), zap.Error(err))
+		lr.e.metrics.followUps.WithLabelValues("retry").Inc()
+		timer := time.NewTimer(time.Duration(attempt) * 100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return 0, nil, nil, err
+		case <-timer.C:
+		}
+	}
+}
+
+// dialFailed reports whether err is the failure to make a connection, before anything was sent.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// postOnce sends one follow-up call and reads its whole answer.
+func (lr *loopRun) postOnce(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, lr.r.URL, bytes.NewReader(body))
 	if err != nil {
@@ -359,20 +423,28 @@ func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []b
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	if _, ok := req.Header["Idempotency-Key"]; !ok {
+		// An empty value marks the request replayable for net/http without sending the header.
+		req.Header["Idempotency-Key"] = nil
+	}
 	resp, err := lr.e.client.Do(req)
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, lr.e.maxBody+1))
+	limit := lr.e.maxBody
+	if lr.r.MaxResponseBytes > 0 {
+		limit = lr.r.MaxResponseBytes
+	}
+	out, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
 		return 0, nil, nil, fmt.Errorf("read answer: %w", err)
 	}
-	if int64(len(out)) > lr.e.maxBody {
+	if int64(len(out)) > limit {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
-		return 0, nil, nil, fmt.Errorf("answer exceeds %d bytes", lr.e.maxBody)
+		return 0, nil, nil, fmt.Errorf("answer exceeds %d bytes", limit)
 	}
 	lr.e.metrics.followUps.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
 	lr.e.metrics.followUpSeconds.Observe(time.Since(start).Seconds())

@@ -38,6 +38,23 @@ type Request struct {
 	RunTimeout time.Duration
 	// OutputLimit bounds the text of one run fed back to the model; zero means 16 KiB.
 	OutputLimit int
+	// MaxOutputBytes is the request's output budget: the bytes of logs and images (as the
+	// data: URLs the client gets) that all its code runs together may show the client; zero
+	// means DefaultMaxOutputBytes. Output beyond it is left out with a marker for the client
+	// and the model.
+	MaxOutputBytes int
+	// MaxImages bounds the images shown to the client in all; zero means DefaultMaxImages.
+	MaxImages int
+	// MaxCallsPerTurn bounds the code calls of one model turn that are run; the rest are
+	// answered with TextCallLimit without running. Zero means DefaultMaxCallsPerTurn.
+	MaxCallsPerTurn int
+	// MaxAnswerBytes bounds the answer's body: a larger one is never sent (the processor could
+	// not pass it to Envoy) and the client gets a 502 "answer_too_large" instead. Zero means
+	// no bound.
+	MaxAnswerBytes int
+	// MaxResponseBytes bounds each follow-up answer, checked while reading (after Go's
+	// transparent gzip decoding); zero means the engine's Config.MaxResponseBytes.
+	MaxResponseBytes int64
 	// Sandbox names the sandbox the request's code runs in.
 	Sandbox sandbox.AcquireRequest
 	// OnLoop, if set, is called once, before the first code run, when the answer does need the
@@ -72,6 +89,13 @@ type Response struct {
 	ClientCallIDs []string
 }
 
+// Defaults of a Request's output bounds.
+const (
+	DefaultMaxOutputBytes  = 8 << 20
+	DefaultMaxImages       = 32
+	DefaultMaxCallsPerTurn = 16
+)
+
 // StopReason tells why the loop ended.
 type StopReason string
 
@@ -84,4 +108,6 @@ const (
 	StopDeadline      StopReason = "deadline"       // the loop's deadline passed
 	StopUpstreamError StopReason = "upstream_error" // a follow-up call failed
 	StopCanceled      StopReason = "canceled"       // the client or Envoy went away
+	// StopAnswerTooLarge: the assembled answer exceeded Request.MaxAnswerBytes (a 502).
+	StopAnswerTooLarge StopReason = "answer_too_large"
 )

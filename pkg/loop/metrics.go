@@ -23,7 +23,7 @@ func newEngineMetrics() engineMetrics {
 		}),
 		followUps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_loop_followups_total",
-			Help: "Follow-up model calls by HTTP status (or error).",
+			Help: "Follow-up model calls by HTTP status, \"error\", or \"retry\" (a connection that could not be made, tried again).",
 		}, []string{"status"}),
 		followUpSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "codeinterp_loop_followup_seconds",

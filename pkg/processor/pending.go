@@ -33,7 +33,8 @@ const (
 //     what it printed.
 //
 // Entries are scoped by the caller's identity and bounded by pendingTTL and the pendingMax
-// constants. The zero value is not usable; use newPendingCalls.
+// constants. Callers without an identity (no credential, no identity header) share one, so
+// nothing is stored for them: their continuations carry nothing. The zero value is not usable; use newPendingCalls.
 type pendingCalls struct {
 	mu    sync.Mutex
 	now   func() time.Time
@@ -90,8 +91,11 @@ func (p *pendingCalls) putChat(identity string, clientCallIDs []string, calls []
 	}
 }
 
+// put stores calls under keys. Nothing is stored for the anonymous identity "": every caller
+// without a credential has it, so one anonymous caller's code and output would be put into
+// another's request that names the same id.
 func (p *pendingCalls) put(calls []schema.PendingCall, keys ...pendingKey) {
-	if len(calls) == 0 {
+	if len(calls) == 0 || len(keys) == 0 || keys[0].identity == "" {
 		return
 	}
 	size := 0
@@ -210,8 +214,12 @@ func (p *pendingCalls) chat(identity, callID string) []schema.PendingCall {
 	return p.getLocked(pendingKey{identity, pendingChatCall, callID}, p.now())
 }
 
-// getLocked returns the live entry of k's calls, dropping it when it has expired.
+// getLocked returns the live entry of k's calls, dropping it when it has expired. The anonymous
+// identity has none (see put).
 func (p *pendingCalls) getLocked(k pendingKey, now time.Time) []schema.PendingCall {
+	if k.identity == "" {
+		return nil
+	}
 	el, ok := p.byKey[k]
 	if !ok {
 		return nil

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
@@ -102,4 +106,59 @@ func TestPendingCallsChat(t *testing.T) {
 	assert.Nil(t, p.chat("id-a", "call_w"), "expired")
 	assert.Empty(t, p.per, "nothing is counted for the identity any more")
 	assert.False(t, p.anyChat(), "no Chat entries left")
+}
+
+// anonymousHeaders are the request headers of a caller with no credential.
+func anonymousHeaders(path string) *extprocv3.ProcessingRequest {
+	return reqHeaders(false, ":authority", "llm.local", ":path", path, ":method", "POST", ":scheme", "http",
+		"content-type", "application/json")
+}
+
+// Callers without a credential all have the empty identity: a pending call of one must never
+// reach another's request, so none is stored for them (Chat replay and Responses
+// continuation alike).
+func TestAnonymousCallersGetNoContinuations(t *testing.T) {
+	tests := []struct {
+		name, path, first, next string
+		res                     loop.Response
+	}{
+		{
+			name:  "chat replay",
+			path:  "/v1/chat/completions",
+			first: `{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"code_interpreter"}]}`,
+			next:  `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`,
+			res:   loop.Response{ClientCallIDs: []string{"call_w"}, Pending: []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print(secret)"}`, Output: "secret of caller one\n"}}},
+		},
+		{
+			name:  "responses continuation",
+			path:  "/v1/responses",
+			first: `{"model":"m","conversation":"conv_1","input":"q","tools":[{"type":"code_interpreter"}]}`,
+			next:  `{"model":"m","previous_response_id":"resp_mixed","conversation":"conv_1","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`,
+			res:   loop.Response{ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "secret of caller one\n"}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := tt.res
+			res.Status, res.Header, res.Body, res.Stop = 200, http.Header{"Content-Type": {"application/json"}}, []byte(`{}`), loop.StopClientCall
+			ts := newTestServer(t, nil, &fakeLoop{resp: res}, nil)
+			ex := ts.open(t)
+			ex.send(anonymousHeaders(tt.path))
+			ex.send(reqBody(tt.first))
+			ex.send(respHeaders(":status", "200"))
+			ex.send(respBody([]byte(`{}`)))
+
+			ex = ts.open(t)
+			ex.send(anonymousHeaders(tt.path))
+			resp := ex.send(reqBody(tt.next))
+			assert.NotContains(t, string(resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody()), "secret",
+				"%s: another anonymous caller's request %s gets nothing of the first one's", tt.name, tt.next)
+			assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "%s: the request is left as it is", tt.name)
+		})
+	}
+	p := newPendingCalls(time.Now)
+	p.putChat("", []string{"call_w"}, []schema.PendingCall{{CallID: "call_ci", Output: "x"}})
+	p.putResponses("", "resp_1", "conv_1", []schema.PendingCall{{CallID: "call_ci", Output: "x"}})
+	assert.False(t, p.anyChat(), "no Chat entry is stored for the anonymous identity")
+	assert.Zero(t, p.order.Len(), "no entry at all is stored for the anonymous identity")
 }

@@ -2,7 +2,9 @@ package processor
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
@@ -278,6 +280,11 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	return continueRequestBody(rw.Body, []string{"accept-encoding"})
 }
 
+// maxContinuationBytes bounds what putting pending calls back may add to one request: the
+// store keeps at most pendingMaxBytesPerIdentity of them per caller, which JSON escaping may
+// grow; beyond it the request is sent as the client wrote it.
+const maxContinuationBytes = 4 * pendingMaxBytesPerIdentity
+
 // continuation returns body with the code calls that an answer the request continues from left
 // out (see pendingCalls) put back, or nil when there are none.
 func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
@@ -298,6 +305,9 @@ func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
 			st.carriedConversation = rw.ConversationID
 		}
 		out, err = schema.PrependCallOutputs(body, calls)
+		if err == nil && len(out)-len(body) > maxContinuationBytes {
+			out, err = nil, fmt.Errorf("prepend call outputs: %w (%d bytes)", schema.ErrRewriteTooLarge, maxContinuationBytes)
+		}
 	case schema.Chat:
 		// Most requests replay none of the messages the store knows: a look for the ids is
 		// cheaper than reading the messages.
@@ -309,7 +319,7 @@ func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
 		if !slices.ContainsFunc(ids, func(id string) bool { return bytes.Contains(body, []byte(`"`+id+`"`)) }) {
 			return nil
 		}
-		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, func(callID string) []schema.PendingCall {
+		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, maxContinuationBytes, func(callID string) []schema.PendingCall {
 			return st.srv.pending.chat(identity, callID)
 		})
 	}
@@ -367,9 +377,16 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	if st.kind != kindRewritten {
 		return continueResponseBody, nil
 	}
-	body, err := decodeBody(st.respEncoding, b.GetBody())
-	if err != nil {
+	body, err := decodeBody(st.respEncoding, b.GetBody(), st.profile.MaxResponseBytes)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		st.outcome = "upstream_too_large"
+		st.logger().Warn("upstream answer too large", zap.String("content_encoding", st.respEncoding), zap.Int("bytes", len(b.GetBody())), zap.Error(err))
+		msg := fmt.Sprintf("The model's answer is larger than the %d bytes codeinterp accepts.", st.profile.MaxResponseBytes)
+		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "upstream_response_too_large"), "codeinterp_upstream_too_large"), nil
+	case err != nil:
 		st.outcome = "upstream_encoding"
+		st.logger().Warn("decode upstream answer", zap.String("content_encoding", st.respEncoding), zap.Error(err))
 		msg := fmt.Sprintf("The upstream answered with content-encoding %q, which codeinterp cannot read.", st.respEncoding)
 		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "upstream_encoding"), "codeinterp_upstream_encoding"), nil
 	}
@@ -400,6 +417,14 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		st.srv.pending.putChat(st.identity, res.ClientCallIDs, res.Pending)
 	default:
 		st.srv.pending.putResponses(st.identity, res.ResponseID, st.rewrite.ConversationID, res.Pending)
+	}
+	if max := st.profile.MaxAnswerBytes; len(res.Body) > max {
+		// The loop keeps within it; a body beyond it would fail the gRPC send, and Envoy
+		// would answer a bare 500.
+		st.outcome = string(loop.StopAnswerTooLarge)
+		st.logger().Error("answer too large to send", zap.Int("bytes", len(res.Body)), zap.Int("limit", max))
+		msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", len(res.Body), max)
+		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large"), "codeinterp_answer_too_large"), nil
 	}
 	set := headerOptions(res.Header)
 	if res.Status != http.StatusOK {
@@ -451,6 +476,12 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 		RunTimeout:   p.RunTimeout,
 		OutputLimit:  p.OutputLimit,
 		Sandbox:      sb,
+
+		MaxResponseBytes: p.MaxResponseBytes,
+		MaxOutputBytes:   p.MaxOutputBytes,
+		MaxImages:        p.MaxImages,
+		MaxCallsPerTurn:  p.MaxCallsPerTurn,
+		MaxAnswerBytes:   p.MaxAnswerBytes,
 	}
 }
 
@@ -462,24 +493,48 @@ func pathOnly(p string) string {
 	return p
 }
 
-// decodeBody undoes a content-encoding the upstream applied although the request asked for none.
-func decodeBody(encoding string, body []byte) ([]byte, error) {
+// errBodyTooLarge reports an upstream answer beyond its bound (max_response_bytes).
+var errBodyTooLarge = errors.New("the answer exceeds max_response_bytes")
+
+// decodeBody undoes a content-encoding the upstream applied although the request asked for none:
+// gzip (x-gzip) or deflate (zlib, or raw deflate as some servers send it). The decoded body may
+// have at most limit bytes, checked while inflating, so a small compressed answer cannot
+// inflate without bound; beyond it the error is errBodyTooLarge.
+func decodeBody(encoding string, body []byte, limit int64) ([]byte, error) {
+	var (
+		r   io.Reader
+		err error
+	)
 	switch encoding {
 	case "", "identity":
+		if int64(len(body)) > limit {
+			return nil, fmt.Errorf("read answer: %w (%d bytes)", errBodyTooLarge, limit)
+		}
 		return body, nil
 	case "gzip", "x-gzip":
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			return nil, fmt.Errorf("gunzip: %w", err)
+		zr, zerr := gzip.NewReader(bytes.NewReader(body))
+		r, err = zr, zerr
+	case "deflate":
+		if len(body) >= 2 && (uint16(body[0])<<8|uint16(body[1]))%31 == 0 && body[0]&0x0f == 8 {
+			zr, zerr := zlib.NewReader(bytes.NewReader(body))
+			r, err = zr, zerr
+		} else {
+			r = flate.NewReader(bytes.NewReader(body))
 		}
-		out, err := io.ReadAll(zr)
-		if err != nil {
-			return nil, fmt.Errorf("gunzip: %w", err)
-		}
-		return out, nil
 	default:
 		return nil, fmt.Errorf("unsupported content-encoding %q", encoding)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", encoding, err)
+	}
+	out, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", encoding, err)
+	}
+	if int64(len(out)) > limit {
+		return nil, fmt.Errorf("decode %s: %w (%d bytes)", encoding, errBodyTooLarge, limit)
+	}
+	return out, nil
 }
 
 const jsonContentType = "application/json"

@@ -406,17 +406,24 @@ func followUpAssistant(b []byte, msg reqSpan) []byte {
 	return append(out, '}')
 }
 
+// ErrRewriteTooLarge is returned by a rewrite that would add more bytes to a request than its
+// limit allows; the request is then left as it was.
+var ErrRewriteTooLarge = errors.New("the rewrite would add more than its limit to the request")
+
 // InsertChatCalls puts calls of the internal function back into a Chat request's history. For
 // every assistant message with a tool call for which pending returns calls (pending is asked
 // each tool call id of each assistant message), those calls are appended to the message's
-// tool_calls and a tool message with each one's output is put right after the message; calls
-// the message already has are skipped. Every other byte stays as it was. It returns nil when
-// nothing was added.
+// tool_calls and a tool message with each one's output is put right after the message. Each
+// pending call is put in at most once per body, after the first message that asks for it, and
+// not at all when the body already has a tool call of its id: a request that replays one
+// message many times gets it once. Every other byte stays as it was. It returns nil when
+// nothing was added, and ErrRewriteTooLarge (checked while building) when the additions would
+// exceed limit bytes; limit ≤ 0 means no limit.
 //
 // A Chat answer that called the code function and a client function is returned with the
 // client's call only; the client's next request replays that message, and this gives the model
 // back its code call and what it printed.
-func InsertChatCalls(body []byte, functionName string, pending func(callID string) []PendingCall) ([]byte, error) {
+func InsertChatCalls(body []byte, functionName string, limit int, pending func(callID string) []PendingCall) ([]byte, error) {
 	// The same check RewriteRequest makes of a request, not a full one: conversation text is
 	// only scanned for its end.
 	sc, err := reqScan(body, reqScanRequest, nil)
@@ -432,28 +439,49 @@ func InsertChatCalls(body []byte, functionName string, pending func(callID strin
 		return nil, nil
 	}
 	name := Options{FunctionName: functionName}.name()
-	var edits []reqEdit
-	reqEachElem(b, msgs.start, func(_, st, en int) bool {
-		if b[st] != '{' || !reqFieldIs(b, st, "role", "assistant") {
-			return true
-		}
-		tc := reqField(b, st, "tool_calls")
-		if !tc.ok() || b[tc.start] != '[' {
-			return true
-		}
-		var ids []string
-		have := map[string]bool{}
-		reqEachElem(b, tc.start, func(_, cs, _ int) bool {
-			if b[cs] == '{' {
-				if id, ok := reqStr(b, reqField(b, cs, "id")); ok {
-					ids = append(ids, id)
-					have[id] = true
-				}
+	// have holds the ids of every tool call of the body and of every call put in so far.
+	have := map[string]bool{}
+	eachAssistantCall := func(fn func(st, en int, tc reqSpan, ids []string) bool) {
+		reqEachElem(b, msgs.start, func(_, st, en int) bool {
+			if b[st] != '{' || !reqFieldIs(b, st, "role", "assistant") {
+				return true
 			}
-			return true
+			tc := reqField(b, st, "tool_calls")
+			if !tc.ok() || b[tc.start] != '[' {
+				return true
+			}
+			var ids []string
+			reqEachElem(b, tc.start, func(_, cs, _ int) bool {
+				if b[cs] == '{' {
+					if id, ok := reqStr(b, reqField(b, cs, "id")); ok {
+						ids = append(ids, id)
+					}
+				}
+				return true
+			})
+			return fn(st, en, tc, ids)
 		})
+	}
+	eachAssistantCall(func(_, _ int, _ reqSpan, ids []string) bool {
+		for _, id := range ids {
+			have[id] = true
+		}
+		return true
+	})
+	var (
+		edits  []reqEdit
+		added  int
+		tooBig bool
+	)
+	// asked holds the client call ids already looked up: a repeated message asks nothing more.
+	asked := map[string]bool{}
+	eachAssistantCall(func(_, en int, tc reqSpan, ids []string) bool {
 		var calls, tools []byte
 		for _, id := range ids {
+			if asked[id] {
+				continue
+			}
+			asked[id] = true
 			for _, c := range pending(id) {
 				if have[c.CallID] {
 					continue
@@ -472,13 +500,21 @@ func InsertChatCalls(body []byte, functionName string, pending func(callID strin
 				tools = append(tools, `,"content":`...)
 				tools = appendJSONString(tools, c.Output)
 				tools = append(tools, '}')
+				if limit > 0 && added+len(calls)+len(tools) > limit {
+					tooBig = true
+					return false
+				}
 			}
 		}
 		if calls != nil {
+			added += len(calls) + len(tools)
 			edits = append(edits, reqAppendElems(b, tc.end-1, calls[1:]), reqEdit{start: en, end: en, repl: tools})
 		}
 		return true
 	})
+	if tooBig {
+		return nil, fmt.Errorf("insert chat calls: %w (%d bytes)", ErrRewriteTooLarge, limit)
+	}
 	if edits == nil {
 		return nil, nil
 	}

@@ -363,6 +363,12 @@ func TestInsertChatCalls(t *testing.T) {
 			give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"}]},{"role":"assistant","tool_calls":[ {"id":"call_v"} ]}]}`,
 			want: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"},` + ci + `]},` + tool + `,{"role":"assistant","tool_calls":[ {"id":"call_v"},{"id":"call_c2","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"1\"}"}} ]},{"role":"tool","tool_call_id":"call_c2","content":"1"}]}`,
 		},
+		{
+			name: "a message replayed twice gets the call after the first only",
+			give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"}]},{"role":"assistant","tool_calls":[{"id":"call_w"}]}]}`,
+			want: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"},` + ci + `]},` + tool + `,{"role":"assistant","tool_calls":[{"id":"call_w"}]}]}`,
+		},
+		{name: "already there in another message", give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_ci"}]},{"role":"assistant","tool_calls":[{"id":"call_w"}]}]}`},
 		{name: "already there", give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_w"},{"id":"call_ci"}]}]}`},
 		{name: "unknown call", give: `{"messages":[{"role":"assistant","tool_calls":[{"id":"call_q"}]}]}`},
 		{name: "a user message is not looked at", give: `{"messages":[{"role":"user","tool_calls":[{"id":"call_w"}]}]}`},
@@ -370,7 +376,7 @@ func TestInsertChatCalls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := InsertChatCalls([]byte(tt.give), "", lookup)
+			got, err := InsertChatCalls([]byte(tt.give), "", 0, lookup)
 			require.NoError(t, err, "InsertChatCalls(%s)", tt.give)
 			if tt.want == "" {
 				assert.Nil(t, got, "InsertChatCalls(%s) adds nothing", tt.give)
@@ -380,6 +386,39 @@ func TestInsertChatCalls(t *testing.T) {
 			assert.True(t, json.Valid(got), "InsertChatCalls(%s) is valid JSON", tt.give)
 		})
 	}
-	_, err := InsertChatCalls([]byte(`{"messages":[`), "", lookup)
+	_, err := InsertChatCalls([]byte(`{"messages":[`), "", 0, lookup)
 	assert.Error(t, err, "malformed body")
+}
+
+// A small request that repeats one assistant message with a pending call hundreds of times
+// gets the call once (it grew by the call's size times the repeats before), and an insertion
+// beyond the limit is refused while it is built.
+func TestInsertChatCallsBounded(t *testing.T) {
+	out := strings.Repeat("o", 64<<10)
+	lookups := 0
+	lookup := func(id string) []PendingCall {
+		lookups++
+		if id != "call_w" {
+			return nil
+		}
+		return []PendingCall{{CallID: "call_ci", Arguments: `{"code":"print('o'*65536)"}`, Output: out}}
+	}
+	var b strings.Builder
+	b.WriteString(`{"model":"m","messages":[{"role":"user","content":"q"}`)
+	const repeats = 500
+	for range repeats {
+		b.WriteString(`,{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}`)
+	}
+	b.WriteString(`]}`)
+	give := []byte(b.String())
+
+	got, err := InsertChatCalls(give, "", 1<<20, lookup)
+	require.NoError(t, err, "InsertChatCalls of %d repeats", repeats)
+	assert.True(t, json.Valid(got), "the result is valid JSON")
+	assert.Equal(t, 1, strings.Count(string(got), `"tool_call_id":"call_ci"`), "the pending call is put in once, not after each of %d repeats", repeats)
+	assert.Less(t, len(got)-len(give), len(out)+1024, "the body grew by one call's output")
+	assert.Equal(t, 1, lookups, "a repeated client call id is looked up once")
+
+	_, err = InsertChatCalls(give, "", 32<<10, lookup)
+	assert.ErrorIs(t, err, ErrRewriteTooLarge, "a 64 KiB insertion is beyond a 32 KiB limit")
 }

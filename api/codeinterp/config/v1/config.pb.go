@@ -70,9 +70,16 @@ type Config struct {
 	// the fields it sets.
 	Profiles map[string]*Profile `protobuf:"bytes,11,rep,name=profiles,proto3" json:"profiles,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// sandbox configures where code runs.
-	Sandbox       *Sandbox `protobuf:"bytes,12,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sandbox *Sandbox `protobuf:"bytes,12,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// max_response_bytes bounds one upstream answer the server reads: the first answer (after
+	// undoing its content-encoding; gzip, x-gzip and deflate are accepted, and the bound is
+	// checked while inflating, so a small compressed answer cannot inflate without bound) and
+	// every answer of the loop's follow-up calls. A larger answer ends the request with a 502
+	// in OpenAI's error shape (code "upstream_response_too_large"). At least 1 MiB. Default
+	// 33554432 (32 MiB).
+	MaxResponseBytes uint64 `protobuf:"varint,13,opt,name=max_response_bytes,json=maxResponseBytes,proto3" json:"max_response_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -189,6 +196,13 @@ func (x *Config) GetSandbox() *Sandbox {
 	return nil
 }
 
+func (x *Config) GetMaxResponseBytes() uint64 {
+	if x != nil {
+		return x.MaxResponseBytes
+	}
+	return 0
+}
+
 // Profile is the behaviour of the filter on one route.
 type Profile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -235,8 +249,22 @@ type Profile struct {
 	// sandboxes (all anonymous callers then share one identity). Default false: such requests get
 	// an ephemeral sandbox.
 	AllowAnonymousSessions bool `protobuf:"varint,12,opt,name=allow_anonymous_sessions,json=allowAnonymousSessions,proto3" json:"allow_anonymous_sessions,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// max_output_bytes is the output budget of one request: the bytes of code output (logs and
+	// base64 images) that all of its code runs together may show the client. Once it is used up,
+	// a run's logs are cut and its images left out, each with a visible marker for the client
+	// (a logs output) and the model (in the text it reads). The answer the server assembles
+	// also never exceeds what it can send Envoy (max_request_bytes): a larger one is a 502 in
+	// OpenAI's error shape (code "answer_too_large"). At least 65536. Default 8388608 (8 MiB),
+	// which keeps the server's memory growth for any one request under 256 MiB.
+	MaxOutputBytes uint64 `protobuf:"varint,13,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	// max_images is the number of images the code runs of one request may show the client in
+	// all; later images are left out with a marker. Default 32.
+	MaxImages uint32 `protobuf:"varint,14,opt,name=max_images,json=maxImages,proto3" json:"max_images,omitempty"`
+	// max_calls_per_turn bounds the code calls of one model turn that are run; the calls beyond
+	// it are answered, without running, with a marker telling the model so. Default 16.
+	MaxCallsPerTurn uint32 `protobuf:"varint,15,opt,name=max_calls_per_turn,json=maxCallsPerTurn,proto3" json:"max_calls_per_turn,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Profile) Reset() {
@@ -351,6 +379,27 @@ func (x *Profile) GetAllowAnonymousSessions() bool {
 		return x.AllowAnonymousSessions
 	}
 	return false
+}
+
+func (x *Profile) GetMaxOutputBytes() uint64 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
+func (x *Profile) GetMaxImages() uint32 {
+	if x != nil {
+		return x.MaxImages
+	}
+	return 0
+}
+
+func (x *Profile) GetMaxCallsPerTurn() uint32 {
+	if x != nil {
+		return x.MaxCallsPerTurn
+	}
+	return 0
 }
 
 // Sandbox configures the sandbox backend and the container manager.
@@ -646,7 +695,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x98\x05\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc6\x05\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -660,10 +709,11 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x0fdefault_profile\x18\n" +
 	" \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x0edefaultProfile\x12F\n" +
 	"\bprofiles\x18\v \x03(\v2*.codeinterp.config.v1.Config.ProfilesEntryR\bprofiles\x127\n" +
-	"\asandbox\x18\f \x01(\v2\x1d.codeinterp.config.v1.SandboxR\asandbox\x1aZ\n" +
+	"\asandbox\x18\f \x01(\v2\x1d.codeinterp.config.v1.SandboxR\asandbox\x12,\n" +
+	"\x12max_response_bytes\x18\r \x01(\x04R\x10maxResponseBytes\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01\"\x95\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01\"\x8b\x05\n" +
 	"\aProfile\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12#\n" +
 	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x121\n" +
@@ -679,7 +729,11 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\bupstream\x18\n" +
 	" \x01(\tR\bupstream\x12,\n" +
 	"\x12output_limit_bytes\x18\v \x01(\rR\x10outputLimitBytes\x128\n" +
-	"\x18allow_anonymous_sessions\x18\f \x01(\bR\x16allowAnonymousSessions\"\xe1\x03\n" +
+	"\x18allow_anonymous_sessions\x18\f \x01(\bR\x16allowAnonymousSessions\x12(\n" +
+	"\x10max_output_bytes\x18\r \x01(\x04R\x0emaxOutputBytes\x12\x1d\n" +
+	"\n" +
+	"max_images\x18\x0e \x01(\rR\tmaxImages\x12+\n" +
+	"\x12max_calls_per_turn\x18\x0f \x01(\rR\x0fmaxCallsPerTurn\"\xe1\x03\n" +
 	"\aSandbox\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x128\n" +
 	"\x05local\x18\x02 \x01(\v2\".codeinterp.config.v1.LocalSandboxR\x05local\x12)\n" +

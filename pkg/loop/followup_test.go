@@ -1,0 +1,87 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// flakyDialer is a Doer that fails its first failures calls as a connection that could not be
+// made (the dial timeout under load behind the 502 of the load test), then sends them.
+type flakyDialer struct {
+	mu       sync.Mutex
+	failures int
+	calls    int
+	err      error
+	next     *http.Client
+	headers  []http.Header
+}
+
+func (d *flakyDialer) Do(r *http.Request) (*http.Response, error) {
+	d.mu.Lock()
+	d.calls++
+	d.headers = append(d.headers, r.Header.Clone())
+	fail := d.calls <= d.failures
+	d.mu.Unlock()
+	if fail {
+		return nil, &url.Error{Op: "Post", URL: r.URL.String(), Err: d.err}
+	}
+	return d.next.Do(r)
+}
+
+func TestFollowUpRetriesAFailedDial(t *testing.T) {
+	dialTimeout := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 10000}, Err: errors.New("i/o timeout")}
+	tests := []struct {
+		name       string
+		failures   int
+		err        error
+		wantStatus int
+		wantCalls  int
+	}{
+		{name: "one failed dial is tried again", failures: 1, err: dialTimeout, wantStatus: http.StatusOK, wantCalls: 2},
+		{name: "two failed dials are tried again", failures: 2, err: dialTimeout, wantStatus: http.StatusOK, wantCalls: 3},
+		{name: "a dial that keeps failing ends in a 502", failures: 5, err: dialTimeout, wantStatus: http.StatusBadGateway, wantCalls: followUpAttempts},
+		{name: "a failure after the request was sent is not retried", failures: 1, err: errors.New("read: connection reset by peer"), wantStatus: http.StatusBadGateway, wantCalls: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			model := &fakeModel{answers: []scripted{{status: 200, body: respText("2", "The answer is 42.")}}}
+			srv := httptest.NewServer(model)
+			defer srv.Close()
+			client := &http.Client{Transport: &http.Transport{}}
+			defer client.CloseIdleConnections()
+			d := &flakyDialer{failures: tt.failures, err: tt.err, next: client}
+			mgr := sandbox.NewManager(&fakeProvider{}, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+			defer func() { require.NoError(t, mgr.Close(context.Background())) }()
+			e := New(mgr, Config{Client: d, Log: zaptest.NewLogger(t)})
+			defer e.Close()
+
+			rw, err := schema.RewriteRequest(schema.Responses, []byte(responsesClient), schema.Options{})
+			require.NoError(t, err)
+			res := e.Run(context.Background(), Request{
+				Surface: schema.Responses, URL: srv.URL + "/v1/responses", Header: http.Header{}, Rewrite: rw,
+				First: []byte(respCall("1", "print(40+2)", 10)), FunctionName: schema.DefaultFunctionName,
+				Sandbox: sandbox.AcquireRequest{Identity: "id-1"},
+			})
+			assert.Equal(t, tt.wantStatus, res.Status, "%s: status, body %s", tt.name, res.Body)
+			assert.Equal(t, tt.wantCalls, d.calls, "%s: follow-up attempts", tt.name)
+			assert.NotContains(t, string(res.Body), "127.0.0.1", "%s: the client never sees an address", tt.name)
+			for i, h := range d.headers {
+				v, ok := h["Idempotency-Key"]
+				assert.True(t, ok && len(v) == 0, "%s: attempt %d is marked replayable without a header on the wire", tt.name, i+1)
+			}
+		})
+	}
+}
