@@ -1,0 +1,210 @@
+// Package sse reads and writes server-sent events (the text/event-stream format of the WHATWG
+// HTML standard, §9.2) incrementally: a [Writer] writes each event to an io.Writer as it is
+// produced, and a [Reader] yields each event of a stream as soon as its blank line arrives,
+// with every line bounded, so an upstream that never ends a line cannot grow the reader.
+package sse
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Event is one event of a stream.
+type Event struct {
+	// Name is the "event:" field; empty for an unnamed event (Chat Completions streams).
+	Name string
+	// Data is the event's data: its "data:" lines joined with "\n".
+	Data []byte
+	// ID is the "id:" field, if any.
+	ID string
+}
+
+// Writer writes events to an io.Writer. It is not safe for concurrent use.
+type Writer struct {
+	w io.Writer
+	// flush, if set, is called after each event (http.Flusher's Flush), so that the event
+	// leaves at once.
+	flush func()
+	err   error
+}
+
+// NewWriter returns a Writer on w. If w has a Flush() method (an http.ResponseWriter's
+// http.Flusher, a bufio.Writer), it is called after every event.
+func NewWriter(w io.Writer) *Writer {
+	sw := &Writer{w: w}
+	switch f := w.(type) {
+	case interface{ Flush() }:
+		sw.flush = f.Flush
+	case interface{ Flush() error }:
+		sw.flush = func() { _ = f.Flush() }
+	}
+	return sw
+}
+
+// Event writes one event. JSON data that spans lines is compacted to one line; other data is
+// written as one "data:" line per line. After the first error every call returns it.
+func (sw *Writer) Event(name string, data []byte) error {
+	if sw.err != nil {
+		return sw.err
+	}
+	if bytes.ContainsAny(data, "\r\n") && json.Valid(data) {
+		var b bytes.Buffer
+		if err := json.Compact(&b, data); err == nil {
+			data = b.Bytes()
+		}
+	}
+	var b bytes.Buffer
+	b.Grow(len(name) + len(data) + 16)
+	if name != "" {
+		b.WriteString("event: ")
+		b.WriteString(name)
+		b.WriteByte('\n')
+	}
+	for _, line := range splitLines(data) {
+		b.WriteString("data: ")
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	return sw.write(b.Bytes())
+}
+
+// Comment writes a comment line (": text"), which clients ignore: a keep-alive.
+func (sw *Writer) Comment(text string) error {
+	if sw.err != nil {
+		return sw.err
+	}
+	return sw.write([]byte(": " + text + "\n\n"))
+}
+
+// Err returns the first error a write met.
+func (sw *Writer) Err() error { return sw.err }
+
+func (sw *Writer) write(p []byte) error {
+	if _, err := sw.w.Write(p); err != nil {
+		sw.err = fmt.Errorf("write event: %w", err)
+		return sw.err
+	}
+	if sw.flush != nil {
+		sw.flush()
+	}
+	return nil
+}
+
+// splitLines splits data at \n, \r\n and \r; empty data is one empty line.
+func splitLines(data []byte) [][]byte {
+	var out [][]byte
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			return append(out, data)
+		}
+		out = append(out, data[:i])
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
+}
+
+// ErrLineTooLong is returned by [Reader.Next] for a line longer than the reader's limit.
+var ErrLineTooLong = errors.New("sse: line too long")
+
+// ErrEventTooLarge is returned by [Reader.Next] for an event whose data exceeds the limit.
+var ErrEventTooLarge = errors.New("sse: event too large")
+
+// Reader reads events from a stream. It is not safe for concurrent use.
+type Reader struct {
+	br      *bufio.Reader
+	maxLine int
+	maxData int
+	ev      Event
+	data    bytes.Buffer
+}
+
+// NewReader returns a Reader of r whose lines are at most maxLine bytes and whose events carry
+// at most maxData bytes of data (zero means 1 MiB and 16 MiB).
+func NewReader(r io.Reader, maxLine, maxData int) *Reader {
+	if maxLine <= 0 {
+		maxLine = 1 << 20
+	}
+	if maxData <= 0 {
+		maxData = 16 << 20
+	}
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10), maxLine: maxLine, maxData: maxData}
+}
+
+// Next returns the next event, as soon as the blank line that ends it has been read. A stream
+// that ends in the middle of an event yields that event (as browsers do not, but as every SDK
+// parsing an LLM stream does), then io.EOF. Comments and events without data are skipped.
+// The returned Data is valid until the next call.
+func (rd *Reader) Next() (Event, error) {
+	rd.ev, rd.data = Event{}, bytes.Buffer{}
+	hasData := false
+	for {
+		line, err := rd.line()
+		if err != nil {
+			if errors.Is(err, io.EOF) && hasData {
+				rd.ev.Data = rd.data.Bytes()
+				return rd.ev, nil
+			}
+			return Event{}, err
+		}
+		if len(line) == 0 {
+			if hasData {
+				rd.ev.Data = rd.data.Bytes()
+				return rd.ev, nil
+			}
+			rd.ev = Event{}
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			rd.ev.Name = string(value)
+		case "data":
+			if hasData {
+				rd.data.WriteByte('\n')
+			}
+			if rd.data.Len()+len(value) > rd.maxData {
+				return Event{}, ErrEventTooLarge
+			}
+			rd.data.Write(value)
+			hasData = true
+		case "id":
+			rd.ev.ID = string(value)
+		}
+	}
+}
+
+// line reads one line without its end (\n or \r\n; a lone \r, which the standard also allows
+// and no LLM API sends, stays in the line), at most maxLine bytes.
+func (rd *Reader) line() ([]byte, error) {
+	var out []byte
+	for {
+		chunk, err := rd.br.ReadSlice('\n')
+		out = append(out, chunk...)
+		if len(out) > rd.maxLine+2 {
+			return nil, ErrLineTooLong
+		}
+		switch {
+		case err == nil:
+			out = bytes.TrimSuffix(out[:len(out)-1], []byte("\r"))
+			return out, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(out) > 0:
+			return out, nil
+		default:
+			return nil, err
+		}
+	}
+}
