@@ -29,6 +29,7 @@ const markerGrace = time.Second
 type localContainer struct {
 	l       *Local
 	log     *zap.Logger
+	name    string // random, names its cgroup
 	cmd     *exec.Cmd
 	hostDir string // the data directory on the host, without isolation only
 	cancel  context.CancelFunc
@@ -91,6 +92,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		deleted: make(chan struct{}),
 	}
 	name := randomHex(8)
+	c.name = name
 	c.log = l.log.With(zap.String("container", name))
 	var childFiles []*os.File
 	started := false // the process started: Delete releases what the container holds
