@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -287,6 +288,90 @@ def open_family(family, kind=socket.SOCK_STREAM, pair=False):
 	res = runIn(t, c, "socket.getaddrinfo('127.0.0.1', 80, type=socket.SOCK_STREAM)[0][4]")
 	assert.Equal(t, "('127.0.0.1', 80)", res.Value, "numeric name resolution works without netlink")
 	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+}
+
+// TestAdversarialMountsShowNoHostPath: /proc/self/mountinfo names, for each mount, the path of
+// its source on its own file system. No mount may show a host path the container does not see
+// at the same place (the work directory's, above all).
+func TestAdversarialMountsShowNoHostPath(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	c := newTestContainer(t, l, Spec{})
+	res := runIn(t, c, "print(open('/proc/self/mountinfo').read())")
+	assert.NotContains(t, res.Stdout, l.workDir, "the work directory's path is not visible")
+	assert.NotContains(t, res.Stdout, "codeinterp", "no path of the server's is visible")
+	// A source path is neutral when the container sees that very file there itself (the root of
+	// a file system, a bind at the same place, /etc/localtime's target under /usr, a device
+	// node of /dev).
+	res = runIn(t, c, `import os
+lines = open('/proc/self/mountinfo').read().splitlines()
+def neutral(root, point):
+    if root in ('/', point, '/newroot') or point.endswith(root):
+        return True
+    try:
+        return os.path.samefile(root, point)
+    except OSError:
+        return False
+print(len(lines), [l for l in lines if not neutral(l.split()[3], l.split()[4])])`)
+	assert.Regexp(t, `^\d\d+ \[\]\n$`, res.Stdout, "every mount shows a neutral source path")
+	res = runIn(t, c, "import pwd, os\nprint(pwd.getpwuid(os.getuid()).pw_name, open('/etc/group').read().split(':')[0])")
+	assert.Equal(t, "sandbox sandbox\n", res.Stdout, "the passwd and group files are there")
+	res = runIn(t, c, "import os\nsorted(os.listdir('/tmp/.matplotlib'))")
+	assert.Contains(t, res.Value, "fontlist", "matplotlib's font cache is there")
+	res = runIn(t, c, "try:\n    open('/etc/passwd', 'a').write('x')\nexcept OSError as e:\n    r = type(e).__name__\nr")
+	assert.Contains(t, []string{"'PermissionError'", "'OSError'"}, res.Value, "the copied files are read-only")
+	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+}
+
+// TestAdversarialInitMemory: the container's init (bubblewrap's PID 1) runs as the code's uid,
+// so without more the code could write its memory through /proc/1/mem (ptrace is refused, the
+// file is not) and make it outlive the server. No way to its memory is open, and when the
+// server's end of the container (bubblewrap's monitor) dies, everything in it dies, a daemon
+// planted with setsid and a double fork too.
+func TestAdversarialInitMemory(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	c := newTestContainer(t, l, Spec{})
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"write /proc/1/mem", "open('/proc/1/mem', 'r+b', buffering=0).write(b'x')"},
+		{"read /proc/1/mem", "open('/proc/1/mem', 'rb', buffering=0).read(1)"},
+		{"write /proc/1/task/1/mem", "open('/proc/1/task/1/mem', 'r+b', buffering=0).write(b'x')"},
+		{"read /proc/1/environ", "open('/proc/1/environ', 'rb').read()"},
+		{"read /proc/1/maps", "open('/proc/1/maps').read()"},
+		{"pidfd of init, then its memory", "import os\nos.pidfd_open(1)\nopen('/proc/1/mem', 'r+b', buffering=0).write(b'x')"},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, "try:\n    "+strings.ReplaceAll(tt.give, "\n", "\n    ")+"\n    r = 'done'\nexcept OSError as e:\n    r = type(e).__name__\nr")
+		assert.Contains(t, []string{"'FileNotFoundError'", "'PermissionError'"}, res.Value, "%s: refused", tt.name)
+	}
+	runIn(t, c, `import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        import signal
+        for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        open('/tmp/daemon-up', 'w').close()
+        while True:
+            time.sleep(1)
+    os._exit(0)
+while not os.path.exists('/tmp/daemon-up'):
+    time.sleep(0.01)`)
+	snap := snapshotContainer(t, c)
+	require.GreaterOrEqual(t, len(snap.tree), 4, "monitor, init, interpreter and the daemon run")
+	// The server's end dies as it would with the server (its parent-death signal).
+	require.NoError(t, syscall.Kill(containerPID(c), syscall.SIGKILL), "kill bubblewrap's monitor")
+	require.Eventually(t, func() bool { return len(survivors(snap.tree)) == 0 }, 30*time.Second, 10*time.Millisecond,
+		"every process of the container dies with its monitor")
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertGone(t, snap)
 	assertHealthy(t, l)

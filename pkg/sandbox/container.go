@@ -155,19 +155,25 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		defer infoR.Close()
 		childFiles = append(childFiles, infoW)
 		extra = append(extra, sp, infoW)
+		var blockR *os.File // fd 8: bubblewrap's --block-fd
 		if l.cgroups != nil {
-			var blockR *os.File // fd 8: bubblewrap's --block-fd
 			if blockR, blockW, err = pipe(); err != nil {
 				return nil, err
 			}
 			defer blockW.Close()
 			childFiles = append(childFiles, blockR)
-			extra = append(extra, blockR)
 			memMax, pidsMax := l.cgroupLimits(memBytes)
 			if c.cg, err = l.cgroups.create(name, memMax, pidsMax); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 		}
+		extra = append(extra, blockR) // nil without cgroups: fd 8 stays closed
+		shared, err := l.openShared() // fd 9 on
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		childFiles = append(childFiles, shared...)
+		extra = append(extra, shared...)
 	}
 
 	dir := dataDir

@@ -104,10 +104,11 @@ type Local struct {
 	bwrap   string // "" without isolation
 	workDir string
 	ownWork bool
-	args    []string // bubblewrap arguments up to the command
-	env     []string // the container's whole environment
-	seccomp []byte   // filter program; nil when none
-	setUID  bool     // the server is root: run containers as cfg.UID/cfg.GID
+	args    []string     // bubblewrap arguments up to the command
+	env     []string     // the container's whole environment
+	seccomp []byte       // filter program; nil when none
+	shared  []sharedFile // copied into every container, from descriptor sharedFD on
+	setUID  bool         // the server is root: run containers as cfg.UID/cfg.GID
 	// driverCode is the driver compiled by the containers' interpreter (a marshalled code
 	// object, in hex): containers skip compiling it, 3.5 ms of a cold start under load.
 	driverCode string
@@ -186,6 +187,10 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 		l.log.Info("containers get their own cgroups", zap.String("under", l.cgroups.describe()))
 	} else if !cfg.UnsafeNoIsolation {
 		l.log.Info("no writable cgroup hierarchy: containers are limited by rlimits only")
+	}
+	if l.shared, err = l.listShared(); err != nil {
+		l.removeWorkDir()
+		return nil, fmt.Errorf("new local sandbox: %w", err)
 	}
 	l.args = l.bwrapArgs(false)
 	if l.setUID {
@@ -442,10 +447,12 @@ func (l *Local) bwrapArgs(probe bool) []string {
 		"/etc/ld.so.conf.d", "/etc/matplotlibrc", "/etc/fonts", "/etc/localtime", "/etc/mime.types"} {
 		a = append(a, "--ro-bind-try", p, p)
 	}
-	a = append(a,
-		"--ro-bind", filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd",
-		"--ro-bind", filepath.Join(l.workDir, "etc", "group"), "/etc/group",
-	)
+	if probe {
+		a = append(a,
+			"--ro-bind", filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd",
+			"--ro-bind", filepath.Join(l.workDir, "etc", "group"), "/etc/group",
+		)
+	}
 	if prefix := pythonPrefix(l.python); prefix != "" {
 		a = append(a, "--ro-bind", prefix, prefix)
 	}
@@ -460,16 +467,18 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	a = append(a, "--tmpfs", "/tmp")
 	a = append(a, size(l.cfg.DataBytes)...)
 	a = append(a, "--tmpfs", dataDir)
-	mpl := filepath.Join(l.workDir, "mpl")
 	if probe {
-		a = append(a, "--bind", mpl, mplDir)
-	} else if entries, err := os.ReadDir(mpl); err == nil {
-		for _, e := range entries {
-			if e.Type().IsRegular() {
-				a = append(a, "--ro-bind", filepath.Join(mpl, e.Name()), mplDir+"/"+e.Name())
-			}
+		a = append(a, "--bind", filepath.Join(l.workDir, "mpl"), mplDir)
+	} else {
+		// Copies, not binds: a bind would show its host path in /proc/self/mountinfo.
+		for i, f := range l.shared {
+			a = append(a, "--perms", "0444", "--file", strconv.Itoa(sharedFD+i), f.dest)
 		}
 	}
+	// The init (PID 1, bubblewrap's reaper) runs as the code's uid: its /proc entry would let the
+	// code write its memory (/proc/1/mem) and, say, clear its parent-death signal, so that the
+	// container outlived the server. An empty read-only directory hides it.
+	a = append(a, "--tmpfs", "/proc/1", "--remount-ro", "/proc/1")
 	a = append(a, "--chdir", dataDir, "--remount-ro", "/dev", "--remount-ro", "/")
 	if l.seccomp != nil {
 		a = append(a, "--seccomp", "6")
@@ -482,6 +491,51 @@ func (l *Local) bwrapArgs(probe bool) []string {
 		}
 	}
 	return a
+}
+
+// sharedFD is the first descriptor of the shared files copied into each container; 3-8 are the
+// protocol pipes, the seccomp filter and bubblewrap's info and block descriptors.
+const sharedFD = 9
+
+// sharedFile is a host file of the work directory copied into every container.
+type sharedFile struct {
+	host, dest string
+}
+
+// listShared returns the work directory's files every container gets a copy of: the passwd and
+// group files naming the sandbox user, and matplotlib's font cache.
+func (l *Local) listShared() ([]sharedFile, error) {
+	files := []sharedFile{
+		{filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd"},
+		{filepath.Join(l.workDir, "etc", "group"), "/etc/group"},
+	}
+	mpl := filepath.Join(l.workDir, "mpl")
+	entries, err := os.ReadDir(mpl)
+	if err != nil {
+		return nil, fmt.Errorf("list font cache: %w", err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			files = append(files, sharedFile{filepath.Join(mpl, e.Name()), mplDir + "/" + e.Name()})
+		}
+	}
+	return files, nil
+}
+
+// openShared opens the shared files for one container start; the caller closes them.
+func (l *Local) openShared() ([]*os.File, error) {
+	out := make([]*os.File, 0, len(l.shared))
+	for _, f := range l.shared {
+		fh, err := os.Open(f.host)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, fmt.Errorf("open shared file: %w", err)
+		}
+		out = append(out, fh)
+	}
+	return out, nil
 }
 
 // readProbe takes the compiled driver from the probe's report.
