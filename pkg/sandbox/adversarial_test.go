@@ -377,6 +377,76 @@ while not os.path.exists('/tmp/daemon-up'):
 	assertHealthy(t, l)
 }
 
+// hostUID returns the host uid a container's interpreter runs as.
+func hostUID(t *testing.T, c Container) string {
+	t.Helper()
+	for pid := range procTree(containerPID(c)) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !strings.Contains(string(cmd), bootstrap) || strings.HasPrefix(string(cmd), "bwrap") {
+			continue
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		require.NoError(t, err, "status of %d", pid)
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				return f[1]
+			}
+		}
+	}
+	t.Fatalf("no interpreter found in container %s", c.(*localContainer).name)
+	return ""
+}
+
+// TestAdversarialPerUserLimits: per-user kernel limits count per host uid. One container that
+// takes every inotify instance its uid may have (fs.inotify.max_user_instances) must not stop
+// another's inotify_init, as it would if containers shared a uid.
+func TestAdversarialPerUserLimits(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	if !l.setUID {
+		t.Skip("the server is not root: every container runs as its own uid")
+	}
+	hog := newTestContainer(t, l, Spec{})
+	other := newTestContainer(t, l, Spec{})
+	assert.NotEqual(t, hostUID(t, hog), hostUID(t, other), "the containers run as different host uids")
+	const inotify = `import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def inotify_init():
+    fd = libc.inotify_init1(0)
+    return fd if fd >= 0 else -ctypes.get_errno()
+`
+	runIn(t, hog, inotify)
+	runIn(t, other, inotify)
+	res := runIn(t, hog, `held = []
+while True:
+    fd = inotify_init()
+    if fd < 0:
+        break
+    held.append(fd)
+(len(held), errno.errorcode[-fd])`)
+	assert.Regexp(t, `^\(\d+, 'EMFILE'\)$`, res.Value, "the hog runs out of inotify instances")
+	res = runIn(t, other, "fd = inotify_init()\nfd >= 0 or errno.errorcode[-fd]")
+	assert.Equal(t, "True", res.Value, "another container still gets an inotify instance")
+	res = runIn(t, hog, "inotify_init() >= 0")
+	assert.Equal(t, "False", res.Value, "the hog still holds its instances (the check above proves something)")
+
+	// Uids go back to the pool with their containers, and nothing of them is left.
+	snaps := []containerSnapshot{snapshotContainer(t, hog), snapshotContainer(t, other)}
+	uids := []string{hostUID(t, hog), hostUID(t, other)}
+	require.NoError(t, hog.Delete(context.Background()), "delete the hog")
+	require.NoError(t, other.Delete(context.Background()), "delete the other")
+	assertGone(t, snaps...)
+	for _, u := range uids {
+		n, err := strconv.Atoi(u)
+		require.NoError(t, err, "uid %q", u)
+		l.uids.mu.Lock()
+		_, held := l.uids.held[n]
+		l.uids.mu.Unlock()
+		assert.False(t, held, "uid %d is free again", n)
+	}
+	assertHealthy(t, l)
+}
+
 // inheritedSocket is one end of a host TCP connection held as a descriptor without
 // close-on-exec, as one the server inherited would be, and the host's other end.
 type inheritedSocket struct {

@@ -39,6 +39,7 @@ type localContainer struct {
 	initMu sync.Mutex
 	initFD int
 	cg     *containerCgroup // nil without cgroups
+	uid    int              // its own host uid, given back once its processes are gone; -1 for none
 
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
@@ -84,6 +85,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	c := &localContainer{
 		l:       l,
 		initFD:  -1,
+		uid:     -1,
 		stdout:  newCapture(l.cfg.OutputLimit),
 		stderr:  newCapture(l.cfg.OutputLimit),
 		frames:  make(chan frameMsg),
@@ -108,8 +110,16 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 			if c.cg != nil {
 				_ = c.cg.remove()
 			}
+			c.giveUID()
 		}
 	}()
+	runAs := os.Geteuid()
+	if l.setUID && l.isolated() {
+		if c.uid, err = l.uids.take(); err != nil {
+			return nil, err
+		}
+		runAs = c.uid
+	}
 	pipe := func() (r, w *os.File, err error) {
 		r, w, err = os.Pipe()
 		if err != nil {
@@ -163,7 +173,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 			defer blockW.Close()
 			childFiles = append(childFiles, blockR)
 			memMax, pidsMax := l.cgroupLimits(memBytes)
-			if c.cg, err = l.cgroups.create(name, memMax, pidsMax); err != nil {
+			if c.cg, err = l.cgroups.create(name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 		}
@@ -197,7 +207,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = extra
-	cmd.SysProcAttr = l.sysProcAttr()
+	cmd.SysProcAttr = l.sysProcAttr(runAs)
 	if l.isolated() {
 		cmd.Env = []string{} // bubblewrap itself gets nothing of the server's environment
 		cmd.Dir = "/"
@@ -274,23 +284,66 @@ func (c *localContainer) goTracked(f func()) {
 // openInit reads bubblewrap's --info-fd report and opens a pidfd of the container's init. It
 // is best effort: without it Delete cannot wait for the container's processes to be gone.
 func (c *localContainer) openInit(info *os.File) int {
+	pid, fd, err := openInit(info)
+	if err != nil {
+		c.log.Warn("no pidfd of the container's init", zap.Int("pid", pid), zap.Error(err))
+		return pid
+	}
+	c.initMu.Lock()
+	c.initFD = fd
+	c.initMu.Unlock()
+	return pid
+}
+
+// openInit reads bubblewrap's --info-fd report: the pid of the sandbox's init (PID 1 of its
+// namespace), and a pidfd of it.
+func openInit(info *os.File) (pid, fd int, err error) {
 	_ = info.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var msg struct {
 		ChildPID int `json:"child-pid"`
 	}
 	if err := json.NewDecoder(info).Decode(&msg); err != nil || msg.ChildPID <= 0 {
-		c.log.Warn("no child pid from bubblewrap", zap.Error(err))
-		return 0
+		return 0, -1, fmt.Errorf("read bubblewrap's child pid: %v", err)
 	}
-	fd, err := unix.PidfdOpen(msg.ChildPID, 0)
+	fd, err = unix.PidfdOpen(msg.ChildPID, 0)
 	if err != nil {
-		c.log.Warn("open pidfd of the container's init", zap.Int("pid", msg.ChildPID), zap.Error(err))
-		return msg.ChildPID
+		return msg.ChildPID, -1, fmt.Errorf("open pidfd: %w", err)
 	}
-	c.initMu.Lock()
-	c.initFD = fd
-	c.initMu.Unlock()
-	return msg.ChildPID
+	return msg.ChildPID, fd, nil
+}
+
+// reapInit waits (bounded by ctx) until the process of pidfd has exited and, if it is this
+// process's child, reaps it. bubblewrap's monitor exits as soon as its init reports the
+// command's status, before the init itself has exited; the init is then reparented to the
+// nearest subreaper or PID 1: this process, when the server is a container's PID 1, which
+// nothing else would reap. Another reaper's child is left to it (ECHILD).
+func reapInit(ctx context.Context, fd int) error {
+	if err := waitExited(ctx, fd); err != nil {
+		return err
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil)
+	if err != nil && !errors.Is(err, unix.ECHILD) {
+		return fmt.Errorf("reap the container's init: %w", err)
+	}
+	return nil
+}
+
+// waitExited waits until the process of pidfd has exited (it may be a zombie), or ctx is done.
+func waitExited(ctx context.Context, fd int) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 50)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("wait for the container's processes: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("wait for the container's processes: %w", err)
+		}
+	}
 }
 
 // kill kills the container: bubblewrap's process group (without isolation: the interpreter's)
@@ -305,7 +358,8 @@ func (c *localContainer) kill() {
 }
 
 // waitInitGone waits until the container's init has exited, which it does only after every
-// other process of its PID namespace is gone.
+// other process of its PID namespace is gone, and reaps it if it became this process's child.
+// The monitor has been waited for (the init's reparenting, if any, is done).
 func (c *localContainer) waitInitGone(ctx context.Context) error {
 	c.initMu.Lock()
 	fd := c.initFD
@@ -313,19 +367,7 @@ func (c *localContainer) waitInitGone(ctx context.Context) error {
 	if fd < 0 {
 		return nil
 	}
-	for {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 50)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("wait for the container's processes: %w", err)
-		}
-		if n > 0 {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("wait for the container's processes: %w", err)
-		}
-	}
+	return reapInit(ctx, fd)
 }
 
 // readFrames delivers the driver's answers until its pipe ends or Delete.
@@ -702,6 +744,7 @@ func (c *localContainer) cleanup(ctx context.Context) error {
 			err = fmt.Errorf("delete container: %w", rerr)
 		}
 	}
+	c.giveUID()
 	c.l.untrack(c)
 	if c.hostDir != "" {
 		if rerr := os.RemoveAll(c.hostDir); rerr != nil && err == nil {
@@ -709,6 +752,14 @@ func (c *localContainer) cleanup(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// giveUID returns the container's uid to the pool: its processes are gone.
+func (c *localContainer) giveUID() {
+	if c.uid >= 0 {
+		c.l.uids.give(c.uid)
+		c.uid = -1
+	}
 }
 
 func (c *localContainer) closeParentFiles() {
@@ -719,6 +770,13 @@ func (c *localContainer) closeParentFiles() {
 			}
 		}
 	})
+}
+
+// randomUint32 returns a random number.
+func randomUint32() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:])
 }
 
 // randomHex returns n random bytes in hex.
