@@ -964,7 +964,7 @@ print('killed', killed)`, 60*time.Second)
 
 func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 	t.Parallel()
-	l := sharedLocal(t)
+	l := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here")
 	}
@@ -998,4 +998,105 @@ func TestNewLocalCgroupSetting(t *testing.T) {
 	assert.Nil(t, l.cgroups, "cgroups off")
 	c := newTestContainer(t, l, Spec{})
 	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "containers work without cgroups")
+}
+
+// TestAdversarialBackgroundProcesses: what a run leaves running (a busy loop forked off, a
+// daemon in a session of its own, a subprocess) is killed when the run ends, so that nothing
+// burns CPU between requests; the interpreter and its state stay. The killed children are
+// reaped, so runs that each leave one do not use up the process limit.
+func TestAdversarialBackgroundProcesses(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{MaxProcesses: 8})
+	c := newTestContainer(t, l, Spec{})
+	runIn(t, c, "import os, subprocess, sys\nkept = 'state'\nif os.fork() == 0:\n    while True:\n        pass")
+	runIn(t, c, plantDaemon)
+	runIn(t, c, "p = subprocess.Popen(['/usr/bin/sleep', '600'])")
+	lc := c.(*localContainer)
+	want := []int{containerPID(c), lc.procs.init, lc.procs.driver}
+	require.NotZero(t, lc.procs.driver, "the driver's pid is known")
+	require.Eventually(t, func() bool {
+		got := survivors(procTree(containerPID(c)))
+		slices.Sort(got)
+		return slices.Equal(got, slices.Sorted(slices.Values(want)))
+	}, 30*time.Second, 10*time.Millisecond, "only bubblewrap's monitor and init and the interpreter run between runs")
+	res := runIn(t, c, "kept")
+	assert.Equal(t, "'state'", res.Value, "the interpreter's state survives")
+	for i := range 12 {
+		res, err := runTimeout(c, "subprocess.Popen(['/usr/bin/sleep', '600']).pid > 0", 30*time.Second)
+		require.NoError(t, err, "run %d", i)
+		require.Equal(t, "True", res.Value, "run %d can still start a process (the killed ones were reaped)", i)
+	}
+	// The driver reaped it: a Popen the code holds finds it gone (subprocess reports 0 then).
+	res = runIn(t, c, "p.wait() in (0, -9)")
+	assert.Equal(t, "True", res.Value, "waiting for a process killed between runs returns")
+	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+
+	// Configured to keep them, they run on.
+	keep := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
+	k := newTestContainer(t, keep, Spec{})
+	runIn(t, k, "import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '600'])")
+	runIn(t, k, "1")
+	res = runIn(t, k, "p.poll() is None")
+	assert.Equal(t, "True", res.Value, "with keep_background_processes the process keeps running")
+	snap = snapshotContainer(t, k)
+	require.NoError(t, k.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+	assertClosedClean(t, keep)
+	assertClosedClean(t, l)
+}
+
+// TestAdversarialCPUQuota: the processes of a container share its CPU quota (cgroup cpu
+// controller): two processes spinning in a container allowed a tenth of a core are throttled,
+// each having an RLIMIT_CPU of its own notwithstanding.
+func TestAdversarialCPUQuota(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{CPUQuota: 0.1})
+	if l.cgroups == nil {
+		t.Skip("no writable cgroup hierarchy here")
+	}
+	require.True(t, l.cgroups.cpu, "the cpu controller is used where the machine has it (cgroup v1 cpu hierarchy here)")
+	c := newTestContainer(t, l, Spec{})
+	cg := c.(*localContainer).cg
+	stat := func(name string) string {
+		for _, d := range cg.dirs {
+			if b, err := os.ReadFile(filepath.Join(d, name)); err == nil {
+				return string(b)
+			}
+		}
+		return ""
+	}
+	quota := strings.TrimSpace(stat("cpu.cfs_quota_us"))
+	if quota == "" { // cgroup v2
+		quota = strings.Fields(stat("cpu.max") + " ")[0]
+	}
+	assert.Equal(t, "10000", quota, "a tenth of a 100 ms period")
+	res, err := runTimeout(c, `import os, time
+kids = []
+for i in range(2):
+    pid = os.fork()
+    if pid == 0:
+        while time.process_time() < 0.2:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print('done')`, 120*time.Second)
+	require.NoError(t, err, "spin")
+	assert.Equal(t, "done\n", res.Stdout, "the spinners finished")
+	var throttled int
+	for _, line := range strings.Split(stat("cpu.stat"), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "nr_throttled" {
+			throttled, _ = strconv.Atoi(f[1])
+		}
+	}
+	assert.Greater(t, throttled, 0, "the container was throttled to its quota")
+	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+	assertClosedClean(t, l)
 }

@@ -40,6 +40,10 @@ type localContainer struct {
 	initFD int
 	cg     *containerCgroup // nil without cgroups
 	uid    int              // its own host uid, given back once its processes are gone; -1 for none
+	// initPID is the host pid of the container's init (0 without isolation); procs, its init,
+	// driver and PID namespace, noted once the driver is ready (init 0 when they could not be).
+	initPID int
+	procs   nsProcs
 
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
@@ -237,6 +241,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	childFiles = nil
 	if infoR != nil {
 		initPID := c.openInit(infoR)
+		c.initPID = initPID
 		if c.cg != nil {
 			// bubblewrap's monitor and the sandbox's init are the only processes so far; the
 			// init waits on the block pipe before it starts anything.
@@ -434,6 +439,14 @@ func (c *localContainer) waitReady(ctx context.Context) error {
 			return fmt.Errorf("driver sent %q before ready", op)
 		}
 		c.log.Debug("container ready", zap.Any("preloaded", f.v["preloaded"]))
+		if c.initPID > 0 && !c.l.cfg.KeepBackgroundProcesses {
+			procs, err := findProcs(c.initPID)
+			if err != nil {
+				c.log.Warn("background processes of this container will not be stopped", zap.Error(err))
+			} else {
+				c.procs = procs
+			}
+		}
 		return nil
 	case <-c.exited:
 		return fmt.Errorf("container exited at start: %v%s", c.waitErr, c.startOutput())
@@ -545,6 +558,7 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 				return res, fmt.Errorf("%w: %w", ErrLost, f.err)
 			}
 			res := c.result(f.v, outDone, errDone)
+			c.stopBackground()
 			if interrupted {
 				return res, c.stopErr(ctx, false)
 			}
@@ -574,6 +588,20 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 		case <-c.deleted:
 			return c.partial(outDone, errDone), ErrClosed
 		}
+	}
+}
+
+// stopBackground kills what the run left running besides the interpreter (see nsProcs).
+func (c *localContainer) stopBackground() {
+	if c.procs.init == 0 {
+		return
+	}
+	n, err := c.procs.killBackground()
+	if err != nil {
+		c.log.Warn("stop background processes", zap.Error(err))
+	}
+	if n > 0 {
+		c.log.Debug("stopped background processes", zap.Int("processes", n))
 	}
 }
 
