@@ -1100,3 +1100,45 @@ print('done')`, 120*time.Second)
 	assertHealthy(t, l)
 	assertClosedClean(t, l)
 }
+
+// TestAdversarialMemoryAboveTheHost: a client may not ask for more memory than the operator
+// allows (max_memory_limit, by default the host's RAM up to 64g): Manager.CheckSpec refuses it
+// as the client's mistake before anything runs, and Create refuses it too.
+func TestAdversarialMemoryAboveTheHost(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	var si syscall.Sysinfo_t
+	require.NoError(t, syscall.Sysinfo(&si), "sysinfo")
+	ram := int64(si.Totalram) * int64(si.Unit)
+	assert.Equal(t, min(int64(64<<30), ram&^(1<<20-1)), l.maxMem, "the default cap is the host's RAM, at most 64g")
+	m := NewManager(l, ManagerConfig{}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close manager") })
+	over := formatMemory(l.maxMem + 1<<30)
+	if ram < 64<<30 {
+		over = "64g" // what a client may ask for, beyond this host
+	}
+	for _, give := range []string{over, "1t", "lots"} {
+		err := m.CheckSpec(Spec{MemoryLimit: give})
+		require.ErrorIs(t, err, ErrInvalidSpec, "memory_limit %q is refused", give)
+		var se *SpecError
+		require.ErrorAs(t, err, &se, "memory_limit %q: a SpecError", give)
+		assert.Equal(t, "memory_limit", se.Field, "memory_limit %q: the field is named", give)
+		_, err = l.Create(context.Background(), Spec{MemoryLimit: give})
+		assert.ErrorIs(t, err, ErrInvalidSpec, "Create refuses memory_limit %q", give)
+	}
+	for _, give := range []string{"", "1g", formatMemory(l.maxMem)} {
+		assert.NoError(t, m.CheckSpec(Spec{MemoryLimit: give}), "memory_limit %q is allowed", give)
+	}
+	lease, err := m.Acquire(context.Background(), AcquireRequest{Identity: "greedy", Spec: Spec{MemoryLimit: over}})
+	require.NoError(t, err, "acquire (the container starts on the first run)")
+	_, err = lease.Run(context.Background(), "1", 0)
+	assert.ErrorIs(t, err, ErrUnavailable, "a run in a container above the cap does not run")
+	lease.Release()
+
+	capped := newTestLocal(t, LocalConfig{MaxMemoryLimit: "2g"})
+	assert.ErrorIs(t, capped.CheckSpec(Spec{MemoryLimit: "4g"}), ErrInvalidSpec, "4g is above a 2g cap")
+	assert.NoError(t, capped.CheckSpec(Spec{MemoryLimit: "2g"}), "2g is within a 2g cap")
+	assertHealthy(t, l)
+	assertHealthy(t, capped)
+	assertClosedClean(t, capped)
+}
