@@ -599,7 +599,8 @@ print('\n'.join(seen))`
 
 func TestAdversarialProcSnooping(t *testing.T) {
 	t.Parallel()
-	l := sharedLocal(t)
+	// The marker process must outlive the run that starts it.
+	l := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
 	a := newTestContainer(t, l, Spec{})
 	b := newTestContainer(t, l, Spec{})
 	marker := "snoop-marker-" + randomHex(8)
