@@ -493,6 +493,9 @@ func validateSandbox(s *configv1.Sandbox) []error {
 	if d := s.Local.InterruptGrace.AsDuration(); d <= 0 {
 		bad("local.interrupt_grace", "%v must be positive", d)
 	}
+	if d := s.Local.StateDir; d != "" && !strings.HasPrefix(d, "/") {
+		bad("local.state_dir", "%q must be an absolute path", d)
+	}
 	for i, p := range s.Local.ReadOnlyPaths {
 		if !strings.HasPrefix(p, "/") {
 			bad(fmt.Sprintf("local.read_only_paths[%d]", i), "%q must be an absolute path", p)

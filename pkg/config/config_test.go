@@ -123,6 +123,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"uid range smaller than the containers", func(c *configv1.Config) { c.Sandbox.Local.UidCount = c.Sandbox.MaxContainers }, "sandbox.local.uid_count:"},
 		{"cpu quota too small", func(c *configv1.Config) { c.Sandbox.Local.CpuQuota = 0.001 }, "sandbox.local.cpu_quota:"},
 		{"cpu quota negative", func(c *configv1.Config) { c.Sandbox.Local.CpuQuota = -1 }, "sandbox.local.cpu_quota:"},
+		{"relative state dir", func(c *configv1.Config) { c.Sandbox.Local.StateDir = "run/codeinterp" }, "sandbox.local.state_dir:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,6 +149,7 @@ sandbox:
     uid_count: 1000
     cpu_quota: 0.5
     keep_background_processes: true
+    state_dir: /var/run/ci
 `), cfg), "parse")
 	ApplyDefaults(cfg)
 	require.NoError(t, Validate(cfg), "validate")
@@ -157,6 +159,7 @@ sandbox:
 	assert.Equal(t, uint32(1000), l.GetUidCount(), "uid_count")
 	assert.Equal(t, 0.5, l.GetCpuQuota(), "cpu_quota")
 	assert.True(t, l.GetKeepBackgroundProcesses(), "keep_background_processes")
+	assert.Equal(t, "/var/run/ci", l.GetStateDir(), "state_dir")
 	for _, tt := range []struct {
 		give string
 		want int64

@@ -553,8 +553,15 @@ type LocalSandbox struct {
 	// the container but its interpreter is killed when a run ends, so nothing burns CPU between
 	// requests. Default false.
 	KeepBackgroundProcesses bool `protobuf:"varint,16,opt,name=keep_background_processes,json=keepBackgroundProcesses,proto3" json:"keep_background_processes,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// state_dir is a host directory the servers of a host share: which container uids are in use
+	// (so that servers sharing it never give two containers one uid), and what each server made
+	// (work directory, cgroups), so that a server starting up removes what one that died without
+	// shutting down left, and kills what still runs in its cgroups. Servers that do not share it
+	// (separate containers) need uid ranges of their own. Default /run/codeinterp for root, else
+	// codeinterp-state-<uid> under the system temporary directory.
+	StateDir      string `protobuf:"bytes,17,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LocalSandbox) Reset() {
@@ -699,6 +706,13 @@ func (x *LocalSandbox) GetKeepBackgroundProcesses() bool {
 	return false
 }
 
+func (x *LocalSandbox) GetStateDir() string {
+	if x != nil {
+		return x.StateDir
+	}
+	return ""
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
@@ -749,7 +763,7 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x12output_limit_bytes\x18\b \x01(\rR\x10outputLimitBytes\x12(\n" +
 	"\x10max_memory_limit\x18\n" +
 	" \x01(\tR\x0emaxMemoryLimitB\x11\n" +
-	"\x0f_warm_pool_size\"\xc8\x04\n" +
+	"\x0f_warm_pool_size\"\xe5\x04\n" +
 	"\fLocalSandbox\x12\x16\n" +
 	"\x06python\x18\x01 \x01(\tR\x06python\x12\x14\n" +
 	"\x05bwrap\x18\x02 \x01(\tR\x05bwrap\x12\x19\n" +
@@ -769,7 +783,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\tfirst_uid\x18\r \x01(\rR\bfirstUid\x12\x1b\n" +
 	"\tuid_count\x18\x0e \x01(\rR\buidCount\x12\x1b\n" +
 	"\tcpu_quota\x18\x0f \x01(\x01R\bcpuQuota\x12:\n" +
-	"\x19keep_background_processes\x18\x10 \x01(\bR\x17keepBackgroundProcessesBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\x19keep_background_processes\x18\x10 \x01(\bR\x17keepBackgroundProcesses\x12\x1b\n" +
+	"\tstate_dir\x18\x11 \x01(\tR\bstateDirBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
