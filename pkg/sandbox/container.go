@@ -57,8 +57,9 @@ type localContainer struct {
 	stop           chan struct{} // closed by Delete: the frame reader stops delivering
 	waitErr        error         // valid once exited is closed
 
-	runMu sync.Mutex // one run at a time
-	seq   uint64     // guarded by runMu
+	runMu       sync.Mutex // one run at a time
+	seq         uint64     // guarded by runMu
+	killedSince bool       // guarded by runMu: stopBackground killed processes after the last run
 
 	deleteOnce  sync.Once
 	deleted     chan struct{} // closed when Delete has started
@@ -523,6 +524,10 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 	errDone := c.stderr.begin(marker)
 
 	req := map[string]any{"op": "run", "seq": int64(seq), "code": code, "marker": marker}
+	if c.killedSince {
+		req["reap"] = true // the driver reaps its children killed after the last run
+		c.killedSince = false
+	}
 	if err := c.send(ctx, req); err != nil {
 		c.kill()
 		res := c.partial(outDone, errDone)
@@ -591,18 +596,41 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 	}
 }
 
-// stopBackground kills what the run left running besides the interpreter (see nsProcs).
+// stopBackground kills what the run left running besides the interpreter (see nsProcs). The
+// caller holds runMu.
 func (c *localContainer) stopBackground() {
 	if c.procs.init == 0 {
 		return
 	}
+	if c.cg != nil && c.onlyDriverLeft() {
+		return
+	}
 	n, err := c.procs.killBackground()
+	if n > 0 {
+		c.killedSince = true
+	}
 	if err != nil {
 		c.log.Warn("stop background processes", zap.Error(err))
 	}
 	if n > 0 {
 		c.log.Debug("stopped background processes", zap.Int("processes", n))
 	}
+}
+
+// onlyDriverLeft reports, from the container's cgroup (one read: a zombie is not listed),
+// whether nothing runs in it but bubblewrap's monitor and init and the driver, as after most
+// runs.
+func (c *localContainer) onlyDriverLeft() bool {
+	pids := cgroupPids(c.cg.dirs[0])
+	if len(pids) == 0 {
+		return false // unreadable: walk the processes
+	}
+	for _, pid := range pids {
+		if pid != c.cmd.Process.Pid && pid != c.procs.init && pid != c.procs.driver {
+			return false
+		}
+	}
+	return true
 }
 
 // send writes a request to the driver. The request is written whole even when ctx ends

@@ -445,9 +445,10 @@ def _scan_files():
 
 
 def _reap_killed():
-    # The server kills what a run left running (unless configured not to). The children of this
-    # process among them stay zombies, counted against the process limits, until reaped: reap
-    # those that died of SIGKILL. Another child's status is left for the code to collect.
+    # The server kills what a run left running (unless configured not to), and says so in the
+    # next request. The children of this process among them stay zombies, counted against the
+    # process limits, until reaped: reap those that died of SIGKILL. Another child's status is
+    # left for the code to collect.
     try:
         tasks = os.listdir('/proc/self/task')
     except OSError:
@@ -469,7 +470,7 @@ def _reap_killed():
 
 def _run(req):
     seq = req['seq']
-    if S.reap_killed:
+    if req.get('reap'):
         _reap_killed()
     code = req['code']
     marker = req['marker']
@@ -557,7 +558,6 @@ def _main():
     S.limit = cfg['output_limit']
     S.max_files = cfg['max_files']
     S.max_images = cfg['max_images']
-    S.reap_killed = cfg.get('reap_killed', False)
     S.saved_out = os.dup(1)
     S.saved_err = os.dup(2)
     S.stdout = _new_stream(1)

@@ -747,7 +747,6 @@ func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
 		"max_files":    maxFiles,
 		"max_images":   maxImages,
 		"preload":      l.cfg.Preload,
-		"reap_killed":  l.isolated() && !l.cfg.KeepBackgroundProcesses,
 		"limits": map[string]any{
 			"as":     memBytes,
 			"cpu":    l.cfg.CPUSeconds,
