@@ -62,6 +62,7 @@ type pid1Report struct {
 	Runs    int      `json:"runs"`
 	Zombies []string `json:"zombies"` // "pid name" of every zombie in its PID namespace
 	Others  []string `json:"others"`  // every other process but itself
+	Left    []string `json:"left"`    // the Local's work directory and cgroups, if still there
 }
 
 // helperPID1 runs as PID 1 of its own PID namespace, as the server does as a sidecar
@@ -113,8 +114,17 @@ func helperPID1() (pid1Report, error) {
 	if err := m.Close(ctx); err != nil {
 		return rep, fmt.Errorf("close manager: %w", err)
 	}
+	made := []string{l.workDir}
+	if l.cgroups != nil {
+		made = append(made, l.cgroups.dirs...)
+	}
 	if err := l.Close(); err != nil {
 		return rep, fmt.Errorf("close local: %w", err)
+	}
+	for _, p := range made {
+		if _, err := os.Stat(p); err == nil {
+			rep.Left = append(rep.Left, p)
+		}
 	}
 	// Whatever a dying process leaves is reparented to PID 1 at once; give the kernel a moment
 	// to finish the exits already under way.
@@ -244,6 +254,7 @@ func TestLocalReapsEveryChildAsPID1(t *testing.T) {
 	assert.Equal(t, 4, rep.Runs, "the helper ran everything")
 	assert.Empty(t, rep.Zombies, "no zombie is left in the server's PID namespace")
 	assert.Empty(t, rep.Others, "no process is left in the server's PID namespace")
+	assert.Empty(t, rep.Left, "no work directory or cgroup is left")
 }
 
 // TestLocalSweepsWhatADeadServerLeft: a server killed without Close leaves its work directory
