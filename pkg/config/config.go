@@ -58,6 +58,9 @@ const (
 	DefaultDataBytes                = 512 << 20
 	DefaultTmpBytes                 = 64 << 20
 	DefaultInterruptGrace           = 2 * time.Second
+	DefaultFirstUID                 = 1_000_000_000
+	DefaultUIDCount                 = 65536
+	DefaultCPUQuota                 = 1.0
 )
 
 // LoopDeadlineMargin is the part of a profile's loop_deadline that the server keeps for itself:
@@ -329,6 +332,15 @@ func ApplyDefaults(cfg *configv1.Config) {
 		l.TmpBytes = DefaultTmpBytes
 	}
 	setString(&l.Cgroups, "auto")
+	if l.FirstUid == 0 {
+		l.FirstUid = DefaultFirstUID
+	}
+	if l.UidCount == 0 {
+		l.UidCount = DefaultUIDCount
+	}
+	if l.CpuQuota == 0 {
+		l.CpuQuota = DefaultCPUQuota
+	}
 	if l.InterruptGrace == nil {
 		l.InterruptGrace = durationpb.New(DefaultInterruptGrace)
 	}
@@ -477,6 +489,23 @@ func validateSandbox(s *configv1.Sandbox) []error {
 	if s.OutputLimitBytes < 1024 {
 		bad("output_limit_bytes", "%d is below 1024", s.OutputLimitBytes)
 	}
+	if m := s.MaxMemoryLimit; m != "" {
+		max, err := ParseSize(m)
+		if err != nil {
+			bad("max_memory_limit", "%v", err)
+		} else if def, err := ParseSize(s.DefaultMemoryLimit); err == nil && def > max {
+			bad("max_memory_limit", "%q is below default_memory_limit %q", m, s.DefaultMemoryLimit)
+		}
+	}
+	if l := s.Local; l.FirstUid == 0 || uint64(l.FirstUid)+uint64(l.UidCount) > 1<<32-2 {
+		bad("local.first_uid", "%d with uid_count %d must name uids above 0 and below 4294967294", l.FirstUid, l.UidCount)
+	}
+	if need := uint64(s.MaxContainers) + uint64(s.GetWarmPoolSize()) + 1; uint64(s.Local.UidCount) < need {
+		bad("local.uid_count", "%d is below max_containers + warm_pool_size + 1 = %d (each container runs as a uid of its own)", s.Local.UidCount, need)
+	}
+	if q := s.Local.CpuQuota; !(q >= 0.01 && q <= 1024) {
+		bad("local.cpu_quota", "%v must be between 0.01 and 1024 cores", q)
+	}
 	if s.Local.Python == "" || !strings.HasPrefix(s.Local.Python, "/") {
 		bad("local.python", "%q must be an absolute path", s.Local.Python)
 	}
@@ -495,6 +524,9 @@ func validateSandbox(s *configv1.Sandbox) []error {
 	if d := s.Local.InterruptGrace.AsDuration(); d <= 0 {
 		bad("local.interrupt_grace", "%v must be positive", d)
 	}
+	if d := s.Local.StateDir; d != "" && !strings.HasPrefix(d, "/") {
+		bad("local.state_dir", "%q must be an absolute path", d)
+	}
 	for i, p := range s.Local.ReadOnlyPaths {
 		if !strings.HasPrefix(p, "/") {
 			bad(fmt.Sprintf("local.read_only_paths[%d]", i), "%q must be an absolute path", p)
@@ -510,6 +542,33 @@ func validMemoryLimit(v string) bool {
 		}
 	}
 	return false
+}
+
+// ParseSize parses a memory size such as "1g" or "512m": a whole number with an optional k, m,
+// g or t suffix (any case, optionally followed by "b"), powers of 1024; a bare number is bytes.
+func ParseSize(v string) (int64, error) {
+	t := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(v)), "b")
+	shift := 0
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'k':
+			shift = 10
+		case 'm':
+			shift = 20
+		case 'g':
+			shift = 30
+		case 't':
+			shift = 40
+		}
+	}
+	if shift > 0 {
+		t = t[:len(t)-1]
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<63-1)>>shift {
+		return 0, fmt.Errorf("%q is not a size such as \"16g\" or \"512m\"", v)
+	}
+	return n << shift, nil
 }
 
 // ValidMemoryLimit reports whether v is a memory limit a container may have.

@@ -56,6 +56,12 @@ func TestDefaults(t *testing.T) {
 	require.NoError(t, err)
 	ApplyDefaults(cfg)
 	require.NoError(t, Validate(cfg), "defaults must validate")
+	l := cfg.GetSandbox().GetLocal()
+	assert.Equal(t, uint32(DefaultFirstUID), l.GetFirstUid(), "first_uid default")
+	assert.Equal(t, uint32(DefaultUIDCount), l.GetUidCount(), "uid_count default")
+	assert.Equal(t, DefaultCPUQuota, l.GetCpuQuota(), "cpu_quota default")
+	assert.False(t, l.GetKeepBackgroundProcesses(), "background processes are stopped by default")
+	assert.Empty(t, cfg.GetSandbox().GetMaxMemoryLimit(), "max_memory_limit: the backend's default (host RAM, at most 64g)")
 	assert.Equal(t, DefaultListen, cfg.GetListen())
 	assert.Equal(t, DefaultAdminListen, cfg.GetAdminListen())
 	assert.Equal(t, DefaultUpstream, cfg.GetUpstream())
@@ -128,6 +134,13 @@ func TestValidateNamesTheField(t *testing.T) {
 		}, `profiles["p"].max_output_bytes:`},
 		{"calls per turn", func(c *configv1.Config) { c.DefaultProfile.MaxCallsPerTurn = 1000 }, "default_profile.max_calls_per_turn:"},
 		{"images", func(c *configv1.Config) { c.DefaultProfile.MaxImages = 5000 }, "default_profile.max_images:"},
+		{"max memory not a size", func(c *configv1.Config) { c.Sandbox.MaxMemoryLimit = "lots" }, "sandbox.max_memory_limit:"},
+		{"max memory below the default", func(c *configv1.Config) { c.Sandbox.MaxMemoryLimit = "512m" }, "sandbox.max_memory_limit:"},
+		{"uid range beyond 32 bits", func(c *configv1.Config) { c.Sandbox.Local.FirstUid = 1<<32 - 100 }, "sandbox.local.first_uid:"},
+		{"uid range smaller than the containers", func(c *configv1.Config) { c.Sandbox.Local.UidCount = c.Sandbox.MaxContainers }, "sandbox.local.uid_count:"},
+		{"cpu quota too small", func(c *configv1.Config) { c.Sandbox.Local.CpuQuota = 0.001 }, "sandbox.local.cpu_quota:"},
+		{"cpu quota negative", func(c *configv1.Config) { c.Sandbox.Local.CpuQuota = -1 }, "sandbox.local.cpu_quota:"},
+		{"relative state dir", func(c *configv1.Config) { c.Sandbox.Local.StateDir = "run/codeinterp" }, "sandbox.local.state_dir:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,6 +156,41 @@ func TestValidateNamesTheField(t *testing.T) {
 
 // TestLoopDeadlineMargin: the loop gets loop_deadline minus LoopDeadlineMargin, so a
 // loop_deadline must be longer than the margin.
+func TestSandboxRobustnessFields(t *testing.T) {
+	cfg := &configv1.Config{}
+	require.NoError(t, Parse([]byte(`
+sandbox:
+  max_memory_limit: 16g
+  local:
+    first_uid: 200000
+    uid_count: 1000
+    cpu_quota: 0.5
+    keep_background_processes: true
+    state_dir: /var/run/ci
+`), cfg), "parse")
+	ApplyDefaults(cfg)
+	require.NoError(t, Validate(cfg), "validate")
+	assert.Equal(t, "16g", cfg.GetSandbox().GetMaxMemoryLimit(), "max_memory_limit")
+	l := cfg.GetSandbox().GetLocal()
+	assert.Equal(t, uint32(200000), l.GetFirstUid(), "first_uid")
+	assert.Equal(t, uint32(1000), l.GetUidCount(), "uid_count")
+	assert.Equal(t, 0.5, l.GetCpuQuota(), "cpu_quota")
+	assert.True(t, l.GetKeepBackgroundProcesses(), "keep_background_processes")
+	assert.Equal(t, "/var/run/ci", l.GetStateDir(), "state_dir")
+	for _, tt := range []struct {
+		give string
+		want int64
+	}{{"1g", 1 << 30}, {"512m", 512 << 20}, {"64G", 64 << 30}, {"2tb", 2 << 40}, {"4096", 4096}} {
+		got, err := ParseSize(tt.give)
+		require.NoError(t, err, "ParseSize(%q)", tt.give)
+		assert.Equal(t, tt.want, got, "ParseSize(%q)", tt.give)
+	}
+	for _, bad := range []string{"", "g", "-1g", "1.5g", "lots", "99999999999t"} {
+		_, err := ParseSize(bad)
+		assert.Error(t, err, "ParseSize(%q)", bad)
+	}
+}
+
 func TestLoopDeadlineMargin(t *testing.T) {
 	tests := []struct {
 		give    time.Duration

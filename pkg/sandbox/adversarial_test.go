@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +86,72 @@ func survivors(tree map[int]string) []int {
 		}
 	}
 	return alive
+}
+
+// containerSnapshot is what a container holds on the host, noted while it runs, to check that
+// nothing of it is left once it is deleted.
+type containerSnapshot struct {
+	name  string
+	tree  map[int]string // its processes: pid -> start time
+	cgDir []string
+}
+
+func snapshotContainer(t *testing.T, c Container) containerSnapshot {
+	t.Helper()
+	lc := c.(*localContainer)
+	s := containerSnapshot{name: lc.name, tree: procTree(containerPID(c))}
+	require.NotEmpty(t, s.tree, "the container's processes are visible")
+	if lc.cg != nil {
+		s.cgDir = slices.Clone(lc.cg.dirs)
+	}
+	return s
+}
+
+// assertGone checks that nothing of the deleted containers is left: no process running, none a
+// zombie of this process's that nobody reaped, no cgroup.
+func assertGone(t *testing.T, snaps ...containerSnapshot) {
+	t.Helper()
+	for _, s := range snaps {
+		assert.Empty(t, survivors(s.tree), "container %s: no process outlives Delete", s.name)
+		assert.Empty(t, zombieChildren(s.tree), "container %s: no process is left a zombie of the server", s.name)
+		for _, d := range s.cgDir {
+			_, err := os.Stat(d)
+			assert.ErrorIs(t, err, os.ErrNotExist, "container %s: its cgroup %s is removed", s.name, d)
+		}
+	}
+}
+
+// zombieChildren returns the processes of tree that are zombies whose parent is this process.
+func zombieChildren(tree map[int]string) []int {
+	var out []int
+	for pid, start := range tree {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 19 && fields[19] == start && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid()) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// assertClosedClean closes l and checks that its work directory and cgroups are gone.
+func assertClosedClean(t *testing.T, l *Local) {
+	t.Helper()
+	var dirs []string
+	if l.cgroups != nil {
+		dirs = slices.Clone(l.cgroups.dirs)
+	}
+	require.NoError(t, l.Close(), "close Local")
+	_, err := os.Stat(l.workDir)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the work directory %s is removed", l.workDir)
+	for _, d := range dirs {
+		_, err := os.Stat(d)
+		assert.ErrorIs(t, err, os.ErrNotExist, "the cgroup %s is removed", d)
+	}
 }
 
 // TestAdversarialForkBomb runs first and alone (not parallel): it counts processes.
@@ -163,13 +230,221 @@ def udp(addr):
 		assert.Contains(t, []string{"OSError", "ConnectionRefusedError", "gaierror", "TimeoutError"},
 			res.Error.Name, "%s: %s fails for want of a network", tt.name, tt.give)
 	}
-	res := runIn(t, c, "sorted(n for _, n in socket.if_nameindex())")
+	// if_nameindex asks netlink, which the filter refuses: the kernel's own table says the same.
+	res := runIn(t, c, "sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:])")
 	assert.Equal(t, "['lo']", res.Value, "the container has only its own loopback")
 
 	// Nothing reached the host's listener.
 	require.NoError(t, ln4.(*net.TCPListener).SetDeadline(time.Now().Add(10*time.Millisecond)), "deadline")
 	_, err = ln4.Accept()
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded, "no connection arrived at the host's listener")
+}
+
+// TestAdversarialSocketFamilies: only the families code needs inside its empty network
+// namespace can be opened. AF_VSOCK reaches the hypervisor's host (on a VM such as this one, its
+// agent), AF_NETLINK and AF_PACKET the kernel's network configuration and packet code, AF_ALG
+// its crypto code.
+func TestAdversarialSocketFamilies(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	c := newTestContainer(t, l, Spec{})
+	runIn(t, c, `import errno, socket
+def open_family(family, kind=socket.SOCK_STREAM, pair=False):
+    try:
+        if pair:
+            a, b = socket.socketpair(family, kind)
+            a.close(); b.close()
+        else:
+            socket.socket(family, kind).close()
+        return 'ok'
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))`)
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"AF_UNIX", "open_family(socket.AF_UNIX)", "'ok'"},
+		{"AF_INET", "open_family(socket.AF_INET)", "'ok'"},
+		{"AF_INET6", "open_family(socket.AF_INET6)", "'ok'"},
+		{"AF_UNIX pair", "open_family(socket.AF_UNIX, pair=True)", "'ok'"},
+		{"AF_VSOCK", "open_family(40)", "'EAFNOSUPPORT'"},
+		{"AF_VSOCK datagram", "open_family(40, socket.SOCK_DGRAM)", "'EAFNOSUPPORT'"},
+		{"AF_VSOCK pair", "open_family(40, pair=True)", "'EAFNOSUPPORT'"},
+		{"AF_NETLINK route", "open_family(socket.AF_NETLINK, socket.SOCK_RAW)", "'EAFNOSUPPORT'"},
+		{"AF_NETLINK datagram", "open_family(socket.AF_NETLINK, socket.SOCK_DGRAM)", "'EAFNOSUPPORT'"},
+		{"AF_PACKET", "open_family(17, socket.SOCK_RAW)", "'EAFNOSUPPORT'"},
+		{"AF_ALG", "open_family(38, socket.SOCK_SEQPACKET)", "'EAFNOSUPPORT'"},
+		{"AF_KEY", "open_family(15, socket.SOCK_RAW)", "'EAFNOSUPPORT'"},
+		{"AF_BLUETOOTH", "open_family(31, socket.SOCK_RAW)", "'EAFNOSUPPORT'"},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, tt.give)
+		assert.Equal(t, tt.want, res.Value, "%s: %s", tt.name, tt.give)
+	}
+	// What the libraries need still works: a local socket pair, name resolution falls back.
+	res := runIn(t, c, "import multiprocessing.connection as mc\na, b = mc.Pipe()\na.send(1)\nb.recv()")
+	assert.Equal(t, "1", res.Value, "multiprocessing's pipes (AF_UNIX) work")
+	res = runIn(t, c, "socket.getaddrinfo('127.0.0.1', 80, type=socket.SOCK_STREAM)[0][4]")
+	assert.Equal(t, "('127.0.0.1', 80)", res.Value, "numeric name resolution works without netlink")
+	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+}
+
+// TestAdversarialMountsShowNoHostPath: /proc/self/mountinfo names, for each mount, the path of
+// its source on its own file system. No mount may show a host path the container does not see
+// at the same place (the work directory's, above all).
+func TestAdversarialMountsShowNoHostPath(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	c := newTestContainer(t, l, Spec{})
+	res := runIn(t, c, "print(open('/proc/self/mountinfo').read())")
+	assert.NotContains(t, res.Stdout, l.workDir, "the work directory's path is not visible")
+	assert.NotContains(t, res.Stdout, "codeinterp", "no path of the server's is visible")
+	// A source path is neutral when the container sees that very file there itself (the root of
+	// a file system, a bind at the same place, /etc/localtime's target under /usr, a device
+	// node of /dev).
+	res = runIn(t, c, `import os
+lines = open('/proc/self/mountinfo').read().splitlines()
+def neutral(root, point):
+    if root in ('/', point, '/newroot') or point.endswith(root):
+        return True
+    try:
+        return os.path.samefile(root, point)
+    except OSError:
+        return False
+print(len(lines), [l for l in lines if not neutral(l.split()[3], l.split()[4])])`)
+	assert.Regexp(t, `^\d\d+ \[\]\n$`, res.Stdout, "every mount shows a neutral source path")
+	res = runIn(t, c, "import pwd, os\nprint(pwd.getpwuid(os.getuid()).pw_name, open('/etc/group').read().split(':')[0])")
+	assert.Equal(t, "sandbox sandbox\n", res.Stdout, "the passwd and group files are there")
+	res = runIn(t, c, "import os\nsorted(os.listdir('/tmp/.matplotlib'))")
+	assert.Contains(t, res.Value, "fontlist", "matplotlib's font cache is there")
+	res = runIn(t, c, "try:\n    open('/etc/passwd', 'a').write('x')\nexcept OSError as e:\n    r = type(e).__name__\nr")
+	assert.Contains(t, []string{"'PermissionError'", "'OSError'"}, res.Value, "the copied files are read-only")
+	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+}
+
+// TestAdversarialInitMemory: the container's init (bubblewrap's PID 1) runs as the code's uid,
+// so without more the code could write its memory through /proc/1/mem (ptrace is refused, the
+// file is not) and make it outlive the server. No way to its memory is open, and when the
+// server's end of the container (bubblewrap's monitor) dies, everything in it dies, a daemon
+// planted with setsid and a double fork too.
+func TestAdversarialInitMemory(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	c := newTestContainer(t, l, Spec{})
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"write /proc/1/mem", "open('/proc/1/mem', 'r+b', buffering=0).write(b'x')"},
+		{"read /proc/1/mem", "open('/proc/1/mem', 'rb', buffering=0).read(1)"},
+		{"write /proc/1/task/1/mem", "open('/proc/1/task/1/mem', 'r+b', buffering=0).write(b'x')"},
+		{"read /proc/1/environ", "open('/proc/1/environ', 'rb').read()"},
+		{"read /proc/1/maps", "open('/proc/1/maps').read()"},
+		{"pidfd of init, then its memory", "import os\nos.pidfd_open(1)\nopen('/proc/1/mem', 'r+b', buffering=0).write(b'x')"},
+	}
+	for _, tt := range tests {
+		res := runIn(t, c, "try:\n    "+strings.ReplaceAll(tt.give, "\n", "\n    ")+"\n    r = 'done'\nexcept OSError as e:\n    r = type(e).__name__\nr")
+		assert.Contains(t, []string{"'FileNotFoundError'", "'PermissionError'"}, res.Value, "%s: refused", tt.name)
+	}
+	runIn(t, c, `import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        import signal
+        for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        open('/tmp/daemon-up', 'w').close()
+        while True:
+            time.sleep(1)
+    os._exit(0)
+while not os.path.exists('/tmp/daemon-up'):
+    time.sleep(0.01)`)
+	snap := snapshotContainer(t, c)
+	require.GreaterOrEqual(t, len(snap.tree), 4, "monitor, init, interpreter and the daemon run")
+	// The server's end dies as it would with the server (its parent-death signal).
+	require.NoError(t, syscall.Kill(containerPID(c), syscall.SIGKILL), "kill bubblewrap's monitor")
+	require.Eventually(t, func() bool { return len(survivors(snap.tree)) == 0 }, 30*time.Second, 10*time.Millisecond,
+		"every process of the container dies with its monitor")
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+}
+
+// hostUID returns the host uid a container's interpreter runs as.
+func hostUID(t *testing.T, c Container) string {
+	t.Helper()
+	for pid := range procTree(containerPID(c)) {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if !strings.Contains(string(cmd), bootstrap) || strings.HasPrefix(string(cmd), "bwrap") {
+			continue
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		require.NoError(t, err, "status of %d", pid)
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				return f[1]
+			}
+		}
+	}
+	t.Fatalf("no interpreter found in container %s", c.(*localContainer).name)
+	return ""
+}
+
+// TestAdversarialPerUserLimits: per-user kernel limits count per host uid. One container that
+// takes every inotify instance its uid may have (fs.inotify.max_user_instances) must not stop
+// another's inotify_init, as it would if containers shared a uid.
+func TestAdversarialPerUserLimits(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	if !l.setUID {
+		t.Skip("the server is not root: every container runs as its own uid")
+	}
+	hog := newTestContainer(t, l, Spec{})
+	other := newTestContainer(t, l, Spec{})
+	assert.NotEqual(t, hostUID(t, hog), hostUID(t, other), "the containers run as different host uids")
+	const inotify = `import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def inotify_init():
+    fd = libc.inotify_init1(0)
+    return fd if fd >= 0 else -ctypes.get_errno()
+`
+	runIn(t, hog, inotify)
+	runIn(t, other, inotify)
+	res := runIn(t, hog, `held = []
+while True:
+    fd = inotify_init()
+    if fd < 0:
+        break
+    held.append(fd)
+(len(held), errno.errorcode[-fd])`)
+	assert.Regexp(t, `^\(\d+, 'EMFILE'\)$`, res.Value, "the hog runs out of inotify instances")
+	res = runIn(t, other, "fd = inotify_init()\nfd >= 0 or errno.errorcode[-fd]")
+	assert.Equal(t, "True", res.Value, "another container still gets an inotify instance")
+	res = runIn(t, hog, "inotify_init() >= 0")
+	assert.Equal(t, "False", res.Value, "the hog still holds its instances (the check above proves something)")
+
+	// Uids go back to the pool with their containers, and nothing of them is left.
+	snaps := []containerSnapshot{snapshotContainer(t, hog), snapshotContainer(t, other)}
+	uids := []string{hostUID(t, hog), hostUID(t, other)}
+	require.NoError(t, hog.Delete(context.Background()), "delete the hog")
+	require.NoError(t, other.Delete(context.Background()), "delete the other")
+	assertGone(t, snaps...)
+	for _, u := range uids {
+		n, err := strconv.Atoi(u)
+		require.NoError(t, err, "uid %q", u)
+		l.uids.mu.Lock()
+		_, held := l.uids.held[n]
+		l.uids.mu.Unlock()
+		assert.False(t, held, "uid %d is free again", n)
+	}
+	assertHealthy(t, l)
 }
 
 // inheritedSocket is one end of a host TCP connection held as a descriptor without
@@ -324,7 +599,8 @@ print('\n'.join(seen))`
 
 func TestAdversarialProcSnooping(t *testing.T) {
 	t.Parallel()
-	l := sharedLocal(t)
+	// The marker process must outlive the run that starts it.
+	l := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
 	a := newTestContainer(t, l, Spec{})
 	b := newTestContainer(t, l, Spec{})
 	marker := "snoop-marker-" + randomHex(8)
@@ -689,7 +965,7 @@ print('killed', killed)`, 60*time.Second)
 
 func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 	t.Parallel()
-	l := sharedLocal(t)
+	l := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here")
 	}
@@ -723,4 +999,147 @@ func TestNewLocalCgroupSetting(t *testing.T) {
 	assert.Nil(t, l.cgroups, "cgroups off")
 	c := newTestContainer(t, l, Spec{})
 	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "containers work without cgroups")
+}
+
+// TestAdversarialBackgroundProcesses: what a run leaves running (a busy loop forked off, a
+// daemon in a session of its own, a subprocess) is killed when the run ends, so that nothing
+// burns CPU between requests; the interpreter and its state stay. The killed children are
+// reaped, so runs that each leave one do not use up the process limit.
+func TestAdversarialBackgroundProcesses(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{MaxProcesses: 8})
+	c := newTestContainer(t, l, Spec{})
+	runIn(t, c, "import os, subprocess, sys\nkept = 'state'\nif os.fork() == 0:\n    while True:\n        pass")
+	runIn(t, c, plantDaemon)
+	runIn(t, c, "p = subprocess.Popen(['/usr/bin/sleep', '600'])")
+	lc := c.(*localContainer)
+	want := []int{containerPID(c), lc.procs.init, lc.procs.driver}
+	require.NotZero(t, lc.procs.driver, "the driver's pid is known")
+	require.Eventually(t, func() bool {
+		got := survivors(procTree(containerPID(c)))
+		slices.Sort(got)
+		return slices.Equal(got, slices.Sorted(slices.Values(want)))
+	}, 30*time.Second, 10*time.Millisecond, "only bubblewrap's monitor and init and the interpreter run between runs")
+	res := runIn(t, c, "kept")
+	assert.Equal(t, "'state'", res.Value, "the interpreter's state survives")
+	for i := range 12 {
+		res, err := runTimeout(c, "subprocess.Popen(['/usr/bin/sleep', '600']).pid > 0", 30*time.Second)
+		require.NoError(t, err, "run %d", i)
+		require.Equal(t, "True", res.Value, "run %d can still start a process (the killed ones were reaped)", i)
+	}
+	// The driver reaped it: a Popen the code holds finds it gone (subprocess reports 0 then).
+	res = runIn(t, c, "p.wait() in (0, -9)")
+	assert.Equal(t, "True", res.Value, "waiting for a process killed between runs returns")
+	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+
+	// Configured to keep them, they run on.
+	keep := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
+	k := newTestContainer(t, keep, Spec{})
+	runIn(t, k, "import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '600'])")
+	runIn(t, k, "1")
+	res = runIn(t, k, "p.poll() is None")
+	assert.Equal(t, "True", res.Value, "with keep_background_processes the process keeps running")
+	snap = snapshotContainer(t, k)
+	require.NoError(t, k.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+	assertClosedClean(t, keep)
+	assertClosedClean(t, l)
+}
+
+// TestAdversarialCPUQuota: the processes of a container share its CPU quota (cgroup cpu
+// controller): two processes spinning in a container allowed a tenth of a core are throttled,
+// each having an RLIMIT_CPU of its own notwithstanding.
+func TestAdversarialCPUQuota(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, LocalConfig{CPUQuota: 0.1})
+	if l.cgroups == nil {
+		t.Skip("no writable cgroup hierarchy here")
+	}
+	require.True(t, l.cgroups.cpu, "the cpu controller is used where the machine has it (cgroup v1 cpu hierarchy here)")
+	c := newTestContainer(t, l, Spec{})
+	cg := c.(*localContainer).cg
+	stat := func(name string) string {
+		for _, d := range cg.dirs {
+			if b, err := os.ReadFile(filepath.Join(d, name)); err == nil {
+				return string(b)
+			}
+		}
+		return ""
+	}
+	quota := strings.TrimSpace(stat("cpu.cfs_quota_us"))
+	if quota == "" { // cgroup v2
+		quota = strings.Fields(stat("cpu.max") + " ")[0]
+	}
+	assert.Equal(t, "10000", quota, "a tenth of a 100 ms period")
+	res, err := runTimeout(c, `import os, time
+kids = []
+for i in range(2):
+    pid = os.fork()
+    if pid == 0:
+        while time.process_time() < 0.2:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print('done')`, 120*time.Second)
+	require.NoError(t, err, "spin")
+	assert.Equal(t, "done\n", res.Stdout, "the spinners finished")
+	var throttled int
+	for _, line := range strings.Split(stat("cpu.stat"), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "nr_throttled" {
+			throttled, _ = strconv.Atoi(f[1])
+		}
+	}
+	assert.Greater(t, throttled, 0, "the container was throttled to its quota")
+	snap := snapshotContainer(t, c)
+	require.NoError(t, c.Delete(context.Background()), "delete")
+	assertGone(t, snap)
+	assertHealthy(t, l)
+	assertClosedClean(t, l)
+}
+
+// TestAdversarialMemoryAboveTheHost: a client may not ask for more memory than the operator
+// allows (max_memory_limit, by default the host's RAM up to 64g): Manager.CheckSpec refuses it
+// as the client's mistake before anything runs, and Create refuses it too.
+func TestAdversarialMemoryAboveTheHost(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	var si syscall.Sysinfo_t
+	require.NoError(t, syscall.Sysinfo(&si), "sysinfo")
+	ram := int64(si.Totalram) * int64(si.Unit)
+	assert.Equal(t, min(int64(64<<30), ram&^(1<<20-1)), l.maxMem, "the default cap is the host's RAM, at most 64g")
+	m := NewManager(l, ManagerConfig{}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close manager") })
+	over := formatMemory(l.maxMem + 1<<30)
+	if ram < 64<<30 {
+		over = "64g" // what a client may ask for, beyond this host
+	}
+	for _, give := range []string{over, "1t", "lots"} {
+		err := m.CheckSpec(Spec{MemoryLimit: give})
+		require.ErrorIs(t, err, ErrInvalidSpec, "memory_limit %q is refused", give)
+		var se *SpecError
+		require.ErrorAs(t, err, &se, "memory_limit %q: a SpecError", give)
+		assert.Equal(t, "memory_limit", se.Field, "memory_limit %q: the field is named", give)
+		_, err = l.Create(context.Background(), Spec{MemoryLimit: give})
+		assert.ErrorIs(t, err, ErrInvalidSpec, "Create refuses memory_limit %q", give)
+	}
+	for _, give := range []string{"", "1g", formatMemory(l.maxMem)} {
+		assert.NoError(t, m.CheckSpec(Spec{MemoryLimit: give}), "memory_limit %q is allowed", give)
+	}
+	lease, err := m.Acquire(context.Background(), AcquireRequest{Identity: "greedy", Spec: Spec{MemoryLimit: over}})
+	require.NoError(t, err, "acquire (the container starts on the first run)")
+	_, err = lease.Run(context.Background(), "1", 0)
+	assert.ErrorIs(t, err, ErrUnavailable, "a run in a container above the cap does not run")
+	lease.Release()
+
+	capped := newTestLocal(t, LocalConfig{MaxMemoryLimit: "2g"})
+	assert.ErrorIs(t, capped.CheckSpec(Spec{MemoryLimit: "4g"}), ErrInvalidSpec, "4g is above a 2g cap")
+	assert.NoError(t, capped.CheckSpec(Spec{MemoryLimit: "2g"}), "2g is within a 2g cap")
+	assertHealthy(t, l)
+	assertHealthy(t, capped)
+	assertClosedClean(t, capped)
 }

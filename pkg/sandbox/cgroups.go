@@ -14,36 +14,43 @@ import (
 )
 
 // Cgroups add what rlimits cannot: a memory limit on the sum of a container's processes, its
-// tmpfs pages and the kernel memory it causes (inodes, sockets), and a process limit that no
-// namespace trick escapes. They are used where the server may create cgroups: cgroup v1's
-// memory and pids hierarchies under the server's own cgroups, or a cgroup v2 directory whose
-// subtree_control already delegates the memory and pids controllers (the server's own, or
-// LocalConfig.Cgroups). Without them the rlimits still hold.
+// tmpfs pages and the kernel memory it causes (inodes, sockets), a process limit that no
+// namespace trick escapes, and a CPU quota on all its processes together (RLIMIT_CPU is per
+// process, and a fork starts afresh). They are used where the server may create cgroups: cgroup
+// v1's memory and pids hierarchies (and its cpu hierarchy, when there is one) under the server's
+// own cgroups, or a cgroup v2 directory whose subtree_control already delegates the memory and
+// pids controllers (and cpu, for the quota) (the server's own, or LocalConfig.Cgroups). Without
+// them the rlimits still hold.
 
 // cgroupSlack is memory beyond the code's own limit and its tmpfs sizes: bubblewrap's two
 // processes, page tables and kernel objects.
 const cgroupSlack = 64 << 20
 
+// cpuPeriod is the CFS period of the CPU quota, in microseconds.
+const cpuPeriod = 100_000
+
 // cgroupParents is where a Local creates its containers' cgroups: one directory per controller
-// hierarchy (v1: memory and pids; v2: one directory for both).
+// hierarchy (v1: memory, pids and maybe cpu; v2: one directory for all).
 type cgroupParents struct {
 	v2   bool
+	cpu  bool     // the containers get a CPU quota
 	dirs []string // a directory of this Local's own, created by newCgroupParents
 }
 
 // newCgroupParents finds writable cgroup hierarchies and creates a directory of this Local's
-// own in each. It returns nil, nil when cgroups are off or not available to the server. setting
-// is LocalConfig.Cgroups.
-func newCgroupParents(setting string) (*cgroupParents, error) {
+// own, "codeinterp-<id>", in each. It returns nil, nil when cgroups are off or not available to
+// the server. setting is LocalConfig.Cgroups; wantCPU asks for the cpu controller too, where
+// there is one.
+func newCgroupParents(setting, id string, wantCPU bool) (*cgroupParents, error) {
 	if setting == "off" {
 		return nil, nil
 	}
-	name := "codeinterp-" + randomHex(6)
+	name := "codeinterp-" + id
 	if filepath.IsAbs(setting) {
-		if !delegates(setting) {
+		if !delegates(setting, "memory", "pids") {
 			return nil, fmt.Errorf("cgroup %s does not delegate the memory and pids controllers (cgroup.subtree_control)", setting)
 		}
-		p := &cgroupParents{v2: true}
+		p := &cgroupParents{v2: true, cpu: wantCPU && delegates(setting, "cpu")}
 		return p, p.make([]string{setting}, name)
 	}
 	if setting != "" && setting != "auto" {
@@ -53,24 +60,29 @@ func newCgroupParents(setting string) (*cgroupParents, error) {
 	if err != nil {
 		return nil, nil // no cgroups here
 	}
-	// cgroup v1, with separate memory and pids hierarchies.
-	var v1 []string
-	for _, ctrl := range []string{"memory", "pids"} {
+	// cgroup v1, with separate memory and pids hierarchies, and cpu when it can be had.
+	v1 := func(ctrl string) string {
 		if dir := mounts.v1[ctrl]; dir != "" && self[ctrl] != "" {
-			v1 = append(v1, filepath.Join(dir, self[ctrl]))
+			return filepath.Join(dir, self[ctrl])
 		}
+		return ""
 	}
-	if len(v1) == 2 {
+	if mem, pids := v1("memory"), v1("pids"); mem != "" && pids != "" {
 		p := &cgroupParents{}
-		if err := p.make(v1, name); err == nil {
+		if err := p.make([]string{mem, pids}, name); err == nil {
+			if cpu := v1("cpu"); wantCPU && cpu != "" && cpu != mem && cpu != pids {
+				if err := p.make([]string{cpu}, name); err == nil {
+					p.cpu = true
+				}
+			}
 			return p, nil
 		}
 	}
 	// cgroup v2, if the server's own cgroup delegates both controllers.
 	if mounts.v2 != "" && self[""] != "" {
 		dir := filepath.Join(mounts.v2, self[""])
-		if delegates(dir) {
-			p := &cgroupParents{v2: true}
+		if delegates(dir, "memory", "pids") {
+			p := &cgroupParents{v2: true, cpu: wantCPU && delegates(dir, "cpu")}
 			if err := p.make([]string{dir}, name); err == nil {
 				return p, nil
 			}
@@ -79,6 +91,8 @@ func newCgroupParents(setting string) (*cgroupParents, error) {
 	return nil, nil
 }
 
+// make creates name under each parent, adding the directories to p.dirs; on failure it removes
+// every directory of p.
 func (p *cgroupParents) make(parents []string, name string) error {
 	for _, parent := range parents {
 		dir := filepath.Join(parent, name)
@@ -90,7 +104,11 @@ func (p *cgroupParents) make(parents []string, name string) error {
 	}
 	if p.v2 {
 		// Containers below need the controllers too.
-		if err := os.WriteFile(filepath.Join(p.dirs[0], "cgroup.subtree_control"), []byte("+memory +pids"), 0o644); err != nil {
+		ctrl := "+memory +pids"
+		if p.cpu {
+			ctrl += " +cpu"
+		}
+		if err := os.WriteFile(filepath.Join(p.dirs[0], "cgroup.subtree_control"), []byte(ctrl), 0o644); err != nil {
 			p.remove()
 			return fmt.Errorf("delegate cgroup controllers: %w", err)
 		}
@@ -113,14 +131,19 @@ func (p *cgroupParents) describe() string {
 	return "v1 " + strings.Join(p.dirs, ", ")
 }
 
-// delegates reports whether the v2 cgroup dir lets its children use memory and pids.
-func delegates(dir string) bool {
+// delegates reports whether the v2 cgroup dir lets its children use every controller named.
+func delegates(dir string, controllers ...string) bool {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
 	if err != nil {
 		return false
 	}
 	f := strings.Fields(string(b))
-	return slices.Contains(f, "memory") && slices.Contains(f, "pids")
+	for _, c := range controllers {
+		if !slices.Contains(f, c) {
+			return false
+		}
+	}
+	return true
 }
 
 type cgroupMounts struct {
@@ -169,7 +192,7 @@ func readCgroupInfo() (map[string]string, cgroupMounts, error) {
 			mounts.v2 = pf[4]
 		case "cgroup":
 			for _, opt := range strings.Split(sf[2], ",") {
-				if opt == "memory" || opt == "pids" {
+				if opt == "memory" || opt == "pids" || opt == "cpu" {
 					mounts.v1[opt] = pf[4]
 				}
 			}
@@ -184,8 +207,9 @@ type containerCgroup struct {
 	v2   bool
 }
 
-// create makes a container's cgroup with its limits.
-func (p *cgroupParents) create(name string, memBytes int64, maxPids int) (*containerCgroup, error) {
+// create makes a container's cgroup with its limits; cpus is its CPU quota in cores, applied
+// where p has the cpu controller.
+func (p *cgroupParents) create(name string, memBytes int64, maxPids int, cpus float64) (*containerCgroup, error) {
 	cg := &containerCgroup{v2: p.v2}
 	for _, parent := range p.dirs {
 		dir := filepath.Join(parent, name)
@@ -197,10 +221,14 @@ func (p *cgroupParents) create(name string, memBytes int64, maxPids int) (*conta
 	}
 	mem := strconv.FormatInt(memBytes, 10)
 	pids := strconv.Itoa(maxPids)
+	quota := strconv.FormatInt(max(int64(cpus*cpuPeriod), 1000), 10)
 	var writes [][2]string // file, value; a missing optional file is skipped
 	if p.v2 {
 		d := cg.dirs[0]
 		writes = [][2]string{{d + "/memory.max", mem}, {d + "/memory.swap.max", "0"}, {d + "/pids.max", pids}}
+		if p.cpu {
+			writes = append(writes, [2]string{d + "/cpu.max", quota + " " + strconv.Itoa(cpuPeriod)})
+		}
 	} else {
 		for _, d := range cg.dirs {
 			if _, err := os.Stat(d + "/memory.limit_in_bytes"); err == nil {
@@ -209,6 +237,10 @@ func (p *cgroupParents) create(name string, memBytes int64, maxPids int) (*conta
 			}
 			if _, err := os.Stat(d + "/pids.max"); err == nil {
 				writes = append(writes, [2]string{d + "/pids.max", pids})
+			}
+			if _, err := os.Stat(d + "/cpu.cfs_quota_us"); err == nil && p.cpu {
+				writes = append(writes, [2]string{d + "/cpu.cfs_period_us", strconv.Itoa(cpuPeriod)},
+					[2]string{d + "/cpu.cfs_quota_us", quota})
 			}
 		}
 	}

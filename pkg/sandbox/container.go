@@ -29,6 +29,7 @@ const markerGrace = time.Second
 type localContainer struct {
 	l       *Local
 	log     *zap.Logger
+	name    string // random, names its cgroup
 	cmd     *exec.Cmd
 	hostDir string // the data directory on the host, without isolation only
 	cancel  context.CancelFunc
@@ -38,6 +39,11 @@ type localContainer struct {
 	initMu sync.Mutex
 	initFD int
 	cg     *containerCgroup // nil without cgroups
+	uid    int              // its own host uid, given back once its processes are gone; -1 for none
+	// initPID is the host pid of the container's init (0 without isolation); procs, its init,
+	// driver and PID namespace, noted once the driver is ready (init 0 when they could not be).
+	initPID int
+	procs   nsProcs
 
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
@@ -51,8 +57,9 @@ type localContainer struct {
 	stop           chan struct{} // closed by Delete: the frame reader stops delivering
 	waitErr        error         // valid once exited is closed
 
-	runMu sync.Mutex // one run at a time
-	seq   uint64     // guarded by runMu
+	runMu       sync.Mutex // one run at a time
+	seq         uint64     // guarded by runMu
+	killedSince bool       // guarded by runMu: stopBackground killed processes after the last run
 
 	deleteOnce  sync.Once
 	deleted     chan struct{} // closed when Delete has started
@@ -83,6 +90,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	c := &localContainer{
 		l:       l,
 		initFD:  -1,
+		uid:     -1,
 		stdout:  newCapture(l.cfg.OutputLimit),
 		stderr:  newCapture(l.cfg.OutputLimit),
 		frames:  make(chan frameMsg),
@@ -91,6 +99,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		deleted: make(chan struct{}),
 	}
 	name := randomHex(8)
+	c.name = name
 	c.log = l.log.With(zap.String("container", name))
 	var childFiles []*os.File
 	started := false // the process started: Delete releases what the container holds
@@ -106,8 +115,16 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 			if c.cg != nil {
 				_ = c.cg.remove()
 			}
+			c.giveUID()
 		}
 	}()
+	runAs := os.Geteuid()
+	if l.setUID && l.isolated() {
+		if c.uid, err = l.uids.take(); err != nil {
+			return nil, err
+		}
+		runAs = c.uid
+	}
 	pipe := func() (r, w *os.File, err error) {
 		r, w, err = os.Pipe()
 		if err != nil {
@@ -153,19 +170,25 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		defer infoR.Close()
 		childFiles = append(childFiles, infoW)
 		extra = append(extra, sp, infoW)
+		var blockR *os.File // fd 8: bubblewrap's --block-fd
 		if l.cgroups != nil {
-			var blockR *os.File // fd 8: bubblewrap's --block-fd
 			if blockR, blockW, err = pipe(); err != nil {
 				return nil, err
 			}
 			defer blockW.Close()
 			childFiles = append(childFiles, blockR)
-			extra = append(extra, blockR)
 			memMax, pidsMax := l.cgroupLimits(memBytes)
-			if c.cg, err = l.cgroups.create(name, memMax, pidsMax); err != nil {
+			if c.cg, err = l.cgroups.create(name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 			}
 		}
+		extra = append(extra, blockR) // nil without cgroups: fd 8 stays closed
+		shared, err := l.openShared() // fd 9 on
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		childFiles = append(childFiles, shared...)
+		extra = append(extra, shared...)
 	}
 
 	dir := dataDir
@@ -189,7 +212,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = extra
-	cmd.SysProcAttr = l.sysProcAttr()
+	cmd.SysProcAttr = l.sysProcAttr(runAs)
 	if l.isolated() {
 		cmd.Env = []string{} // bubblewrap itself gets nothing of the server's environment
 		cmd.Dir = "/"
@@ -219,6 +242,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	childFiles = nil
 	if infoR != nil {
 		initPID := c.openInit(infoR)
+		c.initPID = initPID
 		if c.cg != nil {
 			// bubblewrap's monitor and the sandbox's init are the only processes so far; the
 			// init waits on the block pipe before it starts anything.
@@ -266,23 +290,66 @@ func (c *localContainer) goTracked(f func()) {
 // openInit reads bubblewrap's --info-fd report and opens a pidfd of the container's init. It
 // is best effort: without it Delete cannot wait for the container's processes to be gone.
 func (c *localContainer) openInit(info *os.File) int {
+	pid, fd, err := openInit(info)
+	if err != nil {
+		c.log.Warn("no pidfd of the container's init", zap.Int("pid", pid), zap.Error(err))
+		return pid
+	}
+	c.initMu.Lock()
+	c.initFD = fd
+	c.initMu.Unlock()
+	return pid
+}
+
+// openInit reads bubblewrap's --info-fd report: the pid of the sandbox's init (PID 1 of its
+// namespace), and a pidfd of it.
+func openInit(info *os.File) (pid, fd int, err error) {
 	_ = info.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var msg struct {
 		ChildPID int `json:"child-pid"`
 	}
 	if err := json.NewDecoder(info).Decode(&msg); err != nil || msg.ChildPID <= 0 {
-		c.log.Warn("no child pid from bubblewrap", zap.Error(err))
-		return 0
+		return 0, -1, fmt.Errorf("read bubblewrap's child pid: %v", err)
 	}
-	fd, err := unix.PidfdOpen(msg.ChildPID, 0)
+	fd, err = unix.PidfdOpen(msg.ChildPID, 0)
 	if err != nil {
-		c.log.Warn("open pidfd of the container's init", zap.Int("pid", msg.ChildPID), zap.Error(err))
-		return msg.ChildPID
+		return msg.ChildPID, -1, fmt.Errorf("open pidfd: %w", err)
 	}
-	c.initMu.Lock()
-	c.initFD = fd
-	c.initMu.Unlock()
-	return msg.ChildPID
+	return msg.ChildPID, fd, nil
+}
+
+// reapInit waits (bounded by ctx) until the process of pidfd has exited and, if it is this
+// process's child, reaps it. bubblewrap's monitor exits as soon as its init reports the
+// command's status, before the init itself has exited; the init is then reparented to the
+// nearest subreaper or PID 1: this process, when the server is a container's PID 1, which
+// nothing else would reap. Another reaper's child is left to it (ECHILD).
+func reapInit(ctx context.Context, fd int) error {
+	if err := waitExited(ctx, fd); err != nil {
+		return err
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil)
+	if err != nil && !errors.Is(err, unix.ECHILD) {
+		return fmt.Errorf("reap the container's init: %w", err)
+	}
+	return nil
+}
+
+// waitExited waits until the process of pidfd has exited (it may be a zombie), or ctx is done.
+func waitExited(ctx context.Context, fd int) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 50)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("wait for the container's processes: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("wait for the container's processes: %w", err)
+		}
+	}
 }
 
 // kill kills the container: bubblewrap's process group (without isolation: the interpreter's)
@@ -297,7 +364,8 @@ func (c *localContainer) kill() {
 }
 
 // waitInitGone waits until the container's init has exited, which it does only after every
-// other process of its PID namespace is gone.
+// other process of its PID namespace is gone, and reaps it if it became this process's child.
+// The monitor has been waited for (the init's reparenting, if any, is done).
 func (c *localContainer) waitInitGone(ctx context.Context) error {
 	c.initMu.Lock()
 	fd := c.initFD
@@ -305,19 +373,7 @@ func (c *localContainer) waitInitGone(ctx context.Context) error {
 	if fd < 0 {
 		return nil
 	}
-	for {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 50)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("wait for the container's processes: %w", err)
-		}
-		if n > 0 {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("wait for the container's processes: %w", err)
-		}
-	}
+	return reapInit(ctx, fd)
 }
 
 // readFrames delivers the driver's answers until its pipe ends or Delete.
@@ -384,6 +440,14 @@ func (c *localContainer) waitReady(ctx context.Context) error {
 			return fmt.Errorf("driver sent %q before ready", op)
 		}
 		c.log.Debug("container ready", zap.Any("preloaded", f.v["preloaded"]))
+		if c.initPID > 0 && !c.l.cfg.KeepBackgroundProcesses {
+			procs, err := findProcs(c.initPID)
+			if err != nil {
+				c.log.Warn("background processes of this container will not be stopped", zap.Error(err))
+			} else {
+				c.procs = procs
+			}
+		}
 		return nil
 	case <-c.exited:
 		return fmt.Errorf("container exited at start: %v%s", c.waitErr, c.startOutput())
@@ -460,6 +524,10 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 	errDone := c.stderr.begin(marker)
 
 	req := map[string]any{"op": "run", "seq": int64(seq), "code": code, "marker": marker}
+	if c.killedSince {
+		req["reap"] = true // the driver reaps its children killed after the last run
+		c.killedSince = false
+	}
 	if err := c.send(ctx, req); err != nil {
 		c.kill()
 		res := c.partial(outDone, errDone)
@@ -495,6 +563,7 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 				return res, fmt.Errorf("%w: %w", ErrLost, f.err)
 			}
 			res := c.result(f.v, outDone, errDone)
+			c.stopBackground()
 			if interrupted {
 				return res, c.stopErr(ctx, false)
 			}
@@ -525,6 +594,43 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 			return c.partial(outDone, errDone), ErrClosed
 		}
 	}
+}
+
+// stopBackground kills what the run left running besides the interpreter (see nsProcs). The
+// caller holds runMu.
+func (c *localContainer) stopBackground() {
+	if c.procs.init == 0 {
+		return
+	}
+	if c.cg != nil && c.onlyDriverLeft() {
+		return
+	}
+	n, err := c.procs.killBackground()
+	if n > 0 {
+		c.killedSince = true
+	}
+	if err != nil {
+		c.log.Warn("stop background processes", zap.Error(err))
+	}
+	if n > 0 {
+		c.log.Debug("stopped background processes", zap.Int("processes", n))
+	}
+}
+
+// onlyDriverLeft reports, from the container's cgroup (one read: a zombie is not listed),
+// whether nothing runs in it but bubblewrap's monitor and init and the driver, as after most
+// runs.
+func (c *localContainer) onlyDriverLeft() bool {
+	pids := cgroupPids(c.cg.dirs[0])
+	if len(pids) == 0 {
+		return false // unreadable: walk the processes
+	}
+	for _, pid := range pids {
+		if pid != c.cmd.Process.Pid && pid != c.procs.init && pid != c.procs.driver {
+			return false
+		}
+	}
+	return true
 }
 
 // send writes a request to the driver. The request is written whole even when ctx ends
@@ -694,6 +800,7 @@ func (c *localContainer) cleanup(ctx context.Context) error {
 			err = fmt.Errorf("delete container: %w", rerr)
 		}
 	}
+	c.giveUID()
 	c.l.untrack(c)
 	if c.hostDir != "" {
 		if rerr := os.RemoveAll(c.hostDir); rerr != nil && err == nil {
@@ -701,6 +808,14 @@ func (c *localContainer) cleanup(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// giveUID returns the container's uid to the pool: its processes are gone.
+func (c *localContainer) giveUID() {
+	if c.uid >= 0 {
+		c.l.uids.give(c.uid)
+		c.uid = -1
+	}
 }
 
 func (c *localContainer) closeParentFiles() {
@@ -711,6 +826,13 @@ func (c *localContainer) closeParentFiles() {
 			}
 		}
 	})
+}
+
+// randomUint32 returns a random number.
+func randomUint32() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:])
 }
 
 // randomHex returns n random bytes in hex.

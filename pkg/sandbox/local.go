@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 //go:embed driver.py
@@ -68,10 +69,30 @@ type LocalConfig struct {
 	// TmpBytes is the size of each of /tmp and /dev/shm, tmpfs private to the container.
 	// Default 64 MiB.
 	TmpBytes int64
-	// UID and GID are the host ids the container's processes run as when the server runs as
-	// root; they must not be 0, and should belong to no one else on the host. Default 65534
-	// (nobody). A server not running as root runs containers as its own ids.
-	UID, GID int
+	// FirstUID and UIDCount are the host uids (and gids: the same numbers) containers run as
+	// when the server runs as root: each live container has one of its own, so that per-user
+	// kernel limits and counters (inotify instances and watches, pending signals, POSIX message
+	// queues, the process count) are not one pool shared by all containers. No two containers
+	// on the host sharing StateDir get the same uid. The uids must belong to no one else on the
+	// host and not be 0. Defaults 1000000000 and 65536. A server not running as root runs
+	// containers as its own ids.
+	FirstUID, UIDCount int
+	// StateDir is a host directory shared by the Locals of a host: which uids are in use, and
+	// what each Local made (work directory, cgroups), so that a Local starting up removes what
+	// one whose server died without Close left. Default /run/codeinterp for root, else
+	// codeinterp-state-<uid> under the system temporary directory.
+	StateDir string
+	// MaxMemoryLimit is the largest memory a container may have (Spec.MemoryLimit, and
+	// DefaultMemoryLimit): a size such as "16g". Default: the smaller of 64g and the host's RAM.
+	MaxMemoryLimit string
+	// CPUQuota is the CPU each container may use, in cores (0.5 = half a core), summed over its
+	// processes, where the cpu cgroup controller is available (cgroup v1's cpu hierarchy, or a
+	// cgroup v2 directory delegating cpu). Default 1.
+	CPUQuota float64
+	// KeepBackgroundProcesses lets processes a run started keep running after it ended. By
+	// default, when a run ends, every process of the container but its interpreter (and
+	// bubblewrap's init) is killed.
+	KeepBackgroundProcesses bool
 	// InterruptGrace is how long a run may take to stop after its time is up and it was
 	// interrupted (KeyboardInterrupt), before the container is killed. Default 2s.
 	InterruptGrace time.Duration
@@ -104,10 +125,14 @@ type Local struct {
 	bwrap   string // "" without isolation
 	workDir string
 	ownWork bool
-	args    []string // bubblewrap arguments up to the command
-	env     []string // the container's whole environment
-	seccomp []byte   // filter program; nil when none
-	setUID  bool     // the server is root: run containers as cfg.UID/cfg.GID
+	args    []string     // bubblewrap arguments up to the command
+	env     []string     // the container's whole environment
+	seccomp []byte       // filter program; nil when none
+	shared  []sharedFile // copied into every container, from descriptor sharedFD on
+	setUID  bool         // the server is root: run containers as uids of their own
+	maxMem  int64        // the largest memory limit a container may have
+	state   *hostState   // the registration in the state directory
+	uids    *uidPool
 	// driverCode is the driver compiled by the containers' interpreter (a marshalled code
 	// object, in hex): containers skip compiling it, 3.5 ms of a cold start under load.
 	driverCode string
@@ -137,17 +162,31 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 		log = zap.NewNop()
 	}
 	setDefaults(&cfg)
-	if _, err := parseMemory(cfg.DefaultMemoryLimit); err != nil {
-		return nil, fmt.Errorf("new local sandbox: %w", err)
+	defMem, err := parseMemory(cfg.DefaultMemoryLimit)
+	if err != nil {
+		return nil, fmt.Errorf("new local sandbox: default memory limit: %w", err)
 	}
-	if cfg.UID == 0 || cfg.GID == 0 {
-		return nil, errors.New("new local sandbox: uid and gid must not be 0")
+	maxMem, err := parseMemory(cfg.MaxMemoryLimit)
+	if err != nil {
+		return nil, fmt.Errorf("new local sandbox: max memory limit: %w", err)
+	}
+	if defMem > maxMem {
+		return nil, fmt.Errorf("new local sandbox: the default memory limit %s is above the max memory limit %s",
+			cfg.DefaultMemoryLimit, cfg.MaxMemoryLimit)
+	}
+	if cfg.FirstUID <= 0 || cfg.UIDCount <= 0 || int64(cfg.FirstUID)+int64(cfg.UIDCount) > 1<<32-2 {
+		return nil, fmt.Errorf("new local sandbox: uid range %d+%d: want a first uid above 0 and a count above 0 within 32 bits",
+			cfg.FirstUID, cfg.UIDCount)
+	}
+	if cfg.CPUQuota < 0.01 {
+		return nil, fmt.Errorf("new local sandbox: cpu quota %v is below 0.01 of a core", cfg.CPUQuota)
 	}
 	l := &Local{
 		cfg:    cfg,
 		log:    log.Named("sandbox.local"),
 		live:   map[*localContainer]struct{}{},
 		setUID: os.Geteuid() == 0,
+		maxMem: maxMem,
 	}
 	// Before the first sandbox starts: no descriptor of the server may reach one.
 	if err := closeOnExecInherited(); err != nil {
@@ -169,27 +208,18 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 			return nil, fmt.Errorf("new local sandbox: %w", err)
 		}
 	}
-	if err := l.prepareWorkDir(); err != nil {
+	if err := l.setUp(); err != nil {
+		l.tearDown()
 		return nil, fmt.Errorf("new local sandbox: %w", err)
-	}
-	if err := l.probe(); err != nil {
-		l.removeWorkDir()
-		return nil, fmt.Errorf("new local sandbox: %w", err)
-	}
-	if !cfg.UnsafeNoIsolation {
-		if l.cgroups, err = newCgroupParents(cfg.Cgroups); err != nil {
-			l.removeWorkDir()
-			return nil, fmt.Errorf("new local sandbox: %w", err)
-		}
 	}
 	if l.cgroups != nil {
-		l.log.Info("containers get their own cgroups", zap.String("under", l.cgroups.describe()))
+		l.log.Info("containers get their own cgroups", zap.String("under", l.cgroups.describe()),
+			zap.Bool("cpu_quota", l.cgroups.cpu), zap.Float64("cpus", cfg.CPUQuota))
 	} else if !cfg.UnsafeNoIsolation {
 		l.log.Info("no writable cgroup hierarchy: containers are limited by rlimits only")
 	}
-	l.args = l.bwrapArgs(false)
-	if l.setUID {
-		l.log.Info("containers run as a dedicated host uid", zap.Int("uid", cfg.UID), zap.Int("gid", cfg.GID))
+	if l.setUID && l.isolated() {
+		l.log.Info("containers run as host uids of their own", zap.Int("first_uid", cfg.FirstUID), zap.Int("uid_count", cfg.UIDCount))
 	} else if !cfg.UnsafeNoIsolation {
 		l.log.Warn("server is not root: containers run as the server's own host uid, isolated by namespaces only")
 	}
@@ -197,6 +227,68 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 		l.log.Warn("sandbox isolation is OFF (unsafe_no_isolation): code runs with the server's rights")
 	}
 	return l, nil
+}
+
+// setUp registers the Local in the state directory (sweeping what dead ones left), prepares the
+// work directory, runs the probe and makes the cgroups. tearDown undoes what it did.
+func (l *Local) setUp() error {
+	var err error
+	if l.state, err = openState(l.cfg.StateDir); err != nil {
+		return err
+	}
+	if n := l.state.sweep(l.log); n > 0 {
+		l.log.Info("removed what sandbox backends that did not shut down left", zap.Int("backends", n))
+	}
+	l.uids = newUIDPool(l.cfg.FirstUID, l.cfg.UIDCount, l.state.uids)
+	if err := l.prepareWorkDir(); err != nil {
+		return err
+	}
+	if err := l.recordState(); err != nil {
+		return err
+	}
+	if err := l.probe(); err != nil {
+		return err
+	}
+	if l.isolated() {
+		if l.cgroups, err = newCgroupParents(l.cfg.Cgroups, l.state.id, l.cfg.CPUQuota > 0); err != nil {
+			return err
+		}
+		if err := l.recordState(); err != nil {
+			return err
+		}
+		// No container reads the work directory: what they need is copied in.
+		if err := os.Chmod(l.workDir, 0o700); err != nil {
+			return fmt.Errorf("make work dir private: %w", err)
+		}
+	}
+	if l.shared, err = l.listShared(); err != nil {
+		return err
+	}
+	l.args = l.bwrapArgs(false)
+	return nil
+}
+
+// recordState records the work directory and cgroups the Local made.
+func (l *Local) recordState() error {
+	var info stateInfo
+	if l.ownWork {
+		info.WorkDir = l.workDir
+	}
+	if l.cgroups != nil {
+		info.Cgroups = slices.Clone(l.cgroups.dirs)
+	}
+	return l.state.record(info)
+}
+
+// tearDown removes the cgroups and work directory and ends the registration.
+func (l *Local) tearDown() {
+	if l.cgroups != nil {
+		l.cgroups.remove()
+	}
+	l.removeWorkDir()
+	if l.state != nil {
+		l.state.close()
+	}
 }
 
 func setDefaults(cfg *LocalConfig) {
@@ -227,8 +319,20 @@ func setDefaults(cfg *LocalConfig) {
 	if cfg.TmpBytes <= 0 {
 		cfg.TmpBytes = 64 << 20
 	}
-	if cfg.UID == 0 && cfg.GID == 0 {
-		cfg.UID, cfg.GID = 65534, 65534
+	if cfg.FirstUID == 0 {
+		cfg.FirstUID = 1_000_000_000
+	}
+	if cfg.UIDCount == 0 {
+		cfg.UIDCount = 65536
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = defaultStateDir()
+	}
+	if cfg.MaxMemoryLimit == "" {
+		cfg.MaxMemoryLimit = formatMemory(defaultMaxMemory())
+	}
+	if cfg.CPUQuota == 0 {
+		cfg.CPUQuota = 1
 	}
 	if cfg.InterruptGrace <= 0 {
 		cfg.InterruptGrace = 2 * time.Second
@@ -247,6 +351,44 @@ func (l *Local) ResolveSpec(spec Spec) Spec {
 		spec.MemoryLimit = formatMemory(n)
 	}
 	return spec
+}
+
+// CheckSpec reports whether a container of spec may be created: its memory limit must be a
+// size within MaxMemoryLimit. An error matches ErrInvalidSpec.
+func (l *Local) CheckSpec(spec Spec) error {
+	_, err := l.memoryOf(spec)
+	return err
+}
+
+// memoryOf returns the memory of a container of spec.
+func (l *Local) memoryOf(spec Spec) (int64, error) {
+	mem := spec.MemoryLimit
+	if mem == "" {
+		mem = l.cfg.DefaultMemoryLimit
+	}
+	n, err := parseMemory(mem)
+	if err != nil {
+		return 0, &SpecError{Field: "memory_limit", Value: spec.MemoryLimit, Reason: "not a size such as 1g"}
+	}
+	if n > l.maxMem {
+		return 0, &SpecError{Field: "memory_limit", Value: spec.MemoryLimit,
+			Reason: "above the largest this server allows, " + formatMemory(l.maxMem)}
+	}
+	return n, nil
+}
+
+// defaultMaxMemory is the smaller of 64 GiB and the host's RAM.
+func defaultMaxMemory() int64 {
+	limit := int64(64 << 30)
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err == nil && si.Totalram > 0 {
+		ram := int64(si.Totalram) * int64(max(si.Unit, 1))
+		ram &^= 1<<20 - 1 // whole MiB, so that the size has a short form
+		if ram > 0 {
+			limit = min(limit, ram)
+		}
+	}
+	return limit
 }
 
 func (l *Local) prepareWorkDir() error {
@@ -276,12 +418,6 @@ func (l *Local) prepareWorkDir() error {
 	for name, body := range map[string]string{"passwd": passwd, "group": group} {
 		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(body), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", name, err)
-		}
-	}
-	if l.setUID && !l.cfg.UnsafeNoIsolation {
-		// The probe writes the font cache as the sandbox user.
-		if err := os.Chown(filepath.Join(dir, "mpl"), l.cfg.UID, l.cfg.GID); err != nil {
-			return fmt.Errorf("make work dir: %w", err)
 		}
 	}
 	return nil
@@ -315,7 +451,22 @@ const bootstrap = "import marshal,sys;exec(marshal.loads(bytes.fromhex(sys.argv[
 // driver with the containers' interpreter.
 func (l *Local) probe() error {
 	script := probeScript
+	uid := os.Geteuid()
+	mpl := filepath.Join(l.workDir, "mpl")
+	if l.setUID && l.isolated() {
+		var err error
+		if uid, err = l.uids.take(); err != nil {
+			return fmt.Errorf("start a test sandbox: %w", err)
+		}
+		defer l.uids.give(uid) // the probe's processes are gone once Run returns (see below)
+		// The probe writes the font cache as its uid; the cache is the server's afterwards.
+		if err := os.Chown(mpl, uid, uid); err != nil {
+			return fmt.Errorf("start a test sandbox: %w", err)
+		}
+		defer func() { _ = os.Chown(mpl, 0, 0) }()
+	}
 	var cmd *exec.Cmd
+	var infoR, infoW *os.File // bubblewrap's --info-fd
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if l.bwrap == "" {
@@ -333,14 +484,33 @@ func (l *Local) probe() error {
 			return err
 		}
 		defer sp.Close()
-		cmd.ExtraFiles = []*os.File{nil, nil, nil, sp} // fd 6, as for containers
+		if infoR, infoW, err = os.Pipe(); err != nil {
+			return fmt.Errorf("start a test sandbox: %w", err)
+		}
+		defer infoR.Close()
+		defer infoW.Close()
+		cmd.ExtraFiles = []*os.File{nil, nil, nil, sp, infoW} // fds 6 and 7, as for containers
 	}
-	cmd.SysProcAttr = l.sysProcAttr()
+	cmd.SysProcAttr = l.sysProcAttr(uid)
 	var out, errb bytes.Buffer
 	cmd.Stdin = strings.NewReader(driverSource)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		initFD := -1
+		if infoR != nil {
+			infoW.Close()
+			_, initFD, _ = openInit(infoR)
+		}
+		err = cmd.Wait()
+		if initFD >= 0 {
+			// bubblewrap's monitor may exit before its init: then the init is this process's
+			// to reap (when it is PID 1 or a subreaper).
+			_ = reapInit(ctx, initFD)
+			unix.Close(initFD)
+		}
+	}
 	_, report, ok := strings.Cut(out.String(), "probe:")
 	if err != nil || !ok {
 		return fmt.Errorf("start a test sandbox (%s): %v: %s", cmd.Path, err, strings.TrimSpace(errb.String()))
@@ -361,10 +531,12 @@ func (l *Local) probe() error {
 	})
 }
 
-func (l *Local) sysProcAttr() *syscall.SysProcAttr {
+// sysProcAttr is how a container's first process starts: as uid (and the same gid) when the
+// server is root.
+func (l *Local) sysProcAttr(uid int) *syscall.SysProcAttr {
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if l.setUID && l.bwrap != "" {
-		attr.Credential = &syscall.Credential{Uid: uint32(l.cfg.UID), Gid: uint32(l.cfg.GID), Groups: []uint32{}}
+		attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	}
 	return attr
 }
@@ -442,10 +614,12 @@ func (l *Local) bwrapArgs(probe bool) []string {
 		"/etc/ld.so.conf.d", "/etc/matplotlibrc", "/etc/fonts", "/etc/localtime", "/etc/mime.types"} {
 		a = append(a, "--ro-bind-try", p, p)
 	}
-	a = append(a,
-		"--ro-bind", filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd",
-		"--ro-bind", filepath.Join(l.workDir, "etc", "group"), "/etc/group",
-	)
+	if probe {
+		a = append(a,
+			"--ro-bind", filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd",
+			"--ro-bind", filepath.Join(l.workDir, "etc", "group"), "/etc/group",
+		)
+	}
 	if prefix := pythonPrefix(l.python); prefix != "" {
 		a = append(a, "--ro-bind", prefix, prefix)
 	}
@@ -460,28 +634,75 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	a = append(a, "--tmpfs", "/tmp")
 	a = append(a, size(l.cfg.DataBytes)...)
 	a = append(a, "--tmpfs", dataDir)
-	mpl := filepath.Join(l.workDir, "mpl")
 	if probe {
-		a = append(a, "--bind", mpl, mplDir)
-	} else if entries, err := os.ReadDir(mpl); err == nil {
-		for _, e := range entries {
-			if e.Type().IsRegular() {
-				a = append(a, "--ro-bind", filepath.Join(mpl, e.Name()), mplDir+"/"+e.Name())
-			}
+		a = append(a, "--bind", filepath.Join(l.workDir, "mpl"), mplDir)
+	} else {
+		// Copies, not binds: a bind would show its host path in /proc/self/mountinfo.
+		for i, f := range l.shared {
+			a = append(a, "--perms", "0444", "--file", strconv.Itoa(sharedFD+i), f.dest)
 		}
 	}
+	// The init (PID 1, bubblewrap's reaper) runs as the code's uid: its /proc entry would let the
+	// code write its memory (/proc/1/mem) and, say, clear its parent-death signal, so that the
+	// container outlived the server. An empty read-only directory hides it.
+	a = append(a, "--tmpfs", "/proc/1", "--remount-ro", "/proc/1")
 	a = append(a, "--chdir", dataDir, "--remount-ro", "/dev", "--remount-ro", "/")
 	if l.seccomp != nil {
 		a = append(a, "--seccomp", "6")
 	}
+	a = append(a, "--info-fd", "7")
 	if !probe {
-		a = append(a, "--info-fd", "7")
 		if l.cgroups != nil {
 			// The sandbox waits, before it starts anything, until it is in its cgroup.
 			a = append(a, "--block-fd", "8")
 		}
 	}
 	return a
+}
+
+// sharedFD is the first descriptor of the shared files copied into each container; 3-8 are the
+// protocol pipes, the seccomp filter and bubblewrap's info and block descriptors.
+const sharedFD = 9
+
+// sharedFile is a host file of the work directory copied into every container.
+type sharedFile struct {
+	host, dest string
+}
+
+// listShared returns the work directory's files every container gets a copy of: the passwd and
+// group files naming the sandbox user, and matplotlib's font cache.
+func (l *Local) listShared() ([]sharedFile, error) {
+	files := []sharedFile{
+		{filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd"},
+		{filepath.Join(l.workDir, "etc", "group"), "/etc/group"},
+	}
+	mpl := filepath.Join(l.workDir, "mpl")
+	entries, err := os.ReadDir(mpl)
+	if err != nil {
+		return nil, fmt.Errorf("list font cache: %w", err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			files = append(files, sharedFile{filepath.Join(mpl, e.Name()), mplDir + "/" + e.Name()})
+		}
+	}
+	return files, nil
+}
+
+// openShared opens the shared files for one container start; the caller closes them.
+func (l *Local) openShared() ([]*os.File, error) {
+	out := make([]*os.File, 0, len(l.shared))
+	for _, f := range l.shared {
+		fh, err := os.Open(f.host)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, fmt.Errorf("open shared file: %w", err)
+		}
+		out = append(out, fh)
+	}
+	return out, nil
 }
 
 // readProbe takes the compiled driver from the probe's report.
@@ -546,11 +767,7 @@ func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
 // Delete. It fails with ErrUnavailable when the container cannot be started, and with
 // ErrClosed after Close.
 func (l *Local) Create(ctx context.Context, spec Spec) (Container, error) {
-	mem := spec.MemoryLimit
-	if mem == "" {
-		mem = l.cfg.DefaultMemoryLimit
-	}
-	memBytes, err := parseMemory(mem)
+	memBytes, err := l.memoryOf(spec)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -583,10 +800,7 @@ func (l *Local) Close() error {
 	}
 	l.wg.Wait()
 	if first {
-		if l.cgroups != nil {
-			l.cgroups.remove()
-		}
-		l.removeWorkDir()
+		l.tearDown()
 	}
 	return nil
 }

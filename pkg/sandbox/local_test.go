@@ -440,8 +440,14 @@ func TestNewLocalNeedsBubblewrap(t *testing.T) {
 	assert.Contains(t, err.Error(), "bubblewrap", "the error names the problem")
 	assert.Contains(t, err.Error(), "unsafe_no_isolation", "the error names the way out")
 
-	_, err = NewLocal(LocalConfig{UID: 0, GID: 5}, zaptest.NewLogger(t))
-	assert.Error(t, err, "uid 0 is refused")
+	_, err = NewLocal(LocalConfig{FirstUID: -5}, zaptest.NewLogger(t))
+	assert.Error(t, err, "a negative first uid is refused")
+	_, err = NewLocal(LocalConfig{FirstUID: 1 << 32}, zaptest.NewLogger(t))
+	assert.Error(t, err, "a uid range beyond 32 bits is refused")
+	_, err = NewLocal(LocalConfig{DefaultMemoryLimit: "4g", MaxMemoryLimit: "2g"}, zaptest.NewLogger(t))
+	assert.Error(t, err, "a default memory limit above the max is refused")
+	_, err = NewLocal(LocalConfig{CPUQuota: -1}, zaptest.NewLogger(t))
+	assert.Error(t, err, "a negative cpu quota is refused")
 	_, err = NewLocal(LocalConfig{DefaultMemoryLimit: "much"}, zaptest.NewLogger(t))
 	assert.Error(t, err, "an invalid default memory limit is refused")
 }

@@ -33,6 +33,7 @@ func sharedLocal(t testing.TB) *Local {
 }
 
 func TestMain(m *testing.M) {
+	runHelper() // exits when the binary runs as a helper process
 	code := m.Run()
 	if shared.l != nil {
 		if err := shared.l.Close(); err != nil {

@@ -70,6 +70,10 @@ type (
 	specResolver interface {
 		ResolveSpec(Spec) Spec
 	}
+	// specChecker refuses Specs a provider will not create (Local implements it).
+	specChecker interface {
+		CheckSpec(Spec) error
+	}
 	// aliveChecker reports whether a container is still running (Local's containers do), so
 	// a container that died in the pool is not handed out.
 	aliveChecker interface {
@@ -235,6 +239,16 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 	e.leases++
 	e.lastUsed = now
 	return &Lease{m: m, key: e.key, e: e}, nil
+}
+
+// CheckSpec reports whether the provider would create a container of spec: an error matching
+// ErrInvalidSpec (a *SpecError) is the client's mistake, as an invalid memory_limit is, to be
+// refused before anything runs. A provider that checks nothing accepts every Spec.
+func (m *Manager) CheckSpec(spec Spec) error {
+	if c, ok := m.p.(specChecker); ok {
+		return c.CheckSpec(spec)
+	}
+	return nil
 }
 
 // Known reports whether containerID was issued to identity and is still alive.

@@ -8,10 +8,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestMarshalRoundTrip(t *testing.T) {
@@ -252,6 +254,41 @@ func TestParseMemory(t *testing.T) {
 	}
 }
 
+// runSeccomp interprets the filter's classic BPF for one system call, as the kernel would.
+func runSeccomp(t *testing.T, prog []byte, arch uint32, nr int, arg0 uint64) uint32 {
+	t.Helper()
+	var data [64]byte // struct seccomp_data
+	binary.NativeEndian.PutUint32(data[seccompOff:], uint32(nr))
+	binary.NativeEndian.PutUint32(data[seccompArc:], arch)
+	binary.NativeEndian.PutUint64(data[16:], arg0)
+	var acc uint32
+	for pc := 0; pc < len(prog)/8; pc++ {
+		b := prog[8*pc:]
+		code, jt, jf, k := binary.NativeEndian.Uint16(b), b[2], b[3], binary.NativeEndian.Uint32(b[4:])
+		switch code {
+		case bpfLdWAbs:
+			require.LessOrEqual(t, int(k)+4, len(data), "load at %d inside seccomp_data", k)
+			acc = binary.NativeEndian.Uint32(data[k:])
+		case bpfJeqK, bpfJgeK:
+			taken := acc == k
+			if code == bpfJgeK {
+				taken = acc >= k
+			}
+			if taken {
+				pc += int(jt)
+			} else {
+				pc += int(jf)
+			}
+		case bpfRetK:
+			return k
+		default:
+			t.Fatalf("instruction %d: unknown opcode %#x", pc, code)
+		}
+	}
+	t.Fatalf("the filter ran off its end for call %d", nr)
+	return 0
+}
+
 func TestSeccompProgram(t *testing.T) {
 	prog, err := seccompProgram()
 	require.NoError(t, err, "build")
@@ -260,22 +297,39 @@ func TestSeccompProgram(t *testing.T) {
 		return
 	}
 	require.Zero(t, len(prog)%8, "whole instructions")
-	n := len(prog) / 8
-	insn := func(i int) (code uint16, jt, jf uint8, k uint32) {
-		b := prog[8*i:]
-		return binary.NativeEndian.Uint16(b), b[2], b[3], binary.NativeEndian.Uint32(b[4:])
+	eperm := uint32(seccompRetErrno | uint32(syscall.EPERM))
+	noFamily := uint32(seccompRetErrno | uint32(syscall.EAFNOSUPPORT))
+	for _, nr := range seccompDenied() {
+		assert.Equal(t, eperm, runSeccomp(t, prog, seccompArch, nr, 0), "denied call %d fails with EPERM", nr)
 	}
-	_, _, _, k := insn(n - 2)
-	assert.Equal(t, uint32(seccompRetAllow), k, "allow everything not denied")
-	_, _, _, k = insn(n - 1)
-	assert.Equal(t, uint32(seccompRetErrno|1), k, "denied calls fail with EPERM")
-	// Every conditional jump lands on the deny return.
-	denied := 0
-	for i := 4; i < n-2; i++ {
-		code, jt, _, _ := insn(i)
-		require.Contains(t, []uint16{bpfJeqK, bpfJgeK}, code, "instruction %d is a check", i)
-		assert.Equal(t, n-1, i+1+int(jt), "instruction %d jumps to deny", i)
-		denied++
+	for _, nr := range []int{unix.SYS_READ, unix.SYS_WRITE, unix.SYS_OPENAT, unix.SYS_CLONE, unix.SYS_CONNECT} {
+		assert.Equal(t, uint32(seccompRetAllow), runSeccomp(t, prog, seccompArch, nr, 0), "call %d is allowed", nr)
 	}
-	assert.GreaterOrEqual(t, denied, len(seccompDenied()), "every denied call is checked")
+	assert.Equal(t, uint32(seccompRetKillProcess), runSeccomp(t, prog, seccompArch^1, unix.SYS_READ, 0),
+		"a foreign architecture kills the process")
+	if seccompX32Bit != 0 {
+		assert.Equal(t, eperm, runSeccomp(t, prog, seccompArch, seccompX32Bit|unix.SYS_READ, 0), "x32 calls are refused")
+	}
+	families := []struct {
+		name   string
+		family uint64
+		want   uint32
+	}{
+		{"AF_UNIX", unix.AF_UNIX, seccompRetAllow},
+		{"AF_INET", unix.AF_INET, seccompRetAllow},
+		{"AF_INET6", unix.AF_INET6, seccompRetAllow},
+		{"AF_UNIX with high bits set (the kernel reads an int)", 1<<32 | unix.AF_UNIX, seccompRetAllow},
+		{"AF_VSOCK", unix.AF_VSOCK, noFamily},
+		{"AF_NETLINK", unix.AF_NETLINK, noFamily},
+		{"AF_PACKET", unix.AF_PACKET, noFamily},
+		{"AF_ALG", unix.AF_ALG, noFamily},
+		{"AF_BLUETOOTH", unix.AF_BLUETOOTH, noFamily},
+		{"AF_UNSPEC", unix.AF_UNSPEC, noFamily},
+		{"AF_ROSE (11) with high bits set", 1<<32 | unix.AF_ROSE, noFamily},
+	}
+	for _, nr := range seccompSocketCalls() {
+		for _, f := range families {
+			assert.Equal(t, f.want, runSeccomp(t, prog, seccompArch, nr, f.family), "call %d with family %s", nr, f.name)
+		}
+	}
 }

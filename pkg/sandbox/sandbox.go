@@ -17,6 +17,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Errors a run or an acquire may return. Callers branch on them with errors.Is.
@@ -36,7 +37,26 @@ var (
 	ErrUnknownContainer = errors.New("unknown container")
 	// ErrClosed means the manager or container has been closed.
 	ErrClosed = errors.New("sandbox closed")
+	// ErrInvalidSpec means a container of the Spec asked for may not be created (a
+	// memory_limit that is not a size, or above the operator's cap): the caller's mistake. The
+	// error is a *SpecError.
+	ErrInvalidSpec = errors.New("invalid container spec")
 )
+
+// SpecError is a Spec that may not be created; it matches ErrInvalidSpec.
+type SpecError struct {
+	// Field is the Spec's field, as the APIs name it ("memory_limit").
+	Field string
+	// Value is the value asked for.
+	Value string
+	// Reason says what is wrong, for a client ("above the largest this server allows, 16g").
+	Reason string
+}
+
+func (e *SpecError) Error() string { return fmt.Sprintf("%s %q: %s", e.Field, e.Value, e.Reason) }
+
+// Is makes a SpecError match ErrInvalidSpec.
+func (e *SpecError) Is(target error) bool { return target == ErrInvalidSpec }
 
 // Result is what one run shows, as a notebook cell would.
 type Result struct {

@@ -30,3 +30,6 @@ func seccompDeniedCommon() []int {
 		unix.SYS_MEMFD_CREATE, unix.SYS_MEMFD_SECRET, unix.SYS_SHMGET, unix.SYS_MSGGET,
 	}
 }
+
+// seccompSocketCalls lists the calls whose first argument is a socket family.
+func seccompSocketCalls() []int { return []int{unix.SYS_SOCKET, unix.SYS_SOCKETPAIR} }

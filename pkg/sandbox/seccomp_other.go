@@ -10,3 +10,5 @@ const (
 func seccompDenied() []int { return nil }
 
 func seccompDeniedCommon() []int { return nil }
+
+func seccompSocketCalls() []int { return nil }

@@ -434,8 +434,13 @@ type Sandbox struct {
 	// output_limit_bytes caps, for one run, each of stdout, stderr, the last value, the error and
 	// the images together; the rest is cut with a visible truncation marker. Default 1048576.
 	OutputLimitBytes uint32 `protobuf:"varint,8,opt,name=output_limit_bytes,json=outputLimitBytes,proto3" json:"output_limit_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// max_memory_limit is the largest memory a container may have, whatever a request asks for: a
+	// request naming a larger container.memory_limit is refused as an invalid one is (400). A
+	// size such as "16g" (k, m, g, t: powers of 1024). Default: the smaller of 64g and the host's
+	// RAM. default_memory_limit must not exceed it.
+	MaxMemoryLimit string `protobuf:"bytes,10,opt,name=max_memory_limit,json=maxMemoryLimit,proto3" json:"max_memory_limit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -531,6 +536,13 @@ func (x *Sandbox) GetOutputLimitBytes() uint32 {
 	return 0
 }
 
+func (x *Sandbox) GetMaxMemoryLimit() string {
+	if x != nil {
+		return x.MaxMemoryLimit
+	}
+	return ""
+}
+
 // LocalSandbox configures the local bubblewrap backend.
 type LocalSandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -573,6 +585,30 @@ type LocalSandbox struct {
 	// read_only_paths lists more host paths made visible read-only at the same place in every
 	// container (for example a directory of extra Python packages).
 	ReadOnlyPaths []string `protobuf:"bytes,12,rep,name=read_only_paths,json=readOnlyPaths,proto3" json:"read_only_paths,omitempty"`
+	// first_uid and uid_count are the host uids (and gids, the same numbers) that containers run
+	// as when the server runs as root: each live container has one of its own, so per-user kernel
+	// limits (inotify instances and watches, pending signals, message queues, the process count)
+	// are not shared between containers. They must belong to no user of the host. Defaults
+	// 1000000000 and 65536 (1000000000-1000065535); at least max_containers + warm_pool_size + 1.
+	// A server that is not root runs every container as its own uid.
+	FirstUid uint32 `protobuf:"varint,13,opt,name=first_uid,json=firstUid,proto3" json:"first_uid,omitempty"`
+	UidCount uint32 `protobuf:"varint,14,opt,name=uid_count,json=uidCount,proto3" json:"uid_count,omitempty"`
+	// cpu_quota is the CPU time each container may use, in cores (0.5 = half a core, 2 = two
+	// cores), summed over all its processes, through the cpu cgroup controller where the server
+	// may use it (cgroup v1's cpu hierarchy, or a cgroup v2 directory delegating cpu). Default 1.
+	CpuQuota float64 `protobuf:"fixed64,15,opt,name=cpu_quota,json=cpuQuota,proto3" json:"cpu_quota,omitempty"`
+	// keep_background_processes lets processes a run started keep running after the run ended (a
+	// server the code starts in one run and queries in the next). By default every process of
+	// the container but its interpreter is killed when a run ends, so nothing burns CPU between
+	// requests. Default false.
+	KeepBackgroundProcesses bool `protobuf:"varint,16,opt,name=keep_background_processes,json=keepBackgroundProcesses,proto3" json:"keep_background_processes,omitempty"`
+	// state_dir is a host directory the servers of a host share: which container uids are in use
+	// (so that servers sharing it never give two containers one uid), and what each server made
+	// (work directory, cgroups), so that a server starting up removes what one that died without
+	// shutting down left, and kills what still runs in its cgroups. Servers that do not share it
+	// (separate containers) need uid ranges of their own. Default /run/codeinterp for root, else
+	// codeinterp-state-<uid> under the system temporary directory.
+	StateDir      string `protobuf:"bytes,17,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -691,6 +727,41 @@ func (x *LocalSandbox) GetReadOnlyPaths() []string {
 	return nil
 }
 
+func (x *LocalSandbox) GetFirstUid() uint32 {
+	if x != nil {
+		return x.FirstUid
+	}
+	return 0
+}
+
+func (x *LocalSandbox) GetUidCount() uint32 {
+	if x != nil {
+		return x.UidCount
+	}
+	return 0
+}
+
+func (x *LocalSandbox) GetCpuQuota() float64 {
+	if x != nil {
+		return x.CpuQuota
+	}
+	return 0
+}
+
+func (x *LocalSandbox) GetKeepBackgroundProcesses() bool {
+	if x != nil {
+		return x.KeepBackgroundProcesses
+	}
+	return false
+}
+
+func (x *LocalSandbox) GetStateDir() string {
+	if x != nil {
+		return x.StateDir
+	}
+	return ""
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
@@ -733,7 +804,7 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x10max_output_bytes\x18\r \x01(\x04R\x0emaxOutputBytes\x12\x1d\n" +
 	"\n" +
 	"max_images\x18\x0e \x01(\rR\tmaxImages\x12+\n" +
-	"\x12max_calls_per_turn\x18\x0f \x01(\rR\x0fmaxCallsPerTurn\"\xe1\x03\n" +
+	"\x12max_calls_per_turn\x18\x0f \x01(\rR\x0fmaxCallsPerTurn\"\x8b\x04\n" +
 	"\aSandbox\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x128\n" +
 	"\x05local\x18\x02 \x01(\v2\".codeinterp.config.v1.LocalSandboxR\x05local\x12)\n" +
@@ -743,8 +814,10 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x0emax_containers\x18\x06 \x01(\rR\rmaxContainers\x12=\n" +
 	"\x1bmax_containers_per_identity\x18\t \x01(\rR\x18maxContainersPerIdentity\x120\n" +
 	"\x14default_memory_limit\x18\a \x01(\tR\x12defaultMemoryLimit\x12,\n" +
-	"\x12output_limit_bytes\x18\b \x01(\rR\x10outputLimitBytesB\x11\n" +
-	"\x0f_warm_pool_size\"\xb5\x03\n" +
+	"\x12output_limit_bytes\x18\b \x01(\rR\x10outputLimitBytes\x12(\n" +
+	"\x10max_memory_limit\x18\n" +
+	" \x01(\tR\x0emaxMemoryLimitB\x11\n" +
+	"\x0f_warm_pool_size\"\xe5\x04\n" +
 	"\fLocalSandbox\x12\x16\n" +
 	"\x06python\x18\x01 \x01(\tR\x06python\x12\x14\n" +
 	"\x05bwrap\x18\x02 \x01(\tR\x05bwrap\x12\x19\n" +
@@ -760,7 +833,12 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\acgroups\x18\n" +
 	" \x01(\tR\acgroups\x12B\n" +
 	"\x0finterrupt_grace\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0einterruptGrace\x12&\n" +
-	"\x0fread_only_paths\x18\f \x03(\tR\rreadOnlyPathsBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\x0fread_only_paths\x18\f \x03(\tR\rreadOnlyPaths\x12\x1b\n" +
+	"\tfirst_uid\x18\r \x01(\rR\bfirstUid\x12\x1b\n" +
+	"\tuid_count\x18\x0e \x01(\rR\buidCount\x12\x1b\n" +
+	"\tcpu_quota\x18\x0f \x01(\x01R\bcpuQuota\x12:\n" +
+	"\x19keep_background_processes\x18\x10 \x01(\bR\x17keepBackgroundProcesses\x12\x1b\n" +
+	"\tstate_dir\x18\x11 \x01(\tR\bstateDirBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
