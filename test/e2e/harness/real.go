@@ -115,11 +115,15 @@ func RequireEnvoy(t testing.TB) string {
 // RealEnvoy is an envoy process running a copy of the filter config's bootstrap pointed at
 // the test's servers.
 type RealEnvoy struct {
-	url string
+	url   string
+	admin string
 }
 
 // URL is the listener's base URL.
 func (r *RealEnvoy) URL() string { return r.url }
+
+// Admin is the admin endpoint's base URL, e.g. "http://127.0.0.1:41235" (/clusters, /stats).
+func (r *RealEnvoy) Admin() string { return r.admin }
 
 // Name is "real-envoy", as a [Front].
 func (r *RealEnvoy) Name() string { return "real-envoy" }
@@ -178,16 +182,16 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 			t.Logf("real envoy output:\n%s", logs.String())
 		}
 	})
-	addr, err := waitReady(adminPath, exited)
+	addr, admin, err := waitReady(adminPath, exited)
 	if err != nil {
 		t.Fatalf("real envoy: %v\n%s", err, logs.String())
 	}
-	return &RealEnvoy{url: "http://" + addr}
+	return &RealEnvoy{url: "http://" + addr, admin: admin}
 }
 
 // waitReady polls the admin endpoint until Envoy is ready, then returns the ingress
-// listener's bound address.
-func waitReady(adminPath string, exited <-chan error) (string, error) {
+// listener's bound address and the admin endpoint's base URL.
+func waitReady(adminPath string, exited <-chan error) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), realStartTimeout)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}
@@ -197,9 +201,9 @@ func waitReady(adminPath string, exited <-chan error) (string, error) {
 	for {
 		select {
 		case err := <-exited:
-			return "", fmt.Errorf("envoy exited during start-up: %v", err)
+			return "", "", fmt.Errorf("envoy exited during start-up: %v", err)
 		case <-ctx.Done():
-			return "", errors.New("envoy not ready in time")
+			return "", "", errors.New("envoy not ready in time")
 		case <-tick.C:
 		}
 		admin, err := os.ReadFile(adminPath)
@@ -215,7 +219,8 @@ func waitReady(adminPath string, exited <-chan error) (string, error) {
 		if resp.StatusCode != http.StatusOK {
 			continue
 		}
-		return listenerAddress(client, base)
+		addr, err := listenerAddress(client, base)
+		return addr, base, err
 	}
 }
 
@@ -297,9 +302,13 @@ func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) 
 	in.HCMAny.TypeUrl, in.HCMAny.Value = hcm.GetTypeUrl(), hcm.GetValue()
 
 	extProcCluster := cfg.Filter.GetGrpcService().GetEnvoyGrpc().GetClusterName()
-	extProcAddr, err := envoyAddress(o.ExtProcAddr)
-	if err != nil {
-		return nil, fmt.Errorf("ext_proc address: %w", err)
+	var extProcAddrs []*corev3.Address
+	for _, a := range append([]string{o.ExtProcAddr}, o.ExtProcReplicas...) {
+		addr, err := envoyAddress(a)
+		if err != nil {
+			return nil, fmt.Errorf("ext_proc address %q: %w", a, err)
+		}
+		extProcAddrs = append(extProcAddrs, addr)
 	}
 	u, err := url.Parse(o.Upstream)
 	if err != nil || u.Scheme != "http" {
@@ -310,19 +319,23 @@ func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) 
 		return nil, fmt.Errorf("upstream address: %w", err)
 	}
 	for _, c := range b.GetStaticResources().GetClusters() {
-		addr := upAddr
+		addrs := []*corev3.Address{upAddr}
 		if c.GetName() == extProcCluster {
-			addr = extProcAddr
+			addrs = extProcAddrs
 		} else {
 			c.TransportSocket = nil
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 		c.DnsLookupFamily = clusterv3.Cluster_AUTO
+		var eps []*endpointv3.LbEndpoint
+		for _, addr := range addrs {
+			eps = append(eps, &endpointv3.LbEndpoint{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}},
+			})
+		}
 		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{
 			ClusterName: c.GetName(),
-			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}},
-			}}}},
+			Endpoints:   []*endpointv3.LocalityLbEndpoints{{LbEndpoints: eps}},
 		}
 	}
 	if err := envoy.Validate(b); err != nil {
