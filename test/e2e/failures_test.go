@@ -182,8 +182,8 @@ func TestServerDrainsOnSIGTERM(t *testing.T) {
 			e := apiError(t, err, "grace")
 			assert.GreaterOrEqual(t, e.StatusCode, 500, "grace: the front answers with a 5xx (%s)", errorView(e))
 			exit := srv.wait(t, clientBound)
-			t.Logf("%s: SIGTERM, grace %v over: HTTP %d after %v, server exited %v after SIGTERM: %s", front.Name(), grace,
-				e.StatusCode, answered.Round(time.Millisecond), time.Since(termed).Round(time.Millisecond), errorView(e))
+			t.Logf("%s: SIGTERM, grace %v over: answered %v after SIGTERM, server exited after %v:\n%s", front.Name(), grace,
+				answered.Round(time.Millisecond), time.Since(termed).Round(time.Millisecond), e.DumpResponse(true))
 			assert.Equal(t, 0, exit, "grace: exit status")
 			assert.Contains(t, srv.output(), "grace period over", "grace: the server says it ended open streams")
 			assert.Len(t, m.since(mark), 1, "grace: no follow-up model call after the loop was ended")

@@ -74,35 +74,53 @@ func TestHealthCheckedReplicas(t *testing.T) {
 	}
 
 	b := serveReplica(t, lisB, envoy.URL(), secret)
+	upAt := time.Now()
 	waitHealth(t, envoy.Admin(), map[string]bool{lisA.Addr().String(): true, lisB.Addr().String(): true}, "both up")
+	t.Logf("Envoy saw B healthy %v after it started serving", time.Since(upAt).Round(time.Millisecond))
 
 	// A drains: NOT_SERVING at once, its open loop held at the model.
 	var drained error
 	var drainWG sync.WaitGroup
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 2*healthBound+clientBound)
 	defer cancelDrain()
+	drainAt := time.Now()
 	drainWG.Go(func() { drained = a.svc.Shutdown(drainCtx) })
 	defer drainWG.Wait()
 	defer releaseHeld() // on failure: A's drain waits for the held call
 	waitHealth(t, envoy.Admin(), map[string]bool{lisA.Addr().String(): false, lisB.Addr().String(): true}, "A draining")
+	t.Logf("Envoy saw the draining A unhealthy %v after its Shutdown began", time.Since(drainAt).Round(time.Millisecond))
 
-	// Every new request now goes to B.
-	streamsA, streamsB := a.streams(t), b.streams(t)
+	// Every new request now goes to B. Envoy 1.40 flags the host /failed_active_hc in its admin
+	// view at the first failed check, but its load balancer keeps sending to it until
+	// unhealthy_threshold checks have failed (a few seconds): a batch must land on B whole
+	// within healthBound.
 	const n = 4
-	for i := range n {
-		m.script(chatPath, chatReply(usage(1, 1), "B answers."))
-		chat, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
-			Model:    testModel,
-			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("who answers? " + strconv.Itoa(i))},
-		})
-		require.NoError(t, err, "request %d while A drains", i)
-		require.Len(t, chat.Choices, 1, "request %d while A drains: choices", i)
-		assert.Equal(t, "B answers.", chat.Choices[0].Message.Content, "request %d while A drains", i)
+	deadline := time.Now().Add(healthBound)
+	for batch := 0; ; batch++ {
+		streamsA, streamsB := a.streams(t), b.streams(t)
+		for i := range n {
+			m.script(chatPath, chatReply(usage(1, 1), "Answered."))
+			chat, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+				Model:    testModel,
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("who answers? " + strconv.Itoa(i))},
+			})
+			require.NoError(t, err, "batch %d request %d while A drains", batch, i)
+			require.Len(t, chat.Choices, 1, "batch %d request %d while A drains: choices", batch, i)
+			assert.Equal(t, "Answered.", chat.Choices[0].Message.Content, "batch %d request %d while A drains", batch, i)
+		}
+		// A stream is counted when it ends, which may come just after the client has its answer.
+		for a.streams(t)+b.streams(t) < streamsA+streamsB+n {
+			require.True(t, time.Now().Before(deadline), "batch %d: every stream of the batch ends", batch)
+			time.Sleep(10 * time.Millisecond)
+		}
+		if a.streams(t) == streamsA {
+			assert.Equal(t, streamsB+n, b.streams(t), "batch %d: every request's stream went to B", batch)
+			t.Logf("batch %d of %d requests all went to B, %v after A's Shutdown began", batch, n, time.Since(drainAt).Round(time.Millisecond))
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "a batch of %d new requests goes wholly to B, not to the draining A (last batch: A got %v)",
+			n, a.streams(t)-streamsA)
 	}
-	// A stream is counted when it ends, which may come just after the client has its answer.
-	assert.Eventually(t, func() bool { return b.streams(t) == streamsB+n }, healthBound, 10*time.Millisecond,
-		"every new request's stream goes to B (B had %v, has %v)", streamsB, b.streams(t))
-	assert.Equal(t, streamsA, a.streams(t), "no new stream reaches the draining replica A")
 
 	// A's open loop finishes, and then A stops.
 	releaseHeld()
