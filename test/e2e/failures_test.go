@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -116,7 +118,7 @@ func TestServerDrainsOnSIGTERM(t *testing.T) {
 
 			marker := "e2e-drain-" + front.Name()[:1]
 			m.script(responsesPath,
-				responsesReply(usage(1, 1), runCode("call_drain", sleepyCode(marker, 5))),
+				responsesReply(usage(1, 1), runCode("call_drain", sleepyCode(marker, 8))),
 				responsesReply(usage(1, 1), fakemodel.Message("Done after the drain.")))
 			done := request(t, t.Context(), client, ask("sleep, then answer"))
 			waitMarked(t, marker, done, "drain")
@@ -142,6 +144,23 @@ func TestServerDrainsOnSIGTERM(t *testing.T) {
 			require.NoError(t, err, "drain: a request arriving during the drain")
 			require.Len(t, chat.Choices, 1, "drain: choices of the request arriving during the drain")
 			assert.Equal(t, "Still here.", chat.Choices[0].Message.Content, "drain: the answer to the request arriving during the drain")
+			if real, ok := front.(*harness.RealEnvoy); ok {
+				// Envoy's health checks flag the lone replica unhealthy; with no healthy host
+				// left, its load balancer (panic mode, the default healthy_panic_threshold)
+				// still sends to it, and the draining server still serves.
+				waitHealth(t, real.Admin(), map[string]bool{addr: false}, "drain")
+				panics := envoyStat(t, real.Admin(), "cluster.codeinterp_ext_proc.lb_healthy_panic")
+				m.script(chatPath, chatReply(usage(1, 1), "Still here, unhealthy."))
+				chat, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+					Model:    testModel,
+					Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("and now?")},
+				})
+				require.NoError(t, err, "drain: a request to the lone replica flagged unhealthy")
+				require.Len(t, chat.Choices, 1, "drain: choices of the request to the replica flagged unhealthy")
+				assert.Equal(t, "Still here, unhealthy.", chat.Choices[0].Message.Content, "drain: the lone replica flagged unhealthy still serves")
+				assert.Greater(t, envoyStat(t, real.Admin(), "cluster.codeinterp_ext_proc.lb_healthy_panic"), panics,
+					"drain: Envoy chose the replica in panic mode")
+			}
 
 			select {
 			case err = <-done:
@@ -539,4 +558,21 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// envoyStat reads one counter or gauge from Envoy's admin /stats.
+func envoyStat(t *testing.T, admin, name string) int {
+	t.Helper()
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: transport, Timeout: 5 * time.Second}).Get(admin + "/stats?filter=^" + name + "$")
+	require.NoError(t, err, "admin /stats %s", name)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, "read admin /stats %s", name)
+	v, ok := strings.CutPrefix(strings.TrimSpace(string(body)), name+": ")
+	require.True(t, ok, "admin /stats has %s: %q", name, body)
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, "admin /stats %s value %q", name, v)
+	return n
 }
