@@ -162,6 +162,28 @@ func TestShippedBootstrapInvariants(t *testing.T) {
 	sa := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
 	assert.Equal(t, "127.0.0.1:50051", sa.GetAddress()+":"+itoa(sa.GetPortValue()), "ext_proc server address")
 
+	// The ext_proc cluster is health checked over gRPC, so Envoy stops sending to a replica
+	// that reports NOT_SERVING (codeinterp does from SIGTERM on) well within the server's
+	// shutdown_grace, and to one that is gone.
+	hcs := c.GetHealthChecks()
+	require.Len(t, hcs, 1, "cluster %s health_checks", extProcCluster)
+	hc := hcs[0]
+	require.NotNil(t, hc.GetGrpcHealthCheck(), "cluster %s health check is grpc_health_check", extProcCluster)
+	assert.Empty(t, hc.GetGrpcHealthCheck().GetServiceName(), "grpc_health_check service_name: codeinterp reports the server-wide status \"\"")
+	interval, timeout := hc.GetInterval().AsDuration(), hc.GetTimeout().AsDuration()
+	assert.Positive(t, timeout, "health check timeout")
+	assert.Less(t, timeout, interval, "health check timeout under its interval")
+	assert.Positive(t, hc.GetNoTrafficInterval().AsDuration(), "no_traffic_interval set (default 60s)")
+	assert.LessOrEqual(t, hc.GetNoTrafficInterval().AsDuration(), interval, "no_traffic_interval: a fresh replica is checked as often as a used one")
+	unhealthy := hc.GetUnhealthyThreshold().GetValue()
+	assert.GreaterOrEqual(t, unhealthy, uint32(2), "unhealthy_threshold: one lost check does not eject a replica")
+	assert.Equal(t, uint32(1), hc.GetHealthyThreshold().GetValue(), "healthy_threshold: one passing check brings a replica back")
+	// Worst case from NOT_SERVING to out of the load balancing: unhealthy_threshold checks,
+	// each up to interval plus jitter apart. It must fit the server's default grace.
+	ejection := time.Duration(unhealthy) * (interval + hc.GetIntervalJitter().AsDuration() + timeout)
+	assert.Less(t, ejection, config.DefaultShutdownGrace/2, "health checks eject a draining replica well within shutdown_grace")
+	assert.Nil(t, c.GetCommonLbConfig().GetHealthyPanicThreshold(), "healthy_panic_threshold stays the default: a lone draining replica is still used")
+
 	// The upstream model and the routes.
 	llm := Cluster(b, "llm")
 	require.NotNil(t, llm, "cluster llm")

@@ -88,7 +88,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	grace := cfg.GetShutdownGrace().AsDuration()
 	log.Info("shutting down", zap.Duration("grace", grace))
-	if err := svc.Shutdown(grace); err != nil {
+	graceCtx, cancelGrace := context.WithTimeout(context.Background(), grace)
+	err = svc.Shutdown(graceCtx)
+	cancelGrace()
+	if err != nil {
 		log.Warn("shutdown", zap.Error(err))
 	}
 	if serveErr == nil {

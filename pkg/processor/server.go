@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -55,6 +56,7 @@ type Options struct {
 }
 
 // Server is the ext_proc service. It is safe for concurrent use: every stream has its own state.
+// It tracks its live streams: [Server.Drain] waits for them to end, [Server.Close] ends them.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
@@ -69,7 +71,21 @@ type Server struct {
 	metrics    *Metrics
 	now        func() time.Time
 	pending    *pendingCalls
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	closed bool                     // Close was called: new streams are refused
+	live   map[*liveStream]struct{} // streams whose Process has not returned
+	idle   chan struct{}            // closed when live becomes empty; nil while nobody waits
 }
+
+// liveStream is one stream in Process, as the Server tracks it.
+type liveStream struct {
+	cancel context.CancelCauseFunc
+}
+
+// ErrShuttingDown is the cause of the context of a stream that [Server.Close] ended.
+var ErrShuttingDown = errors.New("codeinterp is shutting down")
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 
@@ -109,22 +125,40 @@ func New(o Options) (*Server, error) {
 		metrics:    metrics,
 		now:        now,
 		pending:    newPendingCalls(now),
+		live:       map[*liveStream]struct{}{},
 	}, nil
 }
 
 // Process serves one ext_proc stream, that is one HTTP request passing through Envoy. It returns
-// when Envoy closes the stream; io.EOF and cancellation are a normal end.
+// when Envoy closes the stream; io.EOF and cancellation are a normal end. A stream that
+// [Server.Close] ends (or that opens after it) fails with codes.Unavailable, so Envoy fails the
+// request (failure_mode_allow false) instead of taking a half-done loop for an answer.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	ls := &liveStream{cancel: cancel}
+	if !s.track(ls) {
+		return status.Error(codes.Unavailable, ErrShuttingDown.Error())
+	}
+	defer s.untrack(ls)
 	st := &streamState{
-		srv:     s,
-		ctx:     ctx,
-		send:    stream.Send,
+		srv: s,
+		ctx: ctx,
+		send: func(r *extprocv3.ProcessingResponse) error {
+			// Nothing a loop cut short by Close returns goes to Envoy.
+			if errors.Is(context.Cause(ctx), ErrShuttingDown) {
+				return ErrShuttingDown
+			}
+			return stream.Send(r)
+		},
 		profile: s.profileFor(ctx),
 	}
 	defer st.finish()
 	for {
 		req, err := stream.Recv()
+		if errors.Is(context.Cause(ctx), ErrShuttingDown) {
+			return status.Error(codes.Unavailable, ErrShuttingDown.Error())
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || ctx.Err() != nil {
 				return nil
@@ -132,12 +166,82 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return status.Errorf(status.Code(err), "receive: %v", err)
 		}
 		if err := st.handle(req); err != nil {
+			if errors.Is(context.Cause(ctx), ErrShuttingDown) {
+				return status.Error(codes.Unavailable, ErrShuttingDown.Error())
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
 			st.logger().Warn("stream failed", zap.Error(err))
 			return status.Errorf(codes.Internal, "%v", err)
 		}
+	}
+}
+
+// track adds ls to the live streams; it reports false, adding nothing, after Close.
+func (s *Server) track(ls *liveStream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.live[ls] = struct{}{}
+	return true
+}
+
+// untrack removes ls from the live streams, waking the waiters when none is left.
+func (s *Server) untrack(ls *liveStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.live, ls)
+	if len(s.live) == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// Live returns the number of streams being served.
+func (s *Server) Live() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live)
+}
+
+// Drain blocks until no stream is live, or until ctx is done (it then returns ctx's error).
+// Streams that open meanwhile are served and waited for too: a loop's follow-up calls come
+// back through Envoy as streams of their own, so refusing them would fail the loops Drain is
+// letting finish.
+func (s *Server) Drain(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if len(s.live) == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.idle == nil {
+			s.idle = make(chan struct{})
+		}
+		idle := s.idle
+		s.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return fmt.Errorf("drain streams: %w", ctx.Err())
+		}
+	}
+}
+
+// Close refuses new streams and ends every live one: its context is cancelled with
+// [ErrShuttingDown] (the loop stops, its sandbox run is interrupted, its ephemeral container is
+// deleted) and it fails with codes.Unavailable. It does not wait: a stream blocked receiving
+// from Envoy returns only when its gRPC transport closes (grpc.Server.Stop); [Server.Drain]
+// then waits for every stream to return. Idempotent.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for ls := range s.live {
+		ls.cancel(ErrShuttingDown)
 	}
 }
 

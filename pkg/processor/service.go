@@ -38,6 +38,7 @@ type ServiceOptions struct {
 // listener; Shutdown stops everything it started and deletes every sandbox.
 type Service struct {
 	grpc     *grpc.Server
+	srv      *Server
 	health   *health.Server
 	manager  *sandbox.Manager
 	engine   *loop.Engine
@@ -90,6 +91,7 @@ func NewService(o ServiceOptions) (*Service, error) {
 		s.closeParts()
 		return nil, err
 	}
+	s.srv = srv
 	s.grpc = grpc.NewServer(
 		// Envoy sends whole BUFFERED bodies in one message; grpc-go's 4 MiB default would fail them.
 		grpc.MaxRecvMsgSize(int(cfg.GetMaxRequestBytes())),
@@ -141,30 +143,76 @@ func (s *Service) Serving(ctx context.Context) bool {
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
-// Shutdown reports NOT_SERVING, lets open streams finish for up to grace, then closes the rest
-// (grpc-go's GracefulStop has no bound of its own, grpc-go #2448), and then deletes every
-// sandbox and closes the backend it owns. It returns when all of that is done. Idempotent.
-func (s *Service) Shutdown(grace time.Duration) error {
+// Shutdown stops the Service in order, bounded by ctx (the configured shutdown_grace):
+//
+//  1. gRPC health reports NOT_SERVING at once, so a health-checking Envoy stops sending new
+//     requests here (envoy/envoy.yaml's ext_proc cluster checks every few seconds);
+//  2. the live ext_proc streams are let finish while the server keeps accepting streams: a
+//     loop's follow-up model calls come back through Envoy as new streams, and refusing them
+//     (as grpc-go's GracefulStop does) would fail the very loops being let finish;
+//  3. once no stream is live, GracefulStop closes the listener and the connections;
+//  4. if ctx ends first, every live stream is ended (its loop cancelled, its sandbox run
+//     interrupted; Envoy gets codes.Unavailable and fails the request) and the gRPC server is
+//     stopped hard (GracefulStop has no bound of its own, grpc-go #2448), and Shutdown waits a
+//     bounded time for the streams' handlers to return;
+//  5. every sandbox is deleted and the backend the Service owns is closed.
+//
+// It returns when all of that is done, with an error if the grace ran out (ctx's error, wrapped)
+// or cleaning up failed. Idempotent: later calls return nil at once.
+func (s *Service) Shutdown(ctx context.Context) error {
 	var err error
-	s.shutdown.Do(func() {
-		s.health.Shutdown()
-		stopped := make(chan struct{})
-		go func() {
-			s.grpc.GracefulStop()
-			close(stopped)
-		}()
-		timer := time.NewTimer(grace)
-		select {
-		case <-stopped:
-			timer.Stop()
-		case <-timer.C:
-			s.log.Warn("grace period over; closing open streams", zap.Duration("grace", grace))
-			s.grpc.Stop()
-			<-stopped
-		}
-		err = s.closeParts()
-	})
+	s.shutdown.Do(func() { err = s.shutdownOnce(ctx) })
 	return err
+}
+
+// handlerWait bounds how long Shutdown waits, after the hard stop, for stream handlers to
+// return: a cancelled loop ends within the sandbox's interrupt grace.
+const handlerWait = 10 * time.Second
+
+func (s *Service) shutdownOnce(ctx context.Context) error {
+	s.health.Shutdown()
+	var errs []error
+	if !s.stopGracefully(ctx) {
+		errs = append(errs, fmt.Errorf("shutdown: grace over with %d streams live: %w", s.srv.Live(), ctx.Err()))
+		s.log.Warn("grace period over; ending open streams", zap.Int("streams", s.srv.Live()))
+		s.srv.Close()
+		s.grpc.Stop()
+		wait, cancel := context.WithTimeout(context.Background(), handlerWait)
+		err := s.srv.Drain(wait)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shutdown: stream handlers still running: %w", err))
+		}
+	}
+	if err := s.closeParts(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// stopGracefully lets the live streams finish, then stops the gRPC server gracefully, and
+// reports whether that was done before ctx ended. If ctx ends during the GracefulStop, it ends
+// the streams and stops the server hard itself, so no goroutine of its own is left when it
+// reports false.
+func (s *Service) stopGracefully(ctx context.Context) bool {
+	if err := s.srv.Drain(ctx); err != nil {
+		return false
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		return true
+	case <-ctx.Done():
+	}
+	// Stop closes every connection, which makes the pending GracefulStop return.
+	s.srv.Close()
+	s.grpc.Stop()
+	<-stopped
+	return false
 }
 
 // closeParts deletes every sandbox, closes the engine's connections and the owned backend.

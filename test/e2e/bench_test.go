@@ -147,7 +147,9 @@ func benchProcessor(b *testing.B) string {
 	served := make(chan error, 1)
 	go func() { served <- svc.Serve(lis.view()) }()
 	b.Cleanup(func() {
-		if err := svc.Shutdown(stopGrace); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		defer cancel()
+		if err := svc.Shutdown(stopCtx); err != nil {
 			b.Errorf("stop server: %v", err)
 		}
 		if err := <-served; err != nil {

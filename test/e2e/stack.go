@@ -8,6 +8,7 @@
 package e2e
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -152,7 +153,9 @@ func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 	transport := &http.Transport{MaxIdleConnsPerHost: 16}
 	t.Cleanup(func() {
 		transport.CloseIdleConnections()
-		if err := svc.Shutdown(stopGrace); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		defer cancel()
+		if err := svc.Shutdown(stopCtx); err != nil {
 			t.Errorf("e2e: stop the server: %v", err)
 		}
 		if err := <-served; err != nil {

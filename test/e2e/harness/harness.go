@@ -72,6 +72,10 @@ type Options struct {
 	// Upstream is the base URL of the upstream (the fake model), e.g. "http://127.0.0.1:8080".
 	// Every route's cluster goes there. Required.
 	Upstream string
+	// ExtProcReplicas are more ext_proc servers beside ExtProcAddr: [StartReal] puts them all
+	// in the ext_proc cluster (health checked as envoy/envoy.yaml says). The harness ignores
+	// them.
+	ExtProcReplicas []string
 
 	// Knobs overriding Config. Each applies only when set.
 

@@ -119,11 +119,15 @@ const EnvoyLogLevelEnv = "CODEINTERP_ENVOY_LOG_LEVEL"
 // RealEnvoy is an envoy process running a copy of the filter config's bootstrap pointed at
 // the test's servers.
 type RealEnvoy struct {
-	url string
+	url   string
+	admin string
 }
 
 // URL is the listener's base URL.
 func (r *RealEnvoy) URL() string { return r.url }
+
+// Admin is the admin endpoint's base URL, e.g. "http://127.0.0.1:41235" (/clusters, /stats).
+func (r *RealEnvoy) Admin() string { return r.admin }
 
 // Name is "real-envoy", as a [Front].
 func (r *RealEnvoy) Name() string { return "real-envoy" }
@@ -165,7 +169,7 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 				t.Logf("real envoy output (shared process; this test's part):\n%s", p.logs.From(mark))
 			}
 		})
-		return &RealEnvoy{url: p.url}
+		return &RealEnvoy{url: p.url, admin: p.admin}
 	}
 	p, err := launchReal(bin, t.TempDir(), js)
 	if err != nil {
@@ -177,7 +181,7 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 			t.Logf("real envoy output:\n%s", p.logs.String())
 		}
 	})
-	return &RealEnvoy{url: p.url}
+	return &RealEnvoy{url: p.url, admin: p.admin}
 }
 
 // RealPool shares real Envoys between the [StartReal] calls that set Options.Pool: one
@@ -261,9 +265,10 @@ func (p *RealPool) Close() error {
 // RealProcess is one envoy process, started by [StartReal], a [RealPool] or [LaunchReal]. Its
 // methods are safe for concurrent use.
 type RealProcess struct {
-	cmd  *exec.Cmd
-	url  string
-	logs *syncBuffer
+	cmd   *exec.Cmd
+	url   string
+	admin string
+	logs  *syncBuffer
 	// done is closed once the process exited and was waited for; waitErr is cmd.Wait's result,
 	// set before done is closed.
 	done     chan struct{}
@@ -317,12 +322,12 @@ func launchReal(bin, dir string, js []byte) (*RealProcess, error) {
 		rp.waitErr = cmd.Wait()
 		close(rp.done)
 	}()
-	addr, err := waitReady(adminPath, rp.done, func() error { return rp.waitErr })
+	addr, admin, err := waitReady(adminPath, rp.done, func() error { return rp.waitErr })
 	if err != nil {
 		rp.stop()
 		return nil, fmt.Errorf("%w\n%s", err, rp.logs.String())
 	}
-	rp.url = "http://" + addr
+	rp.url, rp.admin = "http://"+addr, admin
 	return rp, nil
 }
 
@@ -377,8 +382,8 @@ func (rp *RealProcess) Stop() error {
 func (rp *RealProcess) stop() { _ = rp.Stop() }
 
 // waitReady polls the admin endpoint until Envoy is ready, then returns the ingress
-// listener's bound address.
-func waitReady(adminPath string, exited <-chan struct{}, waitErr func() error) (string, error) {
+// listener's bound address and the admin endpoint's base URL.
+func waitReady(adminPath string, exited <-chan struct{}, waitErr func() error) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), realStartTimeout)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}
@@ -388,9 +393,9 @@ func waitReady(adminPath string, exited <-chan struct{}, waitErr func() error) (
 	for {
 		select {
 		case <-exited:
-			return "", fmt.Errorf("envoy exited during start-up: %v", waitErr())
+			return "", "", fmt.Errorf("envoy exited during start-up: %v", waitErr())
 		case <-ctx.Done():
-			return "", errors.New("envoy not ready in time")
+			return "", "", errors.New("envoy not ready in time")
 		case <-tick.C:
 		}
 		admin, err := os.ReadFile(adminPath)
@@ -406,7 +411,8 @@ func waitReady(adminPath string, exited <-chan struct{}, waitErr func() error) (
 		if resp.StatusCode != http.StatusOK {
 			continue
 		}
-		return listenerAddress(client, base)
+		addr, err := listenerAddress(client, base)
+		return addr, base, err
 	}
 }
 
@@ -489,9 +495,13 @@ func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) 
 	in.HCMAny.TypeUrl, in.HCMAny.Value = hcm.GetTypeUrl(), hcm.GetValue()
 
 	extProcCluster := cfg.Filter.GetGrpcService().GetEnvoyGrpc().GetClusterName()
-	extProcAddr, err := envoyAddress(o.ExtProcAddr)
-	if err != nil {
-		return nil, fmt.Errorf("ext_proc address: %w", err)
+	var extProcAddrs []*corev3.Address
+	for _, a := range append([]string{o.ExtProcAddr}, o.ExtProcReplicas...) {
+		addr, err := envoyAddress(a)
+		if err != nil {
+			return nil, fmt.Errorf("ext_proc address %q: %w", a, err)
+		}
+		extProcAddrs = append(extProcAddrs, addr)
 	}
 	u, err := url.Parse(o.Upstream)
 	if err != nil || u.Scheme != "http" {
@@ -502,19 +512,23 @@ func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) 
 		return nil, fmt.Errorf("upstream address: %w", err)
 	}
 	for _, c := range b.GetStaticResources().GetClusters() {
-		addr := upAddr
+		addrs := []*corev3.Address{upAddr}
 		if c.GetName() == extProcCluster {
-			addr = extProcAddr
+			addrs = extProcAddrs
 		} else {
 			c.TransportSocket = nil
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 		c.DnsLookupFamily = clusterv3.Cluster_AUTO
+		var eps []*endpointv3.LbEndpoint
+		for _, addr := range addrs {
+			eps = append(eps, &endpointv3.LbEndpoint{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}},
+			})
+		}
 		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{
 			ClusterName: c.GetName(),
-			Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}},
-			}}}},
+			Endpoints:   []*endpointv3.LocalityLbEndpoints{{LbEndpoints: eps}},
 		}
 	}
 	if err := envoy.Validate(b); err != nil {

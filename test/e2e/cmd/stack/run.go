@@ -146,7 +146,9 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	served := make(chan error, 1)
 	go func() { served <- svc.Serve(grpcLis) }()
 	defer func() {
-		if serr := svc.Shutdown(stopGrace); serr != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		defer cancel()
+		if serr := svc.Shutdown(stopCtx); serr != nil {
 			err = errors.Join(err, fmt.Errorf("stop the server: %w", serr))
 		}
 		if serr := <-served; serr != nil {
