@@ -23,6 +23,7 @@ import (
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
@@ -31,9 +32,13 @@ type Looper interface {
 	Run(ctx context.Context, r loop.Request) loop.Response
 }
 
-// Containers tells whether a container id was issued to an identity. *sandbox.Manager implements it.
+// Containers tells whether a container id was issued to an identity, and whether a container
+// of a spec may be created. *sandbox.Manager implements it.
 type Containers interface {
 	Known(identity, containerID string) bool
+	// CheckSpec returns an error matching sandbox.ErrInvalidSpec for a spec no container may
+	// have (a memory limit above the operator's cap).
+	CheckSpec(spec sandbox.Spec) error
 }
 
 // Options are the dependencies of a Server.

@@ -28,6 +28,7 @@ import (
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
@@ -64,6 +65,14 @@ func (f *fakeLoop) requests() []loop.Request {
 type fakeContainers map[string]string
 
 func (f fakeContainers) Known(identity, id string) bool { return f[id] == identity && identity != "" }
+
+// CheckSpec refuses memory limits above 16g, as a host with that much memory would.
+func (f fakeContainers) CheckSpec(spec sandbox.Spec) error {
+	if spec.MemoryLimit == "64g" {
+		return &sandbox.SpecError{Field: "memory_limit", Value: spec.MemoryLimit, Reason: "above the largest this server allows, 16g"}
+	}
+	return nil
+}
 
 // testServer serves a Server over bufconn and returns a connected client.
 type testServer struct {
@@ -357,6 +366,20 @@ func TestUnknownContainerIs404(t *testing.T) {
 	require.NotNil(t, ir, "a container of another identity is unknown")
 	assert.Equal(t, 404, int(ir.GetStatus().GetCode()))
 	assert.Contains(t, gjson.GetBytes(ir.GetBody(), "error.message").String(), "cntr_mine")
+}
+
+// TestMemoryLimitAboveTheCapIs400: a memory_limit the sandbox refuses (above the operator's
+// cap) is the client's mistake, answered as an invalid one is.
+func TestMemoryLimitAboveTheCapIs400(t *testing.T) {
+	ts := newTestServer(t, nil, nil, fakeContainers{})
+	ex := ts.open(t)
+	ex.send(postHeaders("/v1/responses"))
+	resp := ex.send(reqBody(`{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","memory_limit":"64g"}}]}`))
+	ir := resp.GetImmediateResponse()
+	require.NotNil(t, ir, "a memory limit above the cap is refused")
+	assert.Equal(t, 400, int(ir.GetStatus().GetCode()), "status")
+	assert.Equal(t, "invalid_value", gjson.GetBytes(ir.GetBody(), "error.code").String(), "code: %s", ir.GetBody())
+	assert.Contains(t, gjson.GetBytes(ir.GetBody(), "error.message").String(), "16g", "message: %s", ir.GetBody())
 }
 
 func TestNon200AnswerPassesThrough(t *testing.T) {

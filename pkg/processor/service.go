@@ -124,6 +124,13 @@ func LocalSandboxConfig(cfg *configv1.Config) sandbox.LocalConfig {
 		InterruptGrace:     l.GetInterruptGrace().AsDuration(),
 		ReadOnlyPaths:      l.GetReadOnlyPaths(),
 		Preload:            true,
+
+		MaxMemoryLimit:          sb.GetMaxMemoryLimit(),
+		FirstUID:                int(l.GetFirstUid()),
+		UIDCount:                int(l.GetUidCount()),
+		CPUQuota:                l.GetCpuQuota(),
+		KeepBackgroundProcesses: l.GetKeepBackgroundProcesses(),
+		StateDir:                l.GetStateDir(),
 	}
 }
 

@@ -270,6 +270,18 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 		}
 		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
 	}
+	if rw.MemoryLimit != "" {
+		var se *sandbox.SpecError
+		if err := st.srv.containers.CheckSpec(sandbox.Spec{MemoryLimit: rw.MemoryLimit}); errors.As(err, &se) {
+			st.outcome = "client_error"
+			re := &schema.RequestError{
+				Message: fmt.Sprintf("Invalid memory_limit '%s': %s.", rw.MemoryLimit, se.Reason),
+				Param:   "tools",
+				Code:    "invalid_value",
+			}
+			return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
+		}
+	}
 	st.kind = kindRewritten
 	if body := st.continuation(rw.Body, rw); body != nil {
 		rw.Body = body
