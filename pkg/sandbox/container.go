@@ -20,8 +20,11 @@ import (
 )
 
 // markerGrace bounds the wait for the end markers on stdout and stderr once the driver has
-// answered; they are written before the answer, so only a run that broke its own streams waits.
-const markerGrace = time.Second
+// answered. They are written before the answer, so a healthy run waits only for the readers to
+// be scheduled — on a saturated host (hundreds of containers starting on two cores) that took
+// over a second, and a run's stdout was lost — and only a run that broke its own streams waits
+// it all.
+const markerGrace = 5 * time.Second
 
 // localContainer is one container of the Local backend: a bubblewrap process whose command is
 // the driver. Its Run calls must not overlap (runMu enforces it); Delete may be called at any
