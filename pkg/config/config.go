@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // Defaults of the server configuration, as documented in config.proto.
@@ -490,10 +491,10 @@ func validateSandbox(s *configv1.Sandbox) []error {
 		bad("output_limit_bytes", "%d is below 1024", s.OutputLimitBytes)
 	}
 	if m := s.MaxMemoryLimit; m != "" {
-		max, err := ParseSize(m)
+		max, err := sandbox.ParseMemory(m)
 		if err != nil {
 			bad("max_memory_limit", "%v", err)
-		} else if def, err := ParseSize(s.DefaultMemoryLimit); err == nil && def > max {
+		} else if def, err := sandbox.ParseMemory(s.DefaultMemoryLimit); err == nil && def > max {
 			bad("max_memory_limit", "%q is below default_memory_limit %q", m, s.DefaultMemoryLimit)
 		}
 	}
@@ -542,33 +543,6 @@ func validMemoryLimit(v string) bool {
 		}
 	}
 	return false
-}
-
-// ParseSize parses a memory size such as "1g" or "512m": a whole number with an optional k, m,
-// g or t suffix (any case, optionally followed by "b"), powers of 1024; a bare number is bytes.
-func ParseSize(v string) (int64, error) {
-	t := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(v)), "b")
-	shift := 0
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'k':
-			shift = 10
-		case 'm':
-			shift = 20
-		case 'g':
-			shift = 30
-		case 't':
-			shift = 40
-		}
-	}
-	if shift > 0 {
-		t = t[:len(t)-1]
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 || n > (1<<63-1)>>shift {
-		return 0, fmt.Errorf("%q is not a size such as \"16g\" or \"512m\"", v)
-	}
-	return n << shift, nil
 }
 
 // ValidMemoryLimit reports whether v is a memory limit a container may have.

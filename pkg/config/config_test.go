@@ -177,18 +177,6 @@ sandbox:
 	assert.Equal(t, 0.5, l.GetCpuQuota(), "cpu_quota")
 	assert.True(t, l.GetKeepBackgroundProcesses(), "keep_background_processes")
 	assert.Equal(t, "/var/run/ci", l.GetStateDir(), "state_dir")
-	for _, tt := range []struct {
-		give string
-		want int64
-	}{{"1g", 1 << 30}, {"512m", 512 << 20}, {"64G", 64 << 30}, {"2tb", 2 << 40}, {"4096", 4096}} {
-		got, err := ParseSize(tt.give)
-		require.NoError(t, err, "ParseSize(%q)", tt.give)
-		assert.Equal(t, tt.want, got, "ParseSize(%q)", tt.give)
-	}
-	for _, bad := range []string{"", "g", "-1g", "1.5g", "lots", "99999999999t"} {
-		_, err := ParseSize(bad)
-		assert.Error(t, err, "ParseSize(%q)", bad)
-	}
 }
 
 func TestLoopDeadlineMargin(t *testing.T) {

@@ -162,11 +162,11 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 		log = zap.NewNop()
 	}
 	setDefaults(&cfg)
-	defMem, err := parseMemory(cfg.DefaultMemoryLimit)
+	defMem, err := ParseMemory(cfg.DefaultMemoryLimit)
 	if err != nil {
 		return nil, fmt.Errorf("new local sandbox: default memory limit: %w", err)
 	}
-	maxMem, err := parseMemory(cfg.MaxMemoryLimit)
+	maxMem, err := ParseMemory(cfg.MaxMemoryLimit)
 	if err != nil {
 		return nil, fmt.Errorf("new local sandbox: max memory limit: %w", err)
 	}
@@ -347,7 +347,7 @@ func (l *Local) ResolveSpec(spec Spec) Spec {
 	if mem == "" {
 		mem = l.cfg.DefaultMemoryLimit
 	}
-	if n, err := parseMemory(mem); err == nil {
+	if n, err := ParseMemory(mem); err == nil {
 		spec.MemoryLimit = formatMemory(n)
 	}
 	return spec
@@ -366,7 +366,7 @@ func (l *Local) memoryOf(spec Spec) (int64, error) {
 	if mem == "" {
 		mem = l.cfg.DefaultMemoryLimit
 	}
-	n, err := parseMemory(mem)
+	n, err := ParseMemory(mem)
 	if err != nil {
 		return 0, &SpecError{Field: "memory_limit", Value: spec.MemoryLimit, Reason: "not a size such as 1g"}
 	}

@@ -243,14 +243,14 @@ func TestParseMemory(t *testing.T) {
 		{"1000", 1000, "1000"},
 	}
 	for _, tt := range tests {
-		got, err := parseMemory(tt.give)
-		require.NoError(t, err, "parseMemory(%q)", tt.give)
-		assert.Equal(t, tt.want, got, "parseMemory(%q)", tt.give)
-		assert.Equal(t, tt.wantForm, formatMemory(got), "formatMemory(parseMemory(%q))", tt.give)
+		got, err := ParseMemory(tt.give)
+		require.NoError(t, err, "ParseMemory(%q)", tt.give)
+		assert.Equal(t, tt.want, got, "ParseMemory(%q)", tt.give)
+		assert.Equal(t, tt.wantForm, formatMemory(got), "formatMemory(ParseMemory(%q))", tt.give)
 	}
 	for _, bad := range []string{"", "g", "-1g", "0", "1x", "1.5g", "99999999999t", "lots"} {
-		_, err := parseMemory(bad)
-		assert.Error(t, err, "parseMemory(%q)", bad)
+		_, err := ParseMemory(bad)
+		assert.Error(t, err, "ParseMemory(%q)", bad)
 	}
 }
 

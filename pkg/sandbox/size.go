@@ -7,9 +7,9 @@ import (
 	"strings"
 )
 
-// parseMemory parses a memory size such as OpenAI's "1g", "4g", "16g" or "64g". Suffixes k, m,
+// ParseMemory parses a memory size such as OpenAI's "1g", "4g", "16g" or "64g". Suffixes k, m,
 // g and t (any case, optionally followed by "b") are powers of 1024; a bare number is bytes.
-func parseMemory(s string) (int64, error) {
+func ParseMemory(s string) (int64, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	t = strings.TrimSuffix(t, "b")
 	if t == "" {
