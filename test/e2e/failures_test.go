@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -447,7 +446,7 @@ type serverProc struct {
 
 	cmd    *exec.Cmd
 	exited chan int // the exit status (-1 for a signal), once
-	logs   *lockedBuffer
+	logs   *harness.SyncBuffer
 }
 
 // newServerProc writes the configuration: default profile with a two-minute run timeout, no
@@ -485,7 +484,7 @@ sandbox:
 func (p *serverProc) start(t *testing.T) {
 	t.Helper()
 	require.Nil(t, p.cmd, "start: the server is not running")
-	p.logs = &lockedBuffer{}
+	p.logs = &harness.SyncBuffer{}
 	cmd := exec.Command(p.bin, "--config", p.config)
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	require.NoError(t, cmd.Start(), "start %s", p.bin)
@@ -541,24 +540,6 @@ func (p *serverProc) wait(t *testing.T, bound time.Duration) int {
 
 // output is what the server has written so far.
 func (p *serverProc) output() string { return p.logs.String() }
-
-// lockedBuffer collects a process's output; os/exec writes to it from its own goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // envoyStat reads one counter or gauge from Envoy's admin /stats.
 func envoyStat(t *testing.T, admin, name string) int {

@@ -268,7 +268,7 @@ type RealProcess struct {
 	cmd   *exec.Cmd
 	url   string
 	admin string
-	logs  *syncBuffer
+	logs  *SyncBuffer
 	// done is closed once the process exited and was waited for; waitErr is cmd.Wait's result,
 	// set before done is closed.
 	done     chan struct{}
@@ -313,7 +313,7 @@ func launchReal(bin, dir string, js []byte) (*RealProcess, error) {
 		"--log-level", level)
 	// Envoy dies with the process that started it, so none outlives a crashed test.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	rp := &RealProcess{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	rp := &RealProcess{cmd: cmd, logs: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = rp.logs, rp.logs
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -562,33 +562,34 @@ func socketAddress(host string, port uint32) *corev3.Address {
 	}}}
 }
 
-// syncBuffer collects a process's output; os/exec writes to it from its copying goroutines.
-type syncBuffer struct {
+// SyncBuffer collects a process's output: os/exec writes to it from its copying goroutines
+// while a test reads it. Its methods are safe for concurrent use; the zero value is empty.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
 // Len is the number of bytes written so far.
-func (b *syncBuffer) Len() int {
+func (b *SyncBuffer) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Len()
 }
 
 // From returns what was written after the first n bytes.
-func (b *syncBuffer) From(n int) string {
+func (b *SyncBuffer) From(n int) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf.Bytes()[min(n, b.buf.Len()):])

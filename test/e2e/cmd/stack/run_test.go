@@ -2,13 +2,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -22,32 +20,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// lockedBuffer is stderr for run, written by its goroutines and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startRun runs the stack in a goroutine and returns its ready line, the writer of its stdin
 // and the channel of run's result.
-func startRun(t *testing.T, ctx context.Context) (Ready, *io.PipeWriter, <-chan error, *lockedBuffer) {
+func startRun(t *testing.T, ctx context.Context) (Ready, *io.PipeWriter, <-chan error, *harness.SyncBuffer) {
 	t.Helper()
 	harness.RequireEnvoy(t)
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
-	var stderr lockedBuffer
+	var stderr harness.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		err := run(ctx, nil, stdinR, stdoutW, &stderr)
@@ -143,7 +123,7 @@ func TestStackRefusesArguments(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr lockedBuffer
+			var stdout, stderr harness.SyncBuffer
 			err := run(t.Context(), tt.give, nil, &stdout, &stderr)
 			require.Error(t, err, "run %v", tt.give)
 			assert.Contains(t, err.Error(), tt.wantErr, "run %v", tt.give)
