@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,8 +79,12 @@ var DefaultForwardHeaders = []string{
 	"anthropic-beta", "user-agent", "x-*",
 }
 
-// MemoryLimits are the container memory sizes a request may name, as OpenAI's containers offer.
-var MemoryLimits = []string{"1g", "4g", "16g", "64g"}
+// memoryLimits are the container memory sizes a request may name, as OpenAI's containers offer.
+var memoryLimits = []string{"1g", "4g", "16g", "64g"}
+
+// MemoryLimits returns the container memory sizes a request may name ("1g", "4g", "16g",
+// "64g"), in a new slice.
+func MemoryLimits() []string { return slices.Clone(memoryLimits) }
 
 // Load reads the YAML file at path (an empty path means no file), decodes it into a Config through
 // the protobuf JSON mapping, and returns it without defaults applied. Unknown fields are errors.
@@ -473,7 +478,7 @@ func validateSandbox(s *configv1.Sandbox) []error {
 		bad("backend", "%q is not a known backend (known: local)", s.Backend)
 	}
 	if !validMemoryLimit(s.DefaultMemoryLimit) {
-		bad("default_memory_limit", "%q is not one of %s", s.DefaultMemoryLimit, strings.Join(MemoryLimits, ", "))
+		bad("default_memory_limit", "%q is not one of %s", s.DefaultMemoryLimit, strings.Join(memoryLimits, ", "))
 	}
 	if s.SessionIdleTtl.AsDuration() <= 0 {
 		bad("session_idle_ttl", "%v must be positive", s.SessionIdleTtl.AsDuration())
@@ -537,7 +542,7 @@ func validateSandbox(s *configv1.Sandbox) []error {
 }
 
 func validMemoryLimit(v string) bool {
-	for _, m := range MemoryLimits {
+	for _, m := range memoryLimits {
 		if v == m {
 			return true
 		}

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -41,20 +42,11 @@ func (m headerMap) get(key string) string {
 func (m headerMap) reserved() []string {
 	var out []string
 	for _, h := range m {
-		if k := h.GetKey(); strings.HasPrefix(k, reservedPrefix) && !contains(out, k) {
+		if k := h.GetKey(); strings.HasPrefix(k, reservedPrefix) && !slices.Contains(out, k) {
 			out = append(out, k)
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // credentialHeaders are always carried to follow-up calls: the model API authenticates them.
@@ -62,11 +54,22 @@ var credentialHeaders = []string{"authorization", "x-api-key", "api-key"}
 
 // forward returns the headers a follow-up call carries: the credentials and the headers matched
 // by the allowlist (exact names, or a prefix ending in "*"). Pseudo-headers, hop-by-hop and
-// framing headers, reserved and Envoy-owned headers never are.
+// framing headers (with those the Connection header names, as net/http/httputil's ReverseProxy
+// drops them), reserved and Envoy-owned headers never are.
 func (m headerMap) forward(allow []string) http.Header {
+	var hop []string
+	for _, h := range m {
+		if h.GetKey() == "connection" {
+			for f := range strings.SplitSeq(value(h), ",") {
+				if f = strings.ToLower(strings.TrimSpace(f)); f != "" {
+					hop = append(hop, f)
+				}
+			}
+		}
+	}
 	out := make(http.Header)
 	for _, h := range m {
-		if k := h.GetKey(); forwardable(k, allow) {
+		if k := h.GetKey(); forwardable(k, allow) && !slices.Contains(hop, k) {
 			out[http.CanonicalHeaderKey(k)] = append(out[http.CanonicalHeaderKey(k)], value(h))
 		}
 	}
@@ -84,7 +87,7 @@ func forwardable(k string, allow []string) bool {
 		"upgrade", "proxy-connection", "accept-encoding", "expect":
 		return false
 	}
-	if contains(credentialHeaders, k) {
+	if slices.Contains(credentialHeaders, k) {
 		return true
 	}
 	for _, a := range allow {

@@ -264,7 +264,7 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	if rw.MemoryLimit != "" && !config.ValidMemoryLimit(rw.MemoryLimit) {
 		st.outcome = "client_error"
 		re := &schema.RequestError{
-			Message: fmt.Sprintf("Invalid memory_limit '%s': expected one of %s.", rw.MemoryLimit, strings.Join(config.MemoryLimits, ", ")),
+			Message: fmt.Sprintf("Invalid memory_limit '%s': expected one of %s.", rw.MemoryLimit, strings.Join(config.MemoryLimits(), ", ")),
 			Param:   "tools",
 			Code:    "invalid_value",
 		}
@@ -607,11 +607,4 @@ func bodyMutation(body []byte, set []*corev3.HeaderValueOption, remove []string)
 // setHeader replaces a header's value. Envoy reads raw_value only (reference §3.1).
 func setHeader(key, value string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}}
-}
-
-func nilIfEmpty(m *extprocv3.HeaderMutation) *extprocv3.HeaderMutation {
-	if len(m.GetSetHeaders()) == 0 && len(m.GetRemoveHeaders()) == 0 {
-		return nil
-	}
-	return m
 }
