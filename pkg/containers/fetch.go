@@ -22,7 +22,8 @@ type FilesAPI struct {
 	// Base is the upstream's base URL, e.g. "http://127.0.0.1:10000" (through Envoy, so the
 	// calls are routed and logged like every other model API call).
 	Base string
-	// Client sends the calls; if nil, http.DefaultClient.
+	// Client sends the calls; if nil, a client that follows no redirect (the caller's
+	// credentials must not reach another host).
 	Client Doer
 }
 
@@ -62,7 +63,8 @@ func (f *FilesAPI) get(ctx context.Context, cred Credentials, u, accept string) 
 	req.Header.Set("Accept", accept)
 	client := f.Client
 	if client == nil {
-		client = http.DefaultClient
+		// No redirects: net/http would carry Api-Key and X-Api-Key to another host.
+		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -383,9 +383,10 @@ const followUpAttempts = 3
 
 // post sends one follow-up call and reads its whole answer. A call whose connection could not
 // be made (nothing was sent) is tried again on a new connection, up to followUpAttempts in
-// all, within ctx. A call on a reused connection that the peer closed before answering is
-// retried by the transport itself (the request is marked replayable: the model's answer
-// has no side effect a second try would repeat).
+// all, within ctx. A call on a reused connection that the peer closed before anything was
+// written is retried by the transport itself; one that was written whole is not sent again:
+// with a conversation or store:true the upstream may have kept it, and a second send would
+// append the outputs twice.
 func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
 	for attempt := 1; ; attempt++ {
 		status, header, out, err := lr.postOnce(ctx, body)
@@ -423,10 +424,6 @@ func (lr *loopRun) postOnce(ctx context.Context, body []byte) (int, http.Header,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	if _, ok := req.Header["Idempotency-Key"]; !ok {
-		// An empty value marks the request replayable for net/http without sending the header.
-		req.Header["Idempotency-Key"] = nil
-	}
 	resp, err := lr.e.client.Do(req)
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()

@@ -79,8 +79,9 @@ func TestFollowUpRetriesAFailedDial(t *testing.T) {
 			assert.Equal(t, tt.wantCalls, d.calls, "%s: follow-up attempts", tt.name)
 			assert.NotContains(t, string(res.Body), "127.0.0.1", "%s: the client never sees an address", tt.name)
 			for i, h := range d.headers {
-				v, ok := h["Idempotency-Key"]
-				assert.True(t, ok && len(v) == 0, "%s: attempt %d is marked replayable without a header on the wire", tt.name, i+1)
+				// Not replayable: a follow-up written whole may have been kept upstream.
+				_, ok := h["Idempotency-Key"]
+				assert.False(t, ok, "%s: attempt %d is not marked replayable", tt.name, i+1)
 			}
 		})
 	}

@@ -43,7 +43,13 @@ func TestOutputAmplificationMemory(t *testing.T) {
 		require.GreaterOrEqual(t, growth, int64(0), "the child reports its figures: %s", out)
 		t.Logf("worst single request with the default bounds: peak RSS growth %d MiB, %d MiB allocated in all, answer %d KiB",
 			growth>>20, heapAlloc>>20, answer>>10)
-		assert.Less(t, growth, int64(256<<20), "peak RSS growth of one request with the default bounds")
+		bound := int64(256 << 20)
+		if raceEnabled {
+			// The race detector's shadow memory roughly doubles what the process holds
+			// (168–227 MiB measured under -race for 80–85 MiB without).
+			bound *= 2
+		}
+		assert.Less(t, growth, bound, "peak RSS growth of one request with the default bounds")
 		return
 	}
 

@@ -313,12 +313,13 @@ func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
 		if calls == nil {
 			return nil
 		}
-		if conversation {
-			st.carriedConversation = rw.ConversationID
-		}
 		out, err = schema.PrependCallOutputs(body, calls)
 		if err == nil && len(out)-len(body) > maxContinuationBytes {
 			out, err = nil, fmt.Errorf("prepend call outputs: %w (%d bytes)", schema.ErrRewriteTooLarge, maxContinuationBytes)
+		}
+		if err == nil && conversation {
+			// Only outputs the request really carries are forgotten once the upstream took it.
+			st.carriedConversation = rw.ConversationID
 		}
 	case schema.Chat:
 		// Most requests replay none of the messages the store knows: a look for the ids is

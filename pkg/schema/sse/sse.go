@@ -192,7 +192,8 @@ func (rd *Reader) line() ([]byte, error) {
 	for {
 		chunk, err := rd.br.ReadSlice('\n')
 		out = append(out, chunk...)
-		if len(out) > rd.maxLine+2 {
+		// The line's end (\r\n at most) is not part of the line.
+		if n := len(bytes.TrimSuffix(bytes.TrimSuffix(out, []byte("\n")), []byte("\r"))); n > rd.maxLine {
 			return nil, ErrLineTooLong
 		}
 		switch {

@@ -96,6 +96,11 @@ func TestReaderIsIncremental(t *testing.T) {
 func TestReaderBounds(t *testing.T) {
 	_, err := NewReader(strings.NewReader("data: "+strings.Repeat("x", 100)+"\n\n"), 50, 0).Next()
 	assert.ErrorIs(t, err, ErrLineTooLong, "a long line")
+	_, err = NewReader(strings.NewReader("data: 345678\n\n"), 9, 0).Next()
+	assert.ErrorIs(t, err, ErrLineTooLong, "a line one byte over the limit")
+	ev, err := NewReader(strings.NewReader("data: 34567\r\n\r\n"), 11, 0).Next()
+	assert.NoError(t, err, "a line at the limit")
+	assert.Equal(t, "34567", string(ev.Data), "its data")
 	_, err = NewReader(strings.NewReader(strings.Repeat("data: xxxxxxxx\n", 20)+"\n"), 0, 100).Next()
 	assert.ErrorIs(t, err, ErrEventTooLarge, "many data lines")
 	_, err = NewReader(strings.NewReader(strings.Repeat("x", 10_000_000)), 1000, 0).Next()
