@@ -71,7 +71,10 @@ func newCgroupParents(setting, id string, wantCPU bool) (*cgroupParents, error) 
 		p := &cgroupParents{}
 		if err := p.make([]string{mem, pids}, name); err == nil {
 			if cpu := v1("cpu"); wantCPU && cpu != "" && cpu != mem && cpu != pids {
-				if err := p.make([]string{cpu}, name); err == nil {
+				// A cpu hierarchy the server may not write costs the quota only: keep the
+				// memory and pids cgroups made above.
+				if dir := filepath.Join(cpu, name); os.Mkdir(dir, 0o755) == nil {
+					p.dirs = append(p.dirs, dir)
 					p.cpu = true
 				}
 			}
@@ -278,7 +281,8 @@ func (cg *containerCgroup) peakMemory() int64 {
 	return 0
 }
 
-// remove deletes the cgroup once its processes are gone.
+// remove deletes the cgroup once its processes are gone. It leaves dirs as they are (a run's
+// goroutine may still read them while a Delete removes the cgroup), and may be called again.
 func (cg *containerCgroup) remove() error {
 	var first error
 	for _, d := range cg.dirs {
@@ -286,7 +290,6 @@ func (cg *containerCgroup) remove() error {
 			first = err
 		}
 	}
-	cg.dirs = nil
 	return first
 }
 

@@ -602,8 +602,8 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 // stopBackground kills what the run left running besides the interpreter (see nsProcs). The
 // caller holds runMu.
 func (c *localContainer) stopBackground() {
-	if c.procs.init == 0 {
-		return
+	if c.procs.init == 0 || c.isDeleted() {
+		return // a Delete meanwhile ends every process anyway
 	}
 	if c.cg != nil && c.onlyDriverLeft() {
 		return
@@ -624,6 +624,9 @@ func (c *localContainer) stopBackground() {
 // whether nothing runs in it but bubblewrap's monitor and init and the driver, as after most
 // runs.
 func (c *localContainer) onlyDriverLeft() bool {
+	if len(c.cg.dirs) == 0 {
+		return false
+	}
 	pids := cgroupPids(c.cg.dirs[0])
 	if len(pids) == 0 {
 		return false // unreadable: walk the processes
@@ -792,18 +795,27 @@ func (c *localContainer) cleanup(ctx context.Context) error {
 		return fmt.Errorf("delete container: %w", err)
 	}
 	c.initMu.Lock()
+	initKnown := c.initFD >= 0 // its end was waited for above
 	if c.initFD >= 0 {
 		unix.Close(c.initFD)
 		c.initFD = -1
 	}
 	c.initMu.Unlock()
 	var err error
+	cgEmpty := false // a cgroup removes only once no process is left in it
 	if c.cg != nil {
 		if rerr := c.cg.remove(); rerr != nil {
 			err = fmt.Errorf("delete container: %w", rerr)
+		} else {
+			cgEmpty = true
 		}
 	}
-	c.giveUID()
+	if initKnown || cgEmpty {
+		c.giveUID()
+	} else if c.uid >= 0 {
+		// A process of the container may still hold the uid: another tenant must not get it.
+		c.log.Warn("container uid not reused: its processes could not be seen to end", zap.Int("uid", c.uid))
+	}
 	c.l.untrack(c)
 	if c.hostDir != "" {
 		if rerr := os.RemoveAll(c.hostDir); rerr != nil && err == nil {

@@ -54,6 +54,9 @@ func openState(dir string) (*hostState, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("make state dir: %w", err)
 	}
+	if err := privateDir(dir); err != nil {
+		return nil, err
+	}
 	s := &hostState{dir: dir, id: randomHex(6)}
 	tmp := filepath.Join(dir, s.id+".lock.new")
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -131,6 +134,40 @@ func (s *hostState) sweep(log *zap.Logger) int {
 	return n
 }
 
+// privateDir checks that dir is a directory (not a link) that the server's user owns and no one
+// else may write: a sweep acts on what it finds there, so a directory another user made or may
+// write (the default one is under the shared temporary directory) must not be trusted.
+func privateDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("state dir %s: not a directory", dir)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("state dir %s: not owned by this user", dir)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("state dir %s: others may write it (mode %v); make it 0700 or 0755", dir, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// sweepable reports whether the paths a dead Local recorded are of the kind a Local makes: a
+// work directory "codeinterp-sandbox-*" and cgroups "codeinterp-*" under /sys/fs/cgroup.
+func sweepable(info stateInfo) bool {
+	if info.WorkDir != "" && (!filepath.IsAbs(info.WorkDir) || !strings.HasPrefix(filepath.Base(info.WorkDir), "codeinterp-sandbox-")) {
+		return false
+	}
+	for _, cg := range info.Cgroups {
+		if clean := filepath.Clean(cg); !strings.HasPrefix(clean, "/sys/fs/cgroup/") || !strings.HasPrefix(filepath.Base(clean), "codeinterp-") {
+			return false
+		}
+	}
+	return true
+}
+
 // sweepOne cleans up after Local id if it is dead, and reports whether it was.
 func sweepOne(dir, id string, log *zap.Logger) bool {
 	lockPath := filepath.Join(dir, id+".lock")
@@ -148,6 +185,11 @@ func sweepOne(dir, id string, log *zap.Logger) bool {
 		if err := json.Unmarshal(b, &info); err != nil {
 			log.Warn("unreadable state of a dead sandbox backend", zap.String("file", infoPath), zap.Error(err))
 		}
+	}
+	if !sweepable(info) {
+		log.Warn("a dead sandbox backend's state names paths no backend makes; left alone",
+			zap.String("file", infoPath), zap.String("work_dir", info.WorkDir), zap.Strings("cgroups", info.Cgroups))
+		return false
 	}
 	log.Info("removing what a sandbox backend that did not shut down left",
 		zap.String("work_dir", info.WorkDir), zap.Strings("cgroups", info.Cgroups))
