@@ -95,3 +95,25 @@ func TestAnswerTooLargeIs502(t *testing.T) {
 		})
 	}
 }
+
+// Runs that time out count against the output budget too: what they printed is cut once the
+// budget is spent (it was appended whole, call after call).
+func TestTimedOutRunsCountAgainstTheBudget(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "They all timed out.")})
+	f.provider.run = func(code string) (sandbox.Result, error) {
+		return sandbox.Result{Stdout: strings.Repeat("x", 15<<10)}, sandbox.ErrTimeout
+	}
+	req := f.request(t, schema.Responses, responsesClient, respCalls("1", 16))
+	req.MaxOutputBytes = 64 << 10
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %.500s", res.Body)
+	logs := gjson.GetBytes(res.Body, `output.#(type=="code_interpreter_call")#.outputs.#(type=="logs")#.logs`)
+	total := 0
+	for _, call := range logs.Array() {
+		for _, l := range call.Array() {
+			total += len(l.String())
+		}
+	}
+	assert.Less(t, total, 64<<10+16*256, "the logs of 16 timed-out runs stay within the 64 KiB budget (plus markers)")
+	assert.Contains(t, string(res.Body), "output limit of this request reached", "the client sees the marker")
+}

@@ -159,7 +159,14 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		if partial, _ := render(res, limit); partial != TextNoOutput {
 			text += "\n" + partial
 		}
-		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: text})
+		// What it printed counts against the request's output budget, as a finished run's does.
+		logs, cut := lr.chargeLogs(text)
+		if cut {
+			marker := fmt.Sprintf(TextOutputBudget, "the rest of the printed output")
+			logs = strings.TrimPrefix(logs+"\n"+marker, "\n")
+			text += "\n" + marker
+		}
+		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: logs})
 		return text, true
 	case errors.Is(err, sandbox.ErrLost):
 		lr.e.metrics.runs.WithLabelValues("lost").Inc()
@@ -206,16 +213,10 @@ func (lr *loopRun) show(res sandbox.Result, limit int, item *schema.CodeCall) st
 	res.Images = shown
 	text, logs := render(res, limit)
 	var left []string
-	if n := len(logs); n > 0 && lr.outBytes+n > budget {
-		keep := budget - lr.outBytes
-		if keep >= 256 {
-			logs = capText(logs, keep)
-		} else {
-			logs = ""
-		}
+	logs, cut := lr.chargeLogs(logs)
+	if cut {
 		left = append(left, "the rest of the printed output")
 	}
-	lr.outBytes += len(logs)
 	switch len(hidden) {
 	case 0:
 	case 1:
@@ -242,6 +243,28 @@ func (lr *loopRun) show(res sandbox.Result, limit int, item *schema.CodeCall) st
 		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "image", URL: imageURLPrefix + base64.StdEncoding.EncodeToString(img.PNG)})
 	}
 	return text
+}
+
+// chargeLogs counts logs shown to the client against the request's output budget: it returns
+// what of them fits (cut to what is left, or nothing when less than 256 bytes are) and whether
+// any was cut.
+func (lr *loopRun) chargeLogs(logs string) (string, bool) {
+	budget := lr.r.MaxOutputBytes
+	if budget <= 0 {
+		budget = DefaultMaxOutputBytes
+	}
+	cut := false
+	if n := len(logs); n > 0 && lr.outBytes+n > budget {
+		keep := budget - lr.outBytes
+		if keep >= 256 {
+			logs = capText(logs, keep)
+		} else {
+			logs = ""
+		}
+		cut = true
+	}
+	lr.outBytes += len(logs)
+	return logs, cut
 }
 
 // render turns a run's result into the text fed back to the model (what a notebook shows) and
