@@ -172,6 +172,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// drainQuiet is how long no stream may be live before the server stops taking new ones.
+const drainQuiet = 500 * time.Millisecond
+
 // handlerWait bounds how long Shutdown waits, after the hard stop, for stream handlers to
 // return: a cancelled loop ends within the sandbox's interrupt grace.
 const handlerWait = 10 * time.Second
@@ -202,8 +205,23 @@ func (s *Service) shutdownOnce(ctx context.Context) error {
 // the streams and stops the server hard itself, so no goroutine of its own is left when it
 // reports false.
 func (s *Service) stopGracefully(ctx context.Context) bool {
-	if err := s.srv.Drain(ctx); err != nil {
-		return false
+	// No stream live for drainQuiet in a row: a client stream that arrived just as the last one
+	// ended would start a loop whose follow-ups GracefulStop refuses. Envoy stops sending once
+	// its health check sees NOT_SERVING (a few seconds); until then requests keep coming.
+	for {
+		if err := s.srv.Drain(ctx); err != nil {
+			return false
+		}
+		quiet := time.NewTimer(drainQuiet)
+		select {
+		case <-quiet.C:
+		case <-ctx.Done():
+			quiet.Stop()
+			return false
+		}
+		if s.srv.Live() == 0 {
+			break
+		}
 	}
 	stopped := make(chan struct{})
 	go func() {
