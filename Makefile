@@ -46,8 +46,10 @@ run-server: deps build
 ## the harness and a real Envoy) with -race, then the Python SDK suite through a real Envoy.
 test: deps lint test-go test-python
 
+# One test binary at a time (-p 1): the e2e, harness and sandbox packages each load the two cores
+# (containers, Envoy, timers of a few hundred milliseconds); side by side they starve each other.
 test-go: deps lint
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -p 1 -timeout 40m $(PKGS)
 
 test-python: deps
 	$(PYTEST) -q test/python
