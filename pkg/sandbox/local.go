@@ -783,7 +783,8 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Container, error) {
 }
 
 // Close kills every container still running, waits for them and removes a WorkDir that
-// NewLocal created. Containers created afterwards fail with ErrClosed. Idempotent.
+// NewLocal created. Containers created afterwards fail with ErrClosed. It returns what
+// deleting the containers met (a cgroup that could not be removed, ...). Idempotent.
 func (l *Local) Close() error {
 	l.mu.Lock()
 	first := !l.closed
@@ -795,12 +796,18 @@ func (l *Local) Close() error {
 	for _, c := range live {
 		c.kill()
 	}
+	var errs []error
 	for _, c := range live {
-		_ = c.Delete(context.Background())
+		if err := c.Delete(context.Background()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	l.wg.Wait()
 	if first {
 		l.tearDown()
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("close local sandbox: %w", errors.Join(errs...))
 	}
 	return nil
 }
