@@ -237,7 +237,11 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	if err != nil {
 		var re *schema.RequestError
 		if !errors.As(err, &re) {
-			re = &schema.RequestError{Message: err.Error()}
+			// Not the client's mistake: the details go to the log, the client reads a fixed text.
+			st.outcome = "rewrite_failed"
+			st.logger().Error("rewrite request", zap.Error(err))
+			return immediate(http.StatusInternalServerError, jsonContentType,
+				schema.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not process the request.", "rewrite_failed"), "codeinterp_rewrite_failed")
 		}
 		st.outcome = "client_error"
 		st.logger().Debug("client error", zap.Error(err))
