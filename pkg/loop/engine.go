@@ -290,12 +290,18 @@ func (lr *loopRun) tooLarge(body []byte) bool {
 func (lr *loopRun) answerTooLarge(size int) Response {
 	lr.e.log.Error("answer too large to send", zap.Int("bytes", size), zap.Int("limit", lr.r.MaxAnswerBytes),
 		zap.Int("calls", lr.calls), zap.Int("images", lr.images), zap.Int("output_bytes", lr.outBytes))
-	msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", size, lr.r.MaxAnswerBytes)
 	return Response{
 		Status: http.StatusBadGateway, Header: jsonHeader(),
-		Body:   schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large"),
+		Body:   AnswerTooLargeBody(size, lr.r.MaxAnswerBytes),
 		Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: StopAnswerTooLarge,
 	}
+}
+
+// AnswerTooLargeBody is the 502 body (OpenAI's error shape, code "answer_too_large") that
+// stands for an answer of size bytes beyond the limit of what may be sent.
+func AnswerTooLargeBody(size, limit int) []byte {
+	msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", size, limit)
+	return schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large")
 }
 
 func (lr *loopRun) sandboxRounds() int {

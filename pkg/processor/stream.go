@@ -440,8 +440,7 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		// would answer a bare 500.
 		st.outcome = string(loop.StopAnswerTooLarge)
 		st.logger().Error("answer too large to send", zap.Int("bytes", len(res.Body)), zap.Int("limit", max))
-		msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", len(res.Body), max)
-		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large"), "codeinterp_answer_too_large"), nil
+		return immediate(http.StatusBadGateway, jsonContentType, loop.AnswerTooLargeBody(len(res.Body), max), "codeinterp_answer_too_large"), nil
 	}
 	set := headerOptions(res.Header)
 	if res.Status != http.StatusOK {
