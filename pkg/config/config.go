@@ -457,8 +457,11 @@ func validateProfile(field string, p *configv1.Profile, maxRequestBytes uint64) 
 	if n := p.GetMaxOutputBytes(); n != 0 && n < 64<<10 {
 		bad("max_output_bytes", "%d is below 65536", n)
 	}
-	if n := p.GetMaxOutputBytes(); n > maxRequestBytes {
-		bad("max_output_bytes", "%d is above max_request_bytes %d: such an answer cannot be sent to Envoy", n, maxRequestBytes)
+	// An event stream carries the outputs twice (as the items are added and in the final
+	// response), within what one ext_proc message may carry.
+	if n, most := p.GetMaxOutputBytes(), (int64(maxRequestBytes)-AnswerOverheadBytes)/2; int64(n) > most {
+		bad("max_output_bytes", "%d is above %d, half of what one answer may carry (max_request_bytes %d less %d): a streamed answer with that much output could not be sent to Envoy",
+			n, most, maxRequestBytes, AnswerOverheadBytes)
 	}
 	if n := p.GetMaxCallsPerTurn(); n > 256 {
 		bad("max_calls_per_turn", "%d is above 256", n)

@@ -130,7 +130,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"small response limit", func(c *configv1.Config) { c.MaxResponseBytes = 1024 }, "max_response_bytes:"},
 		{"small output budget", func(c *configv1.Config) { c.DefaultProfile.MaxOutputBytes = 1024 }, "default_profile.max_output_bytes:"},
 		{"output budget beyond the send limit", func(c *configv1.Config) {
-			c.Profiles = map[string]*configv1.Profile{"p": {MaxOutputBytes: c.MaxRequestBytes + 1}}
+			c.Profiles = map[string]*configv1.Profile{"p": {MaxOutputBytes: c.MaxRequestBytes/2 + 1}}
 		}, `profiles["p"].max_output_bytes:`},
 		{"calls per turn", func(c *configv1.Config) { c.DefaultProfile.MaxCallsPerTurn = 1000 }, "default_profile.max_calls_per_turn:"},
 		{"images", func(c *configv1.Config) { c.DefaultProfile.MaxImages = 5000 }, "default_profile.max_images:"},
