@@ -14,13 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/processor"
 )
 
 // run parses args, serves until ctx is done, then shuts down within the configured grace. It is
@@ -58,7 +57,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer adminLis.Close()
 
-	svc, err := processor.NewService(processor.ServiceOptions{Config: cfg, Secret: secret, Log: log})
+	svc, err := app.New(app.Options{Config: cfg, Secret: secret, Log: log})
 	if err != nil {
 		return err
 	}
@@ -66,7 +65,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registry.MustRegister(svc.Collectors()...)
 
-	admin := &http.Server{Handler: adminHandler(svc, registry), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: svc.AdminHandler(registry), ReadHeaderTimeout: 10 * time.Second}
 	adminDone := make(chan error, 1)
 	go func() { adminDone <- admin.Serve(adminLis) }()
 	grpcDone := make(chan error, 1)
@@ -179,22 +178,4 @@ func newLogger(level string, w io.Writer) (*zap.Logger, error) {
 	// Sample repeated messages, as production loggers should.
 	core = zapcore.NewSamplerWithOptions(core, time.Second, 100, 100)
 	return zap.New(core), nil
-}
-
-// adminHandler serves /healthz (the process is up), /readyz (the gRPC health status is SERVING)
-// and /metrics.
-func adminHandler(svc *processor.Service, reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !svc.Serving(r.Context()) {
-			http.Error(w, "not serving", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return mux
 }

@@ -24,9 +24,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
-	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
@@ -140,7 +140,7 @@ func benchProcessor(b *testing.B) string {
 	if err := config.Validate(cfg); err != nil {
 		b.Fatalf("config: %v", err)
 	}
-	svc, err := processor.NewService(processor.ServiceOptions{Config: cfg, Provider: instantProvider{}})
+	svc, err := app.New(app.Options{Config: cfg, Provider: instantProvider{}})
 	if err != nil {
 		b.Fatalf("new service: %v", err)
 	}

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
 )
@@ -162,7 +162,7 @@ func heldUntil(arrived chan<- struct{}, release <-chan struct{}, next reply) rep
 
 // replica is one in-process codeinterp Service behind the real Envoy.
 type replica struct {
-	svc *processor.Service
+	svc *app.App
 }
 
 // streams counts the ext_proc streams the replica has finished.
@@ -191,7 +191,7 @@ func serveReplica(t *testing.T, lis net.Listener, upstream string, secret []byte
 	cfg.Upstream = upstream
 	config.ApplyDefaults(cfg)
 	require.NoError(t, config.Validate(cfg), "replica %s: configuration", cfg.Listen)
-	svc, err := processor.NewService(processor.ServiceOptions{
+	svc, err := app.New(app.Options{
 		Config: cfg, Secret: secret, Log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 	})
 	require.NoError(t, err, "replica %s: new service", cfg.Listen)

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
@@ -126,7 +126,7 @@ type Stack struct {
 	transport *http.Transport
 }
 
-// Serve builds the server as cmd/extproc does (processor.NewService), with the front's URL as the upstream of the
+// Serve builds the server as cmd/extproc does (app.New), with the front's URL as the upstream of the
 // loop's follow-up calls (so they pass through "Envoy" with the signed header, as in
 // production), and serves it on the Env's listener. t.Cleanup stops the gRPC server (graceful,
 // then hard after a bound), closes the sandbox manager, the engine and the sandbox backend,
@@ -144,7 +144,7 @@ func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 		t.Fatalf("e2e: invalid configuration: %v", err)
 	}
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	svc, err := processor.NewService(processor.ServiceOptions{Config: cfg, Log: log})
+	svc, err := app.New(app.Options{Config: cfg, Log: log})
 	if err != nil {
 		t.Fatalf("e2e: %v", err)
 	}

@@ -1,6 +1,6 @@
 // Command stack runs the end-to-end stack for test drivers in other languages (the Python SDK
 // suite in test/python): the scripted fake model with its HTTP control API, the codeinterp
-// server wired as test/e2e's scenarios wire it (processor.NewService, e2e.DefaultConfig with
+// server wired as test/e2e's scenarios wire it (app.New, e2e.DefaultConfig with
 // defaults applied and validated, the local bubblewrap sandbox), and a real Envoy running the
 // shipped envoy/envoy.yaml pointed at them. Once all of it serves, it prints one JSON line on
 // stdout:

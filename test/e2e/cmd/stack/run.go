@@ -18,8 +18,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/test/e2e"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
@@ -139,7 +139,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	if err := config.Validate(cfg); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	svc, err := processor.NewService(processor.ServiceOptions{Config: cfg, Log: log.Named("codeinterp")})
+	svc, err := app.New(app.Options{Config: cfg, Log: log.Named("codeinterp")})
 	if err != nil {
 		return fmt.Errorf("new service: %w", err)
 	}

@@ -1,4 +1,8 @@
-package processor
+// Package app wires a whole codeinterp server: the sandbox backend and its manager, the loop
+// engine, the ext_proc server and the gRPC server carrying it with gRPC health, and the admin
+// HTTP handler. It is the one place that names a concrete sandbox backend; cmd/extproc and the
+// end-to-end tests build their servers with it.
+package app
 
 import (
 	"context"
@@ -17,11 +21,12 @@ import (
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
-// ServiceOptions configure a Service.
-type ServiceOptions struct {
+// Options configure an App.
+type Options struct {
 	// Config is the server configuration with defaults applied and validated. Required.
 	Config *configv1.Config
 	// Secret keys follow-up signatures and identity hashes; if empty, a random one is made.
@@ -29,38 +34,38 @@ type ServiceOptions struct {
 	// Log receives the logs. If nil, nothing is logged.
 	Log *zap.Logger
 	// Provider, if set, is the sandbox backend to use; the caller owns it and closes it after
-	// Shutdown. If nil, the backend Config names is made, and the Service owns it.
+	// Shutdown. If nil, the backend Config names is made, and the App owns it.
 	Provider sandbox.Provider
 }
 
-// Service is a whole codeinterp server: the sandbox backend and manager, the loop engine, the
-// ext_proc Server and a gRPC server carrying it and the gRPC health service. Serve it on a
+// App is a whole codeinterp server: the sandbox backend and manager, the loop engine, the
+// ext_proc server and a gRPC server carrying it and the gRPC health service. Serve it on a
 // listener; Shutdown stops everything it started and deletes every sandbox.
-type Service struct {
+type App struct {
 	grpc     *grpc.Server
-	srv      *Server
+	srv      *processor.Server
 	health   *health.Server
 	manager  *sandbox.Manager
 	engine   *loop.Engine
-	metrics  *Metrics
-	owned    *sandbox.Local // the backend made by NewService, closed by Shutdown
+	metrics  *processor.Metrics
+	owned    *sandbox.Local // the backend made by New, closed by Shutdown
 	log      *zap.Logger
 	shutdown sync.Once
 }
 
-// NewService wires a Service from o. It starts the sandbox manager (and its warm pool), but
-// serves nothing until Serve.
-func NewService(o ServiceOptions) (*Service, error) {
+// New wires an App from o. It starts the sandbox manager (and its warm pool), but serves
+// nothing until Serve.
+func New(o Options) (*App, error) {
 	cfg := o.Config
 	log := o.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
 	sb := cfg.GetSandbox()
-	s := &Service{log: log}
+	s := &App{log: log}
 	provider := o.Provider
 	if provider == nil {
-		local, err := sandbox.NewLocal(LocalSandboxConfig(cfg), log)
+		local, err := sandbox.NewLocal(localConfig(cfg), log)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
@@ -78,8 +83,8 @@ func NewService(o ServiceOptions) (*Service, error) {
 		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
 	}, log)
 	s.engine = loop.New(s.manager, loop.Config{Log: log})
-	s.metrics = NewMetrics()
-	srv, err := New(Options{
+	s.metrics = processor.NewMetrics()
+	srv, err := processor.New(processor.Options{
 		Config:     cfg,
 		Loop:       s.engine,
 		Containers: s.manager,
@@ -104,8 +109,8 @@ func NewService(o ServiceOptions) (*Service, error) {
 	return s, nil
 }
 
-// LocalSandboxConfig maps the configuration's sandbox section onto the local backend's settings.
-func LocalSandboxConfig(cfg *configv1.Config) sandbox.LocalConfig {
+// localConfig maps the configuration's sandbox section onto the local backend's settings.
+func localConfig(cfg *configv1.Config) sandbox.LocalConfig {
 	sb := cfg.GetSandbox()
 	l := sb.GetLocal()
 	return sandbox.LocalConfig{
@@ -136,7 +141,7 @@ func LocalSandboxConfig(cfg *configv1.Config) sandbox.LocalConfig {
 
 // Serve serves ext_proc and gRPC health on lis, reporting SERVING once it accepts streams, until
 // Shutdown. It returns nil after Shutdown.
-func (s *Service) Serve(lis net.Listener) error {
+func (s *App) Serve(lis net.Listener) error {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return err
@@ -145,12 +150,12 @@ func (s *Service) Serve(lis net.Listener) error {
 }
 
 // Serving reports whether the health service says SERVING.
-func (s *Service) Serving(ctx context.Context) bool {
+func (s *App) Serving(ctx context.Context) bool {
 	resp, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{})
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
-// Shutdown stops the Service in order, bounded by ctx (the configured shutdown_grace):
+// Shutdown stops the App in order, bounded by ctx (the configured shutdown_grace):
 //
 //  1. gRPC health reports NOT_SERVING at once, so a health-checking Envoy stops sending new
 //     requests here (envoy/envoy.yaml's ext_proc cluster checks every few seconds);
@@ -162,11 +167,11 @@ func (s *Service) Serving(ctx context.Context) bool {
 //     interrupted; Envoy gets codes.Unavailable and fails the request) and the gRPC server is
 //     stopped hard (GracefulStop has no bound of its own, grpc-go #2448), and Shutdown waits a
 //     bounded time for the streams' handlers to return;
-//  5. every sandbox is deleted and the backend the Service owns is closed.
+//  5. every sandbox is deleted and the backend the App owns is closed.
 //
 // It returns when all of that is done, with an error if the grace ran out (ctx's error, wrapped)
 // or cleaning up failed. Idempotent: later calls return nil at once.
-func (s *Service) Shutdown(ctx context.Context) error {
+func (s *App) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdown.Do(func() { err = s.shutdownOnce(ctx) })
 	return err
@@ -179,7 +184,7 @@ const drainQuiet = 500 * time.Millisecond
 // return: a cancelled loop ends within the sandbox's interrupt grace.
 const handlerWait = 10 * time.Second
 
-func (s *Service) shutdownOnce(ctx context.Context) error {
+func (s *App) shutdownOnce(ctx context.Context) error {
 	s.health.Shutdown()
 	var errs []error
 	if !s.stopGracefully(ctx) {
@@ -204,7 +209,7 @@ func (s *Service) shutdownOnce(ctx context.Context) error {
 // reports whether that was done before ctx ended. If ctx ends during the GracefulStop, it ends
 // the streams and stops the server hard itself, so no goroutine of its own is left when it
 // reports false.
-func (s *Service) stopGracefully(ctx context.Context) bool {
+func (s *App) stopGracefully(ctx context.Context) bool {
 	// No stream live for drainQuiet in a row: a client stream that arrived just as the last one
 	// ended would start a loop whose follow-ups GracefulStop refuses. Envoy stops sending once
 	// its health check sees NOT_SERVING (a few seconds); until then requests keep coming.
@@ -241,7 +246,7 @@ func (s *Service) stopGracefully(ctx context.Context) bool {
 }
 
 // closeParts deletes every sandbox, closes the engine's connections and the owned backend.
-func (s *Service) closeParts() error {
+func (s *App) closeParts() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
@@ -257,11 +262,11 @@ func (s *Service) closeParts() error {
 	return errors.Join(errs...)
 }
 
-// Manager returns the Service's sandbox manager.
-func (s *Service) Manager() *sandbox.Manager { return s.manager }
+// Manager returns the App's sandbox manager.
+func (s *App) Manager() *sandbox.Manager { return s.manager }
 
-// Collectors returns every Prometheus metric of the Service, for registration.
-func (s *Service) Collectors() []prometheus.Collector {
+// Collectors returns every Prometheus metric of the App, for registration.
+func (s *App) Collectors() []prometheus.Collector {
 	var out []prometheus.Collector
 	out = append(out, s.metrics.Collectors()...)
 	out = append(out, s.engine.Collectors()...)
