@@ -103,7 +103,7 @@ func TestCompressedAnswerIsBounded(t *testing.T) {
 func TestAnswerBeyondSendLimitIs502(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 2<<20)
 	fl := &fakeLoop{calls: true, resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: big, Stop: loop.StopDone}}
-	ts := newTestServer(t, func(c *configv1.Config) { c.MaxRequestBytes = 1 << 20; c.DefaultProfile.MaxOutputBytes = 512 << 10 }, fl, nil)
+	ts := newTestServer(t, func(c *configv1.Config) { c.MaxRequestBytes = 1 << 20; c.DefaultProfile.MaxOutputBytes = 256 << 10 }, fl, nil)
 	ex := ts.open(t)
 	ex.send(postHeaders("/v1/responses"))
 	ex.send(reqBody(toolBody))
