@@ -284,6 +284,10 @@ func ApplyDefaults(cfg *configv1.Config) {
 	}
 	if p.MaxOutputBytes == 0 {
 		p.MaxOutputBytes = DefaultMaxOutputBytes
+		// A server with a small max_request_bytes gets a budget its answers can carry.
+		if most := (int64(cfg.MaxRequestBytes) - AnswerOverheadBytes) / 2; most >= 64<<10 && int64(p.MaxOutputBytes) > most {
+			p.MaxOutputBytes = uint64(most)
+		}
 	}
 	if p.MaxImages == 0 {
 		p.MaxImages = DefaultMaxImages

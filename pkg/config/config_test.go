@@ -203,3 +203,12 @@ func TestLoopDeadlineMargin(t *testing.T) {
 		assert.NoError(t, err, "validate with loop_deadline %v", tt.give)
 	}
 }
+
+// TestOutputBudgetDefaultFitsTheSendLimit: with a small max_request_bytes, the default output
+// budget shrinks to what a streamed answer can carry, so the defaults stay valid.
+func TestOutputBudgetDefaultFitsTheSendLimit(t *testing.T) {
+	cfg := &configv1.Config{MaxRequestBytes: 4 << 20}
+	ApplyDefaults(cfg)
+	require.NoError(t, Validate(cfg), "validate")
+	assert.Equal(t, uint64((4<<20-AnswerOverheadBytes)/2), cfg.GetDefaultProfile().GetMaxOutputBytes(), "default budget")
+}
