@@ -210,9 +210,11 @@ func (s *App) shutdownOnce(ctx context.Context) error {
 // the streams and stops the server hard itself, so no goroutine of its own is left when it
 // reports false.
 func (s *App) stopGracefully(ctx context.Context) bool {
-	// No stream live for drainQuiet in a row: a client stream that arrived just as the last one
-	// ended would start a loop whose follow-ups GracefulStop refuses. Envoy stops sending once
-	// its health check sees NOT_SERVING (a few seconds); until then requests keep coming.
+	// Drain again until no stream is live drainQuiet after the last drain ended: a client
+	// stream that arrived just as the last one ended would start a loop whose follow-ups
+	// GracefulStop refuses. Envoy stops sending once its health check sees NOT_SERVING (a few
+	// seconds); until then requests keep coming. A grace that ends meanwhile with nothing
+	// live still stops gracefully.
 	for {
 		if err := s.srv.Drain(ctx); err != nil {
 			return false
@@ -222,7 +224,6 @@ func (s *App) stopGracefully(ctx context.Context) bool {
 		case <-quiet.C:
 		case <-ctx.Done():
 			quiet.Stop()
-			return false
 		}
 		if s.srv.Live() == 0 {
 			break
@@ -233,10 +234,22 @@ func (s *App) stopGracefully(ctx context.Context) bool {
 		s.grpc.GracefulStop()
 		close(stopped)
 	}()
+	// Nothing is live: GracefulStop has no stream to wait for, unless one arrived this instant.
 	select {
 	case <-stopped:
 		return true
 	case <-ctx.Done():
+		if s.srv.Live() == 0 {
+			// Give it a moment (a health check in flight); a stream that will not end is
+			// stopped hard below.
+			t := time.NewTimer(time.Second)
+			select {
+			case <-stopped:
+				t.Stop()
+				return true
+			case <-t.C:
+			}
+		}
 	}
 	// Stop closes every connection, which makes the pending GracefulStop return.
 	s.srv.Close()

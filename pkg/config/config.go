@@ -463,7 +463,7 @@ func validateProfile(field string, p *configv1.Profile, maxRequestBytes uint64) 
 	}
 	// An event stream carries the outputs twice (as the items are added and in the final
 	// response), within what one ext_proc message may carry.
-	if n, most := p.GetMaxOutputBytes(), (int64(maxRequestBytes)-AnswerOverheadBytes)/2; int64(n) > most {
+	if n, most := p.GetMaxOutputBytes(), (uint64(maxRequestBytes)-min(uint64(maxRequestBytes), AnswerOverheadBytes))/2; n > most {
 		bad("max_output_bytes", "%d is above %d, half of what one answer may carry (max_request_bytes %d less %d): a streamed answer with that much output could not be sent to Envoy",
 			n, most, maxRequestBytes, AnswerOverheadBytes)
 	}

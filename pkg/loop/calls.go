@@ -151,20 +151,25 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	case errors.Is(err, sandbox.ErrTimeout):
 		lr.e.metrics.runs.WithLabelValues("timeout").Inc()
 		item.Status = statusFailed
-		text := fmt.Sprintf(TextTimeout, timeout.Round(100*time.Millisecond))
+		notice := fmt.Sprintf(TextTimeout, timeout.Round(100*time.Millisecond))
 		if errors.Is(err, sandbox.ErrLost) {
-			text += "\n" + TextTimeoutKilled
+			notice += "\n" + TextTimeoutKilled
 		}
 		res.Images = nil // a timed-out run's images are not shown
+		text, logs := notice, notice
 		if partial, _ := render(res, limit); partial != TextNoOutput {
 			text += "\n" + partial
-		}
-		// What it printed counts against the request's output budget, as a finished run's does.
-		logs, cut := lr.chargeLogs(text)
-		if cut {
-			marker := fmt.Sprintf(TextOutputBudget, "the rest of the printed output")
-			logs = strings.TrimPrefix(logs+"\n"+marker, "\n")
-			text += "\n" + marker
+			// What it printed counts against the request's output budget, as a finished run's
+			// does; the notice, like the markers, does not.
+			shown, cut := lr.chargeLogs(partial)
+			if shown != "" {
+				logs += "\n" + shown
+			}
+			if cut {
+				marker := fmt.Sprintf(TextOutputBudget, "the rest of the printed output")
+				logs += "\n" + marker
+				text += "\n" + marker
+			}
 		}
 		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: logs})
 		return text, true

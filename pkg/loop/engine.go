@@ -430,6 +430,10 @@ func (lr *loopRun) postOnce(ctx context.Context, body []byte) (int, http.Header,
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	// The client's own idempotency key is its first call's: a follow-up is another request, and
+	// net/http would send one that carries such a key again after it was written whole.
+	req.Header.Del("Idempotency-Key")
+	req.Header.Del("X-Idempotency-Key")
 	resp, err := lr.e.client.Do(req)
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()

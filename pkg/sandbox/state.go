@@ -155,13 +155,25 @@ func privateDir(dir string) error {
 }
 
 // sweepable reports whether the paths a dead Local recorded are of the kind a Local makes: a
-// work directory "codeinterp-sandbox-*" and cgroups "codeinterp-*" under /sys/fs/cgroup.
+// work directory "codeinterp-sandbox-*", and cgroups "codeinterp-*" on a cgroup file system
+// (v1 or v2, wherever it is mounted; one already gone is fine).
 func sweepable(info stateInfo) bool {
 	if info.WorkDir != "" && (!filepath.IsAbs(info.WorkDir) || !strings.HasPrefix(filepath.Base(info.WorkDir), "codeinterp-sandbox-")) {
 		return false
 	}
 	for _, cg := range info.Cgroups {
-		if clean := filepath.Clean(cg); !strings.HasPrefix(clean, "/sys/fs/cgroup/") || !strings.HasPrefix(filepath.Base(clean), "codeinterp-") {
+		clean := filepath.Clean(cg)
+		if !filepath.IsAbs(clean) || !strings.HasPrefix(filepath.Base(clean), "codeinterp-") {
+			return false
+		}
+		var fs unix.Statfs_t
+		if err := unix.Statfs(clean, &fs); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return false
+		}
+		if fs.Type != unix.CGROUP_SUPER_MAGIC && fs.Type != unix.CGROUP2_SUPER_MAGIC {
 			return false
 		}
 	}

@@ -23,8 +23,10 @@ func TestStateDirMustBePrivate(t *testing.T) {
 	require.NoError(t, os.Symlink(dir, link), "symlink")
 	assert.Error(t, privateDir(link), "a link")
 
-	assert.True(t, sweepable(stateInfo{WorkDir: "/tmp/codeinterp-sandbox-123", Cgroups: []string{"/sys/fs/cgroup/memory/x/codeinterp-ab"}}), "a backend's own paths")
+	assert.True(t, sweepable(stateInfo{WorkDir: "/tmp/codeinterp-sandbox-123", Cgroups: []string{"/sys/fs/cgroup/memory/x/codeinterp-ab"}}), "a backend's own paths (a cgroup already gone)")
 	assert.False(t, sweepable(stateInfo{WorkDir: "/home/victim"}), "a work dir no backend makes")
 	assert.False(t, sweepable(stateInfo{Cgroups: []string{"/sys/fs/cgroup/system.slice"}}), "a cgroup no backend makes")
-	assert.False(t, sweepable(stateInfo{Cgroups: []string{"/sys/fs/cgroup/../../home/codeinterp-x"}}), "a path that leaves the cgroup mount")
+	planted := filepath.Join(t.TempDir(), "codeinterp-x")
+	require.NoError(t, os.Mkdir(planted, 0o700), "mkdir")
+	assert.False(t, sweepable(stateInfo{Cgroups: []string{planted}}), "a directory named like a cgroup, not on a cgroup file system")
 }

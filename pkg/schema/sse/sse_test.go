@@ -96,7 +96,7 @@ func TestReaderIsIncremental(t *testing.T) {
 func TestReaderBounds(t *testing.T) {
 	_, err := NewReader(strings.NewReader("data: "+strings.Repeat("x", 100)+"\n\n"), 50, 0).Next()
 	assert.ErrorIs(t, err, ErrLineTooLong, "a long line")
-	_, err = NewReader(strings.NewReader("data: 345678\n\n"), 9, 0).Next()
+	_, err = NewReader(strings.NewReader("data: 345678\n\n"), 11, 0).Next()
 	assert.ErrorIs(t, err, ErrLineTooLong, "a line one byte over the limit")
 	ev, err := NewReader(strings.NewReader("data: 34567\r\n\r\n"), 11, 0).Next()
 	assert.NoError(t, err, "a line at the limit")

@@ -254,8 +254,8 @@ type Profile struct {
 	// a run's logs are cut and its images left out, each with a visible marker for the client
 	// (a logs output) and the model (in the text it reads). The answer the server assembles
 	// also never exceeds what it can send Envoy (max_request_bytes): a larger one is a 502 in
-	// OpenAI's error shape (code "answer_too_large"). At least 65536 and at most half of
-	// max_request_bytes less 64 KiB (an event stream carries the outputs twice). Default 8388608
+	// OpenAI's error shape (code "answer_too_large"). At least 65536 and at most
+	// (max_request_bytes - 64 KiB) / 2 (an event stream carries the outputs twice). Default 8388608
 	// (8 MiB), which keeps the server's memory growth for any one request under 256 MiB.
 	MaxOutputBytes uint64 `protobuf:"varint,13,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
 	// max_images is the number of images the code runs of one request may show the client in
