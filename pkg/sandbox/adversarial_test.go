@@ -353,19 +353,7 @@ func TestAdversarialInitMemory(t *testing.T) {
 		res := runIn(t, c, "try:\n    "+strings.ReplaceAll(tt.give, "\n", "\n    ")+"\n    r = 'done'\nexcept OSError as e:\n    r = type(e).__name__\nr")
 		assert.Contains(t, []string{"'FileNotFoundError'", "'PermissionError'"}, res.Value, "%s: refused", tt.name)
 	}
-	runIn(t, c, `import os, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        import signal
-        for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN)
-        open('/tmp/daemon-up', 'w').close()
-        while True:
-            time.sleep(1)
-    os._exit(0)
-while not os.path.exists('/tmp/daemon-up'):
-    time.sleep(0.01)`)
+	runIn(t, c, plantDaemon)
 	snap := snapshotContainer(t, c)
 	require.GreaterOrEqual(t, len(snap.tree), 4, "monitor, init, interpreter and the daemon run")
 	// The server's end dies as it would with the server (its parent-death signal).
