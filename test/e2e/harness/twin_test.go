@@ -569,7 +569,9 @@ func TestTwinBufferLimit(t *testing.T) {
 			upstream: func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, big) },
 			want: twinOutcome{
 				status: 500, body: "Internal Server Error", header: map[string]string{"content-type": "text/plain"},
-				upstream: upstreamGot(), proc: []string{gotReqHeaders, gotReqBody, "response_headers 200 cl=65"},
+				// The 500 resets the ext_proc stream while its response_headers message may still
+				// be on the way to the server (seen once in CI on the harness front).
+				upstream: upstreamGot(), proc: []string{gotReqHeaders, gotReqBody}, procMaybe: []string{"response_headers 200 cl=65"},
 			},
 		},
 	})
