@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"slices"
 	"strconv"
 	"unsafe"
@@ -57,13 +58,13 @@ func (c CodeCall) MarshalJSON() ([]byte, error) {
 
 func (c CodeCall) appendJSON(dst []byte) ([]byte, error) {
 	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, c.ID)
+	dst = jsonscan.AppendString(dst, c.ID)
 	dst = append(dst, `,"type":"code_interpreter_call","status":`...)
-	dst = appendJSONString(dst, c.Status)
+	dst = jsonscan.AppendString(dst, c.Status)
 	dst = append(dst, `,"code":`...)
-	dst = appendJSONString(dst, c.Code)
+	dst = jsonscan.AppendString(dst, c.Code)
 	dst = append(dst, `,"container_id":`...)
-	dst = appendJSONString(dst, c.ContainerID)
+	dst = jsonscan.AppendString(dst, c.ContainerID)
 	dst = append(dst, `,"outputs":[`...)
 	for i, o := range c.Outputs {
 		if i > 0 {
@@ -72,10 +73,10 @@ func (c CodeCall) appendJSON(dst []byte) ([]byte, error) {
 		switch o.Type {
 		case CodeOutputLogs:
 			dst = append(dst, `{"type":"logs","logs":`...)
-			dst = appendJSONString(dst, o.Logs)
+			dst = jsonscan.AppendString(dst, o.Logs)
 		case CodeOutputImage:
 			dst = append(dst, `{"type":"image","url":`...)
-			dst = appendJSONString(dst, o.URL)
+			dst = jsonscan.AppendString(dst, o.URL)
 		default:
 			return nil, fmt.Errorf("marshal code_interpreter_call %q: output %d has unknown type %q", c.ID, i, o.Type)
 		}
@@ -142,7 +143,7 @@ func Final(in FinalInput) ([]byte, error) {
 	views := make([]string, len(in.Rounds))
 	for i, r := range in.Rounds {
 		views[i] = finalView(r.Body)
-		if !gjson.Valid(views[i]) || !finalIsObject(views[i]) {
+		if !gjson.Valid(views[i]) || !jsonscan.IsObjectText(views[i]) {
 			return nil, fmt.Errorf("build final answer: round %d: body is not a JSON object", i+1)
 		}
 	}

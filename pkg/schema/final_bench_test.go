@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,13 +36,13 @@ func finalBenchInput() FinalInput {
 	round1 := `{"id":"resp_1","object":"response","created_at":1757603567,"status":"completed","model":"gpt-5","output":[` +
 		`{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"` + strings.Repeat("gAAAAB", 400) + `"},` +
 		`{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"code_interpreter","arguments":` +
-		string(appendJSONString(nil, `{"code":`+string(appendJSONString(nil, code))+`}`)) + `}],` +
+		string(jsonscan.AppendString(nil, `{"code":`+string(jsonscan.AppendString(nil, code))+`}`)) + `}],` +
 		`"tool_choice":"auto","tools":[{"type":"function","name":"code_interpreter","parameters":{"type":"object"}}],` +
 		`"usage":{"input_tokens":1000,"input_tokens_details":{"cached_tokens":0},"output_tokens":5000,"output_tokens_details":{"reasoning_tokens":100},"total_tokens":6000}}`
 	round2 := `{"id":"resp_2","object":"response","created_at":1757603567,"status":"completed","model":"gpt-5","output":[` +
 		`{"id":"msg_2","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[` +
 		`{"type":"container_file_citation","container_id":"cntr_1","file_id":"cfile_1","filename":"rolls.csv","start_index":0,"end_index":10}],` +
-		`"logprobs":[],"text":` + string(appendJSONString(nil, finalBenchText(60<<10))) + `}]}],` +
+		`"logprobs":[],"text":` + string(jsonscan.AppendString(nil, finalBenchText(60<<10))) + `}]}],` +
 		`"tool_choice":"auto","tools":[{"type":"function","name":"code_interpreter","parameters":{"type":"object"}}],` +
 		`"usage":{"input_tokens":7000,"input_tokens_details":{"cached_tokens":1000},"output_tokens":15000,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":22000}}`
 	return FinalInput{
@@ -75,7 +76,7 @@ func BenchmarkFinal(b *testing.B) {
 
 func BenchmarkFinalChat(b *testing.B) {
 	body := `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4.1","choices":[{"index":0,"message":{` +
-		`"role":"assistant","content":` + string(appendJSONString(nil, finalBenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
+		`"role":"assistant","content":` + string(jsonscan.AppendString(nil, finalBenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`
 	in := FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []Round{
 		{Body: []byte(`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`)},

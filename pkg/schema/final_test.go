@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"strings"
@@ -595,15 +596,15 @@ func TestFinalAppendStringMatchesEncodingJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := appendJSONString(nil, tt.give)
+			got := jsonscan.AppendString(nil, tt.give)
 			var decoded string
-			require.NoError(t, json.Unmarshal(got, &decoded), "decode appendJSONString(%q) = %s", tt.give, got)
+			require.NoError(t, json.Unmarshal(got, &decoded), "decode AppendString(%q) = %s", tt.give, got)
 			want, err := json.Marshal(tt.give)
 			require.NoError(t, err, "json.Marshal(%q)", tt.give)
 			var wantDecoded string
 			require.NoError(t, json.Unmarshal(want, &wantDecoded), "decode json.Marshal(%q)", tt.give)
-			assert.Equal(t, wantDecoded, decoded, "decoded appendJSONString(%q)", tt.give)
-			assert.NotContains(t, string(got), "\n", "raw newline in appendJSONString(%q)", tt.give)
+			assert.Equal(t, wantDecoded, decoded, "decoded AppendString(%q)", tt.give)
+			assert.NotContains(t, string(got), "\n", "raw newline in AppendString(%q)", tt.give)
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strconv"
 
 	"github.com/tidwall/gjson"
@@ -82,7 +83,7 @@ func finalSumObjects(dst []byte, objs []gjson.Result) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, k)
+		dst = jsonscan.AppendString(dst, k)
 		dst = append(dst, ':')
 		dst = finalSumJSON(dst, children[i])
 	}

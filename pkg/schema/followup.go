@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"slices"
 )
 
@@ -51,23 +52,23 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	}
 	// The request was read by RewriteRequest (or built by an earlier FollowUp): check it as
 	// RewriteRequest does, so a body it accepted is accepted here too, and fast.
-	scanned, err := reqScan(req, reqScanRequest, nil)
+	scanned, err := jsonscan.Scan(req, &requestSpec, nil)
 	if err != nil {
 		return nil, fmt.Errorf("follow up: parse request: %w", err)
 	}
-	reqMembers, isObject := scanned.members, scanned.isObject
+	reqMembers, isObject := scanned.Members, scanned.IsObject
 	if !isObject {
 		return nil, errors.New("follow up: the request is not a JSON object")
 	}
-	respMembers, isObject, err := reqScanTop(resp)
+	respMembers, isObject, err := jsonscan.ScanTop(resp)
 	if err != nil {
 		return nil, fmt.Errorf("follow up: parse response: %w", err)
 	}
 	if !isObject {
 		return nil, errors.New("follow up: the response is not a JSON object")
 	}
-	rq := reqNewTopLevel(req, reqMembers)
-	rs := reqNewTopLevel(resp, respMembers)
+	rq := topKeys.Index(req, reqMembers)
+	rs := topKeys.Index(resp, respMembers)
 	name := Options{FunctionName: o.FunctionName}.name()
 
 	outs, err := followUpOutputs(s, rs, name, outputs)
@@ -76,7 +77,7 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	}
 
 	var (
-		edits   []reqEdit
+		edits   []jsonscan.Edit
 		appends []followUpMember
 	)
 	switch s {
@@ -93,17 +94,17 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	if o.ToolChoiceNone {
 		choice = []byte(`"none"`)
 	}
-	switch k := rq.find("tool_choice"); {
+	switch k := rq.Find("tool_choice"); {
 	case choice != nil && k >= 0:
 		m := reqMembers[k]
-		edits = append(edits, reqEdit{start: m.valStart, end: m.valEnd, repl: choice})
+		edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: choice})
 	case choice != nil:
 		appends = append(appends, followUpMember{key: "tool_choice", value: choice})
 	case o.DropToolChoice && k >= 0:
-		edits = append(edits, reqRemoveMember(reqMembers, k))
+		edits = append(edits, jsonscan.RemoveMember(reqMembers, k))
 	}
 
-	body, err := reqApply(req, edits)
+	body, err := jsonscan.Apply(req, edits)
 	if err != nil {
 		return nil, fmt.Errorf("follow up: %w", err)
 	}
@@ -112,16 +113,16 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	}
 	// Members are added once the other edits are in, so the comma before them reflects whether
 	// any member is left.
-	closeAt := reqCloseAt(body)
-	adds := make([]reqEdit, 0, len(appends))
+	closeAt := jsonscan.CloseAt(body)
+	adds := make([]jsonscan.Edit, 0, len(appends))
 	for _, a := range appends {
-		e := reqAppendMember(body, closeAt, a.key, a.value)
-		if len(adds) > 0 && e.repl[0] != ',' {
-			e.repl = append([]byte{','}, e.repl...)
+		e := jsonscan.AppendMember(body, closeAt, a.key, a.value)
+		if len(adds) > 0 && e.Repl[0] != ',' {
+			e.Repl = append([]byte{','}, e.Repl...)
 		}
 		adds = append(adds, e)
 	}
-	if body, err = reqApply(body, adds); err != nil {
+	if body, err = jsonscan.Apply(body, adds); err != nil {
 		return nil, fmt.Errorf("follow up: %w", err)
 	}
 	return body, nil
@@ -135,7 +136,7 @@ type followUpMember struct {
 
 // followUpOutputs checks outputs against the function calls of resp and returns them with
 // repeated call ids dropped.
-func followUpOutputs(s Surface, rs reqTopLevel, name string, outputs []CallOutput) ([]CallOutput, error) {
+func followUpOutputs(s Surface, rs jsonscan.TopLevel, name string, outputs []CallOutput) ([]CallOutput, error) {
 	turn, err := turnRead(s, rs, name)
 	if err != nil {
 		return nil, fmt.Errorf("follow up: %w", err)
@@ -169,30 +170,30 @@ func followUpOutputs(s Surface, rs reqTopLevel, name string, outputs []CallOutpu
 
 // followUpResponses returns the edits that extend a Responses request's input, or the input
 // member to add when the request has none.
-func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []followUpMember, error) {
-	req, resp := rq.b, rs.b
+func followUpResponses(rq, rs jsonscan.TopLevel, outs []CallOutput) ([]jsonscan.Edit, []followUpMember, error) {
+	req, resp := rq.B, rs.B
 	outItems := followUpOutputItems(outs)
 
-	in := rq.span("input")
-	if conv := rq.span("conversation"); conv.ok() && string(req[conv.start:conv.end]) != "null" {
+	in := rq.Span("input")
+	if conv := rq.Span("conversation"); conv.OK() && string(req[conv.Start:conv.End]) != "null" {
 		// The conversation already holds the earlier input and the response's output.
 		list := append(append([]byte{'['}, outItems...), ']')
-		if !in.ok() {
+		if !in.OK() {
 			return nil, []followUpMember{{key: "input", value: list}}, nil
 		}
-		return []reqEdit{{start: in.start, end: in.end, repl: list}}, nil, nil
+		return []jsonscan.Edit{{Start: in.Start, End: in.End, Repl: list}}, nil, nil
 	}
 
-	output := rs.span("output")
-	if !output.ok() || resp[output.start] != '[' {
+	output := rs.Span("output")
+	if !output.OK() || resp[output.Start] != '[' {
 		return nil, nil, errors.New("follow up: the response has no output list")
 	}
 	storeOff := false
-	if sp := rq.span("store"); sp.ok() {
-		storeOff = string(req[sp.start:sp.end]) == "false"
+	if sp := rq.Span("store"); sp.OK() {
+		storeOff = string(req[sp.Start:sp.End]) == "false"
 	}
-	items := make([]byte, 0, output.end-output.start+len(outItems)+1)
-	reqEachElem(resp, output.start, func(_, st, en int) bool {
+	items := make([]byte, 0, output.End-output.Start+len(outItems)+1)
+	jsonscan.EachElem(resp, output.Start, func(_, st, en int) bool {
 		if storeOff && followUpUnresolvableReasoning(resp, st) {
 			return true
 		}
@@ -216,7 +217,7 @@ func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []foll
 	case !ok:
 		return nil, []followUpMember{{key: "input", value: append(append([]byte{'['}, items...), ']')}}, nil
 	}
-	return []reqEdit{e}, nil, nil
+	return []jsonscan.Edit{e}, nil, nil
 }
 
 // responsesInputEdit returns the edit that adds items (comma-separated values) to the Responses
@@ -224,22 +225,22 @@ func followUpResponses(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, []foll
 // [{"role":"user","content":s}] with the items after it (before it, front), null becomes the
 // items' list. It returns false when there is no input (the caller adds the member), and an
 // error when the input is something else.
-func responsesInputEdit(b []byte, in reqSpan, items []byte, front bool) (reqEdit, bool, error) {
-	if !in.ok() {
-		return reqEdit{}, false, nil
+func responsesInputEdit(b []byte, in jsonscan.Span, items []byte, front bool) (jsonscan.Edit, bool, error) {
+	if !in.OK() {
+		return jsonscan.Edit{}, false, nil
 	}
 	switch {
-	case b[in.start] == '[':
+	case b[in.Start] == '[':
 		if !front {
-			return reqAppendElems(b, in.end-1, items), true, nil
+			return jsonscan.AppendElems(b, in.End-1, items), true, nil
 		}
 		repl := items
-		if len(items) > 0 && reqSkipWS(b, in.start+1) != in.end-1 {
+		if len(items) > 0 && jsonscan.SkipWS(b, in.Start+1) != in.End-1 {
 			repl = append(slices.Clip(items), ',')
 		}
-		return reqEdit{start: in.start + 1, end: in.start + 1, repl: repl}, true, nil
-	case b[in.start] == '"':
-		msg := append([]byte(`{"role":"user","content":`), b[in.start:in.end]...)
+		return jsonscan.Edit{Start: in.Start + 1, End: in.Start + 1, Repl: repl}, true, nil
+	case b[in.Start] == '"':
+		msg := append([]byte(`{"role":"user","content":`), b[in.Start:in.End]...)
 		msg = append(msg, '}')
 		parts := [2][]byte{msg, items}
 		if front {
@@ -255,11 +256,11 @@ func responsesInputEdit(b []byte, in reqSpan, items []byte, front bool) (reqEdit
 			}
 			list = append(list, p...)
 		}
-		return reqEdit{start: in.start, end: in.end, repl: append(list, ']')}, true, nil
-	case string(b[in.start:in.end]) == "null":
-		return reqEdit{start: in.start, end: in.end, repl: append(append([]byte{'['}, items...), ']')}, true, nil
+		return jsonscan.Edit{Start: in.Start, End: in.End, Repl: append(list, ']')}, true, nil
+	case string(b[in.Start:in.End]) == "null":
+		return jsonscan.Edit{Start: in.Start, End: in.End, Repl: append(append([]byte{'['}, items...), ']')}, true, nil
 	}
-	return reqEdit{}, false, errors.New("the request's input is neither a string nor a list")
+	return jsonscan.Edit{}, false, errors.New("the request's input is neither a string nor a list")
 }
 
 // followUpOutputItems returns the function_call_output items of outs, comma-separated.
@@ -270,9 +271,9 @@ func followUpOutputItems(outs []CallOutput) []byte {
 			items = append(items, ',')
 		}
 		items = append(items, `{"type":"function_call_output","call_id":`...)
-		items = appendJSONString(items, out.CallID)
+		items = jsonscan.AppendString(items, out.CallID)
 		items = append(items, `,"output":`...)
-		items = appendJSONString(items, out.Output)
+		items = jsonscan.AppendString(items, out.Output)
 		items = append(items, '}')
 	}
 	return items
@@ -303,19 +304,19 @@ func PrependCallOutputs(body []byte, calls []PendingCall) ([]byte, error) {
 	for i, c := range calls {
 		outs[i] = CallOutput{CallID: c.CallID, Output: c.Output}
 	}
-	t, err := reqTopObject(body, "prepend call outputs")
+	t, err := topKeys.TopObject(body, "prepend call outputs")
 	if err != nil {
 		return nil, err
 	}
 	items := followUpOutputItems(outs)
-	e, ok, err := responsesInputEdit(body, t.span("input"), items, true)
+	e, ok, err := responsesInputEdit(body, t.Span("input"), items, true)
 	if err != nil {
 		return nil, fmt.Errorf("prepend call outputs: %w", err)
 	}
 	if !ok {
-		e = reqAppendMember(body, reqCloseAt(body), "input", append(append([]byte{'['}, items...), ']'))
+		e = jsonscan.AppendMember(body, jsonscan.CloseAt(body), "input", append(append([]byte{'['}, items...), ']'))
 	}
-	return reqApply(body, []reqEdit{e})
+	return jsonscan.Apply(body, []jsonscan.Edit{e})
 }
 
 // followUpUnresolvableReasoning reports whether the item starting at b[st] is a reasoning item
@@ -324,41 +325,41 @@ func followUpUnresolvableReasoning(b []byte, st int) bool {
 	if b[st] != '{' {
 		return false
 	}
-	if typ, _ := reqStr(b, reqField(b, st, "type")); typ != "reasoning" {
+	if typ, _ := jsonscan.Str(b, jsonscan.Field(b, st, "type")); typ != "reasoning" {
 		return false
 	}
-	enc, _ := reqStr(b, reqField(b, st, "encrypted_content"))
+	enc, _ := jsonscan.Str(b, jsonscan.Field(b, st, "encrypted_content"))
 	return enc == ""
 }
 
 // followUpChat returns the edit that appends the assistant message and the tool messages to a
 // Chat request's messages.
-func followUpChat(rq, rs reqTopLevel, outs []CallOutput) ([]reqEdit, error) {
-	req, resp := rq.b, rs.b
-	msgs := rq.span("messages")
-	if !msgs.ok() || req[msgs.start] != '[' {
+func followUpChat(rq, rs jsonscan.TopLevel, outs []CallOutput) ([]jsonscan.Edit, error) {
+	req, resp := rq.B, rs.B
+	msgs := rq.Span("messages")
+	if !msgs.OK() || req[msgs.Start] != '[' {
 		return nil, errors.New("follow up: the request has no messages list")
 	}
 	msg := turnChatMessage(rs)
-	if !msg.ok() {
+	if !msg.OK() {
 		return nil, errors.New("follow up: the response has no choices[0].message")
 	}
 	elems := followUpAssistant(resp, msg)
 	for _, out := range outs {
 		elems = append(elems, `,{"role":"tool","tool_call_id":`...)
-		elems = appendJSONString(elems, out.CallID)
+		elems = jsonscan.AppendString(elems, out.CallID)
 		elems = append(elems, `,"content":`...)
-		elems = appendJSONString(elems, out.Output)
+		elems = jsonscan.AppendString(elems, out.Output)
 		elems = append(elems, '}')
 	}
-	return []reqEdit{reqAppendElems(req, msgs.end-1, elems)}, nil
+	return []jsonscan.Edit{jsonscan.AppendElems(req, msgs.End-1, elems)}, nil
 }
 
 // followUpAssistant returns the assistant message of a Chat response as a request message: the
 // members a request accepts, with their bytes as the response had them. audio keeps only its id;
 // null values, an empty tool_calls list and response-only fields (annotations, …) are dropped.
 // reasoning_content, which some OpenAI-compatible backends want back, is kept.
-func followUpAssistant(b []byte, msg reqSpan) []byte {
+func followUpAssistant(b []byte, msg jsonscan.Span) []byte {
 	out := []byte{'{'}
 	add := func(key []byte, val []byte) {
 		if len(out) > 1 {
@@ -369,9 +370,9 @@ func followUpAssistant(b []byte, msg reqSpan) []byte {
 		out = append(out, val...)
 	}
 	hasRole := false
-	reqEachMember(b, msg.start, func(rawKey []byte, vs, ve int) bool {
+	jsonscan.EachMember(b, msg.Start, func(rawKey []byte, vs, ve int) bool {
 		v := b[vs:ve]
-		switch k, _ := reqDecodeString(rawKey); k {
+		switch k, _ := jsonscan.DecodeString(rawKey); k {
 		case "role":
 			hasRole = true
 			add(rawKey, v)
@@ -382,7 +383,7 @@ func followUpAssistant(b []byte, msg reqSpan) []byte {
 				add(rawKey, v)
 			}
 		case "tool_calls":
-			if v[0] == '[' && reqSkipWS(b, vs+1) < ve-1 {
+			if v[0] == '[' && jsonscan.SkipWS(b, vs+1) < ve-1 {
 				add(rawKey, v)
 			}
 		case "function_call":
@@ -390,8 +391,8 @@ func followUpAssistant(b []byte, msg reqSpan) []byte {
 				add(rawKey, v)
 			}
 		case "audio":
-			if id := reqField(b, vs, "id"); id.ok() && b[id.start] == '"' {
-				add(rawKey, append(append([]byte(`{"id":`), b[id.start:id.end]...), '}'))
+			if id := jsonscan.Field(b, vs, "id"); id.OK() && b[id.Start] == '"' {
+				add(rawKey, append(append([]byte(`{"id":`), b[id.Start:id.End]...), '}'))
 			}
 		}
 		return true
@@ -426,34 +427,34 @@ var ErrRewriteTooLarge = errors.New("the rewrite would add more than its limit t
 func InsertChatCalls(body []byte, functionName string, limit int, pending func(callID string) []PendingCall) ([]byte, error) {
 	// The same check RewriteRequest makes of a request, not a full one: conversation text is
 	// only scanned for its end.
-	sc, err := reqScan(body, reqScanRequest, nil)
+	sc, err := jsonscan.Scan(body, &requestSpec, nil)
 	if err != nil {
 		return nil, fmt.Errorf("insert chat calls: %w", err)
 	}
-	if !sc.isObject {
+	if !sc.IsObject {
 		return nil, errors.New("insert chat calls: the body is not a JSON object")
 	}
 	b := body
-	msgs := reqNewTopLevel(b, sc.members).span("messages")
-	if !msgs.ok() || b[msgs.start] != '[' {
+	msgs := topKeys.Index(b, sc.Members).Span("messages")
+	if !msgs.OK() || b[msgs.Start] != '[' {
 		return nil, nil
 	}
 	name := Options{FunctionName: functionName}.name()
 	// have holds the ids of every tool call of the body and of every call put in so far.
 	have := map[string]bool{}
-	eachAssistantCall := func(fn func(st, en int, tc reqSpan, ids []string) bool) {
-		reqEachElem(b, msgs.start, func(_, st, en int) bool {
-			if b[st] != '{' || !reqFieldIs(b, st, "role", "assistant") {
+	eachAssistantCall := func(fn func(st, en int, tc jsonscan.Span, ids []string) bool) {
+		jsonscan.EachElem(b, msgs.Start, func(_, st, en int) bool {
+			if b[st] != '{' || !jsonscan.FieldIs(b, st, "role", "assistant") {
 				return true
 			}
-			tc := reqField(b, st, "tool_calls")
-			if !tc.ok() || b[tc.start] != '[' {
+			tc := jsonscan.Field(b, st, "tool_calls")
+			if !tc.OK() || b[tc.Start] != '[' {
 				return true
 			}
 			var ids []string
-			reqEachElem(b, tc.start, func(_, cs, _ int) bool {
+			jsonscan.EachElem(b, tc.Start, func(_, cs, _ int) bool {
 				if b[cs] == '{' {
-					if id, ok := reqStr(b, reqField(b, cs, "id")); ok {
+					if id, ok := jsonscan.Str(b, jsonscan.Field(b, cs, "id")); ok {
 						ids = append(ids, id)
 					}
 				}
@@ -462,20 +463,20 @@ func InsertChatCalls(body []byte, functionName string, limit int, pending func(c
 			return fn(st, en, tc, ids)
 		})
 	}
-	eachAssistantCall(func(_, _ int, _ reqSpan, ids []string) bool {
+	eachAssistantCall(func(_, _ int, _ jsonscan.Span, ids []string) bool {
 		for _, id := range ids {
 			have[id] = true
 		}
 		return true
 	})
 	var (
-		edits  []reqEdit
+		edits  []jsonscan.Edit
 		added  int
 		tooBig bool
 	)
 	// asked holds the client call ids already looked up: a repeated message asks nothing more.
 	asked := map[string]bool{}
-	eachAssistantCall(func(_, en int, tc reqSpan, ids []string) bool {
+	eachAssistantCall(func(_, en int, tc jsonscan.Span, ids []string) bool {
 		var calls, tools []byte
 		for _, id := range ids {
 			if asked[id] {
@@ -489,16 +490,16 @@ func InsertChatCalls(body []byte, functionName string, limit int, pending func(c
 				have[c.CallID] = true
 				calls = append(calls, ',')
 				calls = append(calls, `{"id":`...)
-				calls = appendJSONString(calls, c.CallID)
+				calls = jsonscan.AppendString(calls, c.CallID)
 				calls = append(calls, `,"type":"function","function":{"name":`...)
-				calls = appendJSONString(calls, name)
+				calls = jsonscan.AppendString(calls, name)
 				calls = append(calls, `,"arguments":`...)
-				calls = appendJSONString(calls, c.Arguments)
+				calls = jsonscan.AppendString(calls, c.Arguments)
 				calls = append(calls, "}}"...)
 				tools = append(tools, `,{"role":"tool","tool_call_id":`...)
-				tools = appendJSONString(tools, c.CallID)
+				tools = jsonscan.AppendString(tools, c.CallID)
 				tools = append(tools, `,"content":`...)
-				tools = appendJSONString(tools, c.Output)
+				tools = jsonscan.AppendString(tools, c.Output)
 				tools = append(tools, '}')
 				if limit > 0 && added+len(calls)+len(tools) > limit {
 					tooBig = true
@@ -508,7 +509,7 @@ func InsertChatCalls(body []byte, functionName string, limit int, pending func(c
 		}
 		if calls != nil {
 			added += len(calls) + len(tools)
-			edits = append(edits, reqAppendElems(b, tc.end-1, calls[1:]), reqEdit{start: en, end: en, repl: tools})
+			edits = append(edits, jsonscan.AppendElems(b, tc.End-1, calls[1:]), jsonscan.Edit{Start: en, End: en, Repl: tools})
 		}
 		return true
 	})
@@ -518,7 +519,7 @@ func InsertChatCalls(body []byte, functionName string, limit int, pending func(c
 	if edits == nil {
 		return nil, nil
 	}
-	out, err := reqApply(b, edits)
+	out, err := jsonscan.Apply(b, edits)
 	if err != nil {
 		return nil, fmt.Errorf("insert chat calls: %w", err)
 	}

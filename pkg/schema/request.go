@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"fmt"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strings"
 )
 
@@ -113,12 +114,12 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	if s != Responses && s != Chat {
 		return Request{}, fmt.Errorf("rewrite request: unknown surface %v", s)
 	}
-	mode := reqScanRequest
+	spec := &requestSpec
 	if s == Responses {
-		mode = reqScanRequestItems
+		spec = &requestItemsSpec
 	}
-	var membersBuf [16]reqMember // the top-level members of most requests, without an allocation
-	sc, err := reqScan(body, mode, membersBuf[:0])
+	var membersBuf [16]jsonscan.Member // the top-level members of most requests, without an allocation
+	sc, err := jsonscan.Scan(body, spec, membersBuf[:0])
 	if err != nil {
 		return Request{}, &RequestError{
 			Message: "We could not parse the JSON body of your request: " + err.Error(),
@@ -126,11 +127,11 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 		}
 	}
 	r := Request{Body: body}
-	if !sc.isObject {
+	if !sc.IsObject {
 		return r, nil
 	}
-	members := sc.members
-	t := reqNewTopLevel(body, members)
+	members := sc.Members
+	t := topKeys.Index(body, members)
 	name := o.name()
 
 	tools, err := reqFindTools(s, body, members, name)
@@ -138,11 +139,11 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 		return Request{}, err
 	}
 	if s == Responses {
-		r.PreviousResponseID, _ = reqStr(body, t.span("previous_response_id"))
-		if sp := t.span("conversation"); sp.ok() && body[sp.start] == '{' {
-			r.ConversationID, _ = reqStr(body, reqField(body, sp.start, "id"))
-		} else if sp.ok() {
-			r.ConversationID, _ = reqStr(body, sp)
+		r.PreviousResponseID, _ = jsonscan.Str(body, t.Span("previous_response_id"))
+		if sp := t.Span("conversation"); sp.OK() && body[sp.Start] == '{' {
+			r.ConversationID, _ = jsonscan.Str(body, jsonscan.Field(body, sp.Start, "id"))
+		} else if sp.OK() {
+			r.ConversationID, _ = jsonscan.Str(body, sp)
 		}
 	}
 	if !tools.found {
@@ -151,7 +152,7 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	// A body that gives a member we read or edit twice is refused: we could not tell which one the
 	// upstream would honour.
 	for _, k := range [...]string{"tools", "tool_choice", "stream", "stream_options", "metadata", "input", "messages"} {
-		if t.count(k) > 1 {
+		if t.Count(k) > 1 {
 			return Request{}, &RequestError{
 				Message: fmt.Sprintf("The request gives %q more than once.", k),
 				Param:   k,
@@ -160,47 +161,47 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	}
 
 	r.Found = true
-	r.Tool = bytes.Clone(body[tools.ci.start:tools.ci.end])
-	edits := make([]reqEdit, 1, 8) // the tool, the choice, stream, stream_options, a few replays
-	edits[0] = reqEdit{start: tools.ci.start, end: tools.ci.end, repl: reqFunctionTool(s, name, o.description())}
-	if c := reqField(body, tools.ci.start, "container"); c.ok() {
-		if id, ok := reqStr(body, c); ok {
+	r.Tool = bytes.Clone(body[tools.ci.Start:tools.ci.End])
+	edits := make([]jsonscan.Edit, 1, 8) // the tool, the choice, stream, stream_options, a few replays
+	edits[0] = jsonscan.Edit{Start: tools.ci.Start, End: tools.ci.End, Repl: reqFunctionTool(s, name, o.description())}
+	if c := jsonscan.Field(body, tools.ci.Start, "container"); c.OK() {
+		if id, ok := jsonscan.Str(body, c); ok {
 			r.ContainerID = id
 		} else {
-			r.MemoryLimit, _ = reqStr(body, reqField(body, c.start, "memory_limit"))
+			r.MemoryLimit, _ = jsonscan.Str(body, jsonscan.Field(body, c.Start, "memory_limit"))
 		}
 	}
 
-	if sp := t.span("tool_choice"); sp.ok() {
+	if sp := t.Span("tool_choice"); sp.OK() {
 		e, forced, later := reqRewriteToolChoice(s, body, sp, name)
 		edits = append(edits, e...)
 		r.ForcedChoice, r.LaterChoice = forced, later
-		r.ToolChoice = bytes.Clone(body[sp.start:sp.end])
+		r.ToolChoice = bytes.Clone(body[sp.Start:sp.End])
 	}
 
-	if sp := t.span("stream"); sp.ok() && string(body[sp.start:sp.end]) == "true" {
+	if sp := t.Span("stream"); sp.OK() && string(body[sp.Start:sp.End]) == "true" {
 		r.Stream = true
-		edits = append(edits, reqEdit{start: sp.start, end: sp.end, repl: []byte("false")})
+		edits = append(edits, jsonscan.Edit{Start: sp.Start, End: sp.End, Repl: []byte("false")})
 	}
-	if k := t.find("stream_options"); k >= 0 {
+	if k := t.Find("stream_options"); k >= 0 {
 		m := members[k]
-		if v := body[m.valStart:m.valEnd]; string(v) != "null" {
+		if v := body[m.ValStart:m.ValEnd]; string(v) != "null" {
 			r.StreamOptions = bytes.Clone(v)
 		}
-		edits = append(edits, reqRemoveMember(members, k))
+		edits = append(edits, jsonscan.RemoveMember(members, k))
 	}
 
-	if sp := t.span("metadata"); sp.ok() {
-		r.SessionID, _ = reqStr(body, reqField(body, sp.start, "session_id"))
+	if sp := t.Span("metadata"); sp.OK() {
+		r.SessionID, _ = jsonscan.Str(body, jsonscan.Field(body, sp.Start, "session_id"))
 	}
 
-	if sp := t.span("input"); s == Responses && sp.ok() && body[sp.start] == '[' {
-		e, ids := reqReplayInput(body, sp, sc.items, name)
+	if sp := t.Span("input"); s == Responses && sp.OK() && body[sp.Start] == '[' {
+		e, ids := reqReplayInput(body, sp, sc.Items, name)
 		edits = append(edits, e...)
 		r.ReplayedContainerIDs = ids
 	}
 
-	if r.Body, err = reqApply(body, edits); err != nil {
+	if r.Body, err = jsonscan.Apply(body, edits); err != nil {
 		return Request{}, fmt.Errorf("rewrite request: %w", err)
 	}
 	return r, nil
@@ -209,13 +210,13 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 // reqTools is what the tools arrays of a body hold.
 type reqTools struct {
 	found bool
-	ci    reqSpan // the code_interpreter tool
+	ci    jsonscan.Span // the code_interpreter tool
 }
 
 // reqFindTools finds the code_interpreter tool in every "tools" array among members, the
 // top-level members of b, and checks that it is the only one and that no client tool already
 // uses the function's name.
-func reqFindTools(s Surface, b []byte, members []reqMember, name string) (reqTools, error) {
+func reqFindTools(s Surface, b []byte, members []jsonscan.Member, name string) (reqTools, error) {
 	// b and members come apart so that the top-level members, which the caller may hold on its
 	// stack, do not escape with b into the walks below.
 	var (
@@ -224,22 +225,22 @@ func reqFindTools(s Surface, b []byte, members []reqMember, name string) (reqToo
 		clashParam string
 	)
 	for _, m := range members {
-		if !m.is(b, "tools") || b[m.valStart] != '[' {
+		if !m.Is(b, "tools") || b[m.ValStart] != '[' {
 			continue
 		}
 		// Each tool's members are read in one walk, which also finds where the tool ends.
-		var tool reqObject
-		i := reqSkipWS(b, m.valStart+1)
+		var tool jsonscan.Object
+		i := jsonscan.SkipWS(b, m.ValStart+1)
 		for idx := 0; i < len(b) && b[i] != ']'; idx++ {
 			st := i
 			if b[st] != '{' {
-				i = reqValueEnd(b, st)
+				i = jsonscan.ValueEnd(b, st)
 			} else {
-				i = tool.read(b, st)
-				typ := tool.field("type")
-				switch ci := typ.ok() && reqStringIs(b[typ.start:typ.end], "code_interpreter"); {
+				i = tool.Read(b, st)
+				typ := tool.Field("type")
+				switch ci := typ.OK() && jsonscan.StringIs(b[typ.Start:typ.End], "code_interpreter"); {
 				case ci && !res.found:
-					res.found, res.ci = true, reqSpan{st, i}
+					res.found, res.ci = true, jsonscan.Span{Start: st, End: i}
 				case ci:
 					if second < 0 {
 						second = idx
@@ -250,10 +251,10 @@ func reqFindTools(s Surface, b []byte, members []reqMember, name string) (reqToo
 					}
 				}
 			}
-			if i = reqSkipWS(b, i); i >= len(b) || b[i] != ',' {
+			if i = jsonscan.SkipWS(b, i); i >= len(b) || b[i] != ',' {
 				break
 			}
-			i = reqSkipWS(b, i+1)
+			i = jsonscan.SkipWS(b, i+1)
 		}
 	}
 	switch {
@@ -277,90 +278,23 @@ func reqFindTools(s Surface, b []byte, members []reqMember, name string) (reqToo
 // reqToolNameClash returns the path (relative to the tool) of the name of the client tool whose
 // members are tool and whose "type" member's value spans typ, when that name is the function's
 // name, or "".
-func reqToolNameClash(s Surface, tool *reqObject, typ reqSpan, name string) string {
-	b := tool.b
+func reqToolNameClash(s Surface, tool *jsonscan.Object, typ jsonscan.Span, name string) string {
+	b := tool.B
 	if s == Chat {
 		// Chat tools nest their name under their type: {"type":"function","function":{"name":…}}.
-		if !typ.ok() || b[typ.start] != '"' || typ.end-typ.start == 2 {
+		if !typ.OK() || b[typ.Start] != '"' || typ.End-typ.Start == 2 {
 			return ""
 		}
-		if holder := tool.fieldRaw(b[typ.start:typ.end]); holder.ok() && reqFieldIs(b, holder.start, "name", name) {
-			t, _ := reqStr(b, typ)
+		if holder := tool.FieldRaw(b[typ.Start:typ.End]); holder.OK() && jsonscan.FieldIs(b, holder.Start, "name", name) {
+			t, _ := jsonscan.Str(b, typ)
 			return t + ".name"
 		}
 		return ""
 	}
-	if sp := tool.field("name"); sp.ok() && reqStringIs(b[sp.start:sp.end], name) {
+	if sp := tool.Field("name"); sp.OK() && jsonscan.StringIs(b[sp.Start:sp.End], name) {
 		return "name"
 	}
 	return ""
-}
-
-// reqObjectKept is how many members a reqObject keeps; tools have two to five.
-const reqObjectKept = 8
-
-// reqObject holds the members of one object of a checked body, read in a single walk. Its zero
-// value is ready for read.
-type reqObject struct {
-	b    []byte
-	st   int
-	n    int // members read; only the first reqObjectKept are kept
-	keys [reqObjectKept]reqSpan
-	vals [reqObjectKept]reqSpan
-}
-
-// read reads the members of the object starting at b[st] and returns the offset just past it.
-func (o *reqObject) read(b []byte, st int) int {
-	o.b, o.st, o.n = b, st, 0
-	i := reqSkipWS(b, st+1)
-	for i < len(b) && b[i] == '"' {
-		ke := reqStringEnd(b, i)
-		vs := reqSkipWS(b, reqSkipWS(b, ke)+1)
-		ve := reqValueEnd(b, vs)
-		if o.n < reqObjectKept {
-			o.keys[o.n], o.vals[o.n] = reqSpan{i, ke}, reqSpan{vs, ve}
-		}
-		o.n++
-		if i = reqSkipWS(b, ve); i >= len(b) || b[i] != ',' {
-			break
-		}
-		i = reqSkipWS(b, i+1)
-	}
-	return min(i+1, len(b)) // past the closing brace
-}
-
-// field returns the span of the value of the member named key (the last one when the key
-// repeats, as reqField), or a zero span.
-func (o *reqObject) field(key string) reqSpan {
-	if o.n > reqObjectKept {
-		return reqField(o.b, o.st, key)
-	}
-	for k := o.n - 1; k >= 0; k-- {
-		if reqStringIs(o.b[o.keys[k].start:o.keys[k].end], key) {
-			return o.vals[k]
-		}
-	}
-	return reqSpan{}
-}
-
-// fieldRaw is field for a key given as a JSON string with its quotes.
-func (o *reqObject) fieldRaw(rawKey []byte) reqSpan {
-	if o.n > reqObjectKept {
-		var sp reqSpan
-		reqEachMember(o.b, o.st, func(k []byte, vs, ve int) bool {
-			if reqRawEqual(k, rawKey) {
-				sp = reqSpan{vs, ve}
-			}
-			return true
-		})
-		return sp
-	}
-	for k := o.n - 1; k >= 0; k-- {
-		if reqRawEqual(o.b[o.keys[k].start:o.keys[k].end], rawKey) {
-			return o.vals[k]
-		}
-	}
-	return reqSpan{}
 }
 
 // reqFunctionTool returns the function tool that stands in for the code_interpreter tool.
@@ -373,11 +307,11 @@ func reqFunctionTool(s Surface, name, description string) []byte {
 		out = append(out, `"function":{`...)
 	}
 	out = append(out, `"name":`...)
-	out = appendJSONString(out, name)
+	out = jsonscan.AppendString(out, name)
 	out = append(out, `,"description":`...)
-	out = appendJSONString(out, description)
+	out = jsonscan.AppendString(out, description)
 	out = append(out, `,"parameters":{"type":"object","properties":{"code":{"type":"string","description":`...)
-	out = appendJSONString(out, reqCodeDescription)
+	out = jsonscan.AppendString(out, reqCodeDescription)
 	out = append(out, `}},"required":["code"]}`...)
 	if s == Chat {
 		out = append(out, '}')
@@ -391,22 +325,22 @@ func reqFunctionChoice(s Surface, name string) []byte {
 	out = append(out, `{"type":"function",`...)
 	if s == Chat {
 		out = append(out, `"function":{"name":`...)
-		out = appendJSONString(out, name)
+		out = jsonscan.AppendString(out, name)
 		return append(out, `}}`...)
 	}
 	out = append(out, `"name":`...)
-	out = appendJSONString(out, name)
+	out = jsonscan.AppendString(out, name)
 	return append(out, '}')
 }
 
 // reqNamesHostedTool reports whether the object starting at b[st] is a tool_choice (or an
 // allowed_tools entry) naming the hosted code_interpreter tool.
 func reqNamesHostedTool(b []byte, st int) bool {
-	switch typ, _ := reqStr(b, reqField(b, st, "type")); typ {
+	switch typ, _ := jsonscan.Str(b, jsonscan.Field(b, st, "type")); typ {
 	case "code_interpreter":
 		return true
 	case "hosted_tool":
-		n, _ := reqStr(b, reqField(b, st, "name"))
+		n, _ := jsonscan.Str(b, jsonscan.Field(b, st, "name"))
 		return n == "code_interpreter"
 	}
 	return false
@@ -415,44 +349,44 @@ func reqNamesHostedTool(b []byte, st int) bool {
 // reqRewriteToolChoice returns the edits that make the tool_choice at sp name the function
 // instead of the hosted tool, whether the resulting choice forces a tool call, and, when it does,
 // the choice for later rounds (see [Request.LaterChoice]).
-func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits []reqEdit, forced bool, later []byte) {
-	switch b[sp.start] {
+func reqRewriteToolChoice(s Surface, b []byte, sp jsonscan.Span, name string) (edits []jsonscan.Edit, forced bool, later []byte) {
+	switch b[sp.Start] {
 	case '"':
-		mode, _ := reqStr(b, sp)
+		mode, _ := jsonscan.Str(b, sp)
 		return nil, mode == "required", nil
 	case '{':
 	default:
 		return nil, false, nil
 	}
-	if reqNamesHostedTool(b, sp.start) {
-		return []reqEdit{{start: sp.start, end: sp.end, repl: reqFunctionChoice(s, name)}}, true, nil
+	if reqNamesHostedTool(b, sp.Start) {
+		return []jsonscan.Edit{{Start: sp.Start, End: sp.End, Repl: reqFunctionChoice(s, name)}}, true, nil
 	}
-	switch typ, _ := reqStr(b, reqField(b, sp.start, "type")); typ {
+	switch typ, _ := jsonscan.Str(b, jsonscan.Field(b, sp.Start, "type")); typ {
 	case "function":
 		path := []string{"name"}
 		if s == Chat {
 			path = []string{"function", "name"}
 		}
-		fn, _ := reqStr(b, reqPath(b, sp.start, path...))
+		fn, _ := jsonscan.Str(b, jsonscan.Path(b, sp.Start, path...))
 		return nil, fn == name, nil
 	case "allowed_tools":
 		// Responses: {"type":"allowed_tools","mode":…,"tools":[…]};
 		// Chat: {"type":"allowed_tools","allowed_tools":{"mode":…,"tools":[…]}}.
-		holder := sp.start
+		holder := sp.Start
 		if s == Chat {
-			inner := reqField(b, sp.start, "allowed_tools")
-			if !inner.ok() || b[inner.start] != '{' {
+			inner := jsonscan.Field(b, sp.Start, "allowed_tools")
+			if !inner.OK() || b[inner.Start] != '{' {
 				return nil, false, nil
 			}
-			holder = inner.start
+			holder = inner.Start
 		}
-		modeAt := reqField(b, holder, "mode")
-		mode, _ := reqStr(b, modeAt)
-		if list := reqField(b, holder, "tools"); list.ok() && b[list.start] == '[' {
+		modeAt := jsonscan.Field(b, holder, "mode")
+		mode, _ := jsonscan.Str(b, modeAt)
+		if list := jsonscan.Field(b, holder, "tools"); list.OK() && b[list.Start] == '[' {
 			fn := reqFunctionChoice(s, name)
-			reqEachElem(b, list.start, func(_, st, en int) bool {
+			jsonscan.EachElem(b, list.Start, func(_, st, en int) bool {
 				if b[st] == '{' && reqNamesHostedTool(b, st) {
-					edits = append(edits, reqEdit{start: st, end: en, repl: fn})
+					edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: fn})
 				}
 				return true
 			})
@@ -461,14 +395,14 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 			return edits, false, nil
 		}
 		// Later rounds keep the client's list of allowed tools but no longer force a call.
-		relax := make([]reqEdit, 0, len(edits)+1)
-		relax = append(relax, reqEdit{start: modeAt.start - sp.start, end: modeAt.end - sp.start, repl: []byte(`"auto"`)})
+		relax := make([]jsonscan.Edit, 0, len(edits)+1)
+		relax = append(relax, jsonscan.Edit{Start: modeAt.Start - sp.Start, End: modeAt.End - sp.Start, Repl: []byte(`"auto"`)})
 		for _, e := range edits {
-			relax = append(relax, reqEdit{start: e.start - sp.start, end: e.end - sp.start, repl: e.repl})
+			relax = append(relax, jsonscan.Edit{Start: e.Start - sp.Start, End: e.End - sp.Start, Repl: e.Repl})
 		}
 		// The edits are disjoint spans inside the choice, so applying them cannot fail; if it
 		// did, later rounds would send no tool_choice, which also ends the forcing.
-		later, _ = reqApply(b[sp.start:sp.end], relax)
+		later, _ = jsonscan.Apply(b[sp.Start:sp.End], relax)
 		return edits, true, later
 	}
 	return nil, false, nil
@@ -477,35 +411,35 @@ func reqRewriteToolChoice(s Surface, b []byte, sp reqSpan, name string) (edits [
 // reqReplayInput returns the edits that turn each code_interpreter_call item of the Responses
 // input array at sp into a function_call item and a function_call_output item, and the
 // container ids of those items. items are the elements of the array that may be such items, as
-// reqScan reported them (checked byte by byte); every other element is left as it is.
-func reqReplayInput(b []byte, sp reqSpan, items []reqItem, name string) (edits []reqEdit, containerIDs []string) {
+// Scan reported them (checked byte by byte); every other element is left as it is.
+func reqReplayInput(b []byte, sp jsonscan.Span, items []jsonscan.Item, name string) (edits []jsonscan.Edit, containerIDs []string) {
 	for _, it := range items {
-		st, en := it.start, it.end
-		if st < sp.start || en > sp.end || b[st] != '{' || !reqFieldIs(b, st, "type", "code_interpreter_call") {
+		st, en := it.Start, it.End
+		if st < sp.Start || en > sp.End || b[st] != '{' || !jsonscan.FieldIs(b, st, "type", "code_interpreter_call") {
 			continue
 		}
 		var id, code, containerID string
 		var outputs []byte
-		reqEachMember(b, st, func(rawKey []byte, vs, ve int) bool {
-			switch k, _ := reqDecodeString(rawKey); k {
+		jsonscan.EachMember(b, st, func(rawKey []byte, vs, ve int) bool {
+			switch k, _ := jsonscan.DecodeString(rawKey); k {
 			case "id":
-				id, _ = reqStr(b, reqSpan{vs, ve})
+				id, _ = jsonscan.Str(b, jsonscan.Span{Start: vs, End: ve})
 			case "code":
-				code, _ = reqStr(b, reqSpan{vs, ve})
+				code, _ = jsonscan.Str(b, jsonscan.Span{Start: vs, End: ve})
 			case "container_id":
-				containerID, _ = reqStr(b, reqSpan{vs, ve})
+				containerID, _ = jsonscan.Str(b, jsonscan.Span{Start: vs, End: ve})
 			case "outputs":
 				outputs = b[vs:ve]
 			}
 			return true
 		})
 		if id == "" {
-			id = fmt.Sprintf("ci_replay_%d", it.idx)
+			id = fmt.Sprintf("ci_replay_%d", it.Index)
 		}
 		if containerID != "" {
 			containerIDs = append(containerIDs, containerID)
 		}
-		edits = append(edits, reqEdit{start: st, end: en, repl: reqCallPair(id, name, code, RenderOutputs(outputs))})
+		edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: reqCallPair(id, name, code, RenderOutputs(outputs))})
 	}
 	return edits, containerIDs
 }
@@ -514,15 +448,15 @@ func reqReplayInput(b []byte, sp reqSpan, items []reqItem, name string) (edits [
 // function_call_output item, separated by a comma.
 func reqCallPair(callID, name, code, output string) []byte {
 	out := []byte(`{"type":"function_call","call_id":`)
-	out = appendJSONString(out, callID)
+	out = jsonscan.AppendString(out, callID)
 	out = append(out, `,"name":`...)
-	out = appendJSONString(out, name)
+	out = jsonscan.AppendString(out, name)
 	out = append(out, `,"arguments":`...)
-	out = appendJSONString(out, string(appendJSONString([]byte(`{"code":`), code))+"}")
+	out = jsonscan.AppendString(out, string(jsonscan.AppendString([]byte(`{"code":`), code))+"}")
 	out = append(out, `},{"type":"function_call_output","call_id":`...)
-	out = appendJSONString(out, callID)
+	out = jsonscan.AppendString(out, callID)
 	out = append(out, `,"output":`...)
-	out = appendJSONString(out, output)
+	out = jsonscan.AppendString(out, output)
 	return append(out, '}')
 }
 
@@ -531,21 +465,21 @@ func reqCallPair(callID, name, code, output string) []byte {
 // {"type":"image","url":…} entries. It renders them as [RenderCodeOutputs] does; null, an empty
 // array or anything that is not a JSON array gives "".
 func RenderOutputs(outputs []byte) string {
-	if _, _, err := reqScanTop(outputs); err != nil {
+	if _, _, err := jsonscan.ScanTop(outputs); err != nil {
 		return ""
 	}
-	st := reqSkipWS(outputs, 0)
+	st := jsonscan.SkipWS(outputs, 0)
 	if outputs[st] != '[' {
 		return ""
 	}
 	var outs []CodeOutput
-	reqEachElem(outputs, st, func(_, es, _ int) bool {
+	jsonscan.EachElem(outputs, st, func(_, es, _ int) bool {
 		if outputs[es] != '{' {
 			return true
 		}
 		var o CodeOutput
-		o.Type, _ = reqStr(outputs, reqField(outputs, es, "type"))
-		o.Logs, _ = reqStr(outputs, reqField(outputs, es, "logs"))
+		o.Type, _ = jsonscan.Str(outputs, jsonscan.Field(outputs, es, "type"))
+		o.Logs, _ = jsonscan.Str(outputs, jsonscan.Field(outputs, es, "logs"))
 		outs = append(outs, o)
 		return true
 	})

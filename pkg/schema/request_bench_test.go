@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"runtime"
 	"strings"
 	"testing"
@@ -136,15 +137,15 @@ func BenchmarkRewriteRequestLiveHeap(b *testing.B) {
 // building the new body: the part of the rewrite that does not depend on the collector.
 func BenchmarkRewriteRequestScan(b *testing.B) {
 	for _, s := range []Surface{Responses, Chat} {
-		mode := reqScanRequest
+		spec := &requestSpec
 		if s == Responses {
-			mode = reqScanRequestItems
+			spec = &requestItemsSpec
 		}
 		for _, sz := range reqBenchSizes() {
 			body := reqBenchBody(s, sz.size)
 			b.Run(s.String()+"/"+sz.name, func(b *testing.B) {
 				reqBenchLoop(b, body, false, func() error {
-					_, err := reqScan(body, mode, nil)
+					_, err := jsonscan.Scan(body, spec, nil)
 					return err
 				})
 			})

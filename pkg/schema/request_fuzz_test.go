@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -209,7 +210,7 @@ func reqFuzzCountTools(t *testing.T, s Surface, body []byte) (cis, ours int) {
 }
 
 // FuzzRequestDecodeString checks that the scanner accepts exactly the JSON strings encoding/json
-// accepts and decodes them to the same text, and that appendJSONString encodes that text back to
+// accepts and decodes them to the same text, and that AppendString encodes that text back to
 // a JSON string that decodes to it.
 func FuzzRequestDecodeString(f *testing.F) {
 	for _, s := range []string{`plain`, `caf\u00e9`, `\ud83d\ude00`, `\ud83d`, `\ud83d\u0041`, `\"\\\/\b\f\n\r\t`, "\xff\xfe", `\u00`, "a\nb", `\x`} {
@@ -219,31 +220,31 @@ func FuzzRequestDecodeString(f *testing.F) {
 		q := append(append([]byte{'"'}, inner...), '"')
 		var want string
 		wantErr := json.Unmarshal(q, &want)
-		_, _, scanErr := reqScanTop(q)
+		_, _, scanErr := jsonscan.ScanTop(q)
 		if (wantErr == nil) != (scanErr == nil) {
-			t.Fatalf("reqScanTop(%q) error %v, encoding/json error %v", q, scanErr, wantErr)
+			t.Fatalf("ScanTop(%q) error %v, encoding/json error %v", q, scanErr, wantErr)
 		}
 		if wantErr != nil {
 			return
 		}
-		got, ok := reqDecodeString(q)
+		got, ok := jsonscan.DecodeString(q)
 		if !ok || got != want {
-			t.Fatalf("reqDecodeString(%q) = %q, %v; encoding/json gives %q", q, got, ok, want)
+			t.Fatalf("DecodeString(%q) = %q, %v; encoding/json gives %q", q, got, ok, want)
 		}
-		if !reqStringIs(q, want) {
-			t.Fatalf("reqStringIs(%q, %q) = false", q, want)
+		if !jsonscan.StringIs(q, want) {
+			t.Fatalf("StringIs(%q, %q) = false", q, want)
 		}
-		back := appendJSONString(nil, want)
+		back := jsonscan.AppendString(nil, want)
 		var again string
 		if err := json.Unmarshal(back, &again); err != nil || again != want {
-			t.Fatalf("appendJSONString(%q) = %q, which decodes to %q (error %v)", want, back, again, err)
+			t.Fatalf("AppendString(%q) = %q, which decodes to %q (error %v)", want, back, again, err)
 		}
 	})
 }
 
-// FuzzScanRequest checks reqScan against encoding/json. reqScanStrict accepts exactly what
+// FuzzScanRequest checks Scan against encoding/json. Strict accepts exactly what
 // json.Valid accepts. On valid JSON every mode accepts, and sees what encoding/json sees: the
-// same top-level keys (decoded) with the same value spans, and under reqScanRequestItems the
+// same top-level keys (decoded) with the same value spans, and under LooseItems the
 // code_interpreter_call items of each top-level "input" array with their exact spans (every
 // element whose "type" decodes to code_interpreter_call is among them; every one reported has
 // such a "type" member). On malformed JSON the relaxed modes may accept only a body whose
@@ -260,26 +261,26 @@ func FuzzScanRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, _ byte, body []byte) {
 		valid := json.Valid(body)
-		strict, err := reqScan(body, reqScanStrict, nil)
+		strict, err := jsonscan.Scan(body, nil, nil)
 		if (err == nil) != valid {
-			t.Fatalf("reqScan(%q, strict) error %v, json.Valid = %v", body, err, valid)
+			t.Fatalf("Scan(%q, strict) error %v, json.Valid = %v", body, err, valid)
 		}
-		for _, mode := range []reqScanMode{reqScanRequest, reqScanRequestItems} {
-			got, err := reqScan(body, mode, nil)
+		for _, mode := range []*jsonscan.Spec{&requestSpec, &requestItemsSpec} {
+			got, err := jsonscan.Scan(body, mode, nil)
 			switch {
 			case err != nil && valid:
-				t.Fatalf("reqScan(%q, %d) refused valid JSON: %v", body, mode, err)
+				t.Fatalf("Scan(%q, %p) refused valid JSON: %v", body, mode, err)
 			case err != nil:
 				continue
 			case valid:
-				if !reflect.DeepEqual(got.members, strict.members) || got.isObject != strict.isObject {
-					t.Fatalf("reqScan(%q, %d) members %v, strict scan %v", body, mode, got.members, strict.members)
+				if !reflect.DeepEqual(got.Members, strict.Members) || got.IsObject != strict.IsObject {
+					t.Fatalf("Scan(%q, %p) members %v, strict scan %v", body, mode, got.Members, strict.Members)
 				}
 				reqFuzzCheckView(t, body, body, got, mode)
 			default:
 				clean := reqFuzzSanitize(body)
 				if !json.Valid(clean) {
-					t.Fatalf("reqScan(%q, %d) accepted a body malformed outside strings (sanitized: %q)", body, mode, clean)
+					t.Fatalf("Scan(%q, %p) accepted a body malformed outside strings (sanitized: %q)", body, mode, clean)
 				}
 				reqFuzzCheckView(t, body, clean, got, mode)
 			}
@@ -287,9 +288,9 @@ func FuzzScanRequest(f *testing.F) {
 	})
 }
 
-// reqFuzzCheckView checks sc, what reqScan(body, mode) returned, against encoding/json's view of
+// reqFuzzCheckView checks sc, what Scan(body, mode) returned, against encoding/json's view of
 // clean, which is body or its sanitized form (same length, same structure).
-func reqFuzzCheckView(t *testing.T, body, clean []byte, sc reqScanned, mode reqScanMode) {
+func reqFuzzCheckView(t *testing.T, body, clean []byte, sc jsonscan.Scanned, mode *jsonscan.Spec) {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(clean))
 	tok, err := dec.Token()
@@ -297,15 +298,15 @@ func reqFuzzCheckView(t *testing.T, body, clean []byte, sc reqScanned, mode reqS
 		t.Fatalf("decode %q: %v", clean, err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		if sc.isObject || len(sc.members) != 0 || len(sc.items) != 0 {
-			t.Fatalf("reqScan(%q, %d) = %+v for a body that is not an object", body, mode, sc)
+		if sc.IsObject || len(sc.Members) != 0 || len(sc.Items) != 0 {
+			t.Fatalf("Scan(%q, %p) = %+v for a body that is not an object", body, mode, sc)
 		}
 		return
 	}
-	if !sc.isObject {
-		t.Fatalf("reqScan(%q, %d) missed the object", body, mode)
+	if !sc.IsObject {
+		t.Fatalf("Scan(%q, %p) missed the object", body, mode)
 	}
-	var wantItems []reqItem
+	var wantItems []jsonscan.Item
 	k := 0
 	for ; dec.More(); k++ {
 		tok, err := dec.Token()
@@ -318,47 +319,47 @@ func reqFuzzCheckView(t *testing.T, body, clean []byte, sc reqScanned, mode reqS
 			t.Fatalf("decode %q: %v", clean, err)
 		}
 		end := int(dec.InputOffset())
-		if k >= len(sc.members) {
-			t.Fatalf("reqScan(%q, %d) found %d members, encoding/json more", body, mode, len(sc.members))
+		if k >= len(sc.Members) {
+			t.Fatalf("Scan(%q, %p) found %d members, encoding/json more", body, mode, len(sc.Members))
 		}
-		m := sc.members[k]
-		gotKey, _ := reqDecodeString(clean[m.keyStart:m.keyEnd])
-		if gotKey != key || m.valStart != end-len(raw) || m.valEnd != end {
-			t.Fatalf("reqScan(%q, %d) member %d = key %q value %d:%d, encoding/json: key %q value %d:%d",
-				body, mode, k, gotKey, m.valStart, m.valEnd, key, end-len(raw), end)
+		m := sc.Members[k]
+		gotKey, _ := jsonscan.DecodeString(clean[m.KeyStart:m.KeyEnd])
+		if gotKey != key || m.ValStart != end-len(raw) || m.ValEnd != end {
+			t.Fatalf("Scan(%q, %p) member %d = key %q value %d:%d, encoding/json: key %q value %d:%d",
+				body, mode, k, gotKey, m.ValStart, m.ValEnd, key, end-len(raw), end)
 		}
-		if key == "input" && mode == reqScanRequestItems {
-			wantItems = append(wantItems, reqFuzzCalls(t, clean, m.valStart, raw)...)
+		if key == "input" && mode == &requestItemsSpec {
+			wantItems = append(wantItems, reqFuzzCalls(t, clean, m.ValStart, raw)...)
 		}
 	}
-	if k != len(sc.members) {
-		t.Fatalf("reqScan(%q, %d) found %d members, encoding/json %d", body, mode, len(sc.members), k)
+	if k != len(sc.Members) {
+		t.Fatalf("Scan(%q, %p) found %d members, encoding/json %d", body, mode, len(sc.Members), k)
 	}
 	// Every item encoding/json calls a code_interpreter_call must be reported; a reported item
 	// may also be one whose last "type" says otherwise, as long as some "type" member qualifies.
-	reported := map[reqItem]bool{}
-	for _, it := range sc.items {
+	reported := map[jsonscan.Item]bool{}
+	for _, it := range sc.Items {
 		reported[it] = true
-		if !reqFuzzHasCallType(clean[it.start:it.end]) {
-			t.Fatalf("reqScan(%q, %d) reported item %+v %q, which has no code_interpreter_call type", body, mode, it, clean[it.start:it.end])
+		if !reqFuzzHasCallType(clean[it.Start:it.End]) {
+			t.Fatalf("Scan(%q, %p) reported item %+v %q, which has no code_interpreter_call type", body, mode, it, clean[it.Start:it.End])
 		}
 	}
 	for _, it := range wantItems {
 		if !reported[it] {
-			t.Fatalf("reqScan(%q, %d) items %+v miss %+v %q", body, mode, sc.items, it, clean[it.start:it.end])
+			t.Fatalf("Scan(%q, %p) items %+v miss %+v %q", body, mode, sc.Items, it, clean[it.Start:it.End])
 		}
 	}
 }
 
 // reqFuzzCalls returns the elements of raw, a top-level value starting at body[start], that
 // encoding/json reads as objects whose "type" is "code_interpreter_call".
-func reqFuzzCalls(t *testing.T, body []byte, start int, raw json.RawMessage) []reqItem {
+func reqFuzzCalls(t *testing.T, body []byte, start int, raw json.RawMessage) []jsonscan.Item {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
 		return nil
 	}
-	var items []reqItem
+	var items []jsonscan.Item
 	for idx := 0; dec.More(); idx++ {
 		var elem json.RawMessage
 		if err := dec.Decode(&elem); err != nil {
@@ -369,7 +370,7 @@ func reqFuzzCalls(t *testing.T, body []byte, start int, raw json.RawMessage) []r
 			Type any `json:"type"`
 		}
 		if reqFuzzExactType(elem, &obj) && obj.Type == "code_interpreter_call" {
-			items = append(items, reqItem{idx: idx, start: end - len(elem), end: end})
+			items = append(items, jsonscan.Item{Index: idx, Start: end - len(elem), End: end})
 		}
 	}
 	return items

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"strings"
@@ -253,7 +254,7 @@ func TestRewriteRequestErrors(t *testing.T) {
 		{"bad literal", Responses, `{"stream":tru}`, "", "invalid_json"},
 		{"missing colon", Responses, `{"stream" true}`, "", "invalid_json"},
 		{"unquoted key", Responses, `{stream:true}`, "", "invalid_json"},
-		{"nesting too deep", Responses, `{"a":` + strings.Repeat("[", reqMaxDepth) + strings.Repeat("]", reqMaxDepth) + `}`, "", "invalid_json"},
+		{"nesting too deep", Responses, `{"a":` + strings.Repeat("[", jsonscan.MaxDepth) + strings.Repeat("]", jsonscan.MaxDepth) + `}`, "", "invalid_json"},
 		{
 			"two code_interpreter tools", Responses,
 			`{"tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"function","name":"f"},{"type":"code_interpreter","container":"cntr_1"}]}`,
@@ -364,18 +365,18 @@ func TestReqObject(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := []byte(tt.give + `,"tail"]`)
-			var o reqObject
-			end := o.read(b, 0)
-			assert.Equal(t, len(tt.give), end, "reqObject.read(%s) end", tt.give)
+			var o jsonscan.Object
+			end := o.Read(b, 0)
+			assert.Equal(t, len(tt.give), end, "Object.read(%s) end", tt.give)
 			var got, gotRaw string
-			if sp := o.field(tt.key); sp.ok() {
-				got = string(b[sp.start:sp.end])
+			if sp := o.Field(tt.key); sp.OK() {
+				got = string(b[sp.Start:sp.End])
 			}
-			if sp := o.fieldRaw(appendJSONString(nil, tt.key)); sp.ok() {
-				gotRaw = string(b[sp.start:sp.end])
+			if sp := o.FieldRaw(jsonscan.AppendString(nil, tt.key)); sp.OK() {
+				gotRaw = string(b[sp.Start:sp.End])
 			}
-			assert.Equal(t, tt.wantValue, got, "reqObject(%s).field(%q)", tt.give, tt.key)
-			assert.Equal(t, tt.wantValue, gotRaw, "reqObject(%s).fieldRaw(%q)", tt.give, tt.key)
+			assert.Equal(t, tt.wantValue, got, "Object(%s).field(%q)", tt.give, tt.key)
+			assert.Equal(t, tt.wantValue, gotRaw, "Object(%s).fieldRaw(%q)", tt.give, tt.key)
 		})
 	}
 }
@@ -598,23 +599,23 @@ func TestScanTopAgreesWithEncodingJSON(t *testing.T) {
 		`{"a":"\\"}`, `{"a":"\\\"}`, `{"\"":1}`, `"\/"`, `[1.5e-3,-2]`, `[1.e3]`, `[-01]`,
 	}
 	for _, give := range gives {
-		_, _, err := reqScanTop([]byte(give))
-		assert.Equal(t, json.Valid([]byte(give)), err == nil, "reqScanTop(%q) error = %v", give, err)
+		_, _, err := jsonscan.ScanTop([]byte(give))
+		assert.Equal(t, json.Valid([]byte(give)), err == nil, "ScanTop(%q) error = %v", give, err)
 	}
 }
 
 func TestScanTopMembers(t *testing.T) {
 	give := []byte(` { "a" : 1 , "b\u0021":{"x":[1,{"y":2}]},"c":"s" , "d":[] } `)
-	members, isObject, err := reqScanTop(give)
-	require.NoError(t, err, "reqScanTop(%s)", give)
-	require.True(t, isObject, "reqScanTop(%s) isObject", give)
+	members, isObject, err := jsonscan.ScanTop(give)
+	require.NoError(t, err, "ScanTop(%s)", give)
+	require.True(t, isObject, "ScanTop(%s) isObject", give)
 	var got []string
 	for _, m := range members {
-		key, ok := reqDecodeString(give[m.keyStart:m.keyEnd])
-		require.True(t, ok, "reqScanTop(%s) key %s", give, give[m.keyStart:m.keyEnd])
-		got = append(got, key+"="+string(give[m.valStart:m.valEnd]))
+		key, ok := jsonscan.DecodeString(give[m.KeyStart:m.KeyEnd])
+		require.True(t, ok, "ScanTop(%s) key %s", give, give[m.KeyStart:m.KeyEnd])
+		got = append(got, key+"="+string(give[m.ValStart:m.ValEnd]))
 	}
-	assert.Equal(t, []string{`a=1`, `b!={"x":[1,{"y":2}]}`, `c="s"`, `d=[]`}, got, "reqScanTop(%s) members", give)
+	assert.Equal(t, []string{`a=1`, `b!={"x":[1,{"y":2}]}`, `c="s"`, `d=[]`}, got, "ScanTop(%s) members", give)
 }
 
 func TestDecodeStringAgreesWithEncodingJSON(t *testing.T) {
@@ -626,22 +627,22 @@ func TestDecodeStringAgreesWithEncodingJSON(t *testing.T) {
 	for _, give := range gives {
 		var want string
 		wantErr := json.Unmarshal([]byte(give), &want)
-		got, ok := reqDecodeString([]byte(give))
+		got, ok := jsonscan.DecodeString([]byte(give))
 		if wantErr != nil {
-			assert.False(t, ok, "reqDecodeString(%q) = %q, encoding/json refuses it: %v", give, got, wantErr)
+			assert.False(t, ok, "DecodeString(%q) = %q, encoding/json refuses it: %v", give, got, wantErr)
 			continue
 		}
-		assert.True(t, ok, "reqDecodeString(%q)", give)
-		assert.Equal(t, want, got, "reqDecodeString(%q)", give)
+		assert.True(t, ok, "DecodeString(%q)", give)
+		assert.Equal(t, want, got, "DecodeString(%q)", give)
 	}
 }
 
 func TestScanTopDepthLimit(t *testing.T) {
-	for _, depth := range []int{reqMaxDepth - 1, reqMaxDepth, reqMaxDepth + 1} {
+	for _, depth := range []int{jsonscan.MaxDepth - 1, jsonscan.MaxDepth, jsonscan.MaxDepth + 1} {
 		give := []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))
-		_, _, err := reqScanTop(give)
-		assert.Equal(t, json.Valid(give), err == nil, "reqScanTop(depth %d) error = %v", depth, err)
-		assert.Equal(t, depth <= reqMaxDepth, err == nil, "reqScanTop(depth %d) error = %v", depth, err)
+		_, _, err := jsonscan.ScanTop(give)
+		assert.Equal(t, json.Valid(give), err == nil, "ScanTop(depth %d) error = %v", depth, err)
+		assert.Equal(t, depth <= jsonscan.MaxDepth, err == nil, "ScanTop(depth %d) error = %v", depth, err)
 	}
 }
 
@@ -649,22 +650,22 @@ func TestValueEnd(t *testing.T) {
 	gives := []string{`"a\\"`, `"a\\\"b"`, `"\\\\"`, `{"a":"}\"]"}`, `[1,"]",[{}]]`, `-1.5e3`, `true`, `null`, `"\u0022"`}
 	for _, give := range gives {
 		b := []byte(give + ` , "tail"]`)
-		assert.Equal(t, len(give), reqValueEnd(b, 0), "reqValueEnd(%s)", give)
+		assert.Equal(t, len(give), jsonscan.ValueEnd(b, 0), "ValueEnd(%s)", give)
 	}
 }
 
 func TestAppendString(t *testing.T) {
 	gives := []string{"", "plain", "q\"b\\s/", "\x00\x01\x1f\n\r\t", "<&>", "é☕😀", "bad\xffutf8\xe2\x82", "\u2028"}
 	for _, give := range gives {
-		got := appendJSONString(nil, give)
-		require.True(t, json.Valid(got), "appendJSONString(%q) = %s is not valid JSON", give, got)
+		got := jsonscan.AppendString(nil, give)
+		require.True(t, json.Valid(got), "AppendString(%q) = %s is not valid JSON", give, got)
 		var back string
-		require.NoError(t, json.Unmarshal(got, &back), "unmarshal appendJSONString(%q)", give)
+		require.NoError(t, json.Unmarshal(got, &back), "unmarshal AppendString(%q)", give)
 		want, _ := json.Marshal(give)
 		var wantBack string
 		require.NoError(t, json.Unmarshal(want, &wantBack), "unmarshal json.Marshal(%q)", give)
-		assert.Equal(t, wantBack, back, "appendJSONString(%q) round trip", give)
-		assert.False(t, bytes.Contains(got, []byte("\n")), "appendJSONString(%q) has a raw newline", give)
+		assert.Equal(t, wantBack, back, "AppendString(%q) round trip", give)
+		assert.False(t, bytes.Contains(got, []byte("\n")), "AppendString(%q) has a raw newline", give)
 	}
 }
 
@@ -705,14 +706,14 @@ func TestScanRequestItems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sc, err := reqScan([]byte(tt.give), reqScanRequestItems, nil)
-			require.NoError(t, err, "reqScan(%s)", tt.give)
+			sc, err := jsonscan.Scan([]byte(tt.give), &requestItemsSpec, nil)
+			require.NoError(t, err, "Scan(%s)", tt.give)
 			var got []int
-			for _, it := range sc.items {
-				got = append(got, it.idx)
-				assert.True(t, json.Valid([]byte(tt.give)[it.start:it.end]), "reqScan(%s) item %d span %d:%d", tt.give, it.idx, it.start, it.end)
+			for _, it := range sc.Items {
+				got = append(got, it.Index)
+				assert.True(t, json.Valid([]byte(tt.give)[it.Start:it.End]), "Scan(%s) item %d span %d:%d", tt.give, it.Index, it.Start, it.End)
 			}
-			assert.Equal(t, tt.want, got, "reqScan(%s) items", tt.give)
+			assert.Equal(t, tt.want, got, "Scan(%s) items", tt.give)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"net/http"
 
 	"github.com/tidwall/gjson"
@@ -68,9 +69,9 @@ func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
 	}
 	errObj := make([]byte, 0, 32+len(code)+len(message))
 	errObj = append(errObj, `{"code":`...)
-	errObj = appendJSONString(errObj, code)
+	errObj = jsonscan.AppendString(errObj, code)
 	errObj = append(errObj, `,"message":`...)
-	errObj = appendJSONString(errObj, message)
+	errObj = jsonscan.AppendString(errObj, message)
 	errObj = append(errObj, '}')
 
 	w := sseWriter{buf: make([]byte, 0, 3*len(s)+1024)}

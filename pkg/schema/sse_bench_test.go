@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"testing"
 )
 
@@ -25,7 +26,7 @@ func BenchmarkResponsesSSE(b *testing.B) {
 
 func BenchmarkChatSSE(b *testing.B) {
 	final := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4.1","choices":[{"index":0,"message":{` +
-		`"role":"assistant","content":` + string(appendJSONString(nil, finalBenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
+		`"role":"assistant","content":` + string(jsonscan.AppendString(nil, finalBenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
 	opts := []byte(`{"include_usage":true}`)
 	stream, err := ChatSSE(final, opts)

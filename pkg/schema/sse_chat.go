@@ -2,6 +2,7 @@ package schema
 
 import (
 	"errors"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strconv"
 
 	"github.com/tidwall/gjson"
@@ -112,7 +113,7 @@ func (c *sseChat) text(key, s string) {
 		c.buf = append(c.buf, '"')
 		c.buf = append(c.buf, key...)
 		c.buf = append(c.buf, '"', ':')
-		c.buf = appendJSONString(c.buf, s[:n])
+		c.buf = jsonscan.AppendString(c.buf, s[:n])
 		c.end("null", "null")
 		s = s[n:]
 	}
@@ -179,7 +180,7 @@ func (c *sseChat) toolCall(k int, tc gjson.Result) {
 		c.buf = append(c.buf, `"tool_calls":[{"index":`...)
 		c.buf = append(c.buf, ks...)
 		c.buf = append(c.buf, `,"function":{"arguments":`...)
-		c.buf = appendJSONString(c.buf, s[:n])
+		c.buf = jsonscan.AppendString(c.buf, s[:n])
 		c.buf = append(c.buf, `}}]`...)
 		c.end("null", "null")
 		s = s[n:]

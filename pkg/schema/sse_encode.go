@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strconv"
 	"unicode/utf8"
 
@@ -79,7 +80,7 @@ func (w *sseWriter) key(k string) {
 
 func (w *sseWriter) str(k, v string) {
 	w.key(k)
-	w.buf = appendJSONString(w.buf, v)
+	w.buf = jsonscan.AppendString(w.buf, v)
 }
 
 func (w *sseWriter) num(k string, v int) {
@@ -88,7 +89,7 @@ func (w *sseWriter) num(k string, v int) {
 }
 
 // raw appends k with the JSON value v, which must already be one compact, sanitized line: a
-// part of a body from sseCompactBody, or built from literals and appendJSONString.
+// part of a body from sseCompactBody, or built from literals and AppendString.
 func (w *sseWriter) raw(k, v string) {
 	w.key(k)
 	w.buf = append(w.buf, v...)
@@ -103,7 +104,7 @@ func (w *sseWriter) literal(k, v string) {
 // sseCompactBody validates that b is a JSON object and returns it as one compact, sanitized line
 // (sseAppendCompact), so that every part of it can be copied into a data line as is.
 func sseCompactBody(b []byte) (string, bool) {
-	if !gjson.ValidBytes(b) || !finalIsObject(finalView(b)) {
+	if !gjson.ValidBytes(b) || !jsonscan.IsObjectText(finalView(b)) {
 		return "", false
 	}
 	// The compacted bytes are never modified: viewing them as a string saves a copy.
@@ -112,7 +113,7 @@ func sseCompactBody(b []byte) (string, bool) {
 
 // sseAppendCompact appends the valid JSON value raw to dst without insignificant whitespace,
 // with U+2028 and U+2029 escaped and each byte of an invalid UTF-8 sequence replaced by \ufffd
-// (as appendJSONString does for strings it encodes). The result is one line that every SSE
+// (as AppendString does for strings it encodes). The result is one line that every SSE
 // parser reads whole and every JSON parser decodes to the same value as raw.
 func sseAppendCompact(dst []byte, raw string) []byte {
 	inString := false
@@ -149,7 +150,7 @@ func sseAppendCompact(dst []byte, raw string) []byte {
 				start = i + 1
 			case r == '\u2028' || r == '\u2029':
 				dst = append(dst, raw[start:i]...)
-				dst = append(dst, '\\', 'u', '2', '0', '2', finalHex[r&0xF])
+				dst = append(dst, '\\', 'u', '2', '0', '2', jsonscan.HexDigits[r&0xF])
 				start = i + size
 			}
 			i += size

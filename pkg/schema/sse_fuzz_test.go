@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -26,8 +27,8 @@ func sseRawJSONString(s string) string {
 			b.WriteByte(c)
 		case c < 0x20:
 			b.WriteString(`\u00`)
-			b.WriteByte(finalHex[c>>4])
-			b.WriteByte(finalHex[c&0xF])
+			b.WriteByte(jsonscan.HexDigits[c>>4])
+			b.WriteByte(jsonscan.HexDigits[c&0xF])
 		default:
 			b.WriteByte(c)
 		}

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"fmt"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strings"
 )
 
@@ -59,7 +60,7 @@ type Turn struct {
 // "output"; on Chat the tool_calls of choices[0].message (other choices are ignored). It returns
 // an error only when body is not a JSON object.
 func ParseTurn(s Surface, body []byte, functionName string) (Turn, error) {
-	t, err := reqTopObject(body, "parse turn")
+	t, err := topKeys.TopObject(body, "parse turn")
 	if err != nil {
 		return Turn{}, err
 	}
@@ -67,7 +68,7 @@ func ParseTurn(s Surface, body []byte, functionName string) (Turn, error) {
 }
 
 // turnRead reads a validated turn whose top-level members are t.
-func turnRead(s Surface, t reqTopLevel, name string) (Turn, error) {
+func turnRead(s Surface, t jsonscan.TopLevel, name string) (Turn, error) {
 	var turn Turn
 	switch s {
 	case Responses:
@@ -102,34 +103,34 @@ func turnIsClientCall(typ string) bool {
 }
 
 // turnReadResponses reads the function calls among the items of a Responses "output".
-func turnReadResponses(t reqTopLevel, name string) Turn {
+func turnReadResponses(t jsonscan.TopLevel, name string) Turn {
 	var turn Turn
-	b := t.b
-	out := t.span("output")
-	if !out.ok() || b[out.start] != '[' {
+	b := t.B
+	out := t.Span("output")
+	if !out.OK() || b[out.Start] != '[' {
 		return turn
 	}
 	var (
 		pending []string        // call ids of client calls
 		done    map[string]bool // call ids the upstream answered itself (*_output items)
 	)
-	reqEachElem(b, out.start, func(_, st, _ int) bool {
+	jsonscan.EachElem(b, out.Start, func(_, st, _ int) bool {
 		if b[st] != '{' {
 			return true
 		}
 		var typ, fn, itemID, callID string
-		args := reqSpan{}
-		reqEachMember(b, st, func(rawKey []byte, vs, ve int) bool {
-			sp := reqSpan{vs, ve}
-			switch k, _ := reqDecodeString(rawKey); k {
+		args := jsonscan.Span{}
+		jsonscan.EachMember(b, st, func(rawKey []byte, vs, ve int) bool {
+			sp := jsonscan.Span{Start: vs, End: ve}
+			switch k, _ := jsonscan.DecodeString(rawKey); k {
 			case "type":
-				typ, _ = reqStr(b, sp)
+				typ, _ = jsonscan.Str(b, sp)
 			case "name":
-				fn, _ = reqStr(b, sp)
+				fn, _ = jsonscan.Str(b, sp)
 			case "id":
-				itemID, _ = reqStr(b, sp)
+				itemID, _ = jsonscan.Str(b, sp)
 			case "call_id":
-				callID, _ = reqStr(b, sp)
+				callID, _ = jsonscan.Str(b, sp)
 			case "arguments":
 				args = sp
 			}
@@ -160,54 +161,54 @@ func turnReadResponses(t reqTopLevel, name string) Turn {
 }
 
 // turnReadChat reads the function calls among the tool_calls of choices[0].message.
-func turnReadChat(t reqTopLevel, name string) Turn {
+func turnReadChat(t jsonscan.TopLevel, name string) Turn {
 	var turn Turn
-	b := t.b
+	b := t.B
 	msg := turnChatMessage(t)
-	if !msg.ok() {
+	if !msg.OK() {
 		return turn
 	}
-	if fc := reqField(b, msg.start, "function_call"); fc.ok() && b[fc.start] == '{' {
+	if fc := jsonscan.Field(b, msg.Start, "function_call"); fc.OK() && b[fc.Start] == '{' {
 		turn.ClientCalls++ // the legacy functions API: always the client's
 	}
-	calls := reqField(b, msg.start, "tool_calls")
-	if !calls.ok() || b[calls.start] != '[' {
+	calls := jsonscan.Field(b, msg.Start, "tool_calls")
+	if !calls.OK() || b[calls.Start] != '[' {
 		return turn
 	}
-	reqEachElem(b, calls.start, func(_, st, _ int) bool {
+	jsonscan.EachElem(b, calls.Start, func(_, st, _ int) bool {
 		if b[st] != '{' {
 			return true
 		}
-		typ, hasType := reqStr(b, reqField(b, st, "type"))
-		fn := reqField(b, st, "function")
+		typ, hasType := jsonscan.Str(b, jsonscan.Field(b, st, "type"))
+		fn := jsonscan.Field(b, st, "function")
 		var n string
-		if fn.ok() {
-			n, _ = reqStr(b, reqField(b, fn.start, "name"))
+		if fn.OK() {
+			n, _ = jsonscan.Str(b, jsonscan.Field(b, fn.Start, "name"))
 		}
 		if (typ != "function" && hasType) || n != name {
 			turn.ClientCalls++
-			if id, _ := reqStr(b, reqField(b, st, "id")); id != "" {
+			if id, _ := jsonscan.Str(b, jsonscan.Field(b, st, "id")); id != "" {
 				turn.ClientCallIDs = append(turn.ClientCallIDs, id)
 			}
 			return true
 		}
-		id, _ := reqStr(b, reqField(b, st, "id"))
-		turn.Calls = append(turn.Calls, turnCall(b, id, id, reqField(b, fn.start, "arguments")))
+		id, _ := jsonscan.Str(b, jsonscan.Field(b, st, "id"))
+		turn.Calls = append(turn.Calls, turnCall(b, id, id, jsonscan.Field(b, fn.Start, "arguments")))
 		return true
 	})
 	return turn
 }
 
 // turnChatMessage returns the span of choices[0].message when it is an object.
-func turnChatMessage(t reqTopLevel) reqSpan {
-	b := t.b
-	choices := t.span("choices")
-	if !choices.ok() || b[choices.start] != '[' {
-		return reqSpan{}
+func turnChatMessage(t jsonscan.TopLevel) jsonscan.Span {
+	b := t.B
+	choices := t.Span("choices")
+	if !choices.OK() || b[choices.Start] != '[' {
+		return jsonscan.Span{}
 	}
-	var msg reqSpan
-	reqEachElem(b, choices.start, func(_, st, _ int) bool {
-		if m := reqField(b, st, "message"); m.ok() && b[m.start] == '{' {
+	var msg jsonscan.Span
+	jsonscan.EachElem(b, choices.Start, func(_, st, _ int) bool {
+		if m := jsonscan.Field(b, st, "message"); m.OK() && b[m.Start] == '{' {
 			msg = m
 		}
 		return false
@@ -216,17 +217,17 @@ func turnChatMessage(t reqTopLevel) reqSpan {
 }
 
 // turnCall builds a Call from its ids and the span of its arguments.
-func turnCall(b []byte, itemID, callID string, args reqSpan) Call {
+func turnCall(b []byte, itemID, callID string, args jsonscan.Span) Call {
 	c := Call{ItemID: itemID, CallID: callID}
 	switch {
-	case !args.ok():
+	case !args.OK():
 		c.ArgsErr = &ArgumentsError{Reason: "no arguments"}
 		return c
-	case b[args.start] == '"':
-		c.Arguments, _ = reqStr(b, args)
+	case b[args.Start] == '"':
+		c.Arguments, _ = jsonscan.Str(b, args)
 	default:
 		// Some backends send the arguments as a JSON object rather than a string.
-		c.Arguments = string(b[args.start:args.end])
+		c.Arguments = string(b[args.Start:args.End])
 	}
 	c.Code, c.ArgsErr = turnParseArguments(c.Arguments)
 	return c
@@ -236,22 +237,22 @@ func turnCall(b []byte, itemID, callID string, args reqSpan) Call {
 // (whitespace around it allowed) with one string "code" property; other properties are ignored.
 func turnParseArguments(arguments string) (string, error) {
 	b := []byte(arguments)
-	members, isObject, err := reqScanTop(b)
+	members, isObject, err := jsonscan.ScanTop(b)
 	switch {
 	case err != nil:
 		return "", &ArgumentsError{Reason: "not valid JSON: " + err.Error()}
 	case !isObject:
 		return "", &ArgumentsError{Reason: "not a JSON object"}
 	}
-	t := reqNewTopLevel(b, members)
-	switch t.count("code") {
+	t := topKeys.Index(b, members)
+	switch t.Count("code") {
 	case 0:
 		return "", &ArgumentsError{Reason: `no "code" property`}
 	case 1:
 	default:
 		return "", &ArgumentsError{Reason: `more than one "code" property`}
 	}
-	code, ok := reqStr(b, t.span("code"))
+	code, ok := jsonscan.Str(b, t.Span("code"))
 	if !ok {
 		return "", &ArgumentsError{Reason: `"code" is not a string`}
 	}

@@ -1,25 +1,25 @@
-package schema
+package jsonscan
 
 import (
 	"encoding/binary"
 	"unicode/utf8"
 )
 
-const finalHex = "0123456789abcdef"
+const HexDigits = "0123456789abcdef"
 
-// appendJSONString appends s to dst as a JSON string literal. It escapes what JSON requires
+// AppendString appends s to dst as a JSON string literal. It escapes what JSON requires
 // (quote, backslash, control characters), escapes U+2028 and U+2029 (JavaScript line
 // terminators) and replaces each byte of an invalid UTF-8 sequence with \ufffd, as
 // encoding/json does; unlike encoding/json it leaves <, > and & alone, as the OpenAI API does.
 // The result never contains a raw newline.
-func appendJSONString(dst []byte, s string) []byte {
+func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		// Skip eight bytes at a time while they are plain ASCII that needs no escape.
 		for i+8 <= len(s) {
 			w := binary.LittleEndian.Uint64([]byte(s[i : i+8]))
-			if w&0x8080808080808080 != 0 || reqWordSpecial(w) {
+			if w&0x8080808080808080 != 0 || wordSpecial(w) {
 				break
 			}
 			i += 8
@@ -44,7 +44,7 @@ func appendJSONString(dst []byte, s string) []byte {
 			case '\t':
 				dst = append(dst, '\\', 't')
 			default:
-				dst = append(dst, '\\', 'u', '0', '0', finalHex[b>>4], finalHex[b&0xF])
+				dst = append(dst, '\\', 'u', '0', '0', HexDigits[b>>4], HexDigits[b&0xF])
 			}
 			i++
 			start = i
@@ -60,7 +60,7 @@ func appendJSONString(dst []byte, s string) []byte {
 		}
 		if r == '\u2028' || r == '\u2029' {
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', finalHex[r&0xF])
+			dst = append(dst, '\\', 'u', '2', '0', '2', HexDigits[r&0xF])
 			i += size
 			start = i
 			continue
@@ -71,9 +71,9 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// finalIsObject reports whether the valid JSON text s is an object (its first non-space byte is
+// IsObjectText reports whether the valid JSON text s is an object (its first non-space byte is
 // '{'), without scanning the rest of it.
-func finalIsObject(s string) bool {
+func IsObjectText(s string) bool {
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case ' ', '\t', '\n', '\r':

@@ -1,0 +1,203 @@
+// Package memory holds the in-memory implementations of the store interfaces, for a single
+// replica: what they hold lives in the process and is gone when it exits.
+package memory
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	"github.com/codeinterp/codeinterp/pkg/store"
+)
+
+// Bounds of the pending-call store: how long an answer's pending calls are kept for the
+// requests that continue from it, and how many entries and bytes are kept at most, in all and
+// for one identity (the least recently stored go first), so that one tenant cannot push the
+// others' out.
+const (
+	PendingTTL                   = time.Hour
+	pendingMaxEntries            = 10000
+	pendingMaxBytes              = 16 << 20
+	pendingMaxEntriesPerIdentity = 256
+	// PendingMaxBytesPerIdentity bounds what one identity holds; a single Put of more is not
+	// kept.
+	PendingMaxBytesPerIdentity = 1 << 20
+)
+
+// Pending is a [store.Pending] in the process's memory, bounded by PendingTTL and the
+// pending bounds. The zero value is not usable; use NewPending.
+type Pending struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	byKey map[entryKey]*list.Element // of *entry
+	order *list.List                 // least recently stored first
+	bytes int
+	per   map[string]*usage // per identity
+	kinds map[string]int    // entries of each kind, of all identities
+}
+
+var _ store.Pending = (*Pending)(nil)
+
+// usage is what one identity holds in the store.
+type usage struct {
+	entries, bytes int
+	ids            map[string]map[string]struct{} // the ids of its entries, by kind
+}
+
+type entryKey struct {
+	identity string
+	key      store.Key
+}
+
+type entry struct {
+	key     entryKey
+	calls   []store.PendingCall
+	size    int
+	expires time.Time
+}
+
+// NewPending returns an empty store that reads the time from now (time.Now when nil).
+func NewPending(now func() time.Time) *Pending {
+	if now == nil {
+		now = time.Now
+	}
+	return &Pending{
+		now: now, byKey: make(map[entryKey]*list.Element), order: list.New(),
+		per: make(map[string]*usage), kinds: make(map[string]int),
+	}
+}
+
+// Put implements [store.Pending]. Nothing is stored for the anonymous identity "": every
+// caller without a credential has it, so one anonymous caller's code and output would be put
+// into another's request that names the same id.
+func (p *Pending) Put(identity string, calls []store.PendingCall, keys ...store.Key) {
+	if len(calls) == 0 || len(keys) == 0 || identity == "" {
+		return
+	}
+	size := 0
+	for _, c := range calls {
+		size += c.Size()
+	}
+	if size > PendingMaxBytesPerIdentity {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for _, k := range keys {
+		if k.ID == "" {
+			continue
+		}
+		ek := entryKey{identity, k}
+		p.removeLocked(ek)
+		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: calls, size: size, expires: now.Add(PendingTTL)})
+		p.bytes += size
+		p.kinds[k.Kind]++
+		u := p.per[identity]
+		if u == nil {
+			u = &usage{ids: make(map[string]map[string]struct{})}
+			p.per[identity] = u
+		}
+		u.entries++
+		u.bytes += size
+		if u.ids[k.Kind] == nil {
+			u.ids[k.Kind] = make(map[string]struct{})
+		}
+		u.ids[k.Kind][k.ID] = struct{}{}
+		// The identity's oldest entries go first when it holds more than its share; a walk from
+		// the front, on the rare path of a turn that left calls pending.
+		for el := p.order.Front(); el != nil && (u.entries > pendingMaxEntriesPerIdentity || u.bytes > PendingMaxBytesPerIdentity); {
+			next := el.Next()
+			if old := el.Value.(*entry); old.key.identity == identity && old.key != ek {
+				p.removeLocked(old.key)
+			}
+			el = next
+		}
+	}
+	// Every entry lives PendingTTL from when it was stored, so the expired ones are at the front.
+	for p.order.Len() > 0 {
+		front := p.order.Front().Value.(*entry)
+		if p.bytes <= pendingMaxBytes && p.order.Len() <= pendingMaxEntries && !now.After(front.expires) {
+			break
+		}
+		p.removeLocked(front.key)
+	}
+}
+
+// Get implements [store.Pending].
+func (p *Pending) Get(identity string, key store.Key) []store.PendingCall {
+	if identity == "" {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.getLocked(entryKey{identity, key}, p.now())
+}
+
+// Drop implements [store.Pending].
+func (p *Pending) Drop(identity string, key store.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.removeLocked(entryKey{identity, key})
+}
+
+// IDs implements [store.Pending].
+func (p *Pending) IDs(identity, kind string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.per[identity]
+	if u == nil || len(u.ids[kind]) == 0 {
+		return nil
+	}
+	now := p.now()
+	ids := make([]string, 0, len(u.ids[kind]))
+	for id := range u.ids[kind] {
+		if p.getLocked(entryKey{identity, store.Key{Kind: kind, ID: id}}, now) != nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// Holds implements [store.Pending].
+func (p *Pending) Holds(kind string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.kinds[kind] > 0
+}
+
+// getLocked returns the live entry of k's calls, dropping it when it has expired.
+func (p *Pending) getLocked(k entryKey, now time.Time) []store.PendingCall {
+	el, ok := p.byKey[k]
+	if !ok {
+		return nil
+	}
+	e := el.Value.(*entry)
+	if now.After(e.expires) {
+		p.removeLocked(k)
+		return nil
+	}
+	return e.calls
+}
+
+func (p *Pending) removeLocked(k entryKey) {
+	el, ok := p.byKey[k]
+	if !ok {
+		return
+	}
+	size := el.Value.(*entry).size
+	p.bytes -= size
+	p.order.Remove(el)
+	delete(p.byKey, k)
+	if p.kinds[k.key.Kind]--; p.kinds[k.key.Kind] <= 0 {
+		delete(p.kinds, k.key.Kind)
+	}
+	if u := p.per[k.identity]; u != nil {
+		u.entries--
+		u.bytes -= size
+		delete(u.ids[k.key.Kind], k.key.ID)
+		if u.entries <= 0 {
+			delete(p.per, k.identity)
+		}
+	}
+}

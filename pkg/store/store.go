@@ -1,0 +1,47 @@
+// Package store holds the interfaces of codeinterp's cross-request state: what one request
+// leaves for a later one of the same caller. Every method is scoped by the caller's identity;
+// the anonymous identity "" has nothing stored. The in-memory implementation is in
+// store/memory; one shared by several replicas lands beside it.
+package store
+
+// PendingCall is an internal code call, with its output, that an answer did not show because
+// the same turn also called a client function (see [Pending]).
+type PendingCall struct {
+	// CallID is the call's id.
+	CallID string
+	// Arguments is the call's raw arguments string.
+	Arguments string
+	// Output is the text the model read as the call's result.
+	Output string
+}
+
+// Size is the bytes the call holds, as the stores count them.
+func (c PendingCall) Size() int { return len(c.CallID) + len(c.Arguments) + len(c.Output) }
+
+// Key names what a continuation refers to: a Kind, which the API surface that stores and
+// reads it chooses (an answer's id, a conversation, a client tool call), and the ID.
+type Key struct {
+	Kind string
+	ID   string
+}
+
+// Pending remembers the internal calls an answer left out because its turn also called a
+// client function: the client gets the answer with its own call to run, and a later request
+// that continues from there (by an answer id, a conversation, a replayed tool call) must
+// carry ours again. Implementations bound what they keep (per identity and in all) and for how
+// long; a call may find nothing where an earlier Put was made. Safe for concurrent use.
+type Pending interface {
+	// Put remembers calls under each of keys (a key with an empty ID is skipped) for identity,
+	// replacing what the keys held. Nothing is stored for the identity "".
+	Put(identity string, calls []PendingCall, keys ...Key)
+	// Get returns the calls stored under key for identity, or nil. Entries stay until they
+	// expire or are dropped: a client may continue from one answer several times.
+	Get(identity string, key Key) []PendingCall
+	// Drop forgets key for identity.
+	Drop(identity string, key Key)
+	// IDs returns the ids of identity's live entries of kind, in no order.
+	IDs(identity, kind string) []string
+	// Holds reports whether any identity has entries of kind: when none has, a request need
+	// not be searched for their ids.
+	Holds(kind string) bool
+}
