@@ -53,10 +53,10 @@ type CodeOutput struct {
 // with only its own keys ({"type","logs"} or {"type","url"}). It fails on an output of another
 // type.
 func (c CodeCall) MarshalJSON() ([]byte, error) {
-	return c.appendJSON(make([]byte, 0, 128+len(c.Code)))
+	return c.AppendJSON(make([]byte, 0, 128+len(c.Code)))
 }
 
-func (c CodeCall) appendJSON(dst []byte) ([]byte, error) {
+func (c CodeCall) AppendJSON(dst []byte) ([]byte, error) {
 	dst = append(dst, `{"id":`...)
 	dst = jsonscan.AppendString(dst, c.ID)
 	dst = append(dst, `,"type":"code_interpreter_call","status":`...)
@@ -267,7 +267,7 @@ func finalResponsesOutput(in FinalInput, views []string) ([]byte, bool, error) {
 			if n > 0 {
 				out = append(out, ',')
 			}
-			out, err = r.Calls[k].appendJSON(out)
+			out, err = r.Calls[k].AppendJSON(out)
 			n++
 			return err == nil
 		})

@@ -69,7 +69,7 @@ func FollowUp(s Surface, req, resp []byte, outputs []CallOutput, o FollowUpOptio
 	}
 	rq := topKeys.Index(req, reqMembers)
 	rs := topKeys.Index(resp, respMembers)
-	name := Options{FunctionName: o.FunctionName}.name()
+	name := Options{FunctionName: o.FunctionName}.Name()
 
 	outs, err := followUpOutputs(s, rs, name, outputs)
 	if err != nil {
@@ -439,7 +439,7 @@ func InsertChatCalls(body []byte, functionName string, limit int, pending func(c
 	if !msgs.OK() || b[msgs.Start] != '[' {
 		return nil, nil
 	}
-	name := Options{FunctionName: functionName}.name()
+	name := Options{FunctionName: functionName}.Name()
 	// have holds the ids of every tool call of the body and of every call put in so far.
 	have := map[string]bool{}
 	eachAssistantCall := func(fn func(st, en int, tc jsonscan.Span, ids []string) bool) {

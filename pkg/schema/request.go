@@ -34,14 +34,14 @@ type Options struct {
 	FunctionDescription string
 }
 
-func (o Options) name() string {
+func (o Options) Name() string {
 	if o.FunctionName == "" {
 		return DefaultFunctionName
 	}
 	return o.FunctionName
 }
 
-func (o Options) description() string {
+func (o Options) Description() string {
 	if o.FunctionDescription == "" {
 		return DefaultFunctionDescription
 	}
@@ -132,7 +132,7 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	}
 	members := sc.Members
 	t := topKeys.Index(body, members)
-	name := o.name()
+	name := o.Name()
 
 	tools, err := reqFindTools(s, body, members, name)
 	if err != nil {
@@ -163,7 +163,7 @@ func RewriteRequest(s Surface, body []byte, o Options) (Request, error) {
 	r.Found = true
 	r.Tool = bytes.Clone(body[tools.ci.Start:tools.ci.End])
 	edits := make([]jsonscan.Edit, 1, 8) // the tool, the choice, stream, stream_options, a few replays
-	edits[0] = jsonscan.Edit{Start: tools.ci.Start, End: tools.ci.End, Repl: reqFunctionTool(s, name, o.description())}
+	edits[0] = jsonscan.Edit{Start: tools.ci.Start, End: tools.ci.End, Repl: reqFunctionTool(s, name, o.Description())}
 	if c := jsonscan.Field(body, tools.ci.Start, "container"); c.OK() {
 		if id, ok := jsonscan.Str(body, c); ok {
 			r.ContainerID = id

@@ -40,7 +40,7 @@ func ResponsesSSE(final []byte) ([]byte, error) {
 		return nil, errors.New("encode responses stream: body is not a JSON object")
 	}
 	// A stream carries each text up to five times (delta, text done, part done, item done, completed).
-	w := sseWriter{buf: make([]byte, 0, 6*len(s)+4096)}
+	w := sseWriter{Buf: make([]byte, 0, 6*len(s)+4096)}
 	sseStart(&w, s)
 	i := 0
 	gjson.Get(s, "output").ForEach(func(_, item gjson.Result) bool {
@@ -48,13 +48,13 @@ func ResponsesSSE(final []byte) ([]byte, error) {
 		i++
 		return w.err == nil
 	})
-	w.open(sseTerminal(gjson.Get(s, "status").String()))
-	w.raw("response", s)
-	w.close()
+	w.Open(sseTerminal(gjson.Get(s, "status").String()))
+	w.Raw("response", s)
+	w.Close()
 	if w.err != nil {
 		return nil, fmt.Errorf("encode responses stream: %w", w.err)
 	}
-	return w.buf, nil
+	return w.Buf, nil
 }
 
 // ResponsesFailedSSE encodes a failed Responses stream: response.created and
@@ -74,18 +74,18 @@ func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
 	errObj = jsonscan.AppendString(errObj, message)
 	errObj = append(errObj, '}')
 
-	w := sseWriter{buf: make([]byte, 0, 3*len(s)+1024)}
-	s = w.edit(s, "output", "[]", true)
-	s = w.edit(s, "status", `"failed"`, true)
-	s = w.edit(s, "error", string(errObj), true)
+	w := sseWriter{Buf: make([]byte, 0, 3*len(s)+1024)}
+	s = w.Edit(s, "output", "[]", true)
+	s = w.Edit(s, "status", `"failed"`, true)
+	s = w.Edit(s, "error", string(errObj), true)
 	sseStart(&w, s)
-	w.open("response.failed")
-	w.raw("response", s)
-	w.close()
+	w.Open("response.failed")
+	w.Raw("response", s)
+	w.Close()
 	if w.err != nil {
 		return nil, fmt.Errorf("encode failed responses stream: %w", w.err)
 	}
-	return w.buf, nil
+	return w.Buf, nil
 }
 
 // ErrorSSE encodes a lone stream error. Responses: an `error` event
@@ -95,16 +95,16 @@ func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
 func ErrorSSE(s Surface, code, message string) []byte {
 	if s == Responses {
 		var w sseWriter
-		w.open("error")
+		w.Open("error")
 		if code == "" {
-			w.literal("code", "null")
+			w.Literal("code", "null")
 		} else {
-			w.str("code", code)
+			w.Str("code", code)
 		}
-		w.str("message", message)
-		w.literal("param", "null")
-		w.close()
-		return w.buf
+		w.Str("message", message)
+		w.Literal("param", "null")
+		w.Close()
+		return w.Buf
 	}
 	body := ServerErrorBody(http.StatusInternalServerError, message, code)
 	out := make([]byte, 0, len(body)+8)
@@ -116,16 +116,16 @@ func ErrorSSE(s Surface, code, message string) []byte {
 // sseStart writes response.created and response.in_progress for the response s: s with status
 // "in_progress", no output, null usage and no completion, error or incomplete details yet.
 func sseStart(w *sseWriter, s string) {
-	s = w.edit(s, "output", "[]", true)
-	s = w.edit(s, "status", `"in_progress"`, true)
-	s = w.edit(s, "usage", "null", true)
+	s = w.Edit(s, "output", "[]", true)
+	s = w.Edit(s, "status", `"in_progress"`, true)
+	s = w.Edit(s, "usage", "null", true)
 	for _, k := range []string{"completed_at", "error", "incomplete_details"} {
-		s = w.edit(s, k, "null", false)
+		s = w.Edit(s, k, "null", false)
 	}
 	for _, typ := range []string{"response.created", "response.in_progress"} {
-		w.open(typ)
-		w.raw("response", s)
-		w.close()
+		w.Open(typ)
+		w.Raw("response", s)
+		w.Close()
 	}
 }
 
@@ -156,17 +156,17 @@ func sseItem(w *sseWriter, idx int, item gjson.Result) {
 	case "reasoning":
 		sseReasoning(w, idx, id, item)
 	default:
-		sseItemEvent(w, "response.output_item.added", idx, w.edit(item.Raw, "status", `"in_progress"`, false))
+		sseItemEvent(w, "response.output_item.added", idx, w.Edit(item.Raw, "status", `"in_progress"`, false))
 		sseItemEvent(w, "response.output_item.done", idx, item.Raw)
 	}
 }
 
 // sseItemEvent writes an output_item.added or output_item.done event.
 func sseItemEvent(w *sseWriter, typ string, idx int, item string) {
-	w.open(typ)
-	w.num("output_index", idx)
-	w.raw("item", item)
-	w.close()
+	w.Open(typ)
+	w.Num("output_index", idx)
+	w.Raw("item", item)
+	w.Close()
 }
 
 // sseStringRaw returns v's raw JSON when it is a string, else "" as JSON.
@@ -179,106 +179,106 @@ func sseStringRaw(v gjson.Result) string {
 
 func sseCodeCall(w *sseWriter, idx int, id string, item gjson.Result) {
 	// Empty the large fields first, so the later edits copy a small item.
-	added := w.edit(item.Raw, "code", `""`, true)
-	added = w.edit(added, "outputs", "[]", true)
-	added = w.edit(added, "status", `"in_progress"`, true)
+	added := w.Edit(item.Raw, "code", `""`, true)
+	added = w.Edit(added, "outputs", "[]", true)
+	added = w.Edit(added, "status", `"in_progress"`, true)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 
 	progress := func(typ string) {
-		w.open(typ)
-		w.num("output_index", idx)
-		w.str("item_id", id)
-		w.close()
+		w.Open(typ)
+		w.Num("output_index", idx)
+		w.Str("item_id", id)
+		w.Close()
 	}
 	progress("response.code_interpreter_call.in_progress")
 	code := item.Get("code")
 	for s := code.String(); len(s) > 0; {
 		n := sseCut(s)
-		w.open("response.code_interpreter_call_code.delta")
-		w.num("output_index", idx)
-		w.str("item_id", id)
-		w.str("delta", s[:n])
-		w.close()
+		w.Open("response.code_interpreter_call_code.delta")
+		w.Num("output_index", idx)
+		w.Str("item_id", id)
+		w.Str("delta", s[:n])
+		w.Close()
 		s = s[n:]
 	}
-	w.open("response.code_interpreter_call_code.done")
-	w.num("output_index", idx)
-	w.str("item_id", id)
-	w.raw("code", sseStringRaw(code))
-	w.close()
+	w.Open("response.code_interpreter_call_code.done")
+	w.Num("output_index", idx)
+	w.Str("item_id", id)
+	w.Raw("code", sseStringRaw(code))
+	w.Close()
 	progress("response.code_interpreter_call.interpreting")
 	progress("response.code_interpreter_call.completed")
 	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
 }
 
 func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
-	added := w.edit(item.Raw, "content", "[]", true)
-	added = w.edit(added, "status", `"in_progress"`, true)
+	added := w.Edit(item.Raw, "content", "[]", true)
+	added = w.Edit(added, "status", `"in_progress"`, true)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 
 	// head opens an event about content part j of this message.
 	head := func(typ string, j int) {
-		w.open(typ)
-		w.str("item_id", id)
-		w.num("output_index", idx)
-		w.num("content_index", j)
+		w.Open(typ)
+		w.Str("item_id", id)
+		w.Num("output_index", idx)
+		w.Num("content_index", j)
 	}
 	j := 0
 	item.Get("content").ForEach(func(_, part gjson.Result) bool {
 		switch part.Get("type").String() {
 		case "output_text":
 			head("response.content_part.added", j)
-			w.literal("part", sseEmptyOutputText)
-			w.close()
+			w.Literal("part", sseEmptyOutputText)
+			w.Close()
 			text := part.Get("text")
 			for s := text.String(); len(s) > 0; {
 				n := sseCut(s)
 				head("response.output_text.delta", j)
-				w.str("delta", s[:n])
-				w.literal("logprobs", "[]")
-				w.close()
+				w.Str("delta", s[:n])
+				w.Literal("logprobs", "[]")
+				w.Close()
 				s = s[n:]
 			}
 			a := 0
 			part.Get("annotations").ForEach(func(_, ann gjson.Result) bool {
 				head("response.output_text.annotation.added", j)
-				w.num("annotation_index", a)
-				w.raw("annotation", ann.Raw)
-				w.close()
+				w.Num("annotation_index", a)
+				w.Raw("annotation", ann.Raw)
+				w.Close()
 				a++
 				return true
 			})
 			head("response.output_text.done", j)
-			w.raw("text", sseStringRaw(text))
+			w.Raw("text", sseStringRaw(text))
 			if lp := part.Get("logprobs"); lp.IsArray() {
-				w.raw("logprobs", lp.Raw)
+				w.Raw("logprobs", lp.Raw)
 			} else {
-				w.literal("logprobs", "[]")
+				w.Literal("logprobs", "[]")
 			}
-			w.close()
+			w.Close()
 		case "refusal":
 			head("response.content_part.added", j)
-			w.literal("part", sseEmptyRefusal)
-			w.close()
+			w.Literal("part", sseEmptyRefusal)
+			w.Close()
 			refusal := part.Get("refusal")
 			for s := refusal.String(); len(s) > 0; {
 				n := sseCut(s)
 				head("response.refusal.delta", j)
-				w.str("delta", s[:n])
-				w.close()
+				w.Str("delta", s[:n])
+				w.Close()
 				s = s[n:]
 			}
 			head("response.refusal.done", j)
-			w.raw("refusal", sseStringRaw(refusal))
-			w.close()
+			w.Raw("refusal", sseStringRaw(refusal))
+			w.Close()
 		default:
 			head("response.content_part.added", j)
-			w.raw("part", part.Raw)
-			w.close()
+			w.Raw("part", part.Raw)
+			w.Close()
 		}
 		head("response.content_part.done", j)
-		w.raw("part", part.Raw)
-		w.close()
+		w.Raw("part", part.Raw)
+		w.Close()
 		j++
 		return true
 	})
@@ -288,60 +288,60 @@ func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
 // sseToolInput writes the events of a tool call whose input streams as a string field (a
 // function_call's arguments, a custom_tool_call's input): <prefix>.delta… and <prefix>.done.
 func sseToolInput(w *sseWriter, idx int, id string, item gjson.Result, field, prefix string) {
-	added := w.edit(item.Raw, field, `""`, true)
-	added = w.edit(added, "status", `"in_progress"`, false)
+	added := w.Edit(item.Raw, field, `""`, true)
+	added = w.Edit(added, "status", `"in_progress"`, false)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 	input := item.Get(field)
 	for s := input.String(); len(s) > 0; {
 		n := sseCut(s)
-		w.open(prefix + ".delta")
-		w.str("item_id", id)
-		w.num("output_index", idx)
-		w.str("delta", s[:n])
-		w.close()
+		w.Open(prefix + ".delta")
+		w.Str("item_id", id)
+		w.Num("output_index", idx)
+		w.Str("delta", s[:n])
+		w.Close()
 		s = s[n:]
 	}
-	w.open(prefix + ".done")
-	w.str("item_id", id)
-	w.num("output_index", idx)
-	w.raw(field, sseStringRaw(input))
-	w.close()
+	w.Open(prefix + ".done")
+	w.Str("item_id", id)
+	w.Num("output_index", idx)
+	w.Raw(field, sseStringRaw(input))
+	w.Close()
 	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
 }
 
 func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
-	added := w.edit(item.Raw, "summary", "[]", true)
+	added := w.Edit(item.Raw, "summary", "[]", true)
 	if item.Get("content").IsArray() {
-		added = w.edit(added, "content", "[]", true)
+		added = w.Edit(added, "content", "[]", true)
 	}
-	added = w.edit(added, "status", `"in_progress"`, false)
+	added = w.Edit(added, "status", `"in_progress"`, false)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 
 	head := func(typ, indexKey string, k int) {
-		w.open(typ)
-		w.str("item_id", id)
-		w.num("output_index", idx)
-		w.num(indexKey, k)
+		w.Open(typ)
+		w.Str("item_id", id)
+		w.Num("output_index", idx)
+		w.Num(indexKey, k)
 	}
 	k := 0
 	item.Get("summary").ForEach(func(_, part gjson.Result) bool {
 		head("response.reasoning_summary_part.added", "summary_index", k)
-		w.literal("part", sseEmptySummary)
-		w.close()
+		w.Literal("part", sseEmptySummary)
+		w.Close()
 		text := part.Get("text")
 		for s := text.String(); len(s) > 0; {
 			n := sseCut(s)
 			head("response.reasoning_summary_text.delta", "summary_index", k)
-			w.str("delta", s[:n])
-			w.close()
+			w.Str("delta", s[:n])
+			w.Close()
 			s = s[n:]
 		}
 		head("response.reasoning_summary_text.done", "summary_index", k)
-		w.raw("text", sseStringRaw(text))
-		w.close()
+		w.Raw("text", sseStringRaw(text))
+		w.Close()
 		head("response.reasoning_summary_part.done", "summary_index", k)
-		w.raw("part", part.Raw)
-		w.close()
+		w.Raw("part", part.Raw)
+		w.Close()
 		k++
 		return true
 	})
@@ -352,13 +352,13 @@ func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
 			for s := text.String(); len(s) > 0; {
 				n := sseCut(s)
 				head("response.reasoning_text.delta", "content_index", k)
-				w.str("delta", s[:n])
-				w.close()
+				w.Str("delta", s[:n])
+				w.Close()
 				s = s[n:]
 			}
 			head("response.reasoning_text.done", "content_index", k)
-			w.raw("text", sseStringRaw(text))
-			w.close()
+			w.Raw("text", sseStringRaw(text))
+			w.Close()
 		}
 		k++
 		return true
@@ -366,9 +366,9 @@ func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
 	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
 }
 
-// edit returns the JSON object raw with path set to the raw JSON value, or raw unchanged when
+// Edit returns the JSON object raw with path set to the raw JSON value, or raw unchanged when
 // path is absent and always is false. The first failure is kept in w.err.
-func (w *sseWriter) edit(raw, path, value string, always bool) string {
+func (w *sseWriter) Edit(raw, path, value string, always bool) string {
 	if !always && !gjson.Get(raw, path).Exists() {
 		return raw
 	}

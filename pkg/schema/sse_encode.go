@@ -49,56 +49,56 @@ func sseCut(s string) int {
 // sseWriter builds a Responses event stream: each event is an `event: <type>` line, one
 // `data: <json>` line and a blank line, numbered with sequence_number from 0.
 type sseWriter struct {
-	buf []byte
+	Buf []byte
 	seq int
 	err error // the first failure of an edit; the stream is discarded when set
 }
 
-// open starts a Responses event of type typ: its event line and the data object up to and
+// Open starts a Responses event of type typ: its event line and the data object up to and
 // including sequence_number.
-func (w *sseWriter) open(typ string) {
-	w.buf = append(w.buf, "event: "...)
-	w.buf = append(w.buf, typ...)
-	w.buf = append(w.buf, "\ndata: {\"type\":\""...)
-	w.buf = append(w.buf, typ...)
-	w.buf = append(w.buf, `","sequence_number":`...)
-	w.buf = strconv.AppendInt(w.buf, int64(w.seq), 10)
+func (w *sseWriter) Open(typ string) {
+	w.Buf = append(w.Buf, "event: "...)
+	w.Buf = append(w.Buf, typ...)
+	w.Buf = append(w.Buf, "\ndata: {\"type\":\""...)
+	w.Buf = append(w.Buf, typ...)
+	w.Buf = append(w.Buf, `","sequence_number":`...)
+	w.Buf = strconv.AppendInt(w.Buf, int64(w.seq), 10)
 }
 
-// close ends the current event's data object and the event.
-func (w *sseWriter) close() {
-	w.buf = append(w.buf, "}\n\n"...)
+// Close ends the current event's data object and the event.
+func (w *sseWriter) Close() {
+	w.Buf = append(w.Buf, "}\n\n"...)
 	w.seq++
 }
 
-// key appends `,"<k>":`; k must need no escaping.
-func (w *sseWriter) key(k string) {
-	w.buf = append(w.buf, ',', '"')
-	w.buf = append(w.buf, k...)
-	w.buf = append(w.buf, '"', ':')
+// Key appends `,"<k>":`; k must need no escaping.
+func (w *sseWriter) Key(k string) {
+	w.Buf = append(w.Buf, ',', '"')
+	w.Buf = append(w.Buf, k...)
+	w.Buf = append(w.Buf, '"', ':')
 }
 
-func (w *sseWriter) str(k, v string) {
-	w.key(k)
-	w.buf = jsonscan.AppendString(w.buf, v)
+func (w *sseWriter) Str(k, v string) {
+	w.Key(k)
+	w.Buf = jsonscan.AppendString(w.Buf, v)
 }
 
-func (w *sseWriter) num(k string, v int) {
-	w.key(k)
-	w.buf = strconv.AppendInt(w.buf, int64(v), 10)
+func (w *sseWriter) Num(k string, v int) {
+	w.Key(k)
+	w.Buf = strconv.AppendInt(w.Buf, int64(v), 10)
 }
 
-// raw appends k with the JSON value v, which must already be one compact, sanitized line: a
+// Raw appends k with the JSON value v, which must already be one compact, sanitized line: a
 // part of a body from sseCompactBody, or built from literals and AppendString.
-func (w *sseWriter) raw(k, v string) {
-	w.key(k)
-	w.buf = append(w.buf, v...)
+func (w *sseWriter) Raw(k, v string) {
+	w.Key(k)
+	w.Buf = append(w.Buf, v...)
 }
 
-// literal appends k with v as is; v must be a constant, compact JSON value.
-func (w *sseWriter) literal(k, v string) {
-	w.key(k)
-	w.buf = append(w.buf, v...)
+// Literal appends k with v as is; v must be a constant, compact JSON value.
+func (w *sseWriter) Literal(k, v string) {
+	w.Key(k)
+	w.Buf = append(w.Buf, v...)
 }
 
 // sseCompactBody validates that b is a JSON object and returns it as one compact, sanitized line

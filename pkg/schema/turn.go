@@ -64,7 +64,7 @@ func ParseTurn(s Surface, body []byte, functionName string) (Turn, error) {
 	if err != nil {
 		return Turn{}, err
 	}
-	return turnRead(s, t, Options{FunctionName: functionName}.name())
+	return turnRead(s, t, Options{FunctionName: functionName}.Name())
 }
 
 // turnRead reads a validated turn whose top-level members are t.
