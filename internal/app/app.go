@@ -12,6 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/chat"
+	"github.com/codeinterp/codeinterp/pkg/schema/responses"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -88,9 +93,14 @@ func New(o Options) (*App, error) {
 		Config:     cfg,
 		Loop:       s.engine,
 		Containers: s.manager,
-		Secret:     o.Secret,
-		Log:        log,
-		Metrics:    s.metrics,
+		// The API surfaces served: adding one is a package under pkg/schema and a line here.
+		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}},
+		// Cross-request state lives in this process; replicas that must share it need a
+		// shared store here.
+		Pending: memory.NewPending(nil),
+		Secret:  o.Secret,
+		Log:     log,
+		Metrics: s.metrics,
 	})
 	if err != nil {
 		s.closeParts()

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/responses"
 )
 
 // Config holds a Handler's settings. Identify is required; the zero value of every other field
@@ -136,21 +137,21 @@ func (h *Handler) fail(c call, what string, err error) {
 		h.log.Warn("read a file of the Files API", zap.Error(err))
 		c.w.Header().Set("Content-Type", "application/json")
 		c.w.WriteHeader(http.StatusBadGateway)
-		_, _ = c.w.Write(schema.ServerErrorBody(http.StatusBadGateway, "The file could not be read from the upstream's Files API.", "files_api_failed"))
+		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "The file could not be read from the upstream's Files API.", Code: "files_api_failed"}))
 	case c.r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.
 	default:
 		h.log.Warn("containers API call failed", zap.String("method", c.r.Method), zap.String("what", what), zap.Error(err))
 		c.w.Header().Set("Content-Type", "application/json")
 		c.w.WriteHeader(http.StatusInternalServerError)
-		_, _ = c.w.Write(schema.ServerErrorBody(http.StatusInternalServerError, "The container operation failed on the server.", "server_error"))
+		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusInternalServerError, Message: "The container operation failed on the server.", Code: "server_error"}))
 	}
 }
 
 func writeError(w http.ResponseWriter, e *schema.RequestError) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.HTTPStatus())
-	_, _ = w.Write(schema.ErrorBody(e))
+	_, _ = w.Write(errorBody(e))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -159,7 +160,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	if err != nil {
 		// Every value written here is made of strings, numbers and bools: this cannot happen.
 		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = w.Write(schema.ServerErrorBody(http.StatusInternalServerError, "The answer could not be encoded.", "server_error"))
+		_, _ = w.Write(errorBody(&schema.RequestError{Status: http.StatusInternalServerError, Message: "The answer could not be encoded.", Code: "server_error"}))
 		return
 	}
 	_, _ = w.Write(js)
@@ -681,3 +682,7 @@ func listJSON[T any](data []T, hasMore bool, id func(T) string) listBody[T] {
 	}
 	return out
 }
+
+// errorBody is an error answer in OpenAI's error shape, which the Containers API shares with
+// the Responses API it belongs to.
+func errorBody(e *schema.RequestError) []byte { return responses.Surface{}.ErrorBody(e) }

@@ -13,7 +13,6 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
-	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // respCalls is a Responses answer of one turn that calls the code function n times (call ids
@@ -46,7 +45,7 @@ func bigImages(n, size int) func(code string) (sandbox.Result, error) {
 func TestOutputBudget(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "Here are the charts.")})
 	f.provider.run = bigImages(2, 512<<10) // 1 MiB of images per run
-	req := f.request(t, schema.Responses, responsesClient, respCalls("1", 40))
+	req := f.request(t, respSurface, responsesClient, respCalls("1", 40))
 	req.MaxOutputBytes = 4 << 20
 	req.MaxCallsPerTurn = 10
 	req.MaxImages = 6
@@ -84,7 +83,7 @@ func TestAnswerTooLargeIs502(t *testing.T) {
 			if stream {
 				client = strings.Replace(client, `{"model"`, `{"stream":true,"model"`, 1)
 			}
-			req := f.request(t, schema.Responses, client, respCalls("1", 8))
+			req := f.request(t, respSurface, client, respCalls("1", 8))
 			req.MaxAnswerBytes = 1 << 20 // the images alone are ~2.7 MiB as base64
 			res := f.engine.Run(context.Background(), req)
 			assert.Equal(t, http.StatusBadGateway, res.Status, "stream=%v: status", stream)
@@ -103,7 +102,7 @@ func TestTimedOutRunsCountAgainstTheBudget(t *testing.T) {
 	f.provider.run = func(code string) (sandbox.Result, error) {
 		return sandbox.Result{Stdout: strings.Repeat("x", 15<<10)}, sandbox.ErrTimeout
 	}
-	req := f.request(t, schema.Responses, responsesClient, respCalls("1", 16))
+	req := f.request(t, respSurface, responsesClient, respCalls("1", 16))
 	req.MaxOutputBytes = 64 << 10
 	res := f.engine.Run(context.Background(), req)
 	require.Equal(t, http.StatusOK, res.Status, "body: %.500s", res.Body)

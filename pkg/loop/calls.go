@@ -59,7 +59,10 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		maxCalls = DefaultMaxCallsPerTurn
 	}
 	for i, c := range calls {
-		item := schema.CodeCall{ID: lr.e.newID("ci_"), Code: c.Code, Status: statusCompleted, Outputs: []schema.CodeOutput{}}
+		item := schema.CodeCall{ID: lr.e.newID("ci_"), Code: c.Code, Status: "in_progress", Outputs: []schema.CodeOutput{}}
+		started := item
+		lr.emit(schema.Event{Kind: schema.EventCallStarted, Round: round, Call: &started})
+		item.Status = statusCompleted
 		var text string
 		switch {
 		case i >= maxCalls:
@@ -68,7 +71,7 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		case c.ArgsErr != nil:
 			item.Status, text = statusFailed, TextInvalidArguments
 			lr.e.metrics.runs.WithLabelValues("invalid_arguments").Inc()
-		case ctx.Err() != nil:
+		case lr.stopped(ctx) != nil:
 			// The loop is over (deadline or client gone): the call is left unanswered and its
 			// item incomplete.
 			item.Status, text = "incomplete", ""
@@ -99,6 +102,8 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		}
 		items = append(items, item)
 		outputs = append(outputs, schema.CallOutput{CallID: c.CallID, Output: text})
+		done := item
+		lr.emit(schema.Event{Kind: schema.EventCallDone, Round: round, Call: &done})
 	}
 	return items, outputs, repeated
 }

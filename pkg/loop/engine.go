@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // Sandboxes hands out the sandbox a request's code runs in. *sandbox.Manager implements it.
@@ -128,10 +128,29 @@ type loopRun struct {
 	// outBytes and images are what the runs have shown the client so far (the output budget).
 	outBytes, images int
 	rounds           []schema.Round
-	// pending holds the last round's calls and outputs when the loop stops for a client call,
-	// clientIDs that round's client call ids (Chat).
-	pending   []schema.PendingCall
-	clientIDs []string
+	// pending holds the last round's calls and outputs when the loop stops for a client call.
+	pending []store.PendingCall
+	// sinkErr is the first error of the Sink: the client is gone, and the loop stops.
+	sinkErr error
+}
+
+// emit reports ev to the request's Sink, if it has one.
+func (lr *loopRun) emit(ev schema.Event) {
+	if lr.r.Sink == nil || lr.sinkErr != nil {
+		return
+	}
+	if err := lr.r.Sink.Event(ev); err != nil {
+		lr.e.log.Debug("event sink failed; stopping the loop", zap.Error(err))
+		lr.sinkErr = err
+	}
+}
+
+// stopped returns why the loop must stop now (the context's error, or the Sink's), or nil.
+func (lr *loopRun) stopped(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return lr.sinkErr
 }
 
 func (lr *loopRun) release() {
@@ -147,11 +166,14 @@ func (lr *loopRun) run(ctx context.Context) Response {
 	if maxRounds <= 0 {
 		maxRounds = 8
 	}
-	reqBody, resp := r.Rewrite.Body, r.First
-	turn, err := schema.ParseTurn(r.Surface, resp, r.FunctionName)
+	x := r.Exchange
+	rq := x.Request()
+	resp := r.First
+	turn, err := x.ParseTurn(resp)
 	if err != nil {
 		return lr.upstreamGarbage(err)
 	}
+	lr.emit(schema.Event{Kind: schema.EventRound, Body: resp})
 	stop := StopDone
 	for round := 0; ; round++ {
 		if len(turn.Calls) == 0 {
@@ -164,7 +186,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		finishing := round+1 >= maxRounds
 		calls, outputs, repeated := lr.runCalls(ctx, turn.Calls, round, finishing)
 		lr.rounds = append(lr.rounds, schema.Round{Body: resp, Calls: calls})
-		if err := ctx.Err(); err != nil {
+		if err := lr.stopped(ctx); err != nil {
 			stop = ctxStop(err)
 			break
 		}
@@ -175,17 +197,15 @@ func (lr *loopRun) run(ctx context.Context) Response {
 				// One output per call id, as in a follow-up: a call whose id repeats an
 				// earlier one's was not run.
 				if c.CallID != "" && !errors.Is(c.ArgsErr, schema.ErrDuplicateCallID) {
-					lr.pending = append(lr.pending, schema.PendingCall{CallID: c.CallID, Arguments: c.Arguments, Output: outputs[i].Output})
+					lr.pending = append(lr.pending, store.PendingCall{CallID: c.CallID, Arguments: c.Arguments, Output: outputs[i].Output})
 				}
 			}
-			lr.clientIDs = turn.ClientCallIDs
 			break
 		}
 		finishing = finishing || repeated
-		next, err := schema.FollowUp(r.Surface, reqBody, resp, outputs, schema.FollowUpOptions{
-			FunctionName:   r.FunctionName,
-			DropToolChoice: r.Rewrite.ForcedChoice,
-			ToolChoice:     r.Rewrite.LaterChoice,
+		next, err := x.FollowUp(outputs, schema.FollowUpOptions{
+			DropToolChoice: rq.ForcedChoice,
+			ToolChoice:     rq.LaterChoice,
 			ToolChoiceNone: finishing,
 		})
 		if err != nil {
@@ -203,14 +223,15 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			return lr.errorResponse(http.StatusBadGateway, "The follow-up call to the model failed.", "upstream_unreachable", StopUpstreamError)
 		}
 		if status != http.StatusOK {
-			res := lr.fail(status, schema.UpstreamErrorBody(status, body), StopUpstreamError)
+			res := lr.fail(status, x.UpstreamErrorBody(status, body), StopUpstreamError)
 			copyErrorHeaders(res.Header, header)
 			return res
 		}
-		reqBody, resp = next, body
-		if turn, err = schema.ParseTurn(r.Surface, resp, r.FunctionName); err != nil {
+		resp = body
+		if turn, err = x.ParseTurn(resp); err != nil {
 			return lr.upstreamGarbage(err)
 		}
+		lr.emit(schema.Event{Kind: schema.EventRound, Round: round + 1, Body: resp})
 		if finishing {
 			// The model was told to answer in text; any call it still makes is dropped.
 			lr.rounds = append(lr.rounds, schema.Round{Body: resp})
@@ -229,17 +250,11 @@ func (lr *loopRun) run(ctx context.Context) Response {
 
 // final assembles the client's answer from the rounds.
 func (lr *loopRun) final(stop StopReason) Response {
-	r := lr.r
-	body, err := schema.Final(schema.FinalInput{
-		Surface:      r.Surface,
-		Rounds:       lr.rounds,
-		FunctionName: r.FunctionName,
-		Tool:         r.Rewrite.Tool,
-		ToolChoice:   r.Rewrite.ToolChoice,
-	})
-	if err == nil && stop == StopDeadline {
-		body, err = schema.MarkIncomplete(r.Surface, body, "loop_deadline")
+	incomplete := ""
+	if stop == StopDeadline {
+		incomplete = "loop_deadline"
 	}
+	body, err := lr.r.Exchange.Final(lr.rounds, incomplete)
 	if err != nil {
 		lr.e.log.Error("assemble final answer", zap.Error(err))
 		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not assemble the final answer from the model's answer.", "final_failed", stop)
@@ -250,32 +265,16 @@ func (lr *loopRun) final(stop StopReason) Response {
 	res := Response{Status: http.StatusOK, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
 	if stop == StopClientCall {
 		res.Pending = lr.pending
-		switch r.Surface {
-		case schema.Responses:
-			res.ResponseID = gjson.GetBytes(body, "id").String()
-		case schema.Chat:
-			res.ClientCallIDs = lr.clientIDs
+	}
+	if lr.r.Sink != nil {
+		if err := lr.r.Sink.Event(schema.Event{Kind: schema.EventDone, Body: body}); err != nil && lr.sinkErr == nil {
+			lr.e.log.Error("encode event stream", zap.Error(err))
+			return Response{
+				Status: http.StatusBadGateway, Header: jsonHeader(), Rounds: res.Rounds, Calls: res.Calls, Stop: stop,
+				Body: lr.r.Exchange.ErrorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "codeinterp could not encode the answer as an event stream.", Code: "stream_failed"}),
+			}
 		}
 	}
-	if !r.Rewrite.Stream {
-		return res
-	}
-	var sse []byte
-	switch r.Surface {
-	case schema.Chat:
-		sse, err = schema.ChatSSE(body, r.Rewrite.StreamOptions)
-	default:
-		sse, err = schema.ResponsesSSE(body)
-	}
-	if err != nil {
-		lr.e.log.Error("encode event stream", zap.Error(err))
-		return lr.errorResponse(http.StatusBadGateway, "codeinterp could not encode the answer as an event stream.", "stream_failed", stop)
-	}
-	if lr.tooLarge(sse) {
-		return lr.answerTooLarge(len(sse))
-	}
-	res.Body = sse
-	res.Header = sseHeader()
 	return res
 }
 
@@ -292,16 +291,19 @@ func (lr *loopRun) answerTooLarge(size int) Response {
 		zap.Int("calls", lr.calls), zap.Int("images", lr.images), zap.Int("output_bytes", lr.outBytes))
 	return Response{
 		Status: http.StatusBadGateway, Header: jsonHeader(),
-		Body:   AnswerTooLargeBody(size, lr.r.MaxAnswerBytes),
+		Body:   lr.r.Exchange.ErrorBody(AnswerTooLarge(size, lr.r.MaxAnswerBytes)),
 		Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: StopAnswerTooLarge,
 	}
 }
 
-// AnswerTooLargeBody is the 502 body (OpenAI's error shape, code "answer_too_large") that
-// stands for an answer of size bytes beyond the limit of what may be sent.
-func AnswerTooLargeBody(size, limit int) []byte {
-	msg := fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", size, limit)
-	return schema.ServerErrorBody(http.StatusBadGateway, msg, "answer_too_large")
+// AnswerTooLarge is the 502 error (code "answer_too_large") that stands for an answer of size
+// bytes beyond the limit of what may be sent.
+func AnswerTooLarge(size, limit int) *schema.RequestError {
+	return &schema.RequestError{
+		Status:  http.StatusBadGateway,
+		Message: fmt.Sprintf("The answer codeinterp assembled (%d bytes) is larger than the %d bytes it can send. Ask for less output.", size, limit),
+		Code:    "answer_too_large",
+	}
 }
 
 func (lr *loopRun) sandboxRounds() int {
@@ -320,42 +322,26 @@ func (lr *loopRun) upstreamGarbage(err error) Response {
 }
 
 func (lr *loopRun) errorResponse(status int, message, code string, stop StopReason) Response {
-	return lr.fail(status, schema.ServerErrorBody(status, message, code), stop)
+	return lr.fail(status, lr.r.Exchange.ErrorBody(&schema.RequestError{Status: status, Message: message, Code: code}), stop)
 }
 
-// fail answers with an error. A client that asked for a stream gets it as the stream's failure
-// events (Responses: response.created, response.in_progress, response.failed; Chat: an error
-// chunk), as the native API reports a failure in the middle of an answer; others get the JSON error
-// body with status.
+// fail answers with an error: status and the JSON error body. A client that asked for a stream
+// gets it from the Sink as a failure event, with the answer of the rounds so far, as the native
+// API reports a failure in the middle of an answer.
 func (lr *loopRun) fail(status int, body []byte, stop StopReason) Response {
 	res := Response{Status: status, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
-	if !lr.r.Rewrite.Stream {
+	if lr.r.Sink == nil {
 		return res
 	}
-	code, message := schema.ErrorFields(body)
-	var sse []byte
-	switch lr.r.Surface {
-	case schema.Chat:
-		sse = schema.ErrorSSE(schema.Chat, code, message)
-	default:
-		if len(lr.rounds) == 0 {
-			return res
-		}
-		partial, err := schema.Final(schema.FinalInput{
-			Surface: lr.r.Surface, Rounds: lr.rounds, FunctionName: lr.r.FunctionName,
-			Tool: lr.r.Rewrite.Tool, ToolChoice: lr.r.Rewrite.ToolChoice,
-		})
-		if err == nil {
-			sse, err = schema.ResponsesFailedSSE(partial, code, message)
-		}
-		if err != nil {
+	var partial []byte
+	if len(lr.rounds) > 0 {
+		var err error
+		if partial, err = lr.r.Exchange.Final(lr.rounds, ""); err != nil {
 			lr.e.log.Warn("encode failure events", zap.Error(err))
 			return res
 		}
 	}
-	res.Status = http.StatusOK
-	res.Body = sse
-	res.Header = sseHeader()
+	lr.emit(schema.Event{Kind: schema.EventFailed, Status: status, Body: body, Partial: partial})
 	return res
 }
 
@@ -367,10 +353,6 @@ func ctxStop(err error) StopReason {
 }
 
 func jsonHeader() http.Header { return http.Header{"Content-Type": {"application/json"}} }
-
-func sseHeader() http.Header {
-	return http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}, "Cache-Control": {"no-cache"}}
-}
 
 // copyErrorHeaders copies to dst the headers of an upstream error answer that a client's SDK
 // acts on: when to retry, the request id to quote, the rate limits.

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,9 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/chat"
+	schemaresponses "github.com/codeinterp/codeinterp/pkg/schema/responses"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 func TestMain(m *testing.M) {
@@ -135,6 +139,23 @@ type fixture struct {
 	manager  *sandbox.Manager
 	model    *fakeModel
 	url      string
+	// stream receives the event stream of the last request made whose client asked for one.
+	stream *bytes.Buffer
+}
+
+// The surfaces the tests run requests on.
+var (
+	respSurface schema.Surface = schemaresponses.Surface{}
+	chatSurface schema.Surface = chat.Surface{}
+)
+
+// streamed returns what a client that asked for a stream gets for res: the event stream the
+// request's Sink received, or res's JSON when it received none.
+func (f *fixture) streamed(res Response) (status int, contentType string, body []byte) {
+	if f.stream != nil && f.stream.Len() > 0 {
+		return http.StatusOK, "text/event-stream", f.stream.Bytes()
+	}
+	return res.Status, res.Header.Get("Content-Type"), res.Body
 }
 
 func newFixture(t *testing.T, answers ...scripted) *fixture {
@@ -162,18 +183,22 @@ func newFixture(t *testing.T, answers ...scripted) *fixture {
 // request rewrites a client body and returns the loop request for a first answer.
 func (f *fixture) request(t *testing.T, s schema.Surface, client string, first string) Request {
 	t.Helper()
-	rw, err := schema.RewriteRequest(s, []byte(client), schema.Options{})
+	x, err := s.NewExchange([]byte(client), schema.Options{})
 	require.NoError(t, err, "rewrite %s", client)
-	require.True(t, rw.Found)
-	return Request{
-		Surface:      s,
-		URL:          f.url,
-		Header:       http.Header{"Authorization": {"Bearer sk-test"}, "X-Codeinterp-Followup": {"v1.1.sig"}},
-		Rewrite:      rw,
-		First:        []byte(first),
-		FunctionName: schema.DefaultFunctionName,
-		Sandbox:      sandbox.AcquireRequest{Identity: "id-1"},
+	require.True(t, x.Request().Found)
+	r := Request{
+		Exchange: x,
+		URL:      f.url,
+		Header:   http.Header{"Authorization": {"Bearer sk-test"}, "X-Codeinterp-Followup": {"v1.1.sig"}},
+		First:    []byte(first),
+		Sandbox:  sandbox.AcquireRequest{Identity: "id-1"},
 	}
+	f.stream = nil
+	if x.Request().Stream {
+		f.stream = &bytes.Buffer{}
+		r.Sink = x.Events(f.stream)
+	}
+	return r
 }
 
 const responsesClient = `{"model":"m","input":"compute 40+2","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`
@@ -199,7 +224,7 @@ func parseResponse(t *testing.T, body []byte) responses.Response {
 func TestOneRoundResponses(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "The answer is 42.")})
 	loops := 0
-	req := f.request(t, schema.Responses, responsesClient, respCall("1", "print(40+2)", 10))
+	req := f.request(t, respSurface, responsesClient, respCall("1", "print(40+2)", 10))
 	req.OnLoop = func() { loops++ }
 	res := f.engine.Run(context.Background(), req)
 
@@ -242,7 +267,7 @@ func TestOneRoundResponses(t *testing.T) {
 
 func TestNoCallIsFinalAtOnce(t *testing.T) {
 	f := newFixture(t)
-	req := f.request(t, schema.Responses, responsesClient, respText("1", "hello"))
+	req := f.request(t, respSurface, responsesClient, respText("1", "hello"))
 	req.OnLoop = func() { t.Error("OnLoop must not be called without a call") }
 	res := f.engine.Run(context.Background(), req)
 	require.Equal(t, http.StatusOK, res.Status)
@@ -265,7 +290,7 @@ func TestTwoRoundsAndErrorsFedBack(t *testing.T) {
 		}
 		return sandbox.Result{Stdout: "1.0\n"}, nil
 	}
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1/0)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(1/0)", 10)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	assert.Equal(t, 2, res.Rounds)
 	r := parseResponse(t, res.Body)
@@ -304,7 +329,7 @@ func TestFailuresBecomeFixedTexts(t *testing.T) {
 			if tt.args != "" {
 				first = strings.Replace(first, `"{\"code\":\"print(1)\"}"`, fmt.Sprintf("%q", tt.args), 1)
 			}
-			res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+			res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, first))
 			require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 			r := parseResponse(t, res.Body)
 			require.Len(t, r.Output, 2, "body: %s", res.Body)
@@ -326,7 +351,7 @@ func TestMaxRoundsEndsWithText(t *testing.T) {
 	}
 	answers = append(answers, scripted{status: 200, body: respText("4", "final")})
 	f := newFixture(t, answers...)
-	req := f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10))
+	req := f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10))
 	req.MaxRounds = 3
 	res := f.engine.Run(context.Background(), req)
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
@@ -343,7 +368,7 @@ func TestMaxRoundsEndsWithText(t *testing.T) {
 
 func TestMaxRoundsDropsALateCall(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respCall("2", "print(2)", 10)})
-	req := f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10))
+	req := f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10))
 	req.MaxRounds = 1
 	res := f.engine.Run(context.Background(), req)
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
@@ -357,7 +382,7 @@ func TestRepeatedCallIsNotRun(t *testing.T) {
 	f := newFixture(t,
 		scripted{status: 200, body: respCall("2", "print(40+2)", 10)},
 		scripted{status: 200, body: respText("3", "42")})
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(40+2)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(40+2)", 10)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	assert.Equal(t, StopRepeat, res.Stop)
 	_, _, codes := f.provider.counts()
@@ -370,7 +395,7 @@ func TestRepeatedCallIsNotRun(t *testing.T) {
 
 func TestUpstreamErrorInRoundTwo(t *testing.T) {
 	f := newFixture(t, scripted{status: 500, body: `{"error":{"message":"overloaded","type":"server_error"}}`})
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
 	assert.Equal(t, 500, res.Status)
 	assert.Equal(t, StopUpstreamError, res.Stop)
 	assert.Equal(t, "overloaded", gjson.GetBytes(res.Body, "error.message").String())
@@ -383,7 +408,7 @@ func TestUpstreamErrorKeepsRetryHeaders(t *testing.T) {
 		"Retry-After": {"7"}, "Retry-After-Ms": {"6500"}, "X-Request-Id": {"req_9"},
 		"X-Ratelimit-Remaining-Tokens": {"0"}, "Set-Cookie": {"s=1"}, "Openai-Organization": {"org-1"},
 	}})
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
 	require.Equal(t, 429, res.Status, "body: %s", res.Body)
 	for k, want := range map[string]string{"Retry-After": "7", "Retry-After-Ms": "6500", "X-Request-Id": "req_9", "X-Ratelimit-Remaining-Tokens": "0", "Content-Type": "application/json"} {
 		assert.Equal(t, want, res.Header.Get(k), "header %s of the error answer", k)
@@ -394,7 +419,7 @@ func TestUpstreamErrorKeepsRetryHeaders(t *testing.T) {
 
 func TestUpstreamNonJSONErrorIsWrapped(t *testing.T) {
 	f := newFixture(t, scripted{status: 503, body: `upstream connect error`})
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
 	assert.Equal(t, 503, res.Status)
 	assert.Contains(t, gjson.GetBytes(res.Body, "error.message").String(), "upstream connect error")
 }
@@ -405,7 +430,7 @@ func TestMixedTurnReturnsClientCall(t *testing.T) {
 	first := `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[` +
 		`{"type":"function_call","id":"fc_1","call_id":"call_1","name":"code_interpreter","arguments":"{\"code\":\"print(1)\"}","status":"completed"},` +
 		`{"type":"function_call","id":"fc_2","call_id":"call_2","name":"get_weather","arguments":"{}","status":"completed"}],"tools":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, client, first))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, client, first))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	assert.Equal(t, StopClientCall, res.Stop)
 	assert.Empty(t, f.model.sent(), "the client's call is pending: no follow-up")
@@ -413,7 +438,7 @@ func TestMixedTurnReturnsClientCall(t *testing.T) {
 	require.Len(t, r.Output, 2)
 	assert.Equal(t, "code_interpreter_call", r.Output[0].Type)
 	assert.Equal(t, "get_weather", r.Output[1].AsFunctionCall().Name)
-	assert.Equal(t, "resp_1", res.ResponseID, "the answer a continuation names")
+	assert.Equal(t, "resp_1", gjson.GetBytes(res.Body, "id").String(), "the answer a continuation names")
 	require.Len(t, res.Pending, 1, "the internal call's output is left for the continuation")
 	assert.Equal(t, "call_1", res.Pending[0].CallID, "pending output's call id")
 	assert.Equal(t, "42\n", res.Pending[0].Output, "pending output's text (the fake sandbox prints 42)")
@@ -422,7 +447,7 @@ func TestMixedTurnReturnsClientCall(t *testing.T) {
 func TestForcedToolChoiceAppliesToRoundOneOnly(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
 	client := `{"model":"m","input":"x","tool_choice":{"type":"code_interpreter"},"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, client, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, client, respCall("1", "print(1)", 10)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	sent := f.model.sent()
 	require.Len(t, sent, 1)
@@ -434,7 +459,7 @@ func TestDeadlineReturnsIncomplete(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "late"), delay: 10 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	res := f.engine.Run(ctx, f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(ctx, f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	assert.Equal(t, StopDeadline, res.Stop)
 	r := parseResponse(t, res.Body)
@@ -447,7 +472,7 @@ func TestCanceledStopsAtOnce(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "late"), delay: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	res := f.engine.Run(ctx, f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(ctx, f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
 	assert.Equal(t, StopCanceled, res.Stop)
 	assert.Eventually(t, func() bool { _, d, _ := f.provider.counts(); return d == 1 }, 5*time.Second, 10*time.Millisecond,
 		"the ephemeral sandbox is deleted when the client goes away")
@@ -467,7 +492,7 @@ func chatText(id, text string) string {
 
 func TestOneRoundChat(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: chatText("2", "42")})
-	res := f.engine.Run(context.Background(), f.request(t, schema.Chat, chatClient, chatCall("1", "print(40+2)")))
+	res := f.engine.Run(context.Background(), f.request(t, chatSurface, chatClient, chatCall("1", "print(40+2)")))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	var c openai.ChatCompletion
 	require.NoError(t, json.Unmarshal(res.Body, &c))
@@ -485,11 +510,13 @@ func TestOneRoundChat(t *testing.T) {
 func TestStreamingAnswerIsSSE(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: chatText("2", "42")})
 	client := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}],"tools":[{"type":"code_interpreter"}]}`
-	res := f.engine.Run(context.Background(), f.request(t, schema.Chat, client, chatCall("1", "print(40+2)")))
+	res := f.engine.Run(context.Background(), f.request(t, chatSurface, client, chatCall("1", "print(40+2)")))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	assert.Equal(t, "text/event-stream; charset=utf-8", res.Header.Get("Content-Type"))
-	assert.Equal(t, "no-cache", res.Header.Get("Cache-Control"))
-	assert.True(t, strings.HasSuffix(string(res.Body), "data: [DONE]\n\n"), "chat streams end with [DONE]: %s", res.Body)
+	status, contentType, body := f.streamed(res)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "text/event-stream", contentType)
+	assert.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "chat streams end with [DONE]: %s", body)
+	assert.Equal(t, "application/json", res.Header.Get("Content-Type"), "the loop's own answer is the JSON one")
 	assert.False(t, gjson.GetBytes(f.model.sent()[0], "stream_options").Exists(), "stream_options never goes upstream")
 }
 
@@ -525,7 +552,7 @@ func TestRenderAndCap(t *testing.T) {
 func TestCallsThatDidNotRunNameTheirContainer(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
 	first := strings.Replace(respCall("1", "print(1)", 10), `"{\"code\":\"print(1)\"}"`, `"not json"`, 1)
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, first))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	ci := parseResponse(t, res.Body).Output[0].AsCodeInterpreterCall()
 	assert.Equal(t, "failed", string(ci.Status))
@@ -544,14 +571,14 @@ func TestStreamingFailureIsFailureEvents(t *testing.T) {
 	}{
 		{
 			name:    "responses",
-			surface: schema.Responses,
+			surface: respSurface,
 			client:  strings.Replace(responsesClient, `{"model"`, `{"stream":true,"model"`, 1),
 			first:   respCall("1", "print(1)", 10),
 			want:    []string{"event: response.created", "event: response.in_progress", "event: response.failed", `"message":"overloaded"`},
 		},
 		{
 			name:    "chat",
-			surface: schema.Chat,
+			surface: chatSurface,
 			client:  strings.Replace(chatClient, `{"model"`, `{"stream":true,"model"`, 1),
 			first:   chatCall("1", "print(1)"),
 			want:    []string{`data: {"error":`, `"message":"overloaded"`},
@@ -561,11 +588,12 @@ func TestStreamingFailureIsFailureEvents(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, scripted{status: 500, body: `{"error":{"message":"overloaded","type":"server_error","code":"overloaded"}}`})
 			res := f.engine.Run(context.Background(), f.request(t, tt.surface, tt.client, tt.first))
-			assert.Equal(t, http.StatusOK, res.Status, "a stream reports the failure in the stream")
+			status, contentType, body := f.streamed(res)
+			assert.Equal(t, http.StatusOK, status, "a stream reports the failure in the stream")
 			assert.Equal(t, StopUpstreamError, res.Stop)
-			assert.Equal(t, "text/event-stream; charset=utf-8", res.Header.Get("Content-Type"))
+			assert.Equal(t, "text/event-stream", contentType)
 			for _, w := range tt.want {
-				assert.Contains(t, string(res.Body), w, "%s stream: %s", tt.name, res.Body)
+				assert.Contains(t, string(body), w, "%s stream: %s", tt.name, body)
 			}
 		})
 	}
@@ -579,7 +607,7 @@ func TestRunDuplicateCallIDsStillAnswer(t *testing.T) {
 		`{"type":"function_call","id":"fc_1","call_id":"call_x","name":"code_interpreter","arguments":"{\"code\":\"print(1)\"}","status":"completed"},` +
 		`{"type":"function_call","id":"fc_2","call_id":"call_x","name":"code_interpreter","arguments":"{\"code\":\"print(2)\"}","status":"completed"}],` +
 		`"tools":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, first))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	var statuses []string
 	for _, it := range gjson.GetBytes(res.Body, "output").Array() {
@@ -604,7 +632,7 @@ func TestRunRetryAfterLostSandboxRuns(t *testing.T) {
 		}
 		return sandbox.Result{Stdout: "1\n"}, nil
 	}
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	_, _, codes := f.provider.counts()
 	assert.Equal(t, []string{"print(1)", "print(1)"}, codes, "the retry in the fresh sandbox should run")
@@ -617,7 +645,7 @@ func TestRunAllowedToolsRestrictionKept(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
 	client := `{"model":"m","input":"x","tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"code_interpreter"}]},` +
 		`"tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"function","name":"delete_everything","parameters":{}}]}`
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, client, respCall("1", "print(1)", 10)))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, client, respCall("1", "print(1)", 10)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	sent := f.model.sent()
 	require.Len(t, sent, 1)
@@ -632,7 +660,7 @@ func TestRunEchoesClientToolChoice(t *testing.T) {
 	last := strings.Replace(respText("2", "final"), `"tools":`, `"tool_choice":"none","tools":`, 1)
 	f := newFixture(t, scripted{status: 200, body: last})
 	first := strings.Replace(respCall("1", "print(1)", 10), `"tools":`, `"tool_choice":"auto","tools":`, 1)
-	req := f.request(t, schema.Responses, responsesClient, first)
+	req := f.request(t, respSurface, responsesClient, first)
 	req.MaxRounds = 1
 	res := f.engine.Run(context.Background(), req)
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
@@ -642,12 +670,11 @@ func TestRunEchoesClientToolChoice(t *testing.T) {
 func TestMixedTurnChatReportsPendingCalls(t *testing.T) {
 	f := newFixture(t)
 	first := strings.Replace(chatCall("1", "print(1)"), `}}]},`, `}},{"id":"call_w","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},`, 1)
-	res := f.engine.Run(context.Background(), f.request(t, schema.Chat, chatClient, first))
+	res := f.engine.Run(context.Background(), f.request(t, chatSurface, chatClient, first))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	assert.Equal(t, StopClientCall, res.Stop, "body: %s", res.Body)
 	assert.Empty(t, f.model.sent(), "the client's call is pending: no follow-up")
-	assert.Equal(t, []string{"call_w"}, res.ClientCallIDs, "the client's call the pending call goes with")
-	assert.Equal(t, []schema.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(1)"}`, Output: "42\n"}}, res.Pending, "the internal call left out of the answer")
+	assert.Equal(t, []store.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(1)"}`, Output: "42\n"}}, res.Pending, "the internal call left out of the answer")
 	assert.Equal(t, `["call_w"]`, gjson.GetBytes(res.Body, "choices.0.message.tool_calls.#.id").Raw, "the answer shows the client's call only: %s", res.Body)
 }
 
@@ -660,7 +687,7 @@ func TestMixedTurnPendingOncePerCallID(t *testing.T) {
 		`{"type":"function_call","id":"fc_2","call_id":"call_x","name":"code_interpreter","arguments":"{\"code\":\"print(2)\"}","status":"completed"},` +
 		`{"type":"function_call","id":"fc_3","call_id":"call_w","name":"get_weather","arguments":"{}","status":"completed"}],` +
 		`"tools":[],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
-	res := f.engine.Run(context.Background(), f.request(t, schema.Responses, responsesClient, first))
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, first))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 	require.Equal(t, StopClientCall, res.Stop)
 	ids := map[string]int{}

@@ -68,11 +68,11 @@ func TestFollowUpRetriesAFailedDial(t *testing.T) {
 			e := New(mgr, Config{Client: d, Log: zaptest.NewLogger(t)})
 			defer e.Close()
 
-			rw, err := schema.RewriteRequest(schema.Responses, []byte(responsesClient), schema.Options{})
+			x, err := respSurface.NewExchange([]byte(responsesClient), schema.Options{})
 			require.NoError(t, err)
 			res := e.Run(context.Background(), Request{
-				Surface: schema.Responses, URL: srv.URL + "/v1/responses", Header: http.Header{"X-Idempotency-Key": {"client-key"}}, Rewrite: rw,
-				First: []byte(respCall("1", "print(40+2)", 10)), FunctionName: schema.DefaultFunctionName,
+				Exchange: x, URL: srv.URL + "/v1/responses", Header: http.Header{"X-Idempotency-Key": {"client-key"}},
+				First:   []byte(respCall("1", "print(40+2)", 10)),
 				Sandbox: sandbox.AcquireRequest{Identity: "id-1"},
 			})
 			assert.Equal(t, tt.wantStatus, res.Status, "%s: status, body %s", tt.name, res.Body)

@@ -2,8 +2,10 @@
 // sandbox, feeds the output back, re-issues the upstream call over HTTP, and repeats until the model
 // is done, then assembles the answer the client receives in the native API's shape.
 //
-// The loop knows nothing about Envoy: it gets the first upstream answer and the request's context
-// from the processor and returns the final HTTP answer.
+// The loop knows nothing about Envoy nor about any API's JSON: it gets the first upstream answer
+// and the request's [schema.Exchange] from the processor, reads turns, builds follow-ups and the
+// final answer through the exchange, reports what happens to a [schema.Sink] as it happens, and
+// returns the final HTTP answer.
 package loop
 
 import (
@@ -12,24 +14,25 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // Request is one client request whose first upstream answer asks for code to run.
 type Request struct {
-	// Surface is the API surface of the request.
-	Surface schema.Surface
+	// Exchange is the request's exchange on its API surface: what the request phase learned,
+	// and how turns, follow-ups and the final answer are read and written.
+	Exchange schema.Exchange
+	// Sink, if set, receives the loop's events as they happen (for a client that asked for a
+	// stream).
+	Sink schema.Sink
 	// URL is the full URL of follow-up calls: the upstream base URL plus the original path.
 	URL string
 	// Header holds the headers sent on every follow-up call: the client's credentials, the
 	// forwarded API headers and the signed follow-up marker. The loop sets content-type and
 	// content-length itself.
 	Header http.Header
-	// Rewrite is what the request phase learned; Rewrite.Body is the body sent upstream in round 1.
-	Rewrite schema.Request
 	// First is the upstream's first answer (status 200).
 	First []byte
-	// FunctionName is the internal function's name.
-	FunctionName string
 	// MaxRounds bounds the sandbox rounds; zero means 8.
 	MaxRounds int
 	// RunTimeout is the wall-clock limit of one code run. When the loop has a deadline, a run
@@ -66,10 +69,11 @@ type Request struct {
 type Response struct {
 	// Status is the HTTP status.
 	Status int
-	// Header holds content-type (and cache-control for event streams); an upstream error's
-	// answer also carries the upstream's retry, request-id and rate-limit headers.
+	// Header holds content-type; an upstream error's answer also carries the upstream's retry,
+	// request-id and rate-limit headers.
 	Header http.Header
-	// Body is the complete body: JSON, or an event stream when the client asked for stream:true.
+	// Body is the complete JSON body: the final answer, or an error in the surface's shape.
+	// (A client that asked for a stream gets it from the Sink's events.)
 	Body []byte
 	// Rounds is the number of sandbox rounds run, Calls the number of code runs.
 	Rounds, Calls int
@@ -77,16 +81,9 @@ type Response struct {
 	Stop StopReason
 	// Pending is set when the answer leaves the client's own calls pending (StopClientCall): the
 	// internal calls of that same turn, with their outputs, which the answer does not show as
-	// calls. On Responses the upstream may have stored the turn with those calls unanswered, so
-	// a request that continues from it (previous_response_id = ResponseID, or the same
-	// conversation) must carry their outputs (schema.PrependCallOutputs); a client that replays
-	// the items needs nothing. On Chat the client's next request replays the message without
-	// them, and they are put back (schema.InsertChatCalls) next to the tool calls ClientCallIDs.
-	Pending []schema.PendingCall
-	// ResponseID is the Responses answer's id when Pending is set.
-	ResponseID string
-	// ClientCallIDs are the ids of the client's tool calls of the Chat answer when Pending is set.
-	ClientCallIDs []string
+	// calls. The request that continues from the answer must carry them again (see
+	// [schema.Exchange.Remember]).
+	Pending []store.PendingCall
 }
 
 // Defaults of a Request's output bounds.

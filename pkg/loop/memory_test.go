@@ -14,8 +14,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // amplificationChildEnv makes TestOutputAmplificationMemory do its measured run itself: the
@@ -61,7 +59,7 @@ func TestOutputAmplificationMemory(t *testing.T) {
 	answers = append(answers, scripted{status: 200, body: respText("end", "Here are the charts.")})
 	f := newFixture(t, answers...)
 	f.provider.run = bigImages(4, 256<<10)
-	req := f.request(t, schema.Responses, strings.Replace(responsesClient, `{"model"`, `{"stream":true,"model"`, 1), respCalls("1", 100))
+	req := f.request(t, respSurface, strings.Replace(responsesClient, `{"model"`, `{"stream":true,"model"`, 1), respCalls("1", 100))
 	req.MaxRounds = rounds
 	req.MaxAnswerBytes = 64<<20 - 64<<10 // the default max_request_bytes less the message overhead
 

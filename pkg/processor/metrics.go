@@ -75,8 +75,8 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 }
 
 func (m *Metrics) observeLoop(s schema.Surface, r loop.Response, d time.Duration) {
-	m.loops.WithLabelValues(s.String(), string(r.Stop)).Inc()
-	m.loopDuration.WithLabelValues(s.String()).Observe(d.Seconds())
-	m.loopRounds.WithLabelValues(s.String()).Observe(float64(r.Rounds))
-	m.codeRuns.WithLabelValues(s.String()).Add(float64(r.Calls))
+	m.loops.WithLabelValues(s.Name(), string(r.Stop)).Inc()
+	m.loopDuration.WithLabelValues(s.Name()).Observe(d.Seconds())
+	m.loopRounds.WithLabelValues(s.Name()).Observe(float64(r.Rounds))
+	m.codeRuns.WithLabelValues(s.Name()).Add(float64(r.Calls))
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // Looper runs the agentic loop of one request. *loop.Engine implements it.
@@ -49,6 +50,12 @@ type Options struct {
 	Loop Looper
 	// Containers checks container ids named by requests. Required.
 	Containers Containers
+	// Surfaces are the API surfaces served, each on its paths (under every configured path
+	// prefix). Required.
+	Surfaces []schema.Surface
+	// Pending keeps the calls an answer left out for the request that continues from it.
+	// Required.
+	Pending store.Pending
 	// Secret keys the follow-up signatures and identity hashes. If empty, a random secret is made,
 	// which is right for a single server per Envoy.
 	Secret []byte
@@ -75,7 +82,7 @@ type Server struct {
 	log        *zap.Logger
 	metrics    *Metrics
 	now        func() time.Time
-	pending    *pendingCalls
+	pending    store.Pending
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -96,8 +103,12 @@ var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 
 // New returns a Server for o.
 func New(o Options) (*Server, error) {
-	if o.Config == nil || o.Loop == nil || o.Containers == nil {
-		return nil, errors.New("new processor: Config, Loop and Containers are required")
+	if o.Config == nil || o.Loop == nil || o.Containers == nil || len(o.Surfaces) == 0 || o.Pending == nil {
+		return nil, errors.New("new processor: Config, Loop, Containers, Surfaces and Pending are required")
+	}
+	paths, err := servedPaths(o.Surfaces, o.Config.GetPathPrefixes())
+	if err != nil {
+		return nil, fmt.Errorf("new processor: %w", err)
 	}
 	secret := o.Secret
 	if len(secret) == 0 {
@@ -122,14 +133,14 @@ func New(o Options) (*Server, error) {
 		profiles:   config.Profiles(o.Config),
 		profileKey: o.Config.GetProfileMetadataKey(),
 		upstream:   o.Config.GetUpstream(),
-		paths:      servedPaths(o.Config.GetPathPrefixes()),
+		paths:      paths,
 		loop:       o.Loop,
 		containers: o.Containers,
 		signer:     newSigner(secret),
 		log:        log.Named("processor"),
 		metrics:    metrics,
 		now:        now,
-		pending:    newPendingCalls(now),
+		pending:    o.Pending,
 		live:       map[*liveStream]struct{}{},
 	}, nil
 }
@@ -263,17 +274,20 @@ func (s *Server) profileFor(ctx context.Context) *config.Profile {
 	return s.profiles[""]
 }
 
-// servedPaths maps every served path, under every prefix, to its API surface.
-func servedPaths(prefixes []string) map[string]schema.Surface {
-	base := map[string]schema.Surface{
-		"/v1/responses":        schema.Responses,
-		"/v1/chat/completions": schema.Chat,
-	}
-	out := make(map[string]schema.Surface, len(base)*(len(prefixes)+1))
+// servedPaths maps every path a surface serves, under every prefix, to the surface. Two
+// surfaces may not serve the same path.
+func servedPaths(surfaces []schema.Surface, prefixes []string) (map[string]schema.Surface, error) {
+	out := make(map[string]schema.Surface)
 	for _, prefix := range append([]string{""}, prefixes...) {
-		for p, sp := range base {
-			out[strings.TrimSuffix(prefix, "/")+p] = sp
+		for _, sf := range surfaces {
+			for _, p := range sf.Paths() {
+				path := strings.TrimSuffix(prefix, "/") + p
+				if other, ok := out[path]; ok && other != sf {
+					return nil, fmt.Errorf("surfaces %s and %s both serve %s", other.Name(), sf.Name(), path)
+				}
+				out[path] = sf
+			}
 		}
 	}
-	return out
+	return out, nil
 }

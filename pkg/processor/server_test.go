@@ -30,6 +30,10 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/chat"
+	"github.com/codeinterp/codeinterp/pkg/schema/responses"
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 func TestMain(m *testing.M) {
@@ -51,6 +55,13 @@ func (f *fakeLoop) Run(_ context.Context, r loop.Request) loop.Response {
 	f.mu.Unlock()
 	if f.calls && r.OnLoop != nil {
 		r.OnLoop()
+	}
+	// As the real loop does: the exchange reads the answer, and a stream gets the answer's events.
+	if r.Exchange != nil {
+		_, _ = r.Exchange.ParseTurn(r.First)
+	}
+	if r.Sink != nil && f.resp.Status == http.StatusOK {
+		_ = r.Sink.Event(schema.Event{Kind: schema.EventDone, Body: f.resp.Body})
 	}
 	return f.resp
 }
@@ -95,7 +106,10 @@ func newTestServer(t *testing.T, mutate func(*configv1.Config), fl *fakeLoop, co
 	if containers == nil {
 		containers = fakeContainers{}
 	}
-	srv, err := New(Options{Config: cfg, Loop: fl, Containers: containers, Secret: []byte("test secret"), Log: zaptest.NewLogger(t)})
+	srv, err := New(Options{
+		Config: cfg, Loop: fl, Containers: containers, Secret: []byte("test secret"), Log: zaptest.NewLogger(t),
+		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}}, Pending: memory.NewPending(nil),
+	})
 	require.NoError(t, err)
 
 	lis := bufconn.Listen(1 << 20)
@@ -423,7 +437,7 @@ func TestLoopAnswer(t *testing.T) {
 	r := reqs[0]
 	assert.Equal(t, "http://127.0.0.1:10000/openai/v1/responses?api-version=1", r.URL, "follow-ups go to the upstream with the original path")
 	assert.Equal(t, 3, r.MaxRounds, "the route's profile applies")
-	assert.Equal(t, "python", r.FunctionName)
+	assert.Contains(t, string(r.Exchange.Request().Body), `"name":"python"`, "the route's profile names the function")
 	assert.Equal(t, "Bearer sk-one", r.Header.Get("authorization"))
 	assert.Equal(t, "org-1", r.Header.Get("openai-organization"))
 	assert.Empty(t, r.Header.Get("cookie"), "headers off the allowlist are not forwarded")
@@ -504,25 +518,33 @@ func TestIdentity(t *testing.T) {
 
 func protoEqual(a, b proto.Message) bool { return proto.Equal(a, b) }
 
-// mixedTurn returns a server that has answered one request of path with body by a loop that
-// stopped for a client call, with res's pending calls.
-func mixedTurn(t *testing.T, path, body string, res loop.Response) *testServer {
+// mixedTurn returns a server that has answered one request of path with body, whose upstream
+// answered answer, by a loop that stopped for a client call with pending calls.
+func mixedTurn(t *testing.T, path, body, answer string, pending []store.PendingCall) *testServer {
 	t.Helper()
-	res.Status, res.Header, res.Body, res.Stop = 200, http.Header{"Content-Type": {"application/json"}}, []byte(`{}`), loop.StopClientCall
+	res := loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(answer), Stop: loop.StopClientCall, Pending: pending}
 	ts := newTestServer(t, nil, &fakeLoop{resp: res}, nil)
 	ex := ts.open(t)
 	ex.send(postHeaders(path))
 	ex.send(reqBody(body))
 	ex.send(respHeaders(":status", "200"))
-	ex.send(respBody([]byte(`{}`)))
+	ex.send(respBody([]byte(answer)))
 	return ts
 }
+
+// Answers of a mixed turn: the code function and the client's function w called together.
+const (
+	mixedResponses = `{"id":"resp_mixed","object":"response","status":"completed","output":[]}`
+	mixedChat      = `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","tool_calls":[` +
+		`{"id":"call_ci","type":"function","function":{"name":"code_interpreter","arguments":"{}"}},` +
+		`{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`
+)
 
 // A turn that called the code function and a client function leaves the code's output pending
 // upstream; the request that continues from that answer by previous_response_id gets it
 // prepended, also when it no longer has the code_interpreter tool, and only for the same caller.
 func TestContinuationCarriesPendingOutputs(t *testing.T) {
-	ts := mixedTurn(t, "/v1/responses", toolBody, loop.Response{ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}}})
+	ts := mixedTurn(t, "/v1/responses", toolBody, mixedResponses, []store.PendingCall{{CallID: "call_ci", Output: "42\n"}})
 	var ex *exchange
 
 	next := `{"model":"m","previous_response_id":"resp_mixed","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
@@ -543,7 +565,7 @@ func TestContinuationCarriesPendingOutputs(t *testing.T) {
 // request that replays the message, from the same caller only.
 func TestChatReplayGetsPendingCallsBack(t *testing.T) {
 	ts := mixedTurn(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"code_interpreter"}]}`,
-		loop.Response{ClientCallIDs: []string{"call_w"}, Pending: []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print(42)"}`, Output: "42\n"}}})
+		mixedChat, []store.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print(42)"}`, Output: "42\n"}})
 	var ex *exchange
 
 	next := `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`
@@ -568,7 +590,7 @@ func TestChatReplayGetsPendingCallsBack(t *testing.T) {
 // request that carried them: a retry after an upstream error carries them again.
 func TestConversationPendingOutputsKeptUntilTaken(t *testing.T) {
 	ts := mixedTurn(t, "/v1/responses", `{"model":"m","conversation":"conv_1","input":"q","tools":[{"type":"code_interpreter"}]}`,
-		loop.Response{ResponseID: "resp_mixed", Pending: []schema.PendingCall{{CallID: "call_ci", Output: "42\n"}}})
+		mixedResponses, []store.PendingCall{{CallID: "call_ci", Output: "42\n"}})
 	var ex *exchange
 
 	next := `{"model":"m","conversation":"conv_1","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`

@@ -57,10 +57,8 @@ type streamState struct {
 	// identity is the caller's identity once identityKnown (see callerIdentity).
 	identity      string
 	identityKnown bool
-	rewrite       schema.Request
-	// carriedConversation is the conversation whose pending code outputs the request carries:
-	// they are forgotten once the upstream has taken it.
-	carriedConversation string
+	// exchange is the request's exchange on its surface, once its body has been read.
+	exchange schema.Exchange
 	// respEncoding is the upstream answer's content-encoding.
 	respEncoding string
 	outcome      string
@@ -230,7 +228,7 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	if st.kind != kindServed {
 		return continueBody
 	}
-	rw, err := schema.RewriteRequest(st.surface, b.GetBody(), schema.Options{
+	x, err := st.surface.NewExchange(b.GetBody(), schema.Options{
 		FunctionName:        st.profile.FunctionName,
 		FunctionDescription: st.profile.FunctionDescription,
 	})
@@ -238,116 +236,87 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 		var re *schema.RequestError
 		if !errors.As(err, &re) {
 			// Not the client's mistake: the details go to the log, the client reads a fixed text.
-			st.outcome = "rewrite_failed"
 			st.logger().Error("rewrite request", zap.Error(err))
-			return immediate(http.StatusInternalServerError, jsonContentType,
-				schema.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not process the request.", "rewrite_failed"), "codeinterp_rewrite_failed")
+			return st.serverError("rewrite_failed", "codeinterp could not process the request.")
 		}
-		st.outcome = "client_error"
-		st.logger().Debug("client error", zap.Error(err))
-		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
+		return st.clientError(re, "codeinterp_invalid_request", err)
+	}
+	st.exchange = x
+	rw := x.Request()
+	continued, err := x.Continue(st.srv.pending, st.callerIdentity)
+	if err != nil {
+		// The request continues from an answer whose code calls it must carry, and they could
+		// not be put back: sent without them, the upstream would refuse it or the model would
+		// not see its own code.
+		st.logger().Error("put back pending code calls", zap.Error(err))
+		return st.serverError("continuation_failed", "codeinterp could not put back the code calls of the answer this request continues from.")
+	}
+	if continued {
+		st.logger().Debug("put back pending code calls")
 	}
 	if !rw.Found {
 		st.kind = kindPlain
-		if body := st.continuation(b.GetBody(), rw); body != nil {
-			return continueRequestBody(body, nil)
+		if continued {
+			return continueRequestBody(rw.Body, nil)
 		}
 		return continueBody
 	}
 	st.callerIdentity()
 	if rw.ContainerID != "" && !st.srv.containers.Known(st.identity, rw.ContainerID) {
-		st.outcome = "client_error"
-		re := &schema.RequestError{
+		return st.clientError(&schema.RequestError{
 			Status:  http.StatusNotFound,
 			Message: fmt.Sprintf("Container '%s' not found.", rw.ContainerID),
 			Param:   "tools",
 			Code:    "container_not_found",
-		}
-		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_unknown_container")
-	}
-	if rw.MemoryLimit != "" && !config.ValidMemoryLimit(rw.MemoryLimit) {
-		st.outcome = "client_error"
-		re := &schema.RequestError{
-			Message: fmt.Sprintf("Invalid memory_limit '%s': expected one of %s.", rw.MemoryLimit, strings.Join(config.MemoryLimits(), ", ")),
-			Param:   "tools",
-			Code:    "invalid_value",
-		}
-		return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
+		}, "codeinterp_unknown_container", nil)
 	}
 	if rw.MemoryLimit != "" {
-		var se *sandbox.SpecError
-		if err := st.srv.containers.CheckSpec(sandbox.Spec{MemoryLimit: rw.MemoryLimit}); errors.As(err, &se) {
-			st.outcome = "client_error"
-			re := &schema.RequestError{
-				Message: fmt.Sprintf("Invalid memory_limit '%s': %s.", rw.MemoryLimit, se.Reason),
-				Param:   "tools",
-				Code:    "invalid_value",
-			}
-			return immediate(re.HTTPStatus(), jsonContentType, schema.ErrorBody(re), "codeinterp_invalid_request")
+		if re := st.checkMemoryLimit(rw.MemoryLimit); re != nil {
+			return st.clientError(re, "codeinterp_invalid_request", nil)
 		}
 	}
 	st.kind = kindRewritten
-	if body := st.continuation(rw.Body, rw); body != nil {
-		rw.Body = body
-	}
-	st.rewrite = rw
-	st.srv.metrics.rewrites.WithLabelValues(st.surface.String()).Inc()
+	st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
 	// The upstream must answer uncompressed: the loop reads the answer and rewrites it.
 	return continueRequestBody(rw.Body, []string{"accept-encoding"})
 }
 
-// maxContinuationBytes bounds what putting pending calls back may add to one request: the
-// store keeps at most pendingMaxBytesPerIdentity of them per caller, which JSON escaping may
-// grow; beyond it the request is sent as the client wrote it.
-const maxContinuationBytes = 4 * pendingMaxBytesPerIdentity
+// checkMemoryLimit returns the client error for a container memory_limit that may not be
+// created: not one of the API's sizes, or above the operator's cap.
+func (st *streamState) checkMemoryLimit(limit string) *schema.RequestError {
+	if !config.ValidMemoryLimit(limit) {
+		return &schema.RequestError{
+			Message: fmt.Sprintf("Invalid memory_limit '%s': expected one of %s.", limit, strings.Join(config.MemoryLimits(), ", ")),
+			Param:   "tools",
+			Code:    "invalid_value",
+		}
+	}
+	var se *sandbox.SpecError
+	if err := st.srv.containers.CheckSpec(sandbox.Spec{MemoryLimit: limit}); errors.As(err, &se) {
+		return &schema.RequestError{
+			Message: fmt.Sprintf("Invalid memory_limit '%s': %s.", limit, se.Reason),
+			Param:   "tools",
+			Code:    "invalid_value",
+		}
+	}
+	return nil
+}
 
-// continuation returns body with the code calls that an answer the request continues from left
-// out (see pendingCalls) put back, or nil when there are none.
-func (st *streamState) continuation(body []byte, rw schema.Request) []byte {
-	var (
-		out []byte
-		err error
-	)
-	switch st.surface {
-	case schema.Responses:
-		if rw.PreviousResponseID == "" && rw.ConversationID == "" {
-			return nil
-		}
-		calls, conversation := st.srv.pending.responses(st.callerIdentity(), rw.PreviousResponseID, rw.ConversationID)
-		if calls == nil {
-			return nil
-		}
-		out, err = schema.PrependCallOutputs(body, calls)
-		if err == nil && len(out)-len(body) > maxContinuationBytes {
-			out, err = nil, fmt.Errorf("prepend call outputs: %w (%d bytes)", schema.ErrRewriteTooLarge, maxContinuationBytes)
-		}
-		if err == nil && conversation {
-			// Only outputs the request really carries are forgotten once the upstream took it.
-			st.carriedConversation = rw.ConversationID
-		}
-	case schema.Chat:
-		// Most requests replay none of the messages the store knows: a look for the ids is
-		// cheaper than reading the messages.
-		if !st.srv.pending.anyChat() {
-			return nil
-		}
-		identity := st.callerIdentity()
-		ids := st.srv.pending.chatIDs(identity)
-		if !slices.ContainsFunc(ids, func(id string) bool { return bytes.Contains(body, []byte(`"`+id+`"`)) }) {
-			return nil
-		}
-		out, err = schema.InsertChatCalls(body, st.profile.FunctionName, maxContinuationBytes, func(callID string) []schema.PendingCall {
-			return st.srv.pending.chat(identity, callID)
-		})
-	}
+// clientError answers a mistake in the client's request in the surface's error shape.
+func (st *streamState) clientError(re *schema.RequestError, details string, err error) *extprocv3.ProcessingResponse {
+	st.outcome = "client_error"
 	if err != nil {
-		st.logger().Warn("put back pending code calls", zap.Error(err))
-		return nil
+		st.logger().Debug("client error", zap.Error(err))
 	}
-	if out != nil {
-		st.logger().Debug("put back pending code calls")
-	}
-	return out
+	return immediate(re.HTTPStatus(), jsonContentType, st.surface.ErrorBody(re), details)
+}
+
+// serverError answers a failure that is not the client's in the surface's error shape: a 500
+// with a fixed text, the details having gone to the log.
+func (st *streamState) serverError(code, message string) *extprocv3.ProcessingResponse {
+	st.outcome = code
+	body := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusInternalServerError, Message: message, Code: code})
+	return immediate(http.StatusInternalServerError, jsonContentType, body, "codeinterp_"+code)
 }
 
 // callerIdentity returns the identity of the request's caller (a keyed hash of its credential
@@ -371,9 +340,9 @@ func continueRequestBody(body []byte, remove []string) *extprocv3.ProcessingResp
 // responseHeaders has a rewritten request's 200 answer come to the server buffered, whatever the
 // route's mode; everything else passes through without its body being sent here.
 func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	if st.carriedConversation != "" {
+	if st.exchange != nil {
 		if code := newHeaderMap(h.GetHeaders()).get(":status"); len(code) == 3 && code[0] == '2' {
-			st.srv.pending.dropConversation(st.identity, st.carriedConversation)
+			st.exchange.Accepted(st.srv.pending, st.callerIdentity())
 		}
 	}
 	if st.kind != kindRewritten {
@@ -400,16 +369,22 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		st.outcome = "upstream_too_large"
 		st.logger().Warn("upstream answer too large", zap.String("content_encoding", st.respEncoding), zap.Int("bytes", len(b.GetBody())), zap.Error(err))
 		msg := fmt.Sprintf("The model's answer is larger than the %d bytes codeinterp accepts.", st.profile.MaxResponseBytes)
-		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "upstream_response_too_large"), "codeinterp_upstream_too_large"), nil
+		return st.gatewayError("upstream_response_too_large", msg, "codeinterp_upstream_too_large"), nil
 	case err != nil:
 		st.outcome = "upstream_encoding"
 		st.logger().Warn("decode upstream answer", zap.String("content_encoding", st.respEncoding), zap.Error(err))
 		msg := fmt.Sprintf("The upstream answered with content-encoding %q, which codeinterp cannot read.", st.respEncoding)
-		return immediate(http.StatusBadGateway, jsonContentType, schema.ServerErrorBody(http.StatusBadGateway, msg, "upstream_encoding"), "codeinterp_upstream_encoding"), nil
+		return st.gatewayError("upstream_encoding", msg, "codeinterp_upstream_encoding"), nil
 	}
 
 	var sendErr error
 	req := st.loopRequest(body)
+	var events *bytes.Buffer
+	if st.exchange.Request().Stream {
+		// The client asked for a stream: it gets the events of the loop, replayed once it is over.
+		events = &bytes.Buffer{}
+		req.Sink = st.exchange.Events(events)
+	}
 	deadline := st.profile.LoopDeadline
 	req.OnLoop = func() {
 		// Envoy's message timer covers the whole loop unless it is extended once per message,
@@ -428,42 +403,51 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
 		zap.Int("calls", res.Calls), zap.Int("status", res.Status))
 
-	switch {
-	case len(res.Pending) == 0:
-	case st.surface == schema.Chat:
-		st.srv.pending.putChat(st.identity, res.ClientCallIDs, res.Pending)
-	default:
-		st.srv.pending.putResponses(st.identity, res.ResponseID, st.rewrite.ConversationID, res.Pending)
+	if len(res.Pending) > 0 {
+		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
 	}
-	if max := st.profile.MaxAnswerBytes; len(res.Body) > max {
-		// The loop keeps within it; a body beyond it would fail the gRPC send, and Envoy
-		// would answer a bare 500.
+	status, header, answer := res.Status, res.Header, res.Body
+	if events != nil && events.Len() > 0 {
+		status, answer = http.StatusOK, events.Bytes()
+		header = http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}, "Cache-Control": {"no-cache"}}
+	}
+	if max := st.profile.MaxAnswerBytes; len(answer) > max {
+		// The loop keeps its JSON within it, an event stream may still be larger; a body beyond
+		// it would fail the gRPC send, and Envoy would answer a bare 500.
 		st.outcome = string(loop.StopAnswerTooLarge)
-		st.logger().Error("answer too large to send", zap.Int("bytes", len(res.Body)), zap.Int("limit", max))
-		return immediate(http.StatusBadGateway, jsonContentType, loop.AnswerTooLargeBody(len(res.Body), max), "codeinterp_answer_too_large"), nil
+		st.logger().Error("answer too large to send", zap.Int("bytes", len(answer)), zap.Int("limit", max))
+		return immediate(http.StatusBadGateway, jsonContentType, st.surface.ErrorBody(loop.AnswerTooLarge(len(answer), max)), "codeinterp_answer_too_large"), nil
 	}
-	set := headerOptions(res.Header)
-	if res.Status != http.StatusOK {
-		return immediateWith(res.Status, set, res.Body, "codeinterp_"+string(res.Stop)), nil
+	set := headerOptions(header)
+	if status != http.StatusOK {
+		return immediateWith(status, set, answer, "codeinterp_"+string(res.Stop)), nil
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: bodyMutation(res.Body, set, []string{"content-encoding"})},
+		ResponseBody: &extprocv3.BodyResponse{Response: bodyMutation(answer, set, []string{"content-encoding"})},
 	}}, nil
+}
+
+// gatewayError answers, in the surface's error shape, a 502 for an upstream answer codeinterp
+// cannot use.
+func (st *streamState) gatewayError(code, message, details string) *extprocv3.ProcessingResponse {
+	body := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: message, Code: code})
+	return immediate(http.StatusBadGateway, jsonContentType, body, details)
 }
 
 // loopRequest builds the loop's request from the stream's state.
 func (st *streamState) loopRequest(first []byte) loop.Request {
 	p := st.profile
 	upstream := strings.TrimSuffix(p.Upstream, "/")
-	sb := sandbox.AcquireRequest{Identity: st.identity, Spec: sandbox.Spec{MemoryLimit: st.rewrite.MemoryLimit}}
+	rw := st.exchange.Request()
+	sb := sandbox.AcquireRequest{Identity: st.identity, Spec: sandbox.Spec{MemoryLimit: rw.MemoryLimit}}
 	anonymous := st.identity == ""
 	switch {
-	case st.rewrite.ContainerID != "":
-		sb.ContainerID = st.rewrite.ContainerID
+	case rw.ContainerID != "":
+		sb.ContainerID = rw.ContainerID
 	case anonymous && !p.AllowAnonymousSessions:
 		// Without an identity a session name would be shared by every anonymous caller.
 	default:
-		sb.Session = st.rewrite.SessionID
+		sb.Session = rw.SessionID
 		if p.SessionHeader != "" {
 			if v := st.headers.get(p.SessionHeader); v != "" {
 				sb.Session = v
@@ -471,8 +455,8 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 		}
 		if sb.Session == "" {
 			// OpenAI's auto containers reuse a live container of an earlier call in the context.
-			for i := len(st.rewrite.ReplayedContainerIDs) - 1; i >= 0; i-- {
-				if id := st.rewrite.ReplayedContainerIDs[i]; st.srv.containers.Known(st.identity, id) {
+			for i := len(rw.ReplayedContainerIDs) - 1; i >= 0; i-- {
+				if id := rw.ReplayedContainerIDs[i]; st.srv.containers.Known(st.identity, id) {
 					sb.ContainerID = id
 					break
 				}
@@ -482,16 +466,14 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 	header := st.headers.forward(p.ForwardHeaders)
 	header.Set(followUpHeader, st.srv.signer.signFollowUp(pathOnly(st.path), st.identity, st.srv.now().Add(p.LoopDeadline+time.Minute)))
 	return loop.Request{
-		Surface:      st.surface,
-		URL:          upstream + st.path,
-		Header:       header,
-		Rewrite:      st.rewrite,
-		First:        first,
-		FunctionName: p.FunctionName,
-		MaxRounds:    p.MaxRounds,
-		RunTimeout:   p.RunTimeout,
-		OutputLimit:  p.OutputLimit,
-		Sandbox:      sb,
+		Exchange:    st.exchange,
+		URL:         upstream + st.path,
+		Header:      header,
+		First:       first,
+		MaxRounds:   p.MaxRounds,
+		RunTimeout:  p.RunTimeout,
+		OutputLimit: p.OutputLimit,
+		Sandbox:     sb,
 
 		MaxResponseBytes: p.MaxResponseBytes,
 		MaxOutputBytes:   p.MaxOutputBytes,

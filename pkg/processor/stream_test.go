@@ -18,7 +18,7 @@ import (
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 
 	"github.com/codeinterp/codeinterp/pkg/loop"
-	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // A small Chat request that repeats the assistant message of a mixed turn hundreds of times
@@ -27,7 +27,7 @@ import (
 func TestChatReplayRepeatsGetPendingCallOnce(t *testing.T) {
 	output := strings.Repeat("o", 32<<10)
 	ts := mixedTurn(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"code_interpreter"}]}`,
-		loop.Response{ClientCallIDs: []string{"call_w"}, Pending: []schema.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print('o'*32768)"}`, Output: output}}})
+		mixedChat, []store.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print('o'*32768)"}`, Output: output}})
 	var b strings.Builder
 	b.WriteString(`{"model":"m","messages":[{"role":"user","content":"q"}`)
 	const repeats = 300

@@ -1,10 +1,12 @@
-package schema
+package schema_test
 
 import (
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
 
 // finalBenchText returns about n bytes of prose with newlines and non-ASCII text.
@@ -49,10 +51,10 @@ func finalBenchInput() FinalInput {
 		Surface:      Responses,
 		FunctionName: "code_interpreter",
 		Tool:         []byte(`{"type":"code_interpreter","container":{"type":"auto"}}`),
-		Rounds: []Round{
-			{Body: []byte(round1), Calls: []CodeCall{{
+		Rounds: []schema.Round{
+			{Body: []byte(round1), Calls: []schema.CodeCall{{
 				ID: "ci_1", Status: "completed", Code: code, ContainerID: "cntr_1",
-				Outputs: []CodeOutput{{Type: CodeOutputLogs, Logs: finalBenchText(10 << 10)}},
+				Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: finalBenchText(10 << 10)}},
 			}}},
 			{Body: []byte(round2)},
 		},
@@ -78,7 +80,7 @@ func BenchmarkFinalChat(b *testing.B) {
 	body := `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4.1","choices":[{"index":0,"message":{` +
 		`"role":"assistant","content":` + string(jsonscan.AppendString(nil, finalBenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`
-	in := FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []Round{
+	in := FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []schema.Round{
 		{Body: []byte(`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`)},
 		{Body: []byte(body)},
 	}}

@@ -1,14 +1,18 @@
-package schema
+package schema_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	shared "github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -59,11 +63,11 @@ func finalLoadCase(t testing.TB, name string) FinalInput {
 		require.Failf(t, "bad case", "case %s: surface %q", name, c.Surface)
 	}
 	for _, r := range c.Rounds {
-		round := Round{Body: r.Body}
+		round := schema.Round{Body: r.Body}
 		for _, cc := range r.Calls {
-			call := CodeCall{ID: cc.ID, Status: cc.Status, Code: cc.Code, ContainerID: cc.ContainerID}
+			call := schema.CodeCall{ID: cc.ID, Status: cc.Status, Code: cc.Code, ContainerID: cc.ContainerID}
 			for _, o := range cc.Outputs {
-				call.Outputs = append(call.Outputs, CodeOutput{Type: o.Type, Logs: o.Logs, URL: o.URL})
+				call.Outputs = append(call.Outputs, schema.CodeOutput{Type: o.Type, Logs: o.Logs, URL: o.URL})
 			}
 			round.Calls = append(round.Calls, call)
 		}
@@ -331,9 +335,9 @@ func TestFinalPlacesCallsByPosition(t *testing.T) {
 	body := `{"id":"resp_1","output":[` +
 		`{"type":"function_call","name":"f","call_id":"x"},{"type":"message","id":"m"},` +
 		`{"type":"function_call","name":"f","call_id":"x"},{"type":"function_call","name":"f"}],"tools":[]}`
-	got, err := Final(FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
+	got, err := Final(FinalInput{Surface: Responses, FunctionName: "f", Rounds: []schema.Round{{
 		Body:  []byte(body),
-		Calls: []CodeCall{{ID: "ci_1"}, {ID: "ci_2"}, {ID: "ci_3"}},
+		Calls: []schema.CodeCall{{ID: "ci_1"}, {ID: "ci_2"}, {ID: "ci_3"}},
 	}}})
 	require.NoError(t, err, "Final of %s", body)
 	var ids []string
@@ -374,7 +378,7 @@ func TestFinalEchoesClientToolChoice(t *testing.T) {
 			if tt.giveUpstream != "" {
 				body = `{"id":"resp_1","output":[],"tool_choice":` + tt.giveUpstream + `,"tools":[]}`
 			}
-			in := FinalInput{Surface: Responses, FunctionName: "code_interpreter", Rounds: []Round{{Body: []byte(body)}}}
+			in := FinalInput{Surface: Responses, FunctionName: "code_interpreter", Rounds: []schema.Round{{Body: []byte(body)}}}
 			if tt.giveClient != "" {
 				in.ToolChoice = []byte(tt.giveClient)
 			}
@@ -422,7 +426,7 @@ func TestFinalTools(t *testing.T) {
 			in := FinalInput{
 				Surface:      Responses,
 				FunctionName: "code_interpreter",
-				Rounds:       []Round{{Body: []byte(`{"output":[],"tools":` + tt.giveTools + `}`)}},
+				Rounds:       []schema.Round{{Body: []byte(`{"output":[],"tools":` + tt.giveTools + `}`)}},
 			}
 			if tt.giveTool != "" {
 				in.Tool = []byte(tt.giveTool)
@@ -467,7 +471,7 @@ func TestFinalChatChoices(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Final(FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []Round{{Body: []byte(tt.give)}}})
+			got, err := Final(FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []schema.Round{{Body: []byte(tt.give)}}})
 			require.NoError(t, err, "Final(%s)", tt.give)
 			assert.JSONEq(t, tt.want, string(got), "Final(%s)", tt.give)
 		})
@@ -475,55 +479,50 @@ func TestFinalChatChoices(t *testing.T) {
 }
 
 func TestFinalErrors(t *testing.T) {
-	okRound := Round{Body: []byte(`{"output":[]}`)}
+	okRound := schema.Round{Body: []byte(`{"output":[]}`)}
 	tests := []struct {
 		name    string
 		give    FinalInput
 		wantErr string
 	}{
 		{name: "no rounds", give: FinalInput{Surface: Responses, FunctionName: "f"}, wantErr: "no rounds"},
-		{name: "no function name", give: FinalInput{Surface: Responses, Rounds: []Round{okRound}}, wantErr: "empty function name"},
+		{name: "no function name", give: FinalInput{Surface: Responses, Rounds: []schema.Round{okRound}}, wantErr: "empty function name"},
 		{
 			name:    "invalid JSON",
-			give:    FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{okRound, {Body: []byte(`{"output":[`)}}},
+			give:    FinalInput{Surface: Responses, FunctionName: "f", Rounds: []schema.Round{okRound, {Body: []byte(`{"output":[`)}}},
 			wantErr: "round 2: body is not a JSON object",
 		},
 		{
 			name:    "not an object",
-			give:    FinalInput{Surface: Chat, FunctionName: "f", Rounds: []Round{{Body: []byte(`[]`)}}},
+			give:    FinalInput{Surface: Chat, FunctionName: "f", Rounds: []schema.Round{{Body: []byte(`[]`)}}},
 			wantErr: "round 1: body is not a JSON object",
 		},
 		{
-			name:    "unknown surface",
-			give:    FinalInput{Surface: Surface(9), FunctionName: "f", Rounds: []Round{okRound}},
-			wantErr: "unsupported surface",
-		},
-		{
 			name:    "output not an array",
-			give:    FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{Body: []byte(`{"output":{}}`)}}},
+			give:    FinalInput{Surface: Responses, FunctionName: "f", Rounds: []schema.Round{{Body: []byte(`{"output":{}}`)}}},
 			wantErr: "round 1: output is not an array",
 		},
 		{
 			name: "more calls than internal calls",
-			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
+			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []schema.Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"}]}`),
-				Calls: []CodeCall{{ID: "ci_1"}, {ID: "ci_2"}},
+				Calls: []schema.CodeCall{{ID: "ci_1"}, {ID: "ci_2"}},
 			}}},
 			wantErr: `round 1: 2 calls for 1 internal function calls`,
 		},
 		{
 			name: "fewer calls than internal calls",
-			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
+			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []schema.Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"},{"type":"function_call","name":"f","call_id":"b"}]}`),
-				Calls: []CodeCall{{ID: "ci_1"}},
+				Calls: []schema.CodeCall{{ID: "ci_1"}},
 			}}},
 			wantErr: `round 1: 1 calls for 2 internal function calls`,
 		},
 		{
 			name: "unknown output type",
-			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []Round{{
+			give: FinalInput{Surface: Responses, FunctionName: "f", Rounds: []schema.Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"}]}`),
-				Calls: []CodeCall{{ID: "ci_1", Outputs: []CodeOutput{{Type: "files"}}}},
+				Calls: []schema.CodeCall{{ID: "ci_1", Outputs: []schema.CodeOutput{{Type: "files"}}}},
 			}}},
 			wantErr: `unknown type "files"`,
 		},
@@ -541,7 +540,7 @@ func TestFinalErrors(t *testing.T) {
 func TestCodeCallMarshalJSON(t *testing.T) {
 	tests := []struct {
 		name string
-		give CodeCall
+		give schema.CodeCall
 		want string
 	}{
 		{
@@ -550,22 +549,22 @@ func TestCodeCallMarshalJSON(t *testing.T) {
 		},
 		{
 			name: "logs and image",
-			give: CodeCall{
+			give: schema.CodeCall{
 				ID: "ci_1", Status: "completed", Code: "print('<a & b>')\n", ContainerID: "cntr_1",
-				Outputs: []CodeOutput{{Type: CodeOutputLogs, Logs: "<a & b>\n"}, {Type: CodeOutputImage, URL: "data:image/png;base64,AAA="}},
+				Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: "<a & b>\n"}, {Type: schema.CodeOutputImage, URL: "data:image/png;base64,AAA="}},
 			},
 			want: `{"id":"ci_1","type":"code_interpreter_call","status":"completed","code":"print('<a & b>')\n","container_id":"cntr_1",` +
 				`"outputs":[{"type":"logs","logs":"<a & b>\n"},{"type":"image","url":"data:image/png;base64,AAA="}]}`,
 		},
 		{
 			name: "output fields of the other type are not rendered",
-			give: CodeCall{ID: "ci_2", Status: "failed", Outputs: []CodeOutput{{Type: CodeOutputLogs, Logs: "x", URL: "u"}}},
+			give: schema.CodeCall{ID: "ci_2", Status: "failed", Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: "x", URL: "u"}}},
 			want: `{"id":"ci_2","type":"code_interpreter_call","status":"failed","code":"","container_id":"",` +
 				`"outputs":[{"type":"logs","logs":"x"}]}`,
 		},
 		{
 			name: "escapes",
-			give: CodeCall{Code: "\"\\\t\x01\u2028\u2029é\xff"},
+			give: schema.CodeCall{Code: "\"\\\t\x01\u2028\u2029é\xff"},
 			want: `{"id":"","type":"code_interpreter_call","status":"","code":"\"\\\t\u0001\u2028\u2029é\ufffd","container_id":"","outputs":[]}`,
 		},
 	}
@@ -660,7 +659,7 @@ func TestFinalSumJSON(t *testing.T) {
 			for _, g := range tt.give {
 				vals = append(vals, gjson.Parse(g))
 			}
-			got := finalSumJSON(nil, vals)
+			got := shared.SumJSON(nil, vals)
 			assert.Equal(t, tt.want, string(got), "sum of %v", tt.give)
 		})
 	}

@@ -1,8 +1,10 @@
-package schema
+package schema_test
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // BenchmarkFollowUp measures one round's body work on a 100 KB conversation: reading the model's
@@ -19,7 +21,7 @@ func BenchmarkFollowUp(b *testing.B) {
 			`"usage":{"prompt_tokens":25000,"completion_tokens":40,"total_tokens":25040}}`),
 	}
 	for _, s := range []Surface{Responses, Chat} {
-		rw, err := RewriteRequest(s, reqBenchBody(s, 100<<10), Options{})
+		rw, err := RewriteRequest(s, reqBenchBody(s, 100<<10), schema.Options{})
 		if err != nil {
 			b.Fatalf("RewriteRequest: %v", err)
 		}
@@ -32,7 +34,7 @@ func BenchmarkFollowUp(b *testing.B) {
 				if err != nil || len(turn.Calls) != 1 || turn.Calls[0].ArgsErr != nil {
 					b.Fatalf("ParseTurn: %+v, %v", turn, err)
 				}
-				next, err := FollowUp(s, rw.Body, resp, []CallOutput{{CallID: turn.Calls[0].CallID, Output: "2.0\n"}}, FollowUpOptions{DropToolChoice: true})
+				next, err := FollowUp(s, rw.Body, resp, []schema.CallOutput{{CallID: turn.Calls[0].CallID, Output: "2.0\n"}}, schema.FollowUpOptions{DropToolChoice: true})
 				if err != nil || len(next) <= len(rw.Body) {
 					b.Fatalf("FollowUp: %d bytes, %v", len(next), err)
 				}

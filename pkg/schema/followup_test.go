@@ -1,4 +1,4 @@
-package schema
+package schema_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -17,42 +20,42 @@ func TestFollowUpGolden(t *testing.T) {
 	tests := []struct {
 		name    string
 		surface Surface
-		outputs []CallOutput
-		opts    FollowUpOptions
+		outputs []schema.CallOutput
+		opts    schema.FollowUpOptions
 	}{
 		{
 			name: "responses_list_input", surface: Responses,
-			outputs: []CallOutput{{CallID: "call_1", Output: "2432902008176640000\n"}},
-			opts:    FollowUpOptions{DropToolChoice: true},
+			outputs: []schema.CallOutput{{CallID: "call_1", Output: "2432902008176640000\n"}},
+			opts:    schema.FollowUpOptions{DropToolChoice: true},
 		},
 		{
 			name: "responses_string_input", surface: Responses,
-			outputs: []CallOutput{{CallID: "call_a", Output: "2"}, {CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "ignored: a repeat"}},
-			opts:    FollowUpOptions{ToolChoiceNone: true},
+			outputs: []schema.CallOutput{{CallID: "call_a", Output: "2"}, {CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "ignored: a repeat"}},
+			opts:    schema.FollowUpOptions{ToolChoiceNone: true},
 		},
 		{
 			name: "responses_store_false", surface: Responses,
-			outputs: []CallOutput{{CallID: "call_1", Output: "1"}},
-			opts:    FollowUpOptions{DropToolChoice: true},
+			outputs: []schema.CallOutput{{CallID: "call_1", Output: "1"}},
+			opts:    schema.FollowUpOptions{DropToolChoice: true},
 		},
 		{
 			name: "responses_conversation", surface: Responses,
-			outputs: []CallOutput{{CallID: "call_1", Output: "1"}},
+			outputs: []schema.CallOutput{{CallID: "call_1", Output: "1"}},
 		},
 		{
 			name: "responses_no_input", surface: Responses,
-			outputs: []CallOutput{{CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "2"}},
-			opts:    FollowUpOptions{ToolChoiceNone: true, DropToolChoice: true},
+			outputs: []schema.CallOutput{{CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "2"}},
+			opts:    schema.FollowUpOptions{ToolChoiceNone: true, DropToolChoice: true},
 		},
 		{
 			name: "chat_basic", surface: Chat,
-			outputs: []CallOutput{{CallID: "call_x", Output: "1267650600228229401496703205376\n"}},
-			opts:    FollowUpOptions{DropToolChoice: true},
+			outputs: []schema.CallOutput{{CallID: "call_x", Output: "1267650600228229401496703205376\n"}},
+			opts:    schema.FollowUpOptions{DropToolChoice: true},
 		},
 		{
 			name: "chat_audio_reasoning", surface: Chat,
-			outputs: []CallOutput{{CallID: "call_1", Output: "é\n"}, {CallID: "call_2", Output: "Traceback (most recent call last):\n  NameError: name 'x' is not defined"}},
-			opts:    FollowUpOptions{ToolChoiceNone: true},
+			outputs: []schema.CallOutput{{CallID: "call_1", Output: "é\n"}, {CallID: "call_2", Output: "Traceback (most recent call last):\n  NameError: name 'x' is not defined"}},
+			opts:    schema.FollowUpOptions{ToolChoiceNone: true},
 		},
 	}
 	for _, tt := range tests {
@@ -73,7 +76,7 @@ func TestFollowUpParsesWithSDK(t *testing.T) {
 	t.Run("responses", func(t *testing.T) {
 		req := reqReadFile(t, "followup/responses_list_input.req.json")
 		resp := reqReadFile(t, "followup/responses_list_input.resp.json")
-		got, err := FollowUp(Responses, req, resp, []CallOutput{{CallID: "call_1", Output: "42"}}, FollowUpOptions{DropToolChoice: true})
+		got, err := FollowUp(Responses, req, resp, []schema.CallOutput{{CallID: "call_1", Output: "42"}}, schema.FollowUpOptions{DropToolChoice: true})
 		require.NoError(t, err, "FollowUp(responses_list_input)")
 		var p responses.ResponseNewParams
 		require.NoError(t, json.Unmarshal(got, &p), "unmarshal FollowUp(responses_list_input) as ResponseNewParams: %s", got)
@@ -97,7 +100,7 @@ func TestFollowUpParsesWithSDK(t *testing.T) {
 	t.Run("chat", func(t *testing.T) {
 		req := reqReadFile(t, "followup/chat_audio_reasoning.req.json")
 		resp := reqReadFile(t, "followup/chat_audio_reasoning.resp.json")
-		got, err := FollowUp(Chat, req, resp, []CallOutput{{CallID: "call_1", Output: "a"}, {CallID: "call_2", Output: "b"}}, FollowUpOptions{ToolChoiceNone: true})
+		got, err := FollowUp(Chat, req, resp, []schema.CallOutput{{CallID: "call_1", Output: "a"}, {CallID: "call_2", Output: "b"}}, schema.FollowUpOptions{ToolChoiceNone: true})
 		require.NoError(t, err, "FollowUp(chat_audio_reasoning)")
 		var p openai.ChatCompletionNewParams
 		require.NoError(t, json.Unmarshal(got, &p), "unmarshal FollowUp(chat_audio_reasoning) as ChatCompletionNewParams: %s", got)
@@ -118,26 +121,26 @@ func TestFollowUpParsesWithSDK(t *testing.T) {
 
 func TestFollowUpEdgeBodies(t *testing.T) {
 	resp := `{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"}]}`
-	out := []CallOutput{{CallID: "c1", Output: "1"}}
+	out := []schema.CallOutput{{CallID: "c1", Output: "1"}}
 	call := `{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"},{"type":"function_call_output","call_id":"c1","output":"1"}`
 	tests := []struct {
 		name string
 		give string
-		opts FollowUpOptions
+		opts schema.FollowUpOptions
 		want string
 	}{
-		{"only member removed, input added", `{"tool_choice":"required"}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
-		{"empty object gets input and tool_choice", ` { } `, FollowUpOptions{ToolChoiceNone: true}, ` {"input":[` + call + `],"tool_choice":"none" } `},
-		{"input null", `{"input":null}`, FollowUpOptions{}, `{"input":[` + call + `]}`},
-		{"empty list keeps its spacing", "{\"input\":[ \n ]}", FollowUpOptions{}, "{\"input\":[" + call + " \n ]}"},
-		{"tool_choice last removed", `{"input":[1], "tool_choice":"required" }`, FollowUpOptions{DropToolChoice: true}, `{"input":[1,` + call + `] }`},
-		{"tool_choice first removed", `{"tool_choice":"required", "input":[]}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
-		{"drop without tool_choice", `{"input":[]}`, FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
-		{"tool_choice relaxed", `{"tool_choice":{"mode":"required"}, "input":[]}`, FollowUpOptions{DropToolChoice: true, ToolChoice: []byte(`{"mode":"auto"}`)}, `{"tool_choice":{"mode":"auto"}, "input":[` + call + `]}`},
-		{"relaxed choice added", `{"input":[]}`, FollowUpOptions{ToolChoice: []byte(`{"mode":"auto"}`)}, `{"input":[` + call + `],"tool_choice":{"mode":"auto"}}`},
-		{"none wins over a relaxed choice", `{"tool_choice":"required","input":[]}`, FollowUpOptions{ToolChoice: []byte(`{"mode":"auto"}`), ToolChoiceNone: true}, `{"tool_choice":"none","input":[` + call + `]}`},
-		{"conversation without input", `{"conversation":{"id":"conv_1"}}`, FollowUpOptions{}, `{"conversation":{"id":"conv_1"},"input":[{"type":"function_call_output","call_id":"c1","output":"1"}]}`},
-		{"conversation null is no conversation", `{"conversation":null,"input":[]}`, FollowUpOptions{}, `{"conversation":null,"input":[` + call + `]}`},
+		{"only member removed, input added", `{"tool_choice":"required"}`, schema.FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
+		{"empty object gets input and tool_choice", ` { } `, schema.FollowUpOptions{ToolChoiceNone: true}, ` {"input":[` + call + `],"tool_choice":"none" } `},
+		{"input null", `{"input":null}`, schema.FollowUpOptions{}, `{"input":[` + call + `]}`},
+		{"empty list keeps its spacing", "{\"input\":[ \n ]}", schema.FollowUpOptions{}, "{\"input\":[" + call + " \n ]}"},
+		{"tool_choice last removed", `{"input":[1], "tool_choice":"required" }`, schema.FollowUpOptions{DropToolChoice: true}, `{"input":[1,` + call + `] }`},
+		{"tool_choice first removed", `{"tool_choice":"required", "input":[]}`, schema.FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
+		{"drop without tool_choice", `{"input":[]}`, schema.FollowUpOptions{DropToolChoice: true}, `{"input":[` + call + `]}`},
+		{"tool_choice relaxed", `{"tool_choice":{"mode":"required"}, "input":[]}`, schema.FollowUpOptions{DropToolChoice: true, ToolChoice: []byte(`{"mode":"auto"}`)}, `{"tool_choice":{"mode":"auto"}, "input":[` + call + `]}`},
+		{"relaxed choice added", `{"input":[]}`, schema.FollowUpOptions{ToolChoice: []byte(`{"mode":"auto"}`)}, `{"input":[` + call + `],"tool_choice":{"mode":"auto"}}`},
+		{"none wins over a relaxed choice", `{"tool_choice":"required","input":[]}`, schema.FollowUpOptions{ToolChoice: []byte(`{"mode":"auto"}`), ToolChoiceNone: true}, `{"tool_choice":"none","input":[` + call + `]}`},
+		{"conversation without input", `{"conversation":{"id":"conv_1"}}`, schema.FollowUpOptions{}, `{"conversation":{"id":"conv_1"},"input":[{"type":"function_call_output","call_id":"c1","output":"1"}]}`},
+		{"conversation null is no conversation", `{"conversation":null,"input":[]}`, schema.FollowUpOptions{}, `{"conversation":null,"input":[` + call + `]}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,7 +172,7 @@ func TestFollowUpChatAssistantMessage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := `{"choices":[{"index":0,"message":` + tt.message + `}]}`
-			got, err := FollowUp(Chat, []byte(req), []byte(resp), []CallOutput{{CallID: "c1", Output: "1"}}, FollowUpOptions{})
+			got, err := FollowUp(Chat, []byte(req), []byte(resp), []schema.CallOutput{{CallID: "c1", Output: "1"}}, schema.FollowUpOptions{})
 			require.NoError(t, err, "FollowUp(chat, %s)", resp)
 			want := `{"messages":[` + tt.want + `,{"role":"tool","tool_call_id":"c1","content":"1"}]}`
 			assert.Equal(t, want, string(got), "FollowUp(chat, %s)", resp)
@@ -180,20 +183,19 @@ func TestFollowUpChatAssistantMessage(t *testing.T) {
 func TestFollowUpErrors(t *testing.T) {
 	respCall := `{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"}]}`
 	chatCall := `{"choices":[{"message":{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"code_interpreter","arguments":"{}"}}]}}]}`
-	one := []CallOutput{{CallID: "c1", Output: "1"}}
+	one := []schema.CallOutput{{CallID: "c1", Output: "1"}}
 	tests := []struct {
 		name    string
 		surface Surface
 		req     string
 		resp    string
-		outputs []CallOutput
+		outputs []schema.CallOutput
 	}{
-		{"unknown surface", Surface(9), `{}`, respCall, one},
 		{"request malformed", Responses, `{"input":`, respCall, one},
 		{"request not an object", Responses, `[]`, respCall, one},
 		{"response malformed", Responses, `{}`, `{"output":[}`, one},
 		{"response not an object", Chat, `{"messages":[]}`, `null`, one},
-		{"output for a call the response does not make", Responses, `{}`, respCall, []CallOutput{{CallID: "c1", Output: "1"}, {CallID: "c2", Output: "2"}}},
+		{"output for a call the response does not make", Responses, `{}`, respCall, []schema.CallOutput{{CallID: "c1", Output: "1"}, {CallID: "c2", Output: "2"}}},
 		{"call without output", Responses, `{}`, respCall, nil},
 		{"client call in the response", Responses, `{}`, `{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{}"},{"type":"function_call","call_id":"c2","name":"lookup","arguments":"{}"}]}`, one},
 		{"response without output", Responses, `{}`, `{"id":"resp_1"}`, nil},
@@ -205,7 +207,7 @@ func TestFollowUpErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := FollowUp(tt.surface, []byte(tt.req), []byte(tt.resp), tt.outputs, FollowUpOptions{})
+			got, err := FollowUp(tt.surface, []byte(tt.req), []byte(tt.resp), tt.outputs, schema.FollowUpOptions{})
 			assert.Error(t, err, "FollowUp(%s, %s, %s) = %s", tt.surface, tt.req, tt.resp, got)
 		})
 	}
@@ -215,17 +217,17 @@ func TestFollowUpErrors(t *testing.T) {
 // and read the follow-up's own turn again.
 func TestFollowUpRoundTrip(t *testing.T) {
 	give := reqReadFile(t, "request/responses_tool_middle.give.json")
-	rw, err := RewriteRequest(Responses, give, Options{})
+	rw, err := RewriteRequest(Responses, give, schema.Options{})
 	require.NoError(t, err, "RewriteRequest(responses_tool_middle)")
 	resp := reqReadFile(t, "followup/responses_string_input.resp.json")
 	turn, err := ParseTurn(Responses, resp, "")
 	require.NoError(t, err, "ParseTurn(responses_string_input)")
-	var outs []CallOutput
+	var outs []schema.CallOutput
 	for _, c := range turn.Calls {
 		require.NoError(t, c.ArgsErr, "ParseTurn(responses_string_input) call %s", c.CallID)
-		outs = append(outs, CallOutput{CallID: c.CallID, Output: "ran " + c.Code})
+		outs = append(outs, schema.CallOutput{CallID: c.CallID, Output: "ran " + c.Code})
 	}
-	next, err := FollowUp(Responses, rw.Body, resp, outs, FollowUpOptions{DropToolChoice: rw.ForcedChoice})
+	next, err := FollowUp(Responses, rw.Body, resp, outs, schema.FollowUpOptions{DropToolChoice: rw.ForcedChoice})
 	require.NoError(t, err, "FollowUp(responses_tool_middle)")
 	var p responses.ResponseNewParams
 	require.NoError(t, json.Unmarshal(next, &p), "unmarshal follow-up %s", next)
@@ -265,11 +267,11 @@ func FuzzFollowUp(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var outs []CallOutput
+		var outs []schema.CallOutput
 		for _, c := range turn.Calls {
-			outs = append(outs, CallOutput{CallID: c.CallID, Output: "out " + c.CallID})
+			outs = append(outs, schema.CallOutput{CallID: c.CallID, Output: "out " + c.CallID})
 		}
-		o := FollowUpOptions{DropToolChoice: opts&1 != 0, ToolChoiceNone: opts&2 != 0}
+		o := schema.FollowUpOptions{DropToolChoice: opts&1 != 0, ToolChoiceNone: opts&2 != 0}
 		next, err := FollowUp(s, req, resp, outs, o)
 		if err != nil {
 			return
@@ -293,18 +295,18 @@ func FuzzFollowUp(f *testing.F) {
 // character inside a conversation string is not its concern) must not fail the next round.
 func TestFollowUpAcceptsWhatRewriteAccepts(t *testing.T) {
 	client := []byte("{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"tab\there\"}],\"tools\":[{\"type\":\"code_interpreter\",\"container\":{\"type\":\"auto\"}}]}")
-	rw, err := RewriteRequest(Responses, client, Options{})
+	rw, err := RewriteRequest(Responses, client, schema.Options{})
 	require.NoError(t, err, "rewrite accepts a loose conversation string")
 	require.True(t, rw.Found)
 	resp := []byte(`{"output":[{"type":"function_call","call_id":"c1","name":"code_interpreter","arguments":"{\"code\":\"1\"}"}]}`)
-	next, err := FollowUp(Responses, rw.Body, resp, []CallOutput{{CallID: "c1", Output: "1"}}, FollowUpOptions{})
+	next, err := FollowUp(Responses, rw.Body, resp, []schema.CallOutput{{CallID: "c1", Output: "1"}}, schema.FollowUpOptions{})
 	require.NoError(t, err, "follow-up of an accepted request")
 	assert.Contains(t, string(next), "tab\there", "the loose bytes pass through unchanged")
 	assert.Contains(t, string(next), `"function_call_output"`)
 }
 
 func TestPrependCallOutputs(t *testing.T) {
-	outs := []PendingCall{{CallID: "c1", Arguments: "{}", Output: "4\n"}, {CallID: "c2", Output: `"q"`}}
+	outs := []store.PendingCall{{CallID: "c1", Arguments: "{}", Output: "4\n"}, {CallID: "c2", Output: `"q"`}}
 	items := `{"type":"function_call_output","call_id":"c1","output":"4\n"},{"type":"function_call_output","call_id":"c2","output":"\"q\""}`
 	tests := []struct {
 		name string
@@ -335,12 +337,12 @@ func TestPrependCallOutputs(t *testing.T) {
 }
 
 func TestInsertChatCalls(t *testing.T) {
-	pending := map[string][]PendingCall{
+	pending := map[string][]store.PendingCall{
 		"call_w": {{CallID: "call_ci", Arguments: `{"code":"print(6*7)"}`, Output: "42\n"}},
 		"call_x": {{CallID: "call_ci", Arguments: `{"code":"print(6*7)"}`, Output: "42\n"}},
 		"call_v": {{CallID: "call_c2", Arguments: `{"code":"1"}`, Output: "1"}},
 	}
-	lookup := func(id string) []PendingCall { return pending[id] }
+	lookup := func(id string) []store.PendingCall { return pending[id] }
 	ci := `{"id":"call_ci","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"print(6*7)\"}"}}`
 	tool := `{"role":"tool","tool_call_id":"call_ci","content":"42\n"}`
 	tests := []struct {
@@ -396,12 +398,12 @@ func TestInsertChatCalls(t *testing.T) {
 func TestInsertChatCallsBounded(t *testing.T) {
 	out := strings.Repeat("o", 64<<10)
 	lookups := 0
-	lookup := func(id string) []PendingCall {
+	lookup := func(id string) []store.PendingCall {
 		lookups++
 		if id != "call_w" {
 			return nil
 		}
-		return []PendingCall{{CallID: "call_ci", Arguments: `{"code":"print('o'*65536)"}`, Output: out}}
+		return []store.PendingCall{{CallID: "call_ci", Arguments: `{"code":"print('o'*65536)"}`, Output: out}}
 	}
 	var b strings.Builder
 	b.WriteString(`{"model":"m","messages":[{"role":"user","content":"q"}`)
@@ -420,5 +422,5 @@ func TestInsertChatCallsBounded(t *testing.T) {
 	assert.Equal(t, 1, lookups, "a repeated client call id is looked up once")
 
 	_, err = InsertChatCalls(give, "", 32<<10, lookup)
-	assert.ErrorIs(t, err, ErrRewriteTooLarge, "a 64 KiB insertion is beyond a 32 KiB limit")
+	assert.ErrorIs(t, err, schema.ErrRewriteTooLarge, "a 64 KiB insertion is beyond a 32 KiB limit")
 }

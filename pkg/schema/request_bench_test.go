@@ -1,13 +1,15 @@
-package schema
+package schema_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
 
 // reqBenchSizes returns the body sizes the rewrite benchmarks run at.
@@ -87,7 +89,7 @@ func reqBenchLoop(b *testing.B, body []byte, live bool, op func() error) {
 // reqBenchRewrite is one RewriteRequest of body that must find the tool.
 func reqBenchRewrite(s Surface, body []byte) func() error {
 	return func() error {
-		r, err := RewriteRequest(s, body, Options{})
+		r, err := RewriteRequest(s, body, schema.Options{})
 		if err != nil || !r.Found {
 			return fmt.Errorf("RewriteRequest: found %v, error %v", r.Found, err)
 		}
@@ -162,7 +164,7 @@ func BenchmarkRewriteRequestPassThrough(b *testing.B) {
 			body := reqBenchPassThroughBody(s, sz.size)
 			b.Run(s.String()+"/"+sz.name, func(b *testing.B) {
 				reqBenchLoop(b, body, false, func() error {
-					r, err := RewriteRequest(s, body, Options{})
+					r, err := RewriteRequest(s, body, schema.Options{})
 					if err != nil || r.Found {
 						return fmt.Errorf("RewriteRequest: found %v, error %v", r.Found, err)
 					}
@@ -221,7 +223,7 @@ func reqBaselineRewrite(s Surface, body []byte) ([]byte, error) {
 		return nil, err
 	}
 	var fn map[string]any
-	if err := json.Unmarshal(reqFunctionTool(s, DefaultFunctionName, DefaultFunctionDescription), &fn); err != nil {
+	if err := json.Unmarshal(FunctionTool(s, schema.DefaultFunctionName, schema.DefaultFunctionDescription), &fn); err != nil {
 		return nil, err
 	}
 	tools, _ := m["tools"].([]any)
@@ -231,7 +233,7 @@ func reqBaselineRewrite(s Surface, body []byte) ([]byte, error) {
 		}
 	}
 	if tc, ok := m["tool_choice"].(map[string]any); ok && tc["type"] == "code_interpreter" {
-		m["tool_choice"] = map[string]any{"type": "function", "name": DefaultFunctionName}
+		m["tool_choice"] = map[string]any{"type": "function", "name": schema.DefaultFunctionName}
 	}
 	if m["stream"] == true {
 		m["stream"] = false

@@ -1,14 +1,16 @@
-package schema
+package schema_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
 
 // FuzzRewriteRequest checks RewriteRequest's promises on arbitrary bodies for both surfaces: it
@@ -30,12 +32,12 @@ func FuzzRewriteRequest(f *testing.F) {
 			s = Chat
 		}
 		in := bytes.Clone(body)
-		got, err := RewriteRequest(s, body, Options{})
+		got, err := RewriteRequest(s, body, schema.Options{})
 		if !bytes.Equal(in, body) {
 			t.Fatalf("RewriteRequest(%s, %q) modified its input", s, in)
 		}
 		valid := json.Valid(body)
-		var re *RequestError
+		var re *schema.RequestError
 		if err != nil {
 			if !errors.As(err, &re) {
 				t.Fatalf("RewriteRequest(%s, %q) error %v is not a *RequestError", s, body, err)
@@ -61,7 +63,7 @@ func FuzzRewriteRequest(f *testing.F) {
 		cis, ours := reqFuzzCountTools(t, s, got.Body)
 		if cis != 0 || ours != 1 {
 			t.Fatalf("RewriteRequest(%s, %q) = %q: %d code_interpreter tools and %d functions named %q, want 0 and 1",
-				s, body, got.Body, cis, ours, DefaultFunctionName)
+				s, body, got.Body, cis, ours, schema.DefaultFunctionName)
 		}
 		if s == Responses {
 			if n := reqFuzzCountReplayed(t, got.Body); n != 0 {
@@ -89,13 +91,13 @@ func reqFuzzAddGolden(f *testing.F) {
 }
 
 // reqFuzzCheckLoose checks got, what RewriteRequest made of body, a body json.Valid refuses.
-func reqFuzzCheckLoose(t *testing.T, s Surface, body []byte, got Request) {
+func reqFuzzCheckLoose(t *testing.T, s Surface, body []byte, got schema.Request) {
 	t.Helper()
 	clean := reqFuzzSanitize(body)
 	if !json.Valid(clean) {
 		t.Fatalf("RewriteRequest(%s, %q) accepted a body that is malformed outside the strings it may let through (sanitized: %q)", s, body, clean)
 	}
-	want, err := RewriteRequest(s, clean, Options{})
+	want, err := RewriteRequest(s, clean, schema.Options{})
 	if err != nil {
 		t.Fatalf("RewriteRequest(%s, %q) accepted the body but refused it sanitized, %q: %v", s, body, clean, err)
 	}
@@ -202,7 +204,7 @@ func reqFuzzCountTools(t *testing.T, s Surface, body []byte) (cis, ours int) {
 			fn, _ := tool["function"].(map[string]any)
 			name = fn["name"]
 		}
-		if name == DefaultFunctionName {
+		if name == schema.DefaultFunctionName {
 			ours++
 		}
 	}

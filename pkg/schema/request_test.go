@@ -1,15 +1,19 @@
-package schema
+package schema_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	shared "github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -46,16 +50,16 @@ func TestRewriteRequestGolden(t *testing.T) {
 	tests := []struct {
 		name    string
 		surface Surface
-		opts    Options
-		want    Request // Body is compared with testdata/request/<name>.want.json instead
+		opts    schema.Options
+		want    schema.Request // Body is compared with testdata/request/<name>.want.json instead
 	}{
 		{
 			name: "responses_tool_first", surface: Responses,
-			want: Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": "cntr_68c2e6f380d8"}`), ContainerID: "cntr_68c2e6f380d8", ToolChoice: []byte(`"auto"`)},
+			want: schema.Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": "cntr_68c2e6f380d8"}`), ContainerID: "cntr_68c2e6f380d8", ToolChoice: []byte(`"auto"`)},
 		},
 		{
 			name: "responses_tool_middle", surface: Responses,
-			want: Request{
+			want: schema.Request{
 				Found:         true,
 				Tool:          []byte(`{"type":"code_interpreter","container":{"type":"auto","memory_limit":"4g","file_ids":["file-1","file-2"]}}`),
 				MemoryLimit:   "4g",
@@ -67,7 +71,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_tool_last", surface: Responses,
-			want: Request{
+			want: schema.Request{
 				Found:         true,
 				Tool:          []byte(`{ "type" : "code_interpreter" , "container" : { "type" : "auto" } }`),
 				ToolChoice:    []byte(`{ "type" : "hosted_tool" , "name" : "code_interpreter" }`),
@@ -79,7 +83,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_allowed_tools_required", surface: Responses,
-			want: Request{
+			want: schema.Request{
 				Found:        true,
 				Tool:         []byte(reqTestTool),
 				ToolChoice:   []byte(`{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"lookup"},{"type":"code_interpreter"}]}`),
@@ -89,7 +93,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_allowed_tools_auto", surface: Responses,
-			want: Request{
+			want: schema.Request{
 				Found:      true,
 				Tool:       []byte(reqTestTool),
 				ToolChoice: []byte(`{"type":"allowed_tools","mode":"auto","tools":[{"type":"hosted_tool","name":"code_interpreter"}, {"type":"web_search"}]}`),
@@ -97,23 +101,23 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_choice_client_function", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"function","name":"get_weather"}`)},
+			want: schema.Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"function","name":"get_weather"}`)},
 		},
 		{
 			name: "responses_choice_none", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`"none"`)},
+			want: schema.Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`"none"`)},
 		},
 		{
 			name: "responses_choice_required", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`"required"`), ForcedChoice: true},
+			want: schema.Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`"required"`), ForcedChoice: true},
 		},
 		{
 			name: "responses_choice_our_function", surface: Responses,
-			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"function","name":"code_interpreter"}`), ForcedChoice: true},
+			want: schema.Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"function","name":"code_interpreter"}`), ForcedChoice: true},
 		},
 		{
 			name: "responses_replay", surface: Responses,
-			want: Request{
+			want: schema.Request{
 				Found:                true,
 				Tool:                 []byte(`{"type": "code_interpreter", "container": {"type": "auto"}}`),
 				ReplayedContainerIDs: []string{"cntr_1", "cntr_2"},
@@ -121,8 +125,8 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_custom_name", surface: Responses,
-			opts: Options{FunctionName: "python", FunctionDescription: "Runs \"Python\" — <code> & more.\n"},
-			want: Request{
+			opts: schema.Options{FunctionName: "python", FunctionDescription: "Runs \"Python\" — <code> & more.\n"},
+			want: schema.Request{
 				Found:        true,
 				Tool:         []byte(`{"type":"code_interpreter","container":"cntr_x"}`),
 				ContainerID:  "cntr_x",
@@ -132,7 +136,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_escaped_type", surface: Responses,
-			want: Request{
+			want: schema.Request{
 				Found:        true,
 				Tool:         []byte(`{"t\u0079pe":"code\u005finterpreter","container":{"type":"auto","memory_limit":"16g"}}`),
 				MemoryLimit:  "16g",
@@ -142,15 +146,15 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "responses_stream_options_first", surface: Responses,
-			want: Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": {"type": "auto"}}`), StreamOptions: []byte(`{"include_obfuscation": false}`)},
+			want: schema.Request{Found: true, Tool: []byte(`{"type": "code_interpreter", "container": {"type": "auto"}}`), StreamOptions: []byte(`{"include_obfuscation": false}`)},
 		},
 		{
 			name: "chat_tool_first", surface: Chat,
-			want: Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"code_interpreter"}`), ForcedChoice: true},
+			want: schema.Request{Found: true, Tool: []byte(reqTestTool), ToolChoice: []byte(`{"type":"code_interpreter"}`), ForcedChoice: true},
 		},
 		{
 			name: "chat_tool_middle", surface: Chat,
-			want: Request{
+			want: schema.Request{
 				Found:         true,
 				Tool:          []byte(`{"type": "code_interpreter"}`),
 				ToolChoice:    []byte(`"required"`),
@@ -161,7 +165,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "chat_tool_last", surface: Chat,
-			want: Request{
+			want: schema.Request{
 				Found:        true,
 				Tool:         []byte(`{"type":"code_interpreter","container":"cntr_9"}`),
 				ContainerID:  "cntr_9",
@@ -173,11 +177,11 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 		{
 			name: "chat_choice_client_function", surface: Chat,
-			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`), ToolChoice: []byte(`{"type":"function","function":{"name":"a"}}`)},
+			want: schema.Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`), ToolChoice: []byte(`{"type":"function","function":{"name":"a"}}`)},
 		},
 		{
 			name: "chat_choice_auto", surface: Chat,
-			want: Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`), ToolChoice: []byte(`"auto"`)},
+			want: schema.Request{Found: true, Tool: []byte(`{"type":"code_interpreter"}`), ToolChoice: []byte(`"auto"`)},
 		},
 	}
 	for _, tt := range tests {
@@ -212,9 +216,9 @@ func TestRewriteRequestUnchanged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := RewriteRequest(tt.surface, tt.give, Options{})
+			got, err := RewriteRequest(tt.surface, tt.give, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s, %s)", tt.surface, tt.give)
-			assert.Equal(t, Request{Body: tt.give}, got, "RewriteRequest(%s, %s)", tt.surface, tt.give)
+			assert.Equal(t, schema.Request{Body: tt.give}, got, "RewriteRequest(%s, %s)", tt.surface, tt.give)
 			assert.Same(t, &tt.give[0], &got.Body[0], "RewriteRequest(%s, %s) copied the body", tt.surface, tt.give)
 		})
 	}
@@ -297,8 +301,8 @@ func TestRewriteRequestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := RewriteRequest(tt.surface, []byte(tt.give), Options{})
-			var re *RequestError
+			_, err := RewriteRequest(tt.surface, []byte(tt.give), schema.Options{})
+			var re *schema.RequestError
 			require.True(t, errors.As(err, &re), "RewriteRequest(%s, %q) error = %v, want a *RequestError", tt.surface, tt.give, err)
 			assert.Equal(t, 400, re.HTTPStatus(), "RewriteRequest(%s, %q) status", tt.surface, tt.give)
 			assert.Equal(t, tt.wantParam, re.Param, "RewriteRequest(%s, %q) param", tt.surface, tt.give)
@@ -330,16 +334,16 @@ func TestRewriteRequestLooseStrings(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			give := []byte(strings.Replace(tt.give, "TOOL", tool, 1))
 			require.False(t, json.Valid(give), "%s is valid JSON; the case needs a malformed string", give)
-			want := strings.Replace(tt.give, "TOOL", string(reqFunctionTool(tt.surface, DefaultFunctionName, DefaultFunctionDescription)), 1)
-			got, err := RewriteRequest(tt.surface, give, Options{})
+			want := strings.Replace(tt.give, "TOOL", string(FunctionTool(tt.surface, schema.DefaultFunctionName, schema.DefaultFunctionDescription)), 1)
+			got, err := RewriteRequest(tt.surface, give, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s, %q)", tt.surface, give)
 			assert.True(t, got.Found, "RewriteRequest(%s, %q) found", tt.surface, give)
 			assert.Equal(t, want, string(got.Body), "RewriteRequest(%s, %q)", tt.surface, give)
 
 			withoutTool := bytes.Replace(give, []byte(tool), nil, 1)
-			got, err = RewriteRequest(tt.surface, withoutTool, Options{})
+			got, err = RewriteRequest(tt.surface, withoutTool, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s, %q)", tt.surface, withoutTool)
-			assert.Equal(t, Request{Body: withoutTool}, got, "RewriteRequest(%s, %q)", tt.surface, withoutTool)
+			assert.Equal(t, schema.Request{Body: withoutTool}, got, "RewriteRequest(%s, %q)", tt.surface, withoutTool)
 		})
 	}
 }
@@ -383,18 +387,11 @@ func TestReqObject(t *testing.T) {
 
 func TestRewriteRequestNameClashMessageNamesTheName(t *testing.T) {
 	give := `{"tools":[{"type":"code_interpreter"},{"type":"function","name":"py"}]}`
-	_, err := RewriteRequest(Responses, []byte(give), Options{FunctionName: "py"})
-	var re *RequestError
+	_, err := RewriteRequest(Responses, []byte(give), schema.Options{FunctionName: "py"})
+	var re *schema.RequestError
 	require.True(t, errors.As(err, &re), "RewriteRequest(%s) error = %v", give, err)
 	assert.Contains(t, re.Message, `"py"`, "RewriteRequest(%s) message", give)
 	assert.Equal(t, "tools[1].name", re.Param, "RewriteRequest(%s) param", give)
-}
-
-func TestRewriteRequestUnknownSurface(t *testing.T) {
-	_, err := RewriteRequest(Surface(0), []byte(`{}`), Options{})
-	var re *RequestError
-	require.Error(t, err, "RewriteRequest(surface 0)")
-	assert.False(t, errors.As(err, &re), "RewriteRequest(surface 0) error %v is a client error", err)
 }
 
 // TestRewriteRequestEditsOnlyItsSpans builds a body from pieces with unusual formatting and
@@ -402,7 +399,7 @@ func TestRewriteRequestUnknownSurface(t *testing.T) {
 func TestRewriteRequestEditsOnlyItsSpans(t *testing.T) {
 	pieces := []struct{ give, want string }{
 		{give: "{\r\n  \"model\"\t:\t\"gpt-\\u0035\" ,\n  \"n\": -0.0e-00, \"big\": 123456789012345678901234567890,\n  \"tools\" : [ {\"type\":\"function\",\"name\":\"f\",\"x\":\"\\/\\\"\"}, "},
-		{give: `{"type":"code_interpreter","container":{"type":"auto"}}`, want: string(reqFunctionTool(Responses, DefaultFunctionName, DefaultFunctionDescription))},
+		{give: `{"type":"code_interpreter","container":{"type":"auto"}}`, want: string(FunctionTool(Responses, schema.DefaultFunctionName, schema.DefaultFunctionDescription))},
 		{give: " ] ,\n  \"tool_choice\" :  "},
 		{give: `{"type":"code_interpreter"}`, want: `{"type":"function","name":"code_interpreter"}`},
 		{give: ",\n  \"stream\":  "},
@@ -423,7 +420,7 @@ func TestRewriteRequestEditsOnlyItsSpans(t *testing.T) {
 			want.WriteString(p.want)
 		}
 	}
-	got, err := RewriteRequest(Responses, []byte(give.String()), Options{})
+	got, err := RewriteRequest(Responses, []byte(give.String()), schema.Options{})
 	require.NoError(t, err, "RewriteRequest(%s)", give.String())
 	assert.Equal(t, want.String(), string(got.Body), "RewriteRequest(%s)", give.String())
 }
@@ -480,7 +477,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			give := reqReadFile(t, "request/"+tt.name+".give.json")
-			got, err := RewriteRequest(tt.surface, give, Options{})
+			got, err := RewriteRequest(tt.surface, give, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
 			var names []string
 			if tt.surface == Responses {
@@ -490,7 +487,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 					assert.Nil(t, tool.OfCodeInterpreter, "RewriteRequest(%s) kept a code_interpreter tool", tt.name)
 					if tool.OfFunction != nil {
 						names = append(names, tool.OfFunction.Name)
-						if tool.OfFunction.Name == DefaultFunctionName {
+						if tool.OfFunction.Name == schema.DefaultFunctionName {
 							assert.Equal(t, []any{"code"}, tool.OfFunction.Parameters["required"], "RewriteRequest(%s) parameters", tt.name)
 						}
 					}
@@ -510,15 +507,15 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 				}
 				assert.False(t, p.StreamOptions.IncludeUsage.Valid(), "RewriteRequest(%s) kept stream_options", tt.name)
 			}
-			assert.Contains(t, names, DefaultFunctionName, "RewriteRequest(%s) function names", tt.name)
+			assert.Contains(t, names, schema.DefaultFunctionName, "RewriteRequest(%s) function names", tt.name)
 
 			// The SDK's param unions do not tell tool_choice forms apart when decoding, so the
 			// choice is checked as plain JSON.
 			var top map[string]any
 			require.NoError(t, json.Unmarshal(got.Body, &top), "unmarshal RewriteRequest(%s)", tt.name)
-			fn := map[string]any{"type": "function", "name": DefaultFunctionName}
+			fn := map[string]any{"type": "function", "name": schema.DefaultFunctionName}
 			if tt.surface == Chat {
-				fn = map[string]any{"type": "function", "function": map[string]any{"name": DefaultFunctionName}}
+				fn = map[string]any{"type": "function", "function": map[string]any{"name": schema.DefaultFunctionName}}
 			}
 			switch choice, _ := top["tool_choice"].(map[string]any); tt.wantChoice {
 			case "function":
@@ -537,7 +534,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 }
 
 func TestRewriteRequestReplayParsesWithSDK(t *testing.T) {
-	got, err := RewriteRequest(Responses, reqReadFile(t, "request/responses_replay.give.json"), Options{})
+	got, err := RewriteRequest(Responses, reqReadFile(t, "request/responses_replay.give.json"), schema.Options{})
 	require.NoError(t, err, "RewriteRequest(responses_replay)")
 	items := reqSDKInput(t, got.Body)
 	require.Len(t, items, 12, "RewriteRequest(responses_replay) input items")
@@ -546,23 +543,23 @@ func TestRewriteRequestReplayParsesWithSDK(t *testing.T) {
 		require.NotNil(t, items[i].OfFunctionCall, "RewriteRequest(responses_replay) input[%d] is a function_call", i)
 		require.NotNil(t, items[i+1].OfFunctionCallOutput, "RewriteRequest(responses_replay) input[%d] is a function_call_output", i+1)
 		assert.Equal(t, items[i].OfFunctionCall.CallID, items[i+1].OfFunctionCallOutput.CallID.Value, "RewriteRequest(responses_replay) input[%d] pair", i)
-		code, err := turnParseArguments(items[i].OfFunctionCall.Arguments)
+		code, err := shared.ParseArguments(items[i].OfFunctionCall.Arguments)
 		assert.NoError(t, err, "RewriteRequest(responses_replay) input[%d] arguments", i)
 		assert.NotContains(t, code, "\\", "RewriteRequest(responses_replay) input[%d] code", i)
 	}
-	assert.Equal(t, "mean 7.0123\n"+OutputImageNote, items[3].OfFunctionCallOutput.Output.OfString.Value, "RewriteRequest(responses_replay) rendered output")
+	assert.Equal(t, "mean 7.0123\n"+schema.OutputImageNote, items[3].OfFunctionCallOutput.Output.OfString.Value, "RewriteRequest(responses_replay) rendered output")
 }
 
 func TestRenderCodeOutputs(t *testing.T) {
-	outs := []CodeOutput{
-		{Type: CodeOutputLogs, Logs: "a\n"},
-		{Type: CodeOutputImage, URL: "data:image/png;base64,AA=="},
+	outs := []schema.CodeOutput{
+		{Type: schema.CodeOutputLogs, Logs: "a\n"},
+		{Type: schema.CodeOutputImage, URL: "data:image/png;base64,AA=="},
 		{Type: "files"},
-		{Type: CodeOutputLogs},
-		{Type: CodeOutputLogs, Logs: "b"},
+		{Type: schema.CodeOutputLogs},
+		{Type: schema.CodeOutputLogs, Logs: "b"},
 	}
-	assert.Equal(t, "a\n"+OutputImageNote+"\nb", RenderCodeOutputs(outs), "RenderCodeOutputs(%+v)", outs)
-	assert.Empty(t, RenderCodeOutputs(nil), "RenderCodeOutputs(nil)")
+	assert.Equal(t, "a\n"+schema.OutputImageNote+"\nb", schema.RenderCodeOutputs(outs), "RenderCodeOutputs(%+v)", outs)
+	assert.Empty(t, schema.RenderCodeOutputs(nil), "RenderCodeOutputs(nil)")
 }
 
 func TestRenderOutputs(t *testing.T) {
@@ -577,14 +574,14 @@ func TestRenderOutputs(t *testing.T) {
 		{"not a list", `{"type":"logs","logs":"x"}`, ""},
 		{"malformed", `[{"type":"logs","logs":"x"}`, ""},
 		{"one log", `[{"type":"logs","logs":"42"}]`, "42"},
-		{"log then image", `[{"type":"logs","logs":"mean 7"},{"type":"image","url":"data:image/png;base64,AA=="}]`, "mean 7\n" + OutputImageNote},
-		{"image then log ending in a newline", `[{"type":"image","url":"u"},{"type":"logs","logs":"a\n"},{"type":"logs","logs":"b"}]`, OutputImageNote + "\na\nb"},
+		{"log then image", `[{"type":"logs","logs":"mean 7"},{"type":"image","url":"data:image/png;base64,AA=="}]`, "mean 7\n" + schema.OutputImageNote},
+		{"image then log ending in a newline", `[{"type":"image","url":"u"},{"type":"logs","logs":"a\n"},{"type":"logs","logs":"b"}]`, schema.OutputImageNote + "\na\nb"},
 		{"escaped log", `[{"type":"logs","logs":"caf\u00e9\t\"q\""}]`, "café\t\"q\""},
 		{"unknown and empty entries skipped", `[{"type":"files"},{"type":"logs","logs":""},7,{"type":"logs","logs":"x"}]`, "x"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, RenderOutputs([]byte(tt.give)), "RenderOutputs(%s)", tt.give)
+			assert.Equal(t, tt.want, schema.RenderOutputs([]byte(tt.give)), "RenderOutputs(%s)", tt.give)
 		})
 	}
 }
@@ -671,8 +668,8 @@ func TestAppendString(t *testing.T) {
 
 func TestRewriteRequestEscapedKeys(t *testing.T) {
 	give := `{"t\u006fols":[{"type":"code_interpreter"}],"str\u0065am":true,"\u0073tream_options":{},"metadata":{"session\u005fid":"s\u0031"}}`
-	want := `{"t\u006fols":[` + string(reqFunctionTool(Responses, DefaultFunctionName, DefaultFunctionDescription)) + `],"str\u0065am":false,"metadata":{"session\u005fid":"s\u0031"}}`
-	got, err := RewriteRequest(Responses, []byte(give), Options{})
+	want := `{"t\u006fols":[` + string(FunctionTool(Responses, schema.DefaultFunctionName, schema.DefaultFunctionDescription)) + `],"str\u0065am":false,"metadata":{"session\u005fid":"s\u0031"}}`
+	got, err := RewriteRequest(Responses, []byte(give), schema.Options{})
 	require.NoError(t, err, "RewriteRequest(%s)", give)
 	assert.Equal(t, want, string(got.Body), "RewriteRequest(%s)", give)
 	assert.True(t, got.Found && got.Stream, "RewriteRequest(%s) found %v, stream %v", give, got.Found, got.Stream)
@@ -733,7 +730,7 @@ func TestRewriteRequestContinuation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := RewriteRequest(tt.surface, []byte(tt.give), Options{})
+			got, err := RewriteRequest(tt.surface, []byte(tt.give), schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s)", tt.give)
 			assert.Equal(t, tt.wantPrev, got.PreviousResponseID, "PreviousResponseID of %s", tt.give)
 			assert.Equal(t, tt.wantCv, got.ConversationID, "ConversationID of %s", tt.give)

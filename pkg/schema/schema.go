@@ -21,28 +21,6 @@ import (
 	"net/http"
 )
 
-// Surface is an API surface: the shape of a request and response body.
-type Surface int
-
-const (
-	// Responses is OpenAI's Responses API (POST /v1/responses).
-	Responses Surface = iota + 1
-	// Chat is OpenAI's Chat Completions API (POST /v1/chat/completions).
-	Chat
-)
-
-// String returns the surface's name as used in logs and metrics.
-func (s Surface) String() string {
-	switch s {
-	case Responses:
-		return "responses"
-	case Chat:
-		return "chat_completions"
-	default:
-		return fmt.Sprintf("surface(%d)", int(s))
-	}
-}
-
 // RequestError is a mistake in the client's request. It becomes an HTTP answer in the API's
 // error shape, with Status and a JSON body from [ErrorBody].
 type RequestError struct {

@@ -1,8 +1,9 @@
-package schema
+package schema_test
 
 import (
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
 
 func BenchmarkResponsesSSE(b *testing.B) {

@@ -1,11 +1,13 @@
-package schema
+package schema_test
 
 import (
 	"encoding/json"
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -77,10 +79,10 @@ func FuzzResponsesSSE(f *testing.F) {
 			Surface:      Responses,
 			FunctionName: "code_interpreter",
 			Tool:         []byte(`{"type":"code_interpreter","container":{"type":"auto"}}`),
-			Rounds: []Round{
-				{Body: []byte(round1), Calls: []CodeCall{{
+			Rounds: []schema.Round{
+				{Body: []byte(round1), Calls: []schema.CodeCall{{
 					ID: "ci_1", Status: "completed", Code: code, ContainerID: "cntr_1",
-					Outputs: []CodeOutput{{Type: CodeOutputLogs, Logs: text}},
+					Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: text}},
 				}}},
 				{Body: []byte(round2)},
 			},
@@ -129,9 +131,9 @@ func FuzzChatSSE(f *testing.F) {
 			`{"id":"call_1","type":"function","function":{"name":"code_interpreter","arguments":"{}"}},` +
 			`{"id":"call_2","type":"function","function":{"name":"get_weather","arguments":` + sseRawJSONString(args) + `}}]},` +
 			`"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`
-		final, err := Final(FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []Round{{
+		final, err := Final(FinalInput{Surface: Chat, FunctionName: "code_interpreter", Rounds: []schema.Round{{
 			Body:  []byte(body),
-			Calls: []CodeCall{{ID: "ci_1"}},
+			Calls: []schema.CodeCall{{ID: "ci_1"}},
 		}}})
 		require.NoError(t, err, "Final")
 		opts := []byte(`{"include_usage":false}`)

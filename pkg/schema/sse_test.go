@@ -1,4 +1,4 @@
-package schema
+package schema_test
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	shared "github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
@@ -628,8 +630,8 @@ func TestSSECut(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
 			for s := tt.give; len(s) > 0; {
-				n := sseCut(s)
-				require.Positive(t, n, "sseCut must make progress on %q", s)
+				n := shared.Cut(s)
+				require.Positive(t, n, "Cut must make progress on %q", s)
 				got = append(got, s[:n])
 				s = s[n:]
 			}
@@ -653,7 +655,7 @@ func TestSSEAppendCompact(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := sseAppendCompact(nil, tt.give)
+			got := shared.AppendCompact(nil, tt.give)
 			assert.Equal(t, tt.want, string(got), "compact of %q", tt.give)
 			var a, b any
 			require.NoError(t, json.Unmarshal([]byte(tt.give), &a), "decode %q", tt.give)

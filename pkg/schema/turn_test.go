@@ -1,8 +1,10 @@
-package schema
+package schema_test
 
 import (
 	"errors"
 	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,13 +16,13 @@ type turnWant struct {
 }
 
 func turnErrKind(err error) string {
-	var ae *ArgumentsError
+	var ae *schema.ArgumentsError
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, ErrDuplicateCallID):
+	case errors.Is(err, schema.ErrDuplicateCallID):
 		return "duplicate"
-	case errors.Is(err, ErrMissingCallID):
+	case errors.Is(err, schema.ErrMissingCallID):
 		return "missing"
 	case errors.As(err, &ae):
 		return "args"
@@ -141,7 +143,7 @@ func TestParseTurnShapes(t *testing.T) {
 				return
 			}
 			require.NoError(t, err, "ParseTurn(%s, %s)", tt.surface, tt.give)
-			assert.Equal(t, Turn{}, got, "ParseTurn(%s, %s)", tt.surface, tt.give)
+			assert.Equal(t, schema.Turn{}, got, "ParseTurn(%s, %s)", tt.surface, tt.give)
 		})
 	}
 }

@@ -45,3 +45,11 @@ type Pending interface {
 	// not be searched for their ids.
 	Holds(kind string) bool
 }
+
+// MaxContinuationBytes bounds what putting pending calls back may add to one request: a store
+// keeps at most MaxPendingBytesPerIdentity of them per caller, which JSON escaping may grow;
+// beyond it the request is not continued.
+const (
+	MaxPendingBytesPerIdentity = 1 << 20
+	MaxContinuationBytes       = 4 * MaxPendingBytesPerIdentity
+)

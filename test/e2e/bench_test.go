@@ -29,6 +29,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/responses"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
 
@@ -312,9 +313,19 @@ func mustJSON(b *testing.B, v any) []byte {
 // roundFixture is one loop round's inputs: a 100 KB conversation rewritten as the processor
 // does, the model's first answer (one call of the function) and its answer to the follow-up.
 type roundFixture struct {
+	body    []byte // the client's request
 	rewrite schema.Request
 	first   []byte
 	final   []byte
+}
+
+// exchange returns a new exchange of the fixture's request: an exchange is one request's.
+func (fx roundFixture) exchange(b *testing.B) schema.Exchange {
+	x, err := responses.Surface{}.NewExchange(fx.body, schema.Options{})
+	if err != nil {
+		b.Fatalf("rewrite the conversation: %v", err)
+	}
+	return x
 }
 
 func newRoundFixture(b *testing.B, stream bool) roundFixture {
@@ -323,11 +334,12 @@ func newRoundFixture(b *testing.B, stream bool) roundFixture {
 	if stream {
 		body = bytes.Replace(body, []byte(`"temperature":0.2`), []byte(`"temperature":0.2,"stream":true`), 1)
 	}
-	rw, err := schema.RewriteRequest(schema.Responses, body, schema.Options{})
+	rw, err := responses.RewriteRequest(body, schema.Options{})
 	if err != nil || !rw.Found {
 		b.Fatalf("rewrite the conversation: found %v, %v", rw.Found, err)
 	}
 	return roundFixture{
+		body:    body,
 		rewrite: rw,
 		first:   mustJSON(b, fakemodel.Responses(testModel, usage(25000, 20), runCode("call_1", "print(40 + 2)"))),
 		final:   mustJSON(b, fakemodel.Responses(testModel, usage(25010, 12), fakemodel.Message("40 + 2 = 42"))),
@@ -351,16 +363,21 @@ func BenchmarkLoopRound(b *testing.B) {
 			b.Cleanup(func() { _ = mgr.Close(context.Background()) })
 			engine := loop.New(mgr, loop.Config{Client: memoryModel{status: http.StatusOK, body: fx.final}})
 			b.Cleanup(engine.Close)
-			req := loop.Request{
-				Surface:      schema.Responses,
-				URL:          "http://model.invalid/v1/responses",
-				Header:       http.Header{"Authorization": {"Bearer sk-bench"}, "X-Codeinterp-Followup": {"v1.signed"}},
-				Rewrite:      fx.rewrite,
-				First:        fx.first,
-				FunctionName: schema.DefaultFunctionName,
-				Sandbox:      sandbox.AcquireRequest{Identity: "bench"},
+			request := func() loop.Request {
+				x := fx.exchange(b)
+				r := loop.Request{
+					Exchange: x,
+					URL:      "http://model.invalid/v1/responses",
+					Header:   http.Header{"Authorization": {"Bearer sk-bench"}, "X-Codeinterp-Followup": {"v1.signed"}},
+					First:    fx.first,
+					Sandbox:  sandbox.AcquireRequest{Identity: "bench"},
+				}
+				if stream {
+					r.Sink = x.Events(io.Discard)
+				}
+				return r
 			}
-			res := engine.Run(b.Context(), req)
+			res := engine.Run(b.Context(), request())
 			if res.Status != http.StatusOK || res.Rounds != 1 || res.Stop != loop.StopDone {
 				b.Fatalf("one round: status %d, rounds %d, stop %s: %.300s", res.Status, res.Rounds, res.Stop, res.Body)
 			}
@@ -368,6 +385,10 @@ func BenchmarkLoopRound(b *testing.B) {
 			b.ReportAllocs()
 			var took []time.Duration
 			for b.Loop() {
+				// The request's rewrite is the request phase's, not the loop's.
+				b.StopTimer()
+				req := request()
+				b.StartTimer()
 				start := time.Now()
 				engine.Run(b.Context(), req)
 				took = append(took, time.Since(start))
@@ -391,7 +412,7 @@ func reportPercentiles(b *testing.B, took []time.Duration) {
 func BenchmarkLoopRoundParts(b *testing.B) {
 	fx := newRoundFixture(b, false)
 	outputs := []schema.CallOutput{{CallID: "call_1", Output: "42\n"}}
-	followUp, err := schema.FollowUp(schema.Responses, fx.rewrite.Body, fx.first, outputs, schema.FollowUpOptions{})
+	followUp, err := responses.FollowUp(fx.rewrite.Body, fx.first, outputs, schema.FollowUpOptions{})
 	if err != nil {
 		b.Fatalf("follow-up: %v", err)
 	}
@@ -400,8 +421,8 @@ func BenchmarkLoopRoundParts(b *testing.B) {
 			ContainerID: "cntr_1", Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: "42\n"}}}}},
 		{Body: fx.final},
 	}
-	in := schema.FinalInput{Surface: schema.Responses, Rounds: rounds, FunctionName: schema.DefaultFunctionName, Tool: fx.rewrite.Tool}
-	final, err := schema.Final(in)
+	in := schema.FinalInput{Rounds: rounds, FunctionName: schema.DefaultFunctionName, Tool: fx.rewrite.Tool}
+	final, err := responses.Final(in)
 	if err != nil {
 		b.Fatalf("final: %v", err)
 	}
@@ -409,10 +430,10 @@ func BenchmarkLoopRoundParts(b *testing.B) {
 	b.Run("parse-turns", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := schema.ParseTurn(schema.Responses, fx.first, schema.DefaultFunctionName); err != nil {
+			if _, err := responses.ParseTurn(fx.first, schema.DefaultFunctionName); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := schema.ParseTurn(schema.Responses, fx.final, schema.DefaultFunctionName); err != nil {
+			if _, err := responses.ParseTurn(fx.final, schema.DefaultFunctionName); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -436,7 +457,7 @@ func BenchmarkLoopRoundParts(b *testing.B) {
 		b.SetBytes(int64(len(fx.rewrite.Body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := schema.FollowUp(schema.Responses, fx.rewrite.Body, fx.first, outputs, schema.FollowUpOptions{}); err != nil {
+			if _, err := responses.FollowUp(fx.rewrite.Body, fx.first, outputs, schema.FollowUpOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -462,7 +483,7 @@ func BenchmarkLoopRoundParts(b *testing.B) {
 	b.Run("final", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := schema.Final(in); err != nil {
+			if _, err := responses.Final(in); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -470,7 +491,7 @@ func BenchmarkLoopRoundParts(b *testing.B) {
 	b.Run("final-sse", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := schema.ResponsesSSE(final); err != nil {
+			if _, err := responses.SSE(final); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -21,7 +21,7 @@ const (
 	pendingMaxEntriesPerIdentity = 256
 	// PendingMaxBytesPerIdentity bounds what one identity holds; a single Put of more is not
 	// kept.
-	PendingMaxBytesPerIdentity = 1 << 20
+	PendingMaxBytesPerIdentity = store.MaxPendingBytesPerIdentity
 )
 
 // Pending is a [store.Pending] in the process's memory, bounded by PendingTTL and the

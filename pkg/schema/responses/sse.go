@@ -1,13 +1,13 @@
-package schema
+package responses
 
 import (
 	"errors"
 	"fmt"
+
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
-	"net/http"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 )
 
 // Part shapes of the *.added events, before any text has streamed.
@@ -17,7 +17,7 @@ const (
 	sseEmptySummary    = `{"type":"summary_text","text":""}`
 )
 
-// ResponsesSSE encodes a Responses body built by [Final] as the text/event-stream the native API
+// SSE encodes a Responses body built by [Final] as the text/event-stream the native API
 // sends when the client asked for stream:true: response.created and response.in_progress (the
 // response with status "in_progress", "output": [] and "usage": null); then, for each output
 // item in order, response.output_item.added, the item's own events and
@@ -33,37 +33,37 @@ const (
 //
 // Every event is `event: <type>` and one `data: <json>` line numbered by sequence_number from 0;
 // there is no [DONE] sentinel. The data lines never contain a raw newline, U+2028 or U+2029,
-// and invalid UTF-8 is replaced by U+FFFD. ResponsesSSE fails when final is not a JSON object.
-func ResponsesSSE(final []byte) ([]byte, error) {
-	s, ok := sseCompactBody(final)
+// and invalid UTF-8 is replaced by U+FFFD. SSE fails when final is not a JSON object.
+func SSE(final []byte) ([]byte, error) {
+	s, ok := openai.CompactBody(final)
 	if !ok {
 		return nil, errors.New("encode responses stream: body is not a JSON object")
 	}
 	// A stream carries each text up to five times (delta, text done, part done, item done, completed).
-	w := sseWriter{Buf: make([]byte, 0, 6*len(s)+4096)}
+	w := openai.Writer{Buf: make([]byte, 0, 6*len(s)+4096)}
 	sseStart(&w, s)
 	i := 0
 	gjson.Get(s, "output").ForEach(func(_, item gjson.Result) bool {
 		sseItem(&w, i, item)
 		i++
-		return w.err == nil
+		return w.Err == nil
 	})
 	w.Open(sseTerminal(gjson.Get(s, "status").String()))
 	w.Raw("response", s)
 	w.Close()
-	if w.err != nil {
-		return nil, fmt.Errorf("encode responses stream: %w", w.err)
+	if w.Err != nil {
+		return nil, fmt.Errorf("encode responses stream: %w", w.Err)
 	}
 	return w.Buf, nil
 }
 
-// ResponsesFailedSSE encodes a failed Responses stream: response.created and
+// FailedSSE encodes a failed Responses stream: response.created and
 // response.in_progress, then response.failed carrying resp with status "failed", "error":
 // {"code":code,"message":message} and "output": []. Everything else (id, model, tools, usage…)
 // is resp's, so resp should be a body built by [Final], whose tools echo the client's. It fails
 // when resp is not a JSON object.
-func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
-	s, ok := sseCompactBody(resp)
+func FailedSSE(resp []byte, code, message string) ([]byte, error) {
+	s, ok := openai.CompactBody(resp)
 	if !ok {
 		return nil, errors.New("encode failed responses stream: body is not a JSON object")
 	}
@@ -74,7 +74,7 @@ func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
 	errObj = jsonscan.AppendString(errObj, message)
 	errObj = append(errObj, '}')
 
-	w := sseWriter{Buf: make([]byte, 0, 3*len(s)+1024)}
+	w := openai.Writer{Buf: make([]byte, 0, 3*len(s)+1024)}
 	s = w.Edit(s, "output", "[]", true)
 	s = w.Edit(s, "status", `"failed"`, true)
 	s = w.Edit(s, "error", string(errObj), true)
@@ -82,40 +82,31 @@ func ResponsesFailedSSE(resp []byte, code, message string) ([]byte, error) {
 	w.Open("response.failed")
 	w.Raw("response", s)
 	w.Close()
-	if w.err != nil {
-		return nil, fmt.Errorf("encode failed responses stream: %w", w.err)
+	if w.Err != nil {
+		return nil, fmt.Errorf("encode failed responses stream: %w", w.Err)
 	}
 	return w.Buf, nil
 }
 
-// ErrorSSE encodes a lone stream error. Responses: an `error` event
+// ErrorSSE encodes a lone stream error: an `error` event
 // ({"type":"error","sequence_number":0,"code","message","param":null}; code null when empty).
-// Chat (and any other surface): a data line with the API's error body
-// ({"error":{"message","type":"server_error","param":null,"code"}}), which SDKs raise as an error.
-func ErrorSSE(s Surface, code, message string) []byte {
-	if s == Responses {
-		var w sseWriter
-		w.Open("error")
-		if code == "" {
-			w.Literal("code", "null")
-		} else {
-			w.Str("code", code)
-		}
-		w.Str("message", message)
-		w.Literal("param", "null")
-		w.Close()
-		return w.Buf
+func ErrorSSE(code, message string) []byte {
+	var w openai.Writer
+	w.Open("error")
+	if code == "" {
+		w.Literal("code", "null")
+	} else {
+		w.Str("code", code)
 	}
-	body := ServerErrorBody(http.StatusInternalServerError, message, code)
-	out := make([]byte, 0, len(body)+8)
-	out = append(out, "data: "...)
-	out = append(out, body...)
-	return append(out, "\n\n"...)
+	w.Str("message", message)
+	w.Literal("param", "null")
+	w.Close()
+	return w.Buf
 }
 
 // sseStart writes response.created and response.in_progress for the response s: s with status
 // "in_progress", no output, null usage and no completion, error or incomplete details yet.
-func sseStart(w *sseWriter, s string) {
+func sseStart(w *openai.Writer, s string) {
 	s = w.Edit(s, "output", "[]", true)
 	s = w.Edit(s, "status", `"in_progress"`, true)
 	s = w.Edit(s, "usage", "null", true)
@@ -142,7 +133,7 @@ func sseTerminal(status string) string {
 }
 
 // sseItem writes the events of output item number idx.
-func sseItem(w *sseWriter, idx int, item gjson.Result) {
+func sseItem(w *openai.Writer, idx int, item gjson.Result) {
 	id := item.Get("id").String()
 	switch item.Get("type").String() {
 	case "code_interpreter_call":
@@ -162,7 +153,7 @@ func sseItem(w *sseWriter, idx int, item gjson.Result) {
 }
 
 // sseItemEvent writes an output_item.added or output_item.done event.
-func sseItemEvent(w *sseWriter, typ string, idx int, item string) {
+func sseItemEvent(w *openai.Writer, typ string, idx int, item string) {
 	w.Open(typ)
 	w.Num("output_index", idx)
 	w.Raw("item", item)
@@ -177,7 +168,7 @@ func sseStringRaw(v gjson.Result) string {
 	return `""`
 }
 
-func sseCodeCall(w *sseWriter, idx int, id string, item gjson.Result) {
+func sseCodeCall(w *openai.Writer, idx int, id string, item gjson.Result) {
 	// Empty the large fields first, so the later edits copy a small item.
 	added := w.Edit(item.Raw, "code", `""`, true)
 	added = w.Edit(added, "outputs", "[]", true)
@@ -193,7 +184,7 @@ func sseCodeCall(w *sseWriter, idx int, id string, item gjson.Result) {
 	progress("response.code_interpreter_call.in_progress")
 	code := item.Get("code")
 	for s := code.String(); len(s) > 0; {
-		n := sseCut(s)
+		n := openai.Cut(s)
 		w.Open("response.code_interpreter_call_code.delta")
 		w.Num("output_index", idx)
 		w.Str("item_id", id)
@@ -211,7 +202,7 @@ func sseCodeCall(w *sseWriter, idx int, id string, item gjson.Result) {
 	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
 }
 
-func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
+func sseMessage(w *openai.Writer, idx int, id string, item gjson.Result) {
 	added := w.Edit(item.Raw, "content", "[]", true)
 	added = w.Edit(added, "status", `"in_progress"`, true)
 	sseItemEvent(w, "response.output_item.added", idx, added)
@@ -232,7 +223,7 @@ func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
 			w.Close()
 			text := part.Get("text")
 			for s := text.String(); len(s) > 0; {
-				n := sseCut(s)
+				n := openai.Cut(s)
 				head("response.output_text.delta", j)
 				w.Str("delta", s[:n])
 				w.Literal("logprobs", "[]")
@@ -262,7 +253,7 @@ func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
 			w.Close()
 			refusal := part.Get("refusal")
 			for s := refusal.String(); len(s) > 0; {
-				n := sseCut(s)
+				n := openai.Cut(s)
 				head("response.refusal.delta", j)
 				w.Str("delta", s[:n])
 				w.Close()
@@ -287,13 +278,13 @@ func sseMessage(w *sseWriter, idx int, id string, item gjson.Result) {
 
 // sseToolInput writes the events of a tool call whose input streams as a string field (a
 // function_call's arguments, a custom_tool_call's input): <prefix>.delta… and <prefix>.done.
-func sseToolInput(w *sseWriter, idx int, id string, item gjson.Result, field, prefix string) {
+func sseToolInput(w *openai.Writer, idx int, id string, item gjson.Result, field, prefix string) {
 	added := w.Edit(item.Raw, field, `""`, true)
 	added = w.Edit(added, "status", `"in_progress"`, false)
 	sseItemEvent(w, "response.output_item.added", idx, added)
 	input := item.Get(field)
 	for s := input.String(); len(s) > 0; {
-		n := sseCut(s)
+		n := openai.Cut(s)
 		w.Open(prefix + ".delta")
 		w.Str("item_id", id)
 		w.Num("output_index", idx)
@@ -309,7 +300,7 @@ func sseToolInput(w *sseWriter, idx int, id string, item gjson.Result, field, pr
 	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
 }
 
-func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
+func sseReasoning(w *openai.Writer, idx int, id string, item gjson.Result) {
 	added := w.Edit(item.Raw, "summary", "[]", true)
 	if item.Get("content").IsArray() {
 		added = w.Edit(added, "content", "[]", true)
@@ -330,7 +321,7 @@ func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
 		w.Close()
 		text := part.Get("text")
 		for s := text.String(); len(s) > 0; {
-			n := sseCut(s)
+			n := openai.Cut(s)
 			head("response.reasoning_summary_text.delta", "summary_index", k)
 			w.Str("delta", s[:n])
 			w.Close()
@@ -350,7 +341,7 @@ func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
 		if part.Get("type").String() == "reasoning_text" {
 			text := part.Get("text")
 			for s := text.String(); len(s) > 0; {
-				n := sseCut(s)
+				n := openai.Cut(s)
 				head("response.reasoning_text.delta", "content_index", k)
 				w.Str("delta", s[:n])
 				w.Close()
@@ -364,20 +355,4 @@ func sseReasoning(w *sseWriter, idx int, id string, item gjson.Result) {
 		return true
 	})
 	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
-}
-
-// Edit returns the JSON object raw with path set to the raw JSON value, or raw unchanged when
-// path is absent and always is false. The first failure is kept in w.err.
-func (w *sseWriter) Edit(raw, path, value string, always bool) string {
-	if !always && !gjson.Get(raw, path).Exists() {
-		return raw
-	}
-	out, err := sjson.SetRaw(raw, path, value)
-	if err != nil {
-		if w.err == nil {
-			w.err = fmt.Errorf("set %s: %w", path, err)
-		}
-		return raw
-	}
-	return out
 }

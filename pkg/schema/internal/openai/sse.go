@@ -1,26 +1,29 @@
-package schema
+package openai
 
 import (
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"fmt"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
-// sseDeltaMax is the largest delta, in bytes, the streams split text into. A delta ends at the
+// DeltaMax is the largest delta, in bytes, the streams split text into. A delta ends at the
 // last newline inside that window, else after its last space, else at a rune boundary: a few
 // deltas for a typical answer, a bounded event count for a long one, and never a split UTF-8
 // sequence.
-const sseDeltaMax = 128
+const DeltaMax = 128
 
-// sseCut returns the length of the first delta of s (len(s) when s fits in one).
-func sseCut(s string) int {
-	if len(s) <= sseDeltaMax {
+// Cut returns the length of the first delta of s (len(s) when s fits in one).
+func Cut(s string) int {
+	if len(s) <= DeltaMax {
 		return len(s)
 	}
 	space := -1
-	for i := sseDeltaMax - 1; i >= 0; i-- {
+	for i := DeltaMax - 1; i >= 0; i-- {
 		switch s[i] {
 		case '\n':
 			return i + 1
@@ -38,7 +41,7 @@ func sseCut(s string) int {
 	n := 0
 	for n < len(s) {
 		_, size := utf8.DecodeRuneInString(s[n:])
-		if n+size > sseDeltaMax {
+		if n+size > DeltaMax {
 			break
 		}
 		n += size
@@ -46,17 +49,17 @@ func sseCut(s string) int {
 	return n
 }
 
-// sseWriter builds a Responses event stream: each event is an `event: <type>` line, one
+// Writer builds a Responses event stream: each event is an `event: <type>` line, one
 // `data: <json>` line and a blank line, numbered with sequence_number from 0.
-type sseWriter struct {
+type Writer struct {
 	Buf []byte
 	seq int
-	err error // the first failure of an edit; the stream is discarded when set
+	Err error // the first failure of an edit; the stream is discarded when set
 }
 
 // Open starts a Responses event of type typ: its event line and the data object up to and
 // including sequence_number.
-func (w *sseWriter) Open(typ string) {
+func (w *Writer) Open(typ string) {
 	w.Buf = append(w.Buf, "event: "...)
 	w.Buf = append(w.Buf, typ...)
 	w.Buf = append(w.Buf, "\ndata: {\"type\":\""...)
@@ -66,56 +69,56 @@ func (w *sseWriter) Open(typ string) {
 }
 
 // Close ends the current event's data object and the event.
-func (w *sseWriter) Close() {
+func (w *Writer) Close() {
 	w.Buf = append(w.Buf, "}\n\n"...)
 	w.seq++
 }
 
 // Key appends `,"<k>":`; k must need no escaping.
-func (w *sseWriter) Key(k string) {
+func (w *Writer) Key(k string) {
 	w.Buf = append(w.Buf, ',', '"')
 	w.Buf = append(w.Buf, k...)
 	w.Buf = append(w.Buf, '"', ':')
 }
 
-func (w *sseWriter) Str(k, v string) {
+func (w *Writer) Str(k, v string) {
 	w.Key(k)
 	w.Buf = jsonscan.AppendString(w.Buf, v)
 }
 
-func (w *sseWriter) Num(k string, v int) {
+func (w *Writer) Num(k string, v int) {
 	w.Key(k)
 	w.Buf = strconv.AppendInt(w.Buf, int64(v), 10)
 }
 
 // Raw appends k with the JSON value v, which must already be one compact, sanitized line: a
-// part of a body from sseCompactBody, or built from literals and AppendString.
-func (w *sseWriter) Raw(k, v string) {
+// part of a body from CompactBody, or built from literals and AppendString.
+func (w *Writer) Raw(k, v string) {
 	w.Key(k)
 	w.Buf = append(w.Buf, v...)
 }
 
 // Literal appends k with v as is; v must be a constant, compact JSON value.
-func (w *sseWriter) Literal(k, v string) {
+func (w *Writer) Literal(k, v string) {
 	w.Key(k)
 	w.Buf = append(w.Buf, v...)
 }
 
-// sseCompactBody validates that b is a JSON object and returns it as one compact, sanitized line
-// (sseAppendCompact), so that every part of it can be copied into a data line as is.
-func sseCompactBody(b []byte) (string, bool) {
-	if !gjson.ValidBytes(b) || !jsonscan.IsObjectText(finalView(b)) {
+// CompactBody validates that b is a JSON object and returns it as one compact, sanitized line
+// (AppendCompact), so that every part of it can be copied into a data line as is.
+func CompactBody(b []byte) (string, bool) {
+	if !gjson.ValidBytes(b) || !jsonscan.IsObjectText(View(b)) {
 		return "", false
 	}
 	// The compacted bytes are never modified: viewing them as a string saves a copy.
-	return finalView(sseAppendCompact(make([]byte, 0, len(b)), finalView(b))), true
+	return View(AppendCompact(make([]byte, 0, len(b)), View(b))), true
 }
 
-// sseAppendCompact appends the valid JSON value raw to dst without insignificant whitespace,
+// AppendCompact appends the valid JSON value raw to dst without insignificant whitespace,
 // with U+2028 and U+2029 escaped and each byte of an invalid UTF-8 sequence replaced by \ufffd
 // (as AppendString does for strings it encodes). The result is one line that every SSE
 // parser reads whole and every JSON parser decodes to the same value as raw.
-func sseAppendCompact(dst []byte, raw string) []byte {
+func AppendCompact(dst []byte, raw string) []byte {
 	inString := false
 	start := 0
 	for i := 0; i < len(raw); {
@@ -157,4 +160,28 @@ func sseAppendCompact(dst []byte, raw string) []byte {
 		}
 	}
 	return append(dst, raw[start:]...)
+}
+
+// RawOr returns v's raw JSON, or def when v is absent.
+func RawOr(v gjson.Result, def string) string {
+	if v.Exists() {
+		return v.Raw
+	}
+	return def
+}
+
+// Edit returns the JSON object raw with path set to the raw JSON value, or raw unchanged when
+// path is absent and always is false. The first failure is kept in w.Err.
+func (w *Writer) Edit(raw, path, value string, always bool) string {
+	if !always && !gjson.Get(raw, path).Exists() {
+		return raw
+	}
+	out, err := sjson.SetRaw(raw, path, value)
+	if err != nil {
+		if w.Err == nil {
+			w.Err = fmt.Errorf("set %s: %w", path, err)
+		}
+		return raw
+	}
+	return out
 }

@@ -1,15 +1,16 @@
-package schema
+package openai
 
 import (
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"strconv"
+
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 
 	"github.com/tidwall/gjson"
 )
 
-// finalUsage returns the sum of all rounds' usage (the body views), or nil with one round or
+// FinalUsage returns the sum of all rounds' usage (the body views), or nil with one round or
 // when no round has a usage object.
-func finalUsage(views []string) []byte {
+func FinalUsage(views []string) []byte {
 	if len(views) < 2 {
 		return nil
 	}
@@ -22,16 +23,16 @@ func finalUsage(views []string) []byte {
 	if len(usages) == 0 {
 		return nil
 	}
-	return finalSumJSON(nil, usages)
+	return SumJSON(nil, usages)
 }
 
-// finalSumJSON appends the sum of vals (the values found at one path in each round, in
+// SumJSON appends the sum of vals (the values found at one path in each round, in
 // chronological order) to dst. Objects are merged key by key: the last object's keys first in
 // its order, then keys only earlier objects have. Numbers are added. Any other value (string,
 // bool, null, array) is taken from the last round that has it. At a path where some rounds have
 // an object and others another kind of value, the objects win; likewise numbers win over
 // non-numbers.
-func finalSumJSON(dst []byte, vals []gjson.Result) []byte {
+func SumJSON(dst []byte, vals []gjson.Result) []byte {
 	var objs []gjson.Result
 	for _, v := range vals {
 		if v.IsObject() {
@@ -85,7 +86,7 @@ func finalSumObjects(dst []byte, objs []gjson.Result) []byte {
 		}
 		dst = jsonscan.AppendString(dst, k)
 		dst = append(dst, ':')
-		dst = finalSumJSON(dst, children[i])
+		dst = SumJSON(dst, children[i])
 	}
 	return append(dst, '}')
 }

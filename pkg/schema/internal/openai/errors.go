@@ -1,4 +1,4 @@
-package schema
+package openai
 
 import (
 	"encoding/json"
@@ -6,8 +6,9 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/codeinterp/codeinterp/pkg/schema"
+
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 )
 
 // apiError is OpenAI's error object, the same on the Responses and Chat Completions surfaces.
@@ -20,17 +21,17 @@ type apiError struct {
 
 // ErrorBody returns the JSON error body for e:
 // {"error":{"message":…,"type":"invalid_request_error","param":…,"code":…}}.
-func ErrorBody(e *RequestError) []byte {
-	return errorJSON(e.Message, errorType(e.HTTPStatus()), e.Param, e.Code)
+func ErrorBody(e *schema.RequestError) []byte {
+	return ErrorJSON(e.Message, ErrorType(e.HTTPStatus()), e.Param, e.Code)
 }
 
 // ServerErrorBody returns the JSON error body for a failure that is not the client's: status
 // picks the error type (for example "server_error" for 5xx), code may be empty.
 func ServerErrorBody(status int, message, code string) []byte {
-	return errorJSON(message, errorType(status), "", code)
+	return ErrorJSON(message, ErrorType(status), "", code)
 }
 
-func errorJSON(message, typ, param, code string) []byte {
+func ErrorJSON(message, typ, param, code string) []byte {
 	e := apiError{Message: message, Type: typ}
 	if param != "" {
 		e.Param = &param
@@ -48,8 +49,8 @@ func errorJSON(message, typ, param, code string) []byte {
 	return b
 }
 
-// errorType maps a status to OpenAI's error type names.
-func errorType(status int) string {
+// ErrorType maps a status to OpenAI's error type names.
+func ErrorType(status int) string {
 	switch {
 	case status == http.StatusUnauthorized:
 		return "authentication_error"
@@ -81,34 +82,7 @@ func UpstreamErrorBody(status int, body []byte) []byte {
 	if snippet != "" {
 		msg += " It said: " + snippet
 	}
-	return errorJSON(msg, errorType(status), "", "upstream_error")
-}
-
-// MarkIncomplete marks a final answer as cut short for reason (for example "loop_deadline"):
-// Responses gets status "incomplete" with incomplete_details.reason; Chat gets finish_reason
-// "length" on every choice that has none of its own beyond "tool_calls".
-func MarkIncomplete(s Surface, body []byte, reason string) ([]byte, error) {
-	var err error
-	switch s {
-	case Chat:
-		n := int(gjson.GetBytes(body, "choices.#").Int())
-		for i := 0; i < n; i++ {
-			path := fmt.Sprintf("choices.%d.finish_reason", i)
-			if fr := gjson.GetBytes(body, path).String(); fr == "" || fr == "tool_calls" || fr == "stop" {
-				if body, err = sjson.SetBytes(body, path, "length"); err != nil {
-					return nil, fmt.Errorf("mark incomplete: %w", err)
-				}
-			}
-		}
-	default:
-		if body, err = sjson.SetBytes(body, "status", "incomplete"); err != nil {
-			return nil, fmt.Errorf("mark incomplete: %w", err)
-		}
-		if body, err = sjson.SetBytes(body, "incomplete_details", map[string]string{"reason": reason}); err != nil {
-			return nil, fmt.Errorf("mark incomplete: %w", err)
-		}
-	}
-	return body, nil
+	return ErrorJSON(msg, ErrorType(status), "", "upstream_error")
 }
 
 // ErrorFields returns the code and message of an API error body ({"error":{"code","message"}}); a

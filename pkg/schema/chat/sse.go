@@ -1,15 +1,18 @@
-package schema
+package chat
 
 import (
 	"errors"
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"net/http"
 	"strconv"
+
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
 
-// ChatSSE encodes a Chat Completions body built by [Final] as the text/event-stream of
+// SSE encodes a Chat Completions body built by [Final] as the text/event-stream of
 // chat.completion.chunk objects the native API sends when the client asked for stream:true.
 // streamOptions is the client's original "stream_options" object (nil when it sent none).
 //
@@ -20,10 +23,10 @@ import (
 // the finish_reason (and the choice's logprobs, when it has any). When
 // streamOptions.include_usage is true every chunk has "usage": null and a last chunk has
 // "choices": [] and the body's usage; otherwise chunks have no usage. The stream ends with
-// `data: [DONE]`. Data lines never contain a raw newline, U+2028 or U+2029. ChatSSE fails when
+// `data: [DONE]`. Data lines never contain a raw newline, U+2028 or U+2029. SSE fails when
 // final is not a JSON object.
-func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
-	s, ok := sseCompactBody(final)
+func SSE(final []byte, streamOptions []byte) ([]byte, error) {
+	s, ok := openai.CompactBody(final)
 	if !ok {
 		return nil, errors.New("encode chat stream: body is not a JSON object")
 	}
@@ -32,11 +35,11 @@ func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
 
 	head := make([]byte, 0, 256)
 	head = append(head, `{"id":`...)
-	head = append(head, sseRawOr(root.Get("id"), `""`)...)
+	head = append(head, openai.RawOr(root.Get("id"), `""`)...)
 	head = append(head, `,"object":"chat.completion.chunk","created":`...)
-	head = append(head, sseRawOr(root.Get("created"), "0")...)
+	head = append(head, openai.RawOr(root.Get("created"), "0")...)
 	head = append(head, `,"model":`...)
-	head = append(head, sseRawOr(root.Get("model"), `""`)...)
+	head = append(head, openai.RawOr(root.Get("model"), `""`)...)
 	for _, k := range []string{"system_fingerprint", "service_tier"} {
 		if v := root.Get(k); v.Exists() {
 			head = append(head, ',', '"')
@@ -49,7 +52,7 @@ func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
 	if includeUsage {
 		tail = `,"usage":null}`
 	}
-	// Each delta of at most sseDeltaMax bytes costs about 200 bytes of chunk envelope.
+	// Each delta of at most DeltaMax bytes costs about 200 bytes of chunk envelope.
 	c := sseChat{buf: make([]byte, 0, 3*len(s)+4*len(head)+1024), head: head, tail: tail}
 
 	pos := 0
@@ -62,19 +65,11 @@ func ChatSSE(final []byte, streamOptions []byte) ([]byte, error) {
 		c.buf = append(c.buf, "data: "...)
 		c.buf = append(c.buf, c.head...)
 		c.buf = append(c.buf, `,"choices":[],"usage":`...)
-		c.buf = append(c.buf, sseRawOr(root.Get("usage"), "null")...)
+		c.buf = append(c.buf, openai.RawOr(root.Get("usage"), "null")...)
 		c.buf = append(c.buf, "}\n\n"...)
 	}
 	c.buf = append(c.buf, "data: [DONE]\n\n"...)
 	return c.buf, nil
-}
-
-// sseRawOr returns v's raw JSON, or def when v is absent.
-func sseRawOr(v gjson.Result, def string) string {
-	if v.Exists() {
-		return v.Raw
-	}
-	return def
 }
 
 // sseChat builds a Chat Completions chunk stream.
@@ -108,7 +103,7 @@ func (c *sseChat) end(logprobs, finishReason string) {
 // text writes s as deltas of the string field key.
 func (c *sseChat) text(key, s string) {
 	for len(s) > 0 {
-		n := sseCut(s)
+		n := openai.Cut(s)
 		c.begin()
 		c.buf = append(c.buf, '"')
 		c.buf = append(c.buf, key...)
@@ -129,7 +124,7 @@ func (c *sseChat) choice(choice gjson.Result, pos int) {
 
 	c.begin()
 	c.buf = append(c.buf, `"role":`...)
-	c.buf = append(c.buf, sseRawOr(msg.Get("role"), `"assistant"`)...)
+	c.buf = append(c.buf, openai.RawOr(msg.Get("role"), `"assistant"`)...)
 	c.buf = append(c.buf, `,"content":""`...)
 	c.end("null", "null")
 
@@ -145,7 +140,7 @@ func (c *sseChat) choice(choice gjson.Result, pos int) {
 
 	c.begin()
 	logprobs := choice.Get("logprobs")
-	c.end(sseRawOr(logprobs, "null"), sseRawOr(choice.Get("finish_reason"), "null"))
+	c.end(openai.RawOr(logprobs, "null"), openai.RawOr(choice.Get("finish_reason"), "null"))
 }
 
 // toolCall writes the fragments of tool call number k.
@@ -168,14 +163,14 @@ func (c *sseChat) toolCall(k int, tc gjson.Result) {
 	c.buf = append(c.buf, `"tool_calls":[{"index":`...)
 	c.buf = append(c.buf, ks...)
 	c.buf = append(c.buf, `,"id":`...)
-	c.buf = append(c.buf, sseRawOr(tc.Get("id"), `""`)...)
+	c.buf = append(c.buf, openai.RawOr(tc.Get("id"), `""`)...)
 	c.buf = append(c.buf, `,"type":"function","function":{"name":`...)
-	c.buf = append(c.buf, sseRawOr(tc.Get("function.name"), `""`)...)
+	c.buf = append(c.buf, openai.RawOr(tc.Get("function.name"), `""`)...)
 	c.buf = append(c.buf, `,"arguments":""}}]`...)
 	c.end("null", "null")
 
 	for s := tc.Get("function.arguments").String(); len(s) > 0; {
-		n := sseCut(s)
+		n := openai.Cut(s)
 		c.begin()
 		c.buf = append(c.buf, `"tool_calls":[{"index":`...)
 		c.buf = append(c.buf, ks...)
@@ -185,4 +180,15 @@ func (c *sseChat) toolCall(k int, tc gjson.Result) {
 		c.end("null", "null")
 		s = s[n:]
 	}
+}
+
+// ErrorSSE encodes a lone stream error: a data line with the API's error body
+// ({"error":{"message","type":"server_error","param":null,"code"}}), which SDKs raise as an
+// error.
+func ErrorSSE(code, message string) []byte {
+	body := openai.ServerErrorBody(http.StatusInternalServerError, message, code)
+	out := make([]byte, 0, len(body)+8)
+	out = append(out, "data: "...)
+	out = append(out, body...)
+	return append(out, "\n\n"...)
 }

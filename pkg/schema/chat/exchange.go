@@ -1,0 +1,120 @@
+package chat
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+	"github.com/codeinterp/codeinterp/pkg/store"
+)
+
+// Surface is Chat Completions. Its zero value is ready to use.
+type Surface struct{}
+
+var _ schema.Surface = Surface{}
+
+// Name implements [schema.Surface].
+func (Surface) Name() string { return "chat_completions" }
+
+// Paths implements [schema.Surface].
+func (Surface) Paths() []string { return []string{"/v1/chat/completions"} }
+
+// ErrorBody implements [schema.Surface]: OpenAI's error shape.
+func (Surface) ErrorBody(e *schema.RequestError) []byte { return openai.ErrorBody(e) }
+
+// NewExchange implements [schema.Surface].
+func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
+	x, err := dialect.NewExchange(body, o)
+	if err != nil {
+		return nil, err
+	}
+	return &exchange{Exchange: x}, nil
+}
+
+// kindCall is the [store.Key] kind of a Chat answer's pending calls: the id of the answer's
+// first client tool call, by which the client's replay of the message is found.
+const kindCall = "chat.call"
+
+// exchange is one Chat Completions request.
+type exchange struct {
+	*openai.Exchange
+}
+
+// Continue implements [schema.Exchange]. The client replays the assistant message with its own
+// tool calls only, in this and every later request; ours are put back next to them so that the
+// model sees its code and what it printed. Entries stay until they expire.
+func (x *exchange) Continue(p store.Pending, identity func() string) (bool, error) {
+	// Most requests replay none of the messages the store knows: a look for the ids is
+	// cheaper than reading the messages, and the identity is needed only then.
+	if !p.Holds(kindCall) {
+		return false, nil
+	}
+	id := identity()
+	body := x.Request().Body
+	ids := p.IDs(id, kindCall)
+	if !slices.ContainsFunc(ids, func(c string) bool { return bytes.Contains(body, []byte(`"`+c+`"`)) }) {
+		return false, nil
+	}
+	out, err := InsertCalls(body, x.FunctionName(), store.MaxContinuationBytes, func(callID string) []store.PendingCall {
+		return p.Get(id, store.Key{Kind: kindCall, ID: callID})
+	})
+	if err != nil || out == nil {
+		return false, err
+	}
+	x.SetBody(out)
+	return true, nil
+}
+
+// Accepted implements [schema.Exchange]: Chat keeps nothing only until then.
+func (x *exchange) Accepted(store.Pending, string) {}
+
+// Remember implements [schema.Exchange]: the calls are kept for the requests that replay the
+// message, found by its first client tool call.
+func (x *exchange) Remember(p store.Pending, identity string, _ []byte, pending []store.PendingCall) {
+	if ids := x.Turn().ClientCallIDs; len(ids) > 0 {
+		p.Put(identity, pending, store.Key{Kind: kindCall, ID: ids[0]})
+	}
+}
+
+// Final implements [schema.Exchange]; an incomplete answer gets finish_reason "length".
+func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
+	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName()})
+	if err == nil && incomplete != "" {
+		body, err = MarkIncomplete(body)
+	}
+	return body, err
+}
+
+// Events implements [schema.Exchange]: the answer is written as the chunk stream when the loop
+// is done, a failure as an error chunk.
+func (x *exchange) Events(w io.Writer) schema.Sink {
+	return &replay{w: w, streamOptions: x.Request().StreamOptions}
+}
+
+// replay writes a loop's answer as a chunk stream once it is known.
+type replay struct {
+	w             io.Writer
+	streamOptions []byte
+}
+
+func (s *replay) Event(ev schema.Event) error {
+	var (
+		out []byte
+		err error
+	)
+	switch ev.Kind {
+	case schema.EventDone:
+		if out, err = SSE(ev.Body, s.streamOptions); err != nil {
+			return fmt.Errorf("encode event stream: %w", err)
+		}
+	case schema.EventFailed:
+		out = ErrorSSE(openai.ErrorFields(ev.Body))
+	default:
+		return nil
+	}
+	_, err = s.w.Write(out)
+	return err
+}

@@ -1,0 +1,33 @@
+package openai
+
+import (
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+)
+
+// Dialect is what one of OpenAI's API surfaces does its own way where the code they share
+// reads and writes bodies: OpenAI's Responses and Chat Completions have the same error shape,
+// tool and tool_choice conventions and usage arithmetic, and differ in where a request keeps
+// its conversation, where an answer keeps the model's calls, and how typed objects nest. Each
+// surface package defines its Dialect; nothing here knows which surfaces exist.
+type Dialect struct {
+	// Spec is how closely a request is scanned: the members the rewrite reads or edits are
+	// checked byte by byte, and the items Rewrite edits are reported.
+	Spec *jsonscan.Spec
+	// Nested reports whether a typed object nests its fields under a member named after its
+	// type: {"type":"function","function":{"name":…}} and {"type":"allowed_tools",
+	// "allowed_tools":{"mode":…,"tools":[…]}}; otherwise they sit beside "type".
+	Nested bool
+	// Read, if set, reads into r what the surface needs of every request, one without the
+	// hosted tool too (for example what the request continues from).
+	Read func(t jsonscan.TopLevel, r *schema.Request)
+	// Rewrite, if set, returns the surface's own edits of a request that has the hosted tool
+	// (for example replayed calls); items are what the scan reported under Spec.
+	Rewrite func(t jsonscan.TopLevel, items []jsonscan.Item, name string, r *schema.Request) []jsonscan.Edit
+	// ReadTurn reads the calls of the function named name, and the client's calls, in an
+	// answer whose top-level members are t.
+	ReadTurn func(t jsonscan.TopLevel, name string) schema.Turn
+	// Extend returns the edits of request rq, and the members to add to it, that extend it
+	// by answer rs and the outputs of its calls.
+	Extend func(rq, rs jsonscan.TopLevel, outs []schema.CallOutput) ([]jsonscan.Edit, []AddedMember, error)
+}

@@ -1,0 +1,142 @@
+package responses
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+	"github.com/codeinterp/codeinterp/pkg/store"
+)
+
+// Surface is the Responses API. Its zero value is ready to use.
+type Surface struct{}
+
+var _ schema.Surface = Surface{}
+
+// Name implements [schema.Surface].
+func (Surface) Name() string { return "responses" }
+
+// Paths implements [schema.Surface].
+func (Surface) Paths() []string { return []string{"/v1/responses"} }
+
+// ErrorBody implements [schema.Surface]: OpenAI's error shape.
+func (Surface) ErrorBody(e *schema.RequestError) []byte { return openai.ErrorBody(e) }
+
+// NewExchange implements [schema.Surface].
+func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
+	x, err := dialect.NewExchange(body, o)
+	if err != nil {
+		return nil, err
+	}
+	return &exchange{Exchange: x}, nil
+}
+
+// The kinds of [store.Key] a Responses request continues from.
+const (
+	kindResponse     = "responses.response"     // an answer's id
+	kindConversation = "responses.conversation" // a conversation's id
+)
+
+// exchange is one Responses request.
+type exchange struct {
+	*openai.Exchange
+	// carried reports that the request carries its conversation's pending calls: they are
+	// forgotten once the upstream has taken it, since the conversation holds them from then on.
+	carried bool
+}
+
+// Continue implements [schema.Exchange]. The upstream, when it stores responses, holds a turn
+// whose internal calls the client never saw unanswered; a request that continues from that
+// answer by previous_response_id, or in the same conversation, carries only the client's
+// outputs, and gets ours prepended, or the upstream would refuse it. Clients that replay the
+// items themselves need nothing. An answer's entry stays until it expires (a client may branch
+// from one answer several times, or retry).
+func (x *exchange) Continue(p store.Pending, identity func() string) (bool, error) {
+	r := x.Request()
+	if r.PreviousResponseID == "" && r.ConversationID == "" {
+		return false, nil
+	}
+	id := identity()
+	var calls []store.PendingCall
+	if r.PreviousResponseID != "" {
+		calls = p.Get(id, store.Key{Kind: kindResponse, ID: r.PreviousResponseID})
+	}
+	conversation := false
+	if calls == nil && r.ConversationID != "" {
+		calls = p.Get(id, store.Key{Kind: kindConversation, ID: r.ConversationID})
+		conversation = calls != nil
+	}
+	if calls == nil {
+		return false, nil
+	}
+	out, err := PrependCallOutputs(r.Body, calls)
+	if err != nil {
+		return false, err
+	}
+	if grown := len(out) - len(r.Body); grown > store.MaxContinuationBytes {
+		return false, fmt.Errorf("prepend call outputs: %w (%d bytes)", schema.ErrRewriteTooLarge, grown)
+	}
+	x.SetBody(out)
+	x.carried = conversation
+	return true, nil
+}
+
+// Accepted implements [schema.Exchange].
+func (x *exchange) Accepted(p store.Pending, identity string) {
+	if x.carried {
+		p.Drop(identity, store.Key{Kind: kindConversation, ID: x.Request().ConversationID})
+	}
+}
+
+// Remember implements [schema.Exchange]: the calls are kept for the requests that continue
+// from the answer's id, and from the request's conversation.
+func (x *exchange) Remember(p store.Pending, identity string, final []byte, pending []store.PendingCall) {
+	p.Put(identity, pending,
+		store.Key{Kind: kindResponse, ID: gjson.GetBytes(final, "id").String()},
+		store.Key{Kind: kindConversation, ID: x.Request().ConversationID})
+}
+
+// Final implements [schema.Exchange].
+func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
+	r := x.Request()
+	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice})
+	if err == nil && incomplete != "" {
+		body, err = MarkIncomplete(body, incomplete)
+	}
+	return body, err
+}
+
+// Events implements [schema.Exchange]: the answer is written as the Responses event stream
+// when the loop is done (a failure after some rounds as response.failed); a failure before any
+// round writes nothing, and the client gets the JSON error.
+func (x *exchange) Events(w io.Writer) schema.Sink { return &replay{w: w} }
+
+// replay writes a loop's answer as an event stream once it is known.
+type replay struct{ w io.Writer }
+
+func (s *replay) Event(ev schema.Event) error {
+	var (
+		out []byte
+		err error
+	)
+	switch ev.Kind {
+	case schema.EventDone:
+		out, err = SSE(ev.Body)
+	case schema.EventFailed:
+		if ev.Partial == nil {
+			return nil
+		}
+		code, message := openai.ErrorFields(ev.Body)
+		out, err = FailedSSE(ev.Partial, code, message)
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("encode event stream: %w", err)
+	}
+	_, err = s.w.Write(out)
+	return err
+}

@@ -1,0 +1,165 @@
+package responses
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// MarkIncomplete marks a final answer as cut short for reason (for example "loop_deadline"):
+// status "incomplete" with incomplete_details.reason.
+func MarkIncomplete(body []byte, reason string) ([]byte, error) {
+	var err error
+	if body, err = sjson.SetBytes(body, "status", "incomplete"); err != nil {
+		return nil, fmt.Errorf("mark incomplete: %w", err)
+	}
+	if body, err = sjson.SetBytes(body, "incomplete_details", map[string]string{"reason": reason}); err != nil {
+		return nil, fmt.Errorf("mark incomplete: %w", err)
+	}
+	return body, nil
+}
+
+func finalResponses(in schema.FinalInput, views []string) ([]byte, error) {
+	last := views[len(views)-1]
+	output, changed, err := finalResponsesOutput(in, views)
+	if err != nil {
+		return nil, err
+	}
+	var edits []openai.FinalEdit
+	if changed || len(views) > 1 {
+		edits = append(edits, openai.FinalEdit{Path: "output", Value: output})
+	}
+	if usage := openai.FinalUsage(views); usage != nil {
+		edits = append(edits, openai.FinalEdit{Path: "usage", Value: usage})
+	}
+	if e, ok := finalResponsesTools(last, in.FunctionName, in.Tool); ok {
+		edits = append(edits, e)
+	}
+	if choice := finalResponsesToolChoice(last, in.ToolChoice); choice != nil {
+		edits = append(edits, openai.FinalEdit{Path: "tool_choice", Value: choice})
+	}
+	return openai.FinalApply(in.Rounds[len(views)-1].Body, last, edits)
+}
+
+// finalResponsesOutput returns the concatenated output array of all rounds and whether it
+// differs from the concatenation of the rounds' items (an internal call was replaced or
+// removed).
+func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, error) {
+	size := 2
+	for _, v := range views {
+		size += len(v)
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '[')
+	n := 0
+	changed := false
+	for ri, r := range in.Rounds {
+		output := gjson.Get(views[ri], "output")
+		if output.Exists() && output.Type != gjson.Null && !output.IsArray() {
+			return nil, false, fmt.Errorf("build final answer: round %d: output is not an array", ri+1)
+		}
+		internal := 0 // internal function calls of this round seen so far
+		var err error
+		output.ForEach(func(_, item gjson.Result) bool {
+			if !finalIsInternalCall(item, in.FunctionName) {
+				if n > 0 {
+					out = append(out, ',')
+				}
+				out = append(out, item.Raw...)
+				n++
+				return true
+			}
+			changed = true
+			k := internal
+			internal++
+			if k >= len(r.Calls) {
+				return true // never run: the client must not see the internal call
+			}
+			if n > 0 {
+				out = append(out, ',')
+			}
+			out, err = r.Calls[k].AppendJSON(out)
+			n++
+			return err == nil
+		})
+		if err != nil {
+			return nil, false, fmt.Errorf("build final answer: round %d: %w", ri+1, err)
+		}
+		if len(r.Calls) > 0 && len(r.Calls) != internal {
+			return nil, false, fmt.Errorf("build final answer: round %d: %d calls for %d internal function calls", ri+1, len(r.Calls), internal)
+		}
+	}
+	return append(out, ']'), changed, nil
+}
+
+// finalIsInternalCall reports whether item is a Responses function_call of the internal function.
+func finalIsInternalCall(item gjson.Result, name string) bool {
+	return item.Get("type").String() == "function_call" && item.Get("name").String() == name
+}
+
+// finalIsInternalTool reports whether t is the Responses function tool (or function choice)
+// naming the internal function.
+func finalIsInternalTool(t gjson.Result, name string) bool {
+	return t.Get("type").String() == "function" && t.Get("name").String() == name
+}
+
+// finalResponsesTools returns the edit of the body view's tools: the function tool named name
+// replaced by tool in place (only that element's bytes change), or, when there are several of
+// them or tool is nil, the array rebuilt with the first replaced and the others removed. It
+// returns false when there is no such tool.
+func finalResponsesTools(view, name string, tool []byte) (openai.FinalEdit, bool) {
+	tools := gjson.Get(view, "tools")
+	var found []int
+	tools.ForEach(func(k, t gjson.Result) bool {
+		if finalIsInternalTool(t, name) {
+			found = append(found, int(k.Int()))
+		}
+		return true
+	})
+	switch {
+	case len(found) == 0:
+		return openai.FinalEdit{}, false
+	case len(found) == 1 && tool != nil:
+		return openai.FinalEdit{Path: "tools." + strconv.Itoa(found[0]), Value: tool}, true
+	}
+	out := make([]byte, 0, len(tools.Raw)+len(tool))
+	out = append(out, '[')
+	n := 0
+	replaced := false
+	tools.ForEach(func(_, t gjson.Result) bool {
+		raw := []byte(t.Raw)
+		if finalIsInternalTool(t, name) {
+			if replaced || tool == nil {
+				return true
+			}
+			raw, replaced = tool, true
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, raw...)
+		n++
+		return true
+	})
+	return openai.FinalEdit{Path: "tools", Value: append(out, ']')}, true
+}
+
+// finalHostedChoice is the tool_choice that names the hosted code_interpreter tool.
+const finalHostedChoice = `{"type":"code_interpreter"}`
+
+// finalResponsesToolChoice returns the tool_choice to echo, the client's original or "auto" when
+// it sent none, or nil when the body's already is that.
+func finalResponsesToolChoice(view string, choice []byte) []byte {
+	if choice == nil {
+		choice = []byte(`"auto"`)
+	}
+	if tc := gjson.Get(view, "tool_choice"); tc.Exists() && tc.Raw == string(choice) {
+		return nil
+	}
+	return choice
+}
