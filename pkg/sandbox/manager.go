@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -704,4 +706,11 @@ func (m *Manager) warmCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.pool)
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
 }

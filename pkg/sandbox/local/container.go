@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // markerGrace bounds the wait for the end markers on stdout and stderr once the driver has
@@ -26,10 +28,10 @@ import (
 // it all.
 const markerGrace = 5 * time.Second
 
-// localContainer is one container of the Local backend: a bubblewrap process whose command is
+// container is one container of a Local: a bubblewrap process whose command is
 // the driver. Its Run calls must not overlap (runMu enforces it); Delete may be called at any
 // time.
-type localContainer struct {
+type container struct {
 	l       *Local
 	log     *zap.Logger
 	name    string // random, names its cgroup
@@ -84,13 +86,13 @@ func (l *Local) maxFrame() int {
 }
 
 // start launches the process and its reader goroutines; it does not wait for the driver. It
-// fails with ErrClosed after Close, which waits for the starts in progress.
-func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
+// fails with [sandbox.ErrClosed] after Close, which waits for the starts in progress.
+func (l *Local) start(memBytes int64) (_ *container, err error) {
 	if err := l.beginStart(); err != nil {
 		return nil, err
 	}
 	defer l.starts.Done()
-	c := &localContainer{
+	c := &container{
 		l:       l,
 		initFD:  -1,
 		uid:     -1,
@@ -131,7 +133,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	pipe := func() (r, w *os.File, err error) {
 		r, w, err = os.Pipe()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: pipe: %w", ErrUnavailable, err)
+			return nil, nil, fmt.Errorf("%w: pipe: %w", sandbox.ErrUnavailable, err)
 		}
 		return r, w, nil
 	}
@@ -162,7 +164,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		var sp *os.File // fd 6: the seccomp filter
 		if l.seccomp != nil {
 			if sp, err = l.seccompPipe(); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 			}
 			childFiles = append(childFiles, sp)
 		}
@@ -182,13 +184,13 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 			childFiles = append(childFiles, blockR)
 			memMax, pidsMax := l.cgroupLimits(memBytes)
 			if c.cg, err = l.cgroups.create(name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 			}
 		}
 		extra = append(extra, blockR) // nil without cgroups: fd 8 stays closed
 		shared, err := l.openShared() // fd 9 on
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
 		childFiles = append(childFiles, shared...)
 		extra = append(extra, shared...)
@@ -198,13 +200,13 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	if !l.isolated() {
 		c.hostDir = l.hostDataDir(name)
 		if err := os.MkdirAll(c.hostDir, 0o700); err != nil {
-			return nil, fmt.Errorf("%w: make data dir: %w", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: make data dir: %w", sandbox.ErrUnavailable, err)
 		}
 		dir = c.hostDir
 	}
 	cfgHex, err := l.driverConfig(memBytes, dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
 	path, args := l.commandArgs(cfgHex)
 
@@ -235,7 +237,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	c.cmd = cmd
 	if err := cmd.Start(); err != nil {
 		cancel()
-		return nil, fmt.Errorf("%w: start %s: %w", ErrUnavailable, path, err)
+		return nil, fmt.Errorf("%w: start %s: %w", sandbox.ErrUnavailable, path, err)
 	}
 	started = true
 	l.track(c)
@@ -259,13 +261,13 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 				c.kill()
 				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
 				_ = c.Delete(context.Background())
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 			}
 			if _, err := blockW.Write([]byte{1}); err != nil {
 				c.kill()
 				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
 				_ = c.Delete(context.Background())
-				return nil, fmt.Errorf("%w: release the sandbox: %w", ErrUnavailable, err)
+				return nil, fmt.Errorf("%w: release the sandbox: %w", sandbox.ErrUnavailable, err)
 			}
 		}
 	}
@@ -280,7 +282,7 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	return c, nil
 }
 
-func (c *localContainer) goTracked(f func()) {
+func (c *container) goTracked(f func()) {
 	c.wg.Add(1)
 	c.l.wg.Add(1)
 	go func() {
@@ -292,7 +294,7 @@ func (c *localContainer) goTracked(f func()) {
 
 // openInit reads bubblewrap's --info-fd report and opens a pidfd of the container's init. It
 // is best effort: without it Delete cannot wait for the container's processes to be gone.
-func (c *localContainer) openInit(info *os.File) int {
+func (c *container) openInit(info *os.File) int {
 	pid, fd, err := openInit(info)
 	if err != nil {
 		c.log.Warn("no pidfd of the container's init", zap.Int("pid", pid), zap.Error(err))
@@ -357,7 +359,7 @@ func waitExited(ctx context.Context, fd int) error {
 
 // kill kills the container: bubblewrap's process group (without isolation: the interpreter's)
 // and the container's init, which takes every process of its PID namespace with it.
-func (c *localContainer) kill() {
+func (c *container) kill() {
 	c.cancel()
 	c.initMu.Lock()
 	if c.initFD >= 0 {
@@ -369,7 +371,7 @@ func (c *localContainer) kill() {
 // waitInitGone waits until the container's init has exited, which it does only after every
 // other process of its PID namespace is gone, and reaps it if it became this process's child.
 // The monitor has been waited for (the init's reparenting, if any, is done).
-func (c *localContainer) waitInitGone(ctx context.Context) error {
+func (c *container) waitInitGone(ctx context.Context) error {
 	c.initMu.Lock()
 	fd := c.initFD
 	c.initMu.Unlock()
@@ -380,7 +382,7 @@ func (c *localContainer) waitInitGone(ctx context.Context) error {
 }
 
 // readFrames delivers the driver's answers until its pipe ends or Delete.
-func (c *localContainer) readFrames() {
+func (c *container) readFrames() {
 	limit := c.l.maxFrame()
 	for {
 		v, err := readFrame(c.ctlR, limit)
@@ -433,7 +435,7 @@ func writeFrame(w io.Writer, v map[string]any) error {
 }
 
 // waitReady waits for the driver's first answer.
-func (c *localContainer) waitReady(ctx context.Context) error {
+func (c *container) waitReady(ctx context.Context) error {
 	select {
 	case f := <-c.frames:
 		if f.err != nil {
@@ -461,7 +463,7 @@ func (c *localContainer) waitReady(ctx context.Context) error {
 
 // startOutput returns what the process wrote before its driver was ready (bubblewrap's or
 // Python's complaint), for the error.
-func (c *localContainer) startOutput() string {
+func (c *container) startOutput() string {
 	c.kill()
 	select {
 	case <-c.exited:
@@ -478,7 +480,7 @@ func (c *localContainer) startOutput() string {
 	return ""
 }
 
-func (c *localContainer) isDeleted() bool {
+func (c *container) isDeleted() bool {
 	select {
 	case <-c.deleted:
 		return true
@@ -488,7 +490,7 @@ func (c *localContainer) isDeleted() bool {
 }
 
 // Alive reports whether the container's process is still running.
-func (c *localContainer) Alive() bool {
+func (c *container) Alive() bool {
 	select {
 	case <-c.exited:
 		return false
@@ -501,24 +503,24 @@ func (c *localContainer) Alive() bool {
 
 // Run runs code as the container's next cell. When ctx is done the run is interrupted
 // (KeyboardInterrupt); if it has not stopped InterruptGrace later, the container is killed.
-// A run stopped at ctx's deadline fails with ErrTimeout, also matching ErrLost if the container
-// was killed; a run stopped by cancellation fails with ctx's error (and ErrLost if killed). A
-// container that died fails the run with ErrLost; a deleted one with ErrClosed. The Result
-// holds what the run showed, also when it failed.
-func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
+// A run stopped at ctx's deadline fails with [sandbox.ErrTimeout], also matching
+// [sandbox.ErrLost] if the container was killed; a run stopped by cancellation fails with ctx's
+// error (and ErrLost if killed). A container that died fails the run with ErrLost; a deleted one
+// with [sandbox.ErrClosed]. The Result holds what the run showed, also when it failed.
+func (c *container) Run(ctx context.Context, code string) (sandbox.Result, error) {
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
 	if c.isDeleted() {
-		return Result{}, ErrClosed
+		return sandbox.Result{}, sandbox.ErrClosed
 	}
 	select {
 	case <-c.exited:
-		return Result{}, fmt.Errorf("%w: container exited: %v", ErrLost, c.waitErr)
+		return sandbox.Result{}, fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
 	default:
 	}
 	if ctx.Err() != nil {
 		// Nothing was sent: the container is untouched.
-		return Result{}, c.stopErr(ctx, false)
+		return sandbox.Result{}, c.stopErr(ctx, false)
 	}
 	c.seq++
 	seq := c.seq
@@ -537,7 +539,7 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 		if ctx.Err() != nil {
 			return res, c.stopErr(ctx, true)
 		}
-		return res, fmt.Errorf("%w: send code: %w", ErrLost, err)
+		return res, fmt.Errorf("%w: send code: %w", sandbox.ErrLost, err)
 	}
 
 	interrupted := false
@@ -558,12 +560,12 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 				c.kill()
 				res := c.partial(outDone, errDone)
 				if c.isDeleted() {
-					return res, ErrClosed
+					return res, sandbox.ErrClosed
 				}
 				if interrupted {
 					return res, c.stopErr(ctx, true)
 				}
-				return res, fmt.Errorf("%w: %w", ErrLost, f.err)
+				return res, fmt.Errorf("%w: %w", sandbox.ErrLost, f.err)
 			}
 			res := c.result(f.v, outDone, errDone)
 			c.stopBackground()
@@ -587,21 +589,21 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 		case <-c.exited:
 			res := c.partial(outDone, errDone)
 			if c.isDeleted() {
-				return res, ErrClosed
+				return res, sandbox.ErrClosed
 			}
 			if interrupted {
 				return res, c.stopErr(ctx, true)
 			}
-			return res, fmt.Errorf("%w: container exited: %v", ErrLost, c.waitErr)
+			return res, fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
 		case <-c.deleted:
-			return c.partial(outDone, errDone), ErrClosed
+			return c.partial(outDone, errDone), sandbox.ErrClosed
 		}
 	}
 }
 
 // stopBackground kills what the run left running besides the interpreter (see nsProcs). The
 // caller holds runMu.
-func (c *localContainer) stopBackground() {
+func (c *container) stopBackground() {
 	if c.procs.init == 0 || c.isDeleted() {
 		return // a Delete meanwhile ends every process anyway
 	}
@@ -623,7 +625,7 @@ func (c *localContainer) stopBackground() {
 // onlyDriverLeft reports, from the container's cgroup (one read: a zombie is not listed),
 // whether nothing runs in it but bubblewrap's monitor and init and the driver, as after most
 // runs.
-func (c *localContainer) onlyDriverLeft() bool {
+func (c *container) onlyDriverLeft() bool {
 	if len(c.cg.dirs) == 0 {
 		return false
 	}
@@ -642,7 +644,7 @@ func (c *localContainer) onlyDriverLeft() bool {
 // send writes a request to the driver. The request is written whole even when ctx ends
 // meanwhile (the run is then interrupted, which the driver honours as the run starts), but a
 // driver that does not read it is given up InterruptGrace after ctx ends.
-func (c *localContainer) send(ctx context.Context, req map[string]any) error {
+func (c *container) send(ctx context.Context, req map[string]any) error {
 	_ = c.ctlW.SetWriteDeadline(time.Time{})
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -675,22 +677,22 @@ func checkAnswer(v map[string]any, seq uint64) error {
 
 // stopErr is the error of a run stopped because ctx is done; killed reports whether the
 // container was killed for it.
-func (c *localContainer) stopErr(ctx context.Context, killed bool) error {
-	var err error = ErrTimeout
+func (c *container) stopErr(ctx context.Context, killed bool) error {
+	var err error = sandbox.ErrTimeout
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = ctx.Err()
 	}
 	if killed {
-		return fmt.Errorf("%w: %w", err, ErrLost)
+		return fmt.Errorf("%w: %w", err, sandbox.ErrLost)
 	}
 	return err
 }
 
 // partial collects what the streams delivered of a run cut short.
-func (c *localContainer) partial(outDone, errDone <-chan struct{}) Result {
+func (c *container) partial(outDone, errDone <-chan struct{}) sandbox.Result {
 	// A dead container's pipes end soon; a live one's output so far is all there is.
 	waitMarkers(markerGrace/4, nil, outDone, errDone)
-	var res Result
+	var res sandbox.Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
 	res.Stderr, t2 = c.stderr.end()
@@ -714,9 +716,9 @@ func waitMarkers(d time.Duration, exited <-chan struct{}, outDone, errDone <-cha
 }
 
 // result builds a run's Result from the driver's answer and the streams.
-func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct{}) Result {
+func (c *container) result(v map[string]any, outDone, errDone <-chan struct{}) sandbox.Result {
 	waitMarkers(markerGrace, c.exited, outDone, errDone)
-	var res Result
+	var res sandbox.Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
 	res.Stderr, t2 = c.stderr.end()
@@ -731,7 +733,7 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 			out, _ := cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
 			return out
 		}
-		res.Error = &Error{Name: str("name"), Value: str("value"), Traceback: str("traceback")}
+		res.Error = &sandbox.Error{Name: str("name"), Value: str("value"), Traceback: str("traceback")}
 	}
 	imgBytes := 0
 	if imgs, ok := v["images"].([]any); ok {
@@ -745,7 +747,7 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 				continue
 			}
 			imgBytes += len(b)
-			res.Images = append(res.Images, Image{PNG: b})
+			res.Images = append(res.Images, sandbox.Image{PNG: b})
 		}
 	}
 	if files, ok := v["files"].([]any); ok {
@@ -759,7 +761,7 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 			if p == "" {
 				continue
 			}
-			res.Files = append(res.Files, File{Path: mapPath(p, c.hostDir), Size: n})
+			res.Files = append(res.Files, sandbox.File{Path: mapPath(p, c.hostDir), Size: n})
 		}
 	}
 	tr, _ := v["truncated"].(bool)
@@ -768,9 +770,9 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 }
 
 // Delete kills the container and waits for its process and goroutines (bounded by ctx). It is
-// idempotent and safe to call concurrently with Run, which then fails with ErrClosed, and with
-// itself.
-func (c *localContainer) Delete(ctx context.Context) error {
+// idempotent and safe to call concurrently with Run, which then fails with
+// [sandbox.ErrClosed], and with itself.
+func (c *container) Delete(ctx context.Context) error {
 	c.deleteOnce.Do(func() {
 		close(c.deleted)
 		close(c.stop)
@@ -786,7 +788,7 @@ func (c *localContainer) Delete(ctx context.Context) error {
 }
 
 // cleanup releases what a dead container holds; it runs once.
-func (c *localContainer) cleanup(ctx context.Context) error {
+func (c *container) cleanup(ctx context.Context) error {
 	// The process is gone; its pipes may still be held by a process that escaped (only
 	// possible without isolation): closing our ends stops the readers regardless.
 	c.closeParentFiles()
@@ -826,14 +828,14 @@ func (c *localContainer) cleanup(ctx context.Context) error {
 }
 
 // giveUID returns the container's uid to the pool: its processes are gone.
-func (c *localContainer) giveUID() {
+func (c *container) giveUID() {
 	if c.uid >= 0 {
 		c.l.uids.give(c.uid)
 		c.uid = -1
 	}
 }
 
-func (c *localContainer) closeParentFiles() {
+func (c *container) closeParentFiles() {
 	c.closeFiles.Do(func() {
 		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR} {
 			if f != nil {
