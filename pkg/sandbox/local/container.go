@@ -92,8 +92,63 @@ func (l *Local) start(memBytes int64) (_ *container, err error) {
 		return nil, err
 	}
 	defer l.starts.Done()
-	c := &container{
+	c := l.newContainer()
+	var files startFiles
+	started := false // the process started: Delete releases what the container holds
+	defer func() {
+		files.close()
+		if err != nil && !started {
+			c.releaseUnstarted()
+		}
+	}()
+	runAs, err := c.takeUID()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.openFiles(&files, memBytes); err != nil {
+		return nil, err
+	}
+	dir, err := c.makeDataDir()
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := c.command(memBytes, dir, runAs, &files)
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("%w: start %s: %w", sandbox.ErrUnavailable, cmd.Path, err)
+	}
+	started = true
+	l.track(c)
+	files.closeChildEnds()
+	if files.infoR != nil {
+		c.initPID = c.openInit(files.infoR)
+	}
+	if c.cg != nil {
+		if err := c.enterCgroup(files.blockW); err != nil {
+			c.abortStarted()
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+	}
+	c.goTracked(func() { c.stdout.readFrom(c.outR) })
+	c.goTracked(func() { c.stderr.readFrom(c.errR) })
+	c.goTracked(c.readFrames)
+	c.goTracked(func() {
+		c.waitErr = cmd.Wait()
+		close(c.exited)
+	})
+	return c, nil
+}
+
+// newContainer returns a container not yet started, with a random name.
+func (l *Local) newContainer() *container {
+	name := randomHex(8)
+	return &container{
 		l:       l,
+		log:     l.log.With(zap.String("container", name)),
+		name:    name,
 		initFD:  -1,
 		uid:     -1,
 		stdout:  newCapture(l.cfg.OutputLimit),
@@ -103,120 +158,178 @@ func (l *Local) start(memBytes int64) (_ *container, err error) {
 		stop:    make(chan struct{}),
 		deleted: make(chan struct{}),
 	}
-	name := randomHex(8)
-	c.name = name
-	c.log = l.log.With(zap.String("container", name))
-	var childFiles []*os.File
-	started := false // the process started: Delete releases what the container holds
-	defer func() {
-		for _, f := range childFiles {
-			f.Close()
-		}
-		if err != nil && !started {
-			c.closeParentFiles()
-			if c.hostDir != "" {
-				os.RemoveAll(c.hostDir)
-			}
-			if c.cg != nil {
-				_ = c.cg.remove()
-			}
-			c.giveUID()
-		}
-	}()
-	runAs := os.Geteuid()
-	if l.setUID && l.isolated() {
-		if c.uid, err = l.uids.take(); err != nil {
-			return nil, err
-		}
-		runAs = c.uid
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: pipe: %w", sandbox.ErrUnavailable, err)
-		}
-		return r, w, nil
-	}
-	var ctlInR, ctlOutW, intrR, outW, errW, blockW *os.File
-	if ctlInR, c.ctlW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, ctlInR)
-	if c.ctlR, ctlOutW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, ctlOutW)
-	if intrR, c.intrW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, intrR)
-	if c.outR, outW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, outW)
-	if c.errR, errW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, errW)
-	extra := []*os.File{ctlInR, ctlOutW, intrR}
-	var infoR *os.File
-	if l.isolated() {
-		var sp *os.File // fd 6: the seccomp filter
-		if l.seccomp != nil {
-			if sp, err = l.seccompPipe(); err != nil {
-				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-			}
-			childFiles = append(childFiles, sp)
-		}
-		var infoW *os.File // fd 7: bubblewrap's --info-fd
-		if infoR, infoW, err = pipe(); err != nil {
-			return nil, err
-		}
-		defer infoR.Close()
-		childFiles = append(childFiles, infoW)
-		extra = append(extra, sp, infoW)
-		var blockR *os.File // fd 8: bubblewrap's --block-fd
-		if l.cgroups != nil {
-			if blockR, blockW, err = pipe(); err != nil {
-				return nil, err
-			}
-			defer blockW.Close()
-			childFiles = append(childFiles, blockR)
-			memMax, pidsMax := l.cgroupLimits(memBytes)
-			if c.cg, err = l.cgroups.create(name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
-				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-			}
-		}
-		extra = append(extra, blockR) // nil without cgroups: fd 8 stays closed
-		shared, err := l.openShared() // fd 9 on
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-		}
-		childFiles = append(childFiles, shared...)
-		extra = append(extra, shared...)
-	}
+}
 
-	dir := dataDir
-	if !l.isolated() {
-		c.hostDir = l.hostDataDir(name)
-		if err := os.MkdirAll(c.hostDir, 0o700); err != nil {
-			return nil, fmt.Errorf("%w: make data dir: %w", sandbox.ErrUnavailable, err)
-		}
-		dir = c.hostDir
+// releaseUnstarted releases what a container whose process never started holds: its ends of
+// the pipes, its data directory, cgroup and uid.
+func (c *container) releaseUnstarted() {
+	c.closeParentFiles()
+	if c.hostDir != "" {
+		os.RemoveAll(c.hostDir)
 	}
+	if c.cg != nil {
+		_ = c.cg.remove()
+	}
+	c.giveUID()
+}
+
+// abortStarted kills a container whose process started but whose start then failed, and
+// releases what it holds.
+func (c *container) abortStarted() {
+	c.kill()
+	c.goTracked(func() { _ = c.cmd.Wait(); close(c.exited) })
+	_ = c.Delete(context.Background())
+}
+
+// takeUID gives the container a host uid of its own when the server is root and containers
+// are isolated, and returns the uid its process starts as.
+func (c *container) takeUID() (int, error) {
+	if !c.l.setUID || !c.l.isolated() {
+		return os.Geteuid(), nil
+	}
+	uid, err := c.l.uids.take()
+	if err != nil {
+		return 0, err
+	}
+	c.uid = uid
+	return uid, nil
+}
+
+// startFiles are the descriptors of one start: the child's ends, which the process inherits
+// (ExtraFiles from fd 3 on, and its stdout and stderr), and this process's ends of bubblewrap's
+// info and block pipes, used until the container is in its cgroup. The container's own ends
+// of the protocol pipes and streams are its fields.
+type startFiles struct {
+	child          []*os.File // closed once the process has started
+	extra          []*os.File // the child's fds 3 on; nil entries stay closed
+	stdout, stderr *os.File
+	infoR          *os.File // bubblewrap's --info-fd report; nil without isolation
+	blockW         *os.File // releases bubblewrap's --block-fd; nil without cgroups
+}
+
+// closeChildEnds closes the child's ends, which the process holds once it has started.
+func (f *startFiles) closeChildEnds() {
+	for _, fh := range f.child {
+		fh.Close()
+	}
+	f.child = nil
+}
+
+// close closes every descriptor of the start still open.
+func (f *startFiles) close() {
+	f.closeChildEnds()
+	for _, fh := range []*os.File{f.infoR, f.blockW} {
+		if fh != nil {
+			fh.Close()
+		}
+	}
+	f.infoR, f.blockW = nil, nil
+}
+
+// pipe returns a new pipe, its failure an ErrUnavailable.
+func pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: pipe: %w", sandbox.ErrUnavailable, err)
+	}
+	return r, w, nil
+}
+
+// openFiles opens the container's descriptors into f: the protocol pipes (the child's fds 3-5)
+// and standard streams, and under isolation the seccomp filter (fd 6), bubblewrap's info pipe
+// (fd 7), its block pipe (fd 8) with the cgroup it waits to be put in, and the shared files
+// (fd 9 on). What it opened before failing is in f (and the container) to be closed.
+func (c *container) openFiles(f *startFiles, memBytes int64) error {
+	l := c.l
+	var ctlInR, ctlOutW, intrR *os.File
+	var err error
+	if ctlInR, c.ctlW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, ctlInR)
+	if c.ctlR, ctlOutW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, ctlOutW)
+	if intrR, c.intrW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, intrR)
+	if c.outR, f.stdout, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, f.stdout)
+	if c.errR, f.stderr, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, f.stderr)
+	f.extra = []*os.File{ctlInR, ctlOutW, intrR}
+	if !l.isolated() {
+		return nil
+	}
+	var sp *os.File // fd 6: the seccomp filter
+	if l.seccomp != nil {
+		if sp, err = l.seccompPipe(); err != nil {
+			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+		f.child = append(f.child, sp)
+	}
+	var infoW *os.File // fd 7: bubblewrap's --info-fd
+	if f.infoR, infoW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, infoW)
+	f.extra = append(f.extra, sp, infoW)
+	var blockR *os.File // fd 8: bubblewrap's --block-fd
+	if l.cgroups != nil {
+		if blockR, f.blockW, err = pipe(); err != nil {
+			return err
+		}
+		f.child = append(f.child, blockR)
+		memMax, pidsMax := l.cgroupLimits(memBytes)
+		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
+			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+	}
+	f.extra = append(f.extra, blockR) // nil without cgroups: fd 8 stays closed
+	shared, err := l.openShared()     // fd 9 on
+	if err != nil {
+		return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	f.child = append(f.child, shared...)
+	f.extra = append(f.extra, shared...)
+	return nil
+}
+
+// makeDataDir returns the data directory as the driver sees it: /mnt/data in the sandbox, or
+// without isolation a new host directory of the container's own.
+func (c *container) makeDataDir() (string, error) {
+	if c.l.isolated() {
+		return dataDir, nil
+	}
+	c.hostDir = c.l.hostDataDir(c.name)
+	if err := os.MkdirAll(c.hostDir, 0o700); err != nil {
+		return "", fmt.Errorf("%w: make data dir: %w", sandbox.ErrUnavailable, err)
+	}
+	return c.hostDir, nil
+}
+
+// command builds the container's process, started as runAs with the descriptors of f: the
+// driver, under bubblewrap unless isolation is off, with its data directory dir. The process
+// lives until Delete, not as long as any request: its context is the container's own.
+func (c *container) command(memBytes int64, dir string, runAs int, f *startFiles) (*exec.Cmd, error) {
+	l := c.l
 	cfgHex, err := l.driverConfig(memBytes, dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
 	path, args := l.commandArgs(cfgHex)
-
-	// The process lives until Delete, not as long as any request: its context is its own.
 	life, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	cmd := exec.CommandContext(life, path, args...)
 	cmd.Stdin = nil // /dev/null
-	cmd.Stdout, cmd.Stderr = outW, errW
-	cmd.ExtraFiles = extra
+	cmd.Stdout, cmd.Stderr = f.stdout, f.stderr
+	cmd.ExtraFiles = f.extra
 	cmd.SysProcAttr = l.sysProcAttr(runAs)
 	if l.isolated() {
 		cmd.Env = []string{} // bubblewrap itself gets nothing of the server's environment
@@ -235,51 +348,26 @@ func (l *Local) start(memBytes int64) (_ *container, err error) {
 	}
 	cmd.WaitDelay = time.Second
 	c.cmd = cmd
-	if err := cmd.Start(); err != nil {
-		cancel()
-		return nil, fmt.Errorf("%w: start %s: %w", sandbox.ErrUnavailable, path, err)
-	}
-	started = true
-	l.track(c)
-	for _, f := range childFiles {
-		f.Close()
-	}
-	childFiles = nil
-	if infoR != nil {
-		initPID := c.openInit(infoR)
-		c.initPID = initPID
-		if c.cg != nil {
-			// bubblewrap's monitor and the sandbox's init are the only processes so far; the
-			// init waits on the block pipe before it starts anything.
-			err := c.cg.add(cmd.Process.Pid)
-			if err == nil && initPID > 0 {
-				err = c.cg.add(initPID)
-			} else if err == nil {
-				err = errors.New("no pid for the sandbox's init")
-			}
-			if err != nil {
-				c.kill()
-				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
-				_ = c.Delete(context.Background())
-				return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-			}
-			if _, err := blockW.Write([]byte{1}); err != nil {
-				c.kill()
-				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
-				_ = c.Delete(context.Background())
-				return nil, fmt.Errorf("%w: release the sandbox: %w", sandbox.ErrUnavailable, err)
-			}
-		}
-	}
+	return cmd, nil
+}
 
-	c.goTracked(func() { c.stdout.readFrom(c.outR) })
-	c.goTracked(func() { c.stderr.readFrom(c.errR) })
-	c.goTracked(c.readFrames)
-	c.goTracked(func() {
-		c.waitErr = cmd.Wait()
-		close(c.exited)
-	})
-	return c, nil
+// enterCgroup puts the started container in its cgroup and lets it go on: bubblewrap's
+// monitor and the sandbox's init are the only processes so far, and the init waits on the
+// block pipe (blockW's other end) before it starts anything.
+func (c *container) enterCgroup(blockW *os.File) error {
+	if err := c.cg.add(c.cmd.Process.Pid); err != nil {
+		return err
+	}
+	if c.initPID <= 0 {
+		return errors.New("no pid for the sandbox's init")
+	}
+	if err := c.cg.add(c.initPID); err != nil {
+		return err
+	}
+	if _, err := blockW.Write([]byte{1}); err != nil {
+		return fmt.Errorf("release the sandbox: %w", err)
+	}
+	return nil
 }
 
 func (c *container) goTracked(f func()) {
@@ -510,38 +598,69 @@ func (c *container) Alive() bool {
 func (c *container) Run(ctx context.Context, code string) (sandbox.Result, error) {
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
-	if c.isDeleted() {
-		return sandbox.Result{}, sandbox.ErrClosed
+	if err := c.runnable(ctx); err != nil {
+		return sandbox.Result{}, err
 	}
-	select {
-	case <-c.exited:
-		return sandbox.Result{}, fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
-	default:
-	}
-	if ctx.Err() != nil {
-		// Nothing was sent: the container is untouched.
-		return sandbox.Result{}, c.stopErr(ctx, false)
-	}
-	c.seq++
-	seq := c.seq
-	marker := []byte("\x1e[codeinterp end " + randomHex(16) + "]\x1e")
-	outDone := c.stdout.begin(marker)
-	errDone := c.stderr.begin(marker)
-
-	req := map[string]any{"op": "run", "seq": int64(seq), "code": code, "marker": marker}
-	if c.killedSince {
-		req["reap"] = true // the driver reaps its children killed after the last run
-		c.killedSince = false
-	}
-	if err := c.send(ctx, req); err != nil {
+	r := c.beginCell()
+	if err := c.sendCell(ctx, r, code); err != nil {
 		c.kill()
-		res := c.partial(outDone, errDone)
+		res := c.partial(r)
 		if ctx.Err() != nil {
 			return res, c.stopErr(ctx, true)
 		}
 		return res, fmt.Errorf("%w: send code: %w", sandbox.ErrLost, err)
 	}
+	return c.await(ctx, r)
+}
 
+// cell is one run in progress: its sequence number, and the end marker of its output with the
+// channels closed when each stream has shown it.
+type cell struct {
+	seq              uint64
+	marker           []byte
+	outDone, errDone <-chan struct{}
+}
+
+// runnable returns why no run may start now (the container is deleted or dead, or ctx is
+// already done), or nil. The caller holds runMu.
+func (c *container) runnable(ctx context.Context) error {
+	if c.isDeleted() {
+		return sandbox.ErrClosed
+	}
+	select {
+	case <-c.exited:
+		return fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
+	default:
+	}
+	if ctx.Err() != nil {
+		// Nothing was sent: the container is untouched.
+		return c.stopErr(ctx, false)
+	}
+	return nil
+}
+
+// beginCell numbers the next run and starts capturing its output up to a fresh end marker.
+// The caller holds runMu.
+func (c *container) beginCell() cell {
+	c.seq++
+	marker := []byte("\x1e[codeinterp end " + randomHex(16) + "]\x1e")
+	return cell{seq: c.seq, marker: marker, outDone: c.stdout.begin(marker), errDone: c.stderr.begin(marker)}
+}
+
+// sendCell sends run r of code to the driver. The caller holds runMu.
+func (c *container) sendCell(ctx context.Context, r cell, code string) error {
+	req := map[string]any{"op": "run", "seq": int64(r.seq), "code": code, "marker": r.marker}
+	if c.killedSince {
+		req["reap"] = true // the driver reaps its children killed after the last run
+		c.killedSince = false
+	}
+	return c.send(ctx, req)
+}
+
+// await waits for the end of run r: the driver's answer, or the container's death or
+// deletion. When ctx is done it interrupts the run, and kills the container if the run has not
+// stopped InterruptGrace later.
+func (c *container) await(ctx context.Context, r cell) (sandbox.Result, error) {
 	interrupted := false
 	var grace <-chan time.Time
 	for {
@@ -551,43 +670,19 @@ func (c *container) Run(ctx context.Context, code string) (sandbox.Result, error
 		}
 		select {
 		case f := <-c.frames:
-			if f.err == nil {
-				f.err = checkAnswer(f.v, seq)
-			}
-			if f.err != nil {
-				// The driver broke the protocol, or code running in its process wrote to its
-				// pipe: nothing it sends can be trusted any more.
-				c.kill()
-				res := c.partial(outDone, errDone)
-				if c.isDeleted() {
-					return res, sandbox.ErrClosed
-				}
-				if interrupted {
-					return res, c.stopErr(ctx, true)
-				}
-				return res, fmt.Errorf("%w: %w", sandbox.ErrLost, f.err)
-			}
-			res := c.result(f.v, outDone, errDone)
-			c.stopBackground()
-			if interrupted {
-				return res, c.stopErr(ctx, false)
-			}
-			return res, nil
+			return c.collect(ctx, r, f, interrupted)
 		case <-done:
 			interrupted = true
-			var b [8]byte
-			binary.BigEndian.PutUint64(b[:], seq)
-			_ = c.intrW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.intrW.Write(b[:])
+			c.interrupt(r.seq)
 			t := time.NewTimer(c.l.cfg.InterruptGrace)
 			defer t.Stop()
 			grace = t.C
 		case <-grace:
 			c.log.Info("run did not stop when interrupted: killing the container")
 			c.kill()
-			return c.partial(outDone, errDone), c.stopErr(ctx, true)
+			return c.partial(r), c.stopErr(ctx, true)
 		case <-c.exited:
-			res := c.partial(outDone, errDone)
+			res := c.partial(r)
 			if c.isDeleted() {
 				return res, sandbox.ErrClosed
 			}
@@ -596,9 +691,45 @@ func (c *container) Run(ctx context.Context, code string) (sandbox.Result, error
 			}
 			return res, fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
 		case <-c.deleted:
-			return c.partial(outDone, errDone), sandbox.ErrClosed
+			return c.partial(r), sandbox.ErrClosed
 		}
 	}
+}
+
+// interrupt asks the driver to interrupt run seq (a KeyboardInterrupt in the code). A driver
+// that does not read it is left to the grace that follows.
+func (c *container) interrupt(seq uint64) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	_ = c.intrW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.intrW.Write(b[:])
+}
+
+// collect makes run r's result of the frame the driver sent, and stops what the run left
+// running in the background; interrupted reports whether ctx had ended the run.
+func (c *container) collect(ctx context.Context, r cell, f frameMsg, interrupted bool) (sandbox.Result, error) {
+	if f.err == nil {
+		f.err = checkAnswer(f.v, r.seq)
+	}
+	if f.err != nil {
+		// The driver broke the protocol, or code running in its process wrote to its pipe:
+		// nothing it sends can be trusted any more.
+		c.kill()
+		res := c.partial(r)
+		if c.isDeleted() {
+			return res, sandbox.ErrClosed
+		}
+		if interrupted {
+			return res, c.stopErr(ctx, true)
+		}
+		return res, fmt.Errorf("%w: %w", sandbox.ErrLost, f.err)
+	}
+	res := c.result(f.v, r)
+	c.stopBackground()
+	if interrupted {
+		return res, c.stopErr(ctx, false)
+	}
+	return res, nil
 }
 
 // stopBackground kills what the run left running besides the interpreter (see nsProcs). The
@@ -688,10 +819,10 @@ func (c *container) stopErr(ctx context.Context, killed bool) error {
 	return err
 }
 
-// partial collects what the streams delivered of a run cut short.
-func (c *container) partial(outDone, errDone <-chan struct{}) sandbox.Result {
+// partial collects what the streams delivered of run r, cut short.
+func (c *container) partial(r cell) sandbox.Result {
 	// A dead container's pipes end soon; a live one's output so far is all there is.
-	waitMarkers(markerGrace/4, nil, outDone, errDone)
+	waitMarkers(markerGrace/4, nil, r.outDone, r.errDone)
 	var res sandbox.Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
@@ -715,9 +846,9 @@ func waitMarkers(d time.Duration, exited <-chan struct{}, outDone, errDone <-cha
 	}
 }
 
-// result builds a run's Result from the driver's answer and the streams.
-func (c *container) result(v map[string]any, outDone, errDone <-chan struct{}) sandbox.Result {
-	waitMarkers(markerGrace, c.exited, outDone, errDone)
+// result builds run r's Result from the driver's answer v and the streams.
+func (c *container) result(v map[string]any, r cell) sandbox.Result {
+	waitMarkers(markerGrace, c.exited, r.outDone, r.errDone)
 	var res sandbox.Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
