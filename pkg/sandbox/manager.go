@@ -154,9 +154,11 @@ type Manager struct {
 	refill chan struct{}   // size 1: a kick to the pool filler; extra kicks are redundant
 	ctx    context.Context // done at Close: stops the filler, the pruner and pool starts
 	stop   context.CancelFunc
-	// wg counts the filler, the pruner, background deletions and container starts. Add is
-	// only called under mu while !closed, so every Add happens before Close's Wait.
-	wg sync.WaitGroup
+	// active counts the filler, the pruner, background deletions and container starts, under
+	// mu. It grows only while !closed or within Close's own critical section, so once it is 0
+	// after Close it stays 0: then drained is closed (by Close, or by the last to end).
+	active  int
+	drained chan struct{}
 }
 
 // NewManager returns a Manager over p and starts its pool filler (when cfg.WarmPool > 0) and
@@ -175,16 +177,49 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		sessions: map[string]int{},
 		owned:    map[string]int{},
 		refill:   make(chan struct{}, 1),
+		drained:  make(chan struct{}),
 		metrics:  newManagerMetrics(),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if cfg.WarmPool > 0 {
 		m.kick()
-		m.wg.Go(m.fillPool)
+		m.goLocked(m.fillPool)
 	}
-	m.wg.Go(m.prune)
+	m.goLocked(m.prune)
 	return m
+}
+
+// goLocked runs f in a goroutine of the Manager's, which Close waits for. The caller holds mu,
+// and the Manager is not closed (or Close is in its critical section).
+func (m *Manager) goLocked(f func()) {
+	m.active++
+	go func() {
+		defer m.done()
+		f()
+	}()
+}
+
+// done ends one of the Manager's goroutines or container starts counted in active.
+func (m *Manager) done() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.active--
+	m.signalDrainedLocked()
+}
+
+// signalDrainedLocked closes drained once the Manager is closed and nothing it counts is left.
+func (m *Manager) signalDrainedLocked() {
+	if !m.closed || m.active > 0 {
+		return
+	}
+	select {
+	case <-m.drained:
+	default:
+		close(m.drained)
+	}
 }
 
 func (m *Manager) resolve(s Spec) Spec {
@@ -357,7 +392,7 @@ func (m *Manager) removeLocked(e *entry) {
 // deleteLocked deletes c off the request path; Close waits for it. After Close has started
 // waiting, deletions happen where they are asked for (see Close).
 func (m *Manager) deleteLocked(c Container) {
-	m.wg.Go(func() { m.deleteNow(c) })
+	m.goLocked(func() { m.deleteNow(c) })
 }
 
 func (m *Manager) deleteNow(c Container) {
@@ -369,8 +404,9 @@ func (m *Manager) deleteNow(c Container) {
 }
 
 // Close stops the pool filler and the pruner, deletes every container (also those leased:
-// their runs fail) and waits for all of it, or until ctx is done. Later Acquires fail with
-// ErrClosed. Idempotent.
+// their runs fail) and waits for all of it, or until ctx is done: then it returns ctx's error,
+// and what is left ends in the background. Later Acquires fail with ErrClosed. Idempotent: a
+// later Close waits again.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if !m.closed {
@@ -383,15 +419,11 @@ func (m *Manager) Close(ctx context.Context) error {
 			m.deleteLocked(c)
 		}
 		m.pool = nil
+		m.signalDrainedLocked()
 	}
 	m.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		m.wg.Wait()
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-m.drained:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close sandbox manager: %w", ctx.Err())
@@ -635,9 +667,9 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 		m.metrics.starts.WithLabelValues("warm").Inc()
 		return c, nil
 	}
-	m.wg.Add(1) // Close waits for a start in progress
+	m.active++ // Close waits for a start in progress
 	m.mu.Unlock()
-	defer m.wg.Done()
+	defer m.done()
 	// The start is bounded by the request, and stopped by Close.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
@@ -488,6 +489,31 @@ func TestManagerClose(t *testing.T) {
 		s.Release()
 		e.Release()
 	})
+}
+
+// TestManagerCloseTimeout: a Close whose ctx ends before the deletions returns ctx's error and
+// leaves nothing of its own behind; the deletions go on, and a later Close waits for them.
+func TestManagerCloseTimeout(t *testing.T) {
+	unblock := make(chan struct{})
+	p := &sandboxtest.Provider{OnDelete: func(context.Context, *sandboxtest.Container) error {
+		<-unblock
+		return nil
+	}}
+	m := sandbox.NewManager(p, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+	l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	run(t, l, "x=1")
+	l.Release()
+	before := goleak.IgnoreCurrent()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, m.Close(ctx), context.Canceled, "Close with its ctx done")
+	assert.NoError(t, goleak.Find(before, goleak.IgnoreAnyFunction("github.com/codeinterp/codeinterp/pkg/sandbox_test.TestManagerCloseTimeout.func1")),
+		"after a Close that timed out, only the deletion it started is left")
+
+	close(unblock)
+	require.NoError(t, m.Close(context.Background()), "a later Close waits for the deletion")
+	assert.True(t, p.Container(0).Deleted(), "deleted")
 }
 
 func TestManagerMetrics(t *testing.T) {
