@@ -37,6 +37,11 @@ type ManagerConfig struct {
 	RunTimeout time.Duration
 	// DeleteTimeout bounds one background deletion. Default 30s.
 	DeleteTimeout time.Duration
+	// Registry keeps which identity each container id belongs to, which session key names it
+	// and when it was last used. If nil, the Manager keeps them in a map of its own. A
+	// Registry must not be shared by Managers: each expects to find only its own containers
+	// there (a container id is no use to another Manager, which cannot reach the container).
+	Registry Registry
 }
 
 func (c *ManagerConfig) setDefaults() {
@@ -111,17 +116,17 @@ type sandboxKey struct {
 	name     string // session name, or a server-minted random name (ephemeral)
 }
 
-// entry is one container issued under a key. Its container starts lazily, on the first run.
+// entry is one container issued under a key: its names are in the Manager's Registry, and its
+// live parts here. Its container starts lazily, on the first run.
 type entry struct {
 	id   string // "cntr_…"
 	key  sandboxKey
 	spec Spec
 
 	// The fields below are guarded by Manager.mu.
-	c        Container // nil until the first run starts it
-	leases   int
-	lastUsed time.Time
-	dead     bool // evicted, lost or deleted: never used again
+	c      Container // nil until the first run starts it
+	leases int
+	dead   bool // evicted, lost or deleted: never used again
 
 	// sem serializes runs (and the lazy start) on the entry: one token.
 	sem chan struct{}
@@ -130,24 +135,25 @@ type entry struct {
 // Manager maps sandbox keys to containers: ephemeral keys minted per request, session keys,
 // and the container ids it issued, all scoped by the caller's identity. It caps containers per
 // identity (LRU) and globally, deletes idle sessions, hands out warm containers, runs one cell
-// at a time per container and deletes containers off the request path. Safe for concurrent use.
-// Close stops it and deletes everything.
+// at a time per container and deletes containers off the request path. The names (which
+// identity owns an id, which session key names it, when it was last used) are kept in its
+// Registry. Safe for concurrent use. Close stops it and deletes everything.
 type Manager struct {
 	p   Provider
 	cfg ManagerConfig
 	log *zap.Logger
+	reg Registry
 
 	poolSpec Spec
 
 	// mu guards the fields below and the entries' guarded fields.
-	mu       sync.Mutex
-	closed   bool
-	keys     map[sandboxKey]*entry
-	ids      map[string]*entry
-	sessions map[string]int // session entries per identity
-	owned    map[string]int // entries (ephemeral and session) per identity
-	count    int            // live entries
-	pool     []Container
+	mu        sync.Mutex
+	closed    bool
+	live      map[string]*entry     // entries by container id, until removed
+	ephemeral map[sandboxKey]*entry // the live entries of ephemeral keys, which no other replica needs
+	sessions  map[string]int        // live session entries per identity
+	owned     map[string]int        // live entries (ephemeral and session) per identity
+	pool      []Container
 
 	metrics managerMetrics
 
@@ -168,17 +174,22 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		log = zap.NewNop()
 	}
 	cfg.setDefaults()
+	reg := cfg.Registry
+	if reg == nil {
+		reg = newMapRegistry()
+	}
 	m := &Manager{
-		p:        p,
-		cfg:      cfg,
-		log:      log.Named("sandbox.manager"),
-		keys:     map[sandboxKey]*entry{},
-		ids:      map[string]*entry{},
-		sessions: map[string]int{},
-		owned:    map[string]int{},
-		refill:   make(chan struct{}, 1),
-		drained:  make(chan struct{}),
-		metrics:  newManagerMetrics(),
+		p:         p,
+		cfg:       cfg,
+		log:       log.Named("sandbox.manager"),
+		reg:       reg,
+		live:      map[string]*entry{},
+		ephemeral: map[sandboxKey]*entry{},
+		sessions:  map[string]int{},
+		owned:     map[string]int{},
+		refill:    make(chan struct{}, 1),
+		drained:   make(chan struct{}),
+		metrics:   newManagerMetrics(),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
@@ -251,30 +262,34 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 	}
 	now := time.Now()
 	var e *entry
+	var err error
 	switch {
 	case r.ContainerID != "":
-		e = m.lookupLocked(r.Identity, r.ContainerID)
+		if e, err = m.lookupLocked(ctx, r.Identity, r.ContainerID); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		if e == nil {
 			m.metrics.refusals.WithLabelValues("unknown_container").Inc()
 			return nil, ErrUnknownContainer
 		}
+		m.touchLocked(ctx, e, now)
 	case r.Session != "":
 		k := sandboxKey{kind: kindSession, identity: r.Identity, name: r.Session}
-		if e = m.keys[k]; e == nil {
-			var err error
-			if e, err = m.newEntryLocked(k, r.Spec); err != nil {
-				return nil, err
-			}
+		if e, err = m.keyEntryLocked(ctx, k); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if e != nil {
+			m.touchLocked(ctx, e, now)
+		} else if e, err = m.newEntryLocked(ctx, k, r.Spec, now); err != nil {
+			return nil, err
 		}
 	default:
 		k := sandboxKey{kind: kindEphemeral, identity: r.Identity, name: randomHex(16)}
-		var err error
-		if e, err = m.newEntryLocked(k, r.Spec); err != nil {
+		if e, err = m.newEntryLocked(ctx, k, r.Spec, now); err != nil {
 			return nil, err
 		}
 	}
 	e.leases++
-	e.lastUsed = now
 	return &Lease{m: m, key: e.key, e: e}, nil
 }
 
@@ -288,23 +303,77 @@ func (m *Manager) CheckSpec(spec Spec) error {
 	return nil
 }
 
-// Known reports whether containerID was issued to identity and is still alive.
+// Known reports whether containerID was issued to identity and is still alive. A Registry
+// that fails makes every id unknown.
 func (m *Manager) Known(identity, containerID string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.closed && m.lookupLocked(identity, containerID) != nil
-}
-
-func (m *Manager) lookupLocked(identity, id string) *entry {
-	e := m.ids[id]
-	if e == nil || e.dead || subtle.ConstantTimeCompare([]byte(e.key.identity), []byte(identity)) != 1 {
-		return nil
+	if m.closed {
+		return false
 	}
-	return e
+	e, err := m.lookupLocked(context.Background(), identity, containerID)
+	if err != nil {
+		m.log.Warn("look up container", zap.Error(err))
+	}
+	return e != nil
 }
 
-// newEntryLocked reserves a container under k, within the caps.
-func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
+// lookupLocked returns the live entry of container id if the Registry has it issued to
+// identity, or nil.
+func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (*entry, error) {
+	r, ok, err := m.reg.Lookup(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("look up container: %w", err)
+	}
+	if !ok || subtle.ConstantTimeCompare([]byte(r.Identity), []byte(identity)) != 1 {
+		return nil, nil
+	}
+	if e := m.live[id]; e != nil && !e.dead {
+		return e, nil
+	}
+	return nil, nil
+}
+
+// keyEntryLocked returns the live entry key k names, or nil: a session key's from the
+// Registry, an ephemeral key's (minted per request) from the Manager's own map.
+func (m *Manager) keyEntryLocked(ctx context.Context, k sandboxKey) (*entry, error) {
+	if k.kind == kindEphemeral {
+		return m.ephemeral[k], nil
+	}
+	r, ok, err := m.reg.Session(ctx, k.identity, k.name)
+	if err != nil {
+		return nil, fmt.Errorf("look up session: %w", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	if e := m.live[r.ID]; e != nil && !e.dead {
+		return e, nil
+	}
+	return nil, nil
+}
+
+// touchLocked records a use of e at now. The lease goes on if the Registry fails: only the
+// time of last use is lost.
+func (m *Manager) touchLocked(ctx context.Context, e *entry, now time.Time) {
+	if err := m.reg.Touch(ctx, e.id, now); err != nil {
+		m.log.Warn("record a container's use", zap.String("container_id", e.id), zap.Error(err))
+	}
+}
+
+// lastUsedLocked returns when e was last used; ok is false when the Registry failed (which is
+// logged). A registration the Registry no longer has counts as unused since the zero time.
+func (m *Manager) lastUsedLocked(e *entry) (t time.Time, ok bool) {
+	r, _, err := m.reg.Lookup(context.Background(), e.id)
+	if err != nil {
+		m.log.Warn("look up container", zap.String("container_id", e.id), zap.Error(err))
+		return time.Time{}, false
+	}
+	return r.LastUsed, true
+}
+
+// newEntryLocked reserves a container under k, within the caps, used from now on.
+func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, now time.Time) (*entry, error) {
 	if k.kind == kindSession && m.sessions[k.identity] >= m.cfg.MaxSessionsPerIdentity {
 		if err := m.evictLRUSessionLocked(k.identity, "all %d sessions of this identity are in use", m.cfg.MaxSessionsPerIdentity); err != nil {
 			return nil, err
@@ -315,7 +384,7 @@ func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
 			return nil, err
 		}
 	}
-	if m.count >= m.cfg.MaxContainers {
+	if len(m.live) >= m.cfg.MaxContainers {
 		m.metrics.refusals.WithLabelValues("cap").Inc()
 		return nil, fmt.Errorf("%w: %d containers in use", ErrUnavailable, m.cfg.MaxContainers)
 	}
@@ -326,9 +395,17 @@ func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
 		sem:  make(chan struct{}, 1),
 	}
 	e.sem <- struct{}{}
-	m.keys[k] = e
-	m.ids[e.id] = e
-	m.count++
+	r := Registration{ID: e.id, Identity: k.identity, LastUsed: now}
+	if k.kind == kindSession {
+		r.Session = k.name
+	}
+	if err := m.reg.Add(ctx, r); err != nil {
+		return nil, fmt.Errorf("%w: register container: %w", ErrUnavailable, err)
+	}
+	m.live[e.id] = e
+	if k.kind == kindEphemeral {
+		m.ephemeral[k] = e
+	}
 	m.owned[k.identity]++
 	if k.kind == kindSession {
 		m.sessions[k.identity]++
@@ -353,12 +430,17 @@ func (m *Manager) evictLRUSessionLocked(identity, format string, limit int) erro
 
 func (m *Manager) lruIdleSessionLocked(identity string) *entry {
 	var victim *entry
-	for k, e := range m.keys {
-		if k.kind != kindSession || k.identity != identity || e.leases > 0 {
+	var victimUsed time.Time
+	for _, e := range m.live {
+		if e.key.kind != kindSession || e.key.identity != identity || e.leases > 0 {
 			continue
 		}
-		if victim == nil || e.lastUsed.Before(victim.lastUsed) {
-			victim = e
+		used, ok := m.lastUsedLocked(e)
+		if !ok {
+			continue
+		}
+		if victim == nil || used.Before(victimUsed) {
+			victim, victimUsed = e, used
 		}
 	}
 	return victim
@@ -370,11 +452,13 @@ func (m *Manager) removeLocked(e *entry) {
 		return
 	}
 	e.dead = true
-	if m.keys[e.key] == e {
-		delete(m.keys, e.key)
+	if err := m.reg.Remove(context.Background(), e.id); err != nil {
+		m.log.Warn("forget container", zap.String("container_id", e.id), zap.Error(err))
 	}
-	delete(m.ids, e.id)
-	m.count--
+	delete(m.live, e.id)
+	if m.ephemeral[e.key] == e {
+		delete(m.ephemeral, e.key)
+	}
 	if m.owned[e.key.identity]--; m.owned[e.key.identity] <= 0 {
 		delete(m.owned, e.key.identity)
 	}
@@ -412,7 +496,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	if !m.closed {
 		m.closed = true
 		m.stop()
-		for _, e := range m.keys {
+		for _, e := range m.live {
 			m.removeLocked(e)
 		}
 		for _, c := range m.pool {
@@ -537,8 +621,11 @@ func (m *Manager) pruneOnce(now time.Time) {
 	if m.closed {
 		return
 	}
-	for _, e := range m.keys {
-		if e.key.kind == kindSession && e.leases == 0 && now.Sub(e.lastUsed) >= m.cfg.SessionIdleTTL {
+	for _, e := range m.live {
+		if e.key.kind != kindSession || e.leases > 0 {
+			continue
+		}
+		if used, ok := m.lastUsedLocked(e); ok && now.Sub(used) >= m.cfg.SessionIdleTTL {
 			m.log.Debug("deleting idle session", zap.String("container_id", e.id))
 			m.metrics.evictions.WithLabelValues("idle").Inc()
 			m.removeLocked(e)
@@ -623,16 +710,18 @@ func (l *Lease) current() (*entry, error) {
 	if !l.e.dead {
 		return l.e, nil
 	}
-	e := m.keys[l.key]
-	if e == nil {
-		var err error
-		if e, err = m.newEntryLocked(l.key, l.e.spec); err != nil {
-			return nil, err
-		}
+	ctx, now := context.Background(), time.Now()
+	e, err := m.keyEntryLocked(ctx, l.key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if e != nil {
+		m.touchLocked(ctx, e, now)
+	} else if e, err = m.newEntryLocked(ctx, l.key, l.e.spec, now); err != nil {
+		return nil, err
 	}
 	l.e.leases--
 	e.leases++
-	e.lastUsed = time.Now()
 	l.e = e
 	return e, nil
 }
@@ -706,8 +795,11 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 func (m *Manager) afterRun(e *entry, c Container, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e.lastUsed = time.Now()
-	if err == nil || !errors.Is(err, ErrLost) || e.dead || e.c != c {
+	if e.dead {
+		return
+	}
+	m.touchLocked(context.Background(), e, time.Now())
+	if err == nil || !errors.Is(err, ErrLost) || e.c != c {
 		return
 	}
 	m.log.Info("container lost: evicting it", zap.String("container_id", e.id), zap.Error(err))
@@ -727,9 +819,12 @@ func (l *Lease) Release() {
 	defer m.mu.Unlock()
 	e := l.e
 	e.leases--
-	e.lastUsed = time.Now()
-	if e.key.kind == kindEphemeral && e.leases == 0 && !e.dead && !m.closed {
+	switch {
+	case e.dead:
+	case e.key.kind == kindEphemeral && e.leases == 0 && !m.closed:
 		m.removeLocked(e)
+	default:
+		m.touchLocked(context.Background(), e, time.Now())
 	}
 }
 
