@@ -1,7 +1,7 @@
 // Package app wires a whole codeinterp server: the sandbox backend and its manager, the loop
 // engine, the ext_proc server and the gRPC server carrying it with gRPC health, and the admin
-// HTTP handler. It is the one place that names a concrete sandbox backend; cmd/extproc and the
-// end-to-end tests build their servers with it.
+// HTTP handler. It is the one place that names a concrete sandbox backend or store; cmd/extproc
+// and the end-to-end tests build their servers with it.
 package app
 
 import (
@@ -24,6 +24,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 // Options configure an App.
@@ -82,6 +83,7 @@ func New(o Options) (*App, error) {
 		MaxContainers:            int(sb.GetMaxContainers()),
 		MaxContainersPerIdentity: int(sb.GetMaxContainersPerIdentity()),
 		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
+		Registry:                 memory.NewRegistry(),
 	}, log)
 	s.engine = loop.New(s.manager, loop.Config{Log: log})
 	s.metrics = processor.NewMetrics()
