@@ -788,9 +788,12 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Containe
 	return c, nil
 }
 
-// Close kills every container still running, waits for them and removes a WorkDir that
-// New created. Containers created afterwards fail with [sandbox.ErrClosed]. It returns what
-// deleting the containers met (a cgroup that could not be removed, ...). Idempotent.
+// Close kills every container still running and waits for them; the first Close then
+// removes what New made (the cgroups, a WorkDir it created, the registration in StateDir).
+// Containers created afterwards fail with [sandbox.ErrClosed]. It returns what deleting the
+// containers still live met, joined (a cgroup that could not be removed, ...), or nil; what
+// the Local itself made is removed on a best-effort basis, a failure logged at most. A container
+// deleted before Close reported its own errors to its Delete's caller. Idempotent.
 func (l *Local) Close() error {
 	l.mu.Lock()
 	first := !l.closed
@@ -812,8 +815,8 @@ func (l *Local) Close() error {
 	if first {
 		l.tearDown()
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("close local sandbox: %w", errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close local sandbox: %w", err)
 	}
 	return nil
 }
