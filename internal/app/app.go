@@ -1,7 +1,7 @@
 // Package app wires a whole codeinterp server: the sandbox backend and its manager, the loop
 // engine, the ext_proc server and the gRPC server carrying it with gRPC health, and the admin
-// HTTP handler. It is the one place that names a concrete sandbox backend; cmd/extproc and the
-// end-to-end tests build their servers with it.
+// HTTP handler. It is the one place that names a concrete sandbox backend or store; cmd/extproc
+// and the end-to-end tests build their servers with it.
 package app
 
 import (
@@ -28,6 +28,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
 )
 
 // Options configure an App.
@@ -53,7 +54,7 @@ type App struct {
 	manager  *sandbox.Manager
 	engine   *loop.Engine
 	metrics  *processor.Metrics
-	owned    *sandbox.Local // the backend made by New, closed by Shutdown
+	owned    *local.Local // the backend made by New, closed by Shutdown
 	log      *zap.Logger
 	shutdown sync.Once
 }
@@ -70,14 +71,14 @@ func New(o Options) (*App, error) {
 	s := &App{log: log}
 	provider := o.Provider
 	if provider == nil {
-		local, err := sandbox.NewLocal(localConfig(cfg), log)
+		l, err := local.New(localConfig(cfg), log)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 		if sb.GetLocal().GetUnsafeNoIsolation() {
 			log.Warn("sandbox isolation is OFF (sandbox.local.unsafe_no_isolation): code runs with the server's rights; never use this in production")
 		}
-		s.owned, provider = local, local
+		s.owned, provider = l, l
 	}
 	s.manager = sandbox.NewManager(provider, sandbox.ManagerConfig{
 		WarmPool:                 int(sb.GetWarmPoolSize()),
@@ -86,6 +87,7 @@ func New(o Options) (*App, error) {
 		MaxContainers:            int(sb.GetMaxContainers()),
 		MaxContainersPerIdentity: int(sb.GetMaxContainersPerIdentity()),
 		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
+		Registry:                 memory.NewRegistry(),
 	}, log)
 	s.engine = loop.New(s.manager, loop.Config{Log: log})
 	s.metrics = processor.NewMetrics()
@@ -120,10 +122,10 @@ func New(o Options) (*App, error) {
 }
 
 // localConfig maps the configuration's sandbox section onto the local backend's settings.
-func localConfig(cfg *configv1.Config) sandbox.LocalConfig {
+func localConfig(cfg *configv1.Config) local.Config {
 	sb := cfg.GetSandbox()
 	l := sb.GetLocal()
-	return sandbox.LocalConfig{
+	return local.Config{
 		Python:             l.GetPython(),
 		Bwrap:              l.GetBwrap(),
 		WorkDir:            l.GetWorkDir(),

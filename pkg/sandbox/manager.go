@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -35,6 +37,11 @@ type ManagerConfig struct {
 	RunTimeout time.Duration
 	// DeleteTimeout bounds one background deletion. Default 30s.
 	DeleteTimeout time.Duration
+	// Registry keeps which identity each container id belongs to, which session key names it
+	// and when it was last used. If nil, the Manager keeps them in a map of its own. A
+	// Registry must not be shared by Managers: each expects to find only its own containers
+	// there (a container id is no use to another Manager, which cannot reach the container).
+	Registry Registry
 }
 
 func (c *ManagerConfig) setDefaults() {
@@ -109,17 +116,17 @@ type sandboxKey struct {
 	name     string // session name, or a server-minted random name (ephemeral)
 }
 
-// entry is one container issued under a key. Its container starts lazily, on the first run.
+// entry is one container issued under a key: its names are in the Manager's Registry, and its
+// live parts here. Its container starts lazily, on the first run.
 type entry struct {
 	id   string // "cntr_…"
 	key  sandboxKey
 	spec Spec
 
 	// The fields below are guarded by Manager.mu.
-	c        Container // nil until the first run starts it
-	leases   int
-	lastUsed time.Time
-	dead     bool // evicted, lost or deleted: never used again
+	c      Container // nil until the first run starts it
+	leases int
+	dead   bool // evicted, lost or deleted: never used again
 
 	// sem serializes runs (and the lazy start) on the entry: one token.
 	sem chan struct{}
@@ -128,33 +135,36 @@ type entry struct {
 // Manager maps sandbox keys to containers: ephemeral keys minted per request, session keys,
 // and the container ids it issued, all scoped by the caller's identity. It caps containers per
 // identity (LRU) and globally, deletes idle sessions, hands out warm containers, runs one cell
-// at a time per container and deletes containers off the request path. Safe for concurrent use.
-// Close stops it and deletes everything.
+// at a time per container and deletes containers off the request path. The names (which
+// identity owns an id, which session key names it, when it was last used) are kept in its
+// Registry. Safe for concurrent use. Close stops it and deletes everything.
 type Manager struct {
 	p   Provider
 	cfg ManagerConfig
 	log *zap.Logger
+	reg Registry
 
 	poolSpec Spec
 
 	// mu guards the fields below and the entries' guarded fields.
-	mu       sync.Mutex
-	closed   bool
-	keys     map[sandboxKey]*entry
-	ids      map[string]*entry
-	sessions map[string]int // session entries per identity
-	owned    map[string]int // entries (ephemeral and session) per identity
-	count    int            // live entries
-	pool     []Container
+	mu        sync.Mutex
+	closed    bool
+	live      map[string]*entry     // entries by container id, until removed
+	ephemeral map[sandboxKey]*entry // the live entries of ephemeral keys, which no other replica needs
+	sessions  map[string]int        // live session entries per identity
+	owned     map[string]int        // live entries (ephemeral and session) per identity
+	pool      []Container
 
 	metrics managerMetrics
 
 	refill chan struct{}   // size 1: a kick to the pool filler; extra kicks are redundant
 	ctx    context.Context // done at Close: stops the filler, the pruner and pool starts
 	stop   context.CancelFunc
-	// wg counts the filler, the pruner, background deletions and container starts. Add is
-	// only called under mu while !closed, so every Add happens before Close's Wait.
-	wg sync.WaitGroup
+	// active counts the filler, the pruner, background deletions and container starts, under
+	// mu. It grows only while !closed or within Close's own critical section, so once it is 0
+	// after Close it stays 0: then drained is closed (by Close, or by the last to end).
+	active  int
+	drained chan struct{}
 }
 
 // NewManager returns a Manager over p and starts its pool filler (when cfg.WarmPool > 0) and
@@ -164,25 +174,63 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		log = zap.NewNop()
 	}
 	cfg.setDefaults()
+	reg := cfg.Registry
+	if reg == nil {
+		reg = newMapRegistry()
+	}
 	m := &Manager{
-		p:        p,
-		cfg:      cfg,
-		log:      log.Named("sandbox.manager"),
-		keys:     map[sandboxKey]*entry{},
-		ids:      map[string]*entry{},
-		sessions: map[string]int{},
-		owned:    map[string]int{},
-		refill:   make(chan struct{}, 1),
-		metrics:  newManagerMetrics(),
+		p:         p,
+		cfg:       cfg,
+		log:       log.Named("sandbox.manager"),
+		reg:       reg,
+		live:      map[string]*entry{},
+		ephemeral: map[sandboxKey]*entry{},
+		sessions:  map[string]int{},
+		owned:     map[string]int{},
+		refill:    make(chan struct{}, 1),
+		drained:   make(chan struct{}),
+		metrics:   newManagerMetrics(),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if cfg.WarmPool > 0 {
 		m.kick()
-		m.wg.Go(m.fillPool)
+		m.goLocked(m.fillPool)
 	}
-	m.wg.Go(m.prune)
+	m.goLocked(m.prune)
 	return m
+}
+
+// goLocked runs f in a goroutine of the Manager's, which Close waits for. The caller holds mu,
+// and the Manager is not closed (or Close is in its critical section).
+func (m *Manager) goLocked(f func()) {
+	m.active++
+	go func() {
+		defer m.done()
+		f()
+	}()
+}
+
+// done ends one of the Manager's goroutines or container starts counted in active.
+func (m *Manager) done() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.active--
+	m.signalDrainedLocked()
+}
+
+// signalDrainedLocked closes drained once the Manager is closed and nothing it counts is left.
+func (m *Manager) signalDrainedLocked() {
+	if !m.closed || m.active > 0 {
+		return
+	}
+	select {
+	case <-m.drained:
+	default:
+		close(m.drained)
+	}
 }
 
 func (m *Manager) resolve(s Spec) Spec {
@@ -214,30 +262,34 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 	}
 	now := time.Now()
 	var e *entry
+	var err error
 	switch {
 	case r.ContainerID != "":
-		e = m.lookupLocked(r.Identity, r.ContainerID)
+		if e, err = m.lookupLocked(ctx, r.Identity, r.ContainerID); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		if e == nil {
 			m.metrics.refusals.WithLabelValues("unknown_container").Inc()
 			return nil, ErrUnknownContainer
 		}
+		m.touchLocked(ctx, e, now)
 	case r.Session != "":
 		k := sandboxKey{kind: kindSession, identity: r.Identity, name: r.Session}
-		if e = m.keys[k]; e == nil {
-			var err error
-			if e, err = m.newEntryLocked(k, r.Spec); err != nil {
-				return nil, err
-			}
+		if e, err = m.keyEntryLocked(ctx, k); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		if e != nil {
+			m.touchLocked(ctx, e, now)
+		} else if e, err = m.newEntryLocked(ctx, k, r.Spec, now); err != nil {
+			return nil, err
 		}
 	default:
 		k := sandboxKey{kind: kindEphemeral, identity: r.Identity, name: randomHex(16)}
-		var err error
-		if e, err = m.newEntryLocked(k, r.Spec); err != nil {
+		if e, err = m.newEntryLocked(ctx, k, r.Spec, now); err != nil {
 			return nil, err
 		}
 	}
 	e.leases++
-	e.lastUsed = now
 	return &Lease{m: m, key: e.key, e: e}, nil
 }
 
@@ -251,23 +303,77 @@ func (m *Manager) CheckSpec(spec Spec) error {
 	return nil
 }
 
-// Known reports whether containerID was issued to identity and is still alive.
+// Known reports whether containerID was issued to identity and is still alive. A Registry
+// that fails makes every id unknown.
 func (m *Manager) Known(identity, containerID string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.closed && m.lookupLocked(identity, containerID) != nil
-}
-
-func (m *Manager) lookupLocked(identity, id string) *entry {
-	e := m.ids[id]
-	if e == nil || e.dead || subtle.ConstantTimeCompare([]byte(e.key.identity), []byte(identity)) != 1 {
-		return nil
+	if m.closed {
+		return false
 	}
-	return e
+	e, err := m.lookupLocked(context.Background(), identity, containerID)
+	if err != nil {
+		m.log.Warn("look up container", zap.Error(err))
+	}
+	return e != nil
 }
 
-// newEntryLocked reserves a container under k, within the caps.
-func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
+// lookupLocked returns the live entry of container id if the Registry has it issued to
+// identity, or nil.
+func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (*entry, error) {
+	r, ok, err := m.reg.Lookup(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("look up container: %w", err)
+	}
+	if !ok || subtle.ConstantTimeCompare([]byte(r.Identity), []byte(identity)) != 1 {
+		return nil, nil
+	}
+	if e := m.live[id]; e != nil && !e.dead {
+		return e, nil
+	}
+	return nil, nil
+}
+
+// keyEntryLocked returns the live entry key k names, or nil: a session key's from the
+// Registry, an ephemeral key's (minted per request) from the Manager's own map.
+func (m *Manager) keyEntryLocked(ctx context.Context, k sandboxKey) (*entry, error) {
+	if k.kind == kindEphemeral {
+		return m.ephemeral[k], nil
+	}
+	r, ok, err := m.reg.Session(ctx, k.identity, k.name)
+	if err != nil {
+		return nil, fmt.Errorf("look up session: %w", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	if e := m.live[r.ID]; e != nil && !e.dead {
+		return e, nil
+	}
+	return nil, nil
+}
+
+// touchLocked records a use of e at now. The lease goes on if the Registry fails: only the
+// time of last use is lost.
+func (m *Manager) touchLocked(ctx context.Context, e *entry, now time.Time) {
+	if err := m.reg.Touch(ctx, e.id, now); err != nil {
+		m.log.Warn("record a container's use", zap.String("container_id", e.id), zap.Error(err))
+	}
+}
+
+// lastUsedLocked returns when e was last used; ok is false when the Registry failed (which is
+// logged). A registration the Registry no longer has counts as unused since the zero time.
+func (m *Manager) lastUsedLocked(e *entry) (t time.Time, ok bool) {
+	r, _, err := m.reg.Lookup(context.Background(), e.id)
+	if err != nil {
+		m.log.Warn("look up container", zap.String("container_id", e.id), zap.Error(err))
+		return time.Time{}, false
+	}
+	return r.LastUsed, true
+}
+
+// newEntryLocked reserves a container under k, within the caps, used from now on.
+func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, now time.Time) (*entry, error) {
 	if k.kind == kindSession && m.sessions[k.identity] >= m.cfg.MaxSessionsPerIdentity {
 		if err := m.evictLRUSessionLocked(k.identity, "all %d sessions of this identity are in use", m.cfg.MaxSessionsPerIdentity); err != nil {
 			return nil, err
@@ -278,7 +384,7 @@ func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
 			return nil, err
 		}
 	}
-	if m.count >= m.cfg.MaxContainers {
+	if len(m.live) >= m.cfg.MaxContainers {
 		m.metrics.refusals.WithLabelValues("cap").Inc()
 		return nil, fmt.Errorf("%w: %d containers in use", ErrUnavailable, m.cfg.MaxContainers)
 	}
@@ -289,9 +395,17 @@ func (m *Manager) newEntryLocked(k sandboxKey, spec Spec) (*entry, error) {
 		sem:  make(chan struct{}, 1),
 	}
 	e.sem <- struct{}{}
-	m.keys[k] = e
-	m.ids[e.id] = e
-	m.count++
+	r := Registration{ID: e.id, Identity: k.identity, LastUsed: now}
+	if k.kind == kindSession {
+		r.Session = k.name
+	}
+	if err := m.reg.Add(ctx, r); err != nil {
+		return nil, fmt.Errorf("%w: register container: %w", ErrUnavailable, err)
+	}
+	m.live[e.id] = e
+	if k.kind == kindEphemeral {
+		m.ephemeral[k] = e
+	}
 	m.owned[k.identity]++
 	if k.kind == kindSession {
 		m.sessions[k.identity]++
@@ -316,12 +430,17 @@ func (m *Manager) evictLRUSessionLocked(identity, format string, limit int) erro
 
 func (m *Manager) lruIdleSessionLocked(identity string) *entry {
 	var victim *entry
-	for k, e := range m.keys {
-		if k.kind != kindSession || k.identity != identity || e.leases > 0 {
+	var victimUsed time.Time
+	for _, e := range m.live {
+		if e.key.kind != kindSession || e.key.identity != identity || e.leases > 0 {
 			continue
 		}
-		if victim == nil || e.lastUsed.Before(victim.lastUsed) {
-			victim = e
+		used, ok := m.lastUsedLocked(e)
+		if !ok {
+			continue
+		}
+		if victim == nil || used.Before(victimUsed) {
+			victim, victimUsed = e, used
 		}
 	}
 	return victim
@@ -333,11 +452,13 @@ func (m *Manager) removeLocked(e *entry) {
 		return
 	}
 	e.dead = true
-	if m.keys[e.key] == e {
-		delete(m.keys, e.key)
+	if err := m.reg.Remove(context.Background(), e.id); err != nil {
+		m.log.Warn("forget container", zap.String("container_id", e.id), zap.Error(err))
 	}
-	delete(m.ids, e.id)
-	m.count--
+	delete(m.live, e.id)
+	if m.ephemeral[e.key] == e {
+		delete(m.ephemeral, e.key)
+	}
 	if m.owned[e.key.identity]--; m.owned[e.key.identity] <= 0 {
 		delete(m.owned, e.key.identity)
 	}
@@ -355,7 +476,7 @@ func (m *Manager) removeLocked(e *entry) {
 // deleteLocked deletes c off the request path; Close waits for it. After Close has started
 // waiting, deletions happen where they are asked for (see Close).
 func (m *Manager) deleteLocked(c Container) {
-	m.wg.Go(func() { m.deleteNow(c) })
+	m.goLocked(func() { m.deleteNow(c) })
 }
 
 func (m *Manager) deleteNow(c Container) {
@@ -367,29 +488,26 @@ func (m *Manager) deleteNow(c Container) {
 }
 
 // Close stops the pool filler and the pruner, deletes every container (also those leased:
-// their runs fail) and waits for all of it, or until ctx is done. Later Acquires fail with
-// ErrClosed. Idempotent.
+// their runs fail) and waits for all of it, or until ctx is done: then it returns ctx's error,
+// and what is left ends in the background. Later Acquires fail with ErrClosed. Idempotent: a
+// later Close waits again.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if !m.closed {
 		m.closed = true
 		m.stop()
-		for _, e := range m.keys {
+		for _, e := range m.live {
 			m.removeLocked(e)
 		}
 		for _, c := range m.pool {
 			m.deleteLocked(c)
 		}
 		m.pool = nil
+		m.signalDrainedLocked()
 	}
 	m.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		m.wg.Wait()
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-m.drained:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close sandbox manager: %w", ctx.Err())
@@ -503,8 +621,11 @@ func (m *Manager) pruneOnce(now time.Time) {
 	if m.closed {
 		return
 	}
-	for _, e := range m.keys {
-		if e.key.kind == kindSession && e.leases == 0 && now.Sub(e.lastUsed) >= m.cfg.SessionIdleTTL {
+	for _, e := range m.live {
+		if e.key.kind != kindSession || e.leases > 0 {
+			continue
+		}
+		if used, ok := m.lastUsedLocked(e); ok && now.Sub(used) >= m.cfg.SessionIdleTTL {
 			m.log.Debug("deleting idle session", zap.String("container_id", e.id))
 			m.metrics.evictions.WithLabelValues("idle").Inc()
 			m.removeLocked(e)
@@ -589,16 +710,18 @@ func (l *Lease) current() (*entry, error) {
 	if !l.e.dead {
 		return l.e, nil
 	}
-	e := m.keys[l.key]
-	if e == nil {
-		var err error
-		if e, err = m.newEntryLocked(l.key, l.e.spec); err != nil {
-			return nil, err
-		}
+	ctx, now := context.Background(), time.Now()
+	e, err := m.keyEntryLocked(ctx, l.key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if e != nil {
+		m.touchLocked(ctx, e, now)
+	} else if e, err = m.newEntryLocked(ctx, l.key, l.e.spec, now); err != nil {
+		return nil, err
 	}
 	l.e.leases--
 	e.leases++
-	e.lastUsed = time.Now()
 	l.e = e
 	return e, nil
 }
@@ -633,9 +756,9 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 		m.metrics.starts.WithLabelValues("warm").Inc()
 		return c, nil
 	}
-	m.wg.Add(1) // Close waits for a start in progress
+	m.active++ // Close waits for a start in progress
 	m.mu.Unlock()
-	defer m.wg.Done()
+	defer m.done()
 	// The start is bounded by the request, and stopped by Close.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -672,8 +795,11 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 func (m *Manager) afterRun(e *entry, c Container, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e.lastUsed = time.Now()
-	if err == nil || !errors.Is(err, ErrLost) || e.dead || e.c != c {
+	if e.dead {
+		return
+	}
+	m.touchLocked(context.Background(), e, time.Now())
+	if err == nil || !errors.Is(err, ErrLost) || e.c != c {
 		return
 	}
 	m.log.Info("container lost: evicting it", zap.String("container_id", e.id), zap.Error(err))
@@ -693,9 +819,12 @@ func (l *Lease) Release() {
 	defer m.mu.Unlock()
 	e := l.e
 	e.leases--
-	e.lastUsed = time.Now()
-	if e.key.kind == kindEphemeral && e.leases == 0 && !e.dead && !m.closed {
+	switch {
+	case e.dead:
+	case e.key.kind == kindEphemeral && e.leases == 0 && !m.closed:
 		m.removeLocked(e)
+	default:
+		m.touchLocked(context.Background(), e, time.Now())
 	}
 }
 
@@ -704,4 +833,11 @@ func (m *Manager) warmCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.pool)
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
 }

@@ -1,4 +1,4 @@
-package sandbox
+package sandbox_test
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,108 +14,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
 )
 
-// fakeProvider creates fakeContainers. Safe for concurrent use.
-type fakeProvider struct {
-	mu        sync.Mutex
-	created   []*fakeContainer
-	specs     []Spec
-	createErr error
-	// run, when set, is every container's run behaviour.
-	run func(ctx context.Context, c *fakeContainer, code string) (Result, error)
-}
-
-var _ Provider = (*fakeProvider)(nil)
-
-func (p *fakeProvider) Create(ctx context.Context, spec Spec) (Container, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.createErr != nil {
-		return nil, p.createErr
-	}
-	c := &fakeContainer{p: p, n: len(p.created), vars: map[string]string{}}
-	p.created = append(p.created, c)
-	p.specs = append(p.specs, spec)
-	return c, nil
-}
-
-func (p *fakeProvider) container(i int) *fakeContainer {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.created[i]
-}
-
-func (p *fakeProvider) numCreated() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.created)
-}
-
-// fakeContainer keeps "state": code "k=v" sets k, code "k" shows k's value.
-type fakeContainer struct {
-	p       *fakeProvider
-	n       int
-	mu      sync.Mutex
-	vars    map[string]string
-	runs    int
-	deleted atomic.Bool
-	running atomic.Int32
-	overlap atomic.Bool
-}
-
-func (c *fakeContainer) Run(ctx context.Context, code string) (Result, error) {
-	if c.running.Add(1) > 1 {
-		c.overlap.Store(true)
-	}
-	defer c.running.Add(-1)
-	if c.deleted.Load() {
-		return Result{}, ErrClosed
-	}
-	c.mu.Lock()
-	c.runs++
-	c.mu.Unlock()
-	if c.p.run != nil {
-		return c.p.run(ctx, c, code)
-	}
-	return c.eval(code), nil
-}
-
-func (c *fakeContainer) eval(code string) Result {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := 0; i < len(code); i++ {
-		if code[i] == '=' {
-			c.vars[code[:i]] = code[i+1:]
-			return Result{}
-		}
-	}
-	return Result{Value: c.vars[code]}
-}
-
-func (c *fakeContainer) Delete(ctx context.Context) error {
-	c.deleted.Store(true)
-	return nil
-}
-
-func (c *fakeContainer) Alive() bool { return !c.deleted.Load() }
-
-func newTestManager(t *testing.T, p Provider, cfg ManagerConfig) *Manager {
+func newTestManager(t *testing.T, p sandbox.Provider, cfg sandbox.ManagerConfig) *sandbox.Manager {
 	t.Helper()
-	m := NewManager(p, cfg, zaptest.NewLogger(t))
+	m := sandbox.NewManager(p, cfg, zaptest.NewLogger(t))
 	t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close manager") })
 	return m
 }
 
-func acquire(t *testing.T, m *Manager, r AcquireRequest) *Lease {
+func acquire(t *testing.T, m *sandbox.Manager, r sandbox.AcquireRequest) *sandbox.Lease {
 	t.Helper()
 	l, err := m.Acquire(context.Background(), r)
 	require.NoError(t, err, "acquire %+v", r)
 	return l
 }
 
-func run(t *testing.T, l *Lease, code string) Result {
+func run(t *testing.T, l *sandbox.Lease, code string) sandbox.Result {
 	t.Helper()
 	res, err := l.Run(context.Background(), code, 0)
 	require.NoError(t, err, "run %q", code)
@@ -125,26 +44,26 @@ func run(t *testing.T, l *Lease, code string) Result {
 
 func TestManagerSessionKeepsState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{})
-		a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		a := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s1"})
 		run(t, a, "x=10")
 		id := a.ContainerID()
 		a.Release()
 
-		again := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+		again := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s1"})
 		assert.Equal(t, id, again.ContainerID(), "same identity and session give the same container")
 		assert.Equal(t, "10", run(t, again, "x").Value, "state persists across leases of a session")
 		again.Release()
 
 		tests := []struct {
 			name string
-			give AcquireRequest
+			give sandbox.AcquireRequest
 		}{
-			{"same session under another identity", AcquireRequest{Identity: "bob", Session: "s1"}},
-			{"same session under the empty identity", AcquireRequest{Identity: "", Session: "s1"}},
-			{"another session of the same identity", AcquireRequest{Identity: "alice", Session: "s2"}},
-			{"no session: ephemeral", AcquireRequest{Identity: "alice"}},
+			{"same session under another identity", sandbox.AcquireRequest{Identity: "bob", Session: "s1"}},
+			{"same session under the empty identity", sandbox.AcquireRequest{Identity: "", Session: "s1"}},
+			{"another session of the same identity", sandbox.AcquireRequest{Identity: "alice", Session: "s2"}},
+			{"no session: ephemeral", sandbox.AcquireRequest{Identity: "alice"}},
 		}
 		for _, tt := range tests {
 			l := acquire(t, m, tt.give)
@@ -157,9 +76,9 @@ func TestManagerSessionKeepsState(t *testing.T) {
 
 func TestManagerContainerIDScopedByIdentity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{})
-		a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		a := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s1"})
 		run(t, a, "x=1")
 		id := a.ContainerID()
 		a.Release()
@@ -173,20 +92,20 @@ func TestManagerContainerIDScopedByIdentity(t *testing.T) {
 			wantErr   error
 		}{
 			{"issuing identity", "alice", id, true, nil},
-			{"another identity", "bob", id, false, ErrUnknownContainer},
-			{"empty identity", "", id, false, ErrUnknownContainer},
-			{"unknown id", "alice", "cntr_00000000000000000000000000000000", false, ErrUnknownContainer},
+			{"another identity", "bob", id, false, sandbox.ErrUnknownContainer},
+			{"empty identity", "", id, false, sandbox.ErrUnknownContainer},
+			{"unknown id", "alice", "cntr_00000000000000000000000000000000", false, sandbox.ErrUnknownContainer},
 		}
 		assert.False(t, m.Known("alice", ""), "the empty id is never known")
 		for _, tt := range tests {
 			assert.Equal(t, tt.wantKnown, m.Known(tt.identity, tt.id), "%s: Known", tt.name)
-			l, err := m.Acquire(context.Background(), AcquireRequest{Identity: tt.identity, ContainerID: tt.id})
+			l, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: tt.identity, ContainerID: tt.id})
 			assert.ErrorIs(t, err, tt.wantErr, "%s: Acquire", tt.name)
 			if l != nil {
 				l.Release()
 			}
 		}
-		l := acquire(t, m, AcquireRequest{Identity: "alice", ContainerID: id})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
 		assert.Equal(t, "1", run(t, l, "x").Value, "acquiring by id reaches the session's state")
 		l.Release()
 	})
@@ -194,36 +113,36 @@ func TestManagerContainerIDScopedByIdentity(t *testing.T) {
 
 func TestManagerEphemeralDeletedOnRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{})
-		l := acquire(t, m, AcquireRequest{Identity: "alice"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 		id := l.ContainerID()
-		assert.Equal(t, 0, p.numCreated(), "the container starts lazily, on the first run")
+		assert.Equal(t, 0, p.Created(), "the container starts lazily, on the first run")
 		run(t, l, "x=1")
 		// A second lease on the ephemeral container, by its id, keeps it alive.
-		byID := acquire(t, m, AcquireRequest{Identity: "alice", ContainerID: id})
+		byID := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
 		l.Release()
 		l.Release() // idempotent
 		synctest.Wait()
-		assert.False(t, p.container(0).deleted.Load(), "still leased by id: not deleted")
+		assert.False(t, p.Container(0).Deleted(), "still leased by id: not deleted")
 		byID.Release()
 		synctest.Wait()
-		assert.True(t, p.container(0).deleted.Load(), "deleted once no lease holds it")
+		assert.True(t, p.Container(0).Deleted(), "deleted once no lease holds it")
 		assert.False(t, m.Known("alice", id), "a deleted container is unknown")
 
-		unused := acquire(t, m, AcquireRequest{Identity: "alice"})
+		unused := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 		unused.Release()
-		assert.Equal(t, 1, p.numCreated(), "a lease that never ran started no container")
+		assert.Equal(t, 1, p.Created(), "a lease that never ran started no container")
 	})
 }
 
 func TestManagerSessionLRUCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{MaxSessionsPerIdentity: 2})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{MaxSessionsPerIdentity: 2})
 		ids := map[string]string{}
-		open := func(s string) *Lease {
-			l := acquire(t, m, AcquireRequest{Identity: "alice", Session: s})
+		open := func(s string) *sandbox.Lease {
+			l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: s})
 			run(t, l, "x="+s)
 			ids[s] = l.ContainerID()
 			time.Sleep(time.Second) // distinct last-use times
@@ -234,24 +153,24 @@ func TestManagerSessionLRUCap(t *testing.T) {
 		open("c").Release() // evicts a, the least recently used
 		synctest.Wait()
 		assert.False(t, m.Known("alice", ids["a"]), "a evicted")
-		assert.True(t, p.container(0).deleted.Load(), "the evicted container is deleted")
+		assert.True(t, p.Container(0).Deleted(), "the evicted container is deleted")
 		assert.True(t, m.Known("alice", ids["b"]), "b kept")
 
 		// Another identity has its own cap.
-		bob := acquire(t, m, AcquireRequest{Identity: "bob", Session: "a"})
+		bob := acquire(t, m, sandbox.AcquireRequest{Identity: "bob", Session: "a"})
 		run(t, bob, "x=bob")
 		assert.True(t, m.Known("alice", ids["c"]), "bob's session does not evict alice's")
 
 		// A session in use is never evicted: b is leased, so d evicts c.
-		b := acquire(t, m, AcquireRequest{Identity: "alice", Session: "b"})
+		b := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "b"})
 		open("d").Release()
 		assert.True(t, m.Known("alice", ids["b"]), "leased b kept")
 		assert.False(t, m.Known("alice", ids["c"]), "idle c evicted")
 
 		// With every session in use, one more is refused.
-		d := acquire(t, m, AcquireRequest{Identity: "alice", Session: "d"})
-		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice", Session: "e"})
-		assert.ErrorIs(t, err, ErrUnavailable, "all sessions leased at the cap")
+		d := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "d"})
+		_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice", Session: "e"})
+		assert.ErrorIs(t, err, sandbox.ErrUnavailable, "all sessions leased at the cap")
 		b.Release()
 		d.Release()
 		bob.Release()
@@ -260,18 +179,18 @@ func TestManagerSessionLRUCap(t *testing.T) {
 
 func TestManagerGlobalCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{MaxContainers: 2})
-		a := acquire(t, m, AcquireRequest{Identity: "alice"})
-		b := acquire(t, m, AcquireRequest{Identity: "bob", Session: "s"})
-		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "carol"})
-		assert.ErrorIs(t, err, ErrUnavailable, "third container beyond the global cap")
-		_, err = m.Acquire(context.Background(), AcquireRequest{Identity: "carol", Session: "s"})
-		assert.ErrorIs(t, err, ErrUnavailable, "third (session) container beyond the global cap")
-		again := acquire(t, m, AcquireRequest{Identity: "bob", Session: "s"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{MaxContainers: 2})
+		a := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		b := acquire(t, m, sandbox.AcquireRequest{Identity: "bob", Session: "s"})
+		_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "carol"})
+		assert.ErrorIs(t, err, sandbox.ErrUnavailable, "third container beyond the global cap")
+		_, err = m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "carol", Session: "s"})
+		assert.ErrorIs(t, err, sandbox.ErrUnavailable, "third (session) container beyond the global cap")
+		again := acquire(t, m, sandbox.AcquireRequest{Identity: "bob", Session: "s"})
 		again.Release()
 		a.Release()
-		c := acquire(t, m, AcquireRequest{Identity: "carol"})
+		c := acquire(t, m, sandbox.AcquireRequest{Identity: "carol"})
 		c.Release()
 		b.Release()
 	})
@@ -281,29 +200,29 @@ func TestManagerGlobalCap(t *testing.T) {
 // capped; an idle session of its own makes room, others' containers are never touched.
 func TestManagerIdentityCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{MaxContainers: 8, MaxContainersPerIdentity: 3, MaxSessionsPerIdentity: 2})
-		s := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{MaxContainers: 8, MaxContainersPerIdentity: 3, MaxSessionsPerIdentity: 2})
+		s := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		run(t, s, "x=1")
 		sid := s.ContainerID()
 		s.Release()
-		e1 := acquire(t, m, AcquireRequest{Identity: "alice"})
-		e2 := acquire(t, m, AcquireRequest{Identity: "alice"})
-		bob := acquire(t, m, AcquireRequest{Identity: "bob"})
+		e1 := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		e2 := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		bob := acquire(t, m, sandbox.AcquireRequest{Identity: "bob"})
 
 		// Alice is at her cap: her idle session makes room for another ephemeral container.
-		e3 := acquire(t, m, AcquireRequest{Identity: "alice"})
+		e3 := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 		assert.False(t, m.Known("alice", sid), "alice's idle session evicted at her cap")
-		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice"})
-		assert.ErrorIs(t, err, ErrUnavailable, "alice beyond her cap with every container in use")
-		_, err = m.Acquire(context.Background(), AcquireRequest{Identity: "alice", Session: "t"})
-		assert.ErrorIs(t, err, ErrUnavailable, "a new session beyond her cap too")
+		_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice"})
+		assert.ErrorIs(t, err, sandbox.ErrUnavailable, "alice beyond her cap with every container in use")
+		_, err = m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice", Session: "t"})
+		assert.ErrorIs(t, err, sandbox.ErrUnavailable, "a new session beyond her cap too")
 
 		// Others still get containers.
-		carol := acquire(t, m, AcquireRequest{Identity: "carol", Session: "s"})
+		carol := acquire(t, m, sandbox.AcquireRequest{Identity: "carol", Session: "s"})
 		e1.Release()
-		again := acquire(t, m, AcquireRequest{Identity: "alice"})
-		for _, l := range []*Lease{e2, e3, bob, carol, again} {
+		again := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		for _, l := range []*sandbox.Lease{e2, e3, bob, carol, again} {
 			l.Release()
 		}
 	})
@@ -311,12 +230,12 @@ func TestManagerIdentityCap(t *testing.T) {
 
 func TestManagerIdleTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{SessionIdleTTL: 10 * time.Minute})
-		idle := acquire(t, m, AcquireRequest{Identity: "alice", Session: "idle"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{SessionIdleTTL: 10 * time.Minute})
+		idle := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "idle"})
 		run(t, idle, "x=1")
 		idle.Release()
-		busy := acquire(t, m, AcquireRequest{Identity: "alice", Session: "busy"})
+		busy := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "busy"})
 		run(t, busy, "x=1")
 
 		time.Sleep(9 * time.Minute)
@@ -326,9 +245,9 @@ func TestManagerIdleTTL(t *testing.T) {
 		time.Sleep(5 * time.Minute)
 		synctest.Wait()
 		assert.False(t, m.Known("alice", idle.ContainerID()), "idle past the TTL: pruned")
-		assert.True(t, p.container(0).deleted.Load(), "pruned container deleted")
+		assert.True(t, p.Container(0).Deleted(), "pruned container deleted")
 		assert.True(t, m.Known("alice", busy.ContainerID()), "leased: never pruned")
-		assert.False(t, p.container(1).deleted.Load(), "leased container not deleted")
+		assert.False(t, p.Container(1).Deleted(), "leased container not deleted")
 
 		// The TTL counts from the release.
 		busy.Release()
@@ -343,28 +262,28 @@ func TestManagerIdleTTL(t *testing.T) {
 
 func TestManagerLostContainerReplaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+		p := &sandboxtest.Provider{}
+		p.Run = func(ctx context.Context, c *sandboxtest.Container, code string) (sandbox.Result, error) {
 			if code == "crash" {
-				return Result{Stdout: "partial"}, fmt.Errorf("%w: boom", ErrLost)
+				return sandbox.Result{Stdout: "partial"}, fmt.Errorf("%w: boom", sandbox.ErrLost)
 			}
-			return c.eval(code), nil
+			return c.Eval(code), nil
 		}
-		m := newTestManager(t, p, ManagerConfig{})
-		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		run(t, l, "x=1")
 		oldID := l.ContainerID()
 		res, err := l.Run(context.Background(), "crash", 0)
-		assert.ErrorIs(t, err, ErrLost, "crash")
+		assert.ErrorIs(t, err, sandbox.ErrLost, "crash")
 		assert.Equal(t, "partial", res.Stdout, "partial output comes with the error")
 		synctest.Wait()
-		assert.True(t, p.container(0).deleted.Load(), "lost container deleted")
+		assert.True(t, p.Container(0).Deleted(), "lost container deleted")
 		assert.False(t, m.Known("alice", oldID), "lost container evicted")
 
 		assert.Equal(t, "", run(t, l, "x").Value, "the next run has a fresh container: state reset")
 		assert.NotEqual(t, oldID, l.ContainerID(), "the lease's ContainerID changed")
 		assert.True(t, m.Known("alice", l.ContainerID()), "the replacement is known")
-		other := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		other := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		assert.Equal(t, l.ContainerID(), other.ContainerID(), "the session key maps to the replacement")
 		other.Release()
 		l.Release()
@@ -373,12 +292,12 @@ func TestManagerLostContainerReplaced(t *testing.T) {
 
 func TestManagerContainerDeadWhileIdleReplaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{})
-		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		run(t, l, "x=1")
 		oldID := l.ContainerID()
-		p.container(0).deleted.Store(true) // e.g. killed at its CPU limit between runs
+		p.Container(0).Kill() // e.g. killed at its CPU limit between runs
 		res, err := l.Run(context.Background(), "x", 0)
 		require.NoError(t, err, "the run goes to a fresh container")
 		assert.Equal(t, "", res.Value, "state reset")
@@ -390,24 +309,24 @@ func TestManagerContainerDeadWhileIdleReplaced(t *testing.T) {
 
 func TestManagerTimeoutWithoutLossKeepsContainer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+		p := &sandboxtest.Provider{}
+		p.Run = func(ctx context.Context, c *sandboxtest.Container, code string) (sandbox.Result, error) {
 			if code == "spin" {
 				<-ctx.Done()
-				return Result{}, ErrTimeout // interrupted in time
+				return sandbox.Result{}, sandbox.ErrTimeout // interrupted in time
 			}
-			return c.eval(code), nil
+			return c.Eval(code), nil
 		}
-		m := newTestManager(t, p, ManagerConfig{RunTimeout: time.Minute})
-		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		m := newTestManager(t, p, sandbox.ManagerConfig{RunTimeout: time.Minute})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		run(t, l, "x=1")
 		start := time.Now()
 		_, err := l.Run(context.Background(), "spin", 0)
-		assert.ErrorIs(t, err, ErrTimeout, "spin")
+		assert.ErrorIs(t, err, sandbox.ErrTimeout, "spin")
 		assert.Equal(t, time.Minute, time.Since(start), "timeout 0 uses RunTimeout")
 		start = time.Now()
 		_, err = l.Run(context.Background(), "spin", 5*time.Second)
-		assert.ErrorIs(t, err, ErrTimeout, "spin")
+		assert.ErrorIs(t, err, sandbox.ErrTimeout, "spin")
 		assert.Equal(t, 5*time.Second, time.Since(start), "an explicit timeout")
 		assert.Equal(t, "1", run(t, l, "x").Value, "an interrupted run keeps the container and its state")
 		l.Release()
@@ -416,19 +335,16 @@ func TestManagerTimeoutWithoutLossKeepsContainer(t *testing.T) {
 
 func TestManagerLateFailureKeepsReplacement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{})
-		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		run(t, l, "x=1")
-		old := l.e
-		oldC := old.c
-		m.mu.Lock()
-		m.removeLocked(old) // e.g. evicted while idle
-		m.mu.Unlock()
-		run(t, l, "x=2") // the lease moves to a replacement
-		require.NotSame(t, old, l.e, "replaced")
+		oldID := l.ContainerID()
+		lateFailure := l.EvictForTest() // e.g. evicted while idle
+		run(t, l, "x=2")                // the lease moves to a replacement
+		require.NotEqual(t, oldID, l.ContainerID(), "replaced")
 
-		m.afterRun(old, oldC, fmt.Errorf("%w: late", ErrLost))
+		lateFailure(fmt.Errorf("%w: late", sandbox.ErrLost))
 		assert.True(t, m.Known("alice", l.ContainerID()), "a late failure of the old container keeps the replacement")
 		assert.Equal(t, "2", run(t, l, "x").Value, "replacement still serves the key")
 		l.Release()
@@ -437,16 +353,16 @@ func TestManagerLateFailureKeepsReplacement(t *testing.T) {
 
 func TestManagerOneRunAtATime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+		p := &sandboxtest.Provider{}
+		p.Run = func(ctx context.Context, c *sandboxtest.Container, code string) (sandbox.Result, error) {
 			time.Sleep(time.Second)
-			return c.eval(code), nil
+			return c.Eval(code), nil
 		}
-		m := newTestManager(t, p, ManagerConfig{})
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
 		var wg sync.WaitGroup
 		for i := range 5 {
 			wg.Go(func() {
-				l, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice", Session: "s"})
+				l, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 				if !assert.NoError(t, err, "acquire %d", i) {
 					return
 				}
@@ -456,26 +372,26 @@ func TestManagerOneRunAtATime(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		require.Equal(t, 1, p.numCreated(), "concurrent first requests of one session share one container")
-		c := p.container(0)
-		assert.False(t, c.overlap.Load(), "runs on one container never overlap")
-		assert.Equal(t, 5, c.runs, "every run ran")
+		require.Equal(t, 1, p.Created(), "concurrent first requests of one session share one container")
+		c := p.Container(0)
+		assert.False(t, c.Overlapped(), "runs on one container never overlap")
+		assert.Equal(t, 5, c.Runs(), "every run ran")
 	})
 }
 
 func TestManagerQueuedRunRespectsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
+		p := &sandboxtest.Provider{}
 		release := make(chan struct{})
-		p.run = func(ctx context.Context, c *fakeContainer, code string) (Result, error) {
+		p.Run = func(ctx context.Context, c *sandboxtest.Container, code string) (sandbox.Result, error) {
 			if code == "block" {
 				<-release
 			}
-			return c.eval(code), nil
+			return c.Eval(code), nil
 		}
-		m := newTestManager(t, p, ManagerConfig{})
-		a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
-		b := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		a := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+		b := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		var wg sync.WaitGroup
 		wg.Go(func() { _, _ = a.Run(context.Background(), "block", 0) })
 		synctest.Wait()
@@ -492,39 +408,37 @@ func TestManagerQueuedRunRespectsContext(t *testing.T) {
 
 func TestManagerWarmPool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := newTestManager(t, p, ManagerConfig{WarmPool: 2})
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{WarmPool: 2})
 		synctest.Wait()
-		require.Equal(t, 2, p.numCreated(), "the pool fills at start")
+		require.Equal(t, 2, p.Created(), "the pool fills at start")
 
-		l := acquire(t, m, AcquireRequest{Identity: "alice"})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 		run(t, l, "x=1")
-		assert.Equal(t, 1, p.container(0).runs, "the first warm container serves the first run")
+		assert.Equal(t, 1, p.Container(0).Runs(), "the first warm container serves the first run")
 		synctest.Wait()
-		assert.Equal(t, 2, p.numCreated(), "the refill waits a moment: the run that took the container goes first")
-		time.Sleep(refillDelay)
+		assert.Equal(t, 2, p.Created(), "the refill waits a moment: the run that took the container goes first")
+		time.Sleep(sandbox.RefillDelay)
 		synctest.Wait()
-		assert.Equal(t, 3, p.numCreated(), "the pool is refilled in the background")
+		assert.Equal(t, 3, p.Created(), "the pool is refilled in the background")
 
 		// A warm container that died in the pool is not handed out.
-		_ = p.container(1).Delete(context.Background())
-		l2 := acquire(t, m, AcquireRequest{Identity: "bob"})
+		p.Container(1).Kill()
+		l2 := acquire(t, m, sandbox.AcquireRequest{Identity: "bob"})
 		run(t, l2, "x=2")
-		assert.Equal(t, 0, p.container(1).runs, "dead warm container skipped")
-		assert.Equal(t, 1, p.container(2).runs, "next warm container used")
+		assert.Equal(t, 0, p.Container(1).Runs(), "dead warm container skipped")
+		assert.Equal(t, 1, p.Container(2).Runs(), "next warm container used")
 
 		// A request for another spec does not take a warm container.
-		big := acquire(t, m, AcquireRequest{Identity: "carol", Spec: Spec{MemoryLimit: "4g"}})
+		big := acquire(t, m, sandbox.AcquireRequest{Identity: "carol", Spec: sandbox.Spec{MemoryLimit: "4g"}})
 		run(t, big, "x=3")
 		synctest.Wait()
-		p.mu.Lock()
 		var bigSpecs int
-		for _, s := range p.specs {
+		for _, s := range p.Specs() {
 			if s.MemoryLimit == "4g" {
 				bigSpecs++
 			}
 		}
-		p.mu.Unlock()
 		assert.Equal(t, 1, bigSpecs, "a 4g container was created for the 4g request")
 
 		// Containers are never reused across keys: the released ones are deleted, not pooled.
@@ -532,20 +446,19 @@ func TestManagerWarmPool(t *testing.T) {
 		l2.Release()
 		big.Release()
 		synctest.Wait()
-		assert.True(t, p.container(0).deleted.Load(), "used container deleted, not returned to the pool")
+		assert.True(t, p.Container(0).Deleted(), "used container deleted, not returned to the pool")
 	})
 }
 
 func TestManagerCreateFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{createErr: errors.New("no bwrap")}
-		m := newTestManager(t, p, ManagerConfig{})
-		l := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		p := &sandboxtest.Provider{}
+		p.FailCreate(errors.New("no bwrap"))
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		_, err := l.Run(context.Background(), "x=1", 0)
-		assert.ErrorIs(t, err, ErrUnavailable, "creation failure")
-		p.mu.Lock()
-		p.createErr = nil
-		p.mu.Unlock()
+		assert.ErrorIs(t, err, sandbox.ErrUnavailable, "creation failure")
+		p.FailCreate(nil)
 		run(t, l, "x=1")
 		assert.Equal(t, "1", run(t, l, "x").Value, "the next run retries the start")
 		l.Release()
@@ -554,49 +467,83 @@ func TestManagerCreateFailure(t *testing.T) {
 
 func TestManagerClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &fakeProvider{}
-		m := NewManager(p, ManagerConfig{WarmPool: 1}, zaptest.NewLogger(t))
+		p := &sandboxtest.Provider{}
+		m := sandbox.NewManager(p, sandbox.ManagerConfig{WarmPool: 1}, zaptest.NewLogger(t))
 		synctest.Wait()
-		s := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s"})
+		s := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		run(t, s, "x=1")
-		e := acquire(t, m, AcquireRequest{Identity: "alice"})
+		e := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 		run(t, e, "x=1")
 		synctest.Wait()
 
 		require.NoError(t, m.Close(context.Background()), "close")
 		require.NoError(t, m.Close(context.Background()), "close again")
-		for i := range p.numCreated() {
-			assert.True(t, p.container(i).deleted.Load(), "container %d deleted by Close", i)
+		for i := range p.Created() {
+			assert.True(t, p.Container(i).Deleted(), "container %d deleted by Close", i)
 		}
-		_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "alice"})
-		assert.ErrorIs(t, err, ErrClosed, "acquire after close")
+		_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice"})
+		assert.ErrorIs(t, err, sandbox.ErrClosed, "acquire after close")
 		_, err = s.Run(context.Background(), "x", 0)
-		assert.ErrorIs(t, err, ErrClosed, "run after close")
+		assert.ErrorIs(t, err, sandbox.ErrClosed, "run after close")
 		assert.False(t, m.Known("alice", s.ContainerID()), "nothing is known after close")
 		s.Release()
 		e.Release()
 	})
 }
 
+// TestManagerCloseTimeout: a Close whose ctx ends before the deletions returns ctx's error and
+// leaves nothing of its own behind; the deletions go on, and a later Close waits for them.
+func TestManagerCloseTimeout(t *testing.T) {
+	unblock := make(chan struct{})
+	p := &sandboxtest.Provider{OnDelete: func(context.Context, *sandboxtest.Container) error {
+		<-unblock
+		return nil
+	}}
+	m := sandbox.NewManager(p, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+	l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	run(t, l, "x=1")
+	l.Release()
+	before := goleak.IgnoreCurrent()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, m.Close(ctx), context.Canceled, "Close with its ctx done")
+	assert.NoError(t, goleak.Find(before, goleak.IgnoreAnyFunction("github.com/codeinterp/codeinterp/pkg/sandbox_test.TestManagerCloseTimeout.func1")),
+		"after a Close that timed out, only the deletion it started is left")
+
+	close(unblock)
+	require.NoError(t, m.Close(context.Background()), "a later Close waits for the deletion")
+	assert.True(t, p.Container(0).Deleted(), "deleted")
+}
+
 func TestManagerMetrics(t *testing.T) {
-	p := &fakeProvider{}
-	m := newTestManager(t, p, ManagerConfig{MaxSessionsPerIdentity: 1})
+	p := &sandboxtest.Provider{}
+	m := newTestManager(t, p, sandbox.ManagerConfig{MaxSessionsPerIdentity: 1})
 	reg := prometheus.NewRegistry()
 	for _, c := range m.Collectors() {
 		require.NoError(t, reg.Register(c), "register the manager's metrics")
 	}
 
-	a := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s1"})
+	a := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s1"})
 	run(t, a, "x=1")
 	a.Release()
-	b := acquire(t, m, AcquireRequest{Identity: "alice", Session: "s2"}) // evicts s1 (cap 1)
-	_, err := m.Acquire(context.Background(), AcquireRequest{Identity: "bob", ContainerID: b.ContainerID()})
-	require.ErrorIs(t, err, ErrUnknownContainer)
-	e := acquire(t, m, AcquireRequest{Identity: "alice"})
+	b := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s2"}) // evicts s1 (cap 1)
+	_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "bob", ContainerID: b.ContainerID()})
+	require.ErrorIs(t, err, sandbox.ErrUnknownContainer)
+	e := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.metrics.starts.WithLabelValues("cold")), "one container started")
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.metrics.evictions.WithLabelValues("lru")), "one LRU eviction")
-	assert.Equal(t, 1.0, testutil.ToFloat64(m.metrics.refusals.WithLabelValues("unknown_container")), "one unknown container")
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP codeinterp_sandbox_starts_total Containers put to use, by source: warm (from the pool) or cold (started on demand).
+# TYPE codeinterp_sandbox_starts_total counter
+codeinterp_sandbox_starts_total{source="cold"} 1
+# HELP codeinterp_sandbox_evictions_total Session containers deleted before their owner was done: lru (per-identity cap), idle (TTL), lost (died or was killed).
+# TYPE codeinterp_sandbox_evictions_total counter
+codeinterp_sandbox_evictions_total{reason="lru"} 1
+# HELP codeinterp_sandbox_acquire_failures_total Acquires refused, by reason: cap (a cap was reached) or unknown_container.
+# TYPE codeinterp_sandbox_acquire_failures_total counter
+codeinterp_sandbox_acquire_failures_total{reason="unknown_container"} 1
+`), "codeinterp_sandbox_starts_total", "codeinterp_sandbox_evictions_total", "codeinterp_sandbox_acquire_failures_total"),
+		"one cold start, one LRU eviction, one unknown container")
 	got, err := testutil.GatherAndCount(reg, "codeinterp_sandbox_containers")
 	require.NoError(t, err)
 	assert.Equal(t, 2, got, "gauges for both kinds")

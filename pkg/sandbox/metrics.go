@@ -34,8 +34,8 @@ func (m *Manager) Collectors() []prometheus.Collector {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			n := 0
-			for k := range m.keys {
-				if k.kind == kind {
+			for _, e := range m.live {
+				if e.key.kind == kind {
 					n++
 				}
 			}

@@ -3,8 +3,10 @@
 // A [Provider] creates containers; a [Container] runs code, keeping its interpreter state (variables,
 // imports, files under /mnt/data) between runs, until it is deleted. The [Manager] maps sandbox keys
 // (ephemeral, per-session, per-container-id; all scoped by the caller's identity) to containers,
-// with caps, idle TTL, leases, a warm pool and off-request-path deletion. The local backend ([Local])
-// runs one Python process per container under bubblewrap.
+// with caps, idle TTL, leases, a warm pool and off-request-path deletion; the names it gives
+// containers (owner, session key, last use) are kept in a [Registry], which replicas could
+// share. Backends are packages of their own: pkg/sandbox/local runs one Python process per
+// container under bubblewrap.
 //
 // A run behaves like a notebook cell: the value of a trailing expression is returned as its repr
 // (a trailing semicolon hides it), matplotlib figures left open or shown with plt.show() become PNG

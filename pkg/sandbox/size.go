@@ -39,8 +39,9 @@ func ParseMemory(s string) (int64, error) {
 	return n << shift, nil
 }
 
-// formatMemory is the canonical form of a size: the largest exact unit ("1g", "512m").
-func formatMemory(n int64) string {
+// FormatMemory returns the canonical form of a size: in the largest unit that holds it exactly
+// ("1g", "512m"), else a bare number of bytes. ParseMemory reads it back.
+func FormatMemory(n int64) string {
 	for _, u := range []struct {
 		shift  uint
 		suffix string

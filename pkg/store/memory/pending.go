@@ -1,5 +1,3 @@
-// Package memory holds the in-memory implementations of the store interfaces, for a single
-// replica: what they hold lives in the process and is gone when it exits.
 package memory
 
 import (

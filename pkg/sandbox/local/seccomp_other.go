@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package sandbox
+package local
 
 const (
 	seccompArch   = 0 // no deny list: the filter is not installed

@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import (
 	"encoding/json"
@@ -14,9 +14,11 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
-// The host state directory (LocalConfig.StateDir) is shared by every Local on the host, in any
+// The host state directory (Config.StateDir) is shared by every Local on the host, in any
 // process. It holds:
 //
 //   - <id>.lock, one per live Local, flock-ed by it for its whole life (the kernel drops the lock
@@ -286,8 +288,8 @@ func newUIDPool(first, count int, locks *os.File) *uidPool {
 		next: int(randomUint32() % uint32(count))}
 }
 
-// take returns a uid no other container on the host runs as, or ErrUnavailable when every uid
-// of the range is taken.
+// take returns a uid no other container on the host runs as, or [sandbox.ErrUnavailable] when
+// every uid of the range is taken.
 func (p *uidPool) take() (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -303,7 +305,7 @@ func (p *uidPool) take() (int, error) {
 		p.held[uid] = struct{}{}
 		return uid, nil
 	}
-	return 0, fmt.Errorf("%w: all %d container uids from %d are in use", ErrUnavailable, p.count, p.first)
+	return 0, fmt.Errorf("%w: all %d container uids from %d are in use", sandbox.ErrUnavailable, p.count, p.first)
 }
 
 // give returns a uid whose container's processes are all gone.

@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // markerGrace bounds the wait for the end markers on stdout and stderr once the driver has
@@ -26,10 +28,10 @@ import (
 // it all.
 const markerGrace = 5 * time.Second
 
-// localContainer is one container of the Local backend: a bubblewrap process whose command is
+// container is one container of a Local: a bubblewrap process whose command is
 // the driver. Its Run calls must not overlap (runMu enforces it); Delete may be called at any
 // time.
-type localContainer struct {
+type container struct {
 	l       *Local
 	log     *zap.Logger
 	name    string // random, names its cgroup
@@ -84,14 +86,69 @@ func (l *Local) maxFrame() int {
 }
 
 // start launches the process and its reader goroutines; it does not wait for the driver. It
-// fails with ErrClosed after Close, which waits for the starts in progress.
-func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
+// fails with [sandbox.ErrClosed] after Close, which waits for the starts in progress.
+func (l *Local) start(memBytes int64) (_ *container, err error) {
 	if err := l.beginStart(); err != nil {
 		return nil, err
 	}
 	defer l.starts.Done()
-	c := &localContainer{
+	c := l.newContainer()
+	var files startFiles
+	started := false // the process started: Delete releases what the container holds
+	defer func() {
+		files.close()
+		if err != nil && !started {
+			c.releaseUnstarted()
+		}
+	}()
+	runAs, err := c.takeUID()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.openFiles(&files, memBytes); err != nil {
+		return nil, err
+	}
+	dir, err := c.makeDataDir()
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := c.command(memBytes, dir, runAs, &files)
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("%w: start %s: %w", sandbox.ErrUnavailable, cmd.Path, err)
+	}
+	started = true
+	l.track(c)
+	files.closeChildEnds()
+	if files.infoR != nil {
+		c.initPID = c.openInit(files.infoR)
+	}
+	if c.cg != nil {
+		if err := c.enterCgroup(files.blockW); err != nil {
+			c.abortStarted()
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+	}
+	c.goTracked(func() { c.stdout.readFrom(c.outR) })
+	c.goTracked(func() { c.stderr.readFrom(c.errR) })
+	c.goTracked(c.readFrames)
+	c.goTracked(func() {
+		c.waitErr = cmd.Wait()
+		close(c.exited)
+	})
+	return c, nil
+}
+
+// newContainer returns a container not yet started, with a random name.
+func (l *Local) newContainer() *container {
+	name := randomHex(8)
+	return &container{
 		l:       l,
+		log:     l.log.With(zap.String("container", name)),
+		name:    name,
 		initFD:  -1,
 		uid:     -1,
 		stdout:  newCapture(l.cfg.OutputLimit),
@@ -101,120 +158,178 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 		stop:    make(chan struct{}),
 		deleted: make(chan struct{}),
 	}
-	name := randomHex(8)
-	c.name = name
-	c.log = l.log.With(zap.String("container", name))
-	var childFiles []*os.File
-	started := false // the process started: Delete releases what the container holds
-	defer func() {
-		for _, f := range childFiles {
-			f.Close()
-		}
-		if err != nil && !started {
-			c.closeParentFiles()
-			if c.hostDir != "" {
-				os.RemoveAll(c.hostDir)
-			}
-			if c.cg != nil {
-				_ = c.cg.remove()
-			}
-			c.giveUID()
-		}
-	}()
-	runAs := os.Geteuid()
-	if l.setUID && l.isolated() {
-		if c.uid, err = l.uids.take(); err != nil {
-			return nil, err
-		}
-		runAs = c.uid
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: pipe: %w", ErrUnavailable, err)
-		}
-		return r, w, nil
-	}
-	var ctlInR, ctlOutW, intrR, outW, errW, blockW *os.File
-	if ctlInR, c.ctlW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, ctlInR)
-	if c.ctlR, ctlOutW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, ctlOutW)
-	if intrR, c.intrW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, intrR)
-	if c.outR, outW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, outW)
-	if c.errR, errW, err = pipe(); err != nil {
-		return nil, err
-	}
-	childFiles = append(childFiles, errW)
-	extra := []*os.File{ctlInR, ctlOutW, intrR}
-	var infoR *os.File
-	if l.isolated() {
-		var sp *os.File // fd 6: the seccomp filter
-		if l.seccomp != nil {
-			if sp, err = l.seccompPipe(); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-			}
-			childFiles = append(childFiles, sp)
-		}
-		var infoW *os.File // fd 7: bubblewrap's --info-fd
-		if infoR, infoW, err = pipe(); err != nil {
-			return nil, err
-		}
-		defer infoR.Close()
-		childFiles = append(childFiles, infoW)
-		extra = append(extra, sp, infoW)
-		var blockR *os.File // fd 8: bubblewrap's --block-fd
-		if l.cgroups != nil {
-			if blockR, blockW, err = pipe(); err != nil {
-				return nil, err
-			}
-			defer blockW.Close()
-			childFiles = append(childFiles, blockR)
-			memMax, pidsMax := l.cgroupLimits(memBytes)
-			if c.cg, err = l.cgroups.create(name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-			}
-		}
-		extra = append(extra, blockR) // nil without cgroups: fd 8 stays closed
-		shared, err := l.openShared() // fd 9 on
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		childFiles = append(childFiles, shared...)
-		extra = append(extra, shared...)
-	}
+}
 
-	dir := dataDir
-	if !l.isolated() {
-		c.hostDir = l.hostDataDir(name)
-		if err := os.MkdirAll(c.hostDir, 0o700); err != nil {
-			return nil, fmt.Errorf("%w: make data dir: %w", ErrUnavailable, err)
-		}
-		dir = c.hostDir
+// releaseUnstarted releases what a container whose process never started holds: its ends of
+// the pipes, its data directory, cgroup and uid.
+func (c *container) releaseUnstarted() {
+	c.closeParentFiles()
+	if c.hostDir != "" {
+		os.RemoveAll(c.hostDir)
 	}
+	if c.cg != nil {
+		_ = c.cg.remove()
+	}
+	c.giveUID()
+}
+
+// abortStarted kills a container whose process started but whose start then failed, and
+// releases what it holds.
+func (c *container) abortStarted() {
+	c.kill()
+	c.goTracked(func() { _ = c.cmd.Wait(); close(c.exited) })
+	_ = c.Delete(context.Background())
+}
+
+// takeUID gives the container a host uid of its own when the server is root and containers
+// are isolated, and returns the uid its process starts as.
+func (c *container) takeUID() (int, error) {
+	if !c.l.setUID || !c.l.isolated() {
+		return os.Geteuid(), nil
+	}
+	uid, err := c.l.uids.take()
+	if err != nil {
+		return 0, err
+	}
+	c.uid = uid
+	return uid, nil
+}
+
+// startFiles are the descriptors of one start: the child's ends, which the process inherits
+// (ExtraFiles from fd 3 on, and its stdout and stderr), and this process's ends of bubblewrap's
+// info and block pipes, used until the container is in its cgroup. The container's own ends
+// of the protocol pipes and streams are its fields.
+type startFiles struct {
+	child          []*os.File // closed once the process has started
+	extra          []*os.File // the child's fds 3 on; nil entries stay closed
+	stdout, stderr *os.File
+	infoR          *os.File // bubblewrap's --info-fd report; nil without isolation
+	blockW         *os.File // releases bubblewrap's --block-fd; nil without cgroups
+}
+
+// closeChildEnds closes the child's ends, which the process holds once it has started.
+func (f *startFiles) closeChildEnds() {
+	for _, fh := range f.child {
+		fh.Close()
+	}
+	f.child = nil
+}
+
+// close closes every descriptor of the start still open.
+func (f *startFiles) close() {
+	f.closeChildEnds()
+	for _, fh := range []*os.File{f.infoR, f.blockW} {
+		if fh != nil {
+			fh.Close()
+		}
+	}
+	f.infoR, f.blockW = nil, nil
+}
+
+// pipe returns a new pipe, its failure an ErrUnavailable.
+func pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: pipe: %w", sandbox.ErrUnavailable, err)
+	}
+	return r, w, nil
+}
+
+// openFiles opens the container's descriptors into f: the protocol pipes (the child's fds 3-5)
+// and standard streams, and under isolation the seccomp filter (fd 6), bubblewrap's info pipe
+// (fd 7), its block pipe (fd 8) with the cgroup it waits to be put in, and the shared files
+// (fd 9 on). What it opened before failing is in f (and the container) to be closed.
+func (c *container) openFiles(f *startFiles, memBytes int64) error {
+	l := c.l
+	var ctlInR, ctlOutW, intrR *os.File
+	var err error
+	if ctlInR, c.ctlW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, ctlInR)
+	if c.ctlR, ctlOutW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, ctlOutW)
+	if intrR, c.intrW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, intrR)
+	if c.outR, f.stdout, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, f.stdout)
+	if c.errR, f.stderr, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, f.stderr)
+	f.extra = []*os.File{ctlInR, ctlOutW, intrR}
+	if !l.isolated() {
+		return nil
+	}
+	var sp *os.File // fd 6: the seccomp filter
+	if l.seccomp != nil {
+		if sp, err = l.seccompPipe(); err != nil {
+			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+		f.child = append(f.child, sp)
+	}
+	var infoW *os.File // fd 7: bubblewrap's --info-fd
+	if f.infoR, infoW, err = pipe(); err != nil {
+		return err
+	}
+	f.child = append(f.child, infoW)
+	f.extra = append(f.extra, sp, infoW)
+	var blockR *os.File // fd 8: bubblewrap's --block-fd
+	if l.cgroups != nil {
+		if blockR, f.blockW, err = pipe(); err != nil {
+			return err
+		}
+		f.child = append(f.child, blockR)
+		memMax, pidsMax := l.cgroupLimits(memBytes)
+		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
+			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+	}
+	f.extra = append(f.extra, blockR) // nil without cgroups: fd 8 stays closed
+	shared, err := l.openShared()     // fd 9 on
+	if err != nil {
+		return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	f.child = append(f.child, shared...)
+	f.extra = append(f.extra, shared...)
+	return nil
+}
+
+// makeDataDir returns the data directory as the driver sees it: /mnt/data in the sandbox, or
+// without isolation a new host directory of the container's own.
+func (c *container) makeDataDir() (string, error) {
+	if c.l.isolated() {
+		return dataDir, nil
+	}
+	c.hostDir = c.l.hostDataDir(c.name)
+	if err := os.MkdirAll(c.hostDir, 0o700); err != nil {
+		return "", fmt.Errorf("%w: make data dir: %w", sandbox.ErrUnavailable, err)
+	}
+	return c.hostDir, nil
+}
+
+// command builds the container's process, started as runAs with the descriptors of f: the
+// driver, under bubblewrap unless isolation is off, with its data directory dir. The process
+// lives until Delete, not as long as any request: its context is the container's own.
+func (c *container) command(memBytes int64, dir string, runAs int, f *startFiles) (*exec.Cmd, error) {
+	l := c.l
 	cfgHex, err := l.driverConfig(memBytes, dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
 	path, args := l.commandArgs(cfgHex)
-
-	// The process lives until Delete, not as long as any request: its context is its own.
 	life, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	cmd := exec.CommandContext(life, path, args...)
 	cmd.Stdin = nil // /dev/null
-	cmd.Stdout, cmd.Stderr = outW, errW
-	cmd.ExtraFiles = extra
+	cmd.Stdout, cmd.Stderr = f.stdout, f.stderr
+	cmd.ExtraFiles = f.extra
 	cmd.SysProcAttr = l.sysProcAttr(runAs)
 	if l.isolated() {
 		cmd.Env = []string{} // bubblewrap itself gets nothing of the server's environment
@@ -233,54 +348,29 @@ func (l *Local) start(memBytes int64) (_ *localContainer, err error) {
 	}
 	cmd.WaitDelay = time.Second
 	c.cmd = cmd
-	if err := cmd.Start(); err != nil {
-		cancel()
-		return nil, fmt.Errorf("%w: start %s: %w", ErrUnavailable, path, err)
-	}
-	started = true
-	l.track(c)
-	for _, f := range childFiles {
-		f.Close()
-	}
-	childFiles = nil
-	if infoR != nil {
-		initPID := c.openInit(infoR)
-		c.initPID = initPID
-		if c.cg != nil {
-			// bubblewrap's monitor and the sandbox's init are the only processes so far; the
-			// init waits on the block pipe before it starts anything.
-			err := c.cg.add(cmd.Process.Pid)
-			if err == nil && initPID > 0 {
-				err = c.cg.add(initPID)
-			} else if err == nil {
-				err = errors.New("no pid for the sandbox's init")
-			}
-			if err != nil {
-				c.kill()
-				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
-				_ = c.Delete(context.Background())
-				return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-			}
-			if _, err := blockW.Write([]byte{1}); err != nil {
-				c.kill()
-				c.goTracked(func() { _ = cmd.Wait(); close(c.exited) })
-				_ = c.Delete(context.Background())
-				return nil, fmt.Errorf("%w: release the sandbox: %w", ErrUnavailable, err)
-			}
-		}
-	}
-
-	c.goTracked(func() { c.stdout.readFrom(c.outR) })
-	c.goTracked(func() { c.stderr.readFrom(c.errR) })
-	c.goTracked(c.readFrames)
-	c.goTracked(func() {
-		c.waitErr = cmd.Wait()
-		close(c.exited)
-	})
-	return c, nil
+	return cmd, nil
 }
 
-func (c *localContainer) goTracked(f func()) {
+// enterCgroup puts the started container in its cgroup and lets it go on: bubblewrap's
+// monitor and the sandbox's init are the only processes so far, and the init waits on the
+// block pipe (blockW's other end) before it starts anything.
+func (c *container) enterCgroup(blockW *os.File) error {
+	if err := c.cg.add(c.cmd.Process.Pid); err != nil {
+		return err
+	}
+	if c.initPID <= 0 {
+		return errors.New("no pid for the sandbox's init")
+	}
+	if err := c.cg.add(c.initPID); err != nil {
+		return err
+	}
+	if _, err := blockW.Write([]byte{1}); err != nil {
+		return fmt.Errorf("release the sandbox: %w", err)
+	}
+	return nil
+}
+
+func (c *container) goTracked(f func()) {
 	c.wg.Add(1)
 	c.l.wg.Add(1)
 	go func() {
@@ -292,7 +382,7 @@ func (c *localContainer) goTracked(f func()) {
 
 // openInit reads bubblewrap's --info-fd report and opens a pidfd of the container's init. It
 // is best effort: without it Delete cannot wait for the container's processes to be gone.
-func (c *localContainer) openInit(info *os.File) int {
+func (c *container) openInit(info *os.File) int {
 	pid, fd, err := openInit(info)
 	if err != nil {
 		c.log.Warn("no pidfd of the container's init", zap.Int("pid", pid), zap.Error(err))
@@ -357,7 +447,7 @@ func waitExited(ctx context.Context, fd int) error {
 
 // kill kills the container: bubblewrap's process group (without isolation: the interpreter's)
 // and the container's init, which takes every process of its PID namespace with it.
-func (c *localContainer) kill() {
+func (c *container) kill() {
 	c.cancel()
 	c.initMu.Lock()
 	if c.initFD >= 0 {
@@ -369,7 +459,7 @@ func (c *localContainer) kill() {
 // waitInitGone waits until the container's init has exited, which it does only after every
 // other process of its PID namespace is gone, and reaps it if it became this process's child.
 // The monitor has been waited for (the init's reparenting, if any, is done).
-func (c *localContainer) waitInitGone(ctx context.Context) error {
+func (c *container) waitInitGone(ctx context.Context) error {
 	c.initMu.Lock()
 	fd := c.initFD
 	c.initMu.Unlock()
@@ -380,7 +470,7 @@ func (c *localContainer) waitInitGone(ctx context.Context) error {
 }
 
 // readFrames delivers the driver's answers until its pipe ends or Delete.
-func (c *localContainer) readFrames() {
+func (c *container) readFrames() {
 	limit := c.l.maxFrame()
 	for {
 		v, err := readFrame(c.ctlR, limit)
@@ -433,7 +523,7 @@ func writeFrame(w io.Writer, v map[string]any) error {
 }
 
 // waitReady waits for the driver's first answer.
-func (c *localContainer) waitReady(ctx context.Context) error {
+func (c *container) waitReady(ctx context.Context) error {
 	select {
 	case f := <-c.frames:
 		if f.err != nil {
@@ -461,7 +551,7 @@ func (c *localContainer) waitReady(ctx context.Context) error {
 
 // startOutput returns what the process wrote before its driver was ready (bubblewrap's or
 // Python's complaint), for the error.
-func (c *localContainer) startOutput() string {
+func (c *container) startOutput() string {
 	c.kill()
 	select {
 	case <-c.exited:
@@ -478,7 +568,7 @@ func (c *localContainer) startOutput() string {
 	return ""
 }
 
-func (c *localContainer) isDeleted() bool {
+func (c *container) isDeleted() bool {
 	select {
 	case <-c.deleted:
 		return true
@@ -488,7 +578,7 @@ func (c *localContainer) isDeleted() bool {
 }
 
 // Alive reports whether the container's process is still running.
-func (c *localContainer) Alive() bool {
+func (c *container) Alive() bool {
 	select {
 	case <-c.exited:
 		return false
@@ -501,45 +591,76 @@ func (c *localContainer) Alive() bool {
 
 // Run runs code as the container's next cell. When ctx is done the run is interrupted
 // (KeyboardInterrupt); if it has not stopped InterruptGrace later, the container is killed.
-// A run stopped at ctx's deadline fails with ErrTimeout, also matching ErrLost if the container
-// was killed; a run stopped by cancellation fails with ctx's error (and ErrLost if killed). A
-// container that died fails the run with ErrLost; a deleted one with ErrClosed. The Result
-// holds what the run showed, also when it failed.
-func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
+// A run stopped at ctx's deadline fails with [sandbox.ErrTimeout], also matching
+// [sandbox.ErrLost] if the container was killed; a run stopped by cancellation fails with ctx's
+// error (and ErrLost if killed). A container that died fails the run with ErrLost; a deleted one
+// with [sandbox.ErrClosed]. The Result holds what the run showed, also when it failed.
+func (c *container) Run(ctx context.Context, code string) (sandbox.Result, error) {
 	c.runMu.Lock()
 	defer c.runMu.Unlock()
+	if err := c.runnable(ctx); err != nil {
+		return sandbox.Result{}, err
+	}
+	r := c.beginCell()
+	if err := c.sendCell(ctx, r, code); err != nil {
+		c.kill()
+		res := c.partial(r)
+		if ctx.Err() != nil {
+			return res, c.stopErr(ctx, true)
+		}
+		return res, fmt.Errorf("%w: send code: %w", sandbox.ErrLost, err)
+	}
+	return c.await(ctx, r)
+}
+
+// cell is one run in progress: its sequence number, and the end marker of its output with the
+// channels closed when each stream has shown it.
+type cell struct {
+	seq              uint64
+	marker           []byte
+	outDone, errDone <-chan struct{}
+}
+
+// runnable returns why no run may start now (the container is deleted or dead, or ctx is
+// already done), or nil. The caller holds runMu.
+func (c *container) runnable(ctx context.Context) error {
 	if c.isDeleted() {
-		return Result{}, ErrClosed
+		return sandbox.ErrClosed
 	}
 	select {
 	case <-c.exited:
-		return Result{}, fmt.Errorf("%w: container exited: %v", ErrLost, c.waitErr)
+		return fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
 	default:
 	}
 	if ctx.Err() != nil {
 		// Nothing was sent: the container is untouched.
-		return Result{}, c.stopErr(ctx, false)
+		return c.stopErr(ctx, false)
 	}
-	c.seq++
-	seq := c.seq
-	marker := []byte("\x1e[codeinterp end " + randomHex(16) + "]\x1e")
-	outDone := c.stdout.begin(marker)
-	errDone := c.stderr.begin(marker)
+	return nil
+}
 
-	req := map[string]any{"op": "run", "seq": int64(seq), "code": code, "marker": marker}
+// beginCell numbers the next run and starts capturing its output up to a fresh end marker.
+// The caller holds runMu.
+func (c *container) beginCell() cell {
+	c.seq++
+	marker := []byte("\x1e[codeinterp end " + randomHex(16) + "]\x1e")
+	return cell{seq: c.seq, marker: marker, outDone: c.stdout.begin(marker), errDone: c.stderr.begin(marker)}
+}
+
+// sendCell sends run r of code to the driver. The caller holds runMu.
+func (c *container) sendCell(ctx context.Context, r cell, code string) error {
+	req := map[string]any{"op": "run", "seq": int64(r.seq), "code": code, "marker": r.marker}
 	if c.killedSince {
 		req["reap"] = true // the driver reaps its children killed after the last run
 		c.killedSince = false
 	}
-	if err := c.send(ctx, req); err != nil {
-		c.kill()
-		res := c.partial(outDone, errDone)
-		if ctx.Err() != nil {
-			return res, c.stopErr(ctx, true)
-		}
-		return res, fmt.Errorf("%w: send code: %w", ErrLost, err)
-	}
+	return c.send(ctx, req)
+}
 
+// await waits for the end of run r: the driver's answer, or the container's death or
+// deletion. When ctx is done it interrupts the run, and kills the container if the run has not
+// stopped InterruptGrace later.
+func (c *container) await(ctx context.Context, r cell) (sandbox.Result, error) {
 	interrupted := false
 	var grace <-chan time.Time
 	for {
@@ -549,59 +670,71 @@ func (c *localContainer) Run(ctx context.Context, code string) (Result, error) {
 		}
 		select {
 		case f := <-c.frames:
-			if f.err == nil {
-				f.err = checkAnswer(f.v, seq)
-			}
-			if f.err != nil {
-				// The driver broke the protocol, or code running in its process wrote to its
-				// pipe: nothing it sends can be trusted any more.
-				c.kill()
-				res := c.partial(outDone, errDone)
-				if c.isDeleted() {
-					return res, ErrClosed
-				}
-				if interrupted {
-					return res, c.stopErr(ctx, true)
-				}
-				return res, fmt.Errorf("%w: %w", ErrLost, f.err)
-			}
-			res := c.result(f.v, outDone, errDone)
-			c.stopBackground()
-			if interrupted {
-				return res, c.stopErr(ctx, false)
-			}
-			return res, nil
+			return c.collect(ctx, r, f, interrupted)
 		case <-done:
 			interrupted = true
-			var b [8]byte
-			binary.BigEndian.PutUint64(b[:], seq)
-			_ = c.intrW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.intrW.Write(b[:])
+			c.interrupt(r.seq)
 			t := time.NewTimer(c.l.cfg.InterruptGrace)
 			defer t.Stop()
 			grace = t.C
 		case <-grace:
 			c.log.Info("run did not stop when interrupted: killing the container")
 			c.kill()
-			return c.partial(outDone, errDone), c.stopErr(ctx, true)
+			return c.partial(r), c.stopErr(ctx, true)
 		case <-c.exited:
-			res := c.partial(outDone, errDone)
+			res := c.partial(r)
 			if c.isDeleted() {
-				return res, ErrClosed
+				return res, sandbox.ErrClosed
 			}
 			if interrupted {
 				return res, c.stopErr(ctx, true)
 			}
-			return res, fmt.Errorf("%w: container exited: %v", ErrLost, c.waitErr)
+			return res, fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
 		case <-c.deleted:
-			return c.partial(outDone, errDone), ErrClosed
+			return c.partial(r), sandbox.ErrClosed
 		}
 	}
 }
 
+// interrupt asks the driver to interrupt run seq (a KeyboardInterrupt in the code). A driver
+// that does not read it is left to the grace that follows.
+func (c *container) interrupt(seq uint64) {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	_ = c.intrW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = c.intrW.Write(b[:])
+}
+
+// collect makes run r's result of the frame the driver sent, and stops what the run left
+// running in the background; interrupted reports whether ctx had ended the run.
+func (c *container) collect(ctx context.Context, r cell, f frameMsg, interrupted bool) (sandbox.Result, error) {
+	if f.err == nil {
+		f.err = checkAnswer(f.v, r.seq)
+	}
+	if f.err != nil {
+		// The driver broke the protocol, or code running in its process wrote to its pipe:
+		// nothing it sends can be trusted any more.
+		c.kill()
+		res := c.partial(r)
+		if c.isDeleted() {
+			return res, sandbox.ErrClosed
+		}
+		if interrupted {
+			return res, c.stopErr(ctx, true)
+		}
+		return res, fmt.Errorf("%w: %w", sandbox.ErrLost, f.err)
+	}
+	res := c.result(f.v, r)
+	c.stopBackground()
+	if interrupted {
+		return res, c.stopErr(ctx, false)
+	}
+	return res, nil
+}
+
 // stopBackground kills what the run left running besides the interpreter (see nsProcs). The
 // caller holds runMu.
-func (c *localContainer) stopBackground() {
+func (c *container) stopBackground() {
 	if c.procs.init == 0 || c.isDeleted() {
 		return // a Delete meanwhile ends every process anyway
 	}
@@ -623,7 +756,7 @@ func (c *localContainer) stopBackground() {
 // onlyDriverLeft reports, from the container's cgroup (one read: a zombie is not listed),
 // whether nothing runs in it but bubblewrap's monitor and init and the driver, as after most
 // runs.
-func (c *localContainer) onlyDriverLeft() bool {
+func (c *container) onlyDriverLeft() bool {
 	if len(c.cg.dirs) == 0 {
 		return false
 	}
@@ -642,7 +775,7 @@ func (c *localContainer) onlyDriverLeft() bool {
 // send writes a request to the driver. The request is written whole even when ctx ends
 // meanwhile (the run is then interrupted, which the driver honours as the run starts), but a
 // driver that does not read it is given up InterruptGrace after ctx ends.
-func (c *localContainer) send(ctx context.Context, req map[string]any) error {
+func (c *container) send(ctx context.Context, req map[string]any) error {
 	_ = c.ctlW.SetWriteDeadline(time.Time{})
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -675,22 +808,22 @@ func checkAnswer(v map[string]any, seq uint64) error {
 
 // stopErr is the error of a run stopped because ctx is done; killed reports whether the
 // container was killed for it.
-func (c *localContainer) stopErr(ctx context.Context, killed bool) error {
-	var err error = ErrTimeout
+func (c *container) stopErr(ctx context.Context, killed bool) error {
+	var err error = sandbox.ErrTimeout
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = ctx.Err()
 	}
 	if killed {
-		return fmt.Errorf("%w: %w", err, ErrLost)
+		return fmt.Errorf("%w: %w", err, sandbox.ErrLost)
 	}
 	return err
 }
 
-// partial collects what the streams delivered of a run cut short.
-func (c *localContainer) partial(outDone, errDone <-chan struct{}) Result {
+// partial collects what the streams delivered of run r, cut short.
+func (c *container) partial(r cell) sandbox.Result {
 	// A dead container's pipes end soon; a live one's output so far is all there is.
-	waitMarkers(markerGrace/4, nil, outDone, errDone)
-	var res Result
+	waitMarkers(markerGrace/4, nil, r.outDone, r.errDone)
+	var res sandbox.Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
 	res.Stderr, t2 = c.stderr.end()
@@ -713,10 +846,10 @@ func waitMarkers(d time.Duration, exited <-chan struct{}, outDone, errDone <-cha
 	}
 }
 
-// result builds a run's Result from the driver's answer and the streams.
-func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct{}) Result {
-	waitMarkers(markerGrace, c.exited, outDone, errDone)
-	var res Result
+// result builds run r's Result from the driver's answer v and the streams.
+func (c *container) result(v map[string]any, r cell) sandbox.Result {
+	waitMarkers(markerGrace, c.exited, r.outDone, r.errDone)
+	var res sandbox.Result
 	var t1, t2 bool
 	res.Stdout, t1 = c.stdout.end()
 	res.Stderr, t2 = c.stderr.end()
@@ -731,7 +864,7 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 			out, _ := cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
 			return out
 		}
-		res.Error = &Error{Name: str("name"), Value: str("value"), Traceback: str("traceback")}
+		res.Error = &sandbox.Error{Name: str("name"), Value: str("value"), Traceback: str("traceback")}
 	}
 	imgBytes := 0
 	if imgs, ok := v["images"].([]any); ok {
@@ -745,7 +878,7 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 				continue
 			}
 			imgBytes += len(b)
-			res.Images = append(res.Images, Image{PNG: b})
+			res.Images = append(res.Images, sandbox.Image{PNG: b})
 		}
 	}
 	if files, ok := v["files"].([]any); ok {
@@ -759,7 +892,7 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 			if p == "" {
 				continue
 			}
-			res.Files = append(res.Files, File{Path: mapPath(p, c.hostDir), Size: n})
+			res.Files = append(res.Files, sandbox.File{Path: mapPath(p, c.hostDir), Size: n})
 		}
 	}
 	tr, _ := v["truncated"].(bool)
@@ -768,9 +901,9 @@ func (c *localContainer) result(v map[string]any, outDone, errDone <-chan struct
 }
 
 // Delete kills the container and waits for its process and goroutines (bounded by ctx). It is
-// idempotent and safe to call concurrently with Run, which then fails with ErrClosed, and with
-// itself.
-func (c *localContainer) Delete(ctx context.Context) error {
+// idempotent and safe to call concurrently with Run, which then fails with
+// [sandbox.ErrClosed], and with itself.
+func (c *container) Delete(ctx context.Context) error {
 	c.deleteOnce.Do(func() {
 		close(c.deleted)
 		close(c.stop)
@@ -786,7 +919,7 @@ func (c *localContainer) Delete(ctx context.Context) error {
 }
 
 // cleanup releases what a dead container holds; it runs once.
-func (c *localContainer) cleanup(ctx context.Context) error {
+func (c *container) cleanup(ctx context.Context) error {
 	// The process is gone; its pipes may still be held by a process that escaped (only
 	// possible without isolation): closing our ends stops the readers regardless.
 	c.closeParentFiles()
@@ -826,14 +959,14 @@ func (c *localContainer) cleanup(ctx context.Context) error {
 }
 
 // giveUID returns the container's uid to the pool: its processes are gone.
-func (c *localContainer) giveUID() {
+func (c *container) giveUID() {
 	if c.uid >= 0 {
 		c.l.uids.give(c.uid)
 		c.uid = -1
 	}
 }
 
-func (c *localContainer) closeParentFiles() {
+func (c *container) closeParentFiles() {
 	c.closeFiles.Do(func() {
 		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR} {
 			if f != nil {

@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // The benchmarks behind the figures the sandbox issue asks for. Each op carries its whole cost
@@ -35,14 +37,14 @@ func pairedRatio(a, b []time.Duration) float64 {
 	return r[len(r)/2]
 }
 
-func benchLocal(b *testing.B, cfg LocalConfig) *Local {
+func benchLocal(b *testing.B, cfg Config) *Local {
 	b.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		b.Skip("bubblewrap is not installed")
 	}
-	l, err := NewLocal(cfg, zap.NewNop())
+	l, err := New(cfg, zap.NewNop())
 	if err != nil {
-		b.Fatalf("NewLocal(%+v): %v", cfg, err)
+		b.Fatalf("New(%+v): %v", cfg, err)
 	}
 	b.Cleanup(func() { _ = l.Close() })
 	return l
@@ -61,12 +63,13 @@ func runBare(b *testing.B, args ...string) time.Duration {
 // and matplotlib preloaded) until the stdout of print(1) is back. The op also waits for the pool
 // to refill; "acquire-to-stdout-µs" is the latency itself.
 func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
-	l := benchLocal(b, LocalConfig{Preload: true})
-	m := NewManager(l, ManagerConfig{WarmPool: 1}, zap.NewNop())
+	l := benchLocal(b, Config{Preload: true})
+	m := sandbox.NewManager(l, sandbox.ManagerConfig{WarmPool: 1}, zap.NewNop())
 	b.Cleanup(func() { _ = m.Close(context.Background()) })
 	ctx := context.Background()
+	warm := warmGauge(b, m)
 	waitWarm := func() {
-		for m.warmCount() < 1 {
+		for warm() < 1 {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
@@ -74,7 +77,7 @@ func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
 	for b.Loop() {
 		waitWarm()
 		start := time.Now()
-		lease, err := m.Acquire(ctx, AcquireRequest{Identity: "bench"})
+		lease, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "bench"})
 		if err != nil {
 			b.Fatalf("acquire: %v", err)
 		}
@@ -91,8 +94,8 @@ func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
 
 // BenchmarkWarmRun: one print(1) in a running container: the protocol's round trip.
 func BenchmarkWarmRun(b *testing.B) {
-	l := benchLocal(b, LocalConfig{})
-	c, err := l.Create(context.Background(), Spec{})
+	l := benchLocal(b, Config{})
+	c, err := l.Create(context.Background(), sandbox.Spec{})
 	if err != nil {
 		b.Fatalf("create: %v", err)
 	}
@@ -115,12 +118,12 @@ func BenchmarkBarePythonPass(b *testing.B) {
 // has answered. "ratio-vs-bare" is the median ratio to `python3 -c pass` run right after each
 // start (outside the timer), which cancels the machine's changing load.
 func BenchmarkColdStartBare(b *testing.B) {
-	l := benchLocal(b, LocalConfig{})
+	l := benchLocal(b, Config{})
 	ctx := context.Background()
 	var cold, bare []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		c, err := l.Create(ctx, Spec{})
+		c, err := l.Create(ctx, sandbox.Spec{})
 		if err != nil {
 			b.Fatalf("create: %v", err)
 		}
@@ -152,12 +155,12 @@ func BenchmarkBarePythonImportScientific(b *testing.B) {
 // matplotlib.pyplot are imported in it, with the same paired ratio as BenchmarkColdStartBare.
 func BenchmarkColdStartScientific(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, LocalConfig{})
+	l := benchLocal(b, Config{})
 	ctx := context.Background()
 	var cold, bare []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		c, err := l.Create(ctx, Spec{})
+		c, err := l.Create(ctx, sandbox.Spec{})
 		if err != nil {
 			b.Fatalf("create: %v", err)
 		}
@@ -179,10 +182,10 @@ func BenchmarkColdStartScientific(b *testing.B) {
 // one figure rendered) until it is ready: what one warm-pool refill costs.
 func BenchmarkColdStartPreloaded(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, LocalConfig{Preload: true})
+	l := benchLocal(b, Config{Preload: true})
 	ctx := context.Background()
 	for b.Loop() {
-		c, err := l.Create(ctx, Spec{})
+		c, err := l.Create(ctx, sandbox.Spec{})
 		if err != nil {
 			b.Fatalf("create: %v", err)
 		}
@@ -197,11 +200,11 @@ func BenchmarkColdStartPreloaded(b *testing.B) {
 // all its processes (bubblewrap's monitor and init, and the interpreter).
 func BenchmarkIdleWarmContainerMemory(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, LocalConfig{Preload: true})
+	l := benchLocal(b, Config{Preload: true})
 	ctx := context.Background()
 	var rss, pss []time.Duration // in KiB, sorted with the same helper
 	for b.Loop() {
-		c, err := l.Create(ctx, Spec{})
+		c, err := l.Create(ctx, sandbox.Spec{})
 		if err != nil {
 			b.Fatalf("create: %v", err)
 		}

@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import (
 	"bytes"
@@ -119,7 +119,7 @@ func allocated(f func()) uint64 {
 // values that cost the most memory per byte: what they decode to stays within the frame's size
 // plus a few MiB, not a multiple of the frame.
 func TestMarshalDecodeBoundsMemory(t *testing.T) {
-	frameLimit := (&Local{cfg: LocalConfig{OutputLimit: 1 << 20}}).maxFrame()
+	frameLimit := (&Local{cfg: Config{OutputLimit: 1 << 20}}).maxFrame()
 	slack := uint64(8 << 20)
 	tests := []struct {
 		name string
@@ -223,35 +223,6 @@ func TestReadFrameLimit(t *testing.T) {
 	require.NoError(t, err, "encode")
 	_, err = readFrame(bytes.NewReader(append(binary.BigEndian.AppendUint32(nil, uint32(len(notDict))), notDict...)), 1024)
 	assert.ErrorIs(t, err, errMarshal, "a frame that is not a dict")
-}
-
-func TestParseMemory(t *testing.T) {
-	tests := []struct {
-		give     string
-		want     int64
-		wantForm string
-	}{
-		{"1g", 1 << 30, "1g"},
-		{"4g", 4 << 30, "4g"},
-		{"16G", 16 << 30, "16g"},
-		{"64gb", 64 << 30, "64g"},
-		{"512m", 512 << 20, "512m"},
-		{"1024m", 1 << 30, "1g"},
-		{"2048k", 2 << 20, "2m"},
-		{"1t", 1 << 40, "1t"},
-		{" 3g ", 3 << 30, "3g"},
-		{"1000", 1000, "1000"},
-	}
-	for _, tt := range tests {
-		got, err := ParseMemory(tt.give)
-		require.NoError(t, err, "ParseMemory(%q)", tt.give)
-		assert.Equal(t, tt.want, got, "ParseMemory(%q)", tt.give)
-		assert.Equal(t, tt.wantForm, formatMemory(got), "formatMemory(ParseMemory(%q))", tt.give)
-	}
-	for _, bad := range []string{"", "g", "-1g", "0", "1x", "1.5g", "99999999999t", "lots"} {
-		_, err := ParseMemory(bad)
-		assert.Error(t, err, "ParseMemory(%q)", bad)
-	}
 }
 
 // runSeccomp interprets the filter's classic BPF for one system call, as the kernel would.

@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import (
 	"bytes"
@@ -17,29 +17,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 
 // newTestLocal returns a Local closed at the end of the test. Without bubblewrap on the machine
 // (CI installs it) the test is skipped.
-func newTestLocal(t testing.TB, cfg LocalConfig) *Local {
+func newTestLocal(t testing.TB, cfg Config) *Local {
 	t.Helper()
 	if !cfg.UnsafeNoIsolation {
 		if _, err := exec.LookPath("bwrap"); err != nil {
 			t.Skip("bubblewrap is not installed")
 		}
 	}
-	l, err := NewLocal(cfg, zaptest.NewLogger(t))
-	require.NoError(t, err, "NewLocal(%+v)", cfg)
+	l, err := New(cfg, zaptest.NewLogger(t))
+	require.NoError(t, err, "New(%+v)", cfg)
 	t.Cleanup(func() { assert.NoError(t, l.Close(), "close Local") })
 	return l
 }
 
-func newTestContainer(t testing.TB, l *Local, spec Spec) Container {
+func newTestContainer(t testing.TB, l *Local, spec sandbox.Spec) sandbox.Container {
 	t.Helper()
 	c, err := l.Create(context.Background(), spec)
 	require.NoError(t, err, "Create(%+v)", spec)
@@ -48,14 +51,34 @@ func newTestContainer(t testing.TB, l *Local, spec Spec) Container {
 }
 
 // runIn runs code with a generous timeout and requires success.
-func runIn(t testing.TB, c Container, code string) Result {
+func runIn(t testing.TB, c sandbox.Container, code string) sandbox.Result {
 	t.Helper()
 	res, err := runTimeout(c, code, 30*time.Second)
 	require.NoError(t, err, "run %q", code)
 	return res
 }
 
-func runTimeout(c Container, code string, d time.Duration) (Result, error) {
+// warmGauge returns a reader of m's gauge of the containers ready in its warm pool.
+func warmGauge(t testing.TB, m *sandbox.Manager) func() int {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range m.Collectors() {
+		require.NoError(t, reg.Register(c), "register the manager's metrics")
+	}
+	return func() int {
+		mfs, err := reg.Gather()
+		require.NoError(t, err, "gather the manager's metrics")
+		for _, mf := range mfs {
+			if mf.GetName() == "codeinterp_sandbox_warm_containers" {
+				return int(mf.GetMetric()[0].GetGauge().GetValue())
+			}
+		}
+		t.Fatal("no codeinterp_sandbox_warm_containers gauge")
+		return 0
+	}
+}
+
+func runTimeout(c sandbox.Container, code string, d time.Duration) (sandbox.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return c.Run(ctx, code)
@@ -70,7 +93,7 @@ func hasScientificPython(t testing.TB) {
 
 func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, sharedLocal(t), Spec{})
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	tests := []struct {
 		name       string
 		give       string
@@ -132,7 +155,7 @@ func TestLocalRunsCellsLikeANotebook(t *testing.T) {
 // refuses as it stands: each run answers, and the container keeps its state.
 func TestLocalResultsMarshalRefuses(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, sharedLocal(t), Spec{})
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	runIn(t, c, "x = 41\nclass S(str): pass")
 	tests := []struct {
 		name      string
@@ -169,7 +192,7 @@ func TestLocalResultsMarshalRefuses(t *testing.T) {
 
 func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, sharedLocal(t), Spec{})
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	res := runIn(t, c, "import os\npid = os.fork()\nif pid == 0:\n    raise ValueError('in child')\n_, st = os.waitpid(pid, 0)\nos.WEXITSTATUS(st)")
 	assert.Equal(t, "1", res.Value, "the child exits with status 1, as a script's would")
 	assert.Nil(t, res.Error, "the parent's run is unaffected")
@@ -181,8 +204,8 @@ func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
 func TestLocalStatePersistsPerContainer(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	a := newTestContainer(t, l, Spec{})
-	b := newTestContainer(t, l, Spec{})
+	a := newTestContainer(t, l, sandbox.Spec{})
+	b := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, a, "x = 10\nimport math")
 	runIn(t, a, "open('notes.txt', 'w').write('kept')")
 	res := runIn(t, a, "print(x)\nmath.sqrt(x * 10)\nopen('notes.txt').read()")
@@ -199,7 +222,7 @@ func TestLocalStatePersistsPerContainer(t *testing.T) {
 func TestLocalImagesAndLibraries(t *testing.T) {
 	t.Parallel()
 	hasScientificPython(t)
-	c := newTestContainer(t, sharedLocal(t), Spec{})
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	tests := []struct {
 		name       string
 		give       string
@@ -228,18 +251,18 @@ func TestLocalImagesAndLibraries(t *testing.T) {
 
 func TestLocalReportsFiles(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, sharedLocal(t), Spec{})
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	tests := []struct {
 		name string
 		give string
-		want []File
+		want []sandbox.File
 	}{
-		{"new file", "open('a.csv', 'w').write('1,2')", []File{{Path: "/mnt/data/a.csv", Size: 3}}},
+		{"new file", "open('a.csv', 'w').write('1,2')", []sandbox.File{{Path: "/mnt/data/a.csv", Size: 3}}},
 		{"unchanged", "x = 1", nil},
-		{"changed", "open('a.csv', 'a').write(',3')", []File{{Path: "/mnt/data/a.csv", Size: 5}}},
+		{"changed", "open('a.csv', 'a').write(',3')", []sandbox.File{{Path: "/mnt/data/a.csv", Size: 5}}},
 		{"in a directory, absolute path", "import os\nos.makedirs('/mnt/data/d/e')\nopen('/mnt/data/d/e/b.txt', 'w').write('x')",
-			[]File{{Path: "/mnt/data/d/e/b.txt", Size: 1}}},
-		{"several, sorted", "for n in 'zy':\n    open(n, 'w').write(n * 2)", []File{{Path: "/mnt/data/y", Size: 2}, {Path: "/mnt/data/z", Size: 2}}},
+			[]sandbox.File{{Path: "/mnt/data/d/e/b.txt", Size: 1}}},
+		{"several, sorted", "for n in 'zy':\n    open(n, 'w').write(n * 2)", []sandbox.File{{Path: "/mnt/data/y", Size: 2}, {Path: "/mnt/data/z", Size: 2}}},
 		{"deleted files are not listed", "import os\nos.remove('a.csv')", nil},
 		{"outside /mnt/data", "open('/tmp/t', 'w').write('t')", nil},
 	}
@@ -253,17 +276,17 @@ func TestLocalReportsFiles(t *testing.T) {
 func TestLocalOutputLimit(t *testing.T) {
 	t.Parallel()
 	const limit = 4096
-	c := newTestContainer(t, newTestLocal(t, LocalConfig{OutputLimit: limit}), Spec{})
+	c := newTestContainer(t, newTestLocal(t, Config{OutputLimit: limit}), sandbox.Spec{})
 	tests := []struct {
 		name       string
 		give       string
-		field      func(Result) string
+		field      func(sandbox.Result) string
 		wantPrefix string
 	}{
-		{"stdout", "print('x' * 100000)", func(r Result) string { return r.Stdout }, strings.Repeat("x", 100)},
-		{"stderr", "import sys\nprint('e' * 100000, file=sys.stderr)", func(r Result) string { return r.Stderr }, strings.Repeat("e", 100)},
-		{"value", "'v' * 100000", func(r Result) string { return r.Value }, "'" + strings.Repeat("v", 100)},
-		{"many lines", "for i in range(100000):\n    print('l')", func(r Result) string { return r.Stdout }, strings.Repeat("l\n", 100)},
+		{"stdout", "print('x' * 100000)", func(r sandbox.Result) string { return r.Stdout }, strings.Repeat("x", 100)},
+		{"stderr", "import sys\nprint('e' * 100000, file=sys.stderr)", func(r sandbox.Result) string { return r.Stderr }, strings.Repeat("e", 100)},
+		{"value", "'v' * 100000", func(r sandbox.Result) string { return r.Value }, "'" + strings.Repeat("v", 100)},
+		{"many lines", "for i in range(100000):\n    print('l')", func(r sandbox.Result) string { return r.Stdout }, strings.Repeat("l\n", 100)},
 	}
 	for _, tt := range tests {
 		res := runIn(t, c, tt.give)
@@ -280,7 +303,7 @@ func TestLocalOutputLimit(t *testing.T) {
 
 func TestLocalTimeoutInterrupts(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, sharedLocal(t), Spec{})
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	runIn(t, c, "x = 1")
 	tests := []struct {
 		name string
@@ -291,8 +314,8 @@ func TestLocalTimeoutInterrupts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		res, err := runTimeout(c, tt.give, time.Second)
-		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
-		assert.NotErrorIs(t, err, ErrLost, "%s: interrupted, not killed", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrTimeout, "%s: timed out", tt.name)
+		assert.NotErrorIs(t, err, sandbox.ErrLost, "%s: interrupted, not killed", tt.name)
 		assert.Equal(t, "started\n", res.Stdout, "%s: output before the interrupt", tt.name)
 		require.NotNil(t, res.Error, "%s: interrupted", tt.name)
 		assert.Equal(t, "KeyboardInterrupt", res.Error.Name, "%s: interrupted like a notebook", tt.name)
@@ -323,11 +346,11 @@ g[%[1]q] = slow`, fn)
 		{"a large cell sent with little time left", "_recv", strings.Repeat("#", 1<<20) + "\nwhile True:\n    pass"},
 	}
 	for _, tt := range tests {
-		c := newTestContainer(t, l, Spec{})
+		c := newTestContainer(t, l, sandbox.Spec{})
 		runIn(t, c, "x = 1\n"+slowDriver(tt.slow))
 		res, err := runTimeout(c, tt.give, 300*time.Millisecond)
-		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
-		assert.NotErrorIs(t, err, ErrLost, "%s: interrupted, not killed", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrTimeout, "%s: timed out", tt.name)
+		assert.NotErrorIs(t, err, sandbox.ErrLost, "%s: interrupted, not killed", tt.name)
 		if assert.NotNil(t, res.Error, "%s: interrupted", tt.name) {
 			assert.Equal(t, "KeyboardInterrupt", res.Error.Name, "%s: interrupted like a notebook", tt.name)
 		}
@@ -337,7 +360,7 @@ g[%[1]q] = slow`, fn)
 
 func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{InterruptGrace: 200 * time.Millisecond})
+	l := newTestLocal(t, Config{InterruptGrace: 200 * time.Millisecond})
 	tests := []struct {
 		name string
 		give string
@@ -346,13 +369,13 @@ func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 		{"swallows KeyboardInterrupt", "print('stubborn')\nwhile True:\n    try:\n        while True:\n            pass\n    except KeyboardInterrupt:\n        pass"},
 	}
 	for _, tt := range tests {
-		c := newTestContainer(t, l, Spec{})
+		c := newTestContainer(t, l, sandbox.Spec{})
 		res, err := runTimeout(c, tt.give, time.Second)
-		assert.ErrorIs(t, err, ErrTimeout, "%s: timed out", tt.name)
-		assert.ErrorIs(t, err, ErrLost, "%s: killed", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrTimeout, "%s: timed out", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrLost, "%s: killed", tt.name)
 		assert.Equal(t, "stubborn\n", res.Stdout, "%s: partial output", tt.name)
 		_, err = runTimeout(c, "1", 5*time.Second)
-		assert.ErrorIs(t, err, ErrLost, "%s: the killed container is gone", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrLost, "%s: the killed container is gone", tt.name)
 	}
 }
 
@@ -360,18 +383,18 @@ func TestLocalLostAndCancelled(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	res, err := runTimeout(c, "print('bye', flush=True)\nimport os\nos._exit(3)", 10*time.Second)
-	assert.ErrorIs(t, err, ErrLost, "the interpreter exited")
+	assert.ErrorIs(t, err, sandbox.ErrLost, "the interpreter exited")
 	assert.Equal(t, "bye\n", res.Stdout, "output before the exit")
 
-	c = newTestContainer(t, l, Spec{})
+	c = newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, "x = 2")
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	_, err = c.Run(ctx, "import time\ntime.sleep(600)")
 	assert.ErrorIs(t, err, context.Canceled, "cancelled")
-	assert.NotErrorIs(t, err, ErrTimeout, "cancelled, not timed out")
+	assert.NotErrorIs(t, err, sandbox.ErrTimeout, "cancelled, not timed out")
 	assert.Equal(t, "2\n", runIn(t, c, "print(x)").Stdout, "a cancelled run keeps the container")
 	_, err = c.Run(ctx, "print(x)")
 	assert.ErrorIs(t, err, context.Canceled, "a done context runs nothing")
@@ -381,21 +404,21 @@ func TestLocalLostAndCancelled(t *testing.T) {
 func TestLocalDelete(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c, err := l.Create(context.Background(), Spec{})
+	c, err := l.Create(context.Background(), sandbox.Spec{})
 	require.NoError(t, err, "create")
 	runIn(t, c, "x = 1")
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	require.NoError(t, c.Delete(context.Background()), "delete again")
 	_, err = runTimeout(c, "x", 5*time.Second)
-	assert.ErrorIs(t, err, ErrClosed, "run after delete")
-	assert.False(t, c.(*localContainer).Alive(), "process gone")
+	assert.ErrorIs(t, err, sandbox.ErrClosed, "run after delete")
+	assert.False(t, c.(*container).Alive(), "process gone")
 
 	// Delete during a run stops it.
-	c, err = l.Create(context.Background(), Spec{})
+	c, err = l.Create(context.Background(), sandbox.Spec{})
 	require.NoError(t, err, "create")
 	time.AfterFunc(300*time.Millisecond, func() { _ = c.Delete(context.Background()) })
 	_, err = runTimeout(c, "while True:\n    pass", 30*time.Second)
-	assert.ErrorIs(t, err, ErrClosed, "run stopped by delete")
+	assert.ErrorIs(t, err, sandbox.ErrClosed, "run stopped by delete")
 }
 
 func TestLocalMemoryLimit(t *testing.T) {
@@ -403,28 +426,28 @@ func TestLocalMemoryLimit(t *testing.T) {
 	l := sharedLocal(t)
 	tests := []struct {
 		name string
-		give Spec
+		give sandbox.Spec
 		want string
 	}{
-		{"default", Spec{}, "1073741824"},
-		{"4g", Spec{MemoryLimit: "4g"}, "4294967296"},
-		{"upper case", Spec{MemoryLimit: "16G"}, "17179869184"},
+		{"default", sandbox.Spec{}, "1073741824"},
+		{"4g", sandbox.Spec{MemoryLimit: "4g"}, "4294967296"},
+		{"upper case", sandbox.Spec{MemoryLimit: "16G"}, "17179869184"},
 	}
 	for _, tt := range tests {
 		c := newTestContainer(t, l, tt.give)
 		res := runIn(t, c, "import resource\nresource.getrlimit(resource.RLIMIT_AS)[0]")
 		assert.Equal(t, tt.want, res.Value, "%s: RLIMIT_AS", tt.name)
 	}
-	_, err := l.Create(context.Background(), Spec{MemoryLimit: "lots"})
+	_, err := l.Create(context.Background(), sandbox.Spec{MemoryLimit: "lots"})
 	assert.Error(t, err, "an invalid memory limit")
-	assert.Equal(t, Spec{MemoryLimit: "1g"}, l.ResolveSpec(Spec{}), "ResolveSpec fills the default")
-	assert.Equal(t, Spec{MemoryLimit: "4g"}, l.ResolveSpec(Spec{MemoryLimit: "4096M"}), "ResolveSpec canonicalizes")
+	assert.Equal(t, sandbox.Spec{MemoryLimit: "1g"}, l.ResolveSpec(sandbox.Spec{}), "ResolveSpec fills the default")
+	assert.Equal(t, sandbox.Spec{MemoryLimit: "4g"}, l.ResolveSpec(sandbox.Spec{MemoryLimit: "4096M"}), "ResolveSpec canonicalizes")
 }
 
 func TestLocalPreload(t *testing.T) {
 	t.Parallel()
 	hasScientificPython(t)
-	c := newTestContainer(t, newTestLocal(t, LocalConfig{Preload: true}), Spec{})
+	c := newTestContainer(t, newTestLocal(t, Config{Preload: true}), sandbox.Spec{})
 	res := runIn(t, c, "import sys\nsorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules)")
 	assert.Equal(t, "['matplotlib.pyplot', 'numpy', 'pandas']", res.Value, "preloaded modules")
 	res = runIn(t, c, "'np' in dir() or 'numpy' in dir()")
@@ -433,32 +456,32 @@ func TestLocalPreload(t *testing.T) {
 	assert.Len(t, res.Images, 1, "plots work after preloading")
 }
 
-func TestNewLocalNeedsBubblewrap(t *testing.T) {
+func TestNewNeedsBubblewrap(t *testing.T) {
 	t.Parallel()
-	_, err := NewLocal(LocalConfig{Bwrap: "/nonexistent/bwrap"}, zaptest.NewLogger(t))
+	_, err := New(Config{Bwrap: "/nonexistent/bwrap"}, zaptest.NewLogger(t))
 	require.Error(t, err, "missing bubblewrap")
 	assert.Contains(t, err.Error(), "bubblewrap", "the error names the problem")
 	assert.Contains(t, err.Error(), "unsafe_no_isolation", "the error names the way out")
 
-	_, err = NewLocal(LocalConfig{FirstUID: -5}, zaptest.NewLogger(t))
+	_, err = New(Config{FirstUID: -5}, zaptest.NewLogger(t))
 	assert.Error(t, err, "a negative first uid is refused")
-	_, err = NewLocal(LocalConfig{FirstUID: 1 << 32}, zaptest.NewLogger(t))
+	_, err = New(Config{FirstUID: 1 << 32}, zaptest.NewLogger(t))
 	assert.Error(t, err, "a uid range beyond 32 bits is refused")
-	_, err = NewLocal(LocalConfig{DefaultMemoryLimit: "4g", MaxMemoryLimit: "2g"}, zaptest.NewLogger(t))
+	_, err = New(Config{DefaultMemoryLimit: "4g", MaxMemoryLimit: "2g"}, zaptest.NewLogger(t))
 	assert.Error(t, err, "a default memory limit above the max is refused")
-	_, err = NewLocal(LocalConfig{CPUQuota: -1}, zaptest.NewLogger(t))
+	_, err = New(Config{CPUQuota: -1}, zaptest.NewLogger(t))
 	assert.Error(t, err, "a negative cpu quota is refused")
-	_, err = NewLocal(LocalConfig{DefaultMemoryLimit: "much"}, zaptest.NewLogger(t))
+	_, err = New(Config{DefaultMemoryLimit: "much"}, zaptest.NewLogger(t))
 	assert.Error(t, err, "an invalid default memory limit is refused")
 }
 
 func TestLocalUnsafeNoIsolation(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{Bwrap: "/nonexistent/bwrap", UnsafeNoIsolation: true})
-	c := newTestContainer(t, l, Spec{})
+	l := newTestLocal(t, Config{Bwrap: "/nonexistent/bwrap", UnsafeNoIsolation: true})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	res := runIn(t, c, "x = 3\nopen('f.txt', 'w').write('abc')\nprint(x)")
 	assert.Equal(t, "3\n", res.Stdout, "runs without isolation")
-	assert.Equal(t, []File{{Path: "/mnt/data/f.txt", Size: 3}}, res.Files, "paths shown as in a container")
+	assert.Equal(t, []sandbox.File{{Path: "/mnt/data/f.txt", Size: 3}}, res.Files, "paths shown as in a container")
 	res = runIn(t, c, "import os\nsorted(os.environ)")
 	assert.NotContains(t, res.Value, "GOPATH", "the server's environment is not passed even without isolation")
 }
@@ -468,18 +491,18 @@ func TestLocalClose(t *testing.T) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bubblewrap is not installed")
 	}
-	l, err := NewLocal(LocalConfig{}, zaptest.NewLogger(t))
-	require.NoError(t, err, "NewLocal")
-	c, err := l.Create(context.Background(), Spec{})
+	l, err := New(Config{}, zaptest.NewLogger(t))
+	require.NoError(t, err, "New")
+	c, err := l.Create(context.Background(), sandbox.Spec{})
 	require.NoError(t, err, "create")
 	require.NoError(t, l.Close(), "close")
 	require.NoError(t, l.Close(), "close again")
-	assert.False(t, c.(*localContainer).Alive(), "Close killed the live container")
-	_, err = l.Create(context.Background(), Spec{})
-	assert.ErrorIs(t, err, ErrClosed, "create after close")
+	assert.False(t, c.(*container).Alive(), "Close killed the live container")
+	_, err = l.Create(context.Background(), sandbox.Spec{})
+	assert.ErrorIs(t, err, sandbox.ErrClosed, "create after close")
 }
 
-// TestLocalStartFailures runs a Local whose bubblewrap is gone after NewLocal, so that every
+// TestLocalStartFailures runs a Local whose bubblewrap is gone after New, so that every
 // start fails in the middle: a failed start leaves no cgroup behind, and Close, racing with
 // failing starts, returns.
 func TestLocalStartFailures(t *testing.T) {
@@ -494,16 +517,16 @@ func TestLocalStartFailures(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o755), "the sandbox user runs bubblewrap from it")
 	link := filepath.Join(dir, "bwrap")
 	require.NoError(t, os.Symlink(bwrap, link), "link bubblewrap")
-	l, err := NewLocal(LocalConfig{Bwrap: link}, zaptest.NewLogger(t))
-	require.NoError(t, err, "NewLocal")
+	l, err := New(Config{Bwrap: link}, zaptest.NewLogger(t))
+	require.NoError(t, err, "New")
 	var parents []string // the Local's cgroups, which hold one directory per container
 	if l.cgroups != nil {
 		parents = slices.Clone(l.cgroups.dirs)
 	}
 	require.NoError(t, os.Remove(link), "remove bubblewrap")
 
-	_, err = l.Create(context.Background(), Spec{})
-	require.ErrorIs(t, err, ErrUnavailable, "a start without bubblewrap")
+	_, err = l.Create(context.Background(), sandbox.Spec{})
+	require.ErrorIs(t, err, sandbox.ErrUnavailable, "a start without bubblewrap")
 	for _, p := range parents {
 		entries, err := os.ReadDir(p)
 		require.NoError(t, err, "read cgroup %s", p)
@@ -517,8 +540,8 @@ func TestLocalStartFailures(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for {
-				_, err := l.Create(context.Background(), Spec{})
-				if errors.Is(err, ErrClosed) {
+				_, err := l.Create(context.Background(), sandbox.Spec{})
+				if errors.Is(err, sandbox.ErrClosed) {
 					return
 				}
 				attempts.Add(1)
@@ -545,22 +568,24 @@ func TestLocalStartFailures(t *testing.T) {
 
 func TestManagerOverLocal(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{})
-	m := NewManager(l, ManagerConfig{WarmPool: 1}, zaptest.NewLogger(t))
+	l := newTestLocal(t, Config{})
+	m := sandbox.NewManager(l, sandbox.ManagerConfig{WarmPool: 1}, zaptest.NewLogger(t))
 	ctx := context.Background()
-	for m.warmCount() < 1 {
+	for warm := warmGauge(t, m); warm() < 1; {
 		time.Sleep(5 * time.Millisecond) // the pool fills in the background
 	}
 	warm := l.liveContainers()
 	require.Len(t, warm, 1, "one warm container")
 
-	s, err := m.Acquire(ctx, AcquireRequest{Identity: "alice", Session: "s"})
+	s, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 	require.NoError(t, err, "acquire")
 	res, err := s.Run(ctx, "x = 41\nx + 1", 0)
 	require.NoError(t, err, "first run")
 	assert.Equal(t, "42", res.Value, "first run")
-	used := s.e.c.(*localContainer)
-	assert.Same(t, warm[0], used, "the first run used the warm container")
+	used := warm[0]
+	res, err = used.Run(ctx, "x")
+	require.NoError(t, err, "run in the warm container itself")
+	assert.Equal(t, "41", res.Value, "the first run used the warm container")
 
 	// Killed from outside while idle (as the kernel's OOM killer would): the next run goes to
 	// a fresh container for the same key.

@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 // Helper processes: the test binary run again in a role (helperEnv names it), for what a test
 // cannot do in its own process: be PID 1, or die without closing its Local.
@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 const (
@@ -71,17 +73,17 @@ type pid1Report struct {
 // outside), then closed. Every child it started must have been reaped.
 func helperPID1() (pid1Report, error) {
 	rep := pid1Report{PID: os.Getpid()}
-	l, err := NewLocal(LocalConfig{StateDir: os.Getenv(helperStateEnv), FirstUID: helperPID1UID, UIDCount: 1000,
+	l, err := New(Config{StateDir: os.Getenv(helperStateEnv), FirstUID: helperPID1UID, UIDCount: 1000,
 		InterruptGrace: 200 * time.Millisecond}, zap.NewNop())
 	if err != nil {
 		return rep, err
 	}
-	m := NewManager(l, ManagerConfig{WarmPool: 1}, zap.NewNop())
+	m := sandbox.NewManager(l, sandbox.ManagerConfig{WarmPool: 1}, zap.NewNop())
 	ctx := context.Background()
 	codes := []string{"print(1)", "import subprocess\nsubprocess.Popen(['/usr/bin/sleep', '600'])",
 		"import os\nif os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(600)"}
 	for i, code := range codes {
-		lease, err := m.Acquire(ctx, AcquireRequest{Identity: "pid1"})
+		lease, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "pid1"})
 		if err != nil {
 			return rep, fmt.Errorf("acquire %d: %w", i, err)
 		}
@@ -92,7 +94,7 @@ func helperPID1() (pid1Report, error) {
 		lease.Release()
 	}
 	// A run that ignores its interrupt: the container is killed.
-	lease, err := m.Acquire(ctx, AcquireRequest{Identity: "pid1", Session: "s"})
+	lease, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "pid1", Session: "s"})
 	if err != nil {
 		return rep, fmt.Errorf("acquire session: %w", err)
 	}
@@ -103,11 +105,11 @@ func helperPID1() (pid1Report, error) {
 	rep.Runs++
 	lease.Release()
 	// A container whose monitor is killed from outside, then deleted.
-	c, err := l.Create(ctx, Spec{})
+	c, err := l.Create(ctx, sandbox.Spec{})
 	if err != nil {
 		return rep, fmt.Errorf("create: %w", err)
 	}
-	_ = syscall.Kill(c.(*localContainer).cmd.Process.Pid, syscall.SIGKILL)
+	_ = syscall.Kill(c.(*container).cmd.Process.Pid, syscall.SIGKILL)
 	if err := c.Delete(ctx); err != nil {
 		return rep, fmt.Errorf("delete: %w", err)
 	}
@@ -174,20 +176,20 @@ type crashReport struct {
 // dies without closing anything, as a server killed by the OOM killer would.
 func helperCrash() (crashReport, error) {
 	var rep crashReport
-	l, err := NewLocal(LocalConfig{StateDir: os.Getenv(helperStateEnv), FirstUID: helperCrashUID, UIDCount: 1000},
+	l, err := New(Config{StateDir: os.Getenv(helperStateEnv), FirstUID: helperCrashUID, UIDCount: 1000},
 		zap.NewNop())
 	if err != nil {
 		return rep, err
 	}
 	ctx := context.Background()
-	c, err := l.Create(ctx, Spec{})
+	c, err := l.Create(ctx, sandbox.Spec{})
 	if err != nil {
 		return rep, err
 	}
 	if _, err := c.Run(ctx, plantDaemon); err != nil {
 		return rep, err
 	}
-	lc := c.(*localContainer)
+	lc := c.(*container)
 	rep.WorkDir = l.workDir
 	if l.cgroups != nil {
 		rep.Cgroups = slices.Clone(l.cgroups.dirs)
@@ -285,7 +287,7 @@ func TestLocalSweepsWhatADeadServerLeft(t *testing.T) {
 		require.DirExists(t, d, "the dead server left its cgroup")
 	}
 
-	l := newTestLocal(t, LocalConfig{StateDir: stateDir, FirstUID: helperCrashUID, UIDCount: 1000})
+	l := newTestLocal(t, Config{StateDir: stateDir, FirstUID: helperCrashUID, UIDCount: 1000})
 	_, err = os.Stat(rep.WorkDir)
 	assert.ErrorIs(t, err, os.ErrNotExist, "the dead server's work directory is removed")
 	for _, d := range append(rep.Containers, rep.Cgroups...) {
@@ -300,7 +302,7 @@ func TestLocalSweepsWhatADeadServerLeft(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{l.state.id + ".lock", l.state.id + ".json", uidsLockName}, names,
 		"only the live Local is registered")
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "the new Local works")
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertClosedClean(t, l)

@@ -1,4 +1,7 @@
-package sandbox
+// Package local is the bubblewrap backend of package sandbox: each container is one persistent
+// Python process (driver.py) under bubblewrap, driven over pipes with a length-prefixed marshal
+// protocol, with rlimits, a seccomp filter and, where the host allows, a cgroup of its own.
+package local
 
 import (
 	"bytes"
@@ -20,6 +23,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 //go:embed driver.py
@@ -35,9 +40,9 @@ const (
 	maxImages   = 1000  // images one run returns; more mark it truncated
 )
 
-// LocalConfig configures the local backend. The zero value works where bubblewrap and
-// /usr/bin/python3 are installed. Fields mirror the LocalSandbox and Sandbox config messages.
-type LocalConfig struct {
+// Config configures a Local. The zero value works where bubblewrap and /usr/bin/python3 are
+// installed. Fields mirror the LocalSandbox and Sandbox config messages.
+type Config struct {
 	// Python is the interpreter run in each container. Default "/usr/bin/python3" (Debian's,
 	// where numpy, pandas and matplotlib are installed; another python3 may be first on PATH).
 	Python string
@@ -60,9 +65,9 @@ type LocalConfig struct {
 	// traceback, and the images together, in bytes. Cut text ends with a visible note. Default
 	// 1 MiB.
 	OutputLimit int
-	// DefaultMemoryLimit is the memory of a container whose Spec names none: "1g", "4g", "16g"
-	// or "64g" (any size with a k/m/g/t suffix is accepted). It is the address-space limit
-	// (RLIMIT_AS) of each process of the container. Default "1g".
+	// DefaultMemoryLimit is the memory of a container whose [sandbox.Spec] names none: "1g",
+	// "4g", "16g" or "64g" (any size with a k/m/g/t suffix is accepted). It is the
+	// address-space limit (RLIMIT_AS) of each process of the container. Default "1g".
 	DefaultMemoryLimit string
 	// DataBytes is the size of /mnt/data, a tmpfs private to the container. Default 512 MiB.
 	DataBytes int64
@@ -82,8 +87,9 @@ type LocalConfig struct {
 	// one whose server died without Close left. Default /run/codeinterp for root, else
 	// codeinterp-state-<uid> under the system temporary directory.
 	StateDir string
-	// MaxMemoryLimit is the largest memory a container may have (Spec.MemoryLimit, and
-	// DefaultMemoryLimit): a size such as "16g". Default: the smaller of 64g and the host's RAM.
+	// MaxMemoryLimit is the largest memory a container may have ([sandbox.Spec].MemoryLimit,
+	// and DefaultMemoryLimit): a size such as "16g". Default: the smaller of 64g and the host's
+	// RAM.
 	MaxMemoryLimit string
 	// CPUQuota is the CPU each container may use, in cores (0.5 = half a core), summed over its
 	// processes, where the cpu cgroup controller is available (cgroup v1's cpu hierarchy, or a
@@ -119,7 +125,7 @@ type LocalConfig struct {
 // capabilities, a seccomp filter and rlimits. Safe for concurrent use. Close it to kill what is
 // left and remove its WorkDir.
 type Local struct {
-	cfg     LocalConfig
+	cfg     Config
 	log     *zap.Logger
 	python  string
 	bwrap   string // "" without isolation
@@ -140,16 +146,16 @@ type Local struct {
 
 	// mu guards the fields below.
 	mu     sync.Mutex
-	live   map[*localContainer]struct{} // started and not yet deleted
+	live   map[*container]struct{} // started and not yet deleted
 	closed bool
 
 	starts sync.WaitGroup // starts in progress, added to under mu while not closed
 	wg     sync.WaitGroup // goroutines of all containers
 }
 
-var _ Provider = (*Local)(nil)
+var _ sandbox.Provider = (*Local)(nil)
 
-// NewLocal checks the configuration, prepares WorkDir and starts one sandbox to prove that
+// New checks the configuration, prepares WorkDir and starts one sandbox to prove that
 // bubblewrap works here (and to build matplotlib's font cache once for every container). It
 // fails when bubblewrap is missing or unusable, unless UnsafeNoIsolation is set.
 //
@@ -157,16 +163,16 @@ var _ Provider = (*Local)(nil)
 // a descriptor the server inherited without the flag would otherwise reach every container (a
 // socket would reach the network from a sandbox that has none). A descriptor the process opens
 // later without the flag is closed by each container's driver before any code runs.
-func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
+func New(cfg Config, log *zap.Logger) (*Local, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	setDefaults(&cfg)
-	defMem, err := ParseMemory(cfg.DefaultMemoryLimit)
+	defMem, err := sandbox.ParseMemory(cfg.DefaultMemoryLimit)
 	if err != nil {
 		return nil, fmt.Errorf("new local sandbox: default memory limit: %w", err)
 	}
-	maxMem, err := ParseMemory(cfg.MaxMemoryLimit)
+	maxMem, err := sandbox.ParseMemory(cfg.MaxMemoryLimit)
 	if err != nil {
 		return nil, fmt.Errorf("new local sandbox: max memory limit: %w", err)
 	}
@@ -184,7 +190,7 @@ func NewLocal(cfg LocalConfig, log *zap.Logger) (*Local, error) {
 	l := &Local{
 		cfg:    cfg,
 		log:    log.Named("sandbox.local"),
-		live:   map[*localContainer]struct{}{},
+		live:   map[*container]struct{}{},
 		setUID: os.Geteuid() == 0,
 		maxMem: maxMem,
 	}
@@ -291,7 +297,7 @@ func (l *Local) tearDown() {
 	}
 }
 
-func setDefaults(cfg *LocalConfig) {
+func setDefaults(cfg *Config) {
 	if cfg.Python == "" {
 		cfg.Python = "/usr/bin/python3"
 	}
@@ -329,7 +335,7 @@ func setDefaults(cfg *LocalConfig) {
 		cfg.StateDir = defaultStateDir()
 	}
 	if cfg.MaxMemoryLimit == "" {
-		cfg.MaxMemoryLimit = formatMemory(defaultMaxMemory())
+		cfg.MaxMemoryLimit = sandbox.FormatMemory(defaultMaxMemory())
 	}
 	if cfg.CPUQuota == 0 {
 		cfg.CPUQuota = 1
@@ -342,37 +348,37 @@ func setDefaults(cfg *LocalConfig) {
 // ResolveSpec returns spec with the backend's defaults filled in and its memory limit in
 // canonical form, so that equal containers have equal specs. An invalid memory limit is kept
 // as given (Create rejects it).
-func (l *Local) ResolveSpec(spec Spec) Spec {
+func (l *Local) ResolveSpec(spec sandbox.Spec) sandbox.Spec {
 	mem := spec.MemoryLimit
 	if mem == "" {
 		mem = l.cfg.DefaultMemoryLimit
 	}
-	if n, err := ParseMemory(mem); err == nil {
-		spec.MemoryLimit = formatMemory(n)
+	if n, err := sandbox.ParseMemory(mem); err == nil {
+		spec.MemoryLimit = sandbox.FormatMemory(n)
 	}
 	return spec
 }
 
 // CheckSpec reports whether a container of spec may be created: its memory limit must be a
-// size within MaxMemoryLimit. An error matches ErrInvalidSpec.
-func (l *Local) CheckSpec(spec Spec) error {
+// size within MaxMemoryLimit. An error matches [sandbox.ErrInvalidSpec].
+func (l *Local) CheckSpec(spec sandbox.Spec) error {
 	_, err := l.memoryOf(spec)
 	return err
 }
 
 // memoryOf returns the memory of a container of spec.
-func (l *Local) memoryOf(spec Spec) (int64, error) {
+func (l *Local) memoryOf(spec sandbox.Spec) (int64, error) {
 	mem := spec.MemoryLimit
 	if mem == "" {
 		mem = l.cfg.DefaultMemoryLimit
 	}
-	n, err := ParseMemory(mem)
+	n, err := sandbox.ParseMemory(mem)
 	if err != nil {
-		return 0, &SpecError{Field: "memory_limit", Value: spec.MemoryLimit, Reason: "not a size such as 1g"}
+		return 0, &sandbox.SpecError{Field: "memory_limit", Value: spec.MemoryLimit, Reason: "not a size such as 1g"}
 	}
 	if n > l.maxMem {
-		return 0, &SpecError{Field: "memory_limit", Value: spec.MemoryLimit,
-			Reason: "above the largest this server allows, " + formatMemory(l.maxMem)}
+		return 0, &sandbox.SpecError{Field: "memory_limit", Value: spec.MemoryLimit,
+			Reason: "above the largest this server allows, " + sandbox.FormatMemory(l.maxMem)}
 	}
 	return n, nil
 }
@@ -764,9 +770,9 @@ func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
 
 // Create starts a container and waits until its interpreter is ready (with the preloaded
 // libraries imported when Preload is set). ctx bounds the start only: the container lives until
-// Delete. It fails with ErrUnavailable when the container cannot be started, and with
-// ErrClosed after Close.
-func (l *Local) Create(ctx context.Context, spec Spec) (Container, error) {
+// Delete. It fails with [sandbox.ErrUnavailable] when the container cannot be started, and
+// with [sandbox.ErrClosed] after Close.
+func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Container, error) {
 	memBytes, err := l.memoryOf(spec)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
@@ -777,14 +783,17 @@ func (l *Local) Create(ctx context.Context, spec Spec) (Container, error) {
 	}
 	if err := c.waitReady(ctx); err != nil {
 		_ = c.Delete(context.Background())
-		return nil, fmt.Errorf("%w: start container: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: start container: %w", sandbox.ErrUnavailable, err)
 	}
 	return c, nil
 }
 
-// Close kills every container still running, waits for them and removes a WorkDir that
-// NewLocal created. Containers created afterwards fail with ErrClosed. It returns what
-// deleting the containers met (a cgroup that could not be removed, ...). Idempotent.
+// Close kills every container still running and waits for them; the first Close then
+// removes what New made (the cgroups, a WorkDir it created, the registration in StateDir).
+// Containers created afterwards fail with [sandbox.ErrClosed]. It returns what deleting the
+// containers still live met, joined (a cgroup that could not be removed, ...), or nil; what
+// the Local itself made is removed on a best-effort basis, a failure logged at most. A container
+// deleted before Close reported its own errors to its Delete's caller. Idempotent.
 func (l *Local) Close() error {
 	l.mu.Lock()
 	first := !l.closed
@@ -806,19 +815,19 @@ func (l *Local) Close() error {
 	if first {
 		l.tearDown()
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("close local sandbox: %w", errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close local sandbox: %w", err)
 	}
 	return nil
 }
 
 // beginStart counts a start in progress, which must call l.starts.Done when it ends; after
-// Close it fails with ErrClosed.
+// Close it fails with [sandbox.ErrClosed].
 func (l *Local) beginStart() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return ErrClosed
+		return sandbox.ErrClosed
 	}
 	l.starts.Add(1)
 	return nil
@@ -826,24 +835,24 @@ func (l *Local) beginStart() error {
 
 // track adds a started container to those Close kills. Its start is still counted in
 // l.starts, so Close, which waits for the starts, sees it.
-func (l *Local) track(c *localContainer) {
+func (l *Local) track(c *container) {
 	l.mu.Lock()
 	l.live[c] = struct{}{}
 	l.mu.Unlock()
 }
 
 // liveContainers returns the containers created and not yet deleted.
-func (l *Local) liveContainers() []*localContainer {
+func (l *Local) liveContainers() []*container {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]*localContainer, 0, len(l.live))
+	out := make([]*container, 0, len(l.live))
 	for c := range l.live {
 		out = append(out, c)
 	}
 	return out
 }
 
-func (l *Local) untrack(c *localContainer) {
+func (l *Local) untrack(c *container) {
 	l.mu.Lock()
 	delete(l.live, c)
 	l.mu.Unlock()

@@ -6,7 +6,7 @@
 # as name, value and a traceback naming the cell's lines; open matplotlib figures become PNG images
 # and are closed; files created or changed under the data directory are listed.
 #
-# Protocol (the server's side is pkg/sandbox/container.go):
+# Protocol (the server's side is pkg/sandbox/local/container.go):
 #   fd 3  server -> driver  frames: 4-byte big-endian length, marshal (version 2) dict
 #   fd 4  driver -> server  frames: same encoding
 #   fd 5  server -> driver  8-byte big-endian run numbers to interrupt (SIGINT, KeyboardInterrupt)

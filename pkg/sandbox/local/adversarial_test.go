@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 // The adversarial suite: hostile code in real containers. Each attack must be contained, the
 // server (this test process) must stay healthy, and other containers must keep working.
@@ -22,14 +22,16 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // assertHealthy checks that the server can still start processes and that a new container of
 // l (and, if given, an existing one) still runs code.
-func assertHealthy(t *testing.T, l *Local, others ...Container) {
+func assertHealthy(t *testing.T, l *Local, others ...sandbox.Container) {
 	t.Helper()
 	require.NoError(t, exec.Command("true").Run(), "the server can still start processes")
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "a new container works")
 	for i, o := range others {
 		res, err := runTimeout(o, "print('still here')", 30*time.Second)
@@ -68,7 +70,7 @@ func procTree(pid int) map[int]string {
 	return out
 }
 
-func containerPID(c Container) int { return c.(*localContainer).cmd.Process.Pid }
+func containerPID(c sandbox.Container) int { return c.(*container).cmd.Process.Pid }
 
 // survivors returns the processes of tree still running (a zombie has ended: it only waits to
 // be reaped by whoever inherited it).
@@ -96,9 +98,9 @@ type containerSnapshot struct {
 	cgDir []string
 }
 
-func snapshotContainer(t *testing.T, c Container) containerSnapshot {
+func snapshotContainer(t *testing.T, c sandbox.Container) containerSnapshot {
 	t.Helper()
-	lc := c.(*localContainer)
+	lc := c.(*container)
 	s := containerSnapshot{name: lc.name, tree: procTree(containerPID(c))}
 	require.NotEmpty(t, s.tree, "the container's processes are visible")
 	if lc.cg != nil {
@@ -156,9 +158,9 @@ func assertClosedClean(t *testing.T, l *Local) {
 
 // TestAdversarialForkBomb runs first and alone (not parallel): it counts processes.
 func TestAdversarialForkBomb(t *testing.T) {
-	l := newTestLocal(t, LocalConfig{MaxProcesses: 32})
-	bystander := newTestContainer(t, l, Spec{})
-	bomb, err := l.Create(context.Background(), Spec{})
+	l := newTestLocal(t, Config{MaxProcesses: 32})
+	bystander := newTestContainer(t, l, sandbox.Spec{})
+	bomb, err := l.Create(context.Background(), sandbox.Spec{})
 	require.NoError(t, err, "create")
 	code := "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
 
@@ -175,7 +177,7 @@ func TestAdversarialForkBomb(t *testing.T) {
 	assert.LessOrEqual(t, len(tree), 32+2, "processes of the fork-bombing container")
 	assert.Greater(t, len(tree), 10, "the fork bomb did fork (the test would prove nothing otherwise)")
 	wg.Wait()
-	assert.ErrorIs(t, runErr, ErrTimeout, "the fork bomb's run times out")
+	assert.ErrorIs(t, runErr, sandbox.ErrTimeout, "the fork bomb's run times out")
 
 	require.NoError(t, bomb.Delete(context.Background()), "delete")
 	assert.Empty(t, survivors(procTree(containerPID(bomb))), "nothing of the container outlives Delete")
@@ -186,7 +188,7 @@ func TestAdversarialForkBomb(t *testing.T) {
 func TestAdversarialNetwork(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	ln4, err := net.Listen("tcp4", "127.0.0.1:0")
 	require.NoError(t, err, "listen on IPv4 loopback")
 	defer ln4.Close()
@@ -247,7 +249,7 @@ def udp(addr):
 func TestAdversarialSocketFamilies(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, `import errno, socket
 def open_family(family, kind=socket.SOCK_STREAM, pair=False):
     try:
@@ -299,7 +301,7 @@ def open_family(family, kind=socket.SOCK_STREAM, pair=False):
 func TestAdversarialMountsShowNoHostPath(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	res := runIn(t, c, "print(open('/proc/self/mountinfo').read())")
 	assert.NotContains(t, res.Stdout, l.workDir, "the work directory's path is not visible")
 	assert.NotContains(t, res.Stdout, "codeinterp", "no path of the server's is visible")
@@ -337,7 +339,7 @@ print(len(lines), [l for l in lines if not neutral(l.split()[3], l.split()[4])])
 func TestAdversarialInitMemory(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	tests := []struct {
 		name string
 		give string
@@ -366,7 +368,7 @@ func TestAdversarialInitMemory(t *testing.T) {
 }
 
 // hostUID returns the host uid a container's interpreter runs as.
-func hostUID(t *testing.T, c Container) string {
+func hostUID(t *testing.T, c sandbox.Container) string {
 	t.Helper()
 	for pid := range procTree(containerPID(c)) {
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -381,7 +383,7 @@ func hostUID(t *testing.T, c Container) string {
 			}
 		}
 	}
-	t.Fatalf("no interpreter found in container %s", c.(*localContainer).name)
+	t.Fatalf("no interpreter found in container %s", c.(*container).name)
 	return ""
 }
 
@@ -394,8 +396,8 @@ func TestAdversarialPerUserLimits(t *testing.T) {
 	if !l.setUID {
 		t.Skip("the server is not root: every container runs as its own uid")
 	}
-	hog := newTestContainer(t, l, Spec{})
-	other := newTestContainer(t, l, Spec{})
+	hog := newTestContainer(t, l, sandbox.Spec{})
+	other := newTestContainer(t, l, sandbox.Spec{})
 	assert.NotEqual(t, hostUID(t, hog), hostUID(t, other), "the containers run as different host uids")
 	const inotify = `import ctypes, errno
 libc = ctypes.CDLL(None, use_errno=True)
@@ -465,21 +467,21 @@ func newInheritedSocket(t *testing.T) inheritedSocket {
 	return inheritedSocket{fd: fd, peer: peer, name: fmt.Sprintf("socket:[%d]", st.Ino)}
 }
 
-// TestAdversarialInheritedDescriptors is not parallel: NewLocal marks every descriptor of the
-// process close-on-exec, and another test's NewLocal meanwhile would hide whether the driver
-// closes a descriptor opened after NewLocal.
+// TestAdversarialInheritedDescriptors is not parallel: New marks every descriptor of the
+// process close-on-exec, and another test's New meanwhile would hide whether the driver
+// closes a descriptor opened after New.
 func TestAdversarialInheritedDescriptors(t *testing.T) {
 	before := newInheritedSocket(t)
-	l := newTestLocal(t, LocalConfig{})
+	l := newTestLocal(t, Config{})
 	flags, err := unix.FcntlInt(uintptr(before.fd), unix.F_GETFD, 0)
 	require.NoError(t, err, "F_GETFD")
-	assert.NotZero(t, flags&unix.FD_CLOEXEC, "NewLocal marked the descriptor the server held close-on-exec")
+	assert.NotZero(t, flags&unix.FD_CLOEXEC, "New marked the descriptor the server held close-on-exec")
 	after := newInheritedSocket(t)
 	flags, err = unix.FcntlInt(uintptr(after.fd), unix.F_GETFD, 0)
 	require.NoError(t, err, "F_GETFD")
-	require.Zero(t, flags&unix.FD_CLOEXEC, "a descriptor opened after NewLocal stays inheritable")
+	require.Zero(t, flags&unix.FD_CLOEXEC, "a descriptor opened after New stays inheritable")
 
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	res := runIn(t, c, fmt.Sprintf(`import os, socket, subprocess
 links = []
 for pid in [p for p in os.listdir('/proc') if p.isdigit()] + ['self']:
@@ -514,7 +516,7 @@ print(sent, links, child)`, before.fd, after.fd))
 func TestAdversarialHostFiles(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	secretDir := t.TempDir()
 	secret := filepath.Join(secretDir, "secret.txt")
 	require.NoError(t, os.WriteFile(secret, []byte("host secret"), 0o644), "write host secret")
@@ -567,15 +569,15 @@ for p in glob.glob('/proc/*/environ') + ['/proc/1/environ', '/proc/self/environ'
 print('\n'.join(seen))`
 	tests := []struct {
 		name string
-		cfg  LocalConfig
+		cfg  Config
 		give string
 	}{
-		{"isolated: environment and every /proc/*/environ", LocalConfig{}, readProc},
+		{"isolated: environment and every /proc/*/environ", Config{}, readProc},
 		// Without isolation /proc shows the host's processes; only the environment is clean.
-		{"no isolation: environment", LocalConfig{UnsafeNoIsolation: true}, readEnv},
+		{"no isolation: environment", Config{UnsafeNoIsolation: true}, readEnv},
 	}
 	for _, tt := range tests {
-		c := newTestContainer(t, newTestLocal(t, tt.cfg), Spec{})
+		c := newTestContainer(t, newTestLocal(t, tt.cfg), sandbox.Spec{})
 		res := runIn(t, c, tt.give)
 		require.Nil(t, res.Error, "%s: reading environments", tt.name)
 		assert.NotContains(t, res.Stdout, secret, "%s: the server's secret must not reach the container", tt.name)
@@ -588,9 +590,9 @@ print('\n'.join(seen))`
 func TestAdversarialProcSnooping(t *testing.T) {
 	t.Parallel()
 	// The marker process must outlive the run that starts it.
-	l := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
-	a := newTestContainer(t, l, Spec{})
-	b := newTestContainer(t, l, Spec{})
+	l := newTestLocal(t, Config{KeepBackgroundProcesses: true})
+	a := newTestContainer(t, l, sandbox.Spec{})
+	b := newTestContainer(t, l, sandbox.Spec{})
 	marker := "snoop-marker-" + randomHex(8)
 	// The child announces itself once running (Popen may return while its command line is
 	// still being set up by exec).
@@ -642,7 +644,7 @@ func TestAdversarialMemoryBomb(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	// A small limit keeps the touched variant quick; the mechanism is the same for every size.
-	c := newTestContainer(t, l, Spec{MemoryLimit: "512m"})
+	c := newTestContainer(t, l, sandbox.Spec{MemoryLimit: "512m"})
 	tests := []struct {
 		name string
 		give string
@@ -667,23 +669,23 @@ func TestAdversarialMemoryBomb(t *testing.T) {
 
 func TestAdversarialCPU(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{CPUSeconds: 1})
-	c := newTestContainer(t, l, Spec{})
+	l := newTestLocal(t, Config{CPUSeconds: 1})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, "x = 1")
 	_, err := runTimeout(c, "while True:\n    pass", time.Second)
-	assert.ErrorIs(t, err, ErrTimeout, "a spin is stopped at its deadline")
-	assert.NotErrorIs(t, err, ErrLost, "and interrupted, not killed")
+	assert.ErrorIs(t, err, sandbox.ErrTimeout, "a spin is stopped at its deadline")
+	assert.NotErrorIs(t, err, sandbox.ErrLost, "and interrupted, not killed")
 	// The CPU-time limit ends a container that spins past it, whatever the wall clock allows.
 	_, err = runTimeout(c, "while True:\n    pass", 60*time.Second)
-	assert.ErrorIs(t, err, ErrLost, "CPU time exhausted: the container is killed")
-	assert.NotErrorIs(t, err, ErrTimeout, "killed by the CPU limit, long before the deadline")
+	assert.ErrorIs(t, err, sandbox.ErrLost, "CPU time exhausted: the container is killed")
+	assert.NotErrorIs(t, err, sandbox.ErrTimeout, "killed by the CPU limit, long before the deadline")
 	assertHealthy(t, l)
 }
 
 func TestAdversarialDiskFill(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{DataBytes: 16 << 20, TmpBytes: 8 << 20, MaxFileBytes: 4 << 20})
-	c := newTestContainer(t, l, Spec{})
+	l := newTestLocal(t, Config{DataBytes: 16 << 20, TmpBytes: 8 << 20, MaxFileBytes: 4 << 20})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, `import errno, os
 def fill(d):
     i = 0
@@ -721,20 +723,20 @@ def fill(d):
 func TestAdversarialHugeOutput(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	limit := 1 << 20
 	tests := []struct {
 		name  string
 		give  string
-		field func(Result) string
+		field func(sandbox.Result) string
 	}{
-		{"10 MB print", "print('x' * 10_000_000)", func(r Result) string { return r.Stdout }},
-		{"10 MB raw write", "import os\nos.write(1, b'y' * 10_000_000);", func(r Result) string { return r.Stdout }},
-		{"a million lines", "for i in range(1_000_000):\n    print(i)", func(r Result) string { return r.Stdout }},
-		{"10 MB stderr", "import sys\nsys.stderr.write('z' * 10_000_000);", func(r Result) string { return r.Stderr }},
-		{"10 MB value", "'v' * 10_000_000", func(r Result) string { return r.Value }},
+		{"10 MB print", "print('x' * 10_000_000)", func(r sandbox.Result) string { return r.Stdout }},
+		{"10 MB raw write", "import os\nos.write(1, b'y' * 10_000_000);", func(r sandbox.Result) string { return r.Stdout }},
+		{"a million lines", "for i in range(1_000_000):\n    print(i)", func(r sandbox.Result) string { return r.Stdout }},
+		{"10 MB stderr", "import sys\nsys.stderr.write('z' * 10_000_000);", func(r sandbox.Result) string { return r.Stderr }},
+		{"10 MB value", "'v' * 10_000_000", func(r sandbox.Result) string { return r.Value }},
 		{"10 MB from a child process", "import subprocess\nsubprocess.run(['/usr/bin/head', '-c', '10000000', '/dev/zero']);",
-			func(r Result) string { return r.Stdout }},
+			func(r sandbox.Result) string { return r.Stdout }},
 	}
 	for _, tt := range tests {
 		res := runIn(t, c, tt.give)
@@ -765,9 +767,9 @@ func TestAdversarialProtocolAbuse(t *testing.T) {
 		{"end marker forged", "print('\\x1e[codeinterp end 00]\\x1e')\nimport os\nos._exit(0)"},
 	}
 	for _, tt := range tests {
-		c := newTestContainer(t, l, Spec{})
+		c := newTestContainer(t, l, sandbox.Spec{})
 		_, err := runTimeout(c, tt.give, 30*time.Second)
-		assert.ErrorIs(t, err, ErrLost, "%s: the container is given up", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrLost, "%s: the container is given up", tt.name)
 	}
 	assertHealthy(t, l)
 }
@@ -786,12 +788,12 @@ def forge(**v):
 // the code's end markers beyond their grace, nor does the container outlive the real answer.
 func TestAdversarialForgedAnswerOfThisRun(t *testing.T) {
 	t.Parallel()
-	c := newTestContainer(t, sharedLocal(t), Spec{})
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	res, err := runTimeout(c, forge+"forge(op='result', seq=S.seq, value='forged')\ntime.sleep(30)\nprint('late')", 60*time.Second)
 	require.NoError(t, err, "the run takes the answer it was sent")
 	assert.NotContains(t, res.Stdout, "late", "the run ended with its answer, not with the code")
 	_, err = runTimeout(c, "1", time.Second)
-	assert.ErrorIs(t, err, ErrLost, "the container is given up (the real answer comes out of turn)")
+	assert.ErrorIs(t, err, sandbox.ErrLost, "the container is given up (the real answer comes out of turn)")
 }
 
 // TestAdversarialForgedAnswers writes frames to the driver's answer pipe from the code, which
@@ -812,13 +814,13 @@ func TestAdversarialForgedAnswers(t *testing.T) {
 		{"a stream of large frames of other runs", "while True:\n    forge(op='result', seq=-1, x=[None] * (8 << 20))"},
 	}
 	for _, tt := range tests {
-		c := newTestContainer(t, l, Spec{})
+		c := newTestContainer(t, l, sandbox.Spec{})
 		res, err := runTimeout(c, forge+tt.give, 20*time.Second)
-		assert.ErrorIs(t, err, ErrLost, "%s: the container is given up", tt.name)
-		assert.NotErrorIs(t, err, ErrTimeout, "%s: at once, not when the run's time is up", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrLost, "%s: the container is given up", tt.name)
+		assert.NotErrorIs(t, err, sandbox.ErrTimeout, "%s: at once, not when the run's time is up", tt.name)
 		assert.Empty(t, res.Value, "%s: no forged value is taken", tt.name)
 		_, err = runTimeout(c, "1", 10*time.Second)
-		assert.ErrorIs(t, err, ErrLost, "%s: the container is gone", tt.name)
+		assert.ErrorIs(t, err, sandbox.ErrLost, "%s: the container is gone", tt.name)
 	}
 	assertHealthy(t, l)
 }
@@ -826,7 +828,7 @@ func TestAdversarialForgedAnswers(t *testing.T) {
 func TestAdversarialSignals(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	bystander := newTestContainer(t, l, Spec{})
+	bystander := newTestContainer(t, l, sandbox.Spec{})
 	tests := []struct {
 		name string
 		give string
@@ -838,7 +840,7 @@ func TestAdversarialSignals(t *testing.T) {
 		{"stop the parent", "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"},
 	}
 	for _, tt := range tests {
-		c := newTestContainer(t, l, Spec{})
+		c := newTestContainer(t, l, sandbox.Spec{})
 		// Whatever happens to the container, it stays in it.
 		_, _ = runTimeout(c, tt.give, 10*time.Second)
 		_, _ = runTimeout(c, "print(1)", 10*time.Second)
@@ -849,7 +851,7 @@ func TestAdversarialSignals(t *testing.T) {
 func TestAdversarialPtraceAndPrivileges(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 def call(name, *args):
@@ -882,11 +884,11 @@ def call(name, *args):
 func TestAdversarialTenants(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	m := NewManager(l, ManagerConfig{}, zaptest.NewLogger(t))
+	m := sandbox.NewManager(l, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
 	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close manager") })
 	ctx := context.Background()
 
-	alice, err := m.Acquire(ctx, AcquireRequest{Identity: "alice", Session: "shared-name"})
+	alice, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", Session: "shared-name"})
 	require.NoError(t, err, "alice acquires")
 	defer alice.Release()
 	_, err = alice.Run(ctx, "secret = 'alice-secret'\nopen('/mnt/data/secret.txt', 'w').write(secret)", 0)
@@ -894,11 +896,11 @@ func TestAdversarialTenants(t *testing.T) {
 
 	tests := []struct {
 		name string
-		give AcquireRequest
+		give sandbox.AcquireRequest
 	}{
-		{"same session name, other identity", AcquireRequest{Identity: "mallory", Session: "shared-name"}},
-		{"other identity, no session", AcquireRequest{Identity: "mallory"}},
-		{"empty identity, same session name", AcquireRequest{Session: "shared-name"}},
+		{"same session name, other identity", sandbox.AcquireRequest{Identity: "mallory", Session: "shared-name"}},
+		{"other identity, no session", sandbox.AcquireRequest{Identity: "mallory"}},
+		{"empty identity, same session name", sandbox.AcquireRequest{Session: "shared-name"}},
 	}
 	for _, tt := range tests {
 		lease, err := m.Acquire(ctx, tt.give)
@@ -908,8 +910,8 @@ func TestAdversarialTenants(t *testing.T) {
 		assert.Equal(t, "[] False\n", res.Stdout, "%s: sees neither alice's files nor her variables", tt.name)
 		lease.Release()
 	}
-	_, err = m.Acquire(ctx, AcquireRequest{Identity: "mallory", ContainerID: alice.ContainerID()})
-	assert.ErrorIs(t, err, ErrUnknownContainer, "alice's container id is unknown to mallory")
+	_, err = m.Acquire(ctx, sandbox.AcquireRequest{Identity: "mallory", ContainerID: alice.ContainerID()})
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "alice's container id is unknown to mallory")
 	assert.False(t, m.Known("mallory", alice.ContainerID()), "alice's container id is unknown to mallory")
 	res, err := alice.Run(ctx, "print(secret, open('/mnt/data/secret.txt').read())", 0)
 	require.NoError(t, err, "alice again")
@@ -921,11 +923,11 @@ func TestAdversarialTenants(t *testing.T) {
 // them, so the test needs one.
 func TestAdversarialMemoryBombProcesses(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{DataBytes: 16 << 20, TmpBytes: 8 << 20})
+	l := newTestLocal(t, Config{DataBytes: 16 << 20, TmpBytes: 8 << 20})
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here: the rlimits alone cannot bound this")
 	}
-	c := newTestContainer(t, l, Spec{MemoryLimit: "512m"})
+	c := newTestContainer(t, l, sandbox.Spec{MemoryLimit: "512m"})
 	memMax, _ := l.cgroupLimits(512 << 20)
 	res, err := runTimeout(c, `import os
 kids = []
@@ -943,9 +945,9 @@ print('killed', killed)`, 60*time.Second)
 	if err == nil {
 		assert.NotEqual(t, "killed 0\n", res.Stdout, "some children were stopped by the cgroup's limit")
 	} else {
-		assert.ErrorIs(t, err, ErrLost, "or the container itself was")
+		assert.ErrorIs(t, err, sandbox.ErrLost, "or the container itself was")
 	}
-	peak := c.(*localContainer).cg.peakMemory()
+	peak := c.(*container).cg.peakMemory()
 	assert.LessOrEqual(t, peak, memMax, "the container's memory never exceeded its cgroup limit")
 	assert.Greater(t, peak, int64(300<<20), "the bomb did allocate (the test would prove nothing otherwise)")
 	assertHealthy(t, l)
@@ -953,13 +955,13 @@ print('killed', killed)`, 60*time.Second)
 
 func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
+	l := newTestLocal(t, Config{KeepBackgroundProcesses: true})
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here")
 	}
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, "import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '600'])")
-	cg := c.(*localContainer).cg
+	cg := c.(*container).cg
 	tree := procTree(containerPID(c))
 	require.GreaterOrEqual(t, len(tree), 4, "monitor, init, interpreter and its child")
 	for pid := range tree {
@@ -977,15 +979,15 @@ func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 	}
 }
 
-func TestNewLocalCgroupSetting(t *testing.T) {
+func TestNewCgroupSetting(t *testing.T) {
 	t.Parallel()
-	_, err := NewLocal(LocalConfig{Cgroups: "sometimes"}, zaptest.NewLogger(t))
+	_, err := New(Config{Cgroups: "sometimes"}, zaptest.NewLogger(t))
 	assert.Error(t, err, "an unknown cgroups setting is refused")
-	_, err = NewLocal(LocalConfig{Cgroups: t.TempDir()}, zaptest.NewLogger(t))
+	_, err = New(Config{Cgroups: t.TempDir()}, zaptest.NewLogger(t))
 	assert.Error(t, err, "a directory that is not a delegated cgroup is refused")
-	l := newTestLocal(t, LocalConfig{Cgroups: "off"})
+	l := newTestLocal(t, Config{Cgroups: "off"})
 	assert.Nil(t, l.cgroups, "cgroups off")
-	c := newTestContainer(t, l, Spec{})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	assert.Equal(t, "2\n", runIn(t, c, "print(1 + 1)").Stdout, "containers work without cgroups")
 }
 
@@ -995,12 +997,12 @@ func TestNewLocalCgroupSetting(t *testing.T) {
 // reaped, so runs that each leave one do not use up the process limit.
 func TestAdversarialBackgroundProcesses(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{MaxProcesses: 8})
-	c := newTestContainer(t, l, Spec{})
+	l := newTestLocal(t, Config{MaxProcesses: 8})
+	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, "import os, subprocess, sys\nkept = 'state'\nif os.fork() == 0:\n    while True:\n        pass")
 	runIn(t, c, plantDaemon)
 	runIn(t, c, "p = subprocess.Popen(['/usr/bin/sleep', '600'])")
-	lc := c.(*localContainer)
+	lc := c.(*container)
 	want := []int{containerPID(c), lc.procs.init, lc.procs.driver}
 	require.NotZero(t, lc.procs.driver, "the driver's pid is known")
 	require.Eventually(t, func() bool {
@@ -1023,8 +1025,8 @@ func TestAdversarialBackgroundProcesses(t *testing.T) {
 	assertGone(t, snap)
 
 	// Configured to keep them, they run on.
-	keep := newTestLocal(t, LocalConfig{KeepBackgroundProcesses: true})
-	k := newTestContainer(t, keep, Spec{})
+	keep := newTestLocal(t, Config{KeepBackgroundProcesses: true})
+	k := newTestContainer(t, keep, sandbox.Spec{})
 	runIn(t, k, "import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '600'])")
 	runIn(t, k, "1")
 	res = runIn(t, k, "p.poll() is None")
@@ -1042,7 +1044,7 @@ func TestAdversarialBackgroundProcesses(t *testing.T) {
 // each having an RLIMIT_CPU of its own notwithstanding.
 func TestAdversarialCPUQuota(t *testing.T) {
 	t.Parallel()
-	l := newTestLocal(t, LocalConfig{CPUQuota: 0.1})
+	l := newTestLocal(t, Config{CPUQuota: 0.1})
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here")
 	}
@@ -1054,8 +1056,8 @@ func TestAdversarialCPUQuota(t *testing.T) {
 		}
 		t.Skip("no writable cpu controller here (memory and pids only)")
 	}
-	c := newTestContainer(t, l, Spec{})
-	cg := c.(*localContainer).cg
+	c := newTestContainer(t, l, sandbox.Spec{})
+	cg := c.(*container).cg
 	stat := func(name string) string {
 		for _, d := range cg.dirs {
 			if b, err := os.ReadFile(filepath.Join(d, name)); err == nil {
@@ -1107,33 +1109,33 @@ func TestAdversarialMemoryAboveTheHost(t *testing.T) {
 	require.NoError(t, syscall.Sysinfo(&si), "sysinfo")
 	ram := int64(si.Totalram) * int64(si.Unit)
 	assert.Equal(t, min(int64(64<<30), ram&^(1<<20-1)), l.maxMem, "the default cap is the host's RAM, at most 64g")
-	m := NewManager(l, ManagerConfig{}, zaptest.NewLogger(t))
+	m := sandbox.NewManager(l, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
 	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close manager") })
-	over := formatMemory(l.maxMem + 1<<30)
+	over := sandbox.FormatMemory(l.maxMem + 1<<30)
 	if ram < 64<<30 {
 		over = "64g" // what a client may ask for, beyond this host
 	}
 	for _, give := range []string{over, "1t", "lots"} {
-		err := m.CheckSpec(Spec{MemoryLimit: give})
-		require.ErrorIs(t, err, ErrInvalidSpec, "memory_limit %q is refused", give)
-		var se *SpecError
+		err := m.CheckSpec(sandbox.Spec{MemoryLimit: give})
+		require.ErrorIs(t, err, sandbox.ErrInvalidSpec, "memory_limit %q is refused", give)
+		var se *sandbox.SpecError
 		require.ErrorAs(t, err, &se, "memory_limit %q: a SpecError", give)
 		assert.Equal(t, "memory_limit", se.Field, "memory_limit %q: the field is named", give)
-		_, err = l.Create(context.Background(), Spec{MemoryLimit: give})
-		assert.ErrorIs(t, err, ErrInvalidSpec, "Create refuses memory_limit %q", give)
+		_, err = l.Create(context.Background(), sandbox.Spec{MemoryLimit: give})
+		assert.ErrorIs(t, err, sandbox.ErrInvalidSpec, "Create refuses memory_limit %q", give)
 	}
-	for _, give := range []string{"", "1g", formatMemory(l.maxMem)} {
-		assert.NoError(t, m.CheckSpec(Spec{MemoryLimit: give}), "memory_limit %q is allowed", give)
+	for _, give := range []string{"", "1g", sandbox.FormatMemory(l.maxMem)} {
+		assert.NoError(t, m.CheckSpec(sandbox.Spec{MemoryLimit: give}), "memory_limit %q is allowed", give)
 	}
-	lease, err := m.Acquire(context.Background(), AcquireRequest{Identity: "greedy", Spec: Spec{MemoryLimit: over}})
+	lease, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "greedy", Spec: sandbox.Spec{MemoryLimit: over}})
 	require.NoError(t, err, "acquire (the container starts on the first run)")
 	_, err = lease.Run(context.Background(), "1", 0)
-	assert.ErrorIs(t, err, ErrUnavailable, "a run in a container above the cap does not run")
+	assert.ErrorIs(t, err, sandbox.ErrUnavailable, "a run in a container above the cap does not run")
 	lease.Release()
 
-	capped := newTestLocal(t, LocalConfig{MaxMemoryLimit: "2g"})
-	assert.ErrorIs(t, capped.CheckSpec(Spec{MemoryLimit: "4g"}), ErrInvalidSpec, "4g is above a 2g cap")
-	assert.NoError(t, capped.CheckSpec(Spec{MemoryLimit: "2g"}), "2g is within a 2g cap")
+	capped := newTestLocal(t, Config{MaxMemoryLimit: "2g"})
+	assert.ErrorIs(t, capped.CheckSpec(sandbox.Spec{MemoryLimit: "4g"}), sandbox.ErrInvalidSpec, "4g is above a 2g cap")
+	assert.NoError(t, capped.CheckSpec(sandbox.Spec{MemoryLimit: "2g"}), "2g is within a 2g cap")
 	assertHealthy(t, l)
 	assertHealthy(t, capped)
 	assertClosedClean(t, capped)

@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 // process, and a fork starts afresh). They are used where the server may create cgroups: cgroup
 // v1's memory and pids hierarchies (and its cpu hierarchy, when there is one) under the server's
 // own cgroups, or a cgroup v2 directory whose subtree_control already delegates the memory and
-// pids controllers (and cpu, for the quota) (the server's own, or LocalConfig.Cgroups). Without
+// pids controllers (and cpu, for the quota) (the server's own, or Config.Cgroups). Without
 // them the rlimits still hold.
 
 // cgroupSlack is memory beyond the code's own limit and its tmpfs sizes: bubblewrap's two
@@ -39,7 +39,7 @@ type cgroupParents struct {
 
 // newCgroupParents finds writable cgroup hierarchies and creates a directory of this Local's
 // own, "codeinterp-<id>", in each. It returns nil, nil when cgroups are off or not available to
-// the server. setting is LocalConfig.Cgroups; wantCPU asks for the cpu controller too, where
+// the server. setting is Config.Cgroups; wantCPU asks for the cpu controller too, where
 // there is one.
 func newCgroupParents(setting, id string, wantCPU bool) (*cgroupParents, error) {
 	if setting == "off" {

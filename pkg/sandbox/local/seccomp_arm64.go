@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 const (
 	seccompArch   = 0xc00000b7 // AUDIT_ARCH_AARCH64

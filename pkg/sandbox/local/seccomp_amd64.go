@@ -1,4 +1,4 @@
-package sandbox
+package local
 
 import "golang.org/x/sys/unix"
 
