@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/chat"
 	schemaresponses "github.com/codeinterp/codeinterp/pkg/schema/responses"
@@ -33,55 +34,26 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fakeProvider creates in-memory containers whose runs are answered by run.
+// fakeProvider is the tests' sandbox backend: in-memory containers whose runs print "42\n",
+// or answer as run says when it is set (before the runs).
 type fakeProvider struct {
-	mu      sync.Mutex
-	run     func(code string) (sandbox.Result, error)
-	created int
-	deleted int
-	failNew error
-	codes   []string
+	*sandboxtest.Provider
+	run func(code string) (sandbox.Result, error)
 }
 
-func (p *fakeProvider) Create(context.Context, sandbox.Spec) (sandbox.Container, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.failNew != nil {
-		return nil, p.failNew
+func newFakeProvider() *fakeProvider {
+	p := &fakeProvider{Provider: &sandboxtest.Provider{}}
+	p.Provider.Run = func(_ context.Context, _ *sandboxtest.Container, code string) (sandbox.Result, error) {
+		if p.run == nil {
+			return sandbox.Result{Stdout: "42\n"}, nil
+		}
+		return p.run(code)
 	}
-	p.created++
-	return &fakeContainer{p: p}, nil
+	return p
 }
 
 func (p *fakeProvider) counts() (created, deleted int, codes []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.created, p.deleted, append([]string(nil), p.codes...)
-}
-
-type fakeContainer struct {
-	p    *fakeProvider
-	once sync.Once
-}
-
-func (c *fakeContainer) Run(_ context.Context, code string) (sandbox.Result, error) {
-	c.p.mu.Lock()
-	c.p.codes = append(c.p.codes, code)
-	run := c.p.run
-	c.p.mu.Unlock()
-	if run == nil {
-		return sandbox.Result{Stdout: "42\n"}, nil
-	}
-	return run(code)
-}
-
-func (c *fakeContainer) Delete(context.Context) error {
-	c.once.Do(func() {
-		c.p.mu.Lock()
-		c.p.deleted++
-		c.p.mu.Unlock()
-	})
-	return nil
+	return p.Created(), p.Deleted(), p.Codes()
 }
 
 // fakeModel answers follow-up calls from a script and records their bodies.
@@ -160,7 +132,7 @@ func (f *fixture) streamed(res Response) (status int, contentType string, body [
 
 func newFixture(t *testing.T, answers ...scripted) *fixture {
 	t.Helper()
-	p := &fakeProvider{}
+	p := newFakeProvider()
 	mgr := sandbox.NewManager(p, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
 	model := &fakeModel{answers: answers}
 	srv := httptest.NewServer(model)
@@ -324,7 +296,8 @@ func TestFailuresBecomeFixedTexts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, scripted{status: 200, body: respText("2", "sorry")})
-			f.provider.run, f.provider.failNew = tt.run, tt.failNew
+			f.provider.run = tt.run
+			f.provider.FailCreate(tt.failNew)
 			first := respCall("1", "print(1)", 10)
 			if tt.args != "" {
 				first = strings.Replace(first, `"{\"code\":\"print(1)\"}"`, fmt.Sprintf("%q", tt.args), 1)

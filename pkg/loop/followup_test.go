@@ -63,7 +63,7 @@ func TestFollowUpRetriesAFailedDial(t *testing.T) {
 			client := &http.Client{Transport: &http.Transport{}}
 			defer client.CloseIdleConnections()
 			d := &flakyDialer{failures: tt.failures, err: tt.err, next: client}
-			mgr := sandbox.NewManager(&fakeProvider{}, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+			mgr := sandbox.NewManager(newFakeProvider(), sandbox.ManagerConfig{}, zaptest.NewLogger(t))
 			defer func() { require.NoError(t, mgr.Close(context.Background())) }()
 			e := New(mgr, Config{Client: d, Log: zaptest.NewLogger(t)})
 			defer e.Close()
