@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
@@ -9,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/codeinterp/codeinterp/test/e2e/harness"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,30 +35,12 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestRunServesAndStops(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte("log_level: debug\nlisten: 127.0.0.1:1\nsandbox:\n  warm_pool_size: 0\n"), 0o600))
 	grpcAddr, adminAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
+	var logs harness.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		// --listen overrides the file's listen.
@@ -116,7 +98,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "c.yaml")
 			require.NoError(t, os.WriteFile(path, []byte(tt.file), 0o600))
-			var out syncBuffer
+			var out harness.SyncBuffer
 			err := run(context.Background(), append([]string{"--config", path}, tt.args...), &out)
 			require.Error(t, err, "run with %s", tt.name)
 			assert.True(t, strings.Contains(err.Error(), tt.want), "run with %s: error %q names %q", tt.name, err, tt.want)
@@ -128,7 +110,7 @@ func TestRunFailsFastOnBusyPort(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
-	var out syncBuffer
+	var out harness.SyncBuffer
 	err = run(context.Background(), []string{"--listen", l.Addr().String(), "--admin-listen", freeAddr(t)}, &out)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "listen")

@@ -14,6 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+
+	"github.com/codeinterp/codeinterp/pkg/loop"
+
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -35,34 +41,34 @@ const (
 	DefaultProfileMetadataKey = "x-codeinterp-profile"
 	DefaultMaxResponseBytes   = 32 << 20
 
-	DefaultFunctionName     = "code_interpreter"
-	DefaultMaxRounds        = 8
+	DefaultFunctionName     = schema.DefaultFunctionName
+	DefaultMaxRounds        = loop.DefaultMaxRounds
 	DefaultLoopDeadline     = 240 * time.Second
-	DefaultRunTimeout       = 30 * time.Second
-	DefaultModelOutputLimit = 16 << 10
-	DefaultMaxOutputBytes   = 8 << 20
-	DefaultMaxImages        = 32
-	DefaultMaxCallsPerTurn  = 16
+	DefaultRunTimeout       = sandbox.DefaultRunTimeout
+	DefaultModelOutputLimit = loop.DefaultOutputLimit
+	DefaultMaxOutputBytes   = loop.DefaultMaxOutputBytes
+	DefaultMaxImages        = loop.DefaultMaxImages
+	DefaultMaxCallsPerTurn  = loop.DefaultMaxCallsPerTurn
 
 	DefaultSandboxBackend           = "local"
 	DefaultWarmPoolSize             = 2
-	DefaultSessionIdleTTL           = 20 * time.Minute
-	DefaultMaxSessionsPerIdentity   = 10
-	DefaultMaxContainers            = 64
-	DefaultMaxContainersPerIdentity = 16
-	DefaultMemoryLimit              = "1g"
-	DefaultRunOutputLimit           = 1 << 20
-	DefaultPython                   = "/usr/bin/python3"
-	DefaultBwrap                    = "bwrap"
-	DefaultCPUSeconds               = 300
-	DefaultMaxProcesses             = 64
-	DefaultMaxFileBytes             = 100 << 20
-	DefaultDataBytes                = 512 << 20
-	DefaultTmpBytes                 = 64 << 20
-	DefaultInterruptGrace           = 2 * time.Second
-	DefaultFirstUID                 = 1_000_000_000
-	DefaultUIDCount                 = 65536
-	DefaultCPUQuota                 = 1.0
+	DefaultSessionIdleTTL           = sandbox.DefaultSessionIdleTTL
+	DefaultMaxSessionsPerIdentity   = sandbox.DefaultMaxSessionsPerIdentity
+	DefaultMaxContainers            = sandbox.DefaultMaxContainers
+	DefaultMaxContainersPerIdentity = sandbox.DefaultMaxContainersPerIdentity
+	DefaultMemoryLimit              = local.DefaultMemoryLimit
+	DefaultRunOutputLimit           = local.DefaultOutputLimit
+	DefaultPython                   = local.DefaultPython
+	DefaultBwrap                    = local.DefaultBwrap
+	DefaultCPUSeconds               = local.DefaultCPUSeconds
+	DefaultMaxProcesses             = local.DefaultMaxProcesses
+	DefaultMaxFileBytes             = local.DefaultMaxFileBytes
+	DefaultDataBytes                = local.DefaultDataBytes
+	DefaultTmpBytes                 = local.DefaultTmpBytes
+	DefaultInterruptGrace           = local.DefaultInterruptGrace
+	DefaultFirstUID                 = local.DefaultFirstUID
+	DefaultUIDCount                 = local.DefaultUIDCount
+	DefaultCPUQuota                 = local.DefaultCPUQuota
 )
 
 // LoopDeadlineMargin is the part of a profile's loop_deadline that the server keeps for itself:
@@ -71,10 +77,13 @@ const (
 // longer than the margin.
 const LoopDeadlineMargin = time.Second
 
-// DefaultForwardHeaders are the request headers, besides the credentials, that the loop copies from
-// the client's request onto its follow-up calls when a profile lists none. An entry ending in "*"
-// matches a prefix. x-codeinterp-*, x-envoy-* and x-forwarded-* headers are never copied.
-var DefaultForwardHeaders = []string{
+// DefaultForwardHeaders returns, in a new slice, the request headers, besides the credentials,
+// that the loop copies from the client's request onto its follow-up calls when a profile lists
+// none. An entry ending in "*" matches a prefix. x-codeinterp-*, x-envoy-* and x-forwarded-*
+// headers are never copied.
+func DefaultForwardHeaders() []string { return slices.Clone(defaultForwardHeaders) }
+
+var defaultForwardHeaders = []string{
 	"content-type", "openai-organization", "openai-project", "openai-beta", "anthropic-version",
 	"anthropic-beta", "user-agent", "x-*",
 }
@@ -280,7 +289,7 @@ func ApplyDefaults(cfg *configv1.Config) {
 		p.OutputLimitBytes = DefaultModelOutputLimit
 	}
 	if len(p.ForwardHeaders) == 0 {
-		p.ForwardHeaders = append([]string(nil), DefaultForwardHeaders...)
+		p.ForwardHeaders = DefaultForwardHeaders()
 	}
 	if p.MaxOutputBytes == 0 {
 		p.MaxOutputBytes = DefaultMaxOutputBytes

@@ -35,7 +35,7 @@ func TestLoadFullFile(t *testing.T) {
 	assert.Equal(t, 6, def.MaxRounds)
 	assert.Equal(t, "x-tenant-id", def.IdentityHeader)
 	assert.Equal(t, DefaultFunctionName, def.FunctionName)
-	assert.Equal(t, DefaultForwardHeaders, def.ForwardHeaders)
+	assert.Equal(t, DefaultForwardHeaders(), def.ForwardHeaders)
 
 	strict := profiles["strict"]
 	assert.Equal(t, 2, strict.MaxRounds, "named profile overrides max_rounds")

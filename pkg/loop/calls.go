@@ -147,7 +147,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	item.ContainerID = lease.ContainerID()
 	limit := lr.r.OutputLimit
 	if limit <= 0 {
-		limit = 16 << 10
+		limit = DefaultOutputLimit
 	}
 	switch {
 	case err == nil:

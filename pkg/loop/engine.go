@@ -39,7 +39,7 @@ type Config struct {
 	Client Doer
 	// Log receives the engine's logs. If nil, nothing is logged.
 	Log *zap.Logger
-	// MaxResponseBytes bounds one upstream answer; zero means 64 MiB.
+	// MaxResponseBytes bounds one upstream answer; zero means DefaultMaxResponseBytes.
 	MaxResponseBytes int64
 	// NewID, if set, returns a new item id with the given prefix (a test seam).
 	NewID func(prefix string) string
@@ -71,7 +71,7 @@ func New(sb Sandboxes, cfg Config) *Engine {
 	}
 	e.log = e.log.Named("loop")
 	if e.maxBody == 0 {
-		e.maxBody = 64 << 20
+		e.maxBody = DefaultMaxResponseBytes
 	}
 	if e.newID == nil {
 		e.newID = randomID
@@ -164,7 +164,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 	r := lr.r
 	maxRounds := r.MaxRounds
 	if maxRounds <= 0 {
-		maxRounds = 8
+		maxRounds = DefaultMaxRounds
 	}
 	x := r.Exchange
 	rq := x.Request()

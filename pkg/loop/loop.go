@@ -33,13 +33,14 @@ type Request struct {
 	Header http.Header
 	// First is the upstream's first answer (status 200).
 	First []byte
-	// MaxRounds bounds the sandbox rounds; zero means 8.
+	// MaxRounds bounds the sandbox rounds; zero means DefaultMaxRounds.
 	MaxRounds int
 	// RunTimeout is the wall-clock limit of one code run. When the loop has a deadline, a run
 	// gets at most half of the time left before it (the rest is for the follow-up call); zero
 	// means that half, or the sandbox default when there is no deadline.
 	RunTimeout time.Duration
-	// OutputLimit bounds the text of one run fed back to the model; zero means 16 KiB.
+	// OutputLimit bounds the text of one run fed back to the model; zero means
+	// DefaultOutputLimit.
 	OutputLimit int
 	// MaxOutputBytes is the request's output budget: the bytes of logs and images (as the
 	// data: URLs the client gets) that all its code runs together may show the client; zero
@@ -86,11 +87,16 @@ type Response struct {
 	Pending []store.PendingCall
 }
 
-// Defaults of a Request's output bounds.
+// Defaults of a Request's bounds, used where a field is zero. The configuration's defaults
+// (pkg/config) are these.
 const (
+	DefaultMaxRounds       = 8
+	DefaultOutputLimit     = 16 << 10
 	DefaultMaxOutputBytes  = 8 << 20
 	DefaultMaxImages       = 32
 	DefaultMaxCallsPerTurn = 16
+	// DefaultMaxResponseBytes bounds one follow-up answer when Config.MaxResponseBytes is zero.
+	DefaultMaxResponseBytes = 64 << 20
 )
 
 // StopReason tells why the loop ended.

@@ -19,7 +19,6 @@ type Metrics struct {
 	loops        *prometheus.CounterVec
 	loopDuration *prometheus.HistogramVec
 	loopRounds   *prometheus.HistogramVec
-	codeRuns     *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered metrics.
@@ -47,10 +46,6 @@ func NewMetrics() *Metrics {
 			Help:    "Sandbox rounds per answer, by API surface.",
 			Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16},
 		}, []string{"surface"}),
-		codeRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "codeinterp_code_runs_total",
-			Help: "Code runs, by API surface.",
-		}, []string{"surface"}),
 	}
 	m.outcomes = make(map[string]prometheus.Counter)
 	for _, o := range []string{"pass_through", "plain", "follow_up", "client_error", "incomplete", "upstream_status",
@@ -71,12 +66,11 @@ func (m *Metrics) stream(outcome string) {
 
 // Collectors returns the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.streams, m.rewrites, m.loops, m.loopDuration, m.loopRounds, m.codeRuns}
+	return []prometheus.Collector{m.streams, m.rewrites, m.loops, m.loopDuration, m.loopRounds}
 }
 
 func (m *Metrics) observeLoop(s schema.Surface, r loop.Response, d time.Duration) {
 	m.loops.WithLabelValues(s.Name(), string(r.Stop)).Inc()
 	m.loopDuration.WithLabelValues(s.Name()).Observe(d.Seconds())
 	m.loopRounds.WithLabelValues(s.Name()).Observe(float64(r.Rounds))
-	m.codeRuns.WithLabelValues(s.Name()).Add(float64(r.Calls))
 }

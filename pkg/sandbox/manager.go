@@ -44,22 +44,32 @@ type ManagerConfig struct {
 	Registry Registry
 }
 
+// Defaults of a ManagerConfig's fields, used where a field is zero. The configuration's defaults
+// (pkg/config) are these.
+const (
+	DefaultSessionIdleTTL           = 20 * time.Minute
+	DefaultMaxSessionsPerIdentity   = 10
+	DefaultMaxContainers            = 64
+	DefaultMaxContainersPerIdentity = 16
+	DefaultRunTimeout               = 30 * time.Second
+)
+
 func (c *ManagerConfig) setDefaults() {
 	if c.SessionIdleTTL <= 0 {
-		c.SessionIdleTTL = 20 * time.Minute
+		c.SessionIdleTTL = DefaultSessionIdleTTL
 	}
 	if c.MaxSessionsPerIdentity <= 0 {
-		c.MaxSessionsPerIdentity = 10
+		c.MaxSessionsPerIdentity = DefaultMaxSessionsPerIdentity
 	}
 	if c.MaxContainers <= 0 {
-		c.MaxContainers = 64
+		c.MaxContainers = DefaultMaxContainers
 	}
 	if c.MaxContainersPerIdentity <= 0 {
-		c.MaxContainersPerIdentity = 16
+		c.MaxContainersPerIdentity = DefaultMaxContainersPerIdentity
 	}
 	c.MaxContainersPerIdentity = min(max(c.MaxContainersPerIdentity, c.MaxSessionsPerIdentity), c.MaxContainers)
 	if c.RunTimeout <= 0 {
-		c.RunTimeout = 30 * time.Second
+		c.RunTimeout = DefaultRunTimeout
 	}
 	if c.DeleteTimeout <= 0 {
 		c.DeleteTimeout = 30 * time.Second

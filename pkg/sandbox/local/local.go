@@ -297,39 +297,57 @@ func (l *Local) tearDown() {
 	}
 }
 
+// Defaults of a Config's fields, used where a field is zero. The configuration's defaults
+// (pkg/config) are these.
+const (
+	DefaultPython         = "/usr/bin/python3"
+	DefaultBwrap          = "bwrap"
+	DefaultCPUSeconds     = 300
+	DefaultMaxProcesses   = 64
+	DefaultMaxFileBytes   = 100 << 20
+	DefaultOutputLimit    = 1 << 20
+	DefaultMemoryLimit    = "1g"
+	DefaultDataBytes      = 512 << 20
+	DefaultTmpBytes       = 64 << 20
+	DefaultFirstUID       = 1_000_000_000
+	DefaultUIDCount       = 65536
+	DefaultCPUQuota       = 1
+	DefaultInterruptGrace = 2 * time.Second
+)
+
 func setDefaults(cfg *Config) {
 	if cfg.Python == "" {
-		cfg.Python = "/usr/bin/python3"
+		cfg.Python = DefaultPython
 	}
 	if cfg.Bwrap == "" {
-		cfg.Bwrap = "bwrap"
+		cfg.Bwrap = DefaultBwrap
 	}
 	if cfg.CPUSeconds <= 0 {
-		cfg.CPUSeconds = 300
+		cfg.CPUSeconds = DefaultCPUSeconds
 	}
 	if cfg.MaxProcesses <= 0 {
-		cfg.MaxProcesses = 64
+		cfg.MaxProcesses = DefaultMaxProcesses
 	}
 	if cfg.MaxFileBytes <= 0 {
-		cfg.MaxFileBytes = 100 << 20
+		cfg.MaxFileBytes = DefaultMaxFileBytes
 	}
 	if cfg.OutputLimit <= 0 {
-		cfg.OutputLimit = 1 << 20
+		cfg.OutputLimit = DefaultOutputLimit
 	}
 	if cfg.DefaultMemoryLimit == "" {
-		cfg.DefaultMemoryLimit = "1g"
+		cfg.DefaultMemoryLimit = DefaultMemoryLimit
 	}
 	if cfg.DataBytes <= 0 {
-		cfg.DataBytes = 512 << 20
+		cfg.DataBytes = DefaultDataBytes
 	}
 	if cfg.TmpBytes <= 0 {
-		cfg.TmpBytes = 64 << 20
+		cfg.TmpBytes = DefaultTmpBytes
 	}
 	if cfg.FirstUID == 0 {
-		cfg.FirstUID = 1_000_000_000
+		cfg.FirstUID = DefaultFirstUID
 	}
 	if cfg.UIDCount == 0 {
-		cfg.UIDCount = 65536
+		cfg.UIDCount = DefaultUIDCount
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = defaultStateDir()
@@ -338,10 +356,10 @@ func setDefaults(cfg *Config) {
 		cfg.MaxMemoryLimit = sandbox.FormatMemory(defaultMaxMemory())
 	}
 	if cfg.CPUQuota == 0 {
-		cfg.CPUQuota = 1
+		cfg.CPUQuota = DefaultCPUQuota
 	}
 	if cfg.InterruptGrace <= 0 {
-		cfg.InterruptGrace = 2 * time.Second
+		cfg.InterruptGrace = DefaultInterruptGrace
 	}
 }
 
