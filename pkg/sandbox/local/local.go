@@ -311,7 +311,7 @@ const (
 	DefaultTmpBytes       = 64 << 20
 	DefaultFirstUID       = 1_000_000_000
 	DefaultUIDCount       = 65536
-	DefaultCPUQuota       = 1
+	DefaultCPUQuota       = 1.0
 	DefaultInterruptGrace = 2 * time.Second
 )
 
