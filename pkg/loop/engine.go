@@ -193,13 +193,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		if turn.ClientCalls > 0 {
 			// The client's own calls are pending: it gets the answer now and replays our items.
 			stop = StopClientCall
-			for i, c := range turn.Calls {
-				// One output per call id, as in a follow-up: a call whose id repeats an
-				// earlier one's was not run.
-				if c.CallID != "" && !errors.Is(c.ArgsErr, schema.ErrDuplicateCallID) {
-					lr.pending = append(lr.pending, store.PendingCall{CallID: c.CallID, Arguments: c.Arguments, Output: outputs[i].Output})
-				}
-			}
+			lr.keepPending(turn.Calls, outputs)
 			break
 		}
 		finishing = finishing || repeated
@@ -246,6 +240,17 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		return Response{Status: 499, Header: jsonHeader(), Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
 	}
 	return lr.final(stop)
+}
+
+// keepPending keeps the turn's calls with their outputs for the request that continues from an
+// answer that does not show them: one per call id, as in a follow-up (a call whose id repeats
+// an earlier one's was not run).
+func (lr *loopRun) keepPending(calls []schema.Call, outputs []schema.CallOutput) {
+	for i, c := range calls {
+		if c.CallID != "" && !errors.Is(c.ArgsErr, schema.ErrDuplicateCallID) {
+			lr.pending = append(lr.pending, store.PendingCall{CallID: c.CallID, Arguments: c.Arguments, Output: outputs[i].Output})
+		}
+	}
 }
 
 // final assembles the client's answer from the rounds.

@@ -68,15 +68,8 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 	if !tools.found {
 		return r, nil, nil
 	}
-	// A body that gives a member we read or edit twice is refused: we could not tell which one the
-	// upstream would honour.
-	for _, k := range [...]string{"tools", "tool_choice", "stream", "stream_options", "metadata", "input", "messages"} {
-		if t.Count(k) > 1 {
-			return schema.Request{}, nil, &schema.RequestError{
-				Message: fmt.Sprintf("The request gives %q more than once.", k),
-				Param:   k,
-			}
-		}
+	if err := checkRepeats(t); err != nil {
+		return schema.Request{}, nil, err
 	}
 
 	r.Found = true
@@ -323,4 +316,18 @@ func reqRewriteToolChoice(d *Dialect, b []byte, sp jsonscan.Span, name string) (
 		return edits, true, later
 	}
 	return nil, false, nil
+}
+
+// checkRepeats refuses a body that gives a member the rewrite reads or edits twice: we could
+// not tell which one the upstream would honour.
+func checkRepeats(t jsonscan.TopLevel) error {
+	for _, k := range [...]string{"tools", "tool_choice", "stream", "stream_options", "metadata", "input", "messages"} {
+		if t.Count(k) > 1 {
+			return &schema.RequestError{
+				Message: fmt.Sprintf("The request gives %q more than once.", k),
+				Param:   k,
+			}
+		}
+	}
+	return nil
 }
