@@ -1,0 +1,85 @@
+package chat_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/chat"
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func answerWithCall(round int, client string) []byte {
+	return fmt.Appendf(nil, `{"id":"c%d","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[`+
+		`{"id":"call_%d","type":"function","function":{"name":"code_interpreter","arguments":"{\"code\":\"print(%d)\"}"}}%s]},"finish_reason":"tool_calls"}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}`, round, round, round, client, 10*round, 10*round+1)
+}
+
+// The exchange builds every round's follow-up from what it read and built before, without
+// scanning again: the bodies are byte for byte what FollowUp builds from the bodies alone.
+func TestExchangeFollowUpsMatchFollowUp(t *testing.T) {
+	clients := []string{
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"q"}],"tool_choice":"required","tools":[{"type":"code_interpreter"}]}`,
+		`{"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"code_interpreter"}]}},"messages":[ ],"tools":[{"type":"code_interpreter"}]}`,
+	}
+	for _, client := range clients {
+		x, err := chat.Surface{}.NewExchange([]byte(client), schema.Options{})
+		require.NoError(t, err)
+		rq := x.Request()
+		require.True(t, rq.Found)
+		sent := rq.Body
+		for round := 1; round <= 3; round++ {
+			answer := answerWithCall(round, "")
+			_, err := x.ParseTurn(answer)
+			require.NoError(t, err)
+			o := schema.FollowUpOptions{DropToolChoice: rq.ForcedChoice, ToolChoice: rq.LaterChoice, ToolChoiceNone: round == 3}
+			outputs := []schema.CallOutput{{CallID: fmt.Sprintf("call_%d", round), Output: fmt.Sprint(round)}}
+			got, err := x.FollowUp(outputs, o)
+			require.NoError(t, err, "round %d of %s", round, client)
+			want, err := chat.FollowUp(sent, answer, outputs, o)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(got), "round %d of %s", round, client)
+			sent = got
+		}
+	}
+}
+
+// A turn that called the code function and a client function stores our call under the
+// client's; every later request of the same caller that replays the message gets it back.
+func TestExchangeContinuation(t *testing.T) {
+	p := memory.NewPending(nil)
+	first, err := chat.Surface{}.NewExchange([]byte(`{"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"code_interpreter"}]}`), schema.Options{})
+	require.NoError(t, err)
+	answer := answerWithCall(1, `,{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}`)
+	turn, err := first.ParseTurn(answer)
+	require.NoError(t, err)
+	require.Equal(t, []string{"call_w"}, turn.ClientCallIDs)
+	first.Remember(p, "id-a", answer, []store.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(1)"}`, Output: "1\n"}})
+
+	replay := `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`
+	for range 2 {
+		x, err := chat.Surface{}.NewExchange([]byte(replay), schema.Options{})
+		require.NoError(t, err)
+		changed, err := x.Continue(p, func() string { return "id-a" })
+		require.NoError(t, err)
+		require.True(t, changed)
+		assert.Contains(t, string(x.Request().Body), `{"role":"tool","tool_call_id":"call_1","content":"1\n"}`)
+	}
+	x, err := chat.Surface{}.NewExchange([]byte(replay), schema.Options{})
+	require.NoError(t, err)
+	asked := false
+	changed, err := x.Continue(memory.NewPending(nil), func() string { asked = true; return "id-a" })
+	require.NoError(t, err)
+	assert.False(t, changed)
+	assert.False(t, asked, "an empty store needs no identity")
+	changed, err = x.Continue(p, func() string { return "id-b" })
+	require.NoError(t, err)
+	assert.False(t, changed, "another identity's request is left as it is")
+}

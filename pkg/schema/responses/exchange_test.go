@@ -1,0 +1,88 @@
+package responses_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/responses"
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func answerWithCall(round int) []byte {
+	return fmt.Appendf(nil, `{"id":"resp_%d","object":"response","status":"completed","output":[`+
+		`{"type":"reasoning","id":"rs_%d","summary":[],"encrypted_content":"e"},`+
+		`{"type":"function_call","id":"fc_%d","call_id":"call_%d","name":"code_interpreter","arguments":"{\"code\":\"print(%d)\"}"}],`+
+		`"usage":{"input_tokens":%d,"output_tokens":1,"total_tokens":%d}}`, round, round, round, round, round, 10*round, 10*round+1)
+}
+
+// The exchange builds every round's follow-up from what it read and built before, without
+// scanning again: the bodies are byte for byte what FollowUp builds from the bodies alone.
+func TestExchangeFollowUpsMatchFollowUp(t *testing.T) {
+	clients := []string{
+		`{"model":"m","input":"q","stream":true,"stream_options":{"include_usage":true},"tool_choice":"required","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`,
+		`{"model":"m","tools":[{"type":"code_interpreter","container":{"type":"auto"}}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"code_interpreter"}]}}`,
+		`{ "tools" : [ {"type":"code_interpreter","container":"cntr_1"} ] , "input" : [ {"role":"user","content":"q"} ] , "store" : false }`,
+	}
+	for _, client := range clients {
+		x, err := responses.Surface{}.NewExchange([]byte(client), schema.Options{})
+		require.NoError(t, err)
+		rq := x.Request()
+		require.True(t, rq.Found)
+		sent := rq.Body
+		for round := 1; round <= 3; round++ {
+			answer := answerWithCall(round)
+			_, err := x.ParseTurn(answer)
+			require.NoError(t, err)
+			o := schema.FollowUpOptions{DropToolChoice: rq.ForcedChoice, ToolChoice: rq.LaterChoice, ToolChoiceNone: round == 3}
+			outputs := []schema.CallOutput{{CallID: fmt.Sprintf("call_%d", round), Output: fmt.Sprint(round)}}
+			got, err := x.FollowUp(outputs, o)
+			require.NoError(t, err, "round %d of %s", round, client)
+			want, err := responses.FollowUp(sent, answer, outputs, o)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(got), "round %d of %s", round, client)
+			sent = got
+		}
+	}
+}
+
+// A turn that leaves the client's call pending stores our calls; the request that continues
+// from the answer, or in the conversation, gets them back, and the conversation's go once the
+// upstream has taken a request that carried them.
+func TestExchangeContinuation(t *testing.T) {
+	p := memory.NewPending(nil)
+	first, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","conversation":"conv_1","input":"q","tools":[{"type":"code_interpreter"}]}`), schema.Options{})
+	require.NoError(t, err)
+	pending := []store.PendingCall{{CallID: "call_ci", Output: "42\n"}}
+	first.Remember(p, "id-a", []byte(`{"id":"resp_mixed","output":[]}`), pending)
+
+	continues := func(identity, body string) (schema.Exchange, bool) {
+		x, err := responses.Surface{}.NewExchange([]byte(body), schema.Options{})
+		require.NoError(t, err)
+		changed, err := x.Continue(p, func() string { return identity })
+		require.NoError(t, err)
+		return x, changed
+	}
+	byID := `{"model":"m","previous_response_id":"resp_mixed","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
+	x, changed := continues("id-a", byID)
+	require.True(t, changed)
+	assert.Equal(t, `{"model":"m","previous_response_id":"resp_mixed","input":[{"type":"function_call_output","call_id":"call_ci","output":"42\n"},{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`, string(x.Request().Body))
+	_, changed = continues("id-b", byID)
+	assert.False(t, changed, "another identity's request is left as it is")
+
+	inConversation := `{"model":"m","conversation":"conv_1","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
+	x, changed = continues("id-a", inConversation)
+	require.True(t, changed)
+	x.Accepted(p, "id-a")
+	_, changed = continues("id-a", inConversation)
+	assert.False(t, changed, "the conversation holds them once the upstream took a request that carried them")
+	_, changed = continues("id-a", byID)
+	assert.True(t, changed, "the answer's entry stays: a client may branch from it again")
+}
