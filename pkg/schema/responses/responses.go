@@ -12,11 +12,12 @@ import (
 
 // dialect is what the Responses API does its own way among OpenAI's surfaces.
 var dialect = openai.Dialect{
-	Spec:     &jsonscan.Spec{Strict: openai.RequestSpec.Strict, Items: "input", ItemType: "code_interpreter_call"},
-	Read:     readContinuation,
-	Rewrite:  rewriteReplays,
-	ReadTurn: turnReadResponses,
-	Extend:   followUpResponses,
+	Spec:         &jsonscan.Spec{Strict: openai.RequestSpec.Strict, Items: "input", ItemType: "code_interpreter_call"},
+	Previous:     "previous_response_id",
+	Conversation: "conversation",
+	Rewrite:      rewriteReplays,
+	ReadTurn:     turnReadResponses,
+	Extend:       followUpResponses,
 }
 
 // RewriteRequest rewrites a client request body for the upstream model: the code_interpreter
@@ -30,28 +31,14 @@ func RewriteRequest(body []byte, o schema.Options) (schema.Request, error) {
 	return dialect.RewriteRequest(body, o)
 }
 
-// readContinuation reads what the request continues from: previous_response_id, and the
-// conversation's id (the string, or the object's "id").
-func readContinuation(t jsonscan.TopLevel, r *schema.Request) {
-	body := t.B
-	r.PreviousResponseID, _ = jsonscan.Str(body, t.Span("previous_response_id"))
-	if sp := t.Span("conversation"); sp.OK() && body[sp.Start] == '{' {
-		r.ConversationID, _ = jsonscan.Str(body, jsonscan.Field(body, sp.Start, "id"))
-	} else if sp.OK() {
-		r.ConversationID, _ = jsonscan.Str(body, sp)
-	}
-}
-
 // rewriteReplays returns the edits that turn the replayed code_interpreter_call items of the
-// input into function call pairs, and notes their container ids.
-func rewriteReplays(t jsonscan.TopLevel, items []jsonscan.Item, name string, r *schema.Request) []jsonscan.Edit {
+// input into function call pairs, and their container ids.
+func rewriteReplays(t jsonscan.TopLevel, items []jsonscan.Item, name string) ([]jsonscan.Edit, []string) {
 	sp := t.Span("input")
 	if !sp.OK() || t.B[sp.Start] != '[' {
-		return nil
+		return nil, nil
 	}
-	edits, ids := reqReplayInput(t.B, sp, items, name)
-	r.ReplayedContainerIDs = ids
-	return edits
+	return reqReplayInput(t.B, sp, items, name)
 }
 
 // ParseTurn reads the calls of the function named functionName (empty means

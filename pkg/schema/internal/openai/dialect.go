@@ -18,12 +18,14 @@ type Dialect struct {
 	// type: {"type":"function","function":{"name":…}} and {"type":"allowed_tools",
 	// "allowed_tools":{"mode":…,"tools":[…]}}; otherwise they sit beside "type".
 	Nested bool
-	// Read, if set, reads into r what the surface needs of every request, one without the
-	// hosted tool too (for example what the request continues from).
-	Read func(t jsonscan.TopLevel, r *schema.Request)
-	// Rewrite, if set, returns the surface's own edits of a request that has the hosted tool
-	// (for example replayed calls); items are what the scan reported under Spec.
-	Rewrite func(t jsonscan.TopLevel, items []jsonscan.Item, name string, r *schema.Request) []jsonscan.Edit
+	// Previous and Conversation, when set, name the top-level members that say what a request
+	// continues from: an earlier answer's id, and a conversation (its id, or an object with
+	// "id"). They are read into the Request for every request, one without the hosted tool too.
+	Previous, Conversation string
+	// Rewrite, if set, returns the surface's own edits of a request that has the hosted tool:
+	// the replayed calls of the function named name become ordinary tool calls, and the ids
+	// of the containers they name are returned. items are what the scan reported under Spec.
+	Rewrite func(t jsonscan.TopLevel, items []jsonscan.Item, name string) (edits []jsonscan.Edit, containerIDs []string)
 	// ReadTurn reads the calls of the function named name, and the client's calls, in an
 	// answer whose top-level members are t.
 	ReadTurn func(t jsonscan.TopLevel, name string) schema.Turn

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
@@ -62,8 +63,15 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 	if err != nil {
 		return schema.Request{}, nil, err
 	}
-	if d.Read != nil {
-		d.Read(t, &r)
+	if d.Previous != "" {
+		r.PreviousResponseID, _ = jsonscan.Str(body, t.Span(d.Previous))
+	}
+	if d.Conversation != "" {
+		if sp := t.Span(d.Conversation); sp.OK() && body[sp.Start] == '{' {
+			r.ConversationID, _ = jsonscan.Str(body, jsonscan.Field(body, sp.Start, "id"))
+		} else if sp.OK() {
+			r.ConversationID, _ = jsonscan.Str(body, sp)
+		}
 	}
 	if !tools.found {
 		return r, nil, nil
@@ -108,7 +116,11 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 	}
 
 	if d.Rewrite != nil {
-		edits = append(edits, d.Rewrite(t, sc.Items, name, &r)...)
+		// The hook gets its own copy of the members: lent to a function value they would
+		// escape, and every request, also one without the tool, would pay for it.
+		e, replayed := d.Rewrite(TopKeys.Index(body, slices.Clone(members)), slices.Clone(sc.Items), name)
+		edits = append(edits, e...)
+		r.ReplayedContainerIDs = replayed
 	}
 
 	if r.Body, err = jsonscan.Apply(body, edits); err != nil {
