@@ -49,6 +49,9 @@ const (
 	DefaultMaxOutputBytes   = loop.DefaultMaxOutputBytes
 	DefaultMaxImages        = loop.DefaultMaxImages
 	DefaultMaxCallsPerTurn  = loop.DefaultMaxCallsPerTurn
+	// DefaultKeepAliveInterval is how long a progressive stream may send nothing before it
+	// sends an SSE comment.
+	DefaultKeepAliveInterval = 15 * time.Second
 
 	DefaultSandboxBackend           = "local"
 	DefaultWarmPoolSize             = 2
@@ -69,6 +72,15 @@ const (
 	DefaultFirstUID                 = local.DefaultFirstUID
 	DefaultUIDCount                 = local.DefaultUIDCount
 	DefaultCPUQuota                 = local.DefaultCPUQuota
+)
+
+// The stream modes of a profile (stream_mode).
+const (
+	// StreamProgressive switches a streaming answer to FULL_DUPLEX_STREAMED and sends each
+	// event as it happens.
+	StreamProgressive = "progressive"
+	// StreamReplay sends a streaming answer once the loop is over.
+	StreamReplay = "replay"
 )
 
 // LoopDeadlineMargin is the part of a profile's loop_deadline that the server keeps for itself:
@@ -304,6 +316,12 @@ func ApplyDefaults(cfg *configv1.Config) {
 	if p.MaxCallsPerTurn == 0 {
 		p.MaxCallsPerTurn = DefaultMaxCallsPerTurn
 	}
+	if p.StreamMode == "" {
+		p.StreamMode = StreamProgressive
+	}
+	if p.KeepAliveInterval == nil {
+		p.KeepAliveInterval = durationpb.New(DefaultKeepAliveInterval)
+	}
 
 	if cfg.Sandbox == nil {
 		cfg.Sandbox = &configv1.Sandbox{}
@@ -479,6 +497,14 @@ func validateProfile(field string, p *configv1.Profile, maxRequestBytes uint64) 
 	if n := p.GetMaxCallsPerTurn(); n > 256 {
 		bad("max_calls_per_turn", "%d is above 256", n)
 	}
+	switch m := p.GetStreamMode(); m {
+	case "", StreamProgressive, StreamReplay:
+	default:
+		bad("stream_mode", "%q is not %q or %q", m, StreamProgressive, StreamReplay)
+	}
+	if d := p.GetKeepAliveInterval(); d != nil && d.AsDuration() < time.Second {
+		bad("keep_alive_interval", "%s is below 1s", d.AsDuration())
+	}
 	if n := p.GetMaxImages(); n > 1000 {
 		bad("max_images", "%d is above 1000", n)
 	}
@@ -631,6 +657,10 @@ type Profile struct {
 	MaxOutputBytes  int
 	MaxImages       int
 	MaxCallsPerTurn int
+	// Progressive reports whether a streaming answer is switched to FULL_DUPLEX_STREAMED and
+	// sent as it happens (stream_mode "progressive"); KeepAlive is keep_alive_interval.
+	Progressive bool
+	KeepAlive   time.Duration
 	// MaxResponseBytes is Config.max_response_bytes, the bound of one upstream answer.
 	MaxResponseBytes int64
 	// MaxAnswerBytes is the largest answer body the server can send Envoy: max_request_bytes
@@ -678,6 +708,8 @@ func resolve(name string, p *configv1.Profile, cfg *configv1.Config) *Profile {
 		MaxOutputBytes:         int(p.GetMaxOutputBytes()),
 		MaxImages:              int(p.GetMaxImages()),
 		MaxCallsPerTurn:        int(p.GetMaxCallsPerTurn()),
+		Progressive:            p.GetStreamMode() != StreamReplay,
+		KeepAlive:              p.GetKeepAliveInterval().AsDuration(),
 		MaxResponseBytes:       int64(cfg.GetMaxResponseBytes()),
 		MaxAnswerBytes:         int(cfg.GetMaxRequestBytes()) - AnswerOverheadBytes,
 	}

@@ -64,6 +64,28 @@ var (
 		}},
 		ModeOverride: servedMode,
 	}
+	// switchToFullDuplex answers a streaming request's 200 response headers so that the answer
+	// is streamed while the loop runs (reference envoy-full-duplex.md §11): the client gets an
+	// event stream, the content-length and content-encoding of the upstream's JSON answer go
+	// (Envoy decided on content-length under the old mode, §4), and the response body switches
+	// to FULL_DUPLEX_STREAMED, trailers SEND as that mode wants. Envoy then sends the upstream
+	// body as it arrives and takes the server's chunks at the server's pace.
+	switchToFullDuplex = &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+				SetHeaders: []*corev3.HeaderValueOption{
+					setHeader("content-type", "text/event-stream; charset=utf-8"),
+					setHeader("cache-control", "no-cache"),
+				},
+				RemoveHeaders: []string{"content-length", "content-encoding"},
+			}},
+		}},
+		ModeOverride: &filterv3.ProcessingMode{
+			ResponseHeaderMode:  filterv3.ProcessingMode_SEND,
+			ResponseBodyMode:    filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+			ResponseTrailerMode: filterv3.ProcessingMode_SEND,
+		},
+	}
 	continueResponseBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}

@@ -11,7 +11,8 @@ import (
 
 // Metrics are the processor's Prometheus metrics. The caller registers them (see Collectors).
 type Metrics struct {
-	streams *prometheus.CounterVec
+	streams     *prometheus.CounterVec
+	streamModes *prometheus.CounterVec
 	// outcomes caches the streams counter of each known outcome: a label lookup per stream is
 	// measurable on the pass-through path.
 	outcomes     map[string]prometheus.Counter
@@ -24,6 +25,10 @@ type Metrics struct {
 // NewMetrics returns unregistered metrics.
 func NewMetrics() *Metrics {
 	m := &Metrics{
+		streamModes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_streaming_answers_total",
+			Help: "Streaming answers that need the loop, by how they reach the client: progressive, or replay_* with the reason.",
+		}, []string{"mode"}),
 		streams: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_streams_total",
 			Help: "ext_proc streams by outcome (pass_through, plain, follow_up, client_error, done, max_rounds, ...).",
@@ -55,6 +60,9 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// streamMode counts one streaming answer by how it reaches the client.
+func (m *Metrics) streamMode(mode string) { m.streamModes.WithLabelValues(mode).Inc() }
+
 // stream counts one ended stream by outcome.
 func (m *Metrics) stream(outcome string) {
 	if c, ok := m.outcomes[outcome]; ok {
@@ -66,7 +74,7 @@ func (m *Metrics) stream(outcome string) {
 
 // Collectors returns the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.streams, m.rewrites, m.loops, m.loopDuration, m.loopRounds}
+	return []prometheus.Collector{m.streams, m.streamModes, m.rewrites, m.loops, m.loopDuration, m.loopRounds}
 }
 
 func (m *Metrics) observeLoop(s schema.Surface, r loop.Response, d time.Duration) {

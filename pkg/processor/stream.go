@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -55,7 +56,15 @@ type streamState struct {
 	exchange schema.Exchange
 	// respEncoding is the upstream answer's content-encoding.
 	respEncoding string
-	outcome      string
+	// protocol is the filter's configured modes, as Envoy's first message gave them.
+	protocol *extprocv3.ProtocolConfiguration
+	// fullDuplex reports that the response body was switched to FULL_DUPLEX_STREAMED: the
+	// upstream answer arrives in chunks (collected in fdBody), and the answer goes out as
+	// streamed_response chunks while the loop runs.
+	fullDuplex bool
+	fdBody     []byte
+	fdTooLarge bool
+	outcome    string
 }
 
 // logger returns the stream's logger, with the request id.
@@ -68,6 +77,9 @@ func (st *streamState) logger() *zap.Logger {
 
 // handle answers one message from Envoy.
 func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
+	if pc := req.GetProtocolConfig(); pc != nil && st.protocol == nil {
+		st.protocol = pc
+	}
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return st.send(st.requestHeaders(r.RequestHeaders))
@@ -77,8 +89,8 @@ func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 		return st.send(st.responseHeaders(r.ResponseHeaders))
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		resp, err := st.responseBody(r.ResponseBody)
-		if err != nil {
-			return err
+		if err != nil || resp == nil {
+			return err // nil: a FULL_DUPLEX_STREAMED chunk, answered once the body is whole
 		}
 		return st.send(resp)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
@@ -266,7 +278,37 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 		return skipResponseBody
 	}
 	st.respEncoding = strings.ToLower(strings.TrimSpace(rh.get("content-encoding")))
-	return bufferResponseBody
+	if !st.exchange.Request().Stream {
+		return bufferResponseBody
+	}
+	if reason := st.replayReason(); reason != "" {
+		st.srv.metrics.streamMode(reason)
+		st.logger().Debug("streaming answer replayed after the loop", zap.String("reason", reason))
+		return bufferResponseBody
+	}
+	st.srv.metrics.streamMode("progressive")
+	st.fullDuplex = true
+	return switchToFullDuplex
+}
+
+// replayReason says why a streaming answer cannot be switched to FULL_DUPLEX_STREAMED and is
+// replayed after the loop instead, or "" when it can: the profile asks for replay, or the
+// filter's own configuration makes Envoy ignore mode_override (a body mode configured
+// FULL_DUPLEX_STREAMED, or bodies sent without waiting for header answers; reference
+// envoy-full-duplex.md §5). A filter whose allowed_override_modes leave the mode out is not
+// visible from here: its profile must say stream_mode "replay".
+func (st *streamState) replayReason() string {
+	pc := st.protocol
+	switch {
+	case !st.profile.Progressive:
+		return "replay_configured"
+	case pc.GetRequestBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+		pc.GetResponseBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		return "replay_filter_full_duplex"
+	case pc.GetSendBodyWithoutWaitingForHeaderResponse():
+		return "replay_filter_no_override"
+	}
+	return ""
 }
 
 // responseBody runs the loop over a rewritten request's answer and replaces it with the final one.
@@ -274,7 +316,27 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	if st.kind != kindRewritten {
 		return continueResponseBody, nil
 	}
-	body, err := decodeBody(st.respEncoding, b.GetBody(), st.profile.MaxResponseBytes)
+	raw := b.GetBody()
+	tooLarge := false
+	if st.fullDuplex {
+		// Envoy sends the upstream answer as it arrives; the loop needs all of it, and no more
+		// than max_response_bytes of it is kept.
+		switch {
+		case st.fdTooLarge:
+		case int64(len(st.fdBody)+len(raw)) > st.profile.MaxResponseBytes:
+			st.fdTooLarge, st.fdBody = true, nil
+		default:
+			st.fdBody = append(st.fdBody, raw...)
+		}
+		if !b.GetEndOfStream() {
+			return nil, nil
+		}
+		raw, st.fdBody, tooLarge = st.fdBody, nil, st.fdTooLarge
+	}
+	body, err := decodeBody(st.respEncoding, raw, st.profile.MaxResponseBytes)
+	if tooLarge {
+		err = errBodyTooLarge
+	}
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		st.outcome = "upstream_too_large"
@@ -288,6 +350,9 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		return st.gatewayError("upstream_encoding", msg, "codeinterp_upstream_encoding"), nil
 	}
 
+	if st.fullDuplex {
+		return st.streamLoop(body)
+	}
 	var sendErr error
 	req := st.loopRequest(body)
 	var events *bytes.Buffer
@@ -318,7 +383,8 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
 	}
 	status, header, answer := res.Status, res.Header, res.Body
-	if events != nil && events.Len() > 0 {
+	// An answer too large to send is a JSON error to every client: its stream would be larger.
+	if events != nil && events.Len() > 0 && res.Stop != loop.StopAnswerTooLarge {
 		status, answer = http.StatusOK, events.Bytes()
 		header = http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}, "Cache-Control": {"no-cache"}}
 	}
@@ -343,6 +409,42 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 func (st *streamState) gatewayError(code, message, details string) *extprocv3.ProcessingResponse {
 	body := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: message, Code: code})
 	return immediate(http.StatusBadGateway, jsonContentType, body, details)
+}
+
+// streamLoop runs the loop over a rewritten request's answer whose body was switched to
+// FULL_DUPLEX_STREAMED, sending each event of the client's stream to Envoy as it happens, and
+// returns the message that ends the body. Until something has been sent the client has no
+// headers yet, so an answer with nothing to stream (the model's answer was not JSON, say) is
+// still an ordinary error answer.
+func (st *streamState) streamLoop(body []byte) (*extprocv3.ProcessingResponse, error) {
+	req := st.loopRequest(body)
+	// A stream goes out in chunks: no one message must carry the whole answer.
+	req.MaxAnswerBytes = 0
+	em := newEmitter(st.send, st.profile.KeepAlive, st.srv.now)
+	req.Sink = st.exchange.Events(em)
+	// No message timer runs for a FULL_DUPLEX_STREAMED direction (reference
+	// envoy-full-duplex.md §2): nothing to extend.
+	ctx, cancel := context.WithTimeout(st.ctx, st.profile.LoopDeadline-config.LoopDeadlineMargin)
+	defer cancel()
+	started := st.srv.now()
+	em.start()
+	res := st.srv.loop.Run(ctx, req)
+	em.stop()
+	st.outcome = string(res.Stop)
+	st.srv.metrics.observeLoop(st.surface, res, st.srv.now().Sub(started))
+	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
+		zap.Int("calls", res.Calls), zap.Int("status", res.Status), zap.Int("streamed_bytes", em.bytesSent()))
+	if len(res.Pending) > 0 {
+		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
+	}
+	if err := st.ctx.Err(); err != nil {
+		return nil, err // the client or Envoy went away: nothing more to send
+	}
+	if em.bytesSent() == 0 {
+		set := headerOptions(res.Header)
+		return immediateWith(res.Status, set, res.Body, "codeinterp_"+string(res.Stop)), nil
+	}
+	return streamedChunk(nil, true), nil
 }
 
 // loopRequest builds the loop's request from the stream's state.

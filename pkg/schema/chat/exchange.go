@@ -88,24 +88,36 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 	return body, err
 }
 
-// Events implements [schema.Exchange]: the answer is written as the chunk stream when the loop
-// is done, a failure as an error chunk.
+// Events implements [schema.Exchange]: a comment when the first upstream answer is in (so that
+// the client has the stream's headers at once), then the answer as the chunk stream when the
+// loop is done, or a failure as an error chunk. Chat has no place for code calls: the stream
+// carries the final message only, as the plain answer does.
 func (x *exchange) Events(w io.Writer) schema.Sink {
-	return &replay{w: w, streamOptions: x.Request().StreamOptions}
+	return &events{w: w, streamOptions: x.Request().StreamOptions}
 }
 
-// replay writes a loop's answer as a chunk stream once it is known.
-type replay struct {
+// startComment opens a stream before its first chunk; clients ignore SSE comments.
+const startComment = ": codeinterp is running the model's code\n\n"
+
+// events writes a loop's answer as a chunk stream.
+type events struct {
 	w             io.Writer
 	streamOptions []byte
+	started       bool
 }
 
-func (s *replay) Event(ev schema.Event) error {
+func (s *events) Event(ev schema.Event) error {
 	var (
 		out []byte
 		err error
 	)
 	switch ev.Kind {
+	case schema.EventRound:
+		if s.started {
+			return nil
+		}
+		s.started = true
+		out = []byte(startComment)
 	case schema.EventDone:
 		if out, err = SSE(ev.Body, s.streamOptions); err != nil {
 			return fmt.Errorf("encode event stream: %w", err)

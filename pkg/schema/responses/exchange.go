@@ -109,34 +109,6 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 	return body, err
 }
 
-// Events implements [schema.Exchange]: the answer is written as the Responses event stream
-// when the loop is done (a failure after some rounds as response.failed); a failure before any
-// round writes nothing, and the client gets the JSON error.
-func (x *exchange) Events(w io.Writer) schema.Sink { return &replay{w: w} }
-
-// replay writes a loop's answer as an event stream once it is known.
-type replay struct{ w io.Writer }
-
-func (s *replay) Event(ev schema.Event) error {
-	var (
-		out []byte
-		err error
-	)
-	switch ev.Kind {
-	case schema.EventDone:
-		out, err = SSE(ev.Body)
-	case schema.EventFailed:
-		if ev.Partial == nil {
-			return nil
-		}
-		code, message := openai.ErrorFields(ev.Body)
-		out, err = FailedSSE(ev.Partial, code, message)
-	default:
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("encode event stream: %w", err)
-	}
-	_, err = s.w.Write(out)
-	return err
-}
+// Events implements [schema.Exchange]: the answer is written to w as the Responses event
+// stream, each event as it happens (see events).
+func (x *exchange) Events(w io.Writer) schema.Sink { return &events{x: x, w: w} }

@@ -63,21 +63,11 @@ func SSE(final []byte) ([]byte, error) {
 // is resp's, so resp should be a body built by [Final], whose tools echo the client's. It fails
 // when resp is not a JSON object.
 func FailedSSE(resp []byte, code, message string) ([]byte, error) {
-	s, ok := openai.CompactBody(resp)
-	if !ok {
-		return nil, errors.New("encode failed responses stream: body is not a JSON object")
+	w := openai.Writer{Buf: make([]byte, 0, 3*len(resp)+1024)}
+	s, err := failedResponse(&w, resp, code, message)
+	if err != nil {
+		return nil, err
 	}
-	errObj := make([]byte, 0, 32+len(code)+len(message))
-	errObj = append(errObj, `{"code":`...)
-	errObj = jsonscan.AppendString(errObj, code)
-	errObj = append(errObj, `,"message":`...)
-	errObj = jsonscan.AppendString(errObj, message)
-	errObj = append(errObj, '}')
-
-	w := openai.Writer{Buf: make([]byte, 0, 3*len(s)+1024)}
-	s = w.Edit(s, "output", "[]", true)
-	s = w.Edit(s, "status", `"failed"`, true)
-	s = w.Edit(s, "error", string(errObj), true)
 	sseStart(&w, s)
 	w.Open("response.failed")
 	w.Raw("response", s)
@@ -86,6 +76,24 @@ func FailedSSE(resp []byte, code, message string) ([]byte, error) {
 		return nil, fmt.Errorf("encode failed responses stream: %w", w.Err)
 	}
 	return w.Buf, nil
+}
+
+// failedResponse returns resp, compacted, as the response of a response.failed event: status
+// "failed", "error": {"code":code,"message":message} and "output": [].
+func failedResponse(w *openai.Writer, resp []byte, code, message string) (string, error) {
+	s, ok := openai.CompactBody(resp)
+	if !ok {
+		return "", errors.New("encode failed responses stream: body is not a JSON object")
+	}
+	errObj := make([]byte, 0, 32+len(code)+len(message))
+	errObj = append(errObj, `{"code":`...)
+	errObj = jsonscan.AppendString(errObj, code)
+	errObj = append(errObj, `,"message":`...)
+	errObj = jsonscan.AppendString(errObj, message)
+	errObj = append(errObj, '}')
+	s = w.Edit(s, "output", "[]", true)
+	s = w.Edit(s, "status", `"failed"`, true)
+	return w.Edit(s, "error", string(errObj), true), nil
 }
 
 // ErrorSSE encodes a lone stream error: an `error` event

@@ -264,8 +264,21 @@ type Profile struct {
 	// max_calls_per_turn bounds the code calls of one model turn that are run; the calls beyond
 	// it are answered, without running, with a marker telling the model so. Default 16.
 	MaxCallsPerTurn uint32 `protobuf:"varint,15,opt,name=max_calls_per_turn,json=maxCallsPerTurn,proto3" json:"max_calls_per_turn,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// stream_mode says how a client that asked for stream:true gets an answer that needs the
+	// loop. "progressive" (the default): the server switches the response body to
+	// FULL_DUPLEX_STREAMED (a mode_override on the response headers, which the route's ext_proc
+	// filter must allow: allow_mode_override, and FULL_DUPLEX_STREAMED among
+	// allowed_override_modes if that list is set) and each event reaches the client as it
+	// happens. "replay": the stream is sent once the loop is over, from Envoy's buffered answer
+	// (for filters that do not allow the override).
+	StreamMode string `protobuf:"bytes,16,opt,name=stream_mode,json=streamMode,proto3" json:"stream_mode,omitempty"`
+	// keep_alive_interval: a progressive stream that has sent nothing for this long sends an SSE
+	// comment, so that no idle timer on the path (Envoy's stream_idle_timeout, a route's
+	// idle_timeout, a proxy's or the client's read timeout) fires during a long code run or
+	// model call. Default 15s; at least 1s.
+	KeepAliveInterval *durationpb.Duration `protobuf:"bytes,17,opt,name=keep_alive_interval,json=keepAliveInterval,proto3" json:"keep_alive_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Profile) Reset() {
@@ -401,6 +414,20 @@ func (x *Profile) GetMaxCallsPerTurn() uint32 {
 		return x.MaxCallsPerTurn
 	}
 	return 0
+}
+
+func (x *Profile) GetStreamMode() string {
+	if x != nil {
+		return x.StreamMode
+	}
+	return ""
+}
+
+func (x *Profile) GetKeepAliveInterval() *durationpb.Duration {
+	if x != nil {
+		return x.KeepAliveInterval
+	}
+	return nil
 }
 
 // Sandbox configures the sandbox backend and the container manager.
@@ -785,7 +812,7 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x12max_response_bytes\x18\r \x01(\x04R\x10maxResponseBytes\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01\"\x8b\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01\"\xf7\x05\n" +
 	"\aProfile\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12#\n" +
 	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x121\n" +
@@ -805,7 +832,10 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x10max_output_bytes\x18\r \x01(\x04R\x0emaxOutputBytes\x12\x1d\n" +
 	"\n" +
 	"max_images\x18\x0e \x01(\rR\tmaxImages\x12+\n" +
-	"\x12max_calls_per_turn\x18\x0f \x01(\rR\x0fmaxCallsPerTurn\"\x8b\x04\n" +
+	"\x12max_calls_per_turn\x18\x0f \x01(\rR\x0fmaxCallsPerTurn\x12\x1f\n" +
+	"\vstream_mode\x18\x10 \x01(\tR\n" +
+	"streamMode\x12I\n" +
+	"\x13keep_alive_interval\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\x11keepAliveInterval\"\x8b\x04\n" +
 	"\aSandbox\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x128\n" +
 	"\x05local\x18\x02 \x01(\v2\".codeinterp.config.v1.LocalSandboxR\x05local\x12)\n" +
@@ -869,15 +899,16 @@ var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
 	2,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
 	5,  // 4: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
 	5,  // 5: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	3,  // 6: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	5,  // 7: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	5,  // 8: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	1,  // 9: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 6: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	3,  // 7: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	5,  // 8: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	5,  // 9: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	1,  // 10: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }

@@ -1,0 +1,182 @@
+package responses
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+)
+
+// events writes a Responses event stream as the loop's events happen: response.created and
+// response.in_progress with the first upstream answer; each round's output items in order,
+// every call of the internal function as a code_interpreter_call whose code streams before the
+// run (…code.delta, …code.done, …interpreting) and that completes when the run ends; and
+// response.completed (incomplete, failed) with the final answer. The items and their order are
+// those of the final answer, so a client that accumulates the stream gets the same response as
+// the plain answer. response.created carries the first upstream turn's id; the final answer
+// carries the last turn's, which a later previous_response_id must name.
+type events struct {
+	x *exchange
+	w io.Writer
+	// ow holds the events of one step until they are written to w.
+	ow      openai.Writer
+	started bool
+	// idx is the output index of the next item; items are the current round's output items
+	// not written yet.
+	idx   int
+	items []gjson.Result
+	// callIdx is the output index of the code call that is running.
+	callIdx int
+}
+
+// Event implements [schema.Sink].
+func (e *events) Event(ev schema.Event) error {
+	switch ev.Kind {
+	case schema.EventRound:
+		e.rest()
+		if !e.started {
+			e.start(ev.Body)
+		}
+		e.items = e.items[:0]
+		gjson.GetBytes(ev.Body, "output").ForEach(func(_, item gjson.Result) bool {
+			e.items = append(e.items, item)
+			return true
+		})
+		e.untilCall()
+	case schema.EventCallStarted:
+		if len(e.items) == 0 || !finalIsInternalCall(e.items[0], e.x.FunctionName()) {
+			return errors.New("encode responses stream: a code call started that the answer does not hold")
+		}
+		e.items = e.items[1:]
+		e.callIdx = e.idx
+		e.idx++
+		codeCallStart(&e.ow, e.callIdx, ev.Call)
+	case schema.EventCallDone:
+		codeCallEnd(&e.ow, e.callIdx, ev.Call)
+		e.untilCall()
+	case schema.EventDone:
+		e.rest()
+		s, ok := openai.CompactBody(ev.Body)
+		if !ok {
+			return errors.New("encode responses stream: the answer is not a JSON object")
+		}
+		e.ow.Open(sseTerminal(gjson.Get(s, "status").String()))
+		e.ow.Raw("response", s)
+		e.ow.Close()
+	case schema.EventFailed:
+		if ev.Partial == nil {
+			return nil // nothing was streamed yet: the client gets the JSON error
+		}
+		if !e.started {
+			e.start(ev.Partial)
+		}
+		code, message := openai.ErrorFields(ev.Body)
+		failed, err := failedResponse(&e.ow, ev.Partial, code, message)
+		if err != nil {
+			return err
+		}
+		e.ow.Open("response.failed")
+		e.ow.Raw("response", failed)
+		e.ow.Close()
+	}
+	return e.flush()
+}
+
+// start writes response.created and response.in_progress for the request's answer as the first
+// upstream answer makes it (the client's tools, and so on).
+func (e *events) start(first []byte) {
+	e.started = true
+	body, err := e.x.Final([]schema.Round{{Body: first}}, "")
+	if err != nil {
+		body = first
+	}
+	s, ok := openai.CompactBody(body)
+	if !ok {
+		s = "{}"
+	}
+	sseStart(&e.ow, s)
+}
+
+// untilCall writes the current round's items up to its next call of the internal function.
+func (e *events) untilCall() {
+	name := e.x.FunctionName()
+	for len(e.items) > 0 && !finalIsInternalCall(e.items[0], name) {
+		sseItem(&e.ow, e.idx, e.items[0])
+		e.idx++
+		e.items = e.items[1:]
+	}
+}
+
+// rest writes the current round's remaining items; calls of the internal function that never
+// ran (the model was told to answer in text, or the loop ended) are left out, as the final
+// answer leaves them out.
+func (e *events) rest() {
+	name := e.x.FunctionName()
+	for _, item := range e.items {
+		if !finalIsInternalCall(item, name) {
+			sseItem(&e.ow, e.idx, item)
+			e.idx++
+		}
+	}
+	e.items = e.items[:0]
+}
+
+// flush writes the events made so far.
+func (e *events) flush() error {
+	if e.ow.Err != nil {
+		return fmt.Errorf("encode responses stream: %w", e.ow.Err)
+	}
+	if len(e.ow.Buf) == 0 {
+		return nil
+	}
+	_, err := e.w.Write(e.ow.Buf)
+	e.ow.Buf = e.ow.Buf[:0]
+	return err
+}
+
+// codeCallStart writes the events of a code_interpreter_call up to its run: the item added
+// (in progress, no code or outputs yet), in_progress, its code, and interpreting.
+func codeCallStart(w *openai.Writer, idx int, c *schema.CodeCall) {
+	added := schema.CodeCall{ID: c.ID, Status: "in_progress", ContainerID: c.ContainerID}
+	raw, _ := added.MarshalJSON() // no outputs: it cannot fail
+	sseItemEvent(w, "response.output_item.added", idx, string(raw))
+	codeCallProgress(w, idx, c.ID, "response.code_interpreter_call.in_progress")
+	for s := c.Code; len(s) > 0; {
+		n := openai.Cut(s)
+		w.Open("response.code_interpreter_call_code.delta")
+		w.Num("output_index", idx)
+		w.Str("item_id", c.ID)
+		w.Str("delta", s[:n])
+		w.Close()
+		s = s[n:]
+	}
+	w.Open("response.code_interpreter_call_code.done")
+	w.Num("output_index", idx)
+	w.Str("item_id", c.ID)
+	w.Str("code", c.Code)
+	w.Close()
+	codeCallProgress(w, idx, c.ID, "response.code_interpreter_call.interpreting")
+}
+
+// codeCallEnd writes the events of a code_interpreter_call whose run ended: completed and the
+// item done, with its outputs.
+func codeCallEnd(w *openai.Writer, idx int, c *schema.CodeCall) {
+	codeCallProgress(w, idx, c.ID, "response.code_interpreter_call.completed")
+	raw, err := c.MarshalJSON()
+	if err != nil {
+		w.Err = err
+		return
+	}
+	sseItemEvent(w, "response.output_item.done", idx, string(raw))
+}
+
+func codeCallProgress(w *openai.Writer, idx int, id, typ string) {
+	w.Open(typ)
+	w.Num("output_index", idx)
+	w.Str("item_id", id)
+	w.Close()
+}
