@@ -113,7 +113,9 @@ func TestProgressiveStreaming(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			readStream(t, s, ctx, "", "/v1/responses",
 				`{"model":"m","stream":true,"input":"wait","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`,
-				func(line string) bool { return strings.HasPrefix(line, "event: response.code_interpreter_call.interpreting") })
+				func(line string) bool {
+					return strings.HasPrefix(line, "event: response.code_interpreter_call.interpreting")
+				})
 			cancel()
 			// The loop stops, the anonymous caller's container is deleted, and no follow-up
 			// reaches the model.
