@@ -30,6 +30,30 @@ func TestServerConfigMatchesBootstrap(t *testing.T) {
 	for name, p := range config.Profiles(cfg) {
 		assert.LessOrEqual(t, p.LoopDeadline, maxTimeout, "profile %q: loop_deadline must fit under max_message_timeout", name)
 		assert.Less(t, p.LoopDeadline, idle, "profile %q: loop_deadline must be shorter than stream_idle_timeout", name)
+		// A progressive stream is silent at most keep_alive_interval: well under the idle
+		// timers of the path (the connection manager's and any route's idle_timeout).
+		assert.Less(t, 2*p.KeepAlive, idle, "profile %q: keep_alive_interval must be well under stream_idle_timeout", name)
+	}
+	for _, vh := range in.HCM.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			if d := r.GetRoute().GetIdleTimeout(); d != nil && d.AsDuration() > 0 {
+				for name, p := range config.Profiles(cfg) {
+					assert.Less(t, 2*p.KeepAlive, d.AsDuration(), "route %s idle_timeout vs profile %q keep_alive_interval", r.GetMatch().GetPrefix(), name)
+				}
+			}
+		}
+	}
+	// The switch to FULL_DUPLEX_STREAMED is a mode_override: the filter must allow it, and must
+	// not be configured with a mode that makes Envoy ignore overrides (envoy-full-duplex.md §5).
+	assert.True(t, in.ExtProc.GetAllowModeOverride(), "allow_mode_override")
+	assert.False(t, in.ExtProc.GetSendBodyWithoutWaitingForHeaderResponse(), "send_body_without_waiting_for_header_response disables overrides")
+	assert.NotEqual(t, extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED, in.ExtProc.GetProcessingMode().GetResponseBodyMode(), "a configured FULL_DUPLEX_STREAMED disables overrides")
+	if allowed := in.ExtProc.GetAllowedOverrideModes(); len(allowed) > 0 {
+		found := false
+		for _, m := range allowed {
+			found = found || m.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
+		}
+		assert.True(t, found, "allowed_override_modes must list the FULL_DUPLEX_STREAMED response mode")
 	}
 	assert.Contains(t, in.ExtProc.GetGrpcService().GetEnvoyGrpc().GetClusterName(), "codeinterp")
 	assert.Contains(t, cfg.GetListen(), "50051", "listen matches the ext_proc cluster's port")

@@ -55,7 +55,7 @@ type Options struct {
 	Surfaces []schema.Surface
 	// Pending keeps the calls an answer left out for the request that continues from it.
 	// Required.
-	Pending store.Pending
+	Pending store.Continuations
 	// Secret keys the follow-up signatures and identity hashes. If empty, a random secret is made,
 	// which is right for a single server per Envoy.
 	Secret []byte
@@ -82,7 +82,7 @@ type Server struct {
 	log        *zap.Logger
 	metrics    *Metrics
 	now        func() time.Time
-	pending    store.Pending
+	pending    store.Continuations
 
 	// mu guards the fields below.
 	mu     sync.Mutex

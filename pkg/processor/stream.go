@@ -379,7 +379,8 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
 		zap.Int("calls", res.Calls), zap.Int("status", res.Status))
 
-	if len(res.Pending) > 0 {
+	if res.Status == http.StatusOK {
+		// What a request continuing from the answer needs: the calls it left out, the name it has.
 		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
 	}
 	status, header, answer := res.Status, res.Header, res.Body
@@ -434,7 +435,8 @@ func (st *streamState) streamLoop(body []byte) (*extprocv3.ProcessingResponse, e
 	st.srv.metrics.observeLoop(st.surface, res, st.srv.now().Sub(started))
 	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
 		zap.Int("calls", res.Calls), zap.Int("status", res.Status), zap.Int("streamed_bytes", em.bytesSent()))
-	if len(res.Pending) > 0 {
+	if res.Status == http.StatusOK {
+		// What a request continuing from the answer needs: the calls it left out, the name it has.
 		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
 	}
 	if err := st.ctx.Err(); err != nil {

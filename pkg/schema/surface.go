@@ -35,10 +35,10 @@ type Exchange interface {
 	// left out (see [store.Pending]), and reports whether it changed Request().Body. identity
 	// returns the caller's identity; it is called only when the store may hold something for
 	// the request.
-	Continue(p store.Pending, identity func() string) (bool, error)
+	Continue(p store.Continuations, identity func() string) (bool, error)
 	// Accepted is called when the upstream has taken the request (a 2xx answer): what the
 	// store held only until then is dropped.
-	Accepted(p store.Pending, identity string)
+	Accepted(p store.Continuations, identity string)
 	// ParseTurn reads an upstream answer: the calls of the function it makes. The answer
 	// becomes the one FollowUp extends.
 	ParseTurn(body []byte) (Turn, error)
@@ -52,7 +52,7 @@ type Exchange interface {
 	// Remember stores, after an answer final that left the client's own calls pending, the
 	// internal calls of that turn which the answer does not show, for the request that
 	// continues from it.
-	Remember(p store.Pending, identity string, final []byte, pending []store.PendingCall)
+	Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall)
 	// ErrorBody is the surface's error body for e.
 	ErrorBody(e *RequestError) []byte
 	// UpstreamErrorBody is the body the client gets for an upstream error answer.

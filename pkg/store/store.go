@@ -53,3 +53,21 @@ const (
 	MaxPendingBytesPerIdentity = 1 << 20
 	MaxContinuationBytes       = 4 * MaxPendingBytesPerIdentity
 )
+
+// Aliases maps an answer id a client was given to the upstream's id for the same answer, for
+// the requests that continue from it: a streamed answer must name itself before the loop has
+// reached the upstream's last answer, whose id a continuation must carry upstream. Bounded
+// and scoped like [Pending]. Safe for concurrent use.
+type Aliases interface {
+	// PutAlias remembers that identity's answer from is the upstream's answer to. Nothing is
+	// stored for the identity "".
+	PutAlias(identity, from, to string)
+	// Alias returns the upstream id of identity's answer from, or "".
+	Alias(identity, from string) string
+}
+
+// Continuations is what an answer leaves for the requests that continue from it.
+type Continuations interface {
+	Pending
+	Aliases
+}

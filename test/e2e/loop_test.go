@@ -325,7 +325,14 @@ func scenarioComputeResponses(t *testing.T, x *scene) string {
 	assert.Equal(t, int64(30), resp.Usage.InputTokens, "compute: input tokens summed over the rounds")
 	assert.Equal(t, int64(12), resp.Usage.OutputTokens, "compute: output tokens summed over the rounds")
 	assert.Equal(t, int64(42), resp.Usage.TotalTokens, "compute: total tokens summed over the rounds")
-	assert.Equal(t, fakemodel.Responses(testModel, usage(20, 7), fakemodel.Message("40+2 = 42"))["id"], resp.ID, "compute: the last round's response id")
+	// A plain answer is the last turn's response, whose id a previous_response_id must name
+	// upstream; a stream names its response with the first turn's id in response.created, and
+	// a continuation from that name goes upstream as one from the last turn.
+	wantID := fakemodel.Responses(testModel, usage(20, 7), fakemodel.Message("40+2 = 42"))["id"]
+	if x.v.stream {
+		wantID = fakemodel.Responses(testModel, usage(10, 5), runCode("call_1", "print(40+2)"))["id"]
+	}
+	assert.Equal(t, wantID, resp.ID, "compute: the response id")
 	return normalized(resp.RawJSON())
 }
 

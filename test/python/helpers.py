@@ -16,8 +16,11 @@ _MINTED = re.compile(r"\b(ci|cntr)_[0-9a-f]{16,}\b")
 
 def normalized(v: Any) -> str:
     """v as JSON with the ids the server mints (ci_..., cntr_...) replaced by their kind and rank
-    of first appearance, and the SDK stream helpers' empty `parsed` fields dropped, so that two
-    runs of one scenario compare equal exactly when the client got the same thing."""
+    of first appearance, the response's own id dropped (a plain answer is named after the last
+    turn, a stream after the first), and the SDK stream helpers' empty `parsed` fields dropped,
+    so that two runs of one scenario compare equal exactly when the client got the same thing."""
+    if isinstance(v, dict) and v.get("object") == "response":
+        v = {k: x for k, x in v.items() if k != "id"}
     text = json.dumps(_without_parsed(v), sort_keys=True, indent=1)
     seen: dict[str, str] = {}
     counts: dict[str, int] = {}

@@ -46,7 +46,7 @@ type exchange struct {
 // Continue implements [schema.Exchange]. The client replays the assistant message with its own
 // tool calls only, in this and every later request; ours are put back next to them so that the
 // model sees its code and what it printed. Entries stay until they expire.
-func (x *exchange) Continue(p store.Pending, identity func() string) (bool, error) {
+func (x *exchange) Continue(p store.Continuations, identity func() string) (bool, error) {
 	// Most requests replay none of the messages the store knows: a look for the ids is
 	// cheaper than reading the messages, and the identity is needed only then.
 	if !p.Holds(kindCall) {
@@ -69,11 +69,11 @@ func (x *exchange) Continue(p store.Pending, identity func() string) (bool, erro
 }
 
 // Accepted implements [schema.Exchange]: Chat keeps nothing only until then.
-func (x *exchange) Accepted(store.Pending, string) {}
+func (x *exchange) Accepted(store.Continuations, string) {}
 
 // Remember implements [schema.Exchange]: the calls are kept for the requests that replay the
 // message, found by its first client tool call.
-func (x *exchange) Remember(p store.Pending, identity string, _ []byte, pending []store.PendingCall) {
+func (x *exchange) Remember(p store.Continuations, identity string, _ []byte, pending []store.PendingCall) {
 	if ids := x.Turn().ClientCallIDs; len(ids) > 0 {
 		p.Put(identity, pending, store.Key{Kind: kindCall, ID: ids[0]})
 	}

@@ -5,8 +5,10 @@ import (
 	"io"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
 	"github.com/codeinterp/codeinterp/pkg/store"
 )
@@ -46,6 +48,10 @@ type exchange struct {
 	// carried reports that the request carries its conversation's pending calls: they are
 	// forgotten once the upstream has taken it, since the conversation holds them from then on.
 	carried bool
+	// named and upstreamID are, for a streamed answer of several turns, the id the client was
+	// given (the first turn's: the stream names its response before the last turn exists)
+	// and the upstream's id of the last turn, which a continuation must carry upstream.
+	named, upstreamID string
 }
 
 // Continue implements [schema.Exchange]. The upstream, when it stores responses, holds a turn
@@ -54,7 +60,7 @@ type exchange struct {
 // outputs, and gets ours prepended, or the upstream would refuse it. Clients that replay the
 // items themselves need nothing. An answer's entry stays until it expires (a client may branch
 // from one answer several times, or retry).
-func (x *exchange) Continue(p store.Pending, identity func() string) (bool, error) {
+func (x *exchange) Continue(p store.Continuations, identity func() string) (bool, error) {
 	r := x.Request()
 	if r.PreviousResponseID == "" && r.ConversationID == "" {
 		return false, nil
@@ -69,23 +75,50 @@ func (x *exchange) Continue(p store.Pending, identity func() string) (bool, erro
 		calls = p.Get(id, store.Key{Kind: kindConversation, ID: r.ConversationID})
 		conversation = calls != nil
 	}
-	if calls == nil {
-		return false, nil
+	changed := false
+	if calls != nil {
+		out, err := PrependCallOutputs(r.Body, calls)
+		if err != nil {
+			return false, err
+		}
+		if grown := len(out) - len(r.Body); grown > store.MaxContinuationBytes {
+			return false, fmt.Errorf("prepend call outputs: %w (%d bytes)", schema.ErrRewriteTooLarge, grown)
+		}
+		x.SetBody(out)
+		x.carried, changed = conversation, true
 	}
-	out, err := PrependCallOutputs(r.Body, calls)
+	if r.PreviousResponseID == "" {
+		return changed, nil
+	}
+	to := p.Alias(id, r.PreviousResponseID)
+	if to == "" {
+		return changed, nil
+	}
+	out, err := setPrevious(r.Body, to)
 	if err != nil {
-		return false, err
-	}
-	if grown := len(out) - len(r.Body); grown > store.MaxContinuationBytes {
-		return false, fmt.Errorf("prepend call outputs: %w (%d bytes)", schema.ErrRewriteTooLarge, grown)
+		return changed, err
 	}
 	x.SetBody(out)
-	x.carried = conversation
+	r.PreviousResponseID = to
 	return true, nil
 }
 
+// setPrevious returns body with its previous_response_id set to id.
+func setPrevious(body []byte, id string) ([]byte, error) {
+	sc, err := jsonscan.Scan(body, &openai.RequestSpec, nil)
+	if err != nil || !sc.IsObject {
+		return nil, fmt.Errorf("set previous_response_id: the request is not a JSON object (%v)", err)
+	}
+	k := openai.TopKeys.Index(body, sc.Members).Find("previous_response_id")
+	if k < 0 {
+		return nil, fmt.Errorf("set previous_response_id: the request has none")
+	}
+	m := sc.Members[k]
+	return jsonscan.Apply(body, []jsonscan.Edit{{Start: m.ValStart, End: m.ValEnd, Repl: jsonscan.AppendString(nil, id)}})
+}
+
 // Accepted implements [schema.Exchange].
-func (x *exchange) Accepted(p store.Pending, identity string) {
+func (x *exchange) Accepted(p store.Continuations, identity string) {
 	if x.carried {
 		p.Drop(identity, store.Key{Kind: kindConversation, ID: x.Request().ConversationID})
 	}
@@ -93,10 +126,15 @@ func (x *exchange) Accepted(p store.Pending, identity string) {
 
 // Remember implements [schema.Exchange]: the calls are kept for the requests that continue
 // from the answer's id, and from the request's conversation.
-func (x *exchange) Remember(p store.Pending, identity string, final []byte, pending []store.PendingCall) {
-	p.Put(identity, pending,
-		store.Key{Kind: kindResponse, ID: gjson.GetBytes(final, "id").String()},
-		store.Key{Kind: kindConversation, ID: x.Request().ConversationID})
+func (x *exchange) Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall) {
+	if len(pending) > 0 {
+		p.Put(identity, pending,
+			store.Key{Kind: kindResponse, ID: gjson.GetBytes(final, "id").String()},
+			store.Key{Kind: kindConversation, ID: x.Request().ConversationID})
+	}
+	if x.named != "" {
+		p.PutAlias(identity, x.named, x.upstreamID)
+	}
 }
 
 // Final implements [schema.Exchange].
@@ -105,6 +143,17 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice})
 	if err == nil && incomplete != "" {
 		body, err = MarkIncomplete(body, incomplete)
+	}
+	if err == nil && r.Stream && len(rounds) > 1 {
+		// A stream named its response with the first turn's id (response.created): the answer
+		// keeps that name, and a continuation from it is sent upstream as one from the last
+		// turn (see Remember and Continue).
+		first, last := gjson.GetBytes(rounds[0].Body, "id").String(), gjson.GetBytes(body, "id").String()
+		if first != "" && last != "" && first != last {
+			if body, err = sjson.SetBytes(body, "id", first); err == nil {
+				x.named, x.upstreamID = first, last
+			}
+		}
 	}
 	return body, err
 }

@@ -86,3 +86,32 @@ func TestExchangeContinuation(t *testing.T) {
 	_, changed = continues("id-a", byID)
 	assert.True(t, changed, "the answer's entry stays: a client may branch from it again")
 }
+
+// A streamed answer of several turns keeps the first turn's id, the one its response.created
+// named; a request continuing from it goes upstream as one from the last turn.
+func TestExchangeStreamedAnswerName(t *testing.T) {
+	p := memory.NewPending(nil)
+	x, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","stream":true,"input":"q","tools":[{"type":"code_interpreter"}]}`), schema.Options{})
+	require.NoError(t, err)
+	rounds := []schema.Round{
+		{Body: answerWithCall(1), Calls: []schema.CodeCall{{ID: "ci_1", Status: "completed", Code: "print(1)"}}},
+		{Body: []byte(`{"id":"resp_2","object":"response","status":"completed","output":[]}`)},
+	}
+	final, err := x.Final(rounds, "")
+	require.NoError(t, err)
+	assert.Contains(t, string(final), `"id":"resp_1"`, "the answer keeps the name the stream gave it")
+	x.Remember(p, "id-a", final, nil)
+
+	next, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","previous_response_id":"resp_1","input":"and then?"}`), schema.Options{})
+	require.NoError(t, err)
+	changed, err := next.Continue(p, func() string { return "id-a" })
+	require.NoError(t, err)
+	require.True(t, changed)
+	assert.Equal(t, `{"model":"m","previous_response_id":"resp_2","input":"and then?"}`, string(next.Request().Body))
+
+	plain, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","input":"q","tools":[{"type":"code_interpreter"}]}`), schema.Options{})
+	require.NoError(t, err)
+	final, err = plain.Final(rounds, "")
+	require.NoError(t, err)
+	assert.Contains(t, string(final), `"id":"resp_2"`, "a plain answer is the last turn")
+}

@@ -34,7 +34,10 @@ type Pending struct {
 	kinds map[string]int    // entries of each kind, of all identities
 }
 
-var _ store.Pending = (*Pending)(nil)
+var _ store.Continuations = (*Pending)(nil)
+
+// aliasKind is the kind of the entries that hold an alias (see PutAlias).
+const aliasKind = "\x00alias"
 
 // usage is what one identity holds in the store.
 type usage struct {
@@ -50,6 +53,7 @@ type entryKey struct {
 type entry struct {
 	key     entryKey
 	calls   []store.PendingCall
+	alias   string // the upstream id, for an alias
 	size    int
 	expires time.Time
 }
@@ -76,6 +80,34 @@ func (p *Pending) Put(identity string, calls []store.PendingCall, keys ...store.
 	for _, c := range calls {
 		size += c.Size()
 	}
+	p.put(identity, &entry{calls: calls, size: size}, keys...)
+}
+
+// PutAlias implements [store.Aliases]; an alias is an entry of its own kind, bounded with the
+// others.
+func (p *Pending) PutAlias(identity, from, to string) {
+	if identity == "" || from == "" || to == "" {
+		return
+	}
+	p.put(identity, &entry{alias: to, size: len(from) + len(to)}, store.Key{Kind: aliasKind, ID: from})
+}
+
+// Alias implements [store.Aliases].
+func (p *Pending) Alias(identity, from string) string {
+	if identity == "" {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.entryLocked(entryKey{identity, store.Key{Kind: aliasKind, ID: from}}, p.now()); e != nil {
+		return e.alias
+	}
+	return ""
+}
+
+// put stores what proto holds (its calls or alias, and size) under each of keys.
+func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
+	size := proto.size
 	if size > PendingMaxBytesPerIdentity {
 		return
 	}
@@ -88,7 +120,7 @@ func (p *Pending) Put(identity string, calls []store.PendingCall, keys ...store.
 		}
 		ek := entryKey{identity, k}
 		p.removeLocked(ek)
-		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: calls, size: size, expires: now.Add(PendingTTL)})
+		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: proto.calls, alias: proto.alias, size: size, expires: now.Add(PendingTTL)})
 		p.bytes += size
 		p.kinds[k.Kind]++
 		u := p.per[identity]
@@ -164,8 +196,16 @@ func (p *Pending) Holds(kind string) bool {
 	return p.kinds[kind] > 0
 }
 
-// getLocked returns the live entry of k's calls, dropping it when it has expired.
+// getLocked returns the calls of k's live entry.
 func (p *Pending) getLocked(k entryKey, now time.Time) []store.PendingCall {
+	if e := p.entryLocked(k, now); e != nil {
+		return e.calls
+	}
+	return nil
+}
+
+// entryLocked returns k's live entry, dropping it when it has expired, or nil.
+func (p *Pending) entryLocked(k entryKey, now time.Time) *entry {
 	el, ok := p.byKey[k]
 	if !ok {
 		return nil
@@ -175,7 +215,7 @@ func (p *Pending) getLocked(k entryKey, now time.Time) []store.PendingCall {
 		p.removeLocked(k)
 		return nil
 	}
-	return e.calls
+	return e
 }
 
 func (p *Pending) removeLocked(k entryKey) {

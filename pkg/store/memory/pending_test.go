@@ -103,3 +103,17 @@ func TestPendingAnonymous(t *testing.T) {
 	assert.Zero(t, p.order.Len(), "no entry at all is stored for the anonymous identity")
 	assert.Nil(t, p.Get("", key("response", "resp_1")))
 }
+
+func TestAliases(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := NewPending(func() time.Time { return now })
+	p.PutAlias("id-a", "resp_first", "resp_last")
+	p.PutAlias("", "resp_first", "resp_x")
+	assert.Equal(t, "resp_last", p.Alias("id-a", "resp_first"))
+	assert.Empty(t, p.Alias("id-b", "resp_first"), "another identity's answer")
+	assert.Empty(t, p.Alias("", "resp_first"), "nothing for the anonymous identity")
+	assert.Empty(t, p.Alias("id-a", "resp_last"))
+	assert.Empty(t, p.Get("id-a", key(aliasKind, "resp_first")), "an alias holds no calls")
+	now = now.Add(PendingTTL + time.Second)
+	assert.Empty(t, p.Alias("id-a", "resp_first"), "expired")
+}
