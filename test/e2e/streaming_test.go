@@ -23,10 +23,11 @@ type arrival struct {
 	at   time.Duration
 }
 
-// readStream posts body to path (with apiKey, unless empty) and returns every non-empty line of the event stream with its
+// readStream posts body to path (with apiKey, unless empty; chunked: the answer must have no
+// content-length) and returns every non-empty line of the event stream with its
 // arrival time, measured from the request. stop, if set, ends the reading (and the request)
 // once it returns true for a line.
-func readStream(t *testing.T, s *Stack, ctx context.Context, apiKey, path, body string, stop func(string) bool) []arrival {
+func readStream(t *testing.T, s *Stack, ctx context.Context, apiKey, path, body string, chunked bool, stop func(string) bool) []arrival {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.Front.URL()+path, strings.NewReader(body))
 	require.NoError(t, err)
@@ -40,7 +41,9 @@ func readStream(t *testing.T, s *Stack, ctx context.Context, apiKey, path, body 
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "status")
 	assert.Equal(t, "text/event-stream; charset=utf-8", resp.Header.Get("Content-Type"), "content-type")
-	assert.Equal(t, int64(-1), resp.ContentLength, "a stream has no content-length")
+	if chunked {
+		assert.Equal(t, int64(-1), resp.ContentLength, "a progressive stream has no content-length")
+	}
 	var out []arrival
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -87,7 +90,7 @@ func TestProgressiveStreaming(t *testing.T) {
 				fakemodel.JSON(fakemodel.Responses(testModel, fakemodel.Usage{}, fakemodel.FunctionCall("code_interpreter", "call_1", code))),
 				fakemodel.JSON(fakemodel.Responses(testModel, fakemodel.Usage{}, fakemodel.Message("It printed 42."))))
 			got := readStream(t, s, t.Context(), "sk-stream", "/v1/responses",
-				`{"model":"m","stream":true,"input":"wait, then print 42","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, nil)
+				`{"model":"m","stream":true,"input":"wait, then print 42","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, true, nil)
 			created := first(t, got, "event: response.created")
 			interpreting := first(t, got, "event: response.code_interpreter_call.interpreting")
 			completed := first(t, got, "event: response.code_interpreter_call.completed")
@@ -112,7 +115,7 @@ func TestProgressiveStreaming(t *testing.T) {
 				fakemodel.JSON(fakemodel.Responses(testModel, fakemodel.Usage{}, fakemodel.FunctionCall("code_interpreter", "call_1", code))))
 			ctx, cancel := context.WithCancel(t.Context())
 			readStream(t, s, ctx, "", "/v1/responses",
-				`{"model":"m","stream":true,"input":"wait","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`,
+				`{"model":"m","stream":true,"input":"wait","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, true,
 				func(line string) bool {
 					return strings.HasPrefix(line, "event: response.code_interpreter_call.interpreting")
 				})
@@ -146,4 +149,30 @@ func liveContainers(t *testing.T, s *Stack) float64 {
 		}
 	}
 	return n
+}
+
+// TestReplayedStreaming: a profile whose Envoy does not allow the switch to
+// FULL_DUPLEX_STREAMED (stream_mode "replay") still streams, as a replay once the loop is over:
+// the first event comes after the run.
+func TestReplayedStreaming(t *testing.T) {
+	const run = 1500 * time.Millisecond
+	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
+		if c.DefaultProfile == nil {
+			c.DefaultProfile = &configv1.Profile{}
+		}
+		c.DefaultProfile.StreamMode = "replay"
+	}})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		s.Model.Enqueue("/v1/responses",
+			fakemodel.JSON(fakemodel.Responses(testModel, fakemodel.Usage{}, fakemodel.FunctionCall("code_interpreter", "call_1", `{"code":"import time\ntime.sleep(1.5)\nprint(42)"}`))),
+			fakemodel.JSON(fakemodel.Responses(testModel, fakemodel.Usage{}, fakemodel.Message("It printed 42."))))
+		got := readStream(t, s, t.Context(), "sk-replay", "/v1/responses",
+			`{"model":"m","stream":true,"input":"wait, then print 42","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, false, nil)
+		created := first(t, got, "event: response.created")
+		assert.GreaterOrEqual(t, created.at, run, "a replayed stream starts once the run is over")
+		assert.Contains(t, first(t, got, "data: {\"type\":\"response.completed\"").line, "It printed 42.", "the final answer")
+		for _, a := range got {
+			assert.NotEqual(t, ": keep-alive", a.line, "a replay has nothing to keep alive")
+		}
+	})
 }
