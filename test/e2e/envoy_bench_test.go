@@ -239,3 +239,63 @@ func BenchmarkEnvoyLoopRound(b *testing.B) {
 	b.ReportMetric(float64(s99.Nanoseconds()), "p99-share-ns")
 	b.ReportMetric(float64(model.Nanoseconds())/float64(len(total)), "model-ns/op")
 }
+
+// timedStream sends body to base+path with c and returns when the first byte of the answer's
+// body arrived and when the body ended, from the request; the answer must be a 200 holding want.
+func timedStream(b *testing.B, c *http.Client, base, path string, body []byte, want string) (first, total time.Duration) {
+	b.Helper()
+	req, err := http.NewRequestWithContext(b.Context(), http.MethodPost, base+path, bytes.NewReader(body))
+	if err != nil {
+		b.Fatalf("request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	one := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, one); err != nil {
+		b.Fatalf("POST %s: read the first byte: %v", path, err)
+	}
+	first = time.Since(start)
+	rest, err := io.ReadAll(resp.Body)
+	total = time.Since(start)
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(rest, []byte(want)) {
+		b.Fatalf("POST %s: status %d, %v, want a body with %q: %.300s", path, resp.StatusCode, err, want, rest)
+	}
+	return first, total
+}
+
+// BenchmarkEnvoyStreamFirstByte: a streaming request whose answer runs print(1) once, through
+// the real Envoy with codeinterp streaming it progressively (FULL_DUPLEX_STREAMED): the time to
+// the client's first byte (first-*: response.created, sent as soon as the model's first answer
+// is read) and to the end of the stream (total-*), against the first byte of a 10 KB request
+// without the filter that the model answers at once (first-without-*).
+func BenchmarkEnvoyStreamFirstByte(b *testing.B) {
+	eb := newEnvoyBench(b)
+	body := []byte(`{"model":"gpt-e2e","stream":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}],` +
+		`"metadata":{"bench":"code","session_id":"bench-stream"},"input":"print one"}`)
+	plain := chatBody(10 << 10)
+	const want = `"response.completed"`
+	for range 3 {
+		timedStream(b, eb.with, eb.withURL, "/v1/responses", body, want)
+	}
+	var first, total, without []time.Duration
+	for b.Loop() {
+		f, t := timedStream(b, eb.with, eb.withURL, "/v1/responses", body, want)
+		first, total = append(first, f), append(total, t)
+		w, _ := timedStream(b, eb.without, eb.withoutURL, "/v1/chat/completions", plain, "pass-through answer")
+		without = append(without, w)
+	}
+	for _, m := range []struct {
+		name string
+		took []time.Duration
+	}{{"first", first}, {"total", total}, {"first-without", without}} {
+		p50, p99 := percentiles(m.took)
+		b.ReportMetric(float64(p50.Nanoseconds()), "p50-"+m.name+"-ns")
+		b.ReportMetric(float64(p99.Nanoseconds()), "p99-"+m.name+"-ns")
+	}
+}
