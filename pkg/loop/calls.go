@@ -152,6 +152,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	switch {
 	case err == nil:
 		lr.e.metrics.runs.WithLabelValues("ok").Inc()
+		item.Run = codeRun(res, limit, false)
 		return lr.show(res, limit, item), true
 	case errors.Is(err, sandbox.ErrTimeout):
 		lr.e.metrics.runs.WithLabelValues("timeout").Inc()
@@ -161,6 +162,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 			notice += "\n" + TextTimeoutKilled
 		}
 		res.Images = nil // a timed-out run's images are not shown
+		item.Run = codeRun(res, limit, true)
 		text, logs := notice, notice
 		if partial, _ := render(res, limit); partial != TextNoOutput {
 			text += "\n" + partial
@@ -191,6 +193,30 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		item.Status = statusFailed
 		return TextSandboxUnavailable, false
 	}
+}
+
+// codeRun is a run's result as a script's, each text capped at limit bytes.
+func codeRun(res sandbox.Result, limit int, timedOut bool) *schema.CodeRun {
+	r := &schema.CodeRun{Stdout: res.Stdout, Stderr: res.Stderr, TimedOut: timedOut}
+	if res.Value != "" {
+		if r.Stdout != "" && !strings.HasSuffix(r.Stdout, "\n") {
+			r.Stdout += "\n"
+		}
+		r.Stdout += res.Value
+	}
+	if e := res.Error; e != nil {
+		tb := e.Traceback
+		if tb == "" {
+			tb = e.Name + ": " + e.Value
+		}
+		if r.Stderr != "" && !strings.HasSuffix(r.Stderr, "\n") {
+			r.Stderr += "\n"
+		}
+		r.Stderr += tb
+		r.ReturnCode = 1
+	}
+	r.Stdout, r.Stderr = capText(r.Stdout, limit), capText(r.Stderr, limit)
+	return r
 }
 
 // imageURLPrefix starts the data: URL of an image output.

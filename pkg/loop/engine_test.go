@@ -522,6 +522,28 @@ func TestRenderAndCap(t *testing.T) {
 	assert.Equal(t, "short", capText("short", 200))
 }
 
+func TestCodeRun(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     sandbox.Result
+		timedOut bool
+		want     schema.CodeRun
+	}{
+		{"nothing", sandbox.Result{}, false, schema.CodeRun{}},
+		{"streams apart", sandbox.Result{Stdout: "a", Stderr: "warn\n"}, false, schema.CodeRun{Stdout: "a", Stderr: "warn\n"}},
+		{"value after stdout", sandbox.Result{Stdout: "a", Value: "42"}, false, schema.CodeRun{Stdout: "a\n42"}},
+		{"exception", sandbox.Result{Stderr: "w", Error: &sandbox.Error{Name: "E", Value: "v", Traceback: "Traceback: E: v"}}, false,
+			schema.CodeRun{Stderr: "w\nTraceback: E: v", ReturnCode: 1}},
+		{"timed out", sandbox.Result{Stdout: "partial"}, true, schema.CodeRun{Stdout: "partial", TimedOut: true}},
+		{"capped", sandbox.Result{Stdout: strings.Repeat("x", 2000)}, false, schema.CodeRun{Stdout: capText(strings.Repeat("x", 2000), 1000)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, *codeRun(tt.give, 1000, tt.timedOut), "run of %+v", tt.give)
+		})
+	}
+}
+
 func TestCallsThatDidNotRunNameTheirContainer(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "ok")})
 	first := strings.Replace(respCall("1", "print(1)", 10), `"{\"code\":\"print(1)\"}"`, `"not json"`, 1)

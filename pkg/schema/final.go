@@ -29,6 +29,25 @@ type CodeCall struct {
 	// Outputs are the run's logs and images. They are rendered as an array, [] when empty,
 	// never null.
 	Outputs []CodeOutput
+	// Run is what the code's run gave, its streams apart, for the surfaces whose result shows
+	// stdout, stderr and the return code separately (Messages); nil when the code did not run
+	// to a result. It is not part of the item's JSON.
+	Run *CodeRun
+}
+
+// CodeRun is one run's result as a script's: what it wrote to each stream, and how it ended.
+type CodeRun struct {
+	// Stdout is what the code printed, with the value of its last expression, if any, on its
+	// own line at the end (as a notebook shows it). It is capped as the logs are.
+	Stdout string
+	// Stderr is what the code wrote to stderr, followed by the traceback of an exception it
+	// raised. It is capped as the logs are.
+	Stderr string
+	// ReturnCode is 1 when the code raised, else 0.
+	ReturnCode int
+	// TimedOut reports whether the run was interrupted at its time limit; Stdout and Stderr
+	// are then what it wrote before.
+	TimedOut bool
 }
 
 // CodeOutput is one output of a [CodeCall]: {"type":"logs","logs":…} or
