@@ -113,6 +113,9 @@ type CallResult struct {
 	ID string
 	// Result is what it gave.
 	Result Result
+	// Text, when set, is the tool_result text the model gets instead of Result's (see
+	// [Result.ForModel]): the loop's own text for the run, with its notes.
+	Text string
 }
 
 // FollowUpOptions tune [FollowUp].
@@ -133,6 +136,9 @@ func FollowUp(req, answer []byte, results []CallResult, o FollowUpOptions) ([]by
 	blocks := make([]string, len(results))
 	for i, r := range results {
 		text, isErr := r.Result.ForModel()
+		if r.Text != "" {
+			text = r.Text
+		}
 		b := `{"type":"tool_result","tool_use_id":` + quote(r.ID) + `,"content":` + quote(text)
 		if isErr {
 			b += `,"is_error":true`

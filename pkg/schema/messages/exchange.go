@@ -1,0 +1,254 @@
+package messages
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
+)
+
+// DefaultContainerIdle is the idle expiry an answer's container.expires_at counts from when
+// [Surface.ContainerIdle] is zero: the sandbox manager's default.
+const DefaultContainerIdle = 20 * time.Minute
+
+// Surface is the Messages API (POST /v1/messages) with the code_execution_20250522 tool. Its
+// zero value is ready to use; it is safe for concurrent use.
+type Surface struct {
+	// ContainerIdle is how long a container lives idle, for the expires_at of the container an
+	// answer names; zero means DefaultContainerIdle.
+	ContainerIdle time.Duration
+}
+
+var _ schema.Surface = Surface{}
+
+// Name implements [schema.Surface].
+func (Surface) Name() string { return "messages" }
+
+// Paths implements [schema.Surface].
+func (Surface) Paths() []string { return []string{"/v1/messages"} }
+
+// ErrorBody implements [schema.Surface]: Anthropic's error shape.
+func (Surface) ErrorBody(e *schema.RequestError) []byte { return ErrorBody(e.HTTPStatus(), e.Message) }
+
+// NewExchange implements [schema.Surface]. The model sees the native tool's name and input
+// ({code}); the profile's function name and description are for OpenAI's surfaces. Only
+// code_execution_20250522 runs here: the later versions are a client error until the sandbox
+// has their bash and file tools.
+func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, error) {
+	rq, err := Rewrite(body, Options{})
+	if err != nil {
+		var re *RequestError
+		if errors.As(err, &re) {
+			return nil, &schema.RequestError{Status: re.Status, Message: re.Message}
+		}
+		return nil, err
+	}
+	if rq.Found && rq.Version != Version20250522 {
+		return nil, &schema.RequestError{Message: fmt.Sprintf(
+			"tools: this server does not support the code execution tool version '%s' yet; use '%s' (Python).", rq.Version, Version20250522)}
+	}
+	idle := s.ContainerIdle
+	if idle <= 0 {
+		idle = DefaultContainerIdle
+	}
+	return &exchange{
+		rq: rq,
+		req: schema.Request{
+			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
+			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice,
+		},
+		sent: rq.Body,
+		idle: idle,
+	}, nil
+}
+
+// exchange is one Messages request. It is used by one goroutine at a time.
+type exchange struct {
+	rq  Request
+	req schema.Request
+	// sent is the last request sent upstream, answer the last answer read.
+	sent, answer []byte
+	idle         time.Duration
+}
+
+// Request implements [schema.Exchange].
+func (x *exchange) Request() *schema.Request { return &x.req }
+
+// Continue implements [schema.Exchange]. The Messages API keeps nothing between requests: the
+// client sends the whole conversation back, the answer's server_tool_use and result blocks
+// included, and Rewrite turns them back into the model's tool_use / tool_result pairs. So a
+// continuation needs nothing from the store.
+func (x *exchange) Continue(store.Continuations, func() string) (bool, error) { return false, nil }
+
+// Accepted implements [schema.Exchange]: nothing is stored (see Continue).
+func (x *exchange) Accepted(store.Continuations, string) {}
+
+// Remember implements [schema.Exchange]: an answer that leaves the client's own calls pending
+// shows ours in full, and the client replays them (see Continue).
+func (x *exchange) Remember(store.Continuations, string, []byte, []store.PendingCall) {}
+
+// ParseTurn implements [schema.Exchange]: each call of the code_execution tool is a Call whose
+// CallID is its tool_use id.
+func (x *exchange) ParseTurn(body []byte) (schema.Turn, error) {
+	t, err := ParseTurn(body, x.rq)
+	if err != nil {
+		return schema.Turn{}, err
+	}
+	x.answer = body
+	out := schema.Turn{ClientCalls: len(t.ClientCallIDs), ClientCallIDs: t.ClientCallIDs}
+	seen := make(map[string]bool, len(t.Calls))
+	for _, c := range t.Calls {
+		sc := schema.Call{ItemID: c.ID, CallID: c.ID, Arguments: string(c.Input), Code: c.Code}
+		switch {
+		case c.InputErr != nil:
+			sc.ArgsErr = &schema.ArgumentsError{Reason: c.InputErr.Error()}
+		case c.ID == "":
+			sc.ArgsErr = schema.ErrMissingCallID
+		case seen[c.ID]:
+			sc.ArgsErr = schema.ErrDuplicateCallID
+		}
+		seen[c.ID] = true
+		out.Calls = append(out.Calls, sc)
+	}
+	return out, nil
+}
+
+// FollowUp implements [schema.Exchange]: the last request sent with the answer last read as an
+// assistant turn and a user turn of tool_result blocks carrying the loop's texts for the runs.
+func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOptions) ([]byte, error) {
+	if x.answer == nil {
+		return nil, errors.New("follow up: no answer has been read")
+	}
+	results := make([]CallResult, len(outputs))
+	for i, out := range outputs {
+		results[i] = CallResult{ID: out.CallID, Result: Result{Kind: Python}, Text: out.Output}
+	}
+	body, err := FollowUp(x.sent, x.answer, results, FollowUpOptions{ToolChoice: o.ToolChoice, ToolChoiceNone: o.ToolChoiceNone})
+	if err != nil {
+		return nil, err
+	}
+	x.sent = body
+	return body, nil
+}
+
+// Final implements [schema.Exchange]: each run shows as the native server_tool_use and
+// code_execution_tool_result blocks; an answer cut short (incomplete) stops with
+// "pause_turn", so that the client may send it back to go on.
+func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
+	in := FinalInput{Request: x.rq, Rounds: make([]Round, len(rounds)), Paused: incomplete != ""}
+	for i, rd := range rounds {
+		in.Rounds[i] = Round{Body: rd.Body}
+		if len(rd.Calls) == 0 {
+			continue
+		}
+		t, err := ParseTurn(rd.Body, x.rq)
+		if err != nil {
+			return nil, fmt.Errorf("final: round %d: %w", i+1, err)
+		}
+		in.Rounds[i].Results = make(map[string]Result, len(rd.Calls))
+		// The loop ran one CodeCall for each of the turn's calls, in order.
+		for j, cc := range rd.Calls {
+			if j >= len(t.Calls) {
+				break
+			}
+			if cc.ContainerID != "" {
+				in.Container = &Container{ID: cc.ContainerID, ExpiresAt: time.Now().Add(x.idle)}
+			}
+			if r, ok := result(t.Calls[j], cc); ok {
+				in.Rounds[i].Results[t.Calls[j].ID] = r
+			}
+		}
+	}
+	return Final(in)
+}
+
+// result is the native result of a call the loop ran as cc, and false for a call left
+// unanswered (the loop stopped before it).
+func result(c Call, cc schema.CodeCall) (Result, bool) {
+	r := Result{Kind: Python}
+	switch {
+	case cc.Status == "incomplete":
+		return r, false
+	case c.InputErr != nil:
+		r.ErrorCode = ErrInvalidInput
+	case cc.Run == nil:
+		// Not run: no sandbox, the sandbox lost, a repeat or a call beyond the turn's limit.
+		r.ErrorCode = ErrUnavailable
+	case cc.Run.TimedOut:
+		r.ErrorCode = ErrTimeExceeded
+	default:
+		r.Stdout, r.Stderr, r.ReturnCode = cc.Run.Stdout, cc.Run.Stderr, cc.Run.ReturnCode
+	}
+	return r, true
+}
+
+// ErrorBody implements [schema.Exchange].
+func (x *exchange) ErrorBody(e *schema.RequestError) []byte {
+	return ErrorBody(e.HTTPStatus(), e.Message)
+}
+
+// UpstreamErrorBody implements [schema.Exchange]: an upstream body that already is an
+// Anthropic error passes as it is; anything else becomes one quoting its start.
+func (x *exchange) UpstreamErrorBody(status int, body []byte) []byte {
+	if gjson.ValidBytes(body) && gjson.GetBytes(body, "type").String() == "error" && gjson.GetBytes(body, "error").IsObject() {
+		return body
+	}
+	snippet := strings.TrimSpace(string(body))
+	if len(snippet) > 512 {
+		snippet = strings.ToValidUTF8(snippet[:512], "") + "…"
+	}
+	msg := fmt.Sprintf("The model's upstream answered %d %s.", status, http.StatusText(status))
+	if snippet != "" {
+		msg += " It said: " + snippet
+	}
+	return ErrorBody(status, msg)
+}
+
+// Events implements [schema.Exchange]: a comment when the first upstream answer is in (so that
+// the client has the stream's headers at once), then the answer as the native event stream when
+// the loop is done (see WriteSSE), or a failure as an error event.
+func (x *exchange) Events(w io.Writer) schema.Sink { return &events{w: w} }
+
+// startComment opens a stream before its first event; SSE clients ignore comments.
+const startComment = ": codeinterp is running the model's code\n\n"
+
+// events writes a loop's answer as the Messages event stream.
+type events struct {
+	w       io.Writer
+	started bool
+}
+
+func (s *events) Event(ev schema.Event) error {
+	switch ev.Kind {
+	case schema.EventRound:
+		if s.started {
+			return nil
+		}
+		s.started = true
+		_, err := io.WriteString(s.w, startComment)
+		return err
+	case schema.EventDone:
+		if err := WriteSSE(s.w, ev.Body); err != nil {
+			return fmt.Errorf("encode event stream: %w", err)
+		}
+		return nil
+	case schema.EventFailed:
+		status := ev.Status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		msg := gjson.GetBytes(ev.Body, "error.message").String()
+		if msg == "" {
+			msg = "codeinterp could not complete the request."
+		}
+		return WriteErrorSSE(s.w, status, msg)
+	}
+	return nil
+}
