@@ -14,6 +14,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/chat"
+	"github.com/codeinterp/codeinterp/pkg/schema/messages"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
 
@@ -96,7 +97,7 @@ func New(o Options) (*App, error) {
 		Loop:       s.engine,
 		Containers: s.manager,
 		// The API surfaces served: adding one is a package under pkg/schema and a line here.
-		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}},
+		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}, messages.Surface{ContainerIdle: sb.GetSessionIdleTtl().AsDuration()}},
 		// Cross-request state lives in this process; replicas that must share it need a
 		// shared store here.
 		Pending: memory.NewPending(nil),
