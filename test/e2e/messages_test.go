@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
+)
+
+// messagesPath is the Anthropic Messages API's path.
+const messagesPath = "/v1/messages"
+
+// messagesAPIKey is the x-api-key the Anthropic client sends: the caller's identity.
+const messagesAPIKey = "sk-ant-e2e"
+
+// anthropicClient returns an anthropic-sdk-go client of the stack's front with
+// messagesAPIKey in x-api-key (the SDK's WithAPIKey sends it as a bearer token), no retries,
+// and the stack's HTTP transport.
+func (s *Stack) anthropicClient() anthropic.Client {
+	return anthropic.NewClient(
+		option.WithBaseURL(s.Front.URL()+"/"),
+		option.WithHeader("x-api-key", messagesAPIKey),
+		option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: s.transport}),
+	)
+}
+
+// askMessages is a Messages request with the code_execution_20250522 tool.
+func askMessages(text string) anthropic.MessageNewParams {
+	return anthropic.MessageNewParams{
+		Model:     "claude-e2e",
+		MaxTokens: 1024,
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(text))},
+		Tools:     []anthropic.ToolUnionParam{{OfCodeExecutionTool20250522: &anthropic.CodeExecutionTool20250522Param{}}},
+	}
+}
+
+// TestMessages runs the Anthropic Messages surface with the code_execution_20250522 tool
+// through both fronts, driven by anthropic-sdk-go: the model's tool_use of the tool the rewrite
+// gave it runs in the sandbox, the model gets its real output, and the client gets the native
+// server_tool_use and code_execution_tool_result blocks, plainly and as a stream.
+func TestMessages(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		var plain *anthropic.Message
+		t.Run("plain", func(t *testing.T) {
+			plain = testMessagesRun(t, s, false)
+		})
+		t.Run("stream", func(t *testing.T) {
+			if s.Harness() != nil {
+				// TODO(messages): run it here too once the harness models FULL_DUPLEX_STREAMED;
+				// TestMessagesReplayedStream streams through it meanwhile.
+				t.Skip("the harness does not model a body switched to FULL_DUPLEX_STREAMED yet")
+			}
+			streamed := testMessagesRun(t, s, true)
+			if plain == nil || streamed == nil {
+				return
+			}
+			assert.Equal(t, blockSummary(plain), blockSummary(streamed), "the accumulated stream has the plain answer's blocks")
+			assert.Equal(t, plain.Usage.InputTokens, streamed.Usage.InputTokens, "input tokens")
+			assert.Equal(t, plain.Usage.OutputTokens, streamed.Usage.OutputTokens, "output tokens")
+			assert.Equal(t, plain.StopReason, streamed.StopReason, "stop reason")
+		})
+		t.Run("client mistakes", func(t *testing.T) { testMessagesClientErrors(t, s) })
+	})
+}
+
+// TestMessagesReplayedStream streams a Messages answer replayed once the loop is over
+// (stream_mode "replay"), through both fronts.
+func TestMessagesReplayedStream(t *testing.T) {
+	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
+		if c.DefaultProfile == nil {
+			c.DefaultProfile = &configv1.Profile{}
+		}
+		c.DefaultProfile.StreamMode = "replay"
+	}})
+	env.Fronts(t, func(t *testing.T, s *Stack) { testMessagesRun(t, s, true) })
+}
+
+// testMessagesRun scripts a code call and its answer, asks, and checks what the model and the
+// client got; it returns the client's message.
+func testMessagesRun(t *testing.T, s *Stack, stream bool) *anthropic.Message {
+	mark := len(s.Model.RequestsTo(messagesPath))
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 12},
+			fakemodel.Text("Let me compute that."),
+			fakemodel.ToolUse("toolu_e2e1", "code_execution", map[string]any{"code": "import sys\nprint(40 + 2)\nprint('careful', file=sys.stderr)"}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 50, Output: 7},
+			fakemodel.Text("40 + 2 is 42."))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+
+	client := s.anthropicClient()
+	ctx := context.Background()
+	var msg *anthropic.Message
+	if stream {
+		st := client.Messages.NewStreaming(ctx, askMessages("What is 40 + 2?"))
+		acc := anthropic.Message{}
+		for st.Next() {
+			require.NoError(t, acc.Accumulate(st.Current()), "accumulate %s", st.Current().Type)
+		}
+		require.NoError(t, st.Err(), "the stream")
+		require.NoError(t, st.Close(), "close the stream")
+		msg = &acc
+	} else {
+		var err error
+		msg, err = client.Messages.New(ctx, askMessages("What is 40 + 2?"))
+		require.NoError(t, err, "POST /v1/messages")
+	}
+
+	sent := s.Model.RequestsTo(messagesPath)[mark:]
+	require.Len(t, sent, 2, "the first request and one follow-up")
+	first := gjson.ParseBytes(sent[0].Body)
+	assert.Equal(t, "code_execution", first.Get("tools.0.name").String(), "the model sees the tool as code_execution")
+	assert.False(t, first.Get("tools.0.type").Exists(), "as a plain tool")
+	assert.False(t, first.Get("stream").Bool(), "the model is asked for a whole answer")
+	follow := gjson.ParseBytes(sent[1].Body)
+	last := follow.Get("messages.@reverse.0")
+	assert.Equal(t, "user", last.Get("role").String(), "the follow-up ends with a user turn")
+	assert.Equal(t, "tool_result", last.Get("content.0.type").String(), "carrying the tool_result")
+	assert.Equal(t, "toolu_e2e1", last.Get("content.0.tool_use_id").String(), "of the model's call")
+	assert.Contains(t, last.Get("content.0.content").String(), "42", "with the real stdout")
+	assert.Contains(t, last.Get("content.0.content").String(), "careful", "and stderr")
+	assert.Equal(t, messagesAPIKey, sent[1].Header.Get("x-api-key"), "the follow-up carries the credential")
+	assert.NotEmpty(t, sent[1].Header.Get("anthropic-version"), "and anthropic-version")
+
+	require.Len(t, msg.Content, 4, "text, server_tool_use, result, text: %s", msg.RawJSON())
+	assert.Equal(t, "Let me compute that.", msg.Content[0].Text, "the model's first text")
+	use := msg.Content[1]
+	assert.Equal(t, "server_tool_use", use.Type, "a server tool use")
+	assert.Equal(t, "srvtoolu_e2e1", use.ID, "its id")
+	assert.Equal(t, "code_execution", use.Name, "its name")
+	assert.Equal(t, "import sys\nprint(40 + 2)\nprint('careful', file=sys.stderr)", gjson.GetBytes(use.Input, "code").String(), "its code")
+	res := msg.Content[2]
+	require.Equal(t, "code_execution_tool_result", res.Type, "the result block")
+	assert.Equal(t, "srvtoolu_e2e1", res.ToolUseID, "of the call")
+	out := res.AsCodeExecutionToolResult().Content
+	assert.Equal(t, "code_execution_result", out.Type, "a result")
+	assert.Equal(t, "42\n", out.Stdout, "the real stdout")
+	assert.Equal(t, "careful\n", out.Stderr, "the real stderr")
+	assert.Equal(t, int64(0), out.ReturnCode, "return code")
+	assert.Equal(t, "40 + 2 is 42.", msg.Content[3].Text, "the final text")
+	assert.Equal(t, int64(80), msg.Usage.InputTokens, "input tokens summed")
+	assert.Equal(t, int64(19), msg.Usage.OutputTokens, "output tokens summed")
+	assert.Equal(t, anthropic.StopReasonEndTurn, msg.StopReason, "stop reason")
+	assert.NotEmpty(t, msg.Container.ID, "the container is named")
+	return msg
+}
+
+// blockSummary is what two answers of the same script share: each block's type, text, code
+// and output (the container's id and expiry differ).
+func blockSummary(m *anthropic.Message) []string {
+	var out []string
+	for _, b := range m.Content {
+		out = append(out, b.Type+"|"+b.Text+"|"+b.ID+"|"+string(b.Input)+"|"+b.AsCodeExecutionToolResult().Content.Stdout)
+	}
+	return out
+}
+
+// testMessagesClientErrors checks that a client's mistakes are answered 400 in Anthropic's
+// error shape, which the SDK reads as its error type, without the model being asked.
+func testMessagesClientErrors(t *testing.T, s *Stack) {
+	client := s.anthropicClient()
+	mark := len(s.Model.RequestsTo(messagesPath))
+
+	clash := askMessages("hi")
+	clash.Tools = append(clash.Tools, anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{
+		Name: "code_execution", InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{}},
+	}})
+	_, err := client.Messages.New(context.Background(), clash)
+	var apiErr *anthropic.Error
+	require.True(t, errors.As(err, &apiErr), "a client tool named code_execution: an API error, got %v", err)
+	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
+	assert.EqualValues(t, "invalid_request_error", apiErr.Type(), "error type")
+	assert.Contains(t, apiErr.Message, "reserved", "message")
+
+	err = client.Post(context.Background(), "v1/messages", nil, nil, option.WithRequestBody("application/json", []byte(`{"model":"claude-e2e","messages":[`)))
+	require.True(t, errors.As(err, &apiErr), "invalid JSON: an API error, got %v", err)
+	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
+	assert.EqualValues(t, "invalid_request_error", apiErr.Type(), "error type")
+	assert.Equal(t, "error", gjson.Get(apiErr.RawJSON(), "type").String(), "Anthropic's error shape: %s", apiErr.RawJSON())
+
+	later := askMessages("hi")
+	later.Tools = []anthropic.ToolUnionParam{{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}}}
+	_, err = client.Messages.New(context.Background(), later)
+	require.True(t, errors.As(err, &apiErr), "code_execution_20250825: an API error, got %v", err)
+	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
+	assert.Contains(t, apiErr.Message, "does not support", "message")
+
+	assert.Len(t, s.Model.RequestsTo(messagesPath), mark, "the model is not asked")
+}
