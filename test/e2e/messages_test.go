@@ -71,7 +71,49 @@ func TestMessages(t *testing.T) {
 			assert.Equal(t, plain.StopReason, streamed.StopReason, "stop reason")
 		})
 		t.Run("client mistakes", func(t *testing.T) { testMessagesClientErrors(t, s) })
+		t.Run("continued in its container", func(t *testing.T) { testMessagesContinued(t, s) })
 	})
+}
+
+// testMessagesContinued continues a conversation as the SDK's users do: the answer replayed as
+// the assistant turn, its container named. The model gets its earlier call and output as a
+// tool_use / tool_result pair, and the code runs in the same Python process.
+func testMessagesContinued(t *testing.T, s *Stack) {
+	mark := len(s.Model.RequestsTo(messagesPath))
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_c1", "code_execution", map[string]any{"code": "x = 40 + 2\nprint(x)"}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 3}, fakemodel.Text("x is 42."))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 5},
+			fakemodel.ToolUse("toolu_c2", "code_execution", map[string]any{"code": "print(x * 2)"}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 40, Output: 3}, fakemodel.Text("Doubled: 84."))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	client := s.anthropicClient()
+	ctx := context.Background()
+	params := askMessages("Set x to 40 + 2.")
+	first, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the first request")
+	require.NotEmpty(t, first.Container.ID, "the first answer names its container")
+
+	params.Messages = append(params.Messages, first.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("Double it.")))
+	params.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(first.Container.ID)}
+	second, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the continuation")
+
+	sent := s.Model.RequestsTo(messagesPath)[mark:]
+	require.Len(t, sent, 4, "two requests of two rounds each")
+	msgs := gjson.GetBytes(sent[2].Body, "messages").Array()
+	require.Len(t, msgs, 5, "user, the replayed call, its result, the replayed text, user: %s", sent[2].Body)
+	assert.Equal(t, "tool_use", msgs[1].Get("content.0.type").String(), "the replayed call is a tool_use")
+	assert.Equal(t, "code_execution", msgs[1].Get("content.0.name").String(), "of the model's tool")
+	assert.Equal(t, "tool_result", msgs[2].Get("content.0.type").String(), "its result a tool_result")
+	assert.Equal(t, "42\n", msgs[2].Get("content.0.content").String(), "with its output")
+	assert.False(t, gjson.GetBytes(sent[2].Body, "container").Exists(), "the container is not sent upstream")
+
+	require.Len(t, second.Content, 3, "server_tool_use, result, text: %s", second.RawJSON())
+	assert.Equal(t, "84\n", second.Content[1].AsCodeExecutionToolResult().Content.Stdout, "x lived on in the container")
+	assert.Equal(t, first.Container.ID, second.Container.ID, "the same container")
 }
 
 // TestMessagesReplayedStream streams a Messages answer replayed once the loop is over

@@ -1,6 +1,8 @@
 package messages
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +60,7 @@ func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, er
 	if idle <= 0 {
 		idle = DefaultContainerIdle
 	}
-	return &exchange{
+	x := &exchange{
 		rq: rq,
 		req: schema.Request{
 			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
@@ -66,7 +68,22 @@ func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, er
 		},
 		sent: rq.Body,
 		idle: idle,
-	}, nil
+	}
+	if rq.Found && rq.ContainerID == "" {
+		// The native API keeps every container it names, for the client to send back as
+		// "container": a session of its own (the manager's per-identity cap and idle expiry
+		// bound them) keeps it alive past the reply. An anonymous caller's container is still
+		// ephemeral: the processor gives no session to a caller without an identity.
+		x.req.SessionID = newSessionName()
+	}
+	return x, nil
+}
+
+// newSessionName is a fresh session name for a request's container.
+func newSessionName() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return "messages-" + hex.EncodeToString(b)
 }
 
 // exchange is one Messages request. It is used by one goroutine at a time.

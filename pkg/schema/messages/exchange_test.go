@@ -32,6 +32,7 @@ func TestExchangeRound(t *testing.T) {
 	assert.True(t, rq.Found, "found the tool")
 	assert.True(t, rq.Stream, "the client streams")
 	assert.Equal(t, "code_execution", gjson.GetBytes(rq.Body, "tools.0.name").String(), "the model sees the native name")
+	assert.NotEmpty(t, rq.SessionID, "a container of its own, kept past the reply")
 
 	turn, err := x.ParseTurn([]byte(exchangeAnswer1))
 	require.NoError(t, err, "parse turn")
