@@ -238,9 +238,13 @@ const startComment = ": codeinterp is running the model's code\n\n"
 
 // events writes a loop's answer as the Messages event stream.
 type events struct {
-	w       io.Writer
-	started bool
+	w              io.Writer
+	started, ended bool
 }
+
+// Ended reports whether the stream's last event (the answer's message_stop, or an error) was
+// written.
+func (s *events) Ended() bool { return s.ended }
 
 func (s *events) Event(ev schema.Event) error {
 	switch ev.Kind {
@@ -255,6 +259,7 @@ func (s *events) Event(ev schema.Event) error {
 		if err := WriteSSE(s.w, ev.Body); err != nil {
 			return fmt.Errorf("encode event stream: %w", err)
 		}
+		s.ended = true
 		return nil
 	case schema.EventFailed:
 		status := ev.Status
@@ -265,6 +270,7 @@ func (s *events) Event(ev schema.Event) error {
 		if msg == "" {
 			msg = "codeinterp could not complete the request."
 		}
+		s.ended = true
 		return WriteErrorSSE(s.w, status, msg)
 	}
 	return nil

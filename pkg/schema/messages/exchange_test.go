@@ -121,6 +121,7 @@ func TestExchangeEvents(t *testing.T) {
 	out := b.String()
 	assert.Contains(t, out, "event: message_start\n", "the message stream")
 	assert.Contains(t, out, "event: message_stop\n", "the stream ends")
+	assert.True(t, sink.(interface{ Ended() bool }).Ended(), "and says so")
 
 	b.Reset()
 	sink = x.Events(&b)
