@@ -60,6 +60,13 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 	}
 	for i, c := range calls {
 		item := schema.CodeCall{ID: lr.e.newID("ci_"), Code: c.Code, Status: "in_progress", Outputs: []schema.CodeOutput{}}
+		if lr.r.Sink != nil {
+			// The item names its container from the start: acquiring only names it, the
+			// container starts on the first run.
+			if lease, err := lr.ensureLease(ctx); err == nil {
+				item.ContainerID = lease.ContainerID()
+			}
+		}
 		started := item
 		lr.emit(schema.Event{Kind: schema.EventCallStarted, Round: round, Call: &started})
 		item.Status = statusCompleted

@@ -80,7 +80,12 @@ var (
 				RemoveHeaders: []string{"content-length", "content-encoding"},
 			}},
 		}},
+		// Merged into the shipped filter mode this is that mode with the response body
+		// FULL_DUPLEX_STREAMED and its trailers SEND: the mode to list if the filter sets
+		// allowed_override_modes (Envoy ignores an override not listed, and then sends the body
+		// BUFFERED; the server cannot tell, so such a route's profile says stream_mode replay).
 		ModeOverride: &filterv3.ProcessingMode{
+			RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
 			ResponseHeaderMode:  filterv3.ProcessingMode_SEND,
 			ResponseBodyMode:    filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
 			ResponseTrailerMode: filterv3.ProcessingMode_SEND,

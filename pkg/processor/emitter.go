@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/codeinterp/codeinterp/pkg/config"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
@@ -20,7 +21,9 @@ var keepAliveComment = []byte(": keep-alive\n\n")
 // response at once. While nothing else is sent for the keep-alive interval it sends an SSE
 // comment, so that no idle timer on the path fires. It is safe for concurrent use: the loop
 // writes events, its own goroutine writes keep-alives. Its owner calls start, then stop before
-// it sends anything else on the stream.
+// it sends anything else on the stream. A Send that blocks (a client that does not read, and
+// Envoy's buffers full) holds the loop until the stream ends: Envoy's stream_idle_timeout, or
+// the server's hard stop.
 type emitter struct {
 	send     func(*extprocv3.ProcessingResponse) error
 	interval time.Duration
@@ -36,6 +39,9 @@ type emitter struct {
 }
 
 func newEmitter(send func(*extprocv3.ProcessingResponse) error, interval time.Duration, now func() time.Time) *emitter {
+	if interval <= 0 {
+		interval = config.DefaultKeepAliveInterval
+	}
 	return &emitter{send: send, interval: interval, now: now, last: now()}
 }
 
@@ -45,7 +51,7 @@ func (e *emitter) start() {
 	go e.keepAlive()
 }
 
-// stop stops the keep-alive goroutine and waits for it.
+// stop stops the keep-alive goroutine and waits for it. It may be called again.
 func (e *emitter) stop() {
 	if e.quit == nil {
 		return
@@ -96,6 +102,13 @@ func (e *emitter) Write(p []byte) (int, error) {
 		n = end
 	}
 	return len(p), nil
+}
+
+// failure returns the error of the send that failed (the stream is gone), or nil.
+func (e *emitter) failure() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
 }
 
 // bytesSent reports how many body bytes have reached Envoy.

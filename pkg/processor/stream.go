@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -64,7 +63,10 @@ type streamState struct {
 	fullDuplex bool
 	fdBody     []byte
 	fdTooLarge bool
-	outcome    string
+	// fdDone reports that the answer was streamed: Envoy may send the last chunk again
+	// (reference envoy-full-duplex.md §10), and nothing after it is answered.
+	fdDone  bool
+	outcome string
 }
 
 // logger returns the stream's logger, with the request id.
@@ -97,6 +99,13 @@ func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		if st.fullDuplex && !st.fdDone {
+			// The upstream body ended with trailers (reference envoy-full-duplex.md §2): the
+			// answer is streamed, and the trailers answer ends it.
+			if err := st.fullDuplexEnd(false); err != nil {
+				return err
+			}
+		}
 		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	default:
@@ -278,7 +287,9 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 		return skipResponseBody
 	}
 	st.respEncoding = strings.ToLower(strings.TrimSpace(rh.get("content-encoding")))
-	if !st.exchange.Request().Stream {
+	if !st.exchange.Request().Stream || h.GetEndOfStream() {
+		// A bodyless answer gives Envoy no body message to switch on (§1 of
+		// envoy-full-duplex.md): it stays as it is.
 		return bufferResponseBody
 	}
 	if reason := st.replayReason(); reason != "" {
@@ -293,19 +304,14 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 
 // replayReason says why a streaming answer cannot be switched to FULL_DUPLEX_STREAMED and is
 // replayed after the loop instead, or "" when it can: the profile asks for replay, or the
-// filter's own configuration makes Envoy ignore mode_override (a body mode configured
-// FULL_DUPLEX_STREAMED, or bodies sent without waiting for header answers; reference
-// envoy-full-duplex.md §5). A filter whose allowed_override_modes leave the mode out is not
-// visible from here: its profile must say stream_mode "replay".
+// filter sends bodies without waiting for header answers, which makes Envoy ignore
+// mode_override (reference envoy-full-duplex.md §5). A filter whose allowed_override_modes
+// leave the mode out is not visible from here: its profile must say stream_mode "replay".
 func (st *streamState) replayReason() string {
-	pc := st.protocol
 	switch {
 	case !st.profile.Progressive:
 		return "replay_configured"
-	case pc.GetRequestBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		pc.GetResponseBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
-		return "replay_filter_full_duplex"
-	case pc.GetSendBodyWithoutWaitingForHeaderResponse():
+	case st.protocol.GetSendBodyWithoutWaitingForHeaderResponse():
 		return "replay_filter_no_override"
 	}
 	return ""
@@ -316,12 +322,13 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	if st.kind != kindRewritten {
 		return continueResponseBody, nil
 	}
-	raw := b.GetBody()
-	tooLarge := false
 	if st.fullDuplex {
+		if st.fdDone {
+			return nil, nil
+		}
 		// Envoy sends the upstream answer as it arrives; the loop needs all of it, and no more
 		// than max_response_bytes of it is kept.
-		switch {
+		switch raw := b.GetBody(); {
 		case st.fdTooLarge:
 		case int64(len(st.fdBody)+len(raw)) > st.profile.MaxResponseBytes:
 			st.fdTooLarge, st.fdBody = true, nil
@@ -331,28 +338,13 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 		if !b.GetEndOfStream() {
 			return nil, nil
 		}
-		raw, st.fdBody, tooLarge = st.fdBody, nil, st.fdTooLarge
+		return nil, st.fullDuplexEnd(true)
 	}
-	body, err := decodeBody(st.respEncoding, raw, st.profile.MaxResponseBytes)
-	if tooLarge {
-		err = errBodyTooLarge
-	}
-	switch {
-	case errors.Is(err, errBodyTooLarge):
-		st.outcome = "upstream_too_large"
-		st.logger().Warn("upstream answer too large", zap.String("content_encoding", st.respEncoding), zap.Int("bytes", len(b.GetBody())), zap.Error(err))
-		msg := fmt.Sprintf("The model's answer is larger than the %d bytes codeinterp accepts.", st.profile.MaxResponseBytes)
-		return st.gatewayError("upstream_response_too_large", msg, "codeinterp_upstream_too_large"), nil
-	case err != nil:
-		st.outcome = "upstream_encoding"
-		st.logger().Warn("decode upstream answer", zap.String("content_encoding", st.respEncoding), zap.Error(err))
-		msg := fmt.Sprintf("The upstream answered with content-encoding %q, which codeinterp cannot read.", st.respEncoding)
-		return st.gatewayError("upstream_encoding", msg, "codeinterp_upstream_encoding"), nil
+	body, err := decodeBody(st.respEncoding, b.GetBody(), st.profile.MaxResponseBytes)
+	if resp := st.answerError(err, len(b.GetBody())); resp != nil {
+		return resp, nil
 	}
 
-	if st.fullDuplex {
-		return st.streamLoop(body)
-	}
 	var sendErr error
 	req := st.loopRequest(body)
 	var events *bytes.Buffer
@@ -374,16 +366,14 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 	if sendErr != nil {
 		return nil, fmt.Errorf("send override_message_timeout: %w", sendErr)
 	}
-	st.outcome = string(res.Stop)
-	st.srv.metrics.observeLoop(st.surface, res, st.srv.now().Sub(started))
-	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
-		zap.Int("calls", res.Calls), zap.Int("status", res.Status))
-
-	if res.Status == http.StatusOK {
-		// What a request continuing from the answer needs: the calls it left out, the name it has.
-		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
-	}
+	st.afterLoop(res, started, 0)
 	status, header, answer := res.Status, res.Header, res.Body
+	if e, ok := req.Sink.(interface{ Ended() bool }); ok && events.Len() > 0 && !e.Ended() && res.Stop != loop.StopAnswerTooLarge {
+		// The stream was begun and the loop did not finish it: it ends with a failure event.
+		errBody := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusBadGateway,
+			Message: "codeinterp could not finish the answer's event stream.", Code: "stream_failed"})
+		_ = req.Sink.Event(schema.Event{Kind: schema.EventFailed, Status: http.StatusBadGateway, Body: errBody})
+	}
 	// An answer too large to send is a JSON error to every client: its stream would be larger.
 	if events != nil && events.Len() > 0 && res.Stop != loop.StopAnswerTooLarge {
 		status, answer = http.StatusOK, events.Bytes()
@@ -412,41 +402,104 @@ func (st *streamState) gatewayError(code, message, details string) *extprocv3.Pr
 	return immediate(http.StatusBadGateway, jsonContentType, body, details)
 }
 
+// answerError is the answer to an upstream answer that could not be read (err from decodeBody,
+// size its bytes as they came), or nil when err is nil.
+func (st *streamState) answerError(err error, size int) *extprocv3.ProcessingResponse {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errBodyTooLarge):
+		st.outcome = "upstream_too_large"
+		st.logger().Warn("upstream answer too large", zap.String("content_encoding", st.respEncoding), zap.Int("bytes", size), zap.Error(err))
+		msg := fmt.Sprintf("The model's answer is larger than the %d bytes codeinterp accepts.", st.profile.MaxResponseBytes)
+		return st.gatewayError("upstream_response_too_large", msg, "codeinterp_upstream_too_large")
+	default:
+		st.outcome = "upstream_encoding"
+		st.logger().Warn("decode upstream answer", zap.String("content_encoding", st.respEncoding), zap.Error(err))
+		msg := fmt.Sprintf("The upstream answered with content-encoding %q, which codeinterp cannot read.", st.respEncoding)
+		return st.gatewayError("upstream_encoding", msg, "codeinterp_upstream_encoding")
+	}
+}
+
+// fullDuplexEnd answers the end of a FULL_DUPLEX_STREAMED upstream body: the loop runs over it
+// and its events are streamed; with end, the body's end goes after them (without, the
+// trailers answer that follows ends it).
+func (st *streamState) fullDuplexEnd(end bool) error {
+	st.fdDone = true
+	raw, tooLarge := st.fdBody, st.fdTooLarge
+	st.fdBody = nil
+	body, err := decodeBody(st.respEncoding, raw, st.profile.MaxResponseBytes)
+	if tooLarge {
+		err = errBodyTooLarge
+	}
+	// Nothing was sent yet: an answer that cannot be read is still an ordinary error answer.
+	if resp := st.answerError(err, len(raw)); resp != nil {
+		return st.send(resp)
+	}
+	resp, err := st.streamLoop(body, end)
+	if err != nil || resp == nil {
+		return err
+	}
+	return st.send(resp)
+}
+
 // streamLoop runs the loop over a rewritten request's answer whose body was switched to
 // FULL_DUPLEX_STREAMED, sending each event of the client's stream to Envoy as it happens, and
-// returns the message that ends the body. Until something has been sent the client has no
-// headers yet, so an answer with nothing to stream (the model's answer was not JSON, say) is
-// still an ordinary error answer.
-func (st *streamState) streamLoop(body []byte) (*extprocv3.ProcessingResponse, error) {
+// returns the message that ends the body (nil without end: the trailers answer ends it). Until
+// something has been sent the client has no headers yet, so an answer with nothing to stream
+// (the model's answer was not JSON, say) is still an ordinary error answer; once something
+// was, a stream the loop did not finish gets a failure event before its end.
+func (st *streamState) streamLoop(body []byte, end bool) (*extprocv3.ProcessingResponse, error) {
 	req := st.loopRequest(body)
-	// A stream goes out in chunks: no one message must carry the whole answer.
-	req.MaxAnswerBytes = 0
 	em := newEmitter(st.send, st.profile.KeepAlive, st.srv.now)
-	req.Sink = st.exchange.Events(em)
+	sink := st.exchange.Events(em)
+	req.Sink = sink
 	// No message timer runs for a FULL_DUPLEX_STREAMED direction (reference
 	// envoy-full-duplex.md §2): nothing to extend.
 	ctx, cancel := context.WithTimeout(st.ctx, st.profile.LoopDeadline-config.LoopDeadlineMargin)
 	defer cancel()
 	started := st.srv.now()
 	em.start()
+	defer em.stop()
 	res := st.srv.loop.Run(ctx, req)
-	em.stop()
-	st.outcome = string(res.Stop)
-	st.srv.metrics.observeLoop(st.surface, res, st.srv.now().Sub(started))
-	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
-		zap.Int("calls", res.Calls), zap.Int("status", res.Status), zap.Int("streamed_bytes", em.bytesSent()))
-	if res.Status == http.StatusOK {
-		// What a request continuing from the answer needs: the calls it left out, the name it has.
-		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
-	}
+	st.afterLoop(res, started, em.bytesSent())
 	if err := st.ctx.Err(); err != nil {
 		return nil, err // the client or Envoy went away: nothing more to send
 	}
+	if err := em.failure(); err != nil {
+		return nil, err
+	}
 	if em.bytesSent() == 0 {
-		set := headerOptions(res.Header)
-		return immediateWith(res.Status, set, res.Body, "codeinterp_"+string(res.Stop)), nil
+		em.stop()
+		return immediateWith(res.Status, headerOptions(res.Header), res.Body, "codeinterp_"+string(res.Stop)), nil
+	}
+	if e, ok := sink.(interface{ Ended() bool }); ok && !e.Ended() {
+		// The loop stopped without the stream's last event (an answer too large to build, an
+		// event that could not be encoded): the client learns it failed.
+		st.logger().Warn("stream ended without its last event", zap.String("stop", string(res.Stop)), zap.Int("status", res.Status))
+		errBody := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusBadGateway,
+			Message: "codeinterp could not finish the answer's event stream.", Code: "stream_failed"})
+		if err := sink.Event(schema.Event{Kind: schema.EventFailed, Status: http.StatusBadGateway, Body: errBody}); err != nil {
+			return nil, err
+		}
+	}
+	em.stop()
+	if !end {
+		return nil, nil
 	}
 	return streamedChunk(nil, true), nil
+}
+
+// afterLoop records a loop's end and keeps what a request continuing from its answer needs.
+func (st *streamState) afterLoop(res loop.Response, started time.Time, streamed int) {
+	st.outcome = string(res.Stop)
+	st.srv.metrics.observeLoop(st.surface, res, st.srv.now().Sub(started))
+	st.logger().Debug("loop finished", zap.String("stop", string(res.Stop)), zap.Int("rounds", res.Rounds),
+		zap.Int("calls", res.Calls), zap.Int("status", res.Status), zap.Int("streamed_bytes", streamed))
+	if res.Status == http.StatusOK {
+		// The calls it left out, the name it has.
+		st.exchange.Remember(st.srv.pending, st.identity, res.Body, res.Pending)
+	}
 }
 
 // loopRequest builds the loop's request from the stream's state.

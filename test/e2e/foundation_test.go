@@ -20,6 +20,8 @@ import (
 	"github.com/tidwall/gjson"
 	"google.golang.org/protobuf/proto"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
 )
@@ -45,6 +47,12 @@ func TestFoundation(t *testing.T) {
 // README gives: every mode_override the server sends must be on it (Envoy silently ignores one
 // that is not), so the pass-through paths still cost what they should and the loop still runs.
 func TestAllowedOverrideModes(t *testing.T) {
+	t.Run("listing the streaming mode", func(t *testing.T) { testAllowedOverrideModes(t, true) })
+	// A filter that does not list it must have its profile replay streams.
+	t.Run("without the streaming mode, stream_mode replay", func(t *testing.T) { testAllowedOverrideModes(t, false) })
+}
+
+func testAllowedOverrideModes(t *testing.T, listStreaming bool) {
 	cfg := harness.ShippedConfig(t)
 	filter := proto.Clone(cfg.Filter).(*extprocv3.ExternalProcessor)
 	own := proto.Clone(filter.GetProcessingMode()).(*extprocv3.ProcessingMode)
@@ -55,9 +63,22 @@ func TestAllowedOverrideModes(t *testing.T) {
 			RequestTrailerMode: extprocv3.ProcessingMode_SKIP, ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
 		}
 	}
+	// A streaming answer switches the response body to FULL_DUPLEX_STREAMED (trailers SEND).
+	streaming := proto.Clone(own).(*extprocv3.ProcessingMode)
+	streaming.ResponseBodyMode, streaming.ResponseTrailerMode = extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED, extprocv3.ProcessingMode_SEND
 	filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{own, passThrough(extprocv3.ProcessingMode_SKIP), passThrough(extprocv3.ProcessingMode_SEND)}
+	configure := func(c *configv1.Config) {
+		if c.DefaultProfile == nil {
+			c.DefaultProfile = &configv1.Profile{}
+		}
+		c.DefaultProfile.StreamMode = config.StreamReplay
+	}
+	if listStreaming {
+		filter.AllowedOverrideModes = append(filter.AllowedOverrideModes, streaming)
+		configure = nil
+	}
 	cfg.Filter = filter
-	env := NewEnv(t, EnvOptions{Harness: harness.Options{Config: cfg}})
+	env := NewEnv(t, EnvOptions{Harness: harness.Options{Config: cfg}, Configure: configure})
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		m := newModel(t, s.Model)
 		t.Run("requests without code_interpreter pass through untouched", func(t *testing.T) { testPlainPassThrough(t, s) })

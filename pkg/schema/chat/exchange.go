@@ -104,7 +104,11 @@ type events struct {
 	w             io.Writer
 	streamOptions []byte
 	started       bool
+	ended         bool
 }
+
+// Ended reports whether the stream's last chunks (the answer, or an error) were written.
+func (s *events) Ended() bool { return s.ended }
 
 func (s *events) Event(ev schema.Event) error {
 	var (
@@ -122,8 +126,10 @@ func (s *events) Event(ev schema.Event) error {
 		if out, err = SSE(ev.Body, s.streamOptions); err != nil {
 			return fmt.Errorf("encode event stream: %w", err)
 		}
+		s.ended = true
 	case schema.EventFailed:
 		out = ErrorSSE(openai.ErrorFields(ev.Body))
+		s.ended = true
 	default:
 		return nil
 	}

@@ -17,8 +17,7 @@ import (
 // run (…code.delta, …code.done, …interpreting) and that completes when the run ends; and
 // response.completed (incomplete, failed) with the final answer. The items and their order are
 // those of the final answer, so a client that accumulates the stream gets the same response as
-// the plain answer. response.created carries the first upstream turn's id; the final answer
-// carries the last turn's, which a later previous_response_id must name.
+// the plain answer. Both name the response after the first upstream turn (see exchange.Final).
 type events struct {
 	x *exchange
 	w io.Writer
@@ -31,7 +30,12 @@ type events struct {
 	items []gjson.Result
 	// callIdx is the output index of the code call that is running.
 	callIdx int
+	// ended reports that the stream's last event (completed, failed) was written.
+	ended bool
 }
+
+// Ended reports whether the stream's last event was written.
+func (e *events) Ended() bool { return e.ended }
 
 // Event implements [schema.Sink].
 func (e *events) Event(ev schema.Event) error {
@@ -67,14 +71,25 @@ func (e *events) Event(ev schema.Event) error {
 		e.ow.Open(sseTerminal(gjson.Get(s, "status").String()))
 		e.ow.Raw("response", s)
 		e.ow.Close()
+		e.ended = true
 	case schema.EventFailed:
-		if ev.Partial == nil {
+		code, message := openai.ErrorFields(ev.Body)
+		e.ended = true
+		switch {
+		case ev.Partial == nil && !e.started:
+			e.ended = false
 			return nil // nothing was streamed yet: the client gets the JSON error
-		}
-		if !e.started {
+		case ev.Partial == nil:
+			// No answer to show as failed: the stream's own error event.
+			e.ow.Open("error")
+			e.ow.Str("code", code)
+			e.ow.Str("message", message)
+			e.ow.Literal("param", "null")
+			e.ow.Close()
+			return e.flush()
+		case !e.started:
 			e.start(ev.Partial)
 		}
-		code, message := openai.ErrorFields(ev.Body)
 		failed, err := failedResponse(&e.ow, ev.Partial, code, message)
 		if err != nil {
 			return err

@@ -52,6 +52,9 @@ type exchange struct {
 	// given (the first turn's: the stream names its response before the last turn exists)
 	// and the upstream's id of the last turn, which a continuation must carry upstream.
 	named, upstreamID string
+	// clientPrevious is the previous_response_id the client sent when Continue replaced it by
+	// the upstream's: the answer echoes the client's.
+	clientPrevious string
 }
 
 // Continue implements [schema.Exchange]. The upstream, when it stores responses, holds a turn
@@ -99,7 +102,7 @@ func (x *exchange) Continue(p store.Continuations, identity func() string) (bool
 		return changed, err
 	}
 	x.SetBody(out)
-	r.PreviousResponseID = to
+	x.clientPrevious, r.PreviousResponseID = r.PreviousResponseID, to
 	return true, nil
 }
 
@@ -143,6 +146,9 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice})
 	if err == nil && incomplete != "" {
 		body, err = MarkIncomplete(body, incomplete)
+	}
+	if err == nil && x.clientPrevious != "" {
+		body, err = sjson.SetBytes(body, "previous_response_id", x.clientPrevious)
 	}
 	if err == nil && r.Stream && len(rounds) > 1 {
 		// A stream named its response with the first turn's id (response.created): the answer

@@ -108,6 +108,9 @@ func TestExchangeStreamedAnswerName(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, changed)
 	assert.Equal(t, `{"model":"m","previous_response_id":"resp_2","input":"and then?"}`, string(next.Request().Body))
+	answer, err := next.Final([]schema.Round{{Body: []byte(`{"id":"resp_3","object":"response","previous_response_id":"resp_2","output":[]}`)}}, "")
+	require.NoError(t, err)
+	assert.Contains(t, string(answer), `"previous_response_id":"resp_1"`, "the answer echoes the client's previous_response_id")
 
 	plain, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","input":"q","tools":[{"type":"code_interpreter"}]}`), schema.Options{})
 	require.NoError(t, err)

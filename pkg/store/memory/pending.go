@@ -25,6 +25,8 @@ const (
 // Pending is a [store.Pending] in the process's memory, bounded by PendingTTL and the
 // pending bounds. The zero value is not usable; use NewPending.
 type Pending struct {
+	aliases // an answer's name is kept apart from the pending calls, with bounds of its own
+
 	mu    sync.Mutex
 	now   func() time.Time
 	byKey map[entryKey]*list.Element // of *entry
@@ -35,9 +37,6 @@ type Pending struct {
 }
 
 var _ store.Continuations = (*Pending)(nil)
-
-// aliasKind is the kind of the entries that hold an alias (see PutAlias).
-const aliasKind = "\x00alias"
 
 // usage is what one identity holds in the store.
 type usage struct {
@@ -53,7 +52,6 @@ type entryKey struct {
 type entry struct {
 	key     entryKey
 	calls   []store.PendingCall
-	alias   string // the upstream id, for an alias
 	size    int
 	expires time.Time
 }
@@ -64,7 +62,8 @@ func NewPending(now func() time.Time) *Pending {
 		now = time.Now
 	}
 	return &Pending{
-		now: now, byKey: make(map[entryKey]*list.Element), order: list.New(),
+		aliases: aliases{now: now, byKey: make(map[aliasKey]*list.Element), order: list.New()},
+		now:     now, byKey: make(map[entryKey]*list.Element), order: list.New(),
 		per: make(map[string]*usage), kinds: make(map[string]int),
 	}
 }
@@ -83,29 +82,7 @@ func (p *Pending) Put(identity string, calls []store.PendingCall, keys ...store.
 	p.put(identity, &entry{calls: calls, size: size}, keys...)
 }
 
-// PutAlias implements [store.Aliases]; an alias is an entry of its own kind, bounded with the
-// others.
-func (p *Pending) PutAlias(identity, from, to string) {
-	if identity == "" || from == "" || to == "" {
-		return
-	}
-	p.put(identity, &entry{alias: to, size: len(from) + len(to)}, store.Key{Kind: aliasKind, ID: from})
-}
-
-// Alias implements [store.Aliases].
-func (p *Pending) Alias(identity, from string) string {
-	if identity == "" {
-		return ""
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e := p.entryLocked(entryKey{identity, store.Key{Kind: aliasKind, ID: from}}, p.now()); e != nil {
-		return e.alias
-	}
-	return ""
-}
-
-// put stores what proto holds (its calls or alias, and size) under each of keys.
+// put stores what proto holds (its calls and their size) under each of keys.
 func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 	size := proto.size
 	if size > PendingMaxBytesPerIdentity {
@@ -120,7 +97,7 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 		}
 		ek := entryKey{identity, k}
 		p.removeLocked(ek)
-		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: proto.calls, alias: proto.alias, size: size, expires: now.Add(PendingTTL)})
+		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: proto.calls, size: size, expires: now.Add(PendingTTL)})
 		p.bytes += size
 		p.kinds[k.Kind]++
 		u := p.per[identity]

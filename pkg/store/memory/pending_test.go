@@ -108,12 +108,16 @@ func TestAliases(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := NewPending(func() time.Time { return now })
 	p.PutAlias("id-a", "resp_first", "resp_last")
-	p.PutAlias("", "resp_first", "resp_x")
+	p.PutAlias("", "resp_anon", "resp_anon_last")
 	assert.Equal(t, "resp_last", p.Alias("id-a", "resp_first"))
 	assert.Empty(t, p.Alias("id-b", "resp_first"), "another identity's answer")
-	assert.Empty(t, p.Alias("", "resp_first"), "nothing for the anonymous identity")
+	assert.Equal(t, "resp_anon_last", p.Alias("", "resp_anon"), "the anonymous identity's names are kept: they are unguessable")
 	assert.Empty(t, p.Alias("id-a", "resp_last"))
-	assert.Empty(t, p.Get("id-a", key(aliasKind, "resp_first")), "an alias holds no calls")
-	now = now.Add(PendingTTL + time.Second)
+	// Pending calls do not push names out.
+	for i := range pendingMaxEntries + 10 {
+		p.Put("id-a", []store.PendingCall{{CallID: "c", Output: "1"}}, key("response", strconv.Itoa(i)))
+	}
+	assert.Equal(t, "resp_last", p.Alias("id-a", "resp_first"), "kept beside many pending calls")
+	now = now.Add(AliasTTL + time.Second)
 	assert.Empty(t, p.Alias("id-a", "resp_first"), "expired")
 }
