@@ -72,7 +72,45 @@ func TestMessages(t *testing.T) {
 		})
 		t.Run("client mistakes", func(t *testing.T) { testMessagesClientErrors(t, s) })
 		t.Run("continued in its container", func(t *testing.T) { testMessagesContinued(t, s) })
+		t.Run("an upstream error in the loop", func(t *testing.T) { testMessagesUpstreamError(t, s) })
 	})
+}
+
+// testMessagesUpstreamError has the model fail the follow-up with Anthropic's error: the plain
+// client gets it as it is (status, type, retry-after), the streaming client as an error event
+// the SDK raises with the same type.
+func testMessagesUpstreamError(t *testing.T, s *Stack) {
+	script := func() {
+		overloaded := fakemodel.AnthropicError(529, "overloaded_error", "Overloaded")
+		overloaded.Header = http.Header{"Retry-After": {"7"}}
+		s.Model.Enqueue(messagesPath,
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+				fakemodel.ToolUse("toolu_u1", "code_execution", map[string]any{"code": "print(1)"}))),
+			overloaded)
+	}
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	client := s.anthropicClient()
+	var apiErr *anthropic.Error
+
+	script()
+	_, err := client.Messages.New(context.Background(), askMessages("print 1"))
+	require.True(t, errors.As(err, &apiErr), "an API error, got %v", err)
+	assert.Equal(t, 529, apiErr.StatusCode, "the upstream's status")
+	assert.EqualValues(t, "overloaded_error", apiErr.Type(), "its type")
+	assert.Equal(t, "Overloaded", apiErr.Message, "its message")
+	assert.Equal(t, "7", apiErr.Response.Header.Get("Retry-After"), "its retry-after")
+
+	if s.Harness() != nil {
+		return // TODO(messages): the harness does not model FULL_DUPLEX_STREAMED yet
+	}
+	script()
+	st := client.Messages.NewStreaming(context.Background(), askMessages("print 1"))
+	for st.Next() {
+	}
+	require.True(t, errors.As(st.Err(), &apiErr), "a streamed API error, got %v", st.Err())
+	assert.EqualValues(t, "overloaded_error", apiErr.Type(), "its type")
+	assert.Equal(t, "Overloaded", apiErr.Message, "its message")
+	_ = st.Close()
 }
 
 // testMessagesContinued continues a conversation as the SDK's users do: the answer replayed as
