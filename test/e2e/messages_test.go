@@ -73,7 +73,51 @@ func TestMessages(t *testing.T) {
 		t.Run("client mistakes", func(t *testing.T) { testMessagesClientErrors(t, s) })
 		t.Run("continued in its container", func(t *testing.T) { testMessagesContinued(t, s) })
 		t.Run("an upstream error in the loop", func(t *testing.T) { testMessagesUpstreamError(t, s) })
+		t.Run("a turn that also calls a client tool", func(t *testing.T) { testMessagesClientTool(t, s) })
 	})
+}
+
+// testMessagesClientTool has the model call the code tool and a client tool in one turn: the
+// client gets the run and its own tool_use at once, and answers with its tool_result after
+// replaying the turn; the model then sees its call, the run's output and the client's result.
+func testMessagesClientTool(t *testing.T, s *Stack) {
+	mark := len(s.Model.RequestsTo(messagesPath))
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_m1", "code_execution", map[string]any{"code": "print(6 * 7)"}),
+			fakemodel.ToolUse("toolu_w1", "weather", map[string]any{"city": "Paris"}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 3}, fakemodel.Text("42, and sunny."))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	client := s.anthropicClient()
+	params := askMessages("6*7, and the weather in Paris?")
+	params.Tools = append(params.Tools, anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{
+		Name: "weather", InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"city": map[string]any{"type": "string"}}},
+	}})
+	first, err := client.Messages.New(context.Background(), params)
+	require.NoError(t, err, "the first request")
+	require.Len(t, first.Content, 3, "server_tool_use, result, the client's tool_use: %s", first.RawJSON())
+	assert.Equal(t, "42\n", first.Content[1].AsCodeExecutionToolResult().Content.Stdout, "the run")
+	assert.Equal(t, "tool_use", first.Content[2].Type, "the client's call")
+	assert.Equal(t, "toolu_w1", first.Content[2].ID, "as the model made it")
+	assert.Equal(t, anthropic.StopReasonToolUse, first.StopReason, "stop reason")
+
+	params.Messages = append(params.Messages, first.ToParam(),
+		anthropic.NewUserMessage(anthropic.NewToolResultBlock("toolu_w1", "sunny", false)))
+	second, err := client.Messages.New(context.Background(), params)
+	require.NoError(t, err, "the client's answer")
+	assert.Equal(t, "42, and sunny.", second.Content[0].Text, "the final text")
+
+	sent := s.Model.RequestsTo(messagesPath)[mark:]
+	require.Len(t, sent, 2, "one round each: the loop stops for the client's call")
+	var roles, types []string
+	for _, m := range gjson.GetBytes(sent[1].Body, "messages").Array() {
+		roles = append(roles, m.Get("role").String())
+		types = append(types, m.Get("content.0.type").String())
+	}
+	assert.Equal(t, []string{"user", "assistant", "user", "assistant", "user"}, roles, "turns alternate: %s", sent[1].Body)
+	assert.Equal(t, []string{"text", "tool_use", "tool_result", "tool_use", "tool_result"}, types, "the code call, its output, the client's call, its result")
+	assert.Equal(t, "42\n", gjson.GetBytes(sent[1].Body, "messages.2.content.0.content").String(), "the run's output for the model")
 }
 
 // testMessagesUpstreamError has the model fail the follow-up with Anthropic's error: the plain
