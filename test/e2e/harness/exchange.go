@@ -34,6 +34,8 @@ type filter struct {
 
 	rec   Record
 	stats Stats
+	// began is when the request reached the front.
+	began time.Time
 
 	route        Route
 	routeOK      bool
@@ -102,9 +104,10 @@ func newFilter(e *Envoy, w http.ResponseWriter, r *http.Request) *filter {
 	f := &filter{
 		e: e, w: w, r: r, rc: http.NewResponseController(w),
 		ctx: ctx, cancel: cancel,
-		dec: &procState{dir: decoding},
-		enc: &procState{dir: encoding},
-		rec: Record{Method: r.Method, Path: r.RequestURI},
+		dec:   &procState{dir: decoding},
+		enc:   &procState{dir: encoding},
+		rec:   Record{Method: r.Method, Path: r.RequestURI},
+		began: time.Now(),
 	}
 	f.route, f.routeOK = e.cfg.matchRoute(r.RequestURI)
 	if f.routeOK {
@@ -725,6 +728,7 @@ func (f *filter) clientHeaders(h *headerMap, eos bool) {
 		f.reset = true
 		return
 	}
+	f.delivered(Delivery{Headers: true, End: eos})
 	if eos {
 		f.clientDone = true
 	}
@@ -746,9 +750,20 @@ func (f *filter) clientData(data []byte, eos bool) {
 		f.reset = true
 		return
 	}
+	f.delivered(Delivery{Body: append([]byte(nil), data...), End: eos})
 	if eos {
 		f.clientDone = true
 	}
+}
+
+// delivered records a write to the client.
+func (f *filter) delivered(d Delivery) {
+	if f.e.noRecords {
+		return
+	}
+	d.At = time.Since(f.began)
+	d.AfterMessages = len(f.rec.Messages)
+	f.rec.Downstream = append(f.rec.Downstream, d)
 }
 
 // destroy is Filter::onDestroy plus the end of the HTTP stream: the side stream is closed

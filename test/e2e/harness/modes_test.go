@@ -207,6 +207,18 @@ func TestNoneStreamsUnbuffered(t *testing.T) {
 
 	rec := onlyRecord(t, e)
 	assert.Equal(t, []string{"-> request_headers", "<- request_headers", "-> response_headers", "<- response_headers"}, rec.Exchange(), "only header messages")
+	// The client got the headers, then each event as the upstream wrote it.
+	if assert.GreaterOrEqual(t, len(rec.Downstream), 3, "writes to the client") {
+		assert.True(t, rec.Downstream[0].Headers, "headers first")
+		assert.Equal(t, "data: 1\n\n", string(rec.Downstream[1].Body), "the first event on its own")
+		var rest []byte
+		for _, d := range rec.Downstream[2:] {
+			rest = append(rest, d.Body...)
+		}
+		assert.Equal(t, "data: 2\n\n", string(rest), "then the second")
+		assert.True(t, rec.Downstream[len(rec.Downstream)-1].End, "the last write ends the response")
+		assert.Less(t, rec.Downstream[1].At, rec.Downstream[2].At, "the first event went out before the second")
+	}
 	ups := up.requests()
 	require.Len(t, ups, 1, "upstream requests")
 	assert.Equal(t, `{"stream":true}`, ups[0].Body, "request body untouched")
