@@ -304,17 +304,17 @@ func (f *filter) onReceiveMessage(resp *extprocsvc.ProcessingResponse) {
 	}
 
 	var err error
-	lastBody := false
+	eosSeen := false
 	switch r := resp.GetResponse().(type) {
 	case *extprocsvc.ProcessingResponse_RequestHeaders:
 		err = f.handleHeadersResponse(f.dec, r.RequestHeaders.GetResponse())
 	case *extprocsvc.ProcessingResponse_ResponseHeaders:
 		err = f.handleHeadersResponse(f.enc, r.ResponseHeaders.GetResponse())
 	case *extprocsvc.ProcessingResponse_RequestBody:
-		lastBody = isLastBodyResponse(f.dec)
+		eosSeen = eosSeenInBody(f.dec)
 		err = f.handleBodyResponse(f.dec, r.RequestBody.GetResponse())
 	case *extprocsvc.ProcessingResponse_ResponseBody:
-		lastBody = isLastBodyResponse(f.enc)
+		eosSeen = eosSeenInBody(f.enc)
 		err = f.handleBodyResponse(f.enc, r.ResponseBody.GetResponse())
 	case *extprocsvc.ProcessingResponse_RequestTrailers, *extprocsvc.ProcessingResponse_ResponseTrailers:
 		// The harness never sends trailers (its HTTP/1.1 traffic has none), so no trailers
@@ -357,33 +357,40 @@ func (f *filter) onReceiveMessage(resp *extprocsvc.ProcessingResponse) {
 		f.stats.StreamMsgsReceived++
 		f.handleErrorResponse(err.Error())
 	}
-	f.closeIfLastResponse(resp, lastBody)
+	f.closeIfLastResponse(resp, eosSeen)
 }
 
 // closeIfLastResponse is closeGrpcStreamIfLastRespReceived: the 1.37 close optimization
-// (§0), which never applies after BUFFERED body responses.
-func (f *filter) closeIfLastResponse(resp *extprocsvc.ProcessingResponse, lastBody bool) {
+// (§0): the stream closes after the last answer of one direction if the other needs nothing
+// more. A direction whose body was BUFFERED never counts as done (eosSeenInBody), so after a
+// BUFFERED request the stream stays open until the HTTP stream ends.
+func (f *filter) closeIfLastResponse(resp *extprocsvc.ProcessingResponse, eosSeen bool) {
 	if f.stream == nil {
 		return
 	}
 	last := false
 	switch resp.GetResponse().(type) {
 	case *extprocsvc.ProcessingResponse_RequestHeaders:
-		last = (f.dec.noBody || (f.dec.bodyMode == extprocv3.ProcessingMode_NONE && !f.dec.sendTrailers)) && f.enc.noExternalProcess()
+		f.dec.lastResponse = f.dec.isLastResponseAfterHeaders()
+		last = f.dec.lastResponse && f.enc.noMoreExternalProcess()
 	case *extprocsvc.ProcessingResponse_RequestBody:
-		last = lastBody && f.enc.noExternalProcess()
+		f.dec.lastResponse = f.dec.isLastResponseAfterBody(eosSeen)
+		last = f.dec.lastResponse && f.enc.noMoreExternalProcess()
 	case *extprocsvc.ProcessingResponse_ResponseHeaders:
-		last = f.enc.noBody || (f.enc.bodyMode == extprocv3.ProcessingMode_NONE && !f.enc.sendTrailers)
+		f.enc.lastResponse = f.enc.isLastResponseAfterHeaders()
+		last = f.enc.lastResponse && f.dec.noMoreExternalProcess()
 	case *extprocsvc.ProcessingResponse_ResponseBody:
-		last = lastBody
+		f.enc.lastResponse = f.enc.isLastResponseAfterBody(eosSeen)
+		last = f.enc.lastResponse && f.dec.noMoreExternalProcess()
 	}
 	if last {
 		f.closeStreamMaybeGraceful()
 	}
 }
 
-// isLastBodyResponse reports whether the response answers the last STREAMED chunk.
-func isLastBodyResponse(d *procState) bool {
+// eosSeenInBody reports whether a body answer is the direction's last: the answer to the
+// last STREAMED chunk; never a BUFFERED one.
+func eosSeenInBody(d *procState) bool {
 	if d.bodyMode == extprocv3.ProcessingMode_STREAMED && len(d.queue) > 0 {
 		return d.queue[0].eos
 	}

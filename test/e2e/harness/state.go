@@ -69,6 +69,9 @@ type procState struct {
 	complete     bool
 	bodyReplaced bool
 	queue        []chunk
+	// lastResponse reports whether the server's last answer in this direction was its last
+	// (ProcessorState::last_response_for_direction_, set by the 1.37 close optimization).
+	lastResponse bool
 
 	// Filter manager state of the direction.
 	fm fmState
@@ -123,6 +126,29 @@ func (d *procState) shouldRemoveContentLength() bool {
 // noExternalProcess reports whether nothing in this direction goes to the server.
 func (d *procState) noExternalProcess() bool {
 	return !d.sendHeaders && !d.sendTrailers && d.bodyMode == extprocv3.ProcessingMode_NONE
+}
+
+// noMoreExternalProcess reports whether nothing more in this direction goes to the server.
+func (d *procState) noMoreExternalProcess() bool {
+	return d.noExternalProcess() || d.lastResponse
+}
+
+// isLastResponseAfterHeaders is ProcessorState::isLastResponseAfterHeaderResp for traffic
+// without trailers.
+func (d *procState) isLastResponseAfterHeaders() bool {
+	if d.cb != cbIdle {
+		return false
+	}
+	if d.noBody {
+		return true
+	}
+	return d.bodyMode == extprocv3.ProcessingMode_NONE && (!d.sendTrailers || d.complete)
+}
+
+// isLastResponseAfterBody is ProcessorState::isLastResponseAfterBodyResp for traffic without
+// trailers.
+func (d *procState) isLastResponseAfterBody(eosSeen bool) bool {
+	return d.cb == cbIdle && eosSeen
 }
 
 // startCall is ProcessorState::onStartProcessorCall: enter cb and (re)start the timer.

@@ -1375,3 +1375,41 @@ func TestTwinShortRequestContentLength(t *testing.T) {
 		}(),
 	}})
 }
+
+// TestTwinStreamStaysOpen: the close optimization (§0) closes the stream after a direction's
+// last answer only if the other direction needs nothing more; a BUFFERED request never counts
+// as done, so after one the stream stays open until the HTTP stream ends, and a late answer
+// is still handled: here a second response_headers answer after a switch to body NONE, while
+// the upstream is still sending, is spurious and resets the response (verified against Envoy
+// 1.40; the harness used to close the stream at the first answer and ignore the second).
+func TestTwinStreamStaysOpen(t *testing.T) {
+	spuriousSent := make(chan struct{}, 1)
+	sse := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		_, _ = io.WriteString(w, "data: 1\n\n")
+		_ = rc.Flush()
+		select {
+		case <-spuriousSent:
+		case <-r.Context().Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+		// A grace period for the front to handle the second answer.
+		time.Sleep(200 * time.Millisecond)
+		_, _ = io.WriteString(w, "data: 2\n\n")
+	}
+	script := onKind("response_headers", func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		resp := cont(req)
+		resp.ModeOverride = &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_NONE}
+		s.send(resp)
+		s.pause(100 * time.Millisecond)
+		s.send(cont(req))
+		spuriousSent <- struct{}{}
+		return true, nil
+	})
+	runTwins(t, []twinCase{{
+		name: "second answer after a switch to NONE", script: script, upstream: sse,
+		want: twinOutcome{status: 0, upstream: upstreamGot(), proc: []string{gotReqHeaders, gotReqBody, "response_headers 200"}},
+	}})
+}
