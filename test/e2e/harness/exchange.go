@@ -683,12 +683,28 @@ func (f *filter) onUpstreamData(ev bodyEvent) {
 		return
 	}
 	f.resetIdleTimer()
+	if ev.eos && len(ev.data) > 0 {
+		// Envoy's HTTP/1 codec hands the filters the body as it reads it, then the end of
+		// the message as an empty chunk of its own (ClientConnectionImpl::
+		// onMessageCompleteBase), which STREAMED sends as a body message of its own
+		// (verified against Envoy 1.40).
+		f.upstreamChunk(ev.data, false)
+		if f.reset || f.clientDone || f.upAborted {
+			return
+		}
+		ev.data = nil
+	}
 	if ev.eos {
 		f.upstreamComplete()
 	}
+	f.upstreamChunk(ev.data, ev.eos)
+}
+
+// upstreamChunk is the router passing a chunk of the upstream response to the filter.
+func (f *filter) upstreamChunk(data []byte, eos bool) {
 	d := f.enc
-	st, data := f.onData(d, ev.data, ev.eos)
-	f.afterData(d, data, ev.eos, st)
+	st, out := f.onData(d, data, eos)
+	f.afterData(d, out, eos, st)
 }
 
 // --- Client -----------------------------------------------------------------------------
