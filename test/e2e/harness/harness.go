@@ -10,16 +10,28 @@
 // ([ShippedConfig]), so the shipped config and the tests cannot drift; [Options] lets a test
 // override the few knobs it needs (a short message timeout, a small buffer limit, ...).
 //
-// Modelled: BUFFERED, STREAMED and NONE body modes; mode_override; header mutations with
-// mutation_rules; content-length rules; CONTINUE_AND_REPLACE; ImmediateResponse; buffer
-// limits; message_timeout and override_message_timeout; stream_idle_timeout;
-// failure_mode_allow; status_on_error;
-// spurious messages; the stream-close rules; per-route ExtProcPerRoute (disabled, processing
-// mode, grpc_initial_metadata, failure_mode_allow); route prefix/path matches, prefix_rewrite,
+// Modelled: BUFFERED, STREAMED and NONE body modes; FULL_DUPLEX_STREAMED for the response
+// (shared/reference/envoy-full-duplex.md), reached by a mode_override (on either headers
+// answer), a per-route processing mode or the filter's own: body chunks go to the server as
+// they arrive, also while the headers answer is pending, without message_timeout; each
+// streamed_response is injected at once, the first releasing the held response headers; a
+// normal body answer is spurious; fail-open ends once body bytes went to the server;
+// mode_override; header mutations with mutation_rules; content-length rules (decided when the
+// headers message is sent, so under the mode before a switch); CONTINUE_AND_REPLACE;
+// ImmediateResponse; buffer limits; message_timeout and override_message_timeout;
+// stream_idle_timeout; failure_mode_allow; status_on_error; spurious messages; the
+// stream-close rules; per-route ExtProcPerRoute (disabled, processing mode,
+// grpc_initial_metadata, failure_mode_allow); route prefix/path matches, prefix_rewrite,
 // host_rewrite_literal and timeouts; local replies through the response path (§1.6). Not
-// modelled (configs using them are refused): FULL_DUPLEX_STREAMED and BUFFERED_PARTIAL,
-// send_body_without_waiting_for_header_response, observability mode, attributes, forward
-// rules, http_service. Trailers are never sent: HTTP/1.1 test traffic has none.
+// modelled (configs and mode_overrides using them are refused): FULL_DUPLEX_STREAMED for the
+// request, BUFFERED_PARTIAL, the standalone mode_override (1.40 API),
+// StreamedImmediateResponse, send_body_without_waiting_for_header_response, observability
+// mode, attributes, forward rules, http_service. Trailers are never sent: HTTP/1.1 test
+// traffic has none.
+//
+// [Record.Downstream] lists every write to the client with its time and the ext_proc
+// messages before it, so a test can check that a streamed response reached the client
+// progressively.
 //
 // [StartReal] runs the same scenarios against a real Envoy when one is on PATH; [Fronts] and
 // [EachFront] run a test function against both.
@@ -162,6 +174,9 @@ func (o Options) resolve(t testing.TB) (FilterConfig, error) {
 		cfg.StreamIdleTimeout = o.StreamIdleTimeout
 	}
 	if err := f.ValidateAll(); err != nil {
+		return FilterConfig{}, fmt.Errorf("invalid ext_proc config: %w", err)
+	}
+	if err := checkTrailerModes(f.GetProcessingMode()); err != nil {
 		return FilterConfig{}, fmt.Errorf("invalid ext_proc config: %w", err)
 	}
 	if err := notModelled(f, cfg.Routes); err != nil {
