@@ -333,6 +333,14 @@ func (f *filter) afterData(d *procState, data []byte, eos bool, st dataStatus) {
 		d.fm.appendBuf(data)
 	case dataStopNoBuffer:
 		d.fm.stopped = true
+		if eos && !d.fm.hasBuf {
+			// commonHandleAfterDataCallback: the end of stream must survive the stop, so the
+			// filter manager makes an empty buffer; a later continue passes the headers
+			// without end of stream and then the end as an empty chunk, which an HTTP/1
+			// client sees as a chunked (empty) body, not content-length 0 (verified against
+			// Envoy 1.40).
+			d.fm.hasBuf = true
+		}
 	}
 }
 
