@@ -362,12 +362,13 @@ func fdReset(proc ...string) twinOutcome {
 
 // TestTwinFullDuplex: the switch, the chunks at the server's pace (the headers go out with
 // the first), the upstream body arriving after the switch (each chunk goes to the server as
-// it comes, its end as an empty chunk of its own; the server ends only after Envoy did), and
+// it comes, its end as an empty chunk of its own; the server ends only after Envoy did; a
+// server that ends first ends the response, and the rest never reaches it), and
 // content-length: decided under the mode before the switch, so an upstream content-length
 // stays unless the server removes it (and one the server sets is dropped).
 func TestTwinFullDuplex(t *testing.T) {
 	const hold = 300 * time.Millisecond
-	evPaced, evLate := newFDEvents(), newFDEvents()
+	evPaced, evLate, evEarly := newFDEvents(), newFDEvents(), newFDEvents()
 	keepCL := &extprocsvc.HeaderMutation{SetHeaders: setHeaders(setRaw("content-type", "text/event-stream")).SetHeaders}
 	setCL := &extprocsvc.HeaderMutation{SetHeaders: setHeaders(setRaw("content-type", "text/event-stream"), setRaw("content-length", "5")).SetHeaders}
 	twoParts := sends(streamed("first, ", false), streamed("second", true))
@@ -386,6 +387,18 @@ func TestTwinFullDuplex(t *testing.T) {
 			script:   fdServer{mut: sseHeaders(), switched: fireAfterGrace(evLate, "switched"), body: echo}.script(),
 			want: fdStreamed("data: upstream \n\ndata: body\n\ndata: end\n\n",
 				gotReqHeaders, gotReqBody, gotRespHeaders, `response_body "upstream "`, `response_body "body"`, `response_body "" eos`),
+		},
+		{
+			// envoy-full-duplex.md §13 left it open: the response ends with the server's end;
+			// the HTTP stream is done, so the rest of the upstream body never reaches the
+			// server.
+			name: "end before Envoy's", send: fdClient(evEarly, 0),
+			upstream: pacedUpstream(evEarly, []string{"upstream ", "body"}, []string{"switched", "read 0"}),
+			script: fdServer{mut: sseHeaders(), switched: fireAfterGrace(evEarly, "switched"), body: func(s *procStream, _ *extprocsvc.ProcessingRequest) (bool, error) {
+				s.send(streamed(event(0), true))
+				return false, untilEnd(s)
+			}}.script(),
+			want: fdStreamed(event(0), gotReqHeaders, gotReqBody, gotRespHeaders, `response_body "upstream "`),
 		},
 		{name: "content-length left in", script: afterBody(hold, keepCL, twoParts), want: withCL},
 		{name: "content-length set by the switch is dropped", script: afterBody(hold, setCL, twoParts), want: withCL},
