@@ -451,9 +451,9 @@ func (f *filter) handleHeadersResponse(d *procState, common *extprocsvc.CommonRe
 		case d.noBody:
 			// No body ever: continue.
 		case d.complete && d.bodyMode != extprocv3.ProcessingMode_NONE && d.cb == cbStreamedBody:
-			// FULL_DUPLEX_STREAMED with body chunks sent or held: what is held goes as one
-			// chunk, the last; the headers stay held until the server's first answer
-			// (envoy-full-duplex.md §3).
+			// FULL_DUPLEX_STREAMED with the whole body in: what is held goes as one chunk,
+			// the last; the headers stay held until the server's first streamed_response
+			// is injected (envoy-full-duplex.md §3).
 			f.sendHeldDataFullDuplex(d, true)
 			return nil
 		case d.complete && d.bodyMode != extprocv3.ProcessingMode_NONE:
@@ -472,9 +472,12 @@ func (f *filter) handleHeadersResponse(d *procState, common *extprocsvc.CommonRe
 			f.continueIfNecessary(d)
 			return nil
 		case d.fullDuplex():
-			// envoy-full-duplex.md §3: the held bytes go as one chunk; the headers stay held
-			// until the server's first streamed_response is injected.
+			// As STREAMED: the held bytes go as one chunk, the headers go on now. The
+			// reference (envoy-full-duplex.md §3, §12) reads the 1.39 source as holding them
+			// until the first injection here too; Envoy 1.40 releases them with this answer
+			// when the body has not arrived whole (verified against Envoy 1.40).
 			f.sendHeldDataFullDuplex(d, false)
+			f.continueIfNecessary(d)
 			return nil
 		}
 	}

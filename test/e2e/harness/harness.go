@@ -13,9 +13,10 @@
 // Modelled: BUFFERED, STREAMED and NONE body modes; FULL_DUPLEX_STREAMED for the response
 // (shared/reference/envoy-full-duplex.md), reached by a mode_override (on either headers
 // answer), a per-route processing mode or the filter's own: body chunks go to the server as
-// they arrive, also while the headers answer is pending, without message_timeout; each
-// streamed_response is injected at once, the first releasing the held response headers; a
-// normal body answer is spurious; fail-open ends once body bytes went to the server;
+// they arrive, also while the headers answer is pending, without message_timeout; the
+// response headers go on with the headers answer, or, if the whole body was in by then, with
+// the first streamed_response; each streamed_response is injected at once; a normal body
+// answer is spurious; fail-open ends once body bytes went to the server;
 // mode_override; header mutations with mutation_rules; content-length rules (decided when the
 // headers message is sent, so under the mode before a switch); CONTINUE_AND_REPLACE;
 // ImmediateResponse; buffer limits; message_timeout and override_message_timeout;

@@ -450,11 +450,12 @@ func TestFullDuplexBodies(t *testing.T) {
 
 // TestFullDuplexDeliveries: after a switch to FULL_DUPLEX_STREAMED the record shows the
 // response reaching the client progressively: the headers go out with the first chunk, when
-// the server's first streamed_response is handled (not with the headers answer), and each
-// chunk as its answer is handled, before the next arrives.
+// the server's first streamed_response is handled (the server switched once the whole body
+// was in, so not with the headers answer), and each chunk as its answer is handled, before
+// the next arrives.
 func TestFullDuplexDeliveries(t *testing.T) {
 	ev := newFDEvents()
-	proc := newFakeProc(t, afterBody(0, sseHeaders(), paced(ev, 3)))
+	proc := newFakeProc(t, afterBody(300*time.Millisecond, sseHeaders(), paced(ev, 3)))
 	up := newUpstream(t, nil)
 	e := start(t, proc, up, Options{})
 	got := fdClient(ev, 0)(t, e)

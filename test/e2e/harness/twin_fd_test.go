@@ -295,6 +295,22 @@ func echo(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
 	return true, nil
 }
 
+// echoAtEnd is echo that answers nothing before Envoy's end of stream, then every chunk.
+func echoAtEnd() func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+	var held []*extprocsvc.ProcessingRequest
+	return func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		held = append(held, req)
+		if !req.GetResponseBody().GetEndOfStream() {
+			return true, nil
+		}
+		for _, r := range held {
+			_, _ = echo(s, r)
+		}
+		held = nil
+		return true, nil
+	}
+}
+
 // fireAfterGrace fires name 200ms after the switch: a grace period for the front to handle
 // the switch before a paced upstream sends its body.
 func fireAfterGrace(ev *fdEvents, name string) func(s *procStream) {
@@ -659,6 +675,73 @@ func TestTwinFullDuplexConfigured(t *testing.T) {
 		{
 			name: "filter-level, a mode_override is ignored", options: static, script: server(buffered),
 			want: withProc(streamedUp, proc("FULL_DUPLEX_STREAMED")),
+		},
+	})
+}
+
+// TestTwinHeadersBeforeBody: when no body byte arrived before the headers answer, whether the
+// client gets the response headers before any body: the upstream waits up to 500ms for the
+// client to have them before it sends its body, and says in the body whether it did. The
+// server passes STREAMED chunks on and echoes FULL_DUPLEX_STREAMED ones.
+func TestTwinHeadersBeforeBody(t *testing.T) {
+	ev := newFDEvents()
+	up := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		_ = rc.Flush()
+		if ev.wait(r.Context(), "headers", 500*time.Millisecond) {
+			_, _ = io.WriteString(w, "client had the headers")
+			return
+		}
+		_, _ = io.WriteString(w, "headers held")
+	}
+	streamed := onKind("response_headers", func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		resp := cont(req)
+		resp.ModeOverride = &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_STREAMED}
+		s.send(resp)
+		return true, nil
+	})
+	fd := fdServer{body: echo}.script()
+	// partUp sends part of its body at once, the rest as up does.
+	partUp := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		_, _ = io.WriteString(w, "part, ")
+		_ = rc.Flush()
+		if ev.wait(r.Context(), "headers", 500*time.Millisecond) {
+			_, _ = io.WriteString(w, "client had the headers")
+			return
+		}
+		_, _ = io.WriteString(w, "headers held")
+	}
+	runTwins(t, []twinCase{
+		{
+			name: "STREAMED", script: streamed, upstream: up, send: fdClient(ev, 0),
+			want: twinOutcome{
+				status: 200, body: "client had the headers", header: map[string]string{"content-type": "text/event-stream"},
+				upstream: upstreamGot(),
+				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 200", `response_body "client had the headers"`, `response_body "" eos`},
+			},
+		},
+		{
+			name: "FULL_DUPLEX_STREAMED", script: fd, upstream: up, send: fdClient(ev, 0),
+			want: twinOutcome{
+				status: 200, body: "data: client had the headers\n\ndata: end\n\n", header: map[string]string{"content-type": "text/event-stream"},
+				upstream: upstreamGot(),
+				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 200", `response_body "client had the headers"`, `response_body "" eos`},
+			},
+		},
+		{
+			// The server switches 300ms after the first part arrived (Envoy held it), and
+			// answers only after the end.
+			name: "FULL_DUPLEX_STREAMED, part of the body held", script: fdServer{hold: 300 * time.Millisecond, body: echoAtEnd()}.script(),
+			upstream: partUp, send: fdClient(ev, 0),
+			want: twinOutcome{
+				status: 200, body: "data: part, \n\ndata: client had the headers\n\ndata: end\n\n", header: map[string]string{"content-type": "text/event-stream"},
+				upstream: upstreamGot(),
+				proc: []string{gotReqHeaders, gotReqBody, "response_headers 200", `response_body "part, "`,
+					`response_body "client had the headers"`, `response_body "" eos`},
+			},
 		},
 	})
 }
