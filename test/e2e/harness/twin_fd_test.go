@@ -745,3 +745,22 @@ func TestTwinHeadersBeforeBody(t *testing.T) {
 		},
 	})
 }
+
+// TestTwinStandaloneModeOverride: a ProcessingResponse with only mode_override, before the
+// request_headers answer (the 1.40 API, envoy-full-duplex.md §6). Envoy 1.40 accepts one that
+// switches a STREAMED request body to FULL_DUPLEX_STREAMED (request trailers SEND): the
+// harness refuses that as request-path FULL_DUPLEX_STREAMED. Any other is spurious, on both
+// fronts, as here (the request body kept BUFFERED, the response skipped).
+func TestTwinStandaloneModeOverride(t *testing.T) {
+	script := onKind("request_headers", func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		s.send(&extprocsvc.ProcessingResponse{ModeOverride: &extprocv3.ProcessingMode{
+			RequestBodyMode: extprocv3.ProcessingMode_BUFFERED, ResponseHeaderMode: extprocv3.ProcessingMode_SKIP,
+		}})
+		s.send(cont(req))
+		return true, nil
+	})
+	runTwins(t, []twinCase{{
+		name: "other than the request body to FULL_DUPLEX_STREAMED", script: script,
+		want: twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, proc: []string{gotReqHeaders}},
+	}})
+}
