@@ -582,8 +582,8 @@ func (f *filter) handleStreamedBodyResponse(d *procState, common *extprocsvc.Com
 
 // handleDuplexStreamedBodyResponse is ProcessorState::handleDuplexStreamedBodyResponse
 // (envoy-full-duplex.md §3): the chunk is injected at once, whatever Envoy sent so far (the
-// first one releases the held headers); end_of_stream ends the direction, otherwise the
-// direction waits for more. Header mutations are ignored.
+// first one releases the response headers if they are still held); end_of_stream ends the
+// direction, otherwise the direction waits for more. Header mutations are ignored.
 func (f *filter) handleDuplexStreamedBodyResponse(d *procState, sr *extprocsvc.StreamedBodyResponse) bool {
 	f.inject(d, sr.GetBody(), sr.GetEndOfStream())
 	if sr.GetEndOfStream() {
