@@ -299,13 +299,32 @@ func notModelled(f *extprocv3.ExternalProcessor, routes []Route) error {
 	return fmt.Errorf("not modelled by the harness: %s", strings.Join(why, "; "))
 }
 
+// bodyModesModelled returns why the harness cannot play m's body modes, or nil:
+// FULL_DUPLEX_STREAMED is modelled for the response only, BUFFERED_PARTIAL not at all.
 func bodyModesModelled(m *extprocv3.ProcessingMode) error {
-	for _, bm := range []extprocv3.ProcessingMode_BodySendMode{m.GetRequestBodyMode(), m.GetResponseBodyMode()} {
-		switch bm {
-		case extprocv3.ProcessingMode_NONE, extprocv3.ProcessingMode_BUFFERED, extprocv3.ProcessingMode_STREAMED:
-		default:
-			return fmt.Errorf("body mode %s", bm)
-		}
+	switch bm := m.GetRequestBodyMode(); bm {
+	case extprocv3.ProcessingMode_NONE, extprocv3.ProcessingMode_BUFFERED, extprocv3.ProcessingMode_STREAMED:
+	default:
+		return fmt.Errorf("request body mode %s", bm)
+	}
+	switch bm := m.GetResponseBodyMode(); bm {
+	case extprocv3.ProcessingMode_NONE, extprocv3.ProcessingMode_BUFFERED, extprocv3.ProcessingMode_STREAMED,
+		extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+	default:
+		return fmt.Errorf("response body mode %s", bm)
+	}
+	return nil
+}
+
+// checkTrailerModes is Envoy's config check (envoy-full-duplex.md §5): a filter-level
+// FULL_DUPLEX_STREAMED body mode needs the direction's trailer mode SEND. Per-route modes and
+// mode_override are not checked.
+func checkTrailerModes(m *extprocv3.ProcessingMode) error {
+	if m.GetRequestBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED && m.GetRequestTrailerMode() != extprocv3.ProcessingMode_SEND {
+		return errors.New("if the ext_proc filter has the request_body_mode set to FULL_DUPLEX_STREAMED, then the request_trailer_mode has to be set to SEND")
+	}
+	if m.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED && m.GetResponseTrailerMode() != extprocv3.ProcessingMode_SEND {
+		return errors.New("if the ext_proc filter has the response_body_mode set to FULL_DUPLEX_STREAMED, then the response_trailer_mode has to be set to SEND")
 	}
 	return nil
 }

@@ -122,7 +122,18 @@ func TestResolveOptions(t *testing.T) {
 		{name: "FULL_DUPLEX_STREAMED", give: func(c *FilterConfig) {
 			c.Filter.ProcessingMode.RequestBodyMode = extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
 			c.Filter.ProcessingMode.RequestTrailerMode = extprocv3.ProcessingMode_SEND
-		}, wantErr: "body mode FULL_DUPLEX_STREAMED"},
+		}, wantErr: "request body mode FULL_DUPLEX_STREAMED"},
+		{name: "FULL_DUPLEX_STREAMED response without trailer mode SEND", give: func(c *FilterConfig) {
+			c.Filter.ProcessingMode.ResponseBodyMode = extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
+		}, wantErr: "the response_trailer_mode has to be set to SEND"},
+		{name: "FULL_DUPLEX_STREAMED request in allowed_override_modes", give: func(c *FilterConfig) {
+			c.Filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED}}
+		}, wantErr: "allowed_override_modes: request body mode FULL_DUPLEX_STREAMED"},
+		{name: "per-route FULL_DUPLEX_STREAMED request", give: func(c *FilterConfig) {
+			c.Routes[2].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+				ProcessingMode: &extprocv3.ProcessingMode{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED},
+			}}}
+		}, wantErr: "route /v1/: request body mode FULL_DUPLEX_STREAMED"},
 		{name: "BUFFERED_PARTIAL", give: func(c *FilterConfig) {
 			c.Filter.ProcessingMode.ResponseBodyMode = extprocv3.ProcessingMode_BUFFERED_PARTIAL
 		}, wantErr: "body mode BUFFERED_PARTIAL"},

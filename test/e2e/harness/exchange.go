@@ -34,6 +34,8 @@ type filter struct {
 
 	rec   Record
 	stats Stats
+	// began is when the request reached the front.
+	began time.Time
 
 	route        Route
 	routeOK      bool
@@ -102,9 +104,10 @@ func newFilter(e *Envoy, w http.ResponseWriter, r *http.Request) *filter {
 	f := &filter{
 		e: e, w: w, r: r, rc: http.NewResponseController(w),
 		ctx: ctx, cancel: cancel,
-		dec: &procState{dir: decoding},
-		enc: &procState{dir: encoding},
-		rec: Record{Method: r.Method, Path: r.RequestURI},
+		dec:   &procState{dir: decoding},
+		enc:   &procState{dir: encoding},
+		rec:   Record{Method: r.Method, Path: r.RequestURI},
+		began: time.Now(),
 	}
 	f.route, f.routeOK = e.cfg.matchRoute(r.RequestURI)
 	if f.routeOK {
@@ -330,6 +333,14 @@ func (f *filter) afterData(d *procState, data []byte, eos bool, st dataStatus) {
 		d.fm.appendBuf(data)
 	case dataStopNoBuffer:
 		d.fm.stopped = true
+		if eos && !d.fm.hasBuf {
+			// commonHandleAfterDataCallback: the end of stream must survive the stop, so the
+			// filter manager makes an empty buffer; a later continue passes the headers
+			// without end of stream and then the end as an empty chunk, which an HTTP/1
+			// client sees as a chunked (empty) body, not content-length 0 (verified against
+			// Envoy 1.40).
+			d.fm.hasBuf = true
+		}
 	}
 }
 
@@ -379,12 +390,16 @@ func (f *filter) continueProcessing(d *procState) {
 	}
 }
 
-// inject is inject{De,En}codedDataToFilterChain: data goes straight to the next stage.
+// inject is inject{De,En}codedDataToFilterChain: data goes straight to the next stage, after
+// the held headers if they have not gone on yet (headers_continued_, envoy-full-duplex.md §3:
+// the first injection releases them, without end of stream). Like any FilterManager data
+// stage it restarts stream_idle_timeout, even for an empty chunk.
 func (f *filter) inject(d *procState, data []byte, eos bool) {
 	if !d.fm.headersPassed {
-		d.fm.appendBuf(data)
-		return
+		d.fm.headersPassed = true
+		f.passHeaders(d, d.fm.headers, false)
 	}
+	f.resetIdleTimer()
 	f.passData(d, data, eos)
 }
 
@@ -680,12 +695,28 @@ func (f *filter) onUpstreamData(ev bodyEvent) {
 		return
 	}
 	f.resetIdleTimer()
+	if ev.eos && len(ev.data) > 0 {
+		// Envoy's HTTP/1 codec hands the filters the body as it reads it, then the end of
+		// the message as an empty chunk of its own (ClientConnectionImpl::
+		// onMessageCompleteBase), which STREAMED sends as a body message of its own
+		// (verified against Envoy 1.40).
+		f.upstreamChunk(ev.data, false)
+		if f.reset || f.clientDone || f.upAborted {
+			return
+		}
+		ev.data = nil
+	}
 	if ev.eos {
 		f.upstreamComplete()
 	}
+	f.upstreamChunk(ev.data, ev.eos)
+}
+
+// upstreamChunk is the router passing a chunk of the upstream response to the filter.
+func (f *filter) upstreamChunk(data []byte, eos bool) {
 	d := f.enc
-	st, data := f.onData(d, ev.data, ev.eos)
-	f.afterData(d, data, ev.eos, st)
+	st, out := f.onData(d, data, eos)
+	f.afterData(d, out, eos, st)
 }
 
 // --- Client -----------------------------------------------------------------------------
@@ -725,6 +756,7 @@ func (f *filter) clientHeaders(h *headerMap, eos bool) {
 		f.reset = true
 		return
 	}
+	f.delivered(Delivery{Headers: true, End: eos})
 	if eos {
 		f.clientDone = true
 	}
@@ -746,9 +778,20 @@ func (f *filter) clientData(data []byte, eos bool) {
 		f.reset = true
 		return
 	}
+	f.delivered(Delivery{Body: append([]byte(nil), data...), End: eos})
 	if eos {
 		f.clientDone = true
 	}
+}
+
+// delivered records a write to the client.
+func (f *filter) delivered(d Delivery) {
+	if f.e.noRecords {
+		return
+	}
+	d.At = time.Since(f.began)
+	d.AfterMessages = len(f.rec.Messages)
+	f.rec.Downstream = append(f.rec.Downstream, d)
 }
 
 // destroy is Filter::onDestroy plus the end of the HTTP stream: the side stream is closed

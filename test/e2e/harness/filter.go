@@ -212,6 +212,7 @@ func (f *filter) encodeHeaders(h *headerMap, eos bool) {
 
 // onData is Filter::onData: what to do with a body chunk of direction d.
 func (f *filter) onData(d *procState, data []byte, eos bool) (dataStatus, []byte) {
+	d.bodyReceived = true
 	if eos {
 		d.complete = true
 	}
@@ -222,7 +223,7 @@ func (f *filter) onData(d *procState, data []byte, eos bool) (dataStatus, []byte
 	if f.complete {
 		return dataContinue, data
 	}
-	if d.cb == cbHeaders {
+	if d.cb == cbHeaders && !d.fullDuplex() {
 		// §1.1/§1.2: chunks arriving while the header response is pending are held. BUFFERED
 		// holds them in the buffer (413/500 over the limit); others raise a watermark only.
 		d.paused = true
@@ -267,6 +268,23 @@ func (f *filter) onData(d *procState, data []byte, eos bool) (dataStatus, []byte
 			return dataStopNoBuffer, nil
 		}
 		return dataContinue, nil
+	case extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		switch f.openStream() {
+		case openError:
+			return dataStopNoBuffer, nil
+		case openIgnore:
+			return dataContinue, data
+		}
+		// envoy-full-duplex.md §2: every chunk goes to the server at once, even while the
+		// headers answer is pending (the direction then stays in that state), and is drained:
+		// nothing is queued or passed on; only the server's streamed_response answers are.
+		cb := cbStreamedBody
+		if d.cb == cbHeaders {
+			cb = cbHeaders
+		}
+		f.sendBodyChunk(d, cb, f.bodyRequest(d, data, eos))
+		d.paused = true
+		return dataStopNoBuffer, nil
 	case extprocv3.ProcessingMode_NONE:
 		// §1.4: the body passes untouched.
 		return dataContinue, data
@@ -304,17 +322,17 @@ func (f *filter) onReceiveMessage(resp *extprocsvc.ProcessingResponse) {
 	}
 
 	var err error
-	lastBody := false
+	eosSeen := false
 	switch r := resp.GetResponse().(type) {
 	case *extprocsvc.ProcessingResponse_RequestHeaders:
 		err = f.handleHeadersResponse(f.dec, r.RequestHeaders.GetResponse())
 	case *extprocsvc.ProcessingResponse_ResponseHeaders:
 		err = f.handleHeadersResponse(f.enc, r.ResponseHeaders.GetResponse())
 	case *extprocsvc.ProcessingResponse_RequestBody:
-		lastBody = isLastBodyResponse(f.dec)
+		eosSeen = eosSeenInBody(f.dec, r.RequestBody)
 		err = f.handleBodyResponse(f.dec, r.RequestBody.GetResponse())
 	case *extprocsvc.ProcessingResponse_ResponseBody:
-		lastBody = isLastBodyResponse(f.enc)
+		eosSeen = eosSeenInBody(f.enc, r.ResponseBody)
 		err = f.handleBodyResponse(f.enc, r.ResponseBody.GetResponse())
 	case *extprocsvc.ProcessingResponse_RequestTrailers, *extprocsvc.ProcessingResponse_ResponseTrailers:
 		// The harness never sends trailers (its HTTP/1.1 traffic has none), so no trailers
@@ -343,7 +361,7 @@ func (f *filter) onReceiveMessage(resp *extprocsvc.ProcessingResponse) {
 	case errors.As(err, &pe) && pe.spurious:
 		// §5.1 (1.35+): fail closed unless failure_mode_allow.
 		f.stats.SpuriousMsgsReceived++
-		if f.failureModeAllow {
+		if f.failOpen() {
 			f.stats.FailureModeAllowed++
 			f.closeStream()
 			f.clearAsyncState()
@@ -357,35 +375,48 @@ func (f *filter) onReceiveMessage(resp *extprocsvc.ProcessingResponse) {
 		f.stats.StreamMsgsReceived++
 		f.handleErrorResponse(err.Error())
 	}
-	f.closeIfLastResponse(resp, lastBody)
+	f.closeIfLastResponse(resp, eosSeen)
 }
 
 // closeIfLastResponse is closeGrpcStreamIfLastRespReceived: the 1.37 close optimization
-// (§0), which never applies after BUFFERED body responses.
-func (f *filter) closeIfLastResponse(resp *extprocsvc.ProcessingResponse, lastBody bool) {
+// (§0): the stream closes after the last answer of one direction if the other needs nothing
+// more. A direction whose body was BUFFERED never counts as done (eosSeenInBody), so after a
+// BUFFERED request the stream stays open until the HTTP stream ends.
+func (f *filter) closeIfLastResponse(resp *extprocsvc.ProcessingResponse, eosSeen bool) {
 	if f.stream == nil {
 		return
 	}
 	last := false
 	switch resp.GetResponse().(type) {
 	case *extprocsvc.ProcessingResponse_RequestHeaders:
-		last = (f.dec.noBody || (f.dec.bodyMode == extprocv3.ProcessingMode_NONE && !f.dec.sendTrailers)) && f.enc.noExternalProcess()
+		f.dec.lastResponse = f.dec.isLastResponseAfterHeaders()
+		last = f.dec.lastResponse && f.enc.noMoreExternalProcess()
 	case *extprocsvc.ProcessingResponse_RequestBody:
-		last = lastBody && f.enc.noExternalProcess()
+		f.dec.lastResponse = f.dec.isLastResponseAfterBody(eosSeen)
+		last = f.dec.lastResponse && f.enc.noMoreExternalProcess()
 	case *extprocsvc.ProcessingResponse_ResponseHeaders:
-		last = f.enc.noBody || (f.enc.bodyMode == extprocv3.ProcessingMode_NONE && !f.enc.sendTrailers)
+		f.enc.lastResponse = f.enc.isLastResponseAfterHeaders()
+		last = f.enc.lastResponse && f.dec.noMoreExternalProcess()
 	case *extprocsvc.ProcessingResponse_ResponseBody:
-		last = lastBody
+		f.enc.lastResponse = f.enc.isLastResponseAfterBody(eosSeen)
+		last = f.enc.lastResponse && f.dec.noMoreExternalProcess()
 	}
 	if last {
 		f.closeStreamMaybeGraceful()
 	}
 }
 
-// isLastBodyResponse reports whether the response answers the last STREAMED chunk.
-func isLastBodyResponse(d *procState) bool {
-	if d.bodyMode == extprocv3.ProcessingMode_STREAMED && len(d.queue) > 0 {
-		return d.queue[0].eos
+// eosSeenInBody reports whether a body answer is the direction's last: the answer to the
+// last STREAMED chunk, or a streamed_response with end_of_stream in FULL_DUPLEX_STREAMED;
+// never a BUFFERED one.
+func eosSeenInBody(d *procState, br *extprocsvc.BodyResponse) bool {
+	switch d.bodyMode {
+	case extprocv3.ProcessingMode_STREAMED:
+		if len(d.queue) > 0 {
+			return d.queue[0].eos
+		}
+	case extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		return br.GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream()
 	}
 	return false
 }
@@ -402,7 +433,7 @@ func (f *filter) handleHeadersResponse(d *procState, common *extprocsvc.CommonRe
 		}
 	}
 	f.clearRouteCache(d, common)
-	d.finishCall(cbIdle)
+	d.finishCall(d.callbackAfterHeaders(common))
 
 	if replace {
 		// §4.2: replace the body, drop what follows, no more messages in this direction.
@@ -419,6 +450,12 @@ func (f *filter) handleHeadersResponse(d *procState, common *extprocsvc.CommonRe
 		switch {
 		case d.noBody:
 			// No body ever: continue.
+		case d.complete && d.bodyMode != extprocv3.ProcessingMode_NONE && d.cb == cbStreamedBody:
+			// FULL_DUPLEX_STREAMED with the whole body in: what is held goes as one chunk,
+			// the last; the headers stay held until the server's first streamed_response
+			// is injected (envoy-full-duplex.md §3).
+			f.sendHeldDataFullDuplex(d, true)
+			return nil
 		case d.complete && d.bodyMode != extprocv3.ProcessingMode_NONE:
 			// The whole body arrived before this response: whatever the mode, send it as one
 			// buffered body message; the headers stay held for it (§1.2).
@@ -432,6 +469,14 @@ func (f *filter) handleHeadersResponse(d *procState, common *extprocsvc.CommonRe
 		case d.bodyMode == extprocv3.ProcessingMode_STREAMED:
 			// §1.2: the held bytes go as one chunk, the headers go on now.
 			f.sendHeldDataStreamed(d)
+			f.continueIfNecessary(d)
+			return nil
+		case d.fullDuplex():
+			// As STREAMED: the held bytes go as one chunk, the headers go on now. The
+			// reference (envoy-full-duplex.md §3, §12) reads the 1.39 source as holding them
+			// until the first injection here too; Envoy 1.40 releases them with this answer
+			// when the body has not arrived whole (verified against Envoy 1.40).
+			f.sendHeldDataFullDuplex(d, false)
 			f.continueIfNecessary(d)
 			return nil
 		}
@@ -451,6 +496,22 @@ func (f *filter) sendHeldDataStreamed(d *procState) {
 	req := f.bodyRequest(d, data, false)
 	d.queue = append(d.queue, chunk{data: data})
 	f.sendBodyChunk(d, cbStreamedBody, req)
+}
+
+// sendHeldDataFullDuplex is sendBufferedDataInStreamedMode for FULL_DUPLEX_STREAMED: the bytes
+// held while the headers answer was pending (under the mode before a mode_override) go to
+// the server as one chunk and are drained. Nothing is sent when none are held. The filter
+// manager's buffer stays, empty: so if the stream then ends without a chunk from the server
+// (an OK close, fail-open), the held headers go on without end of stream and the end follows
+// as an empty body chunk, which the client sees as a chunked empty body rather than
+// content-length 0 (verified against Envoy 1.40).
+func (f *filter) sendHeldDataFullDuplex(d *procState, eos bool) {
+	if len(d.fm.buf) == 0 {
+		return
+	}
+	data := d.fm.buf
+	d.fm.buf = nil
+	f.sendBodyChunk(d, cbStreamedBody, f.bodyRequest(d, data, eos))
 }
 
 // handleBodyResponse is ProcessorState::handleBodyResponse.
@@ -474,10 +535,18 @@ func (f *filter) handleBodyResponse(d *procState, common *extprocsvc.CommonRespo
 		d.finishCall(cbIdle)
 		cont = true
 	case cbStreamedBody:
-		if common.GetBodyMutation().GetStreamedResponse() != nil {
+		sr := common.GetBodyMutation().GetStreamedResponse()
+		switch {
+		case sr != nil && !d.fullDuplex():
 			return spurious("spurious message: streamed_response is received while body_mode_ is not FULL_DUPLEX_STREAMED")
+		case sr != nil:
+			cont = f.handleDuplexStreamedBodyResponse(d, sr)
+		case d.fullDuplex():
+			// A body, clear_body or no mutation at all (envoy-full-duplex.md §3).
+			return spurious("spurious message: Normal body mutation response is received while body_mode_ is FULL_DUPLEX_STREAMED")
+		default:
+			cont = f.handleStreamedBodyResponse(d, common)
 		}
-		cont = f.handleStreamedBodyResponse(d, common)
 	default:
 		return spurious("spurious message")
 	}
@@ -509,6 +578,20 @@ func (f *filter) handleStreamedBodyResponse(d *procState, common *extprocsvc.Com
 		d.finishCall(d.cb)
 	}
 	return c.eos
+}
+
+// handleDuplexStreamedBodyResponse is ProcessorState::handleDuplexStreamedBodyResponse
+// (envoy-full-duplex.md §3): the chunk is injected at once, whatever Envoy sent so far (the
+// first one releases the response headers if they are still held); end_of_stream ends the
+// direction, otherwise the direction waits for more. Header mutations are ignored.
+func (f *filter) handleDuplexStreamedBodyResponse(d *procState, sr *extprocsvc.StreamedBodyResponse) bool {
+	f.inject(d, sr.GetBody(), sr.GetEndOfStream())
+	if sr.GetEndOfStream() {
+		d.finishCall(cbIdle)
+	} else {
+		d.finishCall(cbStreamedBody)
+	}
+	return sr.GetEndOfStream()
 }
 
 // validateContentLength is ProcessorState::validateContentLength (§3.4). Note that a
@@ -593,7 +676,7 @@ func (f *filter) onMessageTimeout() {
 	f.stats.MessageTimeouts++
 	f.complete = true
 	f.closeStream()
-	if f.failureModeAllow {
+	if f.failOpen() {
 		f.stats.FailureModeAllowed++
 		f.clearAsyncState()
 		return
@@ -611,7 +694,7 @@ func (f *filter) onGrpcError(code codes.Code, msg string) {
 	if f.complete {
 		return
 	}
-	if f.failureModeAllow {
+	if f.failOpen() {
 		f.onGrpcClose()
 		f.stats.FailureModeAllowed++
 		return
@@ -623,6 +706,12 @@ func (f *filter) onGrpcError(code codes.Code, msg string) {
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(f.e.statusOnError)},
 		Details: fmt.Sprintf("ext_proc_error_gRPC_error_%d{%s}", code, msg),
 	})
+}
+
+// failOpen is Filter::failureModeAllow: the filter's (or route's) failure_mode_allow, unless a
+// FULL_DUPLEX_STREAMED direction already received body bytes.
+func (f *filter) failOpen() bool {
+	return f.failureModeAllow && f.dec.canFailOpen() && f.enc.canFailOpen()
 }
 
 // onGrpcClose is Filter::onGrpcClose: the server ended the stream with OK (or fail-open

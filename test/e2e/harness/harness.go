@@ -2,7 +2,7 @@
 // envoy.filters.http.ext_proc filter against a real ext_proc gRPC server and forwards to an
 // upstream, following shared/reference/envoy-ext-proc.md message for message; where Envoy's
 // behaviour matters, the code cites the reference section (§n) it follows. The twin tests
-// (twin_test.go) run every modelled rule through this package and a real Envoy 1.40
+// (twin*_test.go) run every modelled rule through this package and a real Envoy 1.40
 // ([StartReal]) and assert the same outcome on both; where they disagreed, this package was
 // changed to do what Envoy 1.40 does (the code says "verified against Envoy 1.40" there).
 //
@@ -10,16 +10,31 @@
 // ([ShippedConfig]), so the shipped config and the tests cannot drift; [Options] lets a test
 // override the few knobs it needs (a short message timeout, a small buffer limit, ...).
 //
-// Modelled: BUFFERED, STREAMED and NONE body modes; mode_override; header mutations with
-// mutation_rules; content-length rules; CONTINUE_AND_REPLACE; ImmediateResponse; buffer
-// limits; message_timeout and override_message_timeout; stream_idle_timeout;
-// failure_mode_allow; status_on_error;
-// spurious messages; the stream-close rules; per-route ExtProcPerRoute (disabled, processing
-// mode, grpc_initial_metadata, failure_mode_allow); route prefix/path matches, prefix_rewrite,
-// host_rewrite_literal and timeouts; local replies through the response path (§1.6). Not
-// modelled (configs using them are refused): FULL_DUPLEX_STREAMED and BUFFERED_PARTIAL,
-// send_body_without_waiting_for_header_response, observability mode, attributes, forward
-// rules, http_service. Trailers are never sent: HTTP/1.1 test traffic has none.
+// Modelled: BUFFERED, STREAMED and NONE body modes; FULL_DUPLEX_STREAMED for the response
+// (shared/reference/envoy-full-duplex.md), reached by a mode_override (on either headers
+// answer), a per-route processing mode or the filter's own: body chunks go to the server as
+// they arrive, also while the headers answer is pending, without message_timeout; the
+// response headers go on with the headers answer, or, if the whole body was in by then, with
+// the first streamed_response; each streamed_response is injected at once; a normal body
+// answer is spurious; fail-open ends once body bytes went to the server; mode_override;
+// header mutations with mutation_rules; content-length rules (decided when the headers
+// message is sent, so under the mode before a switch); CONTINUE_AND_REPLACE;
+// ImmediateResponse; buffer limits; message_timeout and override_message_timeout;
+// stream_idle_timeout; failure_mode_allow; status_on_error; spurious messages; the
+// stream-close rules; per-route ExtProcPerRoute (disabled, processing mode,
+// grpc_initial_metadata, failure_mode_allow); route prefix/path matches, prefix_rewrite,
+// host_rewrite_literal and timeouts; local replies through the response path (§1.6).
+//
+// Not modelled (configs and mode_overrides using them are refused): FULL_DUPLEX_STREAMED for
+// the request (so also the one standalone mode_override Envoy 1.40 accepts; any other is
+// spurious, as in Envoy), BUFFERED_PARTIAL, send_body_without_waiting_for_header_response,
+// observability mode, attributes, forward rules, http_service. A streamed_immediate_response
+// is taken as spurious, as before Envoy 1.37. Trailers are never sent: HTTP/1.1 test traffic
+// has none.
+//
+// [Record.Downstream] lists every write to the client with its time and the ext_proc
+// messages before it, so a test can check that a streamed response reached the client
+// progressively.
 //
 // [StartReal] runs the same scenarios against a real Envoy when one is on PATH; [Fronts] and
 // [EachFront] run a test function against both.
@@ -162,6 +177,9 @@ func (o Options) resolve(t testing.TB) (FilterConfig, error) {
 		cfg.StreamIdleTimeout = o.StreamIdleTimeout
 	}
 	if err := f.ValidateAll(); err != nil {
+		return FilterConfig{}, fmt.Errorf("invalid ext_proc config: %w", err)
+	}
+	if err := checkTrailerModes(f.GetProcessingMode()); err != nil {
 		return FilterConfig{}, fmt.Errorf("invalid ext_proc config: %w", err)
 	}
 	if err := notModelled(f, cfg.Routes); err != nil {

@@ -177,6 +177,11 @@ func testBufferedExchange(t *testing.T, bodyLate bool) {
 	assert.Equal(t, "envoy", rec.StreamEnd, "stream end")
 	assert.Equal(t, http.StatusOK, rec.Status, "recorded status")
 	assert.Nil(t, rec.LocalReply, "no local reply")
+	// BUFFERED: the headers and the whole body go out once the response_body answer is in.
+	if assert.Len(t, rec.Downstream, 2, "writes to the client") {
+		assert.Equal(t, Delivery{At: rec.Downstream[0].At, AfterMessages: 8, Headers: true}, rec.Downstream[0], "headers")
+		assert.Equal(t, Delivery{At: rec.Downstream[1].At, AfterMessages: 8, Body: []byte("upstream body"), End: true}, rec.Downstream[1], "body")
+	}
 	for i, m := range rec.Sent() {
 		assert.NotNil(t, m.GetMetadataContext(), "metadata_context on sent message %d", i)
 		assert.Equal(t, i == 0, m.GetProtocolConfig() != nil, "protocol_config only on message 0, message %d", i)

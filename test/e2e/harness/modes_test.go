@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -207,6 +208,18 @@ func TestNoneStreamsUnbuffered(t *testing.T) {
 
 	rec := onlyRecord(t, e)
 	assert.Equal(t, []string{"-> request_headers", "<- request_headers", "-> response_headers", "<- response_headers"}, rec.Exchange(), "only header messages")
+	// The client got the headers, then each event as the upstream wrote it.
+	if assert.GreaterOrEqual(t, len(rec.Downstream), 3, "writes to the client") {
+		assert.True(t, rec.Downstream[0].Headers, "headers first")
+		assert.Equal(t, "data: 1\n\n", string(rec.Downstream[1].Body), "the first event on its own")
+		var rest []byte
+		for _, d := range rec.Downstream[2:] {
+			rest = append(rest, d.Body...)
+		}
+		assert.Equal(t, "data: 2\n\n", string(rest), "then the second")
+		assert.True(t, rec.Downstream[len(rec.Downstream)-1].End, "the last write ends the response")
+		assert.Less(t, rec.Downstream[1].At, rec.Downstream[2].At, "the first event went out before the second")
+	}
 	ups := up.requests()
 	require.Len(t, ups, 1, "upstream requests")
 	assert.Equal(t, `{"stream":true}`, ups[0].Body, "request body untouched")
@@ -433,4 +446,65 @@ func TestFullDuplexBodies(t *testing.T) {
 	rest, err := io.ReadAll(br)
 	require.NoError(t, err, "read the rest")
 	assert.Equal(t, "got:AB", string(rest), "the upstream got the whole request body")
+}
+
+// TestFullDuplexDeliveries: after a switch to FULL_DUPLEX_STREAMED the record shows the
+// response reaching the client progressively: the headers go out with the first chunk, when
+// the server's first streamed_response is handled (the server switched once the whole body
+// was in, so not with the headers answer), and each chunk as its answer is handled, before
+// the next arrives.
+func TestFullDuplexDeliveries(t *testing.T) {
+	ev := newFDEvents()
+	proc := newFakeProc(t, afterBody(300*time.Millisecond, sseHeaders(), paced(ev, 3)))
+	up := newUpstream(t, nil)
+	e := start(t, proc, up, Options{})
+	got := fdClient(ev, 0)(t, e)
+	require.NoError(t, got.err, "read the stream")
+	assert.Equal(t, event(0)+event(1)+event(2), got.body, "client body")
+
+	rec := onlyRecord(t, e)
+	ex := rec.Exchange()
+	var answers []int // indexes of the streamed answers in Messages
+	for i, m := range rec.Messages {
+		if m.Received.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse() != nil {
+			answers = append(answers, i)
+		}
+	}
+	require.Len(t, answers, 3, "streamed answers in %v", ex)
+	want := []Delivery{
+		{AfterMessages: answers[0] + 1, Headers: true},
+		{AfterMessages: answers[0] + 1, Body: []byte(event(0))},
+		{AfterMessages: answers[1] + 1, Body: []byte(event(1))},
+		{AfterMessages: answers[2] + 1, Body: []byte(event(2)), End: true},
+	}
+	require.Len(t, rec.Downstream, len(want), "writes to the client")
+	for i, d := range rec.Downstream {
+		want[i].At = d.At
+		assert.Equal(t, want[i], d, "write %d", i)
+	}
+	assert.Equal(t, 0, rec.Stats.MessageTimeouts, "no message timeout")
+}
+
+// TestFullDuplexTimer: message_timeout is not armed for any message of a
+// FULL_DUPLEX_STREAMED direction, so override_message_timeout has nothing to extend and is
+// ignored; the headers message sent before the switch is timed.
+func TestFullDuplexTimer(t *testing.T) {
+	emit := func(s *procStream) error {
+		s.send(override(time.Second))
+		if !s.pause(400 * time.Millisecond) {
+			return nil
+		}
+		s.send(streamed(event(0), true))
+		return untilEnd(s)
+	}
+	proc := newFakeProc(t, afterBody(0, sseHeaders(), emit))
+	up := newUpstream(t, nil)
+	e := start(t, proc, up, Options{MessageTimeout: 100 * time.Millisecond, MaxMessageTimeout: 2 * time.Second})
+	got := do(t, e, http.MethodPost, "/v1/responses", `{"a":1}`)
+	require.NoError(t, got.err, "request")
+	assert.Equal(t, http.StatusOK, got.status, "status")
+	assert.Equal(t, event(0), got.body, "body")
+	st := e.Stats()
+	assert.Equal(t, 0, st.MessageTimeouts, "message timeouts")
+	assert.Equal(t, 1, st.OverrideMessageTimeoutIgnored, "override_message_timeout ignored")
 }

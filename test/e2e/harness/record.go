@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"time"
 
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/metadata"
@@ -30,6 +31,10 @@ type Record struct {
 	LocalReply *LocalReply
 	// UpstreamRequests counts the requests sent to the upstream (0 or 1).
 	UpstreamRequests int
+	// Downstream are the writes to the client, in order: the response headers, then body
+	// chunks as they went out (a STREAMED or FULL_DUPLEX_STREAMED response is written chunk by
+	// chunk, each flushed).
+	Downstream []Delivery
 	// Status is the status the client received; 0 when the downstream stream was reset.
 	Status int
 	// Reset reports whether the downstream stream was reset (the client saw the connection
@@ -37,6 +42,23 @@ type Record struct {
 	Reset bool
 	// Stats are the counters this request moved.
 	Stats Stats
+}
+
+// Delivery is one write to the client, flushed at once. Together with Messages it shows
+// whether a response reached the client progressively: a chunk whose AfterMessages is n was
+// written once the first n messages had been sent or handled, so before the server's next
+// answer arrived.
+type Delivery struct {
+	// At is when the write happened, counted from the request's arrival at the front.
+	At time.Duration
+	// AfterMessages is len(Record.Messages) at the time of the write.
+	AfterMessages int
+	// Headers reports whether this write is the response headers; else it is body bytes.
+	Headers bool
+	// Body is the body bytes written (none for the headers).
+	Body []byte
+	// End reports whether the write ended the response.
+	End bool
 }
 
 // LocalReply is a response Envoy generated itself (ImmediateResponse, errors, 413, 404, ...).
@@ -92,6 +114,11 @@ func (r Record) Details() string {
 func (r Record) clone() Record {
 	c := r
 	c.InitialMetadata = r.InitialMetadata.Copy()
+	c.Downstream = make([]Delivery, len(r.Downstream))
+	for i, d := range r.Downstream {
+		c.Downstream[i] = d
+		c.Downstream[i].Body = append([]byte(nil), d.Body...)
+	}
 	c.Messages = make([]Message, len(r.Messages))
 	for i, m := range r.Messages {
 		if m.Sent != nil {

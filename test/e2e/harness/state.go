@@ -4,6 +4,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
 // direction is a side of the filter: decoding (the request) or encoding (the response).
@@ -31,7 +32,8 @@ const (
 	cbStreamedBody
 )
 
-// chunk is one queued STREAMED body chunk awaiting its response (§1.2).
+// chunk is one queued STREAMED body chunk awaiting its response (§1.2). FULL_DUPLEX_STREAMED
+// queues nothing: the data goes to the server and is drained (envoy-full-duplex.md §2).
 type chunk struct {
 	data []byte
 	eos  bool
@@ -66,9 +68,15 @@ type procState struct {
 	headers *headerMap
 	noBody  bool
 	// complete reports whether the whole body has arrived (end of stream seen).
-	complete     bool
+	complete bool
+	// bodyReceived reports whether a body chunk (possibly empty) reached the filter
+	// (ProcessorState::bodyReceived).
+	bodyReceived bool
 	bodyReplaced bool
 	queue        []chunk
+	// lastResponse reports whether the server's last answer in this direction was its last
+	// (ProcessorState::last_response_for_direction_, set by the 1.37 close optimization).
+	lastResponse bool
 
 	// Filter manager state of the direction.
 	fm fmState
@@ -125,16 +133,67 @@ func (d *procState) noExternalProcess() bool {
 	return !d.sendHeaders && !d.sendTrailers && d.bodyMode == extprocv3.ProcessingMode_NONE
 }
 
-// startCall is ProcessorState::onStartProcessorCall: enter cb and (re)start the timer.
+// noMoreExternalProcess reports whether nothing more in this direction goes to the server.
+func (d *procState) noMoreExternalProcess() bool {
+	return d.noExternalProcess() || d.lastResponse
+}
+
+// isLastResponseAfterHeaders is ProcessorState::isLastResponseAfterHeaderResp for traffic
+// without trailers.
+func (d *procState) isLastResponseAfterHeaders() bool {
+	if d.cb != cbIdle {
+		return false
+	}
+	if d.noBody {
+		return true
+	}
+	return d.bodyMode == extprocv3.ProcessingMode_NONE && (!d.sendTrailers || d.complete)
+}
+
+// isLastResponseAfterBody is ProcessorState::isLastResponseAfterBodyResp for traffic without
+// trailers.
+func (d *procState) isLastResponseAfterBody(eosSeen bool) bool {
+	return d.cb == cbIdle && eosSeen
+}
+
+// fullDuplex reports whether the direction's body mode is FULL_DUPLEX_STREAMED.
+func (d *procState) fullDuplex() bool {
+	return d.bodyMode == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
+}
+
+// canFailOpen is ProcessorState::canFailOpen: once a FULL_DUPLEX_STREAMED direction received
+// body bytes, they are drained (sent to the server, not kept), so the request cannot go on
+// unmodified (envoy-full-duplex.md §5).
+func (d *procState) canFailOpen() bool {
+	return !d.fullDuplex() || !d.bodyReceived
+}
+
+// callbackAfterHeaders is ProcessorState::getCallbackStateAfterHeaderResp (without
+// send_body_without_waiting_for_header_response, which the harness refuses, and trailers,
+// which HTTP/1.1 traffic does not have): FULL_DUPLEX_STREAMED waits for body answers if body
+// chunks already went to the server.
+func (d *procState) callbackAfterHeaders(common *extprocsvc.CommonResponse) cbState {
+	if common.GetStatus() != extprocsvc.CommonResponse_CONTINUE_AND_REPLACE && d.fullDuplex() && d.bodyReceived {
+		return cbStreamedBody
+	}
+	return cbIdle
+}
+
+// startCall is ProcessorState::onStartProcessorCall: enter cb and (re)start the timer, which
+// FULL_DUPLEX_STREAMED never arms, for any message of the direction (envoy-full-duplex.md §2,
+// §8): a headers message sent before a mode_override to it is timed.
 func (d *procState) startCall(cb cbState, timeout time.Duration) {
 	d.cb = cb
+	d.newTimeoutReceived = false
+	if d.fullDuplex() {
+		return
+	}
 	if d.timer == nil {
 		d.timer = time.NewTimer(timeout)
 	} else {
 		d.timer.Reset(timeout)
 	}
 	d.timerOn = true
-	d.newTimeoutReceived = false
 }
 
 // finishCall is ProcessorState::onFinishProcessorCall: stop the timer, enter next.

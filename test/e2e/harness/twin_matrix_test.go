@@ -21,7 +21,9 @@ import (
 // sends one request per combination of processing mode, request shape, phase and server
 // answer through the harness and through a real Envoy and asserts that both observe the same:
 // what the client got, what the upstream got and what the ext_proc server received. So a
-// combination nobody wrote a case for still cannot drift.
+// combination nobody wrote a case for still cannot drift. A FULL_DUPLEX_STREAMED response
+// group echoes the body chunks as streamed_response and adds answers of that mode for the
+// body; its server answers the response headers only once the whole body has arrived.
 //
 // Left out because their outcome depends on timing on either front, not on the model: a
 // second, unsolicited answer (whether the upstream or the server saw a message before the
@@ -43,7 +45,10 @@ type matrixAnswer struct {
 	name string
 	// failure reports whether failure_mode_allow can change the outcome.
 	failure bool
-	do      func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error)
+	// timed reports whether the answer waits for a message timer (3s where none runs, as for
+	// any message of a FULL_DUPLEX_STREAMED direction).
+	timed bool
+	do    func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error)
 }
 
 func commonAnswer(c *extprocsvc.CommonResponse) func(*procStream, *extprocsvc.ProcessingRequest) (bool, error) {
@@ -138,7 +143,7 @@ func matrixAnswers() []matrixAnswer {
 		{name: "mode_override without the response body", do: modeAnswer(&extprocv3.ProcessingMode{
 			RequestBodyMode: extprocv3.ProcessingMode_BUFFERED, ResponseBodyMode: extprocv3.ProcessingMode_NONE,
 		})},
-		{name: "override_message_timeout 50ms, then silence", failure: true, do: func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		{name: "override_message_timeout 50ms, then silence", failure: true, timed: true, do: func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
 			s.send(override(50 * time.Millisecond))
 			// Accepted, the timer fires well within this bound; ignored, the server answers.
 			if s.pause(3 * time.Second) {
@@ -150,16 +155,48 @@ func matrixAnswers() []matrixAnswer {
 	}
 }
 
+// fdAnswers are answers to a FULL_DUPLEX_STREAMED response body chunk.
+func fdAnswers() []matrixAnswer {
+	return []matrixAnswer{
+		{name: "streamed_response of its own", do: sendAnswer(streamed("own", false))},
+		{name: "empty streamed_response", do: sendAnswer(streamed("", false))},
+		{name: "streamed_response ending the response early", do: sendAnswer(streamed("early", true))},
+	}
+}
+
 // matrixScript answers CONTINUE to every message but the first of phase, which a handles.
-func matrixScript(phase string, a matrixAnswer) script {
+// With fd, response body chunks are answered with a streamed_response of the same chunk, and
+// the response_headers message is answered only once the whole body has arrived: Envoy sends
+// it while the headers answer is pending, so an earlier answer that ends the stream would
+// race with it.
+func matrixScript(phase string, a matrixAnswer, fd bool) script {
 	return func(s *procStream) error {
 		handled := false
+		var early []*extprocsvc.ProcessingRequest
 		for {
-			req := s.recv()
-			if req == nil {
+			var req *extprocsvc.ProcessingRequest
+			if len(early) > 0 {
+				req, early = early[0], early[1:]
+			} else if req = s.recv(); req == nil {
 				return nil
 			}
+			if h := req.GetResponseHeaders(); fd && h != nil && !h.GetEndOfStream() {
+				for {
+					b := s.recv()
+					if b == nil {
+						break
+					}
+					early = append(early, b)
+					if b.GetResponseBody().GetEndOfStream() {
+						break
+					}
+				}
+			}
 			if handled || requestKind(req) != phase {
+				if b := req.GetResponseBody(); fd && b != nil {
+					s.send(streamed(string(b.GetBody()), b.GetEndOfStream()))
+					continue
+				}
 				s.send(cont(req))
 				continue
 			}
@@ -230,16 +267,25 @@ func TestTwinMatrix(t *testing.T) {
 		}
 	}
 	B, S, N := extprocv3.ProcessingMode_BUFFERED, extprocv3.ProcessingMode_STREAMED, extprocv3.ProcessingMode_NONE
+	FD := extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	fdResponse := mode(B, FD)
+	fdResponse.ResponseTrailerMode = extprocv3.ProcessingMode_SEND
 	allPhases := []string{"request_headers", "request_body", "response_headers", "response_body"}
 	groups := []struct {
 		name   string
 		mode   *extprocv3.ProcessingMode
 		shapes []string
 		phases []string
+		// fd: response body chunks are echoed as streamed_response, and fdAnswers join in.
+		fd bool
 	}{
 		{name: "BUFFERED both ways", mode: mode(B, B), shapes: []string{"POST", "GET", "empty POST"}, phases: allPhases},
 		{name: "STREAMED request", mode: mode(S, B), shapes: []string{"POST"}, phases: []string{"request_headers", "response_headers", "response_body"}},
 		{name: "no bodies", mode: mode(N, N), shapes: []string{"POST", "GET"}, phases: []string{"request_headers", "response_headers"}},
+		// The filter-level mode (a mode_override reaches the same states; the twin tables
+		// cover it): the body goes to the server while the headers answer is pending, so
+		// what the server receives does not depend on when it answers.
+		{name: "FULL_DUPLEX_STREAMED response", mode: fdResponse, shapes: []string{"POST", "GET"}, phases: allPhases, fd: true},
 	}
 	for _, g := range groups {
 		for _, fma := range []bool{false, true} {
@@ -247,15 +293,19 @@ func TestTwinMatrix(t *testing.T) {
 			fronts := []Front{Start(t, o), StartReal(t, o)}
 			for _, shape := range g.shapes {
 				for _, phase := range g.phases {
-					for _, a := range matrixAnswers() {
-						if fma && !a.failure {
+					answers := matrixAnswers()
+					if g.fd && phase == "response_body" {
+						answers = append(answers, fdAnswers()...)
+					}
+					for _, a := range answers {
+						if (fma && !a.failure) || (g.fd && a.timed && strings.HasPrefix(phase, "response_")) {
 							continue
 						}
 						name := fmt.Sprintf("%s, failure_mode_allow %v, %s, %s: %s", g.name, fma, shape, phase, a.name)
 						t.Run(name, func(t *testing.T) {
 							var got [2]matrixOutcome
 							for i, front := range fronts {
-								proc.reset(t, matrixScript(phase, a))
+								proc.reset(t, matrixScript(phase, a, g.fd))
 								up.reset(nil)
 								got[i].Client = matrixRequest(t, front, shape)
 								require.True(t, proc.waitIdle(10*time.Second), "%s on %s: the ext_proc scripts ended", name, front.Name())

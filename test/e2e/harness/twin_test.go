@@ -905,65 +905,22 @@ func TestTwinServerModes(t *testing.T) {
 // answer: the server gets each chunk as it comes and answers it; the client gets each chunk
 // once answered. The upstream sends its first event only after the server answered the
 // headers (and a grace period for the front to handle that answer), and ends the body only
-// after the server answered the first chunk, so the chunks are the same on both fronts.
+// after the server answered the first chunk, so the chunks are the same on both fronts. The
+// end of the upstream body is a chunk of its own, also when a content-length ends it.
 func TestTwinStreamedResponse(t *testing.T) {
 	headersAnswered := make(chan struct{}, 1)
 	chunkAnswered := make(chan struct{}, 1)
-	sse := func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		rc := http.NewResponseController(w)
-		_ = rc.Flush()
-		for _, ch := range []chan struct{}{headersAnswered, chunkAnswered} {
-			select {
-			case <-ch:
-			case <-r.Context().Done():
-				return
-			case <-time.After(5 * time.Second):
-				return
+	sseWith := func(cl bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if cl {
+				w.Header().Set("Content-Length", "9")
 			}
-			if ch == headersAnswered {
-				_, _ = io.WriteString(w, "data: 1\n\n")
-				_ = rc.Flush()
-			}
-		}
-	}
-	streamed := func(immediateOnChunk bool) script {
-		return func(s *procStream) error {
-			for {
-				req := s.recv()
-				if req == nil {
-					return nil
-				}
-				resp := cont(req)
-				switch requestKind(req) {
-				case "response_headers":
-					resp.ModeOverride = &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_STREAMED}
-					s.send(resp)
-					if !s.pause(200 * time.Millisecond) {
-						return nil
-					}
-					headersAnswered <- struct{}{}
-					continue
-				case "response_body":
-					if immediateOnChunk {
-						s.send(immediate(&extprocsvc.ImmediateResponse{Status: httpStatus(403)}))
-						s.drain()
-						return nil
-					}
-					s.send(resp)
-					if !req.GetResponseBody().GetEndOfStream() {
-						chunkAnswered <- struct{}{}
-					}
-					continue
-				}
-				s.send(resp)
-			}
+			sse(w, r, headersAnswered, chunkAnswered)
 		}
 	}
 	runTwins(t, []twinCase{
 		{
-			name: "SSE streamed", script: streamed(false), upstream: sse,
+			name: "SSE streamed", script: streamedScript(headersAnswered, chunkAnswered, false), upstream: sseWith(false),
 			want: twinOutcome{
 				status: 200, body: "data: 1\n\n", header: map[string]string{"content-type": "text/event-stream", "content-length": ""},
 				upstream: upstreamGot(),
@@ -971,14 +928,83 @@ func TestTwinStreamedResponse(t *testing.T) {
 			},
 		},
 		{
+			// The switch to STREAMED comes after the content-length decision (made under
+			// BUFFERED), so the upstream's content-length stays.
+			name: "SSE streamed with a content-length", script: streamedScript(headersAnswered, chunkAnswered, false), upstream: sseWith(true),
+			want: twinOutcome{
+				status: 200, body: "data: 1\n\n", header: map[string]string{"content-type": "text/event-stream", "content-length": "9"},
+				upstream: upstreamGot(),
+				proc:     []string{gotReqHeaders, gotReqBody, "response_headers 200 cl=9", `response_body "data: 1\n\n"`, `response_body "" eos`},
+			},
+		},
+		{
 			// The response headers are gone to the client: an ImmediateResponse can only reset.
-			name: "ImmediateResponse on a streamed chunk", script: streamed(true), upstream: sse,
+			name: "ImmediateResponse on a streamed chunk", script: streamedScript(headersAnswered, chunkAnswered, true), upstream: sseWith(false),
 			want: twinOutcome{
 				status: 0, upstream: upstreamGot(),
 				proc: []string{gotReqHeaders, gotReqBody, "response_headers 200", `response_body "data: 1\n\n"`},
 			},
 		},
 	})
+}
+
+// sse is TestTwinStreamedResponse's upstream: an event once the server answered the headers,
+// the end once it answered the event.
+func sse(w http.ResponseWriter, r *http.Request, headersAnswered, chunkAnswered chan struct{}) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	for _, ch := range []chan struct{}{headersAnswered, chunkAnswered} {
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+			return
+		case <-time.After(5 * time.Second):
+			return
+		}
+		if ch == headersAnswered {
+			_, _ = io.WriteString(w, "data: 1\n\n")
+			_ = rc.Flush()
+		}
+	}
+}
+
+// streamedScript switches the response to STREAMED and answers each chunk (or, with
+// immediateOnChunk, the first with an ImmediateResponse), telling TestTwinStreamedResponse's
+// upstream when it may go on.
+func streamedScript(headersAnswered, chunkAnswered chan struct{}, immediateOnChunk bool) script {
+	return func(s *procStream) error {
+		for {
+			req := s.recv()
+			if req == nil {
+				return nil
+			}
+			resp := cont(req)
+			switch requestKind(req) {
+			case "response_headers":
+				resp.ModeOverride = &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_STREAMED}
+				s.send(resp)
+				if !s.pause(200 * time.Millisecond) {
+					return nil
+				}
+				headersAnswered <- struct{}{}
+				continue
+			case "response_body":
+				if immediateOnChunk {
+					s.send(immediate(&extprocsvc.ImmediateResponse{Status: httpStatus(403)}))
+					s.drain()
+					return nil
+				}
+				s.send(resp)
+				if !req.GetResponseBody().GetEndOfStream() {
+					chunkAnswered <- struct{}{}
+				}
+				continue
+			}
+			s.send(resp)
+		}
+	}
 }
 
 // TestTwinHeaderMutations: header mutations the server may send, on the request and the
@@ -1373,5 +1399,43 @@ func TestTwinShortRequestContentLength(t *testing.T) {
 			o.upstream = []upstreamWant{{body: `{"a`, header: map[string]string{"content-length": "3"}}}
 			return o
 		}(),
+	}})
+}
+
+// TestTwinStreamStaysOpen: the close optimization (§0) closes the stream after a direction's
+// last answer only if the other direction needs nothing more; a BUFFERED request never counts
+// as done, so after one the stream stays open until the HTTP stream ends, and a late answer
+// is still handled: here a second response_headers answer after a switch to body NONE, while
+// the upstream is still sending, is spurious and resets the response (verified against Envoy
+// 1.40; the harness used to close the stream at the first answer and ignore the second).
+func TestTwinStreamStaysOpen(t *testing.T) {
+	spuriousSent := make(chan struct{}, 1)
+	sse := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		_, _ = io.WriteString(w, "data: 1\n\n")
+		_ = rc.Flush()
+		select {
+		case <-spuriousSent:
+		case <-r.Context().Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+		// A grace period for the front to handle the second answer.
+		time.Sleep(200 * time.Millisecond)
+		_, _ = io.WriteString(w, "data: 2\n\n")
+	}
+	script := onKind("response_headers", func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
+		resp := cont(req)
+		resp.ModeOverride = &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_NONE}
+		s.send(resp)
+		s.pause(100 * time.Millisecond)
+		s.send(cont(req))
+		spuriousSent <- struct{}{}
+		return true, nil
+	})
+	runTwins(t, []twinCase{{
+		name: "second answer after a switch to NONE", script: script, upstream: sse,
+		want: twinOutcome{status: 0, upstream: upstreamGot(), proc: []string{gotReqHeaders, gotReqBody, "response_headers 200"}},
 	}})
 }
