@@ -56,11 +56,6 @@ func TestMessages(t *testing.T) {
 			plain = testMessagesRun(t, s, false)
 		})
 		t.Run("stream", func(t *testing.T) {
-			if s.Harness() != nil {
-				// TODO(messages): run it here too once the harness models FULL_DUPLEX_STREAMED;
-				// TestMessagesReplayedStream streams through it meanwhile.
-				t.Skip("the harness does not model a body switched to FULL_DUPLEX_STREAMED yet")
-			}
 			streamed := testMessagesRun(t, s, true)
 			if plain == nil || streamed == nil {
 				return
@@ -144,9 +139,6 @@ func testMessagesUpstreamError(t *testing.T, s *Stack) {
 	assert.Equal(t, "Overloaded", apiErr.Message, "its message")
 	assert.Equal(t, "7", apiErr.Response.Header.Get("Retry-After"), "its retry-after")
 
-	if s.Harness() != nil {
-		return // TODO(messages): the harness does not model FULL_DUPLEX_STREAMED yet
-	}
 	script()
 	st := client.Messages.NewStreaming(context.Background(), askMessages("print 1"))
 	for st.Next() {
