@@ -197,3 +197,29 @@ func TestStreamRequestAnsweredWithJSON(t *testing.T) {
 	assert.Contains(t, f.stream.String(), `"delta":"The answer is 42."`, "the stream: %s", f.stream.String())
 	assert.Contains(t, f.stream.String(), "event: response.completed")
 }
+
+// failingSink fails at the first EventDelta: the client went away while the answer streamed.
+type failingSink struct{ schema.Sink }
+
+func (s failingSink) Event(ev schema.Event) error {
+	if ev.Kind == schema.EventDelta {
+		return errors.New("client gone")
+	}
+	return s.Sink.Event(ev)
+}
+
+// A client that goes away while a follow-up streams stops the loop at once: the rest of the
+// upstream's stream is not read.
+func TestStreamedFollowUpClientGone(t *testing.T) {
+	f := newFixture(t)
+	gate := make(chan struct{}) // never closed: the model holds its stream after the first delta
+	srv := httptest.NewServer(&streamModel{events: upstreamEvents(t, respText("2", "The answer is 42.")), pause: `"response.output_text.delta"`, gate: gate})
+	t.Cleanup(srv.Close)
+	req := f.request(t, respSurface, streamClient, respCall("1", "print(40+2)", 10))
+	req.URL = srv.URL + "/v1/responses"
+	req.Sink = failingSink{Sink: req.Sink}
+	start := time.Now()
+	res := f.engine.Run(context.Background(), req)
+	assert.Equal(t, StopCanceled, res.Stop, "status %d: %s", res.Status, res.Body)
+	assert.Less(t, time.Since(start), 4*time.Second, "the loop did not wait for the held stream")
+}
