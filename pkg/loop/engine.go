@@ -197,20 +197,26 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			break
 		}
 		finishing = finishing || repeated
+		_, canStream := x.(schema.StreamReader)
 		next, err := x.FollowUp(outputs, schema.FollowUpOptions{
 			DropToolChoice: rq.ForcedChoice,
 			ToolChoice:     rq.LaterChoice,
 			ToolChoiceNone: finishing,
+			Stream:         rq.Stream && canStream,
 		})
 		if err != nil {
 			lr.e.log.Error("build follow-up", zap.Error(err))
 			return lr.errorResponse(http.StatusBadGateway, "codeinterp could not build the follow-up request from the model's answer.", "followup_failed", StopUpstreamError)
 		}
-		status, header, body, err := lr.post(ctx, next)
+		status, header, body, err := lr.post(ctx, next, round+1)
 		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				stop = ctxStop(ctxErr)
+			if stopErr := lr.stopped(ctx); stopErr != nil {
+				stop = ctxStop(stopErr)
 				break
+			}
+			if errors.Is(err, errBadStream) {
+				lr.e.log.Warn("upstream answer stream is malformed", zap.Error(err))
+				return lr.errorResponse(http.StatusBadGateway, "The model's answer stream is malformed.", "upstream_invalid_stream", StopUpstreamError)
 			}
 			// The error names addresses: the log gets it, the client a fixed text.
 			lr.e.log.Warn("follow-up call failed", zap.Error(err))
@@ -380,9 +386,9 @@ const followUpAttempts = 3
 // written is retried by the transport itself; one that was written whole is not sent again:
 // with a conversation or store:true the upstream may have kept it, and a second send would
 // append the outputs twice.
-func (lr *loopRun) post(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
+func (lr *loopRun) post(ctx context.Context, body []byte, round int) (int, http.Header, []byte, error) {
 	for attempt := 1; ; attempt++ {
-		status, header, out, err := lr.postOnce(ctx, body)
+		status, header, out, err := lr.postOnce(ctx, body, round)
 		if err == nil || attempt == followUpAttempts || !dialFailed(err) || ctx.Err() != nil {
 			return status, header, out, err
 		}
@@ -404,8 +410,9 @@ func dialFailed(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// postOnce sends one follow-up call and reads its whole answer.
-func (lr *loopRun) postOnce(ctx context.Context, body []byte) (int, http.Header, []byte, error) {
+// postOnce sends one follow-up call, of the given round, and reads its whole answer. A 200
+// answer that is an event stream is read as it arrives (see readStream).
+func (lr *loopRun) postOnce(ctx context.Context, body []byte, round int) (int, http.Header, []byte, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, lr.r.URL, bytes.NewReader(body))
 	if err != nil {
@@ -430,6 +437,16 @@ func (lr *loopRun) postOnce(ctx context.Context, body []byte) (int, http.Header,
 	limit := lr.e.maxBody
 	if lr.r.MaxResponseBytes > 0 {
 		limit = lr.r.MaxResponseBytes
+	}
+	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
+		out, err := lr.readStream(resp.Body, limit, round)
+		if err != nil {
+			lr.e.metrics.followUps.WithLabelValues("error").Inc()
+			return 0, nil, nil, err
+		}
+		lr.e.metrics.followUps.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
+		lr.e.metrics.followUpSeconds.Observe(time.Since(start).Seconds())
+		return resp.StatusCode, resp.Header, out, nil
 	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {

@@ -24,6 +24,9 @@ type FollowUpOptions struct {
 	// ToolChoiceNone sets tool_choice to "none" (the loop's last round, so the model must answer
 	// in text); it wins over the other two.
 	ToolChoiceNone bool
+	// Stream sets stream to true: the upstream answers with an event stream, which only an
+	// Exchange that is a [StreamReader] can read.
+	Stream bool
 }
 
 // ErrRewriteTooLarge is returned by a rewrite that would add more bytes to a request than its

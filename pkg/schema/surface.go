@@ -79,6 +79,10 @@ const (
 	// EventFailed: the loop failed (Status; Body: the error body; Partial: the answer of the
 	// rounds so far, nil when there were none).
 	EventFailed
+	// EventDelta: part of a round's upstream answer arrived while it streams, before its
+	// EventRound (Body: the upstream event an [UpstreamStream] passed on, valid only during
+	// the call).
+	EventDelta
 )
 
 // Event is one event of a loop.
@@ -89,6 +93,25 @@ type Event struct {
 	Body    []byte
 	Partial []byte
 	Call    *CodeCall
+}
+
+// StreamReader is an [Exchange] that can read an upstream answer sent as an event stream
+// (text/event-stream). The loop asks for streamed follow-ups (FollowUpOptions.Stream) only of
+// an Exchange that is one, and only for a client that asked for a stream.
+type StreamReader interface {
+	// ReadStream returns the reader of one streamed upstream answer.
+	ReadStream() UpstreamStream
+}
+
+// UpstreamStream reads one streamed upstream answer, event by event. It is used by one
+// goroutine at a time.
+type UpstreamStream interface {
+	// Event takes the stream's next event, its name and data, and keeps neither. It returns
+	// what the client's stream may show of it now (nil: nothing), passed on to the Sink as an
+	// EventDelta, and, when the event ends the answer, the answer's whole body, which reads as
+	// the same answer sent as JSON would. An error means the stream is malformed or reports
+	// an error instead of an answer.
+	Event(name string, data []byte) (delta, answer []byte, err error)
 }
 
 // Sink receives a loop's events as they happen. It is used by one goroutine at a time.

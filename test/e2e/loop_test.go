@@ -194,18 +194,18 @@ func outputOf(t *testing.T, r fakemodel.Request, callID string) string {
 
 // checkUpstreamRequests checks what every model call of a loop carries: the client's
 // credentials (also on the loop's own follow-ups), no x-codeinterp-* header (the signed
-// follow-up header is removed before the model), and stream:false without stream_options
-// whatever the client asked.
-func checkUpstreamRequests(t *testing.T, reqs []fakemodel.Request, auth, what string) {
+// follow-up header is removed before the model), and no stream_options whatever the client
+// asked; the first call has stream:false, and so have the follow-ups unless followUpsStream
+// (a Responses client that streams: the loop's own calls stream then).
+func checkUpstreamRequests(t *testing.T, reqs []fakemodel.Request, auth, what string, followUpsStream bool) {
 	t.Helper()
 	for i, r := range reqs {
 		assert.Equal(t, auth, r.Header.Get("Authorization"), "%s: credentials of model call %d", what, i+1)
 		for k := range r.Header {
 			assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-codeinterp-"), "%s: model call %d carries %s", what, i+1, k)
 		}
-		if st := gjson.GetBytes(r.Body, "stream"); st.Exists() {
-			assert.False(t, st.Bool(), "%s: model call %d streams", what, i+1)
-		}
+		want := followUpsStream && i > 0
+		assert.Equal(t, want, gjson.GetBytes(r.Body, "stream").Bool(), "%s: whether model call %d streams", what, i+1)
 		assert.False(t, gjson.GetBytes(r.Body, "stream_options").Exists(), "%s: model call %d has stream_options", what, i+1)
 	}
 }
@@ -313,7 +313,7 @@ func scenarioComputeResponses(t *testing.T, x *scene) string {
 	reqs := x.sent()
 	require.Len(t, reqs, 2, "compute: requests the model got")
 	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_1"), "compute: the real output fed back to the model")
-	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute")
+	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute", x.v.stream)
 	checkNativeAnswer(t, resp, "compute")
 	assert.Equal(t, []string{"code_interpreter_call", "message"}, itemTypes(resp), "compute: output items")
 	ci := codeCall(t, resp, 0)
@@ -344,7 +344,7 @@ func scenarioComputeChat(t *testing.T, x *scene) string {
 
 	reqs := x.sent()
 	require.Len(t, reqs, 2, "compute chat: requests the model got")
-	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute chat")
+	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute chat", false)
 	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_1"), "compute chat: the real output fed back to the model")
 	assert.Equal(t, "call_1", gjson.GetBytes(reqs[1].Body, `messages.#(role=="assistant").tool_calls.0.id`).String(),
 		"compute chat: the follow-up has the assistant's call")

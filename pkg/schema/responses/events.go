@@ -32,6 +32,22 @@ type events struct {
 	callIdx int
 	// ended reports that the stream's last event (completed, failed) was written.
 	ended bool
+	// live is what was relayed of the round whose upstream answer streams, nil when none.
+	live *liveRound
+}
+
+// liveRound is what the sink relayed of a round as its upstream answer streamed: the round's
+// first items, up to the first one that is not relayed live (a call of the internal function,
+// which becomes a code_interpreter_call once the round's answer is complete).
+type liveRound struct {
+	round int
+	// base is the client's output index of the round's first item.
+	base int
+	// done holds, for each item relayed, whether its output_item.done was.
+	done []bool
+	// blocked reports that an item was not relayed: it and every later one are written when
+	// the round's answer arrives.
+	blocked bool
 }
 
 // Ended reports whether the stream's last event was written.
@@ -40,6 +56,10 @@ func (e *events) Ended() bool { return e.ended }
 // Event implements [schema.Sink].
 func (e *events) Event(ev schema.Event) error {
 	switch ev.Kind {
+	case schema.EventDelta:
+		if err := e.delta(ev); err != nil {
+			return err
+		}
 	case schema.EventRound:
 		e.rest()
 		if !e.started {
@@ -50,6 +70,9 @@ func (e *events) Event(ev schema.Event) error {
 			e.items = append(e.items, item)
 			return true
 		})
+		if err := e.endLive(ev.Round); err != nil {
+			return err
+		}
 		e.untilCall()
 	case schema.EventCallStarted:
 		if len(e.items) == 0 || !finalIsInternalCall(e.items[0], e.x.FunctionName()) {
@@ -99,6 +122,79 @@ func (e *events) Event(ev schema.Event) error {
 		e.ow.Close()
 	}
 	return e.flush()
+}
+
+// delta relays an event of a round's streaming upstream answer: the events of the round's
+// items up to the first call of the internal function, with the client's output index and
+// sequence numbers (the upstream's restart every round). The rest of the round waits for its
+// answer (EventRound). Nothing is relayed before the stream started (the first answer).
+func (e *events) delta(ev schema.Event) error {
+	if !e.started {
+		return nil
+	}
+	if e.live == nil || e.live.round != ev.Round {
+		e.rest()
+		e.live = &liveRound{round: ev.Round, base: e.idx}
+	}
+	l := e.live
+	if l.blocked {
+		return nil
+	}
+	s, ok := openai.CompactBody(ev.Body)
+	if !ok {
+		return errors.New("relay responses stream: an upstream event is not a JSON object")
+	}
+	data := gjson.Parse(s)
+	typ, u := data.Get("type").String(), int(data.Get("output_index").Int())
+	switch {
+	case typ == "response.output_item.added" && u == len(l.done):
+		if finalIsInternalCall(data.Get("item"), e.x.FunctionName()) {
+			l.blocked = true
+			return nil
+		}
+		l.done = append(l.done, false)
+		e.idx++
+	case typ == "response.output_item.added":
+		l.blocked = true // out of order: the round's answer tells
+		return nil
+	case u < 0 || u >= len(l.done):
+		return nil
+	case typ == "response.output_item.done":
+		l.done[u] = true
+	}
+	e.ow.Open(typ)
+	data.ForEach(func(k, v gjson.Result) bool {
+		switch k.String() {
+		case "type", "sequence_number":
+		case "output_index":
+			e.ow.Num("output_index", l.base+u)
+		default:
+			e.ow.Raw(k.String(), v.Raw)
+		}
+		return true
+	})
+	e.ow.Close()
+	return nil
+}
+
+// endLive takes out of the round's items those relayed while its answer streamed, when round
+// streamed, and ends any of them whose done the stream did not carry.
+func (e *events) endLive(round int) error {
+	l := e.live
+	if l == nil || l.round != round {
+		return nil
+	}
+	e.live = nil
+	if len(l.done) > len(e.items) {
+		return errors.New("relay responses stream: the answer has fewer items than its stream")
+	}
+	for i, done := range l.done {
+		if !done {
+			sseItemEvent(&e.ow, "response.output_item.done", l.base+i, e.items[i].Raw)
+		}
+	}
+	e.items = e.items[len(l.done):]
+	return nil
 }
 
 // start writes response.created and response.in_progress for the request's answer as the first

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"go.uber.org/goleak"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
@@ -117,4 +119,39 @@ func TestExchangeStreamedAnswerName(t *testing.T) {
 	final, err = plain.Final(rounds, "")
 	require.NoError(t, err)
 	assert.Contains(t, string(final), `"id":"resp_2"`, "a plain answer is the last turn")
+}
+
+// FollowUpOptions.Stream asks the upstream for an event stream: stream is true in every
+// follow-up, and the rest of the body is what it is without the option.
+func TestExchangeFollowUpStream(t *testing.T) {
+	clients := []string{
+		`{"model":"m","input":"q","stream":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`,
+		`{"model":"m","input":"q","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`,
+	}
+	for _, client := range clients {
+		streamed, err := responses.Surface{}.NewExchange([]byte(client), schema.Options{})
+		require.NoError(t, err)
+		plain, err := responses.Surface{}.NewExchange([]byte(client), schema.Options{})
+		require.NoError(t, err)
+		for round := 1; round <= 2; round++ {
+			_, err = streamed.ParseTurn(answerWithCall(round))
+			require.NoError(t, err)
+			_, err = plain.ParseTurn(answerWithCall(round))
+			require.NoError(t, err)
+			out := []schema.CallOutput{{CallID: fmt.Sprintf("call_%d", round), Output: "ok"}}
+			got, err := streamed.FollowUp(out, schema.FollowUpOptions{Stream: true})
+			require.NoError(t, err, "client %s round %d", client, round)
+			want, err := plain.FollowUp(out, schema.FollowUpOptions{})
+			require.NoError(t, err, "client %s round %d", client, round)
+			assert.Equal(t, true, gjsonBool(t, got, "stream"), "client %s round %d: %s", client, round, got)
+			wantStreamed, err := sjson.SetBytes(want, "stream", true)
+			require.NoError(t, err)
+			assert.JSONEq(t, string(wantStreamed), string(got), "client %s round %d", client, round)
+		}
+	}
+}
+
+func gjsonBool(t *testing.T, body []byte, path string) bool {
+	t.Helper()
+	return gjson.GetBytes(body, path).Bool()
 }

@@ -81,6 +81,16 @@ func (d *Dialect) followUp(rq, rs jsonscan.TopLevel, turn schema.Turn, outputs [
 		edits = append(edits, jsonscan.RemoveMember(reqMembers, k))
 	}
 
+	if o.Stream {
+		switch k := rq.Find("stream"); {
+		case k >= 0:
+			m := reqMembers[k]
+			edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: []byte("true")})
+		default:
+			appends = append(appends, AddedMember{Key: "stream", Value: []byte("true")})
+		}
+	}
+
 	body, err := jsonscan.Apply(req, edits)
 	if err != nil {
 		return nil, nil, fmt.Errorf("follow up: %w", err)
