@@ -1,19 +1,16 @@
 package loop
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
-	"github.com/codeinterp/codeinterp/pkg/schema/sse"
 )
 
-// errBadStream marks an upstream answer stream that could not be read to its answer: it is
-// malformed, too large, reports an error, or ends before its answer.
-var errBadStream = errors.New("bad upstream answer stream")
+// errBadStream marks an upstream answer stream that could not be read to its answer.
+var errBadStream = schema.ErrBadStream
 
 // isEventStream reports whether h is the header of an event stream (text/event-stream).
 func isEventStream(h http.Header) bool {
@@ -30,35 +27,8 @@ func (lr *loopRun) readStream(body io.Reader, limit int64, round int) ([]byte, e
 	if !ok {
 		return nil, fmt.Errorf("%w: the surface reads no event streams", errBadStream)
 	}
-	us := sr.ReadStream()
-	lim := &io.LimitedReader{R: body, N: limit + 1}
-	maxLine := int(min(limit, 1<<30))
-	rd := sse.NewReader(lim, maxLine, maxLine)
-	for {
-		ev, err := rd.Next()
-		if lim.N <= 0 {
-			return nil, fmt.Errorf("%w: it exceeds %d bytes", errBadStream, limit)
-		}
-		switch {
-		case errors.Is(err, io.EOF):
-			return nil, fmt.Errorf("%w: it ended before its answer", errBadStream)
-		case errors.Is(err, sse.ErrLineTooLong), errors.Is(err, sse.ErrEventTooLarge):
-			return nil, fmt.Errorf("%w: %w", errBadStream, err)
-		case err != nil:
-			return nil, fmt.Errorf("read answer stream: %w", err)
-		}
-		delta, answer, err := us.Event(ev.Name, ev.Data)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errBadStream, err)
-		}
-		if delta != nil {
-			lr.emit(schema.Event{Kind: schema.EventDelta, Round: round, Body: delta})
-			if lr.sinkErr != nil {
-				return nil, fmt.Errorf("relay answer stream: %w", lr.sinkErr)
-			}
-		}
-		if answer != nil {
-			return answer, nil
-		}
-	}
+	return schema.ReadEventStream(body, limit, sr.ReadStream(), func(delta []byte) error {
+		lr.emit(schema.Event{Kind: schema.EventDelta, Round: round, Body: delta})
+		return lr.sinkErr
+	})
 }
