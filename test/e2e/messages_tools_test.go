@@ -39,6 +39,7 @@ func TestMessagesTools(t *testing.T) {
 			}
 			assert.Equal(t, toolBlockSummary(plain), toolBlockSummary(streamed), "the accumulated stream has the plain answer's blocks")
 		})
+		t.Run("continued in its container", func(t *testing.T) { testMessagesToolsContinued(t, s) })
 		t.Run("timeout", func(t *testing.T) { testMessagesToolsTimeout(t, s) })
 	})
 }
@@ -169,4 +170,41 @@ func toolBlockSummary(m *anthropic.Message) []string {
 		out = append(out, b.Type+"|"+b.Text+"|"+b.ID+"|"+string(b.Input)+"|"+gjson.Get(b.RawJSON(), "content").Raw)
 	}
 	return out
+}
+
+// testMessagesToolsContinued continues a code_execution_20250825 conversation in its
+// container: the model gets the replayed calls and their results as the native tools gave
+// them, and a file the first request wrote is there for the second.
+func testMessagesToolsContinued(t *testing.T, s *Stack) {
+	mark := len(s.Model.RequestsTo(messagesPath))
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_k1", "text_editor_code_execution", map[string]any{"command": "create", "path": "kept.txt", "file_text": "kept\n"}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 3}, fakemodel.Text("Saved."))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 5},
+			fakemodel.ToolUse("toolu_k2", "bash_code_execution", map[string]any{"command": "cat kept.txt"}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 40, Output: 3}, fakemodel.Text("Still there."))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	client := s.anthropicClient()
+	ctx := context.Background()
+	params := askMessagesTools("Save a file.")
+	first, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the first request")
+	require.NotEmpty(t, first.Container.ID, "the first answer names its container")
+
+	params.Messages = append(params.Messages, first.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("Is it there?")))
+	params.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(first.Container.ID)}
+	second, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the continuation")
+
+	sent := s.Model.RequestsTo(messagesPath)[mark:]
+	require.Len(t, sent, 4, "two requests of two rounds each")
+	msgs := gjson.GetBytes(sent[2].Body, "messages").Array()
+	require.Len(t, msgs, 5, "user, the replayed call, its result, the replayed text, user: %s", sent[2].Body)
+	assert.Equal(t, "text_editor_code_execution", msgs[1].Get("content.0.name").String(), "the replayed call is the model's tool")
+	assert.Equal(t, "[file created]", msgs[2].Get("content.0.content").String(), "its result as the model read it")
+	require.Len(t, second.Content, 3, "server_tool_use, result, text: %s", second.RawJSON())
+	assert.Equal(t, "kept\n", second.Content[1].AsBashCodeExecutionToolResult().Content.Stdout, "the file lived on in the container")
+	assert.Equal(t, first.Container.ID, second.Container.ID, "the same container")
 }
