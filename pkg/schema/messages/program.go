@@ -43,7 +43,7 @@ func program(c Call, mark string) string {
 	raw, _ := json.Marshal(in) // a map of strings always marshals
 	fn := "_codeinterp_" + strings.TrimSuffix(strings.TrimPrefix(mark, "codeinterp-result-"), ":")
 	return "def " + fn + "():\n" +
-		"    import base64, json, os, subprocess\n" +
+		"    import base64, json, os, re, subprocess\n" +
 		"    a = json.loads(base64.b64decode(" + strconv.Quote(base64.StdEncoding.EncodeToString(raw)) + ").decode())\n" +
 		"    budget = " + itoa(resultBudget) + "\n" +
 		programBody + "\n" +
@@ -113,7 +113,8 @@ const programBody = `    def cut(s, n):
                 with open(full, encoding='utf-8', errors='replace', newline='') as f:
                     text = f.read()
             if cmd == 'view':
-                lines = text.splitlines(keepends=True)
+                # Lines end at '\n' only, as the model's numbering counts them.
+                lines = [l for l in re.split('(?<=\n)', text) if l]
                 shown, size = [], 0
                 for l in lines:
                     size += len(l.encode('utf-8', 'replace'))

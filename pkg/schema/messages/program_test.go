@@ -92,7 +92,7 @@ func TestProgramEditor(t *testing.T) {
 		require.True(t, ok, "%s %s: the result is read: %q", c.Command, c.Path, out)
 		return r
 	}
-	text := "line one\nsecond 'line' \"q\"\nthird ✓\n"
+	text := "line one\nsecond 'line' \"q\"\nthird ✓ \f\u2028\r\n"
 	r := run(Call{Command: "create", Path: "sub/notes.txt", FileText: text})
 	require.NotNil(t, r.Create, "create: %+v", r)
 	assert.False(t, r.Create.IsFileUpdate, "create: a new file")
@@ -109,13 +109,13 @@ func TestProgramEditor(t *testing.T) {
 	assert.Equal(t, View{FileType: "text", Content: text, NumLines: 3, StartLine: 1, TotalLines: 3}, *r.View, "view")
 	forModel, isErr := r.ForModel()
 	assert.False(t, isErr, "view: not an error")
-	assert.Equal(t, "     1\tline one\n     2\tsecond 'line' \"q\"\n     3\tthird ✓", forModel, "view: numbered lines for the model")
+	assert.Equal(t, "     1\tline one\n     2\tsecond 'line' \"q\"\n     3\tthird ✓ \f\u2028\r", forModel, "view: numbered lines for the model")
 
 	r = run(Call{Command: "str_replace", Path: "sub/notes.txt", OldStr: "second 'line'", NewStr: "2nd\nand a half"})
 	require.NotNil(t, r.Replace, "str_replace: %+v", r)
 	assert.Equal(t, Replace{OldStart: 2, OldLines: 1, NewStart: 2, NewLines: 2, Lines: []string{`2nd`, `and a half "q"`}}, *r.Replace, "str_replace")
 	got, _ = os.ReadFile(filepath.Join(dir, "sub/notes.txt"))
-	assert.Equal(t, "line one\n2nd\nand a half \"q\"\nthird ✓\n", string(got), "str_replace: the file")
+	assert.Equal(t, "line one\n2nd\nand a half \"q\"\nthird ✓ \f\u2028\r\n", string(got), "str_replace: the file")
 
 	errs := []struct {
 		give      Call
