@@ -12,7 +12,7 @@ import (
 // The bash and text editor calls of code_execution_20250825 and later run as Python in the
 // request's container, so that the container's isolation, limits, working directory and
 // /mnt/data apply to them as to Python code. The program does the call in a function of its own
-// (the user's namespace keeps no name of it) and prints, as the first line of its output, a
+// (the namespace keeps no name of it) and prints, as the first line of its output, a
 // marker unique to the call followed by the result as one JSON line whose texts are base64: the
 // command's own output goes to pipes, so the marker line is the run's first output, and the
 // marker, derived from a key the client never sees, cannot be forged by a file or a command
@@ -41,7 +41,9 @@ func program(c Call, mark string) string {
 		in = map[string]string{"command": c.Command, "path": c.Path, "file_text": c.FileText, "old_str": c.OldStr, "new_str": c.NewStr}
 	}
 	raw, _ := json.Marshal(in) // a map of strings always marshals
-	fn := "_codeinterp_" + strings.TrimSuffix(strings.TrimPrefix(mark, "codeinterp-result-"), ":")
+	// The function's name is fixed: a traceback (a timeout's) shows it, and the marker must
+	// not be shown.
+	const fn = "_codeinterp_call"
 	return "def " + fn + "():\n" +
 		"    import base64, json, os, re, subprocess\n" +
 		"    a = json.loads(base64.b64decode(" + strconv.Quote(base64.StdEncoding.EncodeToString(raw)) + ").decode())\n" +

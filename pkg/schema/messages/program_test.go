@@ -181,7 +181,7 @@ func TestExchangeBashAndEditor(t *testing.T) {
 	require.NoError(t, err, "parse turn")
 	require.Len(t, turn.Calls, 4, "four calls")
 	assert.Contains(t, turn.Calls[0].Code, "subprocess.Popen(", "bash runs as a Python program")
-	assert.Contains(t, turn.Calls[0].Code, marker(x.key, "toolu_b"), "with the call's marker")
+	assert.Equal(t, 1, strings.Count(turn.Calls[0].Code, marker(x.key, "toolu_b")), "with the call's marker, in its print only")
 	assert.NoError(t, turn.Calls[1].ArgsErr, "a valid view")
 	assert.Error(t, turn.Calls[2].ArgsErr, "an unknown editor command is invalid input")
 
