@@ -305,12 +305,5 @@ func testMessagesClientErrors(t *testing.T, s *Stack) {
 	assert.EqualValues(t, "invalid_request_error", apiErr.Type(), "error type")
 	assert.Equal(t, "error", gjson.Get(apiErr.RawJSON(), "type").String(), "Anthropic's error shape: %s", apiErr.RawJSON())
 
-	later := askMessages("hi")
-	later.Tools = []anthropic.ToolUnionParam{{OfCodeExecutionTool20250825: &anthropic.CodeExecutionTool20250825Param{}}}
-	_, err = client.Messages.New(context.Background(), later)
-	require.True(t, errors.As(err, &apiErr), "code_execution_20250825: an API error, got %v", err)
-	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
-	assert.Contains(t, apiErr.Message, "does not support", "message")
-
 	assert.Len(t, s.Model.RequestsTo(messagesPath), mark, "the model is not asked")
 }

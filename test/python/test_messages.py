@@ -1,7 +1,8 @@
 """client.messages through Envoy and codeinterp with the code_execution_20250522 tool: the model's
 call runs in the sandbox and the client gets the native server_tool_use and
 code_execution_tool_result blocks, plainly and as a stream accumulated by the SDK; a client's
-mistake is the SDK's BadRequestError."""
+mistake is the SDK's BadRequestError. With code_execution_20250825 the model's bash and text editor
+calls run in the same container and the client gets their native result blocks."""
 
 from __future__ import annotations
 
@@ -88,3 +89,49 @@ def test_messages_client_mistake(model: fm.FakeModel, claude: anthropic.Anthropi
     assert e.value.body["type"] == "error", f"Anthropic's error shape: {e.value.body}"
     assert e.value.body["error"]["type"] == "invalid_request_error", f"its type: {e.value.body}"
     assert model.requests(MESSAGES) == [], "the model is not asked"
+
+
+TOOLS_20250825 = {"type": "code_execution_20250825", "name": "code_execution"}
+
+
+def script_tools(model: fm.FakeModel) -> None:
+    model.script(MESSAGES,
+                 fm.ok(answer({"type": "tool_use", "id": "toolu_pb1", "name": "bash_code_execution",
+                               "input": {"command": "echo 'héllo' > py.txt; echo ok; exit 4"}},
+                              {"type": "tool_use", "id": "toolu_pv1", "name": "text_editor_code_execution",
+                               "input": {"command": "view", "path": "py.txt"}}, usage=(10, 5))),
+                 fm.ok(answer({"type": "text", "text": "Done."}, usage=(20, 3))))
+
+
+def check_tools(model: fm.FakeModel, msg: anthropic.types.Message, what: str) -> None:
+    reqs = model.requests(MESSAGES)
+    assert len(reqs) == 2, f"{what}: the first request and one follow-up"
+    assert [t["name"] for t in reqs[0].json()["tools"]] == ["bash_code_execution", "text_editor_code_execution"], \
+        f"{what}: the model sees bash and the text editor"
+    results = reqs[1].json()["messages"][-1]["content"]
+    assert results[0]["content"] == "ok\n[return code 4]", f"{what}: bash for the model: {results[0]}"
+    assert results[1]["content"] == "     1\théllo", f"{what}: the view for the model: {results[1]}"
+
+    assert [b.type for b in msg.content] == ["server_tool_use", "bash_code_execution_tool_result",
+                                             "server_tool_use", "text_editor_code_execution_tool_result", "text"], \
+        f"{what}: the blocks: {msg.content}"
+    bash, view = msg.content[1].content, msg.content[3].content
+    assert (bash.type, bash.stdout, bash.stderr, bash.return_code) == ("bash_code_execution_result", "ok\n", "", 4), f"{what}: {bash}"
+    assert (view.type, view.content, view.num_lines, view.total_lines) == \
+        ("text_editor_code_execution_view_result", "héllo\n", 1, 1), f"{what}: {view}"
+    assert msg.container and msg.container.id, f"{what}: the container is named"
+
+
+def test_messages_bash_and_editor(model: fm.FakeModel, claude: anthropic.Anthropic) -> None:
+    script_tools(model)
+    msg = claude.messages.create(model=MODEL, max_tokens=1024, tools=[TOOLS_20250825],
+                                 messages=[{"role": "user", "content": "Write a file."}])
+    check_tools(model, msg, "plain")
+
+
+def test_messages_bash_and_editor_stream(model: fm.FakeModel, claude: anthropic.Anthropic) -> None:
+    script_tools(model)
+    with claude.messages.stream(model=MODEL, max_tokens=1024, tools=[TOOLS_20250825],
+                                messages=[{"role": "user", "content": "Write a file."}]) as stream:
+        msg = stream.get_final_message()
+    check_tools(model, msg, "stream")

@@ -20,7 +20,8 @@ import (
 // [Surface.ContainerIdle] is zero: the sandbox manager's default.
 const DefaultContainerIdle = 20 * time.Minute
 
-// Surface is the Messages API (POST /v1/messages) with the code_execution_20250522 tool. Its
+// Surface is the Messages API (POST /v1/messages) with the code execution tool: Python for
+// code_execution_20250522, bash and the text editor for code_execution_20250825 and later. Its
 // zero value is ready to use; it is safe for concurrent use.
 type Surface struct {
 	// ContainerIdle is how long a container lives idle, for the expires_at of the container an
@@ -39,10 +40,11 @@ func (Surface) Paths() []string { return []string{"/v1/messages"} }
 // ErrorBody implements [schema.Surface]: Anthropic's error shape.
 func (Surface) ErrorBody(e *schema.RequestError) []byte { return ErrorBody(e.HTTPStatus(), e.Message) }
 
-// NewExchange implements [schema.Surface]. The model sees the native tool's name and input
-// ({code}); the profile's function name and description are for OpenAI's surfaces. Only
-// code_execution_20250522 runs here: the later versions are a client error until the sandbox
-// has their bash and file tools.
+// NewExchange implements [schema.Surface]. The model sees the native tools' names and inputs
+// ({code}, or {command} and {command, path, ...}); the profile's function name and description
+// are for OpenAI's surfaces. A bash or text editor call runs as a Python program that performs
+// it in the request's container (see program), so the same container, limits and /mnt/data
+// serve every version.
 func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, error) {
 	rq, err := Rewrite(body, Options{})
 	if err != nil {
@@ -51,10 +53,6 @@ func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, er
 			return nil, &schema.RequestError{Status: re.Status, Message: re.Message}
 		}
 		return nil, err
-	}
-	if rq.Found && rq.Version != Version20250522 {
-		return nil, &schema.RequestError{Message: fmt.Sprintf(
-			"tools: this server does not support the code execution tool version '%s' yet; use '%s' (Python).", rq.Version, Version20250522)}
 	}
 	idle := s.ContainerIdle
 	if idle <= 0 {
@@ -68,7 +66,9 @@ func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, er
 		},
 		sent: rq.Body,
 		idle: idle,
+		key:  make([]byte, 16),
 	}
+	_, _ = rand.Read(x.key) // crypto/rand.Read never fails
 	if rq.Found && rq.ContainerID == "" {
 		// The native API keeps every container it names, for the client to send back as
 		// "container": a session of its own (the manager's per-identity cap and idle expiry
@@ -93,6 +93,8 @@ type exchange struct {
 	// sent is the last request sent upstream, answer the last answer read.
 	sent, answer []byte
 	idle         time.Duration
+	// key makes the markers of the results of the bash and text editor programs (see program).
+	key []byte
 }
 
 // Request implements [schema.Exchange].
@@ -123,6 +125,9 @@ func (x *exchange) ParseTurn(body []byte) (schema.Turn, error) {
 	seen := make(map[string]bool, len(t.Calls))
 	for _, c := range t.Calls {
 		sc := schema.Call{ItemID: c.ID, CallID: c.ID, Arguments: string(c.Input), Code: c.Code}
+		if c.Kind != Python && c.InputErr == nil {
+			sc.Code = program(c, marker(x.key, c.ID))
+		}
 		switch {
 		case c.InputErr != nil:
 			sc.ArgsErr = &schema.ArgumentsError{Reason: c.InputErr.Error()}
@@ -143,9 +148,33 @@ func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOption
 	if x.answer == nil {
 		return nil, errors.New("follow up: no answer has been read")
 	}
+	t, err := ParseTurn(x.answer, x.rq)
+	if err != nil {
+		return nil, fmt.Errorf("follow up: %w", err)
+	}
+	calls := make(map[string]Call, len(t.Calls))
+	for _, c := range t.Calls {
+		calls[c.ID] = c
+	}
 	results := make([]CallResult, len(outputs))
 	for i, out := range outputs {
 		results[i] = CallResult{ID: out.CallID, Result: Result{Kind: Python}, Text: out.Output}
+		c, ok := calls[out.CallID]
+		if !ok || c.Kind == Python {
+			continue
+		}
+		// A bash or text editor call: the model reads what the native tool gives it. A call
+		// that did not run to a result (no sandbox, a timeout, a limit) keeps the loop's text,
+		// which says why.
+		r, ok := Result{Kind: c.Kind, ErrorCode: ErrInvalidInput}, true
+		if c.InputErr != nil {
+			r.ErrorMessage = c.InputErr.Error()
+		} else {
+			r, ok = programResult(c.Kind, marker(x.key, c.ID), out.Output)
+		}
+		if ok {
+			results[i].Result, results[i].Text = r, ""
+		}
 	}
 	body, err := FollowUp(x.sent, x.answer, results, FollowUpOptions{ToolChoice: o.ToolChoice, ToolChoiceNone: o.ToolChoiceNone})
 	if err != nil {
@@ -178,7 +207,7 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 			if cc.ContainerID != "" {
 				in.Container = &Container{ID: cc.ContainerID, ExpiresAt: time.Now().Add(x.idle)}
 			}
-			if r, ok := result(t.Calls[j], cc); ok {
+			if r, ok := result(t.Calls[j], cc, x.key); ok {
 				in.Rounds[i].Results[t.Calls[j].ID] = r
 			}
 		}
@@ -187,23 +216,44 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 }
 
 // result is the native result of a call the loop ran as cc, and false for a call left
-// unanswered (the loop stopped before it).
-func result(c Call, cc schema.CodeCall) (Result, bool) {
-	r := Result{Kind: Python}
+// unanswered (the loop stopped before it). A bash or text editor call's result is the one its
+// program printed (see program), under a marker made with key.
+func result(c Call, cc schema.CodeCall, key []byte) (Result, bool) {
+	r := Result{Kind: c.Kind}
 	switch {
 	case cc.Status == "incomplete":
 		return r, false
 	case c.InputErr != nil:
 		r.ErrorCode = ErrInvalidInput
+		if c.Kind == Editor {
+			r.ErrorMessage = c.InputErr.Error()
+		}
 	case cc.Run == nil:
 		// Not run: no sandbox, the sandbox lost, a repeat or a call beyond the turn's limit.
 		r.ErrorCode = ErrUnavailable
 	case cc.Run.TimedOut:
 		r.ErrorCode = ErrTimeExceeded
+	case c.Kind != Python:
+		if pr, ok := programResult(c.Kind, marker(key, c.ID), cc.Run.Stdout); ok {
+			return pr, true
+		}
+		// The program did not get to print its result (its output was cut short).
+		r.ErrorCode = ErrUnavailable
 	default:
 		r.Stdout, r.Stderr, r.ReturnCode = cc.Run.Stdout, cc.Run.Stderr, cc.Run.ReturnCode
 	}
+	if r.Kind == Editor && r.ErrorMessage == "" {
+		// The text editor's error block always carries a message.
+		r.ErrorMessage = editorErrorMessages[r.ErrorCode]
+	}
 	return r, true
+}
+
+// editorErrorMessages are the messages of the text editor's errors that its program did not
+// report itself.
+var editorErrorMessages = map[string]string{
+	ErrUnavailable:  "The text editor could not run in the container.",
+	ErrTimeExceeded: "The text editor's run exceeded the container's time limit.",
 }
 
 // ErrorBody implements [schema.Exchange].

@@ -293,7 +293,7 @@ func TestResultForModel(t *testing.T) {
 		{"stderr and code", Result{Kind: Bash, Stdout: "a", Stderr: "boom\n", ReturnCode: 2}, "a\n[stderr]\nboom\n[return code 2]", true},
 		{"nothing", Result{Kind: Python}, "[no output]", false},
 		{"error", Result{Kind: Bash, ErrorCode: ErrTimeExceeded}, "[error: execution_time_exceeded]", true},
-		{"view", Result{Kind: Editor, View: &View{Content: "1: x"}}, "1: x", false},
+		{"view", Result{Kind: Editor, View: &View{Content: "x\ny\n", NumLines: 2, StartLine: 1, TotalLines: 5}}, "     1\tx\n     2\ty\n[3 more lines not shown]", false},
 		{"update", Result{Kind: Editor, Create: &Create{IsFileUpdate: true}}, "[file updated]", false},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -36,11 +37,36 @@ type Result struct {
 	ErrorCode, ErrorMessage string
 }
 
-// View is a text editor view: the file's lines (numbered for the model), and where they are.
+// View is a text editor view: the file's lines, and where they are. The model reads them
+// numbered.
 type View struct {
 	FileType                        string // "text", "image" or "pdf"
 	Content                         string
 	NumLines, StartLine, TotalLines int
+}
+
+// numbered is the view's content as the model reads it: each line after its number, as
+// `cat -n` shows it.
+func (v *View) numbered() string {
+	if v.Content == "" {
+		return "[the file is empty]"
+	}
+	start := v.StartLine
+	if start < 1 {
+		start = 1
+	}
+	lines := strings.Split(strings.TrimSuffix(v.Content, "\n"), "\n")
+	var b strings.Builder
+	for i, l := range lines {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%6d\t%s", start+i, l)
+	}
+	if v.TotalLines > start-1+len(lines) {
+		fmt.Fprintf(&b, "\n[%d more lines not shown]", v.TotalLines-(start-1+len(lines)))
+	}
+	return b.String()
 }
 
 // Create is a text editor create.
@@ -139,7 +165,7 @@ func (r Result) ForModel() (string, bool) {
 		}
 		return b.String(), r.ReturnCode != 0
 	case r.View != nil:
-		return r.View.Content, false
+		return r.View.numbered(), false
 	case r.Create != nil:
 		if r.Create.IsFileUpdate {
 			return "[file updated]", false

@@ -1,0 +1,194 @@
+package messages
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// The bash and text editor calls of code_execution_20250825 and later run as Python in the
+// request's container, so that the container's isolation, limits, working directory and
+// /mnt/data apply to them as to Python code. The program does the call in a function of its own
+// (the namespace keeps no name of it) and prints, as the first line of its output, a
+// marker unique to the call followed by the result as one JSON line whose texts are base64: the
+// command's own output goes to pipes, so the marker line is the run's first output, and the
+// marker, derived from a key the client never sees, cannot be forged by a file or a command
+// that prints a look-alike.
+
+// resultBudget bounds the bytes of text a result line carries (before base64), so that it
+// stays within the head of the run's output the loop keeps (3/4 of its 16 KiB default limit).
+// Longer outputs and views keep their head and tail, with a note of what was cut.
+const resultBudget = 8 << 10
+
+// marker is the prefix of the result line of the call id, under the exchange's key.
+func marker(key []byte, id string) string {
+	h := sha256.New()
+	h.Write(key)
+	h.Write([]byte(id))
+	return "codeinterp-result-" + hex.EncodeToString(h.Sum(nil)[:12]) + ":"
+}
+
+// program is the Python code that performs the bash or text editor call c and prints its
+// result after mark.
+func program(c Call, mark string) string {
+	in := map[string]string{"command": c.Code}
+	op := "bash"
+	if c.Kind == Editor {
+		op = "editor"
+		in = map[string]string{"command": c.Command, "path": c.Path, "file_text": c.FileText, "old_str": c.OldStr, "new_str": c.NewStr}
+	}
+	raw, _ := json.Marshal(in) // a map of strings always marshals
+	// The function's name is fixed: a traceback (a timeout's) shows it, and the marker must
+	// not be shown.
+	const fn = "_codeinterp_call"
+	return "def " + fn + "():\n" +
+		"    import base64, json, os, re, subprocess\n" +
+		"    a = json.loads(base64.b64decode(" + strconv.Quote(base64.StdEncoding.EncodeToString(raw)) + ").decode())\n" +
+		"    budget = " + itoa(resultBudget) + "\n" +
+		programBody + "\n" +
+		"    r = " + op + "(a)\n" +
+		"    for k in ('out', 'err', 'c', 'lines', 'msg'):\n" +
+		"        if k in r:\n" +
+		"            r[k] = base64.b64encode(r[k].encode('utf-8', 'replace')).decode()\n" +
+		"    print(" + strconv.Quote(mark) + " + json.dumps(r), flush=True)\n" +
+		"try:\n" +
+		"    " + fn + "()\n" +
+		"finally:\n" +
+		"    del " + fn + "\n"
+}
+
+// programBody holds the functions of the program, indented into its outer function.
+const programBody = `    def cut(s, n):
+        b = s.encode('utf-8', 'replace')
+        if len(b) <= n:
+            return s
+        head, tail = n * 3 // 4, n - n * 3 // 4
+        return (b[:head].decode('utf-8', 'ignore') + '\n[... %d bytes cut ...]\n' % (len(b) - n) +
+                b[len(b) - tail:].decode('utf-8', 'ignore'))
+    def bash(a):
+        env = dict(os.environ)
+        env.setdefault('PATH', '/usr/local/bin:/usr/bin:/bin')
+        # stdin is not the driver's; the command's processes are a group of their own, ended
+        # with it when the run is interrupted (its time limit).
+        p = subprocess.Popen(a['command'], shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=os.getcwd(), start_new_session=True, env=env)
+        try:
+            out, err = p.communicate()
+        except BaseException:
+            try:
+                os.killpg(p.pid, 9)
+            except OSError:
+                pass
+            p.wait()
+            raise
+        out, err = out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
+        return {'k': 'bash', 'rc': p.returncode, 'out': cut(out, budget * 3 // 4), 'err': cut(err, budget // 4)}
+    def fail(code, msg):
+        return {'k': 'error', 'code': code, 'msg': msg}
+    def editor(a):
+        path = a['path']
+        if path == '':
+            return fail('invalid_tool_input', 'path must not be empty')
+        full = os.path.join(os.getcwd(), path)
+        cmd = a['command']
+        try:
+            if cmd == 'create':
+                update = os.path.exists(full)
+                if os.path.isdir(full):
+                    return fail('invalid_tool_input', 'The path %s is a directory.' % path)
+                d = os.path.dirname(full)
+                if d:
+                    os.makedirs(d, exist_ok=True)
+                with open(full, 'w', encoding='utf-8') as f:
+                    f.write(a['file_text'])
+                return {'k': 'create', 'u': update}
+            if not os.path.exists(full):
+                return fail('file_not_found', 'The file %s does not exist.' % path)
+            if os.path.isdir(full):
+                if cmd != 'view':
+                    return fail('invalid_tool_input', 'The path %s is a directory.' % path)
+                text = ''.join(e + '\n' for e in sorted(os.listdir(full)))
+            else:
+                with open(full, encoding='utf-8', errors='replace', newline='') as f:
+                    text = f.read()
+            if cmd == 'view':
+                # Lines end at '\n' only, as the model's numbering counts them.
+                lines = [l for l in re.split('(?<=\n)', text) if l]
+                shown, size = [], 0
+                for l in lines:
+                    size += len(l.encode('utf-8', 'replace'))
+                    if size > budget:
+                        break
+                    shown.append(l)
+                if lines and not shown:
+                    shown = [cut(lines[0], budget)]
+                return {'k': 'view', 'c': ''.join(shown), 'n': len(shown), 's': 1, 't': len(lines)}
+            old, new = a['old_str'], a['new_str']
+            n = text.count(old) if old else 0
+            if old == '':
+                return fail('invalid_tool_input', 'old_str must not be empty.')
+            if n == 0:
+                return fail('invalid_tool_input', 'No replacement was performed: old_str did not appear verbatim in %s.' % path)
+            if n > 1:
+                return fail('invalid_tool_input', 'No replacement was performed: old_str appears %d times in %s; it must appear exactly once.' % (n, path))
+            i = text.index(old)
+            text = text[:i] + new + text[i + len(old):]
+            with open(full, 'w', encoding='utf-8', newline='') as f:
+                f.write(text)
+            start = text.count('\n', 0, i) + 1
+            new_lines = new.split('\n')
+            after = text.split('\n')[start - 1:start - 1 + len(new_lines)]
+            return {'k': 'replace', 'os': start, 'ol': old.count('\n') + 1, 'ns': start,
+                    'nl': len(new_lines), 'lines': cut('\n'.join(after), budget)}
+        except (OSError, UnicodeError) as e:
+            return fail('invalid_tool_input', '%s: %s' % (path, e.strerror or e) if isinstance(e, OSError) else str(e))`
+
+// programResult reads the result the program of a call of kind k printed after mark in out,
+// the run's output, and reports whether it found one.
+func programResult(k Kind, mark, out string) (Result, bool) {
+	if !strings.HasPrefix(out, mark) {
+		return Result{}, false
+	}
+	line, _, _ := strings.Cut(out[len(mark):], "\n")
+	// The texts are base64, which encoding/json decodes into []byte.
+	var p struct {
+		K     string `json:"k"`
+		Code  string `json:"code"`
+		Msg   []byte `json:"msg"`
+		Out   []byte `json:"out"`
+		Err   []byte `json:"err"`
+		C     []byte `json:"c"`
+		Lines []byte `json:"lines"`
+		RC    int    `json:"rc"`
+		N     int    `json:"n"`
+		S     int    `json:"s"`
+		T     int    `json:"t"`
+		U     bool   `json:"u"`
+		OS    int    `json:"os"`
+		OL    int    `json:"ol"`
+		NS    int    `json:"ns"`
+		NL    int    `json:"nl"`
+	}
+	if err := json.Unmarshal([]byte(line), &p); err != nil {
+		return Result{}, false
+	}
+	r := Result{Kind: k}
+	switch {
+	case p.K == "error":
+		r.ErrorCode, r.ErrorMessage = p.Code, string(p.Msg)
+	case p.K == "bash" && k == Bash:
+		r.Stdout, r.Stderr, r.ReturnCode = string(p.Out), string(p.Err), p.RC
+	case p.K == "view" && k == Editor:
+		r.View = &View{FileType: "text", Content: string(p.C), NumLines: p.N, StartLine: p.S, TotalLines: p.T}
+	case p.K == "create" && k == Editor:
+		r.Create = &Create{IsFileUpdate: p.U}
+	case p.K == "replace" && k == Editor:
+		r.Replace = &Replace{OldStart: p.OS, OldLines: p.OL, NewStart: p.NS, NewLines: p.NL, Lines: strings.Split(string(p.Lines), "\n")}
+	default:
+		return Result{}, false
+	}
+	return r, true
+}
