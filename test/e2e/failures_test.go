@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -412,15 +413,32 @@ func healthStatus(t *testing.T, c healthpb.HealthClient) healthpb.HealthCheckRes
 	return resp.GetStatus()
 }
 
-// freeAddr returns a loopback address no one listens on (a server started on it later may,
-// rarely, find it taken).
+// freeAddr returns a loopback address no one listens on, for a server process started on it
+// later. The port is below the kernel's ephemeral range: a port from that range (what port 0
+// gives) may be taken meanwhile as the source port of an outgoing connection — Envoy's health
+// checks of the very address, which then connect to themselves — and the server could not bind.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err, "find a free port")
-	addr := l.Addr().String()
-	require.NoError(t, l.Close(), "free port %s", addr)
-	return addr
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				low = n
+			}
+		}
+	}
+	for range 100 {
+		port := 1024 + rand.IntN(low-1024)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken
+		}
+		addr := l.Addr().String()
+		require.NoError(t, l.Close(), "free port %s", addr)
+		return addr
+	}
+	t.Fatalf("no free port below %d", low)
+	return ""
 }
 
 // buildServer builds cmd/extproc into a temporary directory and returns the binary.

@@ -20,7 +20,7 @@ import (
 // message_stop. The SDKs' message accumulators rebuild the message from it.
 func WriteSSE(w io.Writer, final []byte) error {
 	msg := gjson.ParseBytes(final)
-	if !msg.IsObject() {
+	if !gjson.ValidBytes(final) || !msg.IsObject() {
 		return errors.New("sse: the answer is not a JSON object")
 	}
 	start, err := sjson.SetRaw(msg.Raw, "content", "[]")
