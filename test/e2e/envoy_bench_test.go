@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +45,44 @@ type envoyBench struct {
 	// modelNanos adds up the time the fake model's handlers spent, from the request's arrival
 	// to the end of the answer.
 	modelNanos atomic.Int64
+	// sent holds when the fake model sent each text delta of its last streamed answer.
+	sent [benchChunks]atomic.Int64
+}
+
+// benchChunks is how many text deltas a streamed answer of the benchmarks has.
+const benchChunks = 16
+
+// streamChunks answers as a Responses event stream whose message text comes in benchChunks
+// deltas "dNN|", 2 ms apart, each flushed and its send time noted.
+func (eb *envoyBench) streamChunks(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	text := ""
+	for i := range benchChunks {
+		text += fmt.Sprintf("d%02d|", i)
+	}
+	item := fakemodel.Message(text)
+	for _, ev := range fakemodel.ResponsesStream(testModel, usage(30, 5), item) {
+		if ev.Name != "response.output_text.delta" {
+			writeEvent(w, fl, ev.Name, ev.Data)
+			continue
+		}
+		for i := range benchChunks {
+			if i > 0 {
+				time.Sleep(2 * time.Millisecond)
+			}
+			eb.sent[i].Store(time.Now().UnixNano())
+			writeEvent(w, fl, ev.Name, strings.Replace(ev.Data, `"delta":"`+text+`"`, fmt.Sprintf(`"delta":"d%02d|"`, i), 1))
+		}
+	}
+}
+
+// writeEvent writes one server-sent event and flushes it.
+func writeEvent(w http.ResponseWriter, fl http.Flusher, name, data string) {
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+	if fl != nil {
+		fl.Flush()
+	}
 }
 
 func newEnvoyBench(b *testing.B) *envoyBench {
@@ -56,10 +96,16 @@ func newEnvoyBench(b *testing.B) *envoyBench {
 		writeJSON(w, fakemodel.Chat(testModel, usage(2500, 12), "pass-through answer"))
 	}))
 	env.Model.Handle("/v1/responses", eb.timed(func(w http.ResponseWriter, body []byte) {
+		bench := gjson.GetBytes(body, "metadata.bench").String()
+		streams := gjson.GetBytes(body, "stream").Bool()
 		switch {
+		case streams && (bench == "chunks-plain" || bench == "chunks" && bytes.Contains(body, []byte(`"function_call_output"`))):
+			eb.streamChunks(w)
+		case bench == "chunks":
+			writeJSON(w, fakemodel.Responses(testModel, usage(20, 5), runCode("call_1", "print(1)")))
 		case bytes.Contains(body, []byte(`"function_call_output"`)):
 			writeJSON(w, fakemodel.Responses(testModel, usage(30, 5), fakemodel.Message("1")))
-		case gjson.GetBytes(body, "metadata.bench").String() == "code":
+		case bench == "code":
 			writeJSON(w, fakemodel.Responses(testModel, usage(20, 5), runCode("call_1", "print(1)")))
 		default:
 			writeJSON(w, fakemodel.Responses(testModel, usage(250000, 5), fakemodel.Message("no code needed")))
@@ -282,4 +328,65 @@ func BenchmarkEnvoyStreamFirstByte(b *testing.B) {
 		b.ReportMetric(float64(p50.Nanoseconds()), "p50-"+m.name+"-ns")
 		b.ReportMetric(float64(p99.Nanoseconds()), "p99-"+m.name+"-ns")
 	}
+}
+
+// chunkDelays reads the event stream of a request to base+path and returns, for each text
+// delta "dNN|" the fake model sent, how long it took from the model's send to the client.
+func (eb *envoyBench) chunkDelays(b *testing.B, c *http.Client, base, path string, body []byte) []time.Duration {
+	b.Helper()
+	req, err := http.NewRequestWithContext(b.Context(), http.MethodPost, base+path, bytes.NewReader(body))
+	if err != nil {
+		b.Fatalf("request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("POST %s: %v (status %v)", path, err, resp)
+	}
+	defer resp.Body.Close()
+	var out []time.Duration
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") || !strings.Contains(line, `"type":"response.output_text.delta"`) {
+			continue
+		}
+		at := time.Now().UnixNano()
+		var i int
+		if _, err := fmt.Sscanf(gjson.Get(line[len("data: "):], "delta").String(), "d%02d|", &i); err != nil || i < 0 || i >= benchChunks {
+			b.Fatalf("POST %s: a delta that is not the model's: %s", path, line)
+		}
+		out = append(out, time.Duration(at-eb.sent[i].Load()))
+	}
+	if len(out) != benchChunks {
+		b.Fatalf("POST %s: %d of the %d deltas arrived", path, len(out), benchChunks)
+	}
+	return out
+}
+
+// BenchmarkEnvoyStreamChunks: the model streams its answer in benchChunks text deltas 2 ms
+// apart; how long each takes from the model to the client, through the real Envoy with
+// codeinterp relaying the loop's streamed follow-up (after one print(1) round), against the
+// same stream passed through Envoy without the filter.
+func BenchmarkEnvoyStreamChunks(b *testing.B) {
+	eb := newEnvoyBench(b)
+	with := []byte(`{"model":"gpt-e2e","stream":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}],` +
+		`"metadata":{"bench":"chunks","session_id":"bench-chunks"},"input":"print one, then talk"}`)
+	plain := []byte(`{"model":"gpt-e2e","stream":true,"metadata":{"bench":"chunks-plain"},"input":"talk"}`)
+	for range 2 {
+		eb.chunkDelays(b, eb.with, eb.withURL, "/v1/responses", with)
+	}
+	var w, o []time.Duration
+	for b.Loop() {
+		w = append(w, eb.chunkDelays(b, eb.with, eb.withURL, "/v1/responses", with)...)
+		o = append(o, eb.chunkDelays(b, eb.without, eb.withoutURL, "/v1/responses", plain)...)
+	}
+	p50w, p99w := percentiles(w)
+	p50o, p99o := percentiles(o)
+	b.ReportMetric(float64(p50w.Nanoseconds()), "p50-chunk-with-ns")
+	b.ReportMetric(float64(p99w.Nanoseconds()), "p99-chunk-with-ns")
+	b.ReportMetric(float64(p50o.Nanoseconds()), "p50-chunk-without-ns")
+	b.ReportMetric(float64(p99o.Nanoseconds()), "p99-chunk-without-ns")
 }
