@@ -16,6 +16,3 @@ func (l *Lease) EvictForTest() (lateFailure func(error)) {
 	m.removeLocked(old)
 	return func(err error) { m.afterRun(old, oldC, err) }
 }
-
-// NewMapRegistryForTest returns the Registry of a Manager configured with none.
-func NewMapRegistryForTest() Registry { return newMapRegistry() }

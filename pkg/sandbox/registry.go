@@ -43,8 +43,8 @@ type Registry interface {
 	Remove(ctx context.Context, id string) error
 }
 
-// mapRegistry is the Registry of a Manager whose ManagerConfig names none: a map of its own.
-// (pkg/store/memory has the one to share between Managers of a process.)
+// mapRegistry is the in-memory Registry: the Registry of a Manager whose ManagerConfig names
+// none, and what pkg/store/memory hands out (NewMemoryRegistry).
 type mapRegistry struct {
 	mu        sync.Mutex
 	byID      map[string]Registration
@@ -52,6 +52,10 @@ type mapRegistry struct {
 }
 
 var _ Registry = (*mapRegistry)(nil)
+
+// NewMemoryRegistry returns an empty Registry in the process's memory, safe for concurrent
+// use; its names are lost when the process ends.
+func NewMemoryRegistry() Registry { return newMapRegistry() }
 
 func newMapRegistry() *mapRegistry {
 	return &mapRegistry{byID: map[string]Registration{}, bySession: map[[2]string]string{}}

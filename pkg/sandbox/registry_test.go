@@ -15,7 +15,7 @@ import (
 )
 
 func TestMapRegistry(t *testing.T) {
-	sandboxtest.TestRegistry(t, sandbox.NewMapRegistryForTest)
+	sandboxtest.TestRegistry(t, sandbox.NewMemoryRegistry)
 }
 
 // brokenRegistry fails Lookup, Session and Touch while broken is set.
@@ -52,7 +52,7 @@ func (r *brokenRegistry) Touch(ctx context.Context, id string, t time.Time) erro
 // idle session whose last use cannot be read is not pruned.
 func TestManagerRegistryFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := &brokenRegistry{Registry: sandbox.NewMapRegistryForTest()}
+		reg := &brokenRegistry{Registry: sandbox.NewMemoryRegistry()}
 		p := &sandboxtest.Provider{}
 		m := newTestManager(t, p, sandbox.ManagerConfig{Registry: reg, SessionIdleTTL: time.Minute})
 		held := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "held"})
