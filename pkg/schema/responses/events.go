@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
 )
 
@@ -81,9 +82,15 @@ func (e *events) Event(ev schema.Event) error {
 		e.items = e.items[1:]
 		e.callIdx = e.idx
 		e.idx++
-		codeCallStart(&e.ow, e.callIdx, ev.Call)
+		c := ev.Call
+		added, _ := schema.CodeCall{ID: c.ID, Status: "in_progress", ContainerID: c.ContainerID}.MarshalJSON() // no outputs: cannot fail
+		codeCallStart(&e.ow, e.callIdx, c.ID, string(added), c.Code, string(jsonscan.AppendString(nil, c.Code)))
 	case schema.EventCallDone:
-		codeCallEnd(&e.ow, e.callIdx, ev.Call)
+		done, err := ev.Call.MarshalJSON()
+		if err != nil {
+			return fmt.Errorf("encode responses stream: %w", err)
+		}
+		codeCallEnd(&e.ow, e.callIdx, ev.Call.ID, string(done))
 		e.untilCall()
 	case schema.EventDone:
 		e.rest()
@@ -250,39 +257,33 @@ func (e *events) flush() error {
 }
 
 // codeCallStart writes the events of a code_interpreter_call up to its run: the item added
-// (in progress, no code or outputs yet), in_progress, its code, and interpreting.
-func codeCallStart(w *openai.Writer, idx int, c *schema.CodeCall) {
-	added := schema.CodeCall{ID: c.ID, Status: "in_progress", ContainerID: c.ContainerID}
-	raw, _ := added.MarshalJSON() // no outputs: it cannot fail
-	sseItemEvent(w, "response.output_item.added", idx, string(raw))
-	codeCallProgress(w, idx, c.ID, "response.code_interpreter_call.in_progress")
-	for s := c.Code; len(s) > 0; {
+// (in progress, no code or outputs yet: added), in_progress, its code (codeRaw is it as JSON),
+// and interpreting.
+func codeCallStart(w *openai.Writer, idx int, id, added, code, codeRaw string) {
+	sseItemEvent(w, "response.output_item.added", idx, added)
+	codeCallProgress(w, idx, id, "response.code_interpreter_call.in_progress")
+	for s := code; len(s) > 0; {
 		n := openai.Cut(s)
 		w.Open("response.code_interpreter_call_code.delta")
 		w.Num("output_index", idx)
-		w.Str("item_id", c.ID)
+		w.Str("item_id", id)
 		w.Str("delta", s[:n])
 		w.Close()
 		s = s[n:]
 	}
 	w.Open("response.code_interpreter_call_code.done")
 	w.Num("output_index", idx)
-	w.Str("item_id", c.ID)
-	w.Str("code", c.Code)
+	w.Str("item_id", id)
+	w.Raw("code", codeRaw)
 	w.Close()
-	codeCallProgress(w, idx, c.ID, "response.code_interpreter_call.interpreting")
+	codeCallProgress(w, idx, id, "response.code_interpreter_call.interpreting")
 }
 
 // codeCallEnd writes the events of a code_interpreter_call whose run ended: completed and the
-// item done, with its outputs.
-func codeCallEnd(w *openai.Writer, idx int, c *schema.CodeCall) {
-	codeCallProgress(w, idx, c.ID, "response.code_interpreter_call.completed")
-	raw, err := c.MarshalJSON()
-	if err != nil {
-		w.Err = err
-		return
-	}
-	sseItemEvent(w, "response.output_item.done", idx, string(raw))
+// item done (done, with its outputs).
+func codeCallEnd(w *openai.Writer, idx int, id, done string) {
+	codeCallProgress(w, idx, id, "response.code_interpreter_call.completed")
+	sseItemEvent(w, "response.output_item.done", idx, done)
 }
 
 func codeCallProgress(w *openai.Writer, idx int, id, typ string) {

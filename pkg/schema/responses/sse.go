@@ -181,33 +181,9 @@ func sseCodeCall(w *openai.Writer, idx int, id string, item gjson.Result) {
 	added := w.Edit(item.Raw, "code", `""`, true)
 	added = w.Edit(added, "outputs", "[]", true)
 	added = w.Edit(added, "status", `"in_progress"`, true)
-	sseItemEvent(w, "response.output_item.added", idx, added)
-
-	progress := func(typ string) {
-		w.Open(typ)
-		w.Num("output_index", idx)
-		w.Str("item_id", id)
-		w.Close()
-	}
-	progress("response.code_interpreter_call.in_progress")
 	code := item.Get("code")
-	for s := code.String(); len(s) > 0; {
-		n := openai.Cut(s)
-		w.Open("response.code_interpreter_call_code.delta")
-		w.Num("output_index", idx)
-		w.Str("item_id", id)
-		w.Str("delta", s[:n])
-		w.Close()
-		s = s[n:]
-	}
-	w.Open("response.code_interpreter_call_code.done")
-	w.Num("output_index", idx)
-	w.Str("item_id", id)
-	w.Raw("code", sseStringRaw(code))
-	w.Close()
-	progress("response.code_interpreter_call.interpreting")
-	progress("response.code_interpreter_call.completed")
-	sseItemEvent(w, "response.output_item.done", idx, item.Raw)
+	codeCallStart(w, idx, id, added, code.String(), sseStringRaw(code))
+	codeCallEnd(w, idx, id, item.Raw)
 }
 
 func sseMessage(w *openai.Writer, idx int, id string, item gjson.Result) {
