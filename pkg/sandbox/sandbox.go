@@ -101,6 +101,9 @@ type Image struct {
 
 // File is a file under /mnt/data.
 type File struct {
+	// ID is the container file id ("cfile_…") the Manager gave it; "" in a Result from a bare
+	// Container.
+	ID string
 	// Path is the absolute path inside the container, for example "/mnt/data/out.csv".
 	Path string
 	// Size is its length in bytes.

@@ -33,6 +33,20 @@ type CodeCall struct {
 	// stdout, stderr and the return code separately (Messages); nil when the code did not run
 	// to a result. It is not part of the item's JSON.
 	Run *CodeRun
+	// Files are the files under /mnt/data the code created or changed, by path, as container
+	// files the surfaces can name (citations, *_output entries). They are not part of the
+	// item's JSON.
+	Files []CodeFile
+}
+
+// CodeFile is a file under /mnt/data a call's code created or changed: a container file.
+type CodeFile struct {
+	// ID is the container file's id ("cfile_…").
+	ID string
+	// Path is its absolute path in the container, for example "/mnt/data/chart.png".
+	Path string
+	// Bytes is its size.
+	Bytes int64
 }
 
 // CodeRun is one run's result as a script's: what it wrote to each stream, and how it ended.
