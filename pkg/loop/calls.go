@@ -152,6 +152,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	res, err := lease.Run(ctx, item.Code, timeout)
 	lr.e.metrics.runSeconds.Observe(time.Since(start).Seconds())
 	item.ContainerID = lease.ContainerID()
+	item.Files = codeFiles(res.Files)
 	limit := lr.r.OutputLimit
 	if limit <= 0 {
 		limit = DefaultOutputLimit
@@ -200,6 +201,18 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		item.Status = statusFailed
 		return TextSandboxUnavailable, false
 	}
+}
+
+// codeFiles are the files a run wrote, as a code call names them.
+func codeFiles(files []sandbox.File) []schema.CodeFile {
+	if len(files) == 0 {
+		return nil
+	}
+	out := make([]schema.CodeFile, len(files))
+	for i, f := range files {
+		out[i] = schema.CodeFile{ID: f.ID, Path: f.Path, Bytes: f.Size}
+	}
+	return out
 }
 
 // codeRun is a run's result as a script's, each text capped at limit bytes.

@@ -26,8 +26,8 @@ type CodeCall struct {
 	Code string
 	// ContainerID is the id of the container the code ran in ("cntr_…").
 	ContainerID string
-	// Outputs are the run's logs and images. They are rendered as an array, [] when empty,
-	// never null.
+	// Outputs are the run's logs and images. They are rendered as an array, [] when empty;
+	// AppendItem without outputs renders null instead.
 	Outputs []CodeOutput
 	// Run is what the code's run gave, its streams apart, for the surfaces whose result shows
 	// stdout, stderr and the return code separately (Messages); nil when the code did not run
@@ -83,7 +83,12 @@ func (c CodeCall) MarshalJSON() ([]byte, error) {
 	return c.AppendJSON(make([]byte, 0, 128+len(c.Code)))
 }
 
-func (c CodeCall) AppendJSON(dst []byte) ([]byte, error) {
+// AppendJSON appends the item's JSON, as MarshalJSON renders it, to dst.
+func (c CodeCall) AppendJSON(dst []byte) ([]byte, error) { return c.AppendItem(dst, true) }
+
+// AppendItem appends the item's JSON to dst, with its outputs when outputs is set and with
+// "outputs": null otherwise (a request whose include does not ask for them).
+func (c CodeCall) AppendItem(dst []byte, outputs bool) ([]byte, error) {
 	dst = append(dst, `{"id":`...)
 	dst = jsonscan.AppendString(dst, c.ID)
 	dst = append(dst, `,"type":"code_interpreter_call","status":`...)
@@ -92,6 +97,9 @@ func (c CodeCall) AppendJSON(dst []byte) ([]byte, error) {
 	dst = jsonscan.AppendString(dst, c.Code)
 	dst = append(dst, `,"container_id":`...)
 	dst = jsonscan.AppendString(dst, c.ContainerID)
+	if !outputs {
+		return append(dst, `,"outputs":null}`...), nil
+	}
 	dst = append(dst, `,"outputs":[`...)
 	for i, o := range c.Outputs {
 		if i > 0 {
@@ -136,4 +144,7 @@ type FinalInput struct {
 	// upstream saw a rewritten one, and later rounds may have relaxed it or set "none". Nil means
 	// the client sent none, and the API's default "auto" is echoed.
 	ToolChoice []byte
+	// NullOutputs renders every code_interpreter_call item with "outputs": null (Responses: the
+	// request's include did not ask for them); the zero value renders them.
+	NullOutputs bool
 }

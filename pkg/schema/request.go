@@ -18,6 +18,13 @@ const DefaultFunctionDescription = "Run Python 3 code in a stateful sandbox, lik
 	"Print what you want to see: the output shows what the code printed and the value of the last " +
 	"expression, and matplotlib figures are captured and shown as images."
 
+// MaxFileIDs bounds the container.file_ids of a code_interpreter tool, as natively.
+const MaxFileIDs = 50
+
+// IncludeCodeOutputs is the include value that asks for the outputs of code_interpreter_call
+// items.
+const IncludeCodeOutputs = "code_interpreter_call.outputs"
+
 // OutputImageNote stands for one image output in the text fed back to the model.
 const OutputImageNote = "[image]"
 
@@ -56,6 +63,13 @@ type Request struct {
 	ContainerID string
 	// MemoryLimit is the tool's container.memory_limit when set.
 	MemoryLimit string
+	// FileIDs are the tool's container.file_ids (at most MaxFileIDs, checked by the rewrite):
+	// the Files API files to copy into the container before the code runs.
+	FileIDs []string
+	// IncludeOutputs reports whether the request's include names
+	// "code_interpreter_call.outputs": the answer's code_interpreter_call items carry their
+	// outputs only then, and "outputs": null otherwise, as natively (Responses).
+	IncludeOutputs bool
 	// ToolChoice is the client's tool_choice, raw, as sent (Body may have it rewritten); nil when
 	// the request has none.
 	ToolChoice []byte
@@ -77,6 +91,10 @@ type Request struct {
 	// ReplayedContainerIDs holds the container_id of each replayed code_interpreter_call input
 	// item that has one, in input order.
 	ReplayedContainerIDs []string
+	// ContextContainerIDs are the containers the code_interpreter_call items of the earlier
+	// answers the request continues from (previous_response_id, conversation) ran in, oldest
+	// first, as the store remembered them; set by Exchange.Continue.
+	ContextContainerIDs []string
 	// PreviousResponseID is the Responses request's previous_response_id, and ConversationID its
 	// conversation's id (the string, or the object's "id"): the earlier answer the request
 	// continues from. They are read also when Found is false.

@@ -63,6 +63,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 				Found:         true,
 				Tool:          []byte(`{"type":"code_interpreter","container":{"type":"auto","memory_limit":"4g","file_ids":["file-1","file-2"]}}`),
 				MemoryLimit:   "4g",
+				FileIDs:       []string{"file-1", "file-2"},
 				ToolChoice:    []byte(`{"type":"code_interpreter"}`),
 				ForcedChoice:  true,
 				Stream:        true,
@@ -121,6 +122,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 				Found:                true,
 				Tool:                 []byte(`{"type": "code_interpreter", "container": {"type": "auto"}}`),
 				ReplayedContainerIDs: []string{"cntr_1", "cntr_2"},
+				IncludeOutputs:       true,
 			},
 		},
 		{
@@ -193,6 +195,30 @@ func TestRewriteRequestGolden(t *testing.T) {
 			assert.True(t, json.Valid(got.Body), "RewriteRequest(%s) body is not valid JSON", tt.name)
 			got.Body = nil
 			assert.Equal(t, tt.want, got, "RewriteRequest(%s)", tt.name)
+		})
+	}
+}
+
+// file_ids are read in order without repeats, up to the native limit; include is read
+// whether or not it comes before the tools.
+func TestRewriteRequestFileIDsAndInclude(t *testing.T) {
+	tests := []struct {
+		name        string
+		give        string
+		wantFiles   []string
+		wantInclude bool
+	}{
+		{"fifty", `{"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":[` + strings.TrimSuffix(strings.Repeat(`"file-x",`, 50), ",") + `]}}]}`, []string{"file-x"}, false},
+		{"repeats", `{"include":["file_search_call.results","code_interpreter_call.outputs"],"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-b","file-a","file-b"]}}]}`, []string{"file-b", "file-a"}, true},
+		{"null", `{"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":null}}],"include":[]}`, nil, false},
+		{"container id", `{"tools":[{"type":"code_interpreter","container":"cntr_1"}],"include":["code_interpreter_call.outputs"]}`, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RewriteRequest(Responses, []byte(tt.give), schema.Options{})
+			require.NoError(t, err, "RewriteRequest(%s)", tt.give)
+			assert.Equal(t, tt.wantFiles, got.FileIDs, "FileIDs of %s", tt.give)
+			assert.Equal(t, tt.wantInclude, got.IncludeOutputs, "IncludeOutputs of %s", tt.give)
 		})
 	}
 }
@@ -298,6 +324,10 @@ func TestRewriteRequestErrors(t *testing.T) {
 		{"tool_choice given twice", Chat, `{"tools":[{"type":"code_interpreter"}],"tool_choice":"auto","tool_choice":"none"}`, "tool_choice", ""},
 		{"stream given twice", Responses, `{"stream":false,"tools":[{"type":"code_interpreter"}],"stream":true}`, "stream", ""},
 		{"input given twice", Responses, `{"input":[],"tools":[{"type":"code_interpreter"}],"input":"x"}`, "input", ""},
+		{"51 file_ids", Responses, `{"tools":[{"type":"function","name":"f"},{"type":"code_interpreter","container":{"type":"auto","file_ids":[` +
+			strings.TrimSuffix(strings.Repeat(`"file-x",`, 51), ",") + `]}}]}`, "tools[1].container.file_ids", "array_above_max_length"},
+		{"file_ids not an array", Responses, `{"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":"file-1"}}]}`, "tools[0].container.file_ids", "invalid_type"},
+		{"file id not a string", Chat, `{"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-1",2]}}]}`, "tools[0].container.file_ids[1]", "invalid_type"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

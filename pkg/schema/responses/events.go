@@ -35,6 +35,8 @@ type events struct {
 	ended bool
 	// live is what was relayed of the round whose upstream answer streams, nil when none.
 	live *liveRound
+	// files are the files the calls so far wrote: the messages after them cite them.
+	files writtenFiles
 }
 
 // liveRound is what the sink relayed of a round as its upstream answer streamed: the round's
@@ -49,6 +51,9 @@ type liveRound struct {
 	// blocked reports that an item was not relayed: it and every later one are written when
 	// the round's answer arrives.
 	blocked bool
+	// upstreamAnns counts the annotation.added events the upstream sent for each content
+	// part, by output and content index: the citations added after them number on.
+	upstreamAnns map[[2]int]int
 }
 
 // Ended reports whether the stream's last event was written.
@@ -83,13 +88,15 @@ func (e *events) Event(ev schema.Event) error {
 		e.callIdx = e.idx
 		e.idx++
 		c := ev.Call
-		added, _ := schema.CodeCall{ID: c.ID, Status: "in_progress", ContainerID: c.ContainerID}.MarshalJSON() // no outputs: cannot fail
+		include := e.x.Request().IncludeOutputs
+		added, _ := schema.CodeCall{ID: c.ID, Status: "in_progress", ContainerID: c.ContainerID}.AppendItem(nil, include) // no outputs: cannot fail
 		codeCallStart(&e.ow, e.callIdx, c.ID, string(added), c.Code, string(jsonscan.AppendString(nil, c.Code)))
 	case schema.EventCallDone:
-		done, err := ev.Call.MarshalJSON()
+		done, err := ev.Call.AppendItem(nil, e.x.Request().IncludeOutputs)
 		if err != nil {
 			return fmt.Errorf("encode responses stream: %w", err)
 		}
+		e.files.add(ev.Call)
 		codeCallEnd(&e.ow, e.callIdx, ev.Call.ID, string(done))
 		e.untilCall()
 	case schema.EventDone:
@@ -169,19 +176,75 @@ func (e *events) delta(ev schema.Event) error {
 	case typ == "response.output_item.done":
 		l.done[u] = true
 	}
+	var replace, with string // a field of the event that carries the citations
+	if !e.files.empty() {
+		replace, with = e.liveCitations(l, typ, u, data)
+	}
 	e.ow.Open(typ)
 	data.ForEach(func(k, v gjson.Result) bool {
-		switch k.String() {
+		switch key := k.String(); key {
 		case "type", "sequence_number":
 		case "output_index":
 			e.ow.Num("output_index", l.base+u)
+		case replace:
+			e.ow.Raw(key, with)
 		default:
-			e.ow.Raw(k.String(), v.Raw)
+			e.ow.Raw(key, v.Raw)
 		}
 		return true
 	})
 	e.ow.Close()
 	return nil
+}
+
+// liveCitations adds the citations of a message's text relayed live, for the upstream event
+// data of type typ about the round's item u: before output_text.done, an annotation.added
+// for each (the whole text is known then); and it returns the field of a content_part.done
+// (part) or output_item.done (item) to replace, and its value with the citations, or "".
+func (e *events) liveCitations(l *liveRound, typ string, u int, data gjson.Result) (field, value string) {
+	part := [2]int{u, int(data.Get("content_index").Int())}
+	switch typ {
+	case "response.output_text.annotation.added":
+		if l.upstreamAnns == nil {
+			l.upstreamAnns = make(map[[2]int]int)
+		}
+		l.upstreamAnns[part]++
+	case "response.output_text.done":
+		for i, c := range e.files.cite(data.Get("text").String()) {
+			e.ow.Open("response.output_text.annotation.added")
+			e.ow.Raw("item_id", data.Get("item_id").Raw)
+			e.ow.Num("output_index", l.base+u)
+			e.ow.Num("content_index", part[1])
+			e.ow.Num("annotation_index", l.upstreamAnns[part]+i)
+			e.ow.Raw("annotation", string(c.appendJSON(nil)))
+			e.ow.Close()
+		}
+	case "response.content_part.done":
+		p := data.Get("part")
+		if p.Get("type").String() == "output_text" {
+			if anns, ok := annotatedList(p, &e.files); ok {
+				return "part", e.ow.Edit(p.Raw, "annotations", anns, true)
+			}
+		}
+	case "response.output_item.done":
+		if item := data.Get("item"); item.Get("type").String() == "message" {
+			if raw, ok := annotateMessage(&e.ow, item.Raw, &e.files); ok {
+				return "item", raw
+			}
+		}
+	}
+	return "", ""
+}
+
+// cited returns item with the citations of the files written so far, when it is a message.
+func (e *events) cited(item gjson.Result) gjson.Result {
+	if e.files.empty() || item.Get("type").String() != "message" {
+		return item
+	}
+	if raw, ok := annotateMessage(&e.ow, item.Raw, &e.files); ok {
+		return gjson.Parse(raw)
+	}
+	return item
 }
 
 // endLive takes out of the round's items those relayed while its answer streamed, when round
@@ -197,7 +260,7 @@ func (e *events) endLive(round int) error {
 	}
 	for i, done := range l.done {
 		if !done {
-			sseItemEvent(&e.ow, "response.output_item.done", l.base+i, e.items[i].Raw)
+			sseItemEvent(&e.ow, "response.output_item.done", l.base+i, e.cited(e.items[i]).Raw)
 		}
 	}
 	e.items = e.items[len(l.done):]
@@ -223,7 +286,7 @@ func (e *events) start(first []byte) {
 func (e *events) untilCall() {
 	name := e.x.FunctionName()
 	for len(e.items) > 0 && !finalIsInternalCall(e.items[0], name) {
-		sseItem(&e.ow, e.idx, e.items[0])
+		sseItem(&e.ow, e.idx, e.cited(e.items[0]))
 		e.idx++
 		e.items = e.items[1:]
 	}
@@ -236,7 +299,7 @@ func (e *events) rest() {
 	name := e.x.FunctionName()
 	for _, item := range e.items {
 		if !finalIsInternalCall(item, name) {
-			sseItem(&e.ow, e.idx, item)
+			sseItem(&e.ow, e.idx, e.cited(item))
 			e.idx++
 		}
 	}

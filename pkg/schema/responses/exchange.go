@@ -143,7 +143,8 @@ func (x *exchange) Remember(p store.Continuations, identity string, final []byte
 // Final implements [schema.Exchange].
 func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
 	r := x.Request()
-	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice})
+	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice,
+		NullOutputs: !r.IncludeOutputs})
 	if err == nil && incomplete != "" {
 		body, err = MarkIncomplete(body, incomplete)
 	}

@@ -48,7 +48,8 @@ func finalResponses(in schema.FinalInput, views []string) ([]byte, error) {
 
 // finalResponsesOutput returns the concatenated output array of all rounds and whether it
 // differs from the concatenation of the rounds' items (an internal call was replaced or
-// removed).
+// removed, a message got citations). The output_text of a message after calls that wrote
+// files gets a container_file_citation for each link to, or mention of, one of those files.
 func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, error) {
 	size := 2
 	for _, v := range views {
@@ -58,6 +59,9 @@ func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, e
 	out = append(out, '[')
 	n := 0
 	changed := false
+	// The files the calls so far wrote, which the messages after them cite.
+	var files writtenFiles
+	var w openai.Writer
 	for ri, r := range in.Rounds {
 		output := gjson.Get(views[ri], "output")
 		if output.Exists() && output.Type != gjson.Null && !output.IsArray() {
@@ -70,7 +74,14 @@ func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, e
 				if n > 0 {
 					out = append(out, ',')
 				}
-				out = append(out, item.Raw...)
+				raw := item.Raw
+				if !files.empty() && item.Get("type").String() == "message" {
+					var cited bool
+					if raw, cited = annotateMessage(&w, raw, &files); cited {
+						changed = true
+					}
+				}
+				out = append(out, raw...)
 				n++
 				return true
 			}
@@ -83,10 +94,14 @@ func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, e
 			if n > 0 {
 				out = append(out, ',')
 			}
-			out, err = r.Calls[k].AppendJSON(out)
+			out, err = r.Calls[k].AppendItem(out, !in.NullOutputs)
+			files.add(&r.Calls[k])
 			n++
 			return err == nil
 		})
+		if err == nil {
+			err = w.Err
+		}
 		if err != nil {
 			return nil, false, fmt.Errorf("build final answer: round %d: %w", ri+1, err)
 		}

@@ -179,7 +179,9 @@ func sseStringRaw(v gjson.Result) string {
 func sseCodeCall(w *openai.Writer, idx int, id string, item gjson.Result) {
 	// Empty the large fields first, so the later edits copy a small item.
 	added := w.Edit(item.Raw, "code", `""`, true)
-	added = w.Edit(added, "outputs", "[]", true)
+	if item.Get("outputs").IsArray() {
+		added = w.Edit(added, "outputs", "[]", true) // null (include did not ask for them) stays null
+	}
 	added = w.Edit(added, "status", `"in_progress"`, true)
 	code := item.Get("code")
 	codeCallStart(w, idx, id, added, code.String(), sseStringRaw(code))

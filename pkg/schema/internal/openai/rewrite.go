@@ -87,10 +87,14 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 	if c := jsonscan.Field(body, tools.ci.Start, "container"); c.OK() {
 		if id, ok := jsonscan.Str(body, c); ok {
 			r.ContainerID = id
-		} else {
+		} else if body[c.Start] == '{' {
 			r.MemoryLimit, _ = jsonscan.Str(body, jsonscan.Field(body, c.Start, "memory_limit"))
+			if r.FileIDs, err = reqFileIDs(body, c, tools.index); err != nil {
+				return schema.Request{}, nil, err
+			}
 		}
 	}
+	r.IncludeOutputs = reqIncludes(body, t.Span("include"), schema.IncludeCodeOutputs)
 
 	if sp := t.Span("tool_choice"); sp.OK() {
 		e, forced, later := reqRewriteToolChoice(d, body, sp, name)
@@ -133,6 +137,72 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 type reqTools struct {
 	found bool
 	ci    jsonscan.Span // the code_interpreter tool
+	index int           // its index in its tools array
+}
+
+// reqFileIDs returns the file_ids of the code_interpreter tool's container object at c (the
+// tool is tools[index]): strings, at most schema.MaxFileIDs of them, as natively.
+func reqFileIDs(b []byte, c jsonscan.Span, index int) ([]string, error) {
+	sp := jsonscan.Field(b, c.Start, "file_ids")
+	if !sp.OK() || string(b[sp.Start:sp.End]) == "null" {
+		return nil, nil
+	}
+	param := fmt.Sprintf("tools[%d].container.file_ids", index)
+	if b[sp.Start] != '[' {
+		return nil, &schema.RequestError{
+			Message: fmt.Sprintf("Invalid type for '%s': expected an array of strings.", param),
+			Param:   param,
+			Code:    "invalid_type",
+		}
+	}
+	var (
+		ids []string
+		bad = -1
+		n   int
+	)
+	jsonscan.EachElem(b, sp.Start, func(i, st, en int) bool {
+		n++
+		id, ok := jsonscan.Str(b, jsonscan.Span{Start: st, End: en})
+		if !ok || id == "" {
+			bad = i
+			return false
+		}
+		if len(ids) < schema.MaxFileIDs && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+		return true
+	})
+	switch {
+	case bad >= 0:
+		p := fmt.Sprintf("%s[%d]", param, bad)
+		return nil, &schema.RequestError{
+			Message: fmt.Sprintf("Invalid '%s': expected a file id string.", p),
+			Param:   p,
+			Code:    "invalid_type",
+		}
+	case n > schema.MaxFileIDs:
+		return nil, &schema.RequestError{
+			Message: fmt.Sprintf("Invalid '%s': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", param, schema.MaxFileIDs, n),
+			Param:   param,
+			Code:    "array_above_max_length",
+		}
+	}
+	return ids, nil
+}
+
+// reqIncludes reports whether the include array at sp holds the string want.
+func reqIncludes(b []byte, sp jsonscan.Span, want string) bool {
+	if !sp.OK() || b[sp.Start] != '[' {
+		return false
+	}
+	found := false
+	jsonscan.EachElem(b, sp.Start, func(_, st, en int) bool {
+		if v, ok := jsonscan.Str(b, jsonscan.Span{Start: st, End: en}); ok && v == want {
+			found = true
+		}
+		return !found
+	})
+	return found
 }
 
 // reqFindTools finds the code_interpreter tool in every "tools" array among members, the
@@ -162,7 +232,7 @@ func reqFindTools(d *Dialect, b []byte, members []jsonscan.Member, name string) 
 				typ := tool.Field("type")
 				switch ci := typ.OK() && jsonscan.StringIs(b[typ.Start:typ.End], "code_interpreter"); {
 				case ci && !res.found:
-					res.found, res.ci = true, jsonscan.Span{Start: st, End: i}
+					res.found, res.ci, res.index = true, jsonscan.Span{Start: st, End: i}, idx
 				case ci:
 					if second < 0 {
 						second = idx
