@@ -16,6 +16,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/codeinterp/codeinterp/pkg/files"
 )
 
 // Container is a container as the API shows it.
@@ -91,16 +93,15 @@ type FileStore interface {
 }
 
 // Fetcher reads a file of the upstream's Files API with the caller's credentials, for a
-// container file created by file_id.
+// container file created by file_id. *[files.API] implements it.
 type Fetcher interface {
-	// Fetch returns the file's name and content; the caller closes it. A file the upstream
-	// does not know is ErrNotFound.
-	Fetch(ctx context.Context, credentials Credentials, fileID string) (name string, content io.ReadCloser, err error)
+	// Fetch returns the file's name (a base name) and content; the caller closes it. A file
+	// the upstream does not know is [ErrNotFound] or [files.ErrNotFound]; a failure of the
+	// upstream is [ErrUpstream] or [files.ErrUpstream].
+	Fetch(ctx context.Context, credentials files.Credentials, fileID string) (name string, content io.ReadCloser, err error)
 }
 
-// Credentials are the caller's headers that a [Fetcher] forwards upstream (Authorization,
-// api-key, OpenAI-Organization, OpenAI-Project).
-type Credentials map[string]string
+var _ Fetcher = (*files.API)(nil)
 
 // The errors a [Store], [FileStore] or [Fetcher] return for the API to map.
 var (

@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
 )
@@ -133,7 +134,7 @@ func (h *Handler) fail(c call, what string, err error) {
 	case errors.Is(err, ErrFull):
 		writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests,
 			Message: "No more containers can be created for this API key now: delete one, or wait for one to expire.", Code: "too_many_containers"})
-	case errors.Is(err, ErrUpstream):
+	case errors.Is(err, ErrUpstream), errors.Is(err, files.ErrUpstream):
 		h.log.Warn("read a file of the Files API", zap.Error(err))
 		c.w.Header().Set("Content-Type", "application/json")
 		c.w.WriteHeader(http.StatusBadGateway)
@@ -478,8 +479,8 @@ func (h *Handler) fetch(c call, fileID, param string) (fetchedFile, error) {
 	if fileID == "" || len(fileID) > 256 || strings.ContainsAny(fileID, "/?#%") {
 		return fetchedFile{}, &schema.RequestError{Message: fmt.Sprintf("Invalid file id '%s'.", fileID), Param: param, Code: "invalid_value"}
 	}
-	name, content, err := h.cfg.Fetcher.Fetch(c.r.Context(), credentials(c.r), fileID)
-	if errors.Is(err, ErrNotFound) {
+	name, content, err := h.cfg.Fetcher.Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, files.ErrNotFound) {
 		return fetchedFile{}, &schema.RequestError{Message: fmt.Sprintf("No such File object: %s", fileID), Param: param, Code: "file_not_found"}
 	}
 	if err != nil {
@@ -499,17 +500,6 @@ func (h *Handler) putFetched(c call, id, fileID string) (File, error) {
 	}
 	defer f.content.Close()
 	return h.files.Put(c.r.Context(), c.identity, id, f.name, h.limit(f.content))
-}
-
-// credentials are the caller's headers a Fetcher forwards.
-func credentials(r *http.Request) Credentials {
-	out := Credentials{}
-	for _, k := range []string{"Authorization", "Api-Key", "X-Api-Key", "Openai-Organization", "Openai-Project"} {
-		if v := r.Header.Get(k); v != "" {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 func (h *Handler) listFiles(c call) {

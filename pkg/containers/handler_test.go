@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
@@ -387,8 +388,8 @@ func TestContainersTenants(t *testing.T) {
 // Python SDK) and as a multipart field (openai-go), read from the upstream's Files API with the
 // caller's key.
 func TestContainerFilesByID(t *testing.T) {
-	files := filesServer(t, "sk-a", map[string]string{"file-1": "x,y\n1,2\n", "file-2": "hello"})
-	f := newFixture(t, Config{Fetcher: &FilesAPI{Base: files.URL, Client: files.Client()}})
+	up := filesServer(t, "sk-a", map[string]string{"file-1": "x,y\n1,2\n", "file-2": "hello"})
+	f := newFixture(t, Config{Fetcher: &files.API{Base: up.URL, Client: up.Client()}})
 	ctx := t.Context()
 	c := f.client("sk-a")
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/codeinterp/codeinterp/pkg/identity"
 )
 
 // followUpHeader marks the loop's own follow-up calls. Its value is
@@ -18,13 +20,13 @@ const followUpHeader = reservedPrefix + "followup"
 // signer derives the follow-up signatures and identity hashes from the server secret.
 type signer struct {
 	followUpKey []byte
-	identityKey []byte
+	identities  identity.Hasher
 }
 
 func newSigner(secret []byte) signer {
 	return signer{
 		followUpKey: derive(secret, "codeinterp follow-up v1"),
-		identityKey: derive(secret, "codeinterp identity v1"),
+		identities:  identity.New(secret),
 	}
 }
 
@@ -34,29 +36,11 @@ func derive(secret []byte, label string) []byte {
 	return m.Sum(nil)
 }
 
-// identity returns the keyed hash that scopes the caller's sandboxes: of the identity header when
-// one is configured (set by an authentication filter in front), else of the credential. It returns
-// "" when the request carries neither. The credential itself is never kept.
+// identity returns the keyed hash that scopes the caller's sandboxes (see [identity.Hasher.Of]):
+// of the identity header when one is configured (set by an authentication filter in front), else
+// of the credential. It returns "" when the request carries neither.
 func (s signer) identity(h headerMap, identityHeader string) string {
-	var kind, value string
-	if identityHeader != "" {
-		kind, value = "header", h.get(identityHeader)
-	} else {
-		for _, k := range credentialHeaders {
-			if v := h.get(k); v != "" {
-				kind, value = k, v
-				break
-			}
-		}
-	}
-	if value == "" {
-		return ""
-	}
-	m := hmac.New(sha256.New, s.identityKey)
-	m.Write([]byte(kind))
-	m.Write([]byte{0})
-	m.Write([]byte(value))
-	return hex.EncodeToString(m.Sum(nil)[:16])
+	return s.identities.Of(h.get, identityHeader)
 }
 
 func (s signer) mac(path, identity string, expiry int64) []byte {
