@@ -66,8 +66,31 @@ type Aliases interface {
 	Alias(identity, from string) string
 }
 
+// MaxContextContainers bounds the container ids kept for one answer (see [ContextContainers]):
+// the most recent ones are kept.
+const MaxContextContainers = 8
+
+// MaxContainerIDBytes bounds the length of a container id a store keeps; a longer one is not
+// one codeinterp issued.
+const MaxContainerIDBytes = 64
+
+// ContextContainers remembers the containers an answer's code_interpreter_call items ran in,
+// under the answer's id and its conversation, so that a request continuing from it
+// (previous_response_id, conversation) reuses the last one still alive as the native auto
+// container does. Bounded and scoped like [Pending]; nothing is kept for the identity "".
+// Safe for concurrent use.
+type ContextContainers interface {
+	// PutContainers remembers ids (oldest first; at most MaxContextContainers of the newest are
+	// kept) under each of keys (a key with an empty ID is skipped) for identity, replacing what
+	// the keys held.
+	PutContainers(identity string, ids []string, keys ...Key)
+	// Containers returns the ids stored under key for identity, oldest first, or nil.
+	Containers(identity string, key Key) []string
+}
+
 // Continuations is what an answer leaves for the requests that continue from it.
 type Continuations interface {
 	Pending
 	Aliases
+	ContextContainers
 }

@@ -3,6 +3,7 @@ package responses
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -55,6 +56,8 @@ type exchange struct {
 	// clientPrevious is the previous_response_id the client sent when Continue replaced it by
 	// the upstream's: the answer echoes the client's.
 	clientPrevious string
+	// ran are the containers the answer's calls ran in, in order, as Final last saw them.
+	ran []string
 }
 
 // Continue implements [schema.Exchange]. The upstream, when it stores responses, holds a turn
@@ -69,6 +72,15 @@ func (x *exchange) Continue(p store.Continuations, identity func() string) (bool
 		return false, nil
 	}
 	id := identity()
+	if r.Found {
+		// The containers of the answers it continues from: an auto container reuses them.
+		if r.PreviousResponseID != "" {
+			r.ContextContainerIDs = p.Containers(id, store.Key{Kind: kindResponse, ID: r.PreviousResponseID})
+		}
+		if r.ContextContainerIDs == nil && r.ConversationID != "" {
+			r.ContextContainerIDs = p.Containers(id, store.Key{Kind: kindConversation, ID: r.ConversationID})
+		}
+	}
 	var calls []store.PendingCall
 	if r.PreviousResponseID != "" {
 		calls = p.Get(id, store.Key{Kind: kindResponse, ID: r.PreviousResponseID})
@@ -128,7 +140,9 @@ func (x *exchange) Accepted(p store.Continuations, identity string) {
 }
 
 // Remember implements [schema.Exchange]: the calls are kept for the requests that continue
-// from the answer's id, and from the request's conversation.
+// from the answer's id, and from the request's conversation; so are the containers the calls
+// ran in (with those of the answers the request continued from), which an auto container of
+// such a request reuses.
 func (x *exchange) Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall) {
 	if len(pending) > 0 {
 		p.Put(identity, pending,
@@ -138,11 +152,24 @@ func (x *exchange) Remember(p store.Continuations, identity string, final []byte
 	if x.named != "" {
 		p.PutAlias(identity, x.named, x.upstreamID)
 	}
+	if ids := append(slices.Clone(x.Request().ContextContainerIDs), x.ran...); len(ids) > 0 {
+		p.PutContainers(identity, ids,
+			store.Key{Kind: kindResponse, ID: gjson.GetBytes(final, "id").String()},
+			store.Key{Kind: kindConversation, ID: x.Request().ConversationID})
+	}
 }
 
 // Final implements [schema.Exchange].
 func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
 	r := x.Request()
+	x.ran = x.ran[:0]
+	for _, rd := range rounds {
+		for _, c := range rd.Calls {
+			if c.ContainerID != "" && (len(x.ran) == 0 || x.ran[len(x.ran)-1] != c.ContainerID) {
+				x.ran = append(x.ran, c.ContainerID)
+			}
+		}
+	}
 	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice,
 		NullOutputs: !r.IncludeOutputs})
 	if err == nil && incomplete != "" {

@@ -155,3 +155,39 @@ func gjsonBool(t *testing.T, body []byte, path string) bool {
 	t.Helper()
 	return gjson.GetBytes(body, path).Bool()
 }
+
+// An answer's calls' containers are remembered under its id and its conversation: a request
+// continuing from it learns them, with those of the answers before it, and another identity
+// learns nothing.
+func TestExchangeContextContainers(t *testing.T) {
+	p := memory.NewPending(nil)
+	run := func(identity, body string, containers ...string) schema.Exchange {
+		x, err := responses.Surface{}.NewExchange([]byte(body), schema.Options{})
+		require.NoError(t, err)
+		_, err = x.Continue(p, func() string { return identity })
+		require.NoError(t, err)
+		var calls []schema.CodeCall
+		var items []string
+		for i, c := range containers {
+			calls = append(calls, schema.CodeCall{ID: fmt.Sprint("ci_", i), Status: "completed", ContainerID: c, Outputs: []schema.CodeOutput{}})
+			items = append(items, fmt.Sprintf(`{"type":"function_call","id":"fc_%d","call_id":"call_%d","name":"code_interpreter","arguments":"{}"}`, i, i))
+		}
+		first := []byte(`{"id":"resp_` + identity + fmt.Sprint(len(containers)) + `","output":[` + join(items) + `]}`)
+		final, err := x.Final([]schema.Round{{Body: first, Calls: calls}}, "")
+		require.NoError(t, err)
+		x.Remember(p, identity, final, nil)
+		return x
+	}
+	tool := `"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]`
+	run("id-a", `{"model":"m","conversation":"conv_1","input":"q",`+tool+`}`, "cntr_1", "cntr_1", "cntr_2")
+	x := run("id-a", `{"model":"m","previous_response_id":"resp_id-a3","input":"q",`+tool+`}`)
+	assert.Equal(t, []string{"cntr_1", "cntr_2"}, x.Request().ContextContainerIDs, "continuing from the answer")
+	x = run("id-a", `{"model":"m","previous_response_id":"resp_id-a0","input":"q",`+tool+`}`, "cntr_3")
+	assert.Equal(t, []string{"cntr_1", "cntr_2"}, x.Request().ContextContainerIDs, "continuing from an answer that ran nothing, the chain goes on")
+	x = run("id-a", `{"model":"m","previous_response_id":"resp_id-a1","input":"q",`+tool+`}`)
+	assert.Equal(t, []string{"cntr_1", "cntr_2", "cntr_3"}, x.Request().ContextContainerIDs, "the chain, oldest first")
+	x = run("id-a", `{"model":"m","conversation":{"id":"conv_1"},"input":"q",`+tool+`}`)
+	assert.Equal(t, []string{"cntr_1", "cntr_2"}, x.Request().ContextContainerIDs, "continuing in the conversation")
+	x = run("id-b", `{"model":"m","previous_response_id":"resp_id-a3","input":"q",`+tool+`}`)
+	assert.Nil(t, x.Request().ContextContainerIDs, "another identity")
+}

@@ -25,7 +25,8 @@ const (
 // Pending is a [store.Pending] in the process's memory, bounded by PendingTTL and the
 // pending bounds. The zero value is not usable; use NewPending.
 type Pending struct {
-	aliases // an answer's name is kept apart from the pending calls, with bounds of its own
+	aliases    // an answer's name is kept apart from the pending calls, with bounds of its own
+	containers // so are the containers its calls ran in
 
 	mu    sync.Mutex
 	now   func() time.Time
@@ -62,8 +63,9 @@ func NewPending(now func() time.Time) *Pending {
 		now = time.Now
 	}
 	return &Pending{
-		aliases: aliases{now: now, byKey: make(map[aliasKey]*list.Element), order: list.New()},
-		now:     now, byKey: make(map[entryKey]*list.Element), order: list.New(),
+		aliases:    aliases{now: now, byKey: make(map[aliasKey]*list.Element), order: list.New()},
+		containers: newContainers(now),
+		now:        now, byKey: make(map[entryKey]*list.Element), order: list.New(),
 		per: make(map[string]*usage), kinds: make(map[string]int),
 	}
 }

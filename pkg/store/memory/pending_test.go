@@ -121,3 +121,20 @@ func TestAliases(t *testing.T) {
 	now = now.Add(AliasTTL + time.Second)
 	assert.Empty(t, p.Alias("id-a", "resp_first"), "expired")
 }
+
+func TestContextContainers(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := NewPending(func() time.Time { return now })
+	many := []string{"cntr_0", "cntr_1", "cntr_2", "cntr_3", "cntr_4", "cntr_5", "cntr_6", "cntr_7", "cntr_8", "cntr_2", strings.Repeat("x", store.MaxContainerIDBytes+1)}
+	p.PutContainers("id-a", many, key("response", "resp_1"), key("conversation", "conv_1"), key("response", ""))
+	want := []string{"cntr_1", "cntr_3", "cntr_4", "cntr_5", "cntr_6", "cntr_7", "cntr_8", "cntr_2"}
+	assert.Equal(t, want, p.Containers("id-a", key("response", "resp_1")), "the newest, once each, oldest first")
+	assert.Equal(t, want, p.Containers("id-a", key("conversation", "conv_1")), "under every key")
+	assert.Nil(t, p.Containers("id-b", key("response", "resp_1")), "another identity's answer")
+	p.PutContainers("", []string{"cntr_anon"}, key("response", "resp_anon"))
+	assert.Nil(t, p.Containers("", key("response", "resp_anon")), "nothing for the anonymous identity")
+	p.PutContainers("id-a", []string{"cntr_9"}, key("conversation", "conv_1"))
+	assert.Equal(t, []string{"cntr_9"}, p.Containers("id-a", key("conversation", "conv_1")), "replaced")
+	now = now.Add(ContainersTTL + time.Second)
+	assert.Nil(t, p.Containers("id-a", key("response", "resp_1")), "expired")
+}
