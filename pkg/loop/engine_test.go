@@ -173,7 +173,7 @@ func (f *fixture) request(t *testing.T, s schema.Surface, client string, first s
 	return r
 }
 
-const responsesClient = `{"model":"m","input":"compute 40+2","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`
+const responsesClient = `{"model":"m","include":["code_interpreter_call.outputs"],"input":"compute 40+2","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`
 
 func respCall(id, code string, inTok int) string {
 	args, _ := json.Marshal(map[string]string{"code": code})
@@ -690,4 +690,30 @@ func TestMixedTurnPendingOncePerCallID(t *testing.T) {
 		ids[p.CallID]++
 	}
 	assert.Equal(t, map[string]int{"call_x": 1}, ids, "one pending output per call id: %+v", res.Pending)
+}
+
+// Without include the client's items show "outputs": null, and the model still reads the
+// output; the files a run wrote are listed to the model and cited in the message after it.
+func TestOutputsNullAndFilesCited(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "Über: [the CSV](sandbox:/mnt/data/out.csv)")})
+	f.provider.run = func(string) (sandbox.Result, error) {
+		return sandbox.Result{Stdout: "saved\n", Files: []sandbox.File{{ID: "cfile_1", Path: "/mnt/data/out.csv", Size: 5}}}, nil
+	}
+	client := strings.Replace(responsesClient, `"include":["code_interpreter_call.outputs"],`, "", 1)
+	res := f.engine.Run(context.Background(), f.request(t, respSurface, client, respCall("1", "df.to_csv('/mnt/data/out.csv')", 10)))
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, "null", gjson.GetBytes(res.Body, "output.0.outputs").Raw, "outputs without include: %s", res.Body)
+
+	sent := f.model.sent()
+	require.Len(t, sent, 1)
+	assert.Equal(t, "saved\n[files written: /mnt/data/out.csv (5 bytes)]", gjson.GetBytes(sent[0], "input.2.output").String(), "the model reads the output and the files")
+
+	ann := gjson.GetBytes(res.Body, "output.1.content.0.annotations.0")
+	require.True(t, ann.Exists(), "a citation: %s", res.Body)
+	assert.Equal(t, "container_file_citation", ann.Get("type").String())
+	assert.Equal(t, gjson.GetBytes(res.Body, "output.0.container_id").String(), ann.Get("container_id").String(), "the container the call ran in")
+	assert.True(t, strings.HasPrefix(ann.Get("file_id").String(), "cfile_"), "file id %s", ann.Get("file_id"))
+	assert.Equal(t, "out.csv", ann.Get("filename").String())
+	assert.Equal(t, int64(6), ann.Get("start_index").Int(), "start counts code points")
+	assert.Equal(t, int64(6+len("[the CSV](sandbox:/mnt/data/out.csv)")), ann.Get("end_index").Int())
 }

@@ -9,6 +9,8 @@
 package loop
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"time"
 
@@ -61,9 +63,32 @@ type Request struct {
 	MaxResponseBytes int64
 	// Sandbox names the sandbox the request's code runs in.
 	Sandbox sandbox.AcquireRequest
+	// InputFiles are copied from Files into the container, as /mnt/data/<Name>, when the lease
+	// is first acquired, before the first run (the tool's container.file_ids). A copy that
+	// fails fails the calls of the request with TextFilesUnavailable, as an unavailable
+	// sandbox does.
+	InputFiles []InputFile
+	// Files fetches InputFiles with the caller's credentials; required when there are any.
+	Files Fetcher
 	// OnLoop, if set, is called once, before the first code run, when the answer does need the
 	// loop (the processor extends Envoy's message timeout there).
 	OnLoop func()
+}
+
+// InputFile is a Files API file a request copies into its container.
+type InputFile struct {
+	// ID is the file's id in the Files API ("file-…").
+	ID string
+	// Name is its base name, as the Files API gave it when it was looked up.
+	Name string
+	// Bytes is its size then.
+	Bytes int64
+}
+
+// Fetcher reads a Files API file with the caller's credentials.
+type Fetcher interface {
+	// Fetch returns the file's base name and its content, which the caller closes.
+	Fetch(ctx context.Context, fileID string) (name string, content io.ReadCloser, err error)
 }
 
 // Response is the answer the client receives.

@@ -22,6 +22,7 @@ import (
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
@@ -56,6 +57,13 @@ type Options struct {
 	// Pending keeps the calls an answer left out for the request that continues from it.
 	// Required.
 	Pending store.Continuations
+	// FilesClient sends the calls to the upstream's Files API that read the files a request's
+	// code_interpreter tool names (container.file_ids). If nil, the files package's own
+	// client, which follows no redirect.
+	FilesClient files.Doer
+	// NewFiles, if set, returns the Files API at a base URL instead of a *files.API (a test
+	// seam).
+	NewFiles func(base string) Files
 	// Secret keys the follow-up signatures and identity hashes. If empty, a random secret is made,
 	// which is right for a single server per Envoy.
 	Secret []byte
@@ -83,6 +91,7 @@ type Server struct {
 	metrics    *Metrics
 	now        func() time.Time
 	pending    store.Continuations
+	files      func(base string) Files
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -125,6 +134,10 @@ func New(o Options) (*Server, error) {
 	if now == nil {
 		now = time.Now
 	}
+	newFiles := o.NewFiles
+	if newFiles == nil {
+		newFiles = defaultFiles(o.FilesClient)
+	}
 	metrics := o.Metrics
 	if metrics == nil {
 		metrics = NewMetrics()
@@ -141,6 +154,7 @@ func New(o Options) (*Server, error) {
 		metrics:    metrics,
 		now:        now,
 		pending:    o.Pending,
+		files:      newFiles,
 		live:       map[*liveStream]struct{}{},
 	}, nil
 }

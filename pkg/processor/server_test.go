@@ -94,6 +94,12 @@ type testServer struct {
 
 func newTestServer(t *testing.T, mutate func(*configv1.Config), fl *fakeLoop, containers fakeContainers) *testServer {
 	t.Helper()
+	return newTestServerWith(t, nil, mutate, fl, containers)
+}
+
+// newTestServerWith is newTestServer with the Options changed by opts (when set).
+func newTestServerWith(t *testing.T, opts func(*Options), mutate func(*configv1.Config), fl *fakeLoop, containers fakeContainers) *testServer {
+	t.Helper()
 	cfg := &configv1.Config{PathPrefixes: []string{"/openai"}}
 	config.ApplyDefaults(cfg)
 	if mutate != nil {
@@ -106,10 +112,14 @@ func newTestServer(t *testing.T, mutate func(*configv1.Config), fl *fakeLoop, co
 	if containers == nil {
 		containers = fakeContainers{}
 	}
-	srv, err := New(Options{
+	o := Options{
 		Config: cfg, Loop: fl, Containers: containers, Secret: []byte("test secret"), Log: zaptest.NewLogger(t),
 		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}}, Pending: memory.NewPending(nil),
-	})
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	srv, err := New(o)
 	require.NoError(t, err)
 
 	lis := bufconn.Listen(1 << 20)

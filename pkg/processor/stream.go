@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,9 @@ type streamState struct {
 	// (reference envoy-full-duplex.md §10), and nothing after it is answered.
 	fdDone  bool
 	outcome string
+	// inputFiles are the files of the tool's container.file_ids, as the Files API named them,
+	// which the loop copies into the container.
+	inputFiles []loop.InputFile
 }
 
 // logger returns the stream's logger, with the request id.
@@ -213,6 +217,11 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	if rw.MemoryLimit != "" {
 		if re := st.checkMemoryLimit(rw.MemoryLimit); re != nil {
 			return st.clientError(re, "codeinterp_invalid_request", nil)
+		}
+	}
+	if len(rw.FileIDs) > 0 {
+		if resp := st.statFiles(rw.FileIDs); resp != nil {
+			return resp
 		}
 	}
 	st.kind = kindRewritten
@@ -522,14 +531,21 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 			}
 		}
 		if sb.Session == "" {
-			// OpenAI's auto containers reuse a live container of an earlier call in the context.
-			for i := len(rw.ReplayedContainerIDs) - 1; i >= 0; i-- {
-				if id := rw.ReplayedContainerIDs[i]; st.srv.containers.Known(st.identity, id) {
+			// OpenAI's auto containers reuse the last live container of an earlier call in the
+			// context: the answers the request continues from, then its replayed items. One
+			// that expired is not reused: the request gets a new container.
+			named := append(slices.Clone(rw.ContextContainerIDs), rw.ReplayedContainerIDs...)
+			for i := len(named) - 1; i >= 0; i-- {
+				if id := named[i]; st.srv.containers.Known(st.identity, id) {
 					sb.ContainerID = id
 					break
 				}
 			}
 		}
+	}
+	var fetcher loop.Fetcher
+	if len(st.inputFiles) > 0 {
+		fetcher = boundFiles{api: st.filesFor(), cred: st.credentials()}
 	}
 	header := st.headers.forward(p.ForwardHeaders)
 	header.Set(followUpHeader, st.srv.signer.signFollowUp(pathOnly(st.path), st.identity, st.srv.now().Add(p.LoopDeadline+time.Minute)))
@@ -542,6 +558,8 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 		RunTimeout:  p.RunTimeout,
 		OutputLimit: p.OutputLimit,
 		Sandbox:     sb,
+		InputFiles:  st.inputFiles,
+		Files:       fetcher,
 
 		MaxResponseBytes: p.MaxResponseBytes,
 		MaxOutputBytes:   p.MaxOutputBytes,
