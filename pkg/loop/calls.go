@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,6 +21,9 @@ import (
 const (
 	// TextSandboxUnavailable answers a call when no sandbox could be had; the code did not run.
 	TextSandboxUnavailable = "[sandbox unavailable: the code was not run. Answer without running code, or say that code execution is unavailable right now.]"
+	// TextFilesUnavailable answers a call when the files of the tool's container.file_ids
+	// could not be copied into the container; the code did not run.
+	TextFilesUnavailable = "[files unavailable: the files attached to this request could not be copied into /mnt/data, so the code was not run. Answer without them, or say that the files could not be read.]"
 	// TextSandboxLost answers a call whose sandbox died while running it.
 	TextSandboxLost = "[sandbox lost: the sandbox stopped while running this code. Its result and all earlier state (variables, imports, files in /mnt/data) are gone; the next call starts in a fresh sandbox.]"
 	// TextTimeout is prefixed to what a timed-out run printed before it was interrupted.
@@ -140,6 +144,20 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		item.Status = statusFailed
 		return TextSandboxUnavailable, false
 	}
+	if len(lr.r.InputFiles) > 0 && lr.inputsIn != lease.ContainerID() {
+		// First run, or the container was lost and replaced by a fresh one.
+		if err := lr.copyInputs(ctx, lease); err != nil {
+			if ctx.Err() != nil {
+				item.Status = "incomplete"
+				return "", false
+			}
+			lr.e.log.Warn("copy container.file_ids into the container", zap.Error(err))
+			lr.e.metrics.runs.WithLabelValues("files_unavailable").Inc()
+			item.Status = statusFailed
+			return TextFilesUnavailable, false
+		}
+		lr.inputsIn = lease.ContainerID()
+	}
 	timeout := lr.r.RunTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		// Leave time for the follow-up call: a run may use at most half of what is left.
@@ -201,6 +219,37 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		item.Status = statusFailed
 		return TextSandboxUnavailable, false
 	}
+}
+
+// copyInputs copies the request's InputFiles into the lease's container, as
+// /mnt/data/<name>: each is fetched from the Files API and written as it arrives. A file that
+// fails leaves nothing of itself (PutFile is atomic); those copied before it stay, and are
+// copied again, replacing themselves, by the next try.
+func (lr *loopRun) copyInputs(ctx context.Context, lease *sandbox.Lease) error {
+	if lr.r.Files == nil {
+		return errors.New("copy files: no Files API")
+	}
+	limit := lr.r.MaxInputFileBytes
+	if limit <= 0 {
+		limit = DefaultMaxInputFileBytes
+	}
+	for _, f := range lr.r.InputFiles {
+		name, content, err := lr.r.Files.Fetch(ctx, f.ID)
+		if err != nil {
+			return fmt.Errorf("fetch file %s: %w", f.ID, err)
+		}
+		name = path.Base(name)
+		if name == "." || name == "/" || name == ".." {
+			content.Close()
+			return fmt.Errorf("fetch file %s: its name %q cannot name a file", f.ID, name)
+		}
+		_, err = lease.PutFile(ctx, "/mnt/data/"+name, sandbox.SourceUser, content, limit)
+		content.Close()
+		if err != nil {
+			return fmt.Errorf("copy file %s: %w", f.ID, err)
+		}
+	}
+	return nil
 }
 
 // codeFiles are the files a run wrote, as a code call names them.

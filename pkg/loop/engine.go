@@ -132,6 +132,8 @@ type loopRun struct {
 	pending []store.PendingCall
 	// sinkErr is the first error of the Sink: the client is gone, and the loop stops.
 	sinkErr error
+	// inputsIn is the container the request's InputFiles were copied into, "" before.
+	inputsIn string
 }
 
 // emit reports ev to the request's Sink, if it has one.

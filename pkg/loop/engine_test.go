@@ -197,6 +197,7 @@ func TestOneRoundResponses(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "The answer is 42.")})
 	loops := 0
 	req := f.request(t, respSurface, responsesClient, respCall("1", "print(40+2)", 10))
+	req.Sandbox.Identity = "" // an anonymous caller's container is ephemeral
 	req.OnLoop = func() { loops++ }
 	res := f.engine.Run(context.Background(), req)
 
@@ -368,7 +369,9 @@ func TestRepeatedCallIsNotRun(t *testing.T) {
 
 func TestUpstreamErrorInRoundTwo(t *testing.T) {
 	f := newFixture(t, scripted{status: 500, body: `{"error":{"message":"overloaded","type":"server_error"}}`})
-	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
+	req := f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10))
+	req.Sandbox.Identity = "" // an anonymous caller's container is ephemeral
+	res := f.engine.Run(context.Background(), req)
 	assert.Equal(t, 500, res.Status)
 	assert.Equal(t, StopUpstreamError, res.Stop)
 	assert.Equal(t, "overloaded", gjson.GetBytes(res.Body, "error.message").String())
@@ -445,7 +448,9 @@ func TestCanceledStopsAtOnce(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "late"), delay: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	res := f.engine.Run(ctx, f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
+	req := f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10))
+	req.Sandbox.Identity = "" // an anonymous caller's container is ephemeral
+	res := f.engine.Run(ctx, req)
 	assert.Equal(t, StopCanceled, res.Stop)
 	assert.Eventually(t, func() bool { _, d, _ := f.provider.counts(); return d == 1 }, 5*time.Second, 10*time.Millisecond,
 		"the ephemeral sandbox is deleted when the client goes away")
@@ -716,4 +721,85 @@ func TestOutputsNullAndFilesCited(t *testing.T) {
 	assert.Equal(t, "out.csv", ann.Get("filename").String())
 	assert.Equal(t, int64(6), ann.Get("start_index").Int(), "start counts code points")
 	assert.Equal(t, int64(6+len("[the CSV](sandbox:/mnt/data/out.csv)")), ann.Get("end_index").Int())
+}
+
+// fakeFetcher serves files from a map; a file named in broken fails after part of its bytes.
+type fakeFetcher struct {
+	mu      sync.Mutex
+	files   map[string][2]string // id -> name, content
+	broken  string
+	fetched []string
+}
+
+func (f *fakeFetcher) Fetch(_ context.Context, id string) (string, io.ReadCloser, error) {
+	f.mu.Lock()
+	f.fetched = append(f.fetched, id)
+	f.mu.Unlock()
+	nc, ok := f.files[id]
+	if !ok {
+		return "", nil, errors.New("no such file")
+	}
+	var r io.Reader = strings.NewReader(nc[1])
+	if id == f.broken {
+		r = io.MultiReader(strings.NewReader(nc[1][:2]), iotestErrReader{})
+	}
+	return nc[0], io.NopCloser(r), nil
+}
+
+type iotestErrReader struct{}
+
+func (iotestErrReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+// The tool's files are copied into /mnt/data before the first run, once for the request.
+func TestInputFilesCopiedIn(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respCall("2", "second", 10)}, scripted{status: 200, body: respText("3", "done")})
+	var seen []string
+	f.provider.Provider.Run = func(ctx context.Context, c *sandboxtest.Container, code string) (sandbox.Result, error) {
+		for _, p := range []string{"/mnt/data/data.csv", "/mnt/data/notes.txt"} {
+			rc, _, err := c.OpenFile(ctx, p)
+			if err != nil {
+				seen = append(seen, p+": "+err.Error())
+				continue
+			}
+			b, _ := io.ReadAll(rc)
+			rc.Close()
+			seen = append(seen, p+": "+string(b))
+		}
+		return sandbox.Result{Stdout: "ok\n"}, nil
+	}
+	fetcher := &fakeFetcher{files: map[string][2]string{"file-a": {"data.csv", "a,b\n1,2\n"}, "file-b": {"../notes.txt", "hi"}}}
+	req := f.request(t, respSurface, responsesClient, respCall("1", "first", 10))
+	req.InputFiles = []InputFile{{ID: "file-a", Name: "data.csv"}, {ID: "file-b", Name: "notes.txt"}}
+	req.Files = fetcher
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, []string{"/mnt/data/data.csv: a,b\n1,2\n", "/mnt/data/notes.txt: hi", "/mnt/data/data.csv: a,b\n1,2\n", "/mnt/data/notes.txt: hi"}, seen,
+		"both runs see the files; a name is only a base name")
+	assert.Equal(t, []string{"file-a", "file-b"}, fetcher.fetched, "each file is fetched once")
+}
+
+// A file that cannot be copied fails the call with a fixed text, without running the code,
+// and leaves nothing of itself.
+func TestInputFilesUnavailable(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "no files")})
+	fetcher := &fakeFetcher{files: map[string][2]string{"file-a": {"data.csv", "a,b\n"}, "file-b": {"big.bin", "0123456789"}}, broken: "file-b"}
+	req := f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10))
+	req.InputFiles = []InputFile{{ID: "file-a"}, {ID: "file-b"}}
+	req.Files = fetcher
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, "failed", gjson.GetBytes(res.Body, "output.0.status").String(), "the call failed: %s", res.Body)
+	sent := f.model.sent()
+	require.Len(t, sent, 1)
+	assert.Equal(t, TextFilesUnavailable, gjson.GetBytes(sent[0], "input.2.output").String(), "the model reads the fixed text")
+	_, _, codes := f.provider.counts()
+	assert.Empty(t, codes, "the code did not run")
+	var files []string
+	c := f.provider.Container(0) // the caller's container lives on after the request
+	for _, p := range []string{"/mnt/data/data.csv", "/mnt/data/big.bin"} {
+		if _, err := c.StatFile(context.Background(), p); err == nil {
+			files = append(files, p)
+		}
+	}
+	assert.Equal(t, []string{"/mnt/data/data.csv"}, files, "nothing of the broken file is left")
 }

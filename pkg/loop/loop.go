@@ -70,6 +70,9 @@ type Request struct {
 	InputFiles []InputFile
 	// Files fetches InputFiles with the caller's credentials; required when there are any.
 	Files Fetcher
+	// MaxInputFileBytes bounds each of InputFiles, checked while it is copied; zero means
+	// DefaultMaxInputFileBytes.
+	MaxInputFileBytes int64
 	// OnLoop, if set, is called once, before the first code run, when the answer does need the
 	// loop (the processor extends Envoy's message timeout there).
 	OnLoop func()
@@ -122,6 +125,9 @@ const (
 	DefaultMaxCallsPerTurn = 16
 	// DefaultMaxResponseBytes bounds one follow-up answer when Config.MaxResponseBytes is zero.
 	DefaultMaxResponseBytes = 64 << 20
+	// DefaultMaxInputFileBytes bounds one file copied in from the Files API, as the Containers
+	// API bounds an upload.
+	DefaultMaxInputFileBytes = 512 << 20
 )
 
 // StopReason tells why the loop ended.

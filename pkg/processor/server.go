@@ -37,7 +37,12 @@ type Looper interface {
 // Containers tells whether a container id was issued to an identity, and whether a container
 // of a spec may be created. *sandbox.Manager implements it.
 type Containers interface {
+	// Known reports whether containerID was issued to identity and is alive.
 	Known(identity, containerID string) bool
+	// Container returns the container id of identity: sandbox.ErrUnknownContainer when it
+	// was not issued to identity; an expired one is shown with sandbox.StatusExpired (or
+	// fails with sandbox.ErrExpiredContainer).
+	Container(ctx context.Context, identity, id string) (sandbox.ContainerInfo, error)
 	// CheckSpec returns an error matching sandbox.ErrInvalidSpec for a spec no container may
 	// have (a memory limit above the operator's cap).
 	CheckSpec(spec sandbox.Spec) error

@@ -77,6 +77,19 @@ type fakeContainers map[string]string
 
 func (f fakeContainers) Known(identity, id string) bool { return f[id] == identity && identity != "" }
 
+// Container knows the ids in f, per identity; an id whose owner is given as "expired:"+identity
+// is that identity's expired container.
+func (f fakeContainers) Container(_ context.Context, identity, id string) (sandbox.ContainerInfo, error) {
+	switch owner := f[id]; {
+	case identity == "":
+	case owner == identity:
+		return sandbox.ContainerInfo{ID: id, Status: sandbox.StatusRunning}, nil
+	case owner == "expired:"+identity:
+		return sandbox.ContainerInfo{ID: id, Status: sandbox.StatusExpired}, nil
+	}
+	return sandbox.ContainerInfo{}, sandbox.ErrUnknownContainer
+}
+
 // CheckSpec refuses memory limits above 16g, as a host with that much memory would.
 func (f fakeContainers) CheckSpec(spec sandbox.Spec) error {
 	if spec.MemoryLimit == "64g" {
@@ -390,6 +403,37 @@ func TestUnknownContainerIs404(t *testing.T) {
 	require.NotNil(t, ir, "a container of another identity is unknown")
 	assert.Equal(t, 404, int(ir.GetStatus().GetCode()))
 	assert.Contains(t, gjson.GetBytes(ir.GetBody(), "error.message").String(), "cntr_mine")
+}
+
+// An expired container of the caller's is a 400 container_expired, another identity's expired
+// one is unknown (404), as an id never issued is.
+func TestExpiredContainerIs400(t *testing.T) {
+	containers := fakeContainers{}
+	ts := newTestServer(t, nil, nil, containers)
+	identity := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
+	containers["cntr_gone"] = "expired:" + identity
+	containers["cntr_theirs"] = "expired:someone-else"
+	tests := []struct {
+		id         string
+		wantStatus int
+		wantCode   string
+		wantType   string
+	}{
+		{"cntr_gone", 400, "container_expired", "invalid_request_error"},
+		{"cntr_theirs", 404, "container_not_found", "not_found_error"},
+		{"cntr_never", 404, "container_not_found", "not_found_error"},
+	}
+	for _, tt := range tests {
+		ex := ts.open(t)
+		ex.send(postHeaders("/v1/responses"))
+		ir := ex.send(reqBody(`{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":"` + tt.id + `"}]}`)).GetImmediateResponse()
+		require.NotNil(t, ir, "%s is refused", tt.id)
+		assert.Equal(t, tt.wantStatus, int(ir.GetStatus().GetCode()), "status for %s", tt.id)
+		assert.Equal(t, tt.wantCode, gjson.GetBytes(ir.GetBody(), "error.code").String(), "code for %s: %s", tt.id, ir.GetBody())
+		assert.Equal(t, "tools", gjson.GetBytes(ir.GetBody(), "error.param").String(), "param for %s", tt.id)
+		assert.Equal(t, tt.wantType, gjson.GetBytes(ir.GetBody(), "error.type").String(), "type for %s", tt.id)
+		assert.Contains(t, gjson.GetBytes(ir.GetBody(), "error.message").String(), tt.id, "message for %s", tt.id)
+	}
 }
 
 // TestMemoryLimitAboveTheCapIs400: a memory_limit the sandbox refuses (above the operator's

@@ -206,13 +206,10 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 		return continueBody
 	}
 	st.callerIdentity()
-	if rw.ContainerID != "" && !st.srv.containers.Known(st.identity, rw.ContainerID) {
-		return st.clientError(&schema.RequestError{
-			Status:  http.StatusNotFound,
-			Message: fmt.Sprintf("Container '%s' not found.", rw.ContainerID),
-			Param:   "tools",
-			Code:    "container_not_found",
-		}, "codeinterp_unknown_container", nil)
+	if rw.ContainerID != "" {
+		if resp := st.checkContainer(rw.ContainerID); resp != nil {
+			return resp
+		}
 	}
 	if rw.MemoryLimit != "" {
 		if re := st.checkMemoryLimit(rw.MemoryLimit); re != nil {
@@ -228,6 +225,35 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
 	// The upstream must answer uncompressed: the loop reads the answer and rewrites it.
 	return continueRequestBody(rw.Body, []string{"accept-encoding"})
+}
+
+// checkContainer returns the answer to a request whose tool names container id, when it may
+// not run there: a 404 when the id was not issued to the caller, a 400 when it expired (as
+// natively: an expired container cannot be used again), a 503 when the sandboxes cannot tell.
+func (st *streamState) checkContainer(id string) *extprocv3.ProcessingResponse {
+	info, err := st.srv.containers.Container(st.ctx, st.identity, id)
+	switch {
+	case errors.Is(err, sandbox.ErrExpiredContainer) || err == nil && info.Status == sandbox.StatusExpired:
+		return st.clientError(&schema.RequestError{
+			Message: fmt.Sprintf("Container '%s' is expired: a container expires once it has not been used for its expiry, and cannot be used again. Use another container.", id),
+			Param:   "tools",
+			Code:    "container_expired",
+		}, "codeinterp_expired_container", nil)
+	case errors.Is(err, sandbox.ErrUnknownContainer):
+		return st.clientError(&schema.RequestError{
+			Status:  http.StatusNotFound,
+			Message: fmt.Sprintf("Container '%s' not found.", id),
+			Param:   "tools",
+			Code:    "container_not_found",
+		}, "codeinterp_unknown_container", nil)
+	case err != nil:
+		st.logger().Warn("look up container", zap.Error(err))
+		st.outcome = "sandbox_unavailable"
+		body := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusServiceUnavailable,
+			Message: "codeinterp could not look up the container; try again.", Code: "sandbox_unavailable"})
+		return immediate(http.StatusServiceUnavailable, jsonContentType, body, "codeinterp_sandbox_unavailable")
+	}
+	return nil
 }
 
 // checkMemoryLimit returns the client error for a container memory_limit that may not be
