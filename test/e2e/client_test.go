@@ -165,6 +165,7 @@ func checkResponsesEvents(t *testing.T, events []responses.ResponseStreamEventUn
 	deltas := map[int64]string{}
 	done := map[int64]string{}
 	added := map[int64]responses.ResponseOutputItemUnion{}
+	annotations := map[int64][]string{} // the annotation.added events' annotations, per item
 	for _, ev := range events[2 : len(events)-1] {
 		i := ev.OutputIndex
 		types := perItem[i]
@@ -182,6 +183,9 @@ func checkResponsesEvents(t *testing.T, events []responses.ResponseStreamEventUn
 			assert.Equal(t, final.Output[i].Code, ev.Code, "Responses stream: code of code_interpreter_call_code.done %d", i)
 		case "response.output_text.done":
 			assert.Equal(t, deltas[i], ev.Text, "Responses stream: text of output_text.done %d", i)
+		case "response.output_text.annotation.added":
+			assert.Equal(t, int64(len(annotations[i])), ev.AnnotationIndex, "Responses stream: annotation_index of an annotation of item %d", i)
+			annotations[i] = append(annotations[i], ev.Annotation.RawJSON())
 		}
 	}
 	require.Len(t, perItem, len(final.Output), "Responses stream: items with events vs response.completed output")
@@ -203,11 +207,13 @@ func checkResponsesEvents(t *testing.T, events []responses.ResponseStreamEventUn
 			assert.Equal(t, "in_progress", string(added[idx].Status), "Responses stream: status in output_item.added of item %d", i)
 			assert.Equal(t, item.Code, deltas[idx], "Responses stream: code deltas of item %d", i)
 		case "message":
-			assert.Equal(t, []string{
-				"response.output_item.added", "response.content_part.added",
-				"response.output_text.delta", "response.output_text.done", "response.content_part.done",
-				"response.output_item.done",
-			}, perItem[idx], "Responses stream: events of message %d", i)
+			want := []string{"response.output_item.added", "response.content_part.added", "response.output_text.delta"}
+			for range item.Content[0].Annotations {
+				want = append(want, "response.output_text.annotation.added")
+			}
+			want = append(want, "response.output_text.done", "response.content_part.done", "response.output_item.done")
+			assert.Equal(t, want, perItem[idx], "Responses stream: events of message %d", i)
+			assert.JSONEq(t, annotationsOf(item), "["+strings.Join(annotations[idx], ",")+"]", "Responses stream: the annotation.added events of message %d rebuild its annotations", i)
 			assert.Equal(t, outputText(item), deltas[idx], "Responses stream: text deltas of message %d", i)
 		default:
 			types := perItem[idx]
@@ -224,6 +230,14 @@ func eventTypes(events []responses.ResponseStreamEventUnion) []string {
 		out[i] = ev.Type
 	}
 	return out
+}
+
+// annotationsOf is the JSON of a message item's first content part's annotations.
+func annotationsOf(item responses.ResponseOutputItemUnion) string {
+	if a := gjson.Get(item.RawJSON(), "content.0.annotations"); a.IsArray() {
+		return a.Raw
+	}
+	return "[]"
 }
 
 // outputText is the text of a message item's output_text parts.

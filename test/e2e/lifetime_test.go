@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,10 +17,16 @@ import (
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
 
-// Sandbox lifetime (issue 4, item 3): an ephemeral sandbox is deleted after the reply and on
-// every failure path; a session sandbox survives the reply. A scenario's code renames its own
+// Sandbox lifetime (issue 4, item 3): an ephemeral sandbox (an anonymous caller's) is deleted
+// after the reply and on every failure path; a session sandbox survives the reply. A scenario's code renames its own
 // interpreter process (/proc/self/comm, visible from the host), so the test can tell whether
 // that container's processes still exist.
+
+// anonymous is a client without a credential: its containers are ephemeral (a caller with a
+// key keeps its containers until they have been idle for their expiry, as natively).
+func anonymous(s *Stack) openai.Client {
+	return s.Client("unused", option.WithHeaderDel("authorization"))
+}
 
 // markCode renames the interpreter to marker (at most 15 bytes, the kernel's limit).
 func markCode(marker string) string {
@@ -78,7 +86,7 @@ func testSandboxLifetime(t *testing.T, s *Stack, m *model) {
 		m.script(responsesPath,
 			responsesReply(usage(1, 1), runCode("call_m", markCode(marker))),
 			observed(marker, &seen, responsesReply(usage(1, 1), fakemodel.Message("Done."))))
-		client := s.Client("sk-lifetime")
+		client := anonymous(s)
 		resp, err := client.Responses.New(t.Context(), ask("mark"))
 		require.NoError(t, err, "ephemeral: request")
 		assert.True(t, seen.Load(), "ephemeral: the marked sandbox ran during the loop")
@@ -99,7 +107,7 @@ func testSandboxLifetime(t *testing.T, s *Stack, m *model) {
 		m.script(responsesPath,
 			responsesReply(usage(1, 1), runCode("call_m", markCode(marker))),
 			observed(marker, &seen, errorReply(http.StatusInternalServerError, "the model fell over")))
-		client := s.Client("sk-lifetime")
+		client := anonymous(s)
 		_, err := client.Responses.New(t.Context(), ask("mark"))
 		assert.Equal(t, http.StatusInternalServerError, apiError(t, err, "upstream error").StatusCode, "upstream error: status")
 		assert.True(t, seen.Load(), "upstream error: the marked sandbox ran during the loop")
@@ -113,7 +121,7 @@ func testSandboxLifetime(t *testing.T, s *Stack, m *model) {
 		m.script(responsesPath,
 			responsesReply(usage(1, 1), runCode("call_m", markCode(marker))),
 			held(arrived))
-		client := s.Client("sk-lifetime")
+		client := anonymous(s)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		done := make(chan error, 1)

@@ -9,6 +9,9 @@ from typing import Any
 from fake_model import FUNCTION, Request
 
 CODE_TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
+# The include that asks for the outputs of code_interpreter_call items: without it they are
+# null, as natively.
+INCLUDE_OUTPUTS = ["code_interpreter_call.outputs"]
 CHAT_CODE_TOOL = {"type": "code_interpreter"}
 
 _MINTED = re.compile(r"\b(ci|cntr)_[0-9a-f]{16,}\b")

@@ -19,11 +19,12 @@ from openai.types.responses import (
 from openai.types.responses.response_code_interpreter_tool_call import OutputImage, OutputLogs
 
 import fake_model as fm
-from helpers import CODE_TOOL, check_upstream, function_tool, logs_of, normalized, output_of
+from helpers import CODE_TOOL, INCLUDE_OUTPUTS, check_upstream, function_tool, logs_of, normalized, output_of
 
 
 def ask(text: str, **kw) -> dict:
-    return {"model": fm.MODEL, "input": text, "tools": [CODE_TOOL], **kw}
+    """A request with the code_interpreter tool whose include asks for the calls' outputs."""
+    return {"model": fm.MODEL, "input": text, "tools": [CODE_TOOL], "include": INCLUDE_OUTPUTS, **kw}
 
 
 def code_call(resp: Response, i: int) -> ResponseCodeInterpreterToolCall:
@@ -200,11 +201,21 @@ def check_events(events: list, what: str) -> None:
             ], f"{what}: events of code_interpreter_call {i}"
             assert deltas[i] == item.code, f"{what}: code deltas of item {i}"
         elif item.type == "message":
+            annotations = list(item.content[0].annotations or [])
             assert per_item[i] == [
                 "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+                *["response.output_text.annotation.added"] * len(annotations),
                 "response.output_text.done", "response.content_part.done", "response.output_item.done",
             ], f"{what}: events of message {i}"
+            streamed = [e for e in events if e.type == "response.output_text.annotation.added" and e.output_index == i]
+            assert [e.annotation_index for e in streamed] == list(range(len(annotations))), f"{what}: annotation indices of message {i}"
+            assert [_as_dict(e.annotation) for e in streamed] == [_as_dict(a) for a in annotations], \
+                f"{what}: the annotation.added events of message {i} are its annotations"
             assert deltas[i] == "".join(c.text for c in item.content), f"{what}: text deltas of message {i}"
+
+
+def _as_dict(v) -> dict:
+    return v if isinstance(v, dict) else v.model_dump(mode="json", exclude_unset=True)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -247,14 +258,18 @@ def test_state_across_requests_by_session_and_container_id(model: fm.FakeModel, 
     assert second.tools[0].container == container, "container: the named container echoed"
     check_native(second, "container")
 
-    ephemeral = code_call(client.responses.create(**ask("no session")), 0).container_id
+    # An auto container of a caller with a key lives on too, as natively; an id never issued
+    # to the caller is a 404.
+    auto = code_call(client.responses.create(**ask("no session")), 0).container_id
+    never = "cntr_" + uuid.uuid4().hex
     with pytest.raises(openai.NotFoundError) as info:
         client.responses.create(model=fm.MODEL, input="use it",
-                                tools=[{"type": "code_interpreter", "container": ephemeral}])
+                                tools=[{"type": "code_interpreter", "container": never}])
     err = info.value
-    assert (err.status_code, err.code) == (404, "container_not_found"), f"ephemeral: {err.body}"
-    assert err.body["message"] == f"Container '{ephemeral}' not found.", f"ephemeral: {err.body}"
-    assert len(model.requests(fm.RESPONSES)) == 6, "ephemeral: the refused request never reached the model"
+    assert (err.status_code, err.code) == (404, "container_not_found"), f"unknown: {err.body}"
+    assert err.body["message"] == f"Container '{never}' not found.", f"unknown: {err.body}"
+    assert len(model.requests(fm.RESPONSES)) == 6, "unknown: the refused request never reached the model"
+    assert auto != container, "auto: a request without a session has a container of its own"
 
 
 def test_arguments_that_are_not_code_fail_the_call(model: fm.FakeModel, client) -> None:
@@ -294,3 +309,68 @@ def test_a_plot_is_an_image_output(model: fm.FakeModel, client) -> None:
     assert png[:8] == b"\x89PNG\r\n\x1a\n", "plot: the data is a PNG"
     width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
     assert width > 0 and height > 0, f"plot: image size {width}x{height}"
+
+
+def test_outputs_are_null_without_include(model: fm.FakeModel, client) -> None:
+    """Without include the items' outputs are null (plain and streamed), as natively; the
+    model still reads them."""
+    for variant, send in VARIANTS.items():
+        model.reset()
+        model.script(fm.RESPONSES,
+                     fm.ok(fm.responses(fm.run_code("call_n", "print(6*7)"))),
+                     fm.ok(fm.responses(fm.message("42"))))
+        resp = send(client, {"model": fm.MODEL, "input": "compute", "tools": [CODE_TOOL]})
+        assert output_of(model.requests(fm.RESPONSES)[1], "call_n") == "42\n", f"{variant}: the model reads the output"
+        ci = code_call(resp, 0)
+        assert ci.outputs is None, f"{variant}: outputs without include: {ci.outputs}"
+
+
+def test_a_continuation_reuses_the_container(model: fm.FakeModel, client) -> None:
+    """A request continuing from an answer (previous_response_id) with an auto container runs
+    in that answer's container, and a request naming the answer's container_id too."""
+    model.script(fm.RESPONSES,
+                 fm.ok(fm.responses(fm.run_code("call_1", "kept = 'yes'"))),
+                 fm.ok(fm.responses(fm.message("Kept."))),
+                 fm.ok(fm.responses(fm.run_code("call_2", "print(kept)"))),
+                 fm.ok(fm.responses(fm.message("yes"))),
+                 fm.ok(fm.responses(fm.run_code("call_3", "print(kept * 2)"))),
+                 fm.ok(fm.responses(fm.message("yesyes"))))
+    first = client.responses.create(**ask("keep it"))
+    second = client.responses.create(**ask("what is kept?", previous_response_id=first.id))
+    container = code_call(first, 0).container_id
+    third = client.responses.create(model=fm.MODEL, input="twice", include=INCLUDE_OUTPUTS,
+                                    tools=[{"type": "code_interpreter", "container": container}])
+    reqs = model.requests(fm.RESPONSES)
+    assert output_of(reqs[3], "call_2") == "yes\n", "previous_response_id: the earlier answer's container"
+    assert output_of(reqs[5], "call_3") == "yesyes\n", "container id: the same container"
+    assert code_call(second, 0).container_id == container == code_call(third, 0).container_id, "one container"
+
+
+FILES_CODE = ("import pandas as pd\n"
+              "pd.DataFrame({'x': [1, 2], 'y': [3, 4]}).to_csv('/mnt/data/clean.csv', index=False)\nprint('saved')")
+FILES_ANSWER = "Voilà, données ✓: [Download the CSV](sandbox:/mnt/data/clean.csv)."
+
+
+def test_the_files_written_are_cited(model: fm.FakeModel, client) -> None:
+    """The message after a call that wrote a file cites it: a container_file_citation spanning
+    the link, in Python str indices; the stream helper rebuilds the same annotations."""
+    got = {}
+    for variant, send in VARIANTS.items():
+        model.reset()
+        model.script(fm.RESPONSES,
+                     fm.ok(fm.responses(fm.run_code("call_f", FILES_CODE))),
+                     fm.ok(fm.responses(fm.message(FILES_ANSWER))))
+        resp = send(client, ask("clean it"))
+        fed = output_of(model.requests(fm.RESPONSES)[1], "call_f")
+        assert fed == "saved\n[files written: /mnt/data/clean.csv (12 bytes)]", f"{variant}: the model is told: {fed!r}"
+        ci = code_call(resp, 0)
+        text = resp.output[1].content[0]
+        assert len(text.annotations) == 1, f"{variant}: annotations {text.annotations}"
+        a = text.annotations[0]
+        assert a.type == "container_file_citation", f"{variant}: {a}"
+        assert (a.container_id, a.filename) == (ci.container_id, "clean.csv"), f"{variant}: {a}"
+        assert a.file_id.startswith("cfile_"), f"{variant}: {a}"
+        assert FILES_ANSWER[a.start_index:a.end_index] == "[Download the CSV](sandbox:/mnt/data/clean.csv)", \
+            f"{variant}: the span {a.start_index}..{a.end_index}"
+        got[variant] = (a.start_index, a.end_index, a.filename)
+    assert len(set(got.values())) == 1, f"every variant cites alike: {got}"

@@ -83,7 +83,8 @@ def test_a_run_over_the_analyst_run_timeout_fails(model: fm.FakeModel, make_clie
     model.script(fm.RESPONSES,
                  fm.ok(fm.responses(fm.run_code("call_slow", "import time\nprint('started', flush=True)\ntime.sleep(120)"))),
                  fm.ok(fm.responses(fm.message("It was too slow."))))
-    resp = make_client(base="/analyst/v1").responses.create(model=fm.MODEL, input="sleep", tools=[CODE_TOOL])
+    resp = make_client(base="/analyst/v1").responses.create(model=fm.MODEL, input="sleep", tools=[CODE_TOOL],
+                                                            include=["code_interpreter_call.outputs"])
 
     fed = output_of(model.requests(fm.RESPONSES)[1], "call_slow")
     assert fed.startswith("[execution timed out after 2s and was interrupted]\n"), f"run timeout: the model is told: {fed!r}"

@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"image/png"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
+)
+
+// Containers and files in the code_interpreter loop (issue 12): a container reused from the
+// context, include, the files the code writes cited in the message, through the harness and
+// the real Envoy, plain and streaming (the stream's events must rebuild the plain answer).
+func TestFiles(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		m := newModel(t, s.Model)
+		for _, sc := range []loopScenario{
+			{name: "a second request names the first answer's container", run: scenarioContainerByID},
+			{name: "a continuation reuses the container of the answer it continues", run: scenarioContainerFromPrevious},
+			{name: "outputs are null without include", run: scenarioNoInclude},
+			{name: "the files the code wrote are cited", run: scenarioFilesCited},
+		} {
+			t.Run(sc.name, func(t *testing.T) {
+				got := map[variant]string{}
+				for _, v := range variants {
+					t.Run(v.String(), func(t *testing.T) {
+						m.clear()
+						x := &scene{s: s, m: m, v: v, mark: len(m.Requests())}
+						got[v] = x.unnamed(sc.run(t, x))
+						assert.Zero(t, m.pending(), "%s (%s): every scripted answer was used", sc.name, v)
+					})
+				}
+				plain, stream := got[variants[0]], got[variants[1]]
+				if plain == "" || stream == "" {
+					return
+				}
+				assert.Equal(t, plain, stream, "%s: the streaming client reconstructs the plain answer", sc.name)
+			})
+		}
+	})
+}
+
+func scenarioContainerByID(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_c1", "answer = 41")),
+		responsesReply(usage(1, 1), fakemodel.Message("Set.")),
+		responsesReply(usage(1, 1), runCode("call_c2", "print(answer + 1)")),
+		responsesReply(usage(1, 1), fakemodel.Message("42.")))
+	first := x.responses(t, "sk-files-a", ask("set answer"))
+	id := codeCall(t, first, 0).ContainerID
+	p := ask("use answer")
+	p.Tools = []responses.ToolUnionParam{containerTool(id)}
+	second := x.responses(t, "sk-files-a", p)
+
+	reqs := x.sent()
+	require.Len(t, reqs, 4, "container by id: requests the model got")
+	assert.Equal(t, "42\n", outputOf(t, reqs[3], "call_c2"), "container by id: the first request's variable survived")
+	assert.Equal(t, id, codeCall(t, second, 0).ContainerID, "container by id: the same container")
+	checkNativeAnswer(t, second, "container by id")
+
+	// Another API key cannot run code in it: the id is unknown to it.
+	_, err := responsesCall(t, x.v, x.s.Client("sk-files-b"), p)
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr, "container by id: another key")
+	assert.Equal(t, 404, apiErr.StatusCode, "container by id: another key's status")
+	assert.Equal(t, "container_not_found", apiErr.Code, "container by id: another key's code")
+	return normalized("[" + first.RawJSON() + "," + second.RawJSON() + "]")
+}
+
+func scenarioContainerFromPrevious(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_p1", "seen = 'first'")),
+		responsesReply(usage(1, 1), fakemodel.Message("Noted.")),
+		responsesReply(usage(1, 1), runCode("call_p2", "print(seen)")),
+		responsesReply(usage(1, 1), fakemodel.Message("first")))
+	first := x.responses(t, "sk-files-prev", ask("note it"))
+	p := ask("what was noted?")
+	p.PreviousResponseID = openai.String(first.ID)
+	second := x.responses(t, "sk-files-prev", p)
+
+	reqs := x.sent()
+	require.Len(t, reqs, 4, "previous_response_id: requests the model got")
+	assert.Equal(t, "first\n", outputOf(t, reqs[3], "call_p2"), "previous_response_id: the auto container is the earlier answer's")
+	assert.Equal(t, codeCall(t, first, 0).ContainerID, codeCall(t, second, 0).ContainerID, "previous_response_id: one container")
+	return normalized("[" + first.RawJSON() + "," + second.RawJSON() + "]")
+}
+
+func scenarioNoInclude(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_n", "print(6*7)")),
+		responsesReply(usage(1, 1), fakemodel.Message("42")))
+	resp := x.responses(t, "sk-files-noinc", askNoOutputs("compute"))
+
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "no include: requests the model got")
+	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_n"), "no include: the model still reads the output")
+	checkNativeAnswer(t, resp, "no include")
+	assert.Equal(t, "null", gjson.Get(resp.RawJSON(), "output.0.outputs").Raw, "no include: outputs of the call: %s", resp.RawJSON())
+	return normalized(resp.RawJSON())
+}
+
+// filesCode writes a cleaned CSV and a PNG chart, and leaves the figure open (an image output).
+const filesCode = "import pandas as pd\nimport matplotlib.pyplot as plt\n" +
+	"df = pd.DataFrame({'x': [1, 2, 3], 'y': [1, 4, 9]})\n" +
+	"df.to_csv('/mnt/data/clean.csv', index=False)\n" +
+	"plt.plot(df.x, df.y)\nplt.savefig('/mnt/data/chart.png')\nprint(len(df))"
+
+// filesAnswer links the CSV as the native model does and names the chart's path, after text
+// with characters beyond ASCII.
+const filesAnswer = "Données nettoyées ✓ — [Download the cleaned CSV](sandbox:/mnt/data/clean.csv); the chart is /mnt/data/chart.png."
+
+func scenarioFilesCited(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_files", filesCode)),
+		responsesReply(usage(1, 1), fakemodel.Message(filesAnswer)))
+	resp := x.responses(t, "sk-files-out", ask("clean the data and chart it"))
+
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "files: requests the model got")
+	fed := outputOf(t, reqs[1], "call_files")
+	assert.Contains(t, fed, "[files written: /mnt/data/chart.png (", "files: the model is told the files written: %s", fed)
+	assert.Contains(t, fed, "/mnt/data/clean.csv (16 bytes)", "files: the CSV's size: %s", fed)
+	checkNativeAnswer(t, resp, "files")
+	ci := codeCall(t, resp, 0)
+	var images int
+	for _, o := range ci.Outputs {
+		if o.Type != "image" {
+			continue
+		}
+		images++
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(o.AsImage().URL, "data:image/png;base64,"))
+		require.NoError(t, err, "files: image base64")
+		_, err = png.DecodeConfig(bytes.NewReader(raw))
+		assert.NoError(t, err, "files: the image output is a PNG")
+	}
+	assert.Equal(t, 1, images, "files: image outputs of %s", ci.RawJSON())
+
+	require.Len(t, resp.Output, 2, "files: items")
+	msg := resp.Output[1]
+	require.Equal(t, "message", msg.Type, "files: the message")
+	anns := msg.Content[0].Annotations
+	require.Len(t, anns, 2, "files: citations in %s", msg.RawJSON())
+	runes := []rune(filesAnswer)
+	for i, want := range []struct{ span, filename string }{
+		{"[Download the cleaned CSV](sandbox:/mnt/data/clean.csv)", "clean.csv"},
+		{"/mnt/data/chart.png", "chart.png"},
+	} {
+		a := anns[i].AsContainerFileCitation()
+		assert.Equal(t, "container_file_citation", a.Type, "files: citation %d", i)
+		assert.Equal(t, ci.ContainerID, a.ContainerID, "files: citation %d names the call's container", i)
+		assert.True(t, strings.HasPrefix(a.FileID, "cfile_"), "files: citation %d's file id %q", i, a.FileID)
+		assert.Equal(t, want.filename, a.Filename, "files: citation %d's filename", i)
+		require.True(t, a.StartIndex >= 0 && a.StartIndex <= a.EndIndex && int(a.EndIndex) <= len(runes), "files: citation %d's span %d..%d", i, a.StartIndex, a.EndIndex)
+		assert.Equal(t, want.span, string(runes[a.StartIndex:a.EndIndex]), "files: citation %d spans the link (code point indices)", i)
+	}
+	assert.NotEqual(t, anns[0].FileID, anns[1].FileID, "files: two files, two ids")
+	// Both files download through the Containers API, byte for byte what the code wrote.
+	client := x.s.Client("sk-files-out")
+	for i, a := range anns {
+		res, err := client.Containers.Files.Content.Get(t.Context(), ci.ContainerID, a.FileID)
+		require.NoError(t, err, "files: download citation %d's file", i)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err, "files: read citation %d's file", i)
+		switch a.Filename {
+		case "clean.csv":
+			assert.Equal(t, "x,y\n1,1\n2,4\n3,9\n", string(body), "files: the CSV")
+		case "chart.png":
+			_, err := png.DecodeConfig(bytes.NewReader(body))
+			assert.NoError(t, err, "files: the chart is a PNG")
+		}
+	}
+	return normalizedFiles(resp.RawJSON())
+}
+
+// fileIDs matches the container file ids the server mints.
+var fileIDs = regexp.MustCompile(`\bcfile_[0-9a-f]{16,}\b`)
+
+// normalizedFiles is normalized with the container file ids, minted per run, numbered too.
+func normalizedFiles(raw string) string {
+	n := 0
+	seen := map[string]string{}
+	return fileIDs.ReplaceAllStringFunc(normalized(raw), func(id string) string {
+		if v, ok := seen[id]; ok {
+			return v
+		}
+		n++
+		seen[id] = "cfile_" + strings.Repeat("x", n)
+		return seen[id]
+	})
+}
