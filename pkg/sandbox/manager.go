@@ -19,19 +19,22 @@ type ManagerConfig struct {
 	// are created with the provider's default Spec and serve the requests whose Spec resolves
 	// to it; the pool is refilled in the background.
 	WarmPool int
-	// SessionIdleTTL deletes a session container unused (no lease) for this long. Default 20m,
-	// as OpenAI's containers expire.
+	// SessionIdleTTL is the default idle expiry of a lasting container (every container of a
+	// caller with an identity: named by a session, or kept under its id): one unused (no lease,
+	// no call on it) for this long expires and is deleted. Default 20m, as OpenAI's containers
+	// expire. A container created with an ExpiresAfter of its own expires after that instead.
 	SessionIdleTTL time.Duration
-	// MaxSessionsPerIdentity caps the session containers of one identity; one more evicts (and
-	// deletes) that identity's least recently used session not in use. Default 10.
+	// MaxSessionsPerIdentity caps the lasting containers of one identity; one more evicts (and
+	// deletes) that identity's least recently used lasting container not in use. Default 10.
 	MaxSessionsPerIdentity int
-	// MaxContainers caps all containers in use, ephemeral and session (the warm pool is
-	// excluded); an Acquire beyond it fails with ErrUnavailable. Default 64.
+	// MaxContainers caps all containers issued, ephemeral and lasting (the warm pool is
+	// excluded); one more evicts the least recently used lasting container not in use, of any
+	// identity, or fails with ErrUnavailable. Default 64.
 	MaxContainers int
-	// MaxContainersPerIdentity caps the containers of one identity, ephemeral and session, so
+	// MaxContainersPerIdentity caps the containers of one identity, ephemeral and lasting, so
 	// that one tenant cannot take all of MaxContainers: one more evicts that identity's least
-	// recently used session not in use, or fails with ErrUnavailable. Default 16 (and at least
-	// MaxSessionsPerIdentity, at most MaxContainers).
+	// recently used lasting container not in use, or fails with ErrUnavailable. Default 16 (and
+	// at least MaxSessionsPerIdentity, at most MaxContainers).
 	MaxContainersPerIdentity int
 	// RunTimeout is the wall-clock limit of a run called with timeout 0. Default 30s.
 	RunTimeout time.Duration
@@ -53,6 +56,21 @@ const (
 	DefaultMaxContainersPerIdentity = 16
 	DefaultRunTimeout               = 30 * time.Second
 )
+
+// Bounds of what a Manager remembers of containers that expired or were deleted (tombstones),
+// so that their ids get ErrExpiredContainer rather than ErrUnknownContainer and are listed as
+// expired: each is kept for TombstoneTTL, and at most MaxTombstonesPerIdentity of one identity
+// and MaxTombstones in all (the oldest go first). A tombstone is a Registration, some 200
+// bytes.
+const (
+	TombstoneTTL             = 24 * time.Hour
+	MaxTombstonesPerIdentity = 100
+	MaxTombstones            = 10000
+)
+
+// MaxFilesPerContainer bounds the files table of one container: the files the Manager knows
+// of (uploaded, or written by the code) and gives ids to.
+const MaxFilesPerContainer = 10000
 
 func (c *ManagerConfig) setDefaults() {
 	if c.SessionIdleTTL <= 0 {
@@ -115,28 +133,41 @@ type AcquireRequest struct {
 type keyKind uint8
 
 const (
-	kindSession keyKind = iota + 1
-	kindEphemeral
+	kindSession   keyKind = iota + 1 // named by (identity, session); lasting
+	kindEphemeral                    // an anonymous caller's: deleted when its leases end
+	kindKept                         // an identity's container named by its id only; lasting
 )
 
 // sandboxKey is the key a container is kept under. Every key is scoped by identity.
 type sandboxKey struct {
 	kind     keyKind
 	identity string
-	name     string // session name, or a server-minted random name (ephemeral)
+	name     string // session name, or a server-minted random name (ephemeral, kept)
+}
+
+// lasting reports whether containers under k live until idle for their expiry.
+func (k sandboxKey) lasting() bool { return k.kind != kindEphemeral }
+
+// entryMeta is what a container is created with beyond its Spec, carried over to the
+// container that replaces a lost one under the same key.
+type entryMeta struct {
+	name         string
+	expiresAfter time.Duration // 0 for an ephemeral container
 }
 
 // entry is one container issued under a key: its names are in the Manager's Registry, and its
-// live parts here. Its container starts lazily, on the first run.
+// live parts here. Its container starts lazily, on the first run or file written.
 type entry struct {
 	id   string // "cntr_…"
 	key  sandboxKey
 	spec Spec
+	meta entryMeta
 
 	// The fields below are guarded by Manager.mu.
 	c      Container // nil until the first run starts it
-	leases int
-	dead   bool // evicted, lost or deleted: never used again
+	leases int       // leases, and Manager calls in progress on it (a file being written)
+	dead   bool      // evicted, lost, expired or deleted: never used again
+	files  fileTable
 
 	// sem serializes runs (and the lazy start) on the entry: one token.
 	sem chan struct{}
@@ -157,13 +188,14 @@ type Manager struct {
 	poolSpec Spec
 
 	// mu guards the fields below and the entries' guarded fields.
-	mu        sync.Mutex
-	closed    bool
-	live      map[string]*entry     // entries by container id, until removed
-	ephemeral map[sandboxKey]*entry // the live entries of ephemeral keys, which no other replica needs
-	sessions  map[string]int        // live session entries per identity
-	owned     map[string]int        // live entries (ephemeral and session) per identity
-	pool      []Container
+	mu      sync.Mutex
+	closed  bool
+	live    map[string]*entry     // entries by container id, until removed
+	minted  map[sandboxKey]*entry // the live entries of server-minted keys (ephemeral, kept), which no other replica needs
+	lasting map[string]int        // live lasting entries (session, kept) per identity
+	owned   map[string]int        // live entries (all kinds) per identity
+	tombs   tombstones
+	pool    []Container
 
 	metrics managerMetrics
 
@@ -189,17 +221,18 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		reg = newMapRegistry()
 	}
 	m := &Manager{
-		p:         p,
-		cfg:       cfg,
-		log:       log.Named("sandbox.manager"),
-		reg:       reg,
-		live:      map[string]*entry{},
-		ephemeral: map[sandboxKey]*entry{},
-		sessions:  map[string]int{},
-		owned:     map[string]int{},
-		refill:    make(chan struct{}, 1),
-		drained:   make(chan struct{}),
-		metrics:   newManagerMetrics(),
+		p:       p,
+		cfg:     cfg,
+		log:     log.Named("sandbox.manager"),
+		reg:     reg,
+		live:    map[string]*entry{},
+		minted:  map[sandboxKey]*entry{},
+		lasting: map[string]int{},
+		owned:   map[string]int{},
+		tombs:   newTombstones(),
+		refill:  make(chan struct{}, 1),
+		drained: make(chan struct{}),
+		metrics: newManagerMetrics(),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
@@ -251,16 +284,20 @@ func (m *Manager) resolve(s Spec) Spec {
 }
 
 // Acquire returns a lease on the container for the request's key:
-//   - ContainerID set: that container if it was issued to Identity and is alive, else
-//     ErrUnknownContainer;
-//   - Session set: the (Identity, Session) container, created on first use (the identity's
-//     least recently used idle session is evicted beyond MaxSessionsPerIdentity);
-//   - neither: a new ephemeral container under a server-minted key, deleted once its leases
-//     are released.
+//   - ContainerID set: that container if it was issued to Identity and is alive; an id issued
+//     to Identity whose container has expired or been deleted fails with ErrExpiredContainer,
+//     any other with ErrUnknownContainer;
+//   - Session set: the (Identity, Session) container, created on first use;
+//   - neither: a new container under a server-minted key: for a caller with an identity one
+//     kept until it has been idle for its expiry and reusable by its id; for the anonymous
+//     identity "" an ephemeral one, deleted once its leases are released.
 //
-// The container itself starts on the lease's first Run (from the warm pool when one fits), but
-// the lease already has its ContainerID. Acquire fails with ErrUnavailable beyond MaxContainers
-// or when every session of the identity is in use at its cap, and with ErrClosed after Close.
+// A new lasting container (session or kept) beyond the caps evicts the least recently used
+// lasting container not in use (of the identity, at MaxSessionsPerIdentity and
+// MaxContainersPerIdentity; of anyone, at MaxContainers). The container itself starts on the
+// lease's first Run (from the warm pool when one fits), but the lease already has its
+// ContainerID. Acquire fails with ErrUnavailable when a cap is reached and nothing may be
+// evicted, and with ErrClosed after Close.
 func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("acquire sandbox: %w", err)
@@ -275,12 +312,11 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 	var err error
 	switch {
 	case r.ContainerID != "":
-		if e, err = m.lookupLocked(ctx, r.Identity, r.ContainerID); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		if e == nil {
-			m.metrics.refusals.WithLabelValues("unknown_container").Inc()
-			return nil, ErrUnknownContainer
+		if e, err = m.issuedLocked(ctx, r.Identity, r.ContainerID, now); err != nil {
+			if errors.Is(err, ErrUnknownContainer) || errors.Is(err, ErrExpiredContainer) {
+				m.metrics.refusals.WithLabelValues("unknown_container").Inc()
+			}
+			return nil, err
 		}
 		m.touchLocked(ctx, e, now)
 	case r.Session != "":
@@ -290,12 +326,17 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 		}
 		if e != nil {
 			m.touchLocked(ctx, e, now)
-		} else if e, err = m.newEntryLocked(ctx, k, r.Spec, now); err != nil {
+		} else if e, err = m.newEntryLocked(ctx, k, r.Spec, entryMeta{expiresAfter: m.cfg.SessionIdleTTL}, now); err != nil {
+			return nil, err
+		}
+	case r.Identity == "":
+		k := sandboxKey{kind: kindEphemeral, name: randomHex(16)}
+		if e, err = m.newEntryLocked(ctx, k, r.Spec, entryMeta{}, now); err != nil {
 			return nil, err
 		}
 	default:
-		k := sandboxKey{kind: kindEphemeral, identity: r.Identity, name: randomHex(16)}
-		if e, err = m.newEntryLocked(ctx, k, r.Spec, now); err != nil {
+		k := sandboxKey{kind: kindKept, identity: r.Identity, name: randomHex(16)}
+		if e, err = m.newEntryLocked(ctx, k, r.Spec, entryMeta{expiresAfter: m.cfg.SessionIdleTTL}, now); err != nil {
 			return nil, err
 		}
 	}
@@ -321,40 +362,89 @@ func (m *Manager) Known(identity, containerID string) bool {
 	if m.closed {
 		return false
 	}
-	e, err := m.lookupLocked(context.Background(), identity, containerID)
-	if err != nil {
+	e, err := m.issuedLocked(context.Background(), identity, containerID, time.Now())
+	if err != nil && !errors.Is(err, ErrUnknownContainer) && !errors.Is(err, ErrExpiredContainer) {
 		m.log.Warn("look up container", zap.Error(err))
 	}
 	return e != nil
 }
 
-// lookupLocked returns the live entry of container id if the Registry has it issued to
-// identity, or nil.
-func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (*entry, error) {
+// lookupLocked returns the registration of container id if the Registry has it issued to
+// identity (ok false otherwise), and its live entry, or nil when it has none here. Another
+// identity's id is not told apart from one never issued: the identities are compared in
+// constant time.
+func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (Registration, *entry, bool, error) {
+	if id == "" {
+		return Registration{}, nil, false, nil
+	}
 	r, ok, err := m.reg.Lookup(ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("look up container: %w", err)
+		return Registration{}, nil, false, fmt.Errorf("look up container: %w", err)
 	}
 	if !ok || subtle.ConstantTimeCompare([]byte(r.Identity), []byte(identity)) != 1 {
-		return nil, nil
+		return Registration{}, nil, false, nil
 	}
-	if e := m.live[id]; e != nil && !e.dead {
-		return e, nil
+	if e := m.live[id]; e != nil && !e.dead && !r.Expired {
+		return r, e, true, nil
 	}
-	return nil, nil
+	return r, nil, true, nil
+}
+
+// issuedLocked returns the live entry of container id issued to identity. It fails with
+// ErrUnknownContainer for an id not issued to identity, with ErrExpiredContainer for one that
+// expired or was deleted (a live entry idle past its expiry expires here, even before the
+// pruner sees it), and with ErrUnavailable when the Registry fails.
+func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now time.Time) (*entry, error) {
+	r, e, ok, err := m.lookupLocked(ctx, identity, id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	switch {
+	case !ok:
+		return nil, ErrUnknownContainer
+	case r.Expired:
+		return nil, ErrExpiredContainer
+	case e == nil:
+		// Issued, not expired, but not live here: the Registry remembers a container this
+		// Manager does not hold (another replica's, or one from before a restart).
+		return nil, ErrUnknownContainer
+	case m.idlePastLocked(e, r, now):
+		m.log.Debug("container expired", zap.String("container_id", e.id))
+		m.metrics.evictions.WithLabelValues("idle").Inc()
+		m.removeLocked(e)
+		return nil, ErrExpiredContainer
+	}
+	return e, nil
+}
+
+// idlePastLocked reports whether lasting entry e, registered as r, has been idle (no lease)
+// past its expiry at now.
+func (m *Manager) idlePastLocked(e *entry, r Registration, now time.Time) bool {
+	if !e.key.lasting() || e.leases > 0 {
+		return false
+	}
+	return now.Sub(r.LastUsed) >= m.expiryOf(r)
+}
+
+// expiryOf returns r's idle expiry.
+func (m *Manager) expiryOf(r Registration) time.Duration {
+	if r.ExpiresAfter > 0 {
+		return r.ExpiresAfter
+	}
+	return m.cfg.SessionIdleTTL
 }
 
 // keyEntryLocked returns the live entry key k names, or nil: a session key's from the
-// Registry, an ephemeral key's (minted per request) from the Manager's own map.
+// Registry, a server-minted key's from the Manager's own map.
 func (m *Manager) keyEntryLocked(ctx context.Context, k sandboxKey) (*entry, error) {
-	if k.kind == kindEphemeral {
-		return m.ephemeral[k], nil
+	if k.kind != kindSession {
+		return m.minted[k], nil
 	}
 	r, ok, err := m.reg.Session(ctx, k.identity, k.name)
 	if err != nil {
 		return nil, fmt.Errorf("look up session: %w", err)
 	}
-	if !ok {
+	if !ok || r.Expired {
 		return nil, nil
 	}
 	if e := m.live[r.ID]; e != nil && !e.dead {
@@ -371,41 +461,46 @@ func (m *Manager) touchLocked(ctx context.Context, e *entry, now time.Time) {
 	}
 }
 
-// lastUsedLocked returns when e was last used; ok is false when the Registry failed (which is
+// registrationLocked returns e's registration; ok is false when the Registry failed (which is
 // logged). A registration the Registry no longer has counts as unused since the zero time.
-func (m *Manager) lastUsedLocked(e *entry) (t time.Time, ok bool) {
+func (m *Manager) registrationLocked(e *entry) (r Registration, ok bool) {
 	r, _, err := m.reg.Lookup(context.Background(), e.id)
 	if err != nil {
 		m.log.Warn("look up container", zap.String("container_id", e.id), zap.Error(err))
-		return time.Time{}, false
+		return Registration{}, false
 	}
-	return r.LastUsed, true
+	return r, true
 }
 
 // newEntryLocked reserves a container under k, within the caps, used from now on.
-func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, now time.Time) (*entry, error) {
-	if k.kind == kindSession && m.sessions[k.identity] >= m.cfg.MaxSessionsPerIdentity {
-		if err := m.evictLRUSessionLocked(k.identity, "all %d sessions of this identity are in use", m.cfg.MaxSessionsPerIdentity); err != nil {
+func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, meta entryMeta, now time.Time) (*entry, error) {
+	if k.lasting() && m.lasting[k.identity] >= m.cfg.MaxSessionsPerIdentity {
+		if err := m.evictLRULocked(k.identity, true, "all %d lasting containers of this identity are in use", m.cfg.MaxSessionsPerIdentity); err != nil {
 			return nil, err
 		}
 	}
 	if m.owned[k.identity] >= m.cfg.MaxContainersPerIdentity {
-		if err := m.evictLRUSessionLocked(k.identity, "all %d containers of this identity are in use", m.cfg.MaxContainersPerIdentity); err != nil {
+		if err := m.evictLRULocked(k.identity, true, "all %d containers of this identity are in use", m.cfg.MaxContainersPerIdentity); err != nil {
 			return nil, err
 		}
 	}
 	if len(m.live) >= m.cfg.MaxContainers {
-		m.metrics.refusals.WithLabelValues("cap").Inc()
-		return nil, fmt.Errorf("%w: %d containers in use", ErrUnavailable, m.cfg.MaxContainers)
+		if err := m.evictLRULocked("", false, "%d containers in use", m.cfg.MaxContainers); err != nil {
+			return nil, err
+		}
 	}
 	e := &entry{
 		id:   "cntr_" + randomHex(16),
 		key:  k,
 		spec: m.resolve(spec),
+		meta: meta,
 		sem:  make(chan struct{}, 1),
 	}
 	e.sem <- struct{}{}
-	r := Registration{ID: e.id, Identity: k.identity, LastUsed: now}
+	r := Registration{
+		ID: e.id, Identity: k.identity, LastUsed: now,
+		Name: meta.name, CreatedAt: now, ExpiresAfter: meta.expiresAfter, MemoryLimit: m.memoryLimitOf(e.spec),
+	}
 	if k.kind == kindSession {
 		r.Session = k.name
 	}
@@ -413,73 +508,103 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, n
 		return nil, fmt.Errorf("%w: register container: %w", ErrUnavailable, err)
 	}
 	m.live[e.id] = e
-	if k.kind == kindEphemeral {
-		m.ephemeral[k] = e
+	if k.kind != kindSession {
+		m.minted[k] = e
 	}
 	m.owned[k.identity]++
-	if k.kind == kindSession {
-		m.sessions[k.identity]++
+	if k.lasting() {
+		m.lasting[k.identity]++
 	}
 	return e, nil
 }
 
-// evictLRUSessionLocked makes room under one of identity's caps by removing its least recently
-// used session not in use; when there is none, it fails with ErrUnavailable, saying why with
-// format and limit.
-func (m *Manager) evictLRUSessionLocked(identity, format string, limit int) error {
-	victim := m.lruIdleSessionLocked(identity)
+// defaultMemoryLimit is the memory a container has when its Spec names none and the
+// provider does not say: the native API's default.
+const defaultMemoryLimit = "1g"
+
+// memoryLimitOf returns the memory of a container of resolved spec, as shown.
+func (m *Manager) memoryLimitOf(spec Spec) string {
+	if spec.MemoryLimit != "" {
+		return spec.MemoryLimit
+	}
+	return defaultMemoryLimit
+}
+
+// evictLRULocked makes room under a cap by removing the least recently used lasting container
+// not in use: of identity when scoped, of any identity otherwise. When there is none, it
+// fails with ErrUnavailable, saying why with format and limit.
+func (m *Manager) evictLRULocked(identity string, scoped bool, format string, limit int) error {
+	victim := m.lruIdleLocked(identity, scoped)
 	if victim == nil {
 		m.metrics.refusals.WithLabelValues("cap").Inc()
 		return fmt.Errorf("%w: "+format, ErrUnavailable, limit)
 	}
-	m.log.Debug("evicting least recently used session", zap.String("container_id", victim.id))
+	m.log.Debug("evicting least recently used container", zap.String("container_id", victim.id))
 	m.metrics.evictions.WithLabelValues("lru").Inc()
 	m.removeLocked(victim)
 	return nil
 }
 
-func (m *Manager) lruIdleSessionLocked(identity string) *entry {
+func (m *Manager) lruIdleLocked(identity string, scoped bool) *entry {
 	var victim *entry
 	var victimUsed time.Time
 	for _, e := range m.live {
-		if e.key.kind != kindSession || e.key.identity != identity || e.leases > 0 {
+		if !e.key.lasting() || (scoped && e.key.identity != identity) || e.leases > 0 {
 			continue
 		}
-		used, ok := m.lastUsedLocked(e)
+		r, ok := m.registrationLocked(e)
 		if !ok {
 			continue
 		}
-		if victim == nil || used.Before(victimUsed) {
-			victim, victimUsed = e, used
+		if victim == nil || r.LastUsed.Before(victimUsed) {
+			victim, victimUsed = e, r.LastUsed
 		}
 	}
 	return victim
 }
 
-// removeLocked forgets e and deletes its container in the background.
+// removeLocked forgets e and deletes its container in the background. A lasting container is
+// remembered as expired (a tombstone), unless the Manager is closing; an ephemeral one is
+// forgotten.
 func (m *Manager) removeLocked(e *entry) {
 	if e.dead {
 		return
 	}
 	e.dead = true
-	if err := m.reg.Remove(context.Background(), e.id); err != nil {
-		m.log.Warn("forget container", zap.String("container_id", e.id), zap.Error(err))
+	ctx := context.Background()
+	if e.key.lasting() && !m.closed {
+		if err := m.reg.Expire(ctx, e.id); err != nil {
+			m.log.Warn("mark container expired", zap.String("container_id", e.id), zap.Error(err))
+		}
+		for _, id := range m.tombs.add(e.id, e.key.identity, time.Now()) {
+			m.forgetLocked(id)
+		}
+	} else {
+		m.forgetLocked(e.id)
 	}
 	delete(m.live, e.id)
-	if m.ephemeral[e.key] == e {
-		delete(m.ephemeral, e.key)
+	if m.minted[e.key] == e {
+		delete(m.minted, e.key)
 	}
 	if m.owned[e.key.identity]--; m.owned[e.key.identity] <= 0 {
 		delete(m.owned, e.key.identity)
 	}
-	if e.key.kind == kindSession {
-		if m.sessions[e.key.identity]--; m.sessions[e.key.identity] <= 0 {
-			delete(m.sessions, e.key.identity)
+	if e.key.lasting() {
+		if m.lasting[e.key.identity]--; m.lasting[e.key.identity] <= 0 {
+			delete(m.lasting, e.key.identity)
 		}
 	}
+	e.files = fileTable{}
 	if e.c != nil {
 		m.deleteLocked(e.c)
 		e.c = nil
+	}
+}
+
+// forgetLocked removes container id from the Registry.
+func (m *Manager) forgetLocked(id string) {
+	if err := m.reg.Remove(context.Background(), id); err != nil {
+		m.log.Warn("forget container", zap.String("container_id", id), zap.Error(err))
 	}
 }
 
@@ -508,6 +633,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.stop()
 		for _, e := range m.live {
 			m.removeLocked(e)
+		}
+		for _, id := range m.tombs.drain() {
+			m.forgetLocked(id)
 		}
 		for _, c := range m.pool {
 			m.deleteLocked(c)
@@ -610,9 +738,14 @@ func (m *Manager) takeWarmLocked(spec Spec) Container {
 	return nil
 }
 
-// prune deletes idle sessions past their TTL, until Close.
+// pruneEvery is how often the pruner looks for idle containers past their expiry, at most;
+// a container is expired at most this late (and on its next use, on time).
+const pruneEvery = 10 * time.Second
+
+// prune expires idle lasting containers past their expiry and drops tombstones past
+// TombstoneTTL, until Close.
 func (m *Manager) prune() {
-	every := min(m.cfg.SessionIdleTTL/4, time.Minute)
+	every := min(m.cfg.SessionIdleTTL/4, pruneEvery)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -632,14 +765,17 @@ func (m *Manager) pruneOnce(now time.Time) {
 		return
 	}
 	for _, e := range m.live {
-		if e.key.kind != kindSession || e.leases > 0 {
+		if !e.key.lasting() || e.leases > 0 {
 			continue
 		}
-		if used, ok := m.lastUsedLocked(e); ok && now.Sub(used) >= m.cfg.SessionIdleTTL {
-			m.log.Debug("deleting idle session", zap.String("container_id", e.id))
+		if r, ok := m.registrationLocked(e); ok && m.idlePastLocked(e, r, now) {
+			m.log.Debug("deleting idle container", zap.String("container_id", e.id))
 			m.metrics.evictions.WithLabelValues("idle").Inc()
 			m.removeLocked(e)
 		}
+	}
+	for _, id := range m.tombs.older(now.Add(-TombstoneTTL)) {
+		m.forgetLocked(id)
 	}
 }
 
@@ -700,6 +836,9 @@ func (l *Lease) Run(ctx context.Context, code string, timeout time.Duration) (Re
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		res, err := c.Run(runCtx, code)
 		cancel()
+		if len(res.Files) > 0 {
+			l.m.registerRunFiles(context.WithoutCancel(ctx), e, c, &res)
+		}
 		l.m.afterRun(e, c, err)
 		e.sem <- struct{}{}
 		return res, err
@@ -727,7 +866,7 @@ func (l *Lease) current() (*entry, error) {
 	}
 	if e != nil {
 		m.touchLocked(ctx, e, now)
-	} else if e, err = m.newEntryLocked(ctx, l.key, l.e.spec, now); err != nil {
+	} else if e, err = m.newEntryLocked(ctx, l.key, l.e.spec, l.e.meta, now); err != nil {
 		return nil, err
 	}
 	l.e.leases--
@@ -818,7 +957,8 @@ func (m *Manager) afterRun(e *entry, c Container, err error) {
 }
 
 // Release ends the lease. An ephemeral container is deleted in the background once no lease
-// holds it; a session container stays, idle from now (its TTL counts from here). Idempotent.
+// holds it; a lasting container stays, idle from now (its expiry counts from here).
+// Idempotent.
 func (l *Lease) Release() {
 	if l.released {
 		return
@@ -827,7 +967,12 @@ func (l *Lease) Release() {
 	m := l.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := l.e
+	m.unpinLocked(l.e)
+}
+
+// unpinLocked ends one lease (or Manager call) on e: an ephemeral container no lease holds
+// any more is deleted, a lasting one is idle from now.
+func (m *Manager) unpinLocked(e *entry) {
 	e.leases--
 	switch {
 	case e.dead:

@@ -115,12 +115,12 @@ func TestManagerEphemeralDeletedOnRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &sandboxtest.Provider{}
 		m := newTestManager(t, p, sandbox.ManagerConfig{})
-		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: ""})
 		id := l.ContainerID()
 		assert.Equal(t, 0, p.Created(), "the container starts lazily, on the first run")
 		run(t, l, "x=1")
 		// A second lease on the ephemeral container, by its id, keeps it alive.
-		byID := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
+		byID := acquire(t, m, sandbox.AcquireRequest{Identity: "", ContainerID: id})
 		l.Release()
 		l.Release() // idempotent
 		synctest.Wait()
@@ -128,9 +128,9 @@ func TestManagerEphemeralDeletedOnRelease(t *testing.T) {
 		byID.Release()
 		synctest.Wait()
 		assert.True(t, p.Container(0).Deleted(), "deleted once no lease holds it")
-		assert.False(t, m.Known("alice", id), "a deleted container is unknown")
+		assert.False(t, m.Known("", id), "a deleted container is unknown")
 
-		unused := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		unused := acquire(t, m, sandbox.AcquireRequest{Identity: ""})
 		unused.Release()
 		assert.Equal(t, 1, p.Created(), "a lease that never ran started no container")
 	})
@@ -196,12 +196,12 @@ func TestManagerGlobalCap(t *testing.T) {
 	})
 }
 
-// One identity cannot take all of MaxContainers: its containers, ephemeral and session, are
-// capped; an idle session of its own makes room, others' containers are never touched.
+// One identity cannot take all of MaxContainers: its containers, kept and session, are
+// capped; an idle one of its own makes room, others' containers are never touched.
 func TestManagerIdentityCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &sandboxtest.Provider{}
-		m := newTestManager(t, p, sandbox.ManagerConfig{MaxContainers: 8, MaxContainersPerIdentity: 3, MaxSessionsPerIdentity: 2})
+		m := newTestManager(t, p, sandbox.ManagerConfig{MaxContainers: 8, MaxContainersPerIdentity: 3, MaxSessionsPerIdentity: 3})
 		s := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		run(t, s, "x=1")
 		sid := s.ContainerID()
@@ -210,7 +210,7 @@ func TestManagerIdentityCap(t *testing.T) {
 		e2 := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 		bob := acquire(t, m, sandbox.AcquireRequest{Identity: "bob"})
 
-		// Alice is at her cap: her idle session makes room for another ephemeral container.
+		// Alice is at her cap: her idle session makes room for another container.
 		e3 := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
 		assert.False(t, m.Known("alice", sid), "alice's idle session evicted at her cap")
 		_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice"})
@@ -222,6 +222,7 @@ func TestManagerIdentityCap(t *testing.T) {
 		carol := acquire(t, m, sandbox.AcquireRequest{Identity: "carol", Session: "s"})
 		e1.Release()
 		again := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		assert.False(t, m.Known("alice", e1.ContainerID()), "alice's container released last made room")
 		for _, l := range []*sandbox.Lease{e2, e3, bob, carol, again} {
 			l.Release()
 		}
@@ -413,7 +414,7 @@ func TestManagerWarmPool(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, 2, p.Created(), "the pool fills at start")
 
-		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: ""})
 		run(t, l, "x=1")
 		assert.Equal(t, 1, p.Container(0).Runs(), "the first warm container serves the first run")
 		synctest.Wait()
@@ -424,13 +425,13 @@ func TestManagerWarmPool(t *testing.T) {
 
 		// A warm container that died in the pool is not handed out.
 		p.Container(1).Kill()
-		l2 := acquire(t, m, sandbox.AcquireRequest{Identity: "bob"})
+		l2 := acquire(t, m, sandbox.AcquireRequest{Identity: ""})
 		run(t, l2, "x=2")
 		assert.Equal(t, 0, p.Container(1).Runs(), "dead warm container skipped")
 		assert.Equal(t, 1, p.Container(2).Runs(), "next warm container used")
 
 		// A request for another spec does not take a warm container.
-		big := acquire(t, m, sandbox.AcquireRequest{Identity: "carol", Spec: sandbox.Spec{MemoryLimit: "4g"}})
+		big := acquire(t, m, sandbox.AcquireRequest{Identity: "", Spec: sandbox.Spec{MemoryLimit: "4g"}})
 		run(t, big, "x=3")
 		synctest.Wait()
 		var bigSpecs int
@@ -530,13 +531,13 @@ func TestManagerMetrics(t *testing.T) {
 	b := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s2"}) // evicts s1 (cap 1)
 	_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "bob", ContainerID: b.ContainerID()})
 	require.ErrorIs(t, err, sandbox.ErrUnknownContainer)
-	e := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+	e := acquire(t, m, sandbox.AcquireRequest{Identity: ""})
 
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP codeinterp_sandbox_starts_total Containers put to use, by source: warm (from the pool) or cold (started on demand).
 # TYPE codeinterp_sandbox_starts_total counter
 codeinterp_sandbox_starts_total{source="cold"} 1
-# HELP codeinterp_sandbox_evictions_total Session containers deleted before their owner was done: lru (per-identity cap), idle (TTL), lost (died or was killed).
+# HELP codeinterp_sandbox_evictions_total Lasting containers deleted before their owner was done: lru (a cap), idle (expiry), lost (died or was killed).
 # TYPE codeinterp_sandbox_evictions_total counter
 codeinterp_sandbox_evictions_total{reason="lru"} 1
 # HELP codeinterp_sandbox_acquire_failures_total Acquires refused, by reason: cap (a cap was reached) or unknown_container.
@@ -546,11 +547,12 @@ codeinterp_sandbox_acquire_failures_total{reason="unknown_container"} 1
 		"one cold start, one LRU eviction, one unknown container")
 	got, err := testutil.GatherAndCount(reg, "codeinterp_sandbox_containers")
 	require.NoError(t, err)
-	assert.Equal(t, 2, got, "gauges for both kinds")
+	assert.Equal(t, 3, got, "gauges for every kind")
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP codeinterp_sandbox_containers Containers in use (issued under a key), by kind.
 # TYPE codeinterp_sandbox_containers gauge
 codeinterp_sandbox_containers{kind="ephemeral"} 1
+codeinterp_sandbox_containers{kind="kept"} 0
 codeinterp_sandbox_containers{kind="session"} 1
 `), "codeinterp_sandbox_containers"))
 	b.Release()

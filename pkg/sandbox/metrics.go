@@ -17,7 +17,7 @@ func newManagerMetrics() managerMetrics {
 		}, []string{"source"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_sandbox_evictions_total",
-			Help: "Session containers deleted before their owner was done: lru (per-identity cap), idle (TTL), lost (died or was killed).",
+			Help: "Lasting containers deleted before their owner was done: lru (a cap), idle (expiry), lost (died or was killed).",
 		}, []string{"reason"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_sandbox_acquire_failures_total",
@@ -54,6 +54,11 @@ func (m *Manager) Collectors() []prometheus.Collector {
 			Help:        "Containers in use (issued under a key), by kind.",
 			ConstLabels: prometheus.Labels{"kind": "ephemeral"},
 		}, inUse(kindEphemeral)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "codeinterp_sandbox_containers",
+			Help:        "Containers in use (issued under a key), by kind.",
+			ConstLabels: prometheus.Labels{"kind": "kept"},
+		}, inUse(kindKept)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "codeinterp_sandbox_warm_containers",
 			Help: "Started containers ready in the warm pool.",

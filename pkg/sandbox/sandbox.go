@@ -2,11 +2,14 @@
 //
 // A [Provider] creates containers; a [Container] runs code, keeping its interpreter state (variables,
 // imports, files under /mnt/data) between runs, until it is deleted. The [Manager] maps sandbox keys
-// (ephemeral, per-session, per-container-id; all scoped by the caller's identity) to containers,
-// with caps, idle TTL, leases, a warm pool and off-request-path deletion; the names it gives
-// containers (owner, session key, last use) are kept in a [Registry], which replicas could
-// share. Backends are packages of their own: pkg/sandbox/local runs one Python process per
-// container under bubblewrap.
+// (per-session, per-container-id, and the anonymous caller's ephemeral ones; all scoped by the
+// caller's identity) to containers, as the native API keeps them: a caller with an identity keeps
+// each container until it has been idle for its expiry, reusable by its id, with its files
+// (uploaded, or written by the code) listed and readable; with caps, LRU eviction, leases, a warm
+// pool and off-request-path deletion. The names it gives containers (owner, session key, last
+// use, expiry, tombstones of expired ones) are kept in a [Registry], which replicas could share.
+// Backends are packages of their own: pkg/sandbox/local runs one Python process per container
+// under bubblewrap.
 //
 // A run behaves like a notebook cell: the value of a trailing expression is returned as its repr
 // (a trailing semicolon hides it), matplotlib figures left open or shown with plt.show() become PNG
@@ -20,6 +23,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
 )
 
 // Errors a run or an acquire may return. Callers branch on them with errors.Is.
@@ -35,8 +42,25 @@ var (
 	// interrupt did not stop it, the container was killed and the error also matches ErrLost.
 	ErrTimeout = errors.New("sandbox run timed out")
 	// ErrUnknownContainer means a container id is not one this manager issued to the caller's
-	// identity, or it has expired or been deleted.
+	// identity (or one it no longer remembers: see [TombstoneTTL]). Another identity's
+	// container is unknown too, never told apart from one never issued.
 	ErrUnknownContainer = errors.New("unknown container")
+	// ErrExpiredContainer means a container id was issued to the caller's identity but has
+	// expired (idle past its expiry), been evicted, lost or deleted: its state is gone.
+	ErrExpiredContainer = errors.New("container expired")
+	// ErrFileNotFound means there is no such container file (id or path), or it is not a
+	// regular file.
+	ErrFileNotFound = errors.New("container file not found")
+	// ErrFileTooLarge means a file was beyond the limit it was given, /mnt/data is full, or
+	// the container holds as many files as it may; nothing of it was kept.
+	ErrFileTooLarge = errors.New("container file too large")
+	// ErrInvalidPath means a container file path is not one a file may have: not under
+	// /mnt/data, not clean, with a NUL, a component longer than 255 bytes, or a directory of
+	// it that is not one. The caller's mistake.
+	ErrInvalidPath = errors.New("invalid container file path")
+	// ErrNoFileAccess means the sandbox backend cannot reach a container's files from the
+	// server (its containers lack the [Files] ability).
+	ErrNoFileAccess = errors.New("sandbox backend has no file access")
 	// ErrClosed means the manager or container has been closed.
 	ErrClosed = errors.New("sandbox closed")
 	// ErrInvalidSpec means a container of the Spec asked for may not be created (a
@@ -110,6 +134,9 @@ type File struct {
 	Size int64
 }
 
+// DataDir is the directory of a container's files, as the code sees it.
+const DataDir = "/mnt/data"
+
 // Spec describes the container to create.
 type Spec struct {
 	// MemoryLimit is the container's memory: "1g", "4g", "16g" or "64g". Empty means the
@@ -134,4 +161,69 @@ type Container interface {
 	// Delete stops the container and removes its files. It is idempotent and safe to call
 	// concurrently with Run (which then fails with ErrLost or ErrClosed).
 	Delete(ctx context.Context) error
+}
+
+// Files is the optional ability of a [Container] to reach the files under its /mnt/data from
+// the server, which the Manager's file methods need. Paths are absolute container paths under
+// /mnt/data (see [CleanPath]); an implementation resolves them within the container's data
+// directory only, whatever the code planted there (symlinks, FIFOs, devices), and reads
+// regular files only. The methods may be called concurrently with each other and with Run.
+// On a deleted container they fail with ErrClosed, on a dead one with ErrLost.
+type Files interface {
+	// WriteFile writes r's bytes to path atomically (a temporary file in the same directory,
+	// renamed over path at the end: a symlink at path is replaced, never followed), creating
+	// the missing directories. It fails with ErrFileTooLarge beyond limit bytes (limit > 0)
+	// or when /mnt/data is full; on any error (also r's, or ctx done) nothing of it is left.
+	// The file belongs to the code's user, which may change it.
+	WriteFile(ctx context.Context, path string, r io.Reader, limit int64) (FileStat, error)
+	// OpenFile opens the regular file at path for reading, streamed; the caller closes it.
+	// No such regular file: ErrFileNotFound.
+	OpenFile(ctx context.Context, path string) (io.ReadCloser, FileStat, error)
+	// StatFile returns what the regular file at path is now; ErrFileNotFound when there is
+	// none.
+	StatFile(ctx context.Context, path string) (FileStat, error)
+	// RemoveFile removes the file at path (a symlink itself, not its target);
+	// ErrFileNotFound when there is none.
+	RemoveFile(ctx context.Context, path string) error
+}
+
+// FileStat is what a [Files] ability tells of a file.
+type FileStat struct {
+	// Size is its length in bytes.
+	Size int64
+	// ModTime is its last modification, which tells a file the code rewrote from the one it
+	// was given.
+	ModTime time.Time
+}
+
+// maxPathComponent is the longest name of one path component, as Linux allows.
+const maxPathComponent = 255
+
+// maxPath is the longest container file path, as Linux allows.
+const maxPath = 4095
+
+// CleanPath returns p as the container file path it names: absolute, clean, strictly under
+// /mnt/data, without a NUL, with components of at most 255 bytes. An error matches
+// ErrInvalidPath.
+func CleanPath(p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("%w: a NUL in the path", ErrInvalidPath)
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = DataDir + "/" + p
+	}
+	c := path.Clean(p)
+	rel, ok := strings.CutPrefix(c, DataDir+"/")
+	if !ok || rel == "" {
+		return "", fmt.Errorf("%w: not under %s", ErrInvalidPath, DataDir)
+	}
+	if len(c) > maxPath {
+		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidPath, maxPath)
+	}
+	for _, part := range strings.Split(rel, "/") {
+		if len(part) > maxPathComponent {
+			return "", fmt.Errorf("%w: a component longer than %d bytes", ErrInvalidPath, maxPathComponent)
+		}
+	}
+	return c, nil
 }

@@ -102,6 +102,50 @@ func TestRegistry(t *testing.T, newRegistry func() sandbox.Registry) {
 		assert.False(t, ok, "removing the latest container frees the key")
 	})
 
+	t.Run("list", func(t *testing.T) {
+		r := newRegistry()
+		bob := sandbox.Registration{ID: "cntr_b", Identity: "bob", LastUsed: t0}
+		for _, reg := range []sandbox.Registration{alice, ephemeral, bob} {
+			require.NoError(t, r.Add(ctx, reg), "Add %+v", reg)
+		}
+		got, err := r.List(ctx, "alice")
+		require.NoError(t, err, "List")
+		assert.ElementsMatch(t, []sandbox.Registration{alice, ephemeral}, got, "List of alice")
+		got, err = r.List(ctx, "carol")
+		require.NoError(t, err, "List")
+		assert.Empty(t, got, "List of an identity without containers")
+		require.NoError(t, r.Remove(ctx, alice.ID), "Remove")
+		got, err = r.List(ctx, "alice")
+		require.NoError(t, err, "List")
+		assert.Equal(t, []sandbox.Registration{ephemeral}, got, "List after Remove")
+	})
+
+	t.Run("expire", func(t *testing.T) {
+		r := newRegistry()
+		require.NoError(t, r.Add(ctx, alice), "Add %+v", alice)
+		require.NoError(t, r.Expire(ctx, alice.ID), "Expire")
+		want := alice
+		want.Expired = true
+		got, ok := lookup(t, r, alice.ID)
+		assert.True(t, ok, "Lookup of an expired container")
+		assert.Equal(t, want, got, "Lookup of an expired container")
+		_, ok = session(t, r, "alice", "s")
+		assert.False(t, ok, "an expired container's session key is freed")
+		list, err := r.List(ctx, "alice")
+		require.NoError(t, err, "List")
+		assert.Equal(t, []sandbox.Registration{want}, list, "List shows the expired container")
+		assert.NoError(t, r.Expire(ctx, "cntr_none"), "Expire of an id never added")
+		_, ok = lookup(t, r, "cntr_none")
+		assert.False(t, ok, "Expire adds nothing")
+
+		next := sandbox.Registration{ID: "cntr_n", Identity: "alice", Session: "s", LastUsed: t0}
+		require.NoError(t, r.Add(ctx, next), "Add %+v", next)
+		require.NoError(t, r.Remove(ctx, alice.ID), "Remove the expired one")
+		got, ok = session(t, r, "alice", "s")
+		assert.True(t, ok, "removing the expired container leaves the key's new container")
+		assert.Equal(t, next.ID, got.ID, "removing the expired container leaves the key's new container")
+	})
+
 	t.Run("concurrent use", func(t *testing.T) {
 		r := newRegistry()
 		var wg sync.WaitGroup
@@ -113,6 +157,9 @@ func TestRegistry(t *testing.T, newRegistry func() sandbox.Registry) {
 					_, _, err := r.Session(ctx, "alice", reg.Session)
 					assert.NoError(t, err, "Session of %+v", reg)
 					assert.NoError(t, r.Touch(ctx, reg.ID, t0), "Touch %+v", reg)
+					_, err = r.List(ctx, "alice")
+					assert.NoError(t, err, "List")
+					assert.NoError(t, r.Expire(ctx, reg.ID), "Expire %+v", reg)
 					assert.NoError(t, r.Remove(ctx, reg.ID), "Remove %+v", reg)
 				}
 			})

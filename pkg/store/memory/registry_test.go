@@ -30,17 +30,18 @@ func TestRegistryUnderManager(t *testing.T) {
 
 		s, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		require.NoError(t, err, "acquire a session")
-		e, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice"})
+		e, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: ""})
 		require.NoError(t, err, "acquire an ephemeral container")
 		got, ok, err := reg.Session(ctx, "alice", "s")
 		require.NoError(t, err, "Session")
 		assert.True(t, ok, "the session key is registered")
-		assert.Equal(t, sandbox.Registration{ID: s.ContainerID(), Identity: "alice", Session: "s", LastUsed: time.Now()}, got,
+		assert.Equal(t, sandbox.Registration{ID: s.ContainerID(), Identity: "alice", Session: "s", LastUsed: time.Now(),
+			CreatedAt: time.Now(), ExpiresAfter: sandbox.DefaultSessionIdleTTL, MemoryLimit: "1g"}, got,
 			"the session's registration")
 		got, ok, err = reg.Lookup(ctx, e.ContainerID())
 		require.NoError(t, err, "Lookup")
 		assert.True(t, ok, "the ephemeral container is registered")
-		assert.Equal(t, "alice", got.Identity, "the ephemeral container's identity")
+		assert.Equal(t, "", got.Identity, "the ephemeral container's identity")
 
 		time.Sleep(time.Minute)
 		s.Release()

@@ -1,0 +1,450 @@
+package sandbox
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// File sources, as the Containers API shows them.
+const (
+	SourceUser      = "user"      // uploaded, or copied in from the Files API
+	SourceAssistant = "assistant" // written by the code
+)
+
+// FileInfo is one container file.
+type FileInfo struct {
+	// ID is the container file id: "cfile_" and 32 hex digits, stable for the path while the
+	// file exists.
+	ID string
+	// ContainerID is the id of the container holding it.
+	ContainerID string
+	// Path is its absolute path, under /mnt/data.
+	Path string
+	// Bytes is its length, as last seen.
+	Bytes int64
+	// CreatedAt is when the Manager first saw it.
+	CreatedAt time.Time
+	// Source is SourceUser (uploaded, copied in) or SourceAssistant (written by the code).
+	Source string
+}
+
+// fileEntry is one file of a container's files table.
+type fileEntry struct {
+	info FileInfo
+	// modTime is the file's modification time as the Manager last saw it: for a file it
+	// wrote, the end of the write, which tells it apart from the code's later rewrite.
+	modTime time.Time
+}
+
+// fileTable is a container's files, by path and by id, at most MaxFilesPerContainer. The zero
+// value is empty. Guarded by Manager.mu.
+type fileTable struct {
+	byPath map[string]*fileEntry
+	byID   map[string]*fileEntry
+}
+
+func (t *fileTable) full() bool { return len(t.byPath) >= MaxFilesPerContainer }
+
+func (t *fileTable) add(fe *fileEntry) {
+	if t.byPath == nil {
+		t.byPath, t.byID = map[string]*fileEntry{}, map[string]*fileEntry{}
+	}
+	t.byPath[fe.info.Path] = fe
+	t.byID[fe.info.ID] = fe
+}
+
+// drop removes fe if the table still holds it.
+func (t *fileTable) drop(fe *fileEntry) {
+	if t.byID[fe.info.ID] == fe {
+		delete(t.byID, fe.info.ID)
+		delete(t.byPath, fe.info.Path)
+	}
+}
+
+// newFileLocked adds a new file at path to e's table, first seen at now.
+func (e *entry) newFileLocked(path, source string, now time.Time) *fileEntry {
+	fe := &fileEntry{info: FileInfo{ID: "cfile_" + randomHex(16), ContainerID: e.id, Path: path, CreatedAt: now, Source: source}}
+	e.files.add(fe)
+	return fe
+}
+
+// PutFile writes r's bytes (at most limit, when limit > 0) to path in container containerID
+// of identity, starting the container if it has not started, and registers the file with
+// source (SourceUser when empty); a file already at path is replaced and keeps its id. The
+// write is atomic: on any error nothing of it is left. Errors: ErrUnknownContainer,
+// ErrExpiredContainer, ErrInvalidPath, ErrFileTooLarge, ErrNoFileAccess, ErrUnavailable (the
+// container could not be started), ctx's or r's error.
+func (m *Manager) PutFile(ctx context.Context, identity, containerID, path, source string, r io.Reader, limit int64) (FileInfo, error) {
+	p, err := CleanPath(path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	m.mu.Lock()
+	e, err := m.callEntryLocked(ctx, identity, containerID)
+	if err != nil {
+		m.mu.Unlock()
+		return FileInfo{}, err
+	}
+	e.leases++ // not evicted nor expired while the file is written
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.unpinLocked(e)
+		m.mu.Unlock()
+	}()
+	fi, err := m.putFile(ctx, e, p, source, r, limit)
+	if errors.Is(err, errEntryDead) {
+		return FileInfo{}, ErrExpiredContainer
+	}
+	return fi, err
+}
+
+// PutFile writes a file into the lease's container as [Manager.PutFile] does, also into an
+// ephemeral container; if the lease's container was lost, the file goes to its replacement.
+func (l *Lease) PutFile(ctx context.Context, path, source string, r io.Reader, limit int64) (FileInfo, error) {
+	if l.released {
+		return FileInfo{}, errLeaseReleased
+	}
+	p, err := CleanPath(path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	for {
+		e, err := l.current()
+		if err != nil {
+			return FileInfo{}, err
+		}
+		fi, err := l.m.putFile(ctx, e, p, source, r, limit)
+		if errors.Is(err, errEntryDead) {
+			continue // before anything was read of r: take the key's current container
+		}
+		return fi, err
+	}
+}
+
+// putFile writes the file into e, pinned by the caller. It fails with errEntryDead, before
+// anything is read of r, when e died before its container could be had.
+func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.Reader, limit int64) (FileInfo, error) {
+	if source == "" {
+		source = SourceUser
+	}
+	m.mu.Lock()
+	full := e.files.full() && e.files.byPath[p] == nil
+	m.mu.Unlock()
+	if full {
+		return FileInfo{}, fmt.Errorf("%w: the container holds %d files, the most it may", ErrFileTooLarge, MaxFilesPerContainer)
+	}
+	c, err := m.startedContainer(ctx, e)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	fa, ok := c.(Files)
+	if !ok {
+		return FileInfo{}, ErrNoFileAccess
+	}
+	st, err := fa.WriteFile(ctx, p, r, limit)
+	if err != nil {
+		return FileInfo{}, m.fileErr(e, c, fmt.Errorf("write container file: %w", err))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.dead {
+		return FileInfo{}, ErrExpiredContainer // deleted meanwhile, and the file with it
+	}
+	now := time.Now()
+	fe := e.files.byPath[p]
+	if fe == nil {
+		fe = e.newFileLocked(p, source, now)
+	}
+	fe.info.Bytes, fe.info.Source, fe.modTime = st.Size, source, st.ModTime
+	m.touchLocked(ctx, e, now)
+	return fe.info, nil
+}
+
+// startedContainer returns e's container, starting it if it has not started (waiting for a
+// run in progress only then). It fails with errEntryDead when e died first.
+func (m *Manager) startedContainer(ctx context.Context, e *entry) (Container, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e.dead {
+		m.mu.Unlock()
+		return nil, errEntryDead
+	}
+	if c := e.c; c != nil {
+		m.mu.Unlock()
+		return c, nil
+	}
+	m.mu.Unlock()
+	select {
+	case <-e.sem:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for the container: %w", ctx.Err())
+	}
+	defer func() { e.sem <- struct{}{} }()
+	return m.ensureStarted(ctx, e)
+}
+
+// fileErr returns err, a file operation's failure on e's container c; when the container has
+// died (ErrLost) or was deleted (ErrClosed), e is removed if it still holds c, and the error
+// is ErrExpiredContainer: the container's state is gone.
+func (m *Manager) fileErr(e *entry, c Container, err error) error {
+	if !errors.Is(err, ErrLost) && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if !e.dead && e.c == c {
+		m.log.Info("container lost: evicting it", zap.String("container_id", e.id), zap.Error(err))
+		m.metrics.evictions.WithLabelValues("lost").Inc()
+		m.removeLocked(e)
+	}
+	return fmt.Errorf("%w: %w", ErrExpiredContainer, err)
+}
+
+// callEntryLocked returns the live entry of container id of identity for a call on its files,
+// and records the use.
+func (m *Manager) callEntryLocked(ctx context.Context, identity, id string) (*entry, error) {
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if identity == "" {
+		return nil, ErrUnknownContainer
+	}
+	now := time.Now()
+	e, err := m.issuedLocked(ctx, identity, id, now)
+	if err != nil {
+		return nil, err
+	}
+	m.touchLocked(ctx, e, now)
+	return e, nil
+}
+
+// fileCall is one call on a file of a live container: its entry, container and file access
+// (nil when the container has not started), and the file's table entry.
+type fileCall struct {
+	e  *entry
+	c  Container
+	fa Files
+	fe *fileEntry
+	fi FileInfo // fe's info when the call began
+}
+
+// beginFileCall looks up file fileID of container containerID of identity.
+func (m *Manager) beginFileCall(ctx context.Context, identity, containerID, fileID string) (fileCall, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, err := m.callEntryLocked(ctx, identity, containerID)
+	if err != nil {
+		return fileCall{}, err
+	}
+	fe := e.files.byID[fileID]
+	if fe == nil || e.c == nil {
+		return fileCall{}, ErrFileNotFound
+	}
+	fa, ok := e.c.(Files)
+	if !ok {
+		return fileCall{}, ErrNoFileAccess
+	}
+	return fileCall{e: e, c: e.c, fa: fa, fe: fe, fi: fe.info}, nil
+}
+
+// seen records what a file call found: the file as st, or gone (the code removed it).
+func (m *Manager) seen(e *entry, fe *fileEntry, st FileStat, gone bool) FileInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if gone {
+		e.files.drop(fe)
+		return FileInfo{}
+	}
+	if e.files.byID[fe.info.ID] == fe {
+		// Not modTime: that stays the Manager's own write's, or the last run's, so that a
+		// later run's scan still tells the code's change.
+		fe.info.Bytes = st.Size
+	}
+	fi := fe.info
+	fi.Bytes = st.Size
+	return fi
+}
+
+// Files returns the files of container containerID of identity, by CreatedAt then ID
+// ascending. Files the code removed since are dropped from the table (each file is looked at).
+// Errors: ErrUnknownContainer, ErrExpiredContainer, ErrNoFileAccess.
+func (m *Manager) Files(ctx context.Context, identity, containerID string) ([]FileInfo, error) {
+	m.mu.Lock()
+	e, err := m.callEntryLocked(ctx, identity, containerID)
+	if err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	c := e.c
+	entries := make([]*fileEntry, 0, len(e.files.byID))
+	for _, fe := range e.files.byID {
+		entries = append(entries, fe)
+	}
+	m.mu.Unlock()
+	if len(entries) == 0 || c == nil {
+		return []FileInfo{}, nil
+	}
+	fa, ok := c.(Files)
+	if !ok {
+		return nil, ErrNoFileAccess
+	}
+	out := make([]FileInfo, 0, len(entries))
+	for _, fe := range entries {
+		st, err := fa.StatFile(ctx, fe.info.Path) // Path never changes
+		if errors.Is(err, ErrFileNotFound) {
+			m.seen(e, fe, FileStat{}, true)
+			continue
+		}
+		if err != nil {
+			return nil, m.fileErr(e, c, fmt.Errorf("look at container file: %w", err))
+		}
+		out = append(out, m.seen(e, fe, st, false))
+	}
+	slices.SortFunc(out, func(a, b FileInfo) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// File returns file fileID of container containerID of identity. A file the code removed is
+// dropped and fails with ErrFileNotFound, as an id never given does. Errors also:
+// ErrUnknownContainer, ErrExpiredContainer, ErrNoFileAccess.
+func (m *Manager) File(ctx context.Context, identity, containerID, fileID string) (FileInfo, error) {
+	fc, err := m.beginFileCall(ctx, identity, containerID, fileID)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	st, err := fc.fa.StatFile(ctx, fc.fi.Path)
+	if errors.Is(err, ErrFileNotFound) {
+		m.seen(fc.e, fc.fe, FileStat{}, true)
+		return FileInfo{}, ErrFileNotFound
+	}
+	if err != nil {
+		return FileInfo{}, m.fileErr(fc.e, fc.c, fmt.Errorf("look at container file: %w", err))
+	}
+	return m.seen(fc.e, fc.fe, st, false), nil
+}
+
+// OpenFile opens file fileID of container containerID of identity for reading: the content is
+// streamed from the container as it is read, never held whole in memory. The caller closes
+// the reader; its Close refreshes the container's last activity again (a long download is
+// activity). Errors as File's.
+func (m *Manager) OpenFile(ctx context.Context, identity, containerID, fileID string) (io.ReadCloser, FileInfo, error) {
+	fc, err := m.beginFileCall(ctx, identity, containerID, fileID)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	rc, st, err := fc.fa.OpenFile(ctx, fc.fi.Path)
+	if errors.Is(err, ErrFileNotFound) {
+		m.seen(fc.e, fc.fe, FileStat{}, true)
+		return nil, FileInfo{}, ErrFileNotFound
+	}
+	if err != nil {
+		return nil, FileInfo{}, m.fileErr(fc.e, fc.c, fmt.Errorf("open container file: %w", err))
+	}
+	return &touchOnClose{ReadCloser: rc, m: m, e: fc.e}, m.seen(fc.e, fc.fe, st, false), nil
+}
+
+// touchOnClose records a use of its container when it is closed.
+type touchOnClose struct {
+	io.ReadCloser
+	m    *Manager
+	e    *entry
+	once sync.Once
+}
+
+func (t *touchOnClose) Close() error {
+	err := t.ReadCloser.Close()
+	t.once.Do(func() {
+		t.m.mu.Lock()
+		defer t.m.mu.Unlock()
+		if !t.e.dead {
+			t.m.touchLocked(context.Background(), t.e, time.Now())
+		}
+	})
+	return err
+}
+
+// DeleteFile removes file fileID of container containerID of identity, from the container and
+// the table. A file the code removed already fails with ErrFileNotFound, as an id never given
+// does. Errors also: ErrUnknownContainer, ErrExpiredContainer, ErrNoFileAccess.
+func (m *Manager) DeleteFile(ctx context.Context, identity, containerID, fileID string) error {
+	fc, err := m.beginFileCall(ctx, identity, containerID, fileID)
+	if err != nil {
+		return err
+	}
+	err = fc.fa.RemoveFile(ctx, fc.fi.Path)
+	if err != nil && !errors.Is(err, ErrFileNotFound) {
+		return m.fileErr(fc.e, fc.c, fmt.Errorf("remove container file: %w", err))
+	}
+	m.seen(fc.e, fc.fe, FileStat{}, true)
+	return err
+}
+
+// registerRunFiles registers the files a run of e's container c created or changed
+// (res.Files) in e's table, as written by the code, and gives each its id. A file the Manager
+// wrote that the run did not change (the run's scan saw it only because it was new to the
+// container) is left out of res.Files and keeps its source.
+func (m *Manager) registerRunFiles(ctx context.Context, e *entry, c Container, res *Result) {
+	fa, _ := c.(Files)
+	type check struct {
+		fe *fileEntry
+		st FileStat
+		ok bool
+	}
+	checks := map[string]*check{}
+	m.mu.Lock()
+	for _, f := range res.Files {
+		if fe := e.files.byPath[f.Path]; fe != nil && fe.info.Source == SourceUser && fa != nil {
+			checks[f.Path] = &check{fe: fe}
+		}
+	}
+	m.mu.Unlock()
+	for p, ck := range checks {
+		st, err := fa.StatFile(ctx, p)
+		ck.st, ck.ok = st, err == nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.dead {
+		return
+	}
+	now := time.Now()
+	out := res.Files[:0]
+	for _, f := range res.Files {
+		fe := e.files.byPath[f.Path]
+		ck := checks[f.Path]
+		if ck != nil && ck.fe == fe && ck.ok && ck.st.Size == fe.info.Bytes && ck.st.ModTime.Equal(fe.modTime) {
+			continue // the Manager's own write, unchanged
+		}
+		if fe == nil {
+			if e.files.full() {
+				out = append(out, f) // listed, without an id
+				continue
+			}
+			fe = e.newFileLocked(f.Path, SourceAssistant, now)
+		}
+		fe.info.Bytes = f.Size
+		if ck != nil && ck.fe == fe && ck.ok {
+			fe.modTime = ck.st.ModTime
+		}
+		f.ID = fe.info.ID
+		out = append(out, f)
+	}
+	res.Files = out
+}
