@@ -44,31 +44,35 @@ func isUploadTemp(p string) bool { return strings.HasPrefix(path.Base(p), upload
 // resolveBeneath is how every path below the data directory is resolved.
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
+// openRetries bounds the retries of an open that a concurrent rename made fail with EAGAIN:
+// code renaming in a loop must not keep the server spinning.
+const openRetries = 64
+
 // openBeneath opens rel below the directory dirfd, following no symlink.
 func openBeneath(dirfd int, rel string, flags int, mode uint32) (int, error) {
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW), Resolve: resolveBeneath}
 	if flags&unix.O_CREAT != 0 {
 		how.Mode = uint64(mode)
 	}
-	for {
+	for i := 0; ; i++ {
 		fd, err := unix.Openat2(dirfd, rel, &how)
-		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+		if (errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN)) && i < openRetries {
 			continue // EAGAIN: a rename raced the lookup
 		}
 		return fd, err
 	}
 }
 
-// relPath returns container path p relative to the data directory, split into its directory
-// ("" for the data directory itself) and base name.
-func relPath(p string) (dir, base string, err error) {
+// relPath returns container path p relative to the data directory, and split into its
+// directory ("" for the data directory itself) and base name.
+func relPath(p string) (rel, dir, base string, err error) {
 	c, err := sandbox.CleanPath(p)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	rel := strings.TrimPrefix(c, dataDir+"/")
+	rel = strings.TrimPrefix(c, dataDir+"/")
 	dir, base = path.Split(rel)
-	return strings.TrimSuffix(dir, "/"), base, nil
+	return rel, strings.TrimSuffix(dir, "/"), base, nil
 }
 
 // dataRoot opens the container's data directory. It fails with ErrClosed once the container
@@ -167,7 +171,7 @@ func fileErr(op string, err error) error {
 // (created as needed), owned by the code's user with mode 0644, renamed over path once all is
 // written. On any failure the temporary file is removed.
 func (c *container) WriteFile(ctx context.Context, p string, r io.Reader, limit int64) (sandbox.FileStat, error) {
-	dir, base, err := relPath(p)
+	_, dir, base, err := relPath(p)
 	if err != nil {
 		return sandbox.FileStat{}, err
 	}
@@ -291,7 +295,8 @@ func (c *container) fill(ctx context.Context, f *os.File, r io.Reader, limit int
 // openRegular opens container path p below the data directory with flags, and checks that
 // it is a regular file.
 func (c *container) openRegular(p string, flags int) (int, sandbox.FileStat, error) {
-	if _, _, err := relPath(p); err != nil {
+	rel, _, _, err := relPath(p)
+	if err != nil {
 		return -1, sandbox.FileStat{}, err
 	}
 	root, err := c.dataRoot()
@@ -299,7 +304,7 @@ func (c *container) openRegular(p string, flags int) (int, sandbox.FileStat, err
 		return -1, sandbox.FileStat{}, err
 	}
 	defer unix.Close(root)
-	fd, err := openBeneath(root, strings.TrimPrefix(path.Clean(p), dataDir+"/"), flags, 0)
+	fd, err := openBeneath(root, rel, flags, 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR),
@@ -348,7 +353,7 @@ func (c *container) StatFile(_ context.Context, p string) (sandbox.FileStat, err
 // RemoveFile implements [sandbox.Files]: it unlinks what is at p (a symlink itself), but not
 // a directory.
 func (c *container) RemoveFile(_ context.Context, p string) error {
-	dir, base, err := relPath(p)
+	_, dir, base, err := relPath(p)
 	if err != nil {
 		return err
 	}
