@@ -465,19 +465,22 @@ type Sandbox struct {
 	// warm_pool_size is the number of started containers kept ready, with numpy, pandas and
 	// matplotlib imported when present. Default 2; 0 disables the pool.
 	WarmPoolSize *uint32 `protobuf:"varint,3,opt,name=warm_pool_size,json=warmPoolSize,proto3,oneof" json:"warm_pool_size,omitempty"`
-	// session_idle_ttl deletes a session container unused for this long. Default 20m, as OpenAI's
-	// containers expire.
+	// session_idle_ttl is the default idle expiry of a lasting container (every container of a
+	// caller with an identity: the loop's, a session's, or one created through the Containers
+	// API without expires_after): unused for this long, it expires and is deleted. Default 20m,
+	// as OpenAI's containers expire. The name is kept from when only session containers lasted.
 	SessionIdleTtl *durationpb.Duration `protobuf:"bytes,4,opt,name=session_idle_ttl,json=sessionIdleTtl,proto3" json:"session_idle_ttl,omitempty"`
-	// max_sessions_per_identity caps the session containers of one identity; creating one more
-	// deletes that identity's least recently used container. Default 10.
+	// max_sessions_per_identity caps the lasting containers (kept by id, or by session) of one
+	// identity; creating one more deletes that identity's least recently used idle one. Default 10.
 	MaxSessionsPerIdentity uint32 `protobuf:"varint,5,opt,name=max_sessions_per_identity,json=maxSessionsPerIdentity,proto3" json:"max_sessions_per_identity,omitempty"`
-	// max_containers caps all containers (ephemeral and session, warm pool excluded); a request
-	// that would exceed it gets the "sandbox unavailable" result. Default 64.
+	// max_containers caps all containers (ephemeral and lasting, warm pool excluded); one more
+	// deletes the least recently used idle lasting container of any identity, or, when all are in
+	// use, the request gets the "sandbox unavailable" result. Default 64.
 	MaxContainers uint32 `protobuf:"varint,6,opt,name=max_containers,json=maxContainers,proto3" json:"max_containers,omitempty"`
-	// max_containers_per_identity caps the containers (ephemeral and session) of one identity, so
+	// max_containers_per_identity caps the containers (ephemeral and lasting) of one identity, so
 	// that one tenant cannot take all of max_containers: beyond it, the identity's least recently
-	// used idle session is deleted, or, when all are in use, the request gets the "sandbox
-	// unavailable" result. Requests without an identity share one. At least
+	// used idle lasting container is deleted, or, when all are in use, the request gets the
+	// "sandbox unavailable" result. Requests without an identity share one. At least
 	// max_sessions_per_identity; at most max_containers. Default 16.
 	MaxContainersPerIdentity uint32 `protobuf:"varint,9,opt,name=max_containers_per_identity,json=maxContainersPerIdentity,proto3" json:"max_containers_per_identity,omitempty"`
 	// default_memory_limit applies when a request names none: "1g", "4g", "16g" or "64g". Default
