@@ -26,6 +26,9 @@ import (
 
 const shipped = "envoy.yaml"
 
+// apiCluster is the cluster of the server's Containers API.
+const apiCluster = "codeinterp_api"
+
 // The server's loop deadline (default config.DefaultLoopDeadline) is announced to Envoy with one
 // override_message_timeout, which Envoy ignores above max_message_timeout (reference §5.2).
 const serverLoopDeadline = config.DefaultLoopDeadline
@@ -193,9 +196,13 @@ func TestShippedBootstrapInvariants(t *testing.T) {
 	vhs := in.HCM.GetRouteConfig().GetVirtualHosts()
 	require.Len(t, vhs, 1, "virtual hosts")
 	routes := map[string]*routev3.Route{}
-	for _, r := range vhs[0].GetRoutes() {
+	order := map[string]int{}
+	for i, r := range vhs[0].GetRoutes() {
 		routes[r.GetMatch().GetPrefix()] = r
-		assert.Equal(t, 600*time.Second, r.GetRoute().GetTimeout().AsDuration(), "route %s timeout", r.GetMatch().GetPrefix())
+		order[r.GetMatch().GetPrefix()] = i
+		if r.GetRoute().GetCluster() != apiCluster {
+			assert.Equal(t, 600*time.Second, r.GetRoute().GetTimeout().AsDuration(), "route %s timeout", r.GetMatch().GetPrefix())
+		}
 		assert.NotNil(t, Cluster(b, r.GetRoute().GetCluster()), "route %s cluster %s exists", r.GetMatch().GetPrefix(), r.GetRoute().GetCluster())
 	}
 	require.Contains(t, routes, "/v1/", "catch-all API route")
@@ -210,6 +217,28 @@ func TestShippedBootstrapInvariants(t *testing.T) {
 	assert.Equal(t, "x-codeinterp-profile", md[0].GetKey(), "profile metadata key")
 	assert.Equal(t, "analyst", md[0].GetValue(), "profile name")
 	assert.Equal(t, "/v1/", routes["/analyst/v1/"].GetRoute().GetPrefixRewrite(), "profile route rewrites to the API path")
+
+	// The Containers API goes to the server's HTTP listener, unbuffered and untimed, under the
+	// plain and the profile prefix alike, matched before the routes to the model.
+	api := Cluster(b, apiCluster)
+	require.NotNil(t, api, "cluster %s", apiCluster)
+	sa = api.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+	assert.Equal(t, config.DefaultAPIListen, sa.GetAddress()+":"+itoa(sa.GetPortValue()), "Containers API address")
+	assert.Nil(t, api.GetTypedExtensionProtocolOptions(), "the Containers API speaks HTTP/1.1")
+	for _, tt := range []struct{ prefix, before string }{
+		{"/v1/containers", "/v1/"},
+		{"/analyst/v1/containers", "/analyst/v1/"},
+	} {
+		require.Contains(t, routes, tt.prefix, "Containers API route")
+		r := routes[tt.prefix]
+		assert.Equal(t, apiCluster, r.GetRoute().GetCluster(), "route %s cluster", tt.prefix)
+		assert.True(t, perRoute(t, r).GetDisabled(), "ext_proc disabled on %s: no exchange, no buffered body", tt.prefix)
+		require.NotNil(t, r.GetRoute().GetTimeout(), "route %s timeout set (the default 15s would cut a transfer)", tt.prefix)
+		assert.Zero(t, r.GetRoute().GetTimeout().AsDuration(), "route %s: no timeout", tt.prefix)
+		assert.GreaterOrEqual(t, r.GetRoute().GetIdleTimeout().AsDuration(), 600*time.Second, "route %s idle_timeout: a 512 MiB copy by file_id sends nothing until it is in", tt.prefix)
+		assert.Empty(t, r.GetRoute().GetPrefixRewrite(), "route %s: the server sees the path as sent (path_prefixes)", tt.prefix)
+		assert.Less(t, order[tt.prefix], order[tt.before], "route %s before %s", tt.prefix, tt.before)
+	}
 
 	// The catch-all route must come last, or it would shadow the others.
 	last := vhs[0].GetRoutes()[len(vhs[0].GetRoutes())-1]

@@ -57,6 +57,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer adminLis.Close()
 
+	var apiLis net.Listener
+	if a := cfg.GetApiListen(); a != "" {
+		if apiLis, err = listen(a); err != nil {
+			return fmt.Errorf("listen api %s: %w", a, err)
+		}
+		defer apiLis.Close()
+	}
+
 	svc, err := app.New(app.Options{Config: cfg, Secret: secret, Log: log})
 	if err != nil {
 		return err
@@ -70,9 +78,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { adminDone <- admin.Serve(adminLis) }()
 	grpcDone := make(chan error, 1)
 	go func() { grpcDone <- svc.Serve(grpcLis) }()
+	// Without an API listener apiDone stays empty and the select below never picks it.
+	apiDone := make(chan error, 1)
+	apiServing := apiLis != nil
+	if apiServing {
+		go func() { apiDone <- svc.ServeAPI(apiLis) }()
+	}
 	log.Info("serving",
 		zap.String("listen", cfg.GetListen()),
 		zap.String("admin_listen", cfg.GetAdminListen()),
+		zap.String("api_listen", cfg.GetApiListen()),
 		zap.String("upstream", cfg.GetUpstream()),
 		zap.String("sandbox", cfg.GetSandbox().GetBackend()))
 
@@ -83,6 +98,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		serveErr = fmt.Errorf("serve grpc: %w", serveErr)
 	case serveErr = <-adminDone:
 		serveErr = fmt.Errorf("serve admin: %w", serveErr)
+	case serveErr = <-apiDone:
+		// ServeAPI returns only on a failure before Shutdown.
+		serveErr = fmt.Errorf("serve containers api: %w", serveErr)
+		apiServing = false
 	}
 
 	grace := cfg.GetShutdownGrace().AsDuration()
@@ -96,6 +115,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if serveErr == nil {
 		if err := <-grpcDone; err != nil {
 			serveErr = fmt.Errorf("serve grpc: %w", err)
+		}
+	}
+	// Shutdown stopped the API server too: its Serve has returned or is returning.
+	if apiServing {
+		if err := <-apiDone; err != nil && serveErr == nil {
+			serveErr = fmt.Errorf("serve containers api: %w", err)
 		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -117,6 +142,7 @@ func loadConfig(args []string, stderr io.Writer) (*configv1.Config, error) {
 		path       = fs.String("config", "", "YAML `file` with the server configuration (see api/codeinterp/config/v1/config.proto)")
 		listenAddr = fs.String("listen", config.DefaultListen, "gRPC `address` of ext_proc and gRPC health (host:port or unix:///path)")
 		adminAddr  = fs.String("admin-listen", config.DefaultAdminListen, "HTTP `address` of /healthz, /readyz and /metrics")
+		apiAddr    = fs.String("api-listen", config.DefaultAPIListen, "HTTP `address` of the Containers API (/v1/containers), host:port or unix:///path; \"\" serves none")
 		upstream   = fs.String("upstream", config.DefaultUpstream, "base `URL` of the loop's follow-up model calls; the request path is appended")
 		backend    = fs.String("sandbox", config.DefaultSandboxBackend, "sandbox `backend` (local)")
 		level      = fs.String("log-level", config.DefaultLogLevel, "log `level`: debug, info, warn, error")
@@ -137,6 +163,8 @@ func loadConfig(args []string, stderr io.Writer) (*configv1.Config, error) {
 			cfg.Listen = *listenAddr
 		case "admin-listen":
 			cfg.AdminListen = *adminAddr
+		case "api-listen":
+			cfg.ApiListen = apiAddr
 		case "upstream":
 			cfg.Upstream = *upstream
 		case "sandbox":

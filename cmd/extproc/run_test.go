@@ -38,13 +38,13 @@ func freeAddr(t *testing.T) string {
 func TestRunServesAndStops(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte("log_level: debug\nlisten: 127.0.0.1:1\nsandbox:\n  warm_pool_size: 0\n"), 0o600))
-	grpcAddr, adminAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, adminAddr, apiAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs harness.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		// --listen overrides the file's listen.
-		done <- run(ctx, []string{"--config", cfgPath, "--listen", grpcAddr, "--admin-listen", adminAddr, "--log-level", "info"}, &logs)
+		done <- run(ctx, []string{"--config", cfgPath, "--listen", grpcAddr, "--admin-listen", adminAddr, "--api-listen", apiAddr, "--log-level", "info"}, &logs)
 	}()
 
 	require.Eventually(t, func() bool {
@@ -70,6 +70,24 @@ func TestRunServesAndStops(t *testing.T) {
 	for _, name := range []string{"codeinterp_streams_total", "codeinterp_loop_code_run_seconds", "codeinterp_sandbox_"} {
 		assert.True(t, strings.Contains(string(metrics), name), "/metrics serves %s", name)
 	}
+
+	// The Containers API on --api-listen, in OpenAI's shapes.
+	resp, err = http.Get("http://" + apiAddr + "/v1/containers")
+	require.NoError(t, err, "GET /v1/containers")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "no key: %s", body)
+	assert.Contains(t, string(body), `"missing_api_key"`, "OpenAI's error shape")
+	req, err := http.NewRequest(http.MethodGet, "http://"+apiAddr+"/v1/containers", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer sk-test")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err, "GET /v1/containers with a key")
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "list: %s", body)
+	assert.JSONEq(t, `{"object":"list","data":[],"first_id":null,"last_id":null,"has_more":false}`, string(body), "an empty list")
+	http.DefaultClient.CloseIdleConnections()
 
 	cancel()
 	select {
@@ -111,7 +129,22 @@ func TestRunFailsFastOnBusyPort(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	var out harness.SyncBuffer
-	err = run(context.Background(), []string{"--listen", l.Addr().String(), "--admin-listen", freeAddr(t)}, &out)
+	err = run(context.Background(), []string{"--listen", l.Addr().String(), "--admin-listen", freeAddr(t), "--api-listen", freeAddr(t)}, &out)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "listen")
+
+	err = run(context.Background(), []string{"--listen", freeAddr(t), "--admin-listen", freeAddr(t), "--api-listen", l.Addr().String()}, &out)
+	require.Error(t, err, "a busy --api-listen")
+	assert.Contains(t, err.Error(), "listen api")
+}
+
+func TestLoadConfigAPIListen(t *testing.T) {
+	var out harness.SyncBuffer
+	cfg, err := loadConfig(nil, &out)
+	require.NoError(t, err, "defaults")
+	assert.Equal(t, "127.0.0.1:8081", cfg.GetApiListen(), "the Containers API by default")
+	cfg, err = loadConfig([]string{"--api-listen", ""}, &out)
+	require.NoError(t, err, "--api-listen \"\"")
+	assert.Empty(t, cfg.GetApiListen(), "--api-listen \"\" serves no Containers API")
+	assert.NotNil(t, cfg.ApiListen, "kept as set, not defaulted")
 }

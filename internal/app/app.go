@@ -1,11 +1,12 @@
 // Package app wires a whole codeinterp server: the sandbox backend and its manager, the loop
-// engine, the ext_proc server and the gRPC server carrying it with gRPC health, and the admin
-// HTTP handler. It is the one place that names a concrete sandbox backend or store; cmd/extproc
+// engine, the ext_proc server and the gRPC server carrying it with gRPC health, the Containers
+// API's HTTP server over the same manager, and the admin HTTP handler. It is the one place that names a concrete sandbox backend or store; cmd/extproc
 // and the end-to-end tests build their servers with it.
 package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -36,7 +37,8 @@ import (
 type Options struct {
 	// Config is the server configuration with defaults applied and validated. Required.
 	Config *configv1.Config
-	// Secret keys follow-up signatures and identity hashes; if empty, a random one is made.
+	// Secret keys follow-up signatures and identity hashes (of the ext_proc server and the
+	// Containers API alike); if empty, a random one is made.
 	Secret []byte
 	// Log receives the logs. If nil, nothing is logged.
 	Log *zap.Logger
@@ -46,8 +48,9 @@ type Options struct {
 }
 
 // App is a whole codeinterp server: the sandbox backend and manager, the loop engine, the
-// ext_proc server and a gRPC server carrying it and the gRPC health service. Serve it on a
-// listener; Shutdown stops everything it started and deletes every sandbox.
+// ext_proc server and a gRPC server carrying it and the gRPC health service, and the
+// Containers API. Serve it on a listener (and ServeAPI on another); Shutdown stops everything
+// it started and deletes every sandbox.
 type App struct {
 	grpc     *grpc.Server
 	srv      *processor.Server
@@ -55,6 +58,7 @@ type App struct {
 	manager  *sandbox.Manager
 	engine   *loop.Engine
 	metrics  *processor.Metrics
+	api      *apiServer
 	owned    *local.Local // the backend made by New, closed by Shutdown
 	log      *zap.Logger
 	shutdown sync.Once
@@ -67,6 +71,14 @@ func New(o Options) (*App, error) {
 	log := o.Log
 	if log == nil {
 		log = zap.NewNop()
+	}
+	// The ext_proc server and the Containers API identify a caller alike: one secret.
+	secret := o.Secret
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, fmt.Errorf("make secret: %w", err)
+		}
 	}
 	sb := cfg.GetSandbox()
 	s := &App{log: log}
@@ -90,6 +102,7 @@ func New(o Options) (*App, error) {
 		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
 		Registry:                 memory.NewRegistry(),
 	}, log)
+	s.api = newAPIServer(cfg, s.manager, secret, log)
 	s.engine = loop.New(s.manager, loop.Config{Log: log})
 	s.metrics = processor.NewMetrics()
 	srv, err := processor.New(processor.Options{
@@ -101,7 +114,7 @@ func New(o Options) (*App, error) {
 		// Cross-request state lives in this process; replicas that must share it need a
 		// shared store here.
 		Pending: memory.NewPending(nil),
-		Secret:  o.Secret,
+		Secret:  secret,
 		Log:     log,
 		Metrics: s.metrics,
 	})
@@ -180,7 +193,10 @@ func (s *App) Serving(ctx context.Context) bool {
 //     interrupted; Envoy gets codes.Unavailable and fails the request) and the gRPC server is
 //     stopped hard (GracefulStop has no bound of its own, grpc-go #2448), and Shutdown waits a
 //     bounded time for the streams' handlers to return;
-//  5. every sandbox is deleted and the backend the App owns is closed.
+//  5. meanwhile, from step 1 on, the Containers API takes no new call and lets the calls in
+//     progress (uploads, downloads) finish until ctx ends, when their connections are closed
+//     and Shutdown waits a bounded time for their handlers;
+//  6. every sandbox is deleted and the backend the App owns is closed.
 //
 // It returns when all of that is done, with an error if the grace ran out (ctx's error, wrapped)
 // or cleaning up failed. Idempotent: later calls return nil at once.
@@ -199,6 +215,10 @@ const handlerWait = 10 * time.Second
 
 func (s *App) shutdownOnce(ctx context.Context) error {
 	s.health.Shutdown()
+	// The Containers API takes no new call from now on; the transfers in progress go on for
+	// the grace, as the streams do, and end before the manager closes.
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- s.api.shutdown(ctx) }()
 	var errs []error
 	if !s.stopGracefully(ctx) {
 		errs = append(errs, fmt.Errorf("shutdown: grace over with %d streams live: %w", s.srv.Live(), ctx.Err()))
@@ -211,6 +231,9 @@ func (s *App) shutdownOnce(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shutdown: stream handlers still running: %w", err))
 		}
+	}
+	if err := <-apiDone; err != nil {
+		errs = append(errs, err)
 	}
 	if err := s.closeParts(); err != nil {
 		errs = append(errs, err)

@@ -40,6 +40,8 @@ const (
 	DefaultShutdownGrace      = 30 * time.Second
 	DefaultProfileMetadataKey = "x-codeinterp-profile"
 	DefaultMaxResponseBytes   = 32 << 20
+	DefaultAPIListen          = "127.0.0.1:8081"
+	DefaultMaxUploadBytes     = 512 << 20
 
 	DefaultFunctionName     = schema.DefaultFunctionName
 	DefaultMaxRounds        = loop.DefaultMaxRounds
@@ -274,6 +276,12 @@ func ApplyDefaults(cfg *configv1.Config) {
 	setString(&cfg.Upstream, DefaultUpstream)
 	setString(&cfg.LogLevel, DefaultLogLevel)
 	setString(&cfg.ProfileMetadataKey, DefaultProfileMetadataKey)
+	if cfg.ApiListen == nil {
+		cfg.ApiListen = proto.String(DefaultAPIListen)
+	}
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
@@ -401,6 +409,11 @@ func Validate(cfg *configv1.Config) error {
 	}
 	if err := checkAddr(cfg.AdminListen); err != nil {
 		bad("admin_listen", "%v", err)
+	}
+	if a := cfg.GetApiListen(); a != "" {
+		if err := checkAddr(a); err != nil {
+			bad("api_listen", "%v", err)
+		}
 	}
 	if err := checkUpstream(cfg.Upstream); err != nil {
 		bad("upstream", "%v", err)

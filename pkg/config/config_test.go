@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
@@ -20,6 +21,8 @@ func TestLoadFullFile(t *testing.T) {
 	require.NoError(t, Validate(cfg), "validate testdata/full.yaml")
 
 	assert.Equal(t, "unix:///run/codeinterp/extproc.sock", cfg.GetListen())
+	assert.Equal(t, "", cfg.GetApiListen(), "api_listen: \"\" is kept: no Containers API")
+	assert.Equal(t, uint64(1<<30), cfg.GetMaxUploadBytes(), "max_upload_bytes from the file")
 	assert.Equal(t, []string{"/openai"}, cfg.GetPathPrefixes())
 	assert.Equal(t, 20*time.Second, cfg.GetShutdownGrace().AsDuration())
 	assert.Equal(t, uint32(0), cfg.GetSandbox().GetWarmPoolSize(), "an explicit warm_pool_size: 0 disables the pool")
@@ -64,6 +67,8 @@ func TestDefaults(t *testing.T) {
 	assert.Empty(t, cfg.GetSandbox().GetMaxMemoryLimit(), "max_memory_limit: the backend's default (host RAM, at most 64g)")
 	assert.Equal(t, DefaultListen, cfg.GetListen())
 	assert.Equal(t, DefaultAdminListen, cfg.GetAdminListen())
+	assert.Equal(t, DefaultAPIListen, cfg.GetApiListen(), "the Containers API is served by default")
+	assert.Equal(t, uint64(DefaultMaxUploadBytes), cfg.GetMaxUploadBytes())
 	assert.Equal(t, DefaultUpstream, cfg.GetUpstream())
 	assert.Equal(t, uint32(DefaultWarmPoolSize), cfg.GetSandbox().GetWarmPoolSize())
 	assert.Equal(t, uint64(DefaultMaxRequestBytes), cfg.GetMaxRequestBytes())
@@ -108,6 +113,7 @@ func TestValidateNamesTheField(t *testing.T) {
 	}{
 		{"listen", func(c *configv1.Config) { c.Listen = "nowhere" }, "listen:"},
 		{"unix listen without path", func(c *configv1.Config) { c.Listen = "unix://" }, "listen:"},
+		{"api listen", func(c *configv1.Config) { c.ApiListen = proto.String("8081") }, "api_listen:"},
 		{"upstream scheme", func(c *configv1.Config) { c.Upstream = "ftp://x" }, "upstream:"},
 		{"log level", func(c *configv1.Config) { c.LogLevel = "loud" }, "log_level:"},
 		{"prefix", func(c *configv1.Config) { c.PathPrefixes = []string{"openai/"} }, "path_prefixes[0]:"},

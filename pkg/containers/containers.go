@@ -95,9 +95,11 @@ type FileStore interface {
 // Fetcher reads a file of the upstream's Files API with the caller's credentials, for a
 // container file created by file_id. *[files.API] implements it.
 type Fetcher interface {
-	// Fetch returns the file's name (a base name) and content; the caller closes it. A file
-	// the upstream does not know is [ErrNotFound] or [files.ErrNotFound]; a failure of the
-	// upstream is [ErrUpstream] or [files.ErrUpstream].
+	// Stat returns the file's name (a base name) and size. A file the upstream does not know
+	// is [ErrNotFound] or [files.ErrNotFound]; a failure of the upstream is [ErrUpstream] or
+	// [files.ErrUpstream].
+	Stat(ctx context.Context, credentials files.Credentials, fileID string) (name string, bytes int64, err error)
+	// Fetch returns the file's name and content, which the caller closes; errors as Stat's.
 	Fetch(ctx context.Context, credentials files.Credentials, fileID string) (name string, content io.ReadCloser, err error)
 }
 

@@ -42,6 +42,9 @@ type Config struct {
 	Log *zap.Logger
 }
 
+// memoryLimits are the memory sizes a container may be created with, as natively.
+var memoryLimits = []string{"1g", "4g", "16g", "64g"}
+
 // maxJSONBody bounds a JSON request body of the API (a container create, a file by id).
 const maxJSONBody = 1 << 20
 
@@ -233,28 +236,21 @@ func (h *Handler) createContainer(c call) {
 		h.fail(c, "", err)
 		return
 	}
-	// Fetch what file_ids names before the container exists: a missing file then leaves nothing.
-	fetched := make([]fetchedFile, 0, len(body.FileIDs))
-	defer func() {
-		for _, f := range fetched {
-			_ = f.content.Close()
-		}
-	}()
+	// Check what file_ids names before the container exists: a missing file then leaves
+	// nothing. The files are then copied one at a time, each streamed from the Files API.
 	for i, id := range body.FileIDs {
-		f, err := h.fetch(c, id, fmt.Sprintf("file_ids[%d]", i))
-		if err != nil {
+		if err := h.stat(c, id, fmt.Sprintf("file_ids[%d]", i)); err != nil {
 			h.fail(c, "File", err)
 			return
 		}
-		fetched = append(fetched, f)
 	}
 	ct, err := h.store.Create(c.r.Context(), c.identity, nc)
 	if err != nil {
 		h.fail(c, "Container", err)
 		return
 	}
-	for _, f := range fetched {
-		if _, err := h.files.Put(c.r.Context(), c.identity, ct.ID, f.name, h.limit(f.content)); err != nil {
+	for i, id := range body.FileIDs {
+		if _, err := h.putFetched(c, ct.ID, id, fmt.Sprintf("file_ids[%d]", i)); err != nil {
 			// No half-made container: the files of the request come in whole, or not at all.
 			if derr := h.store.Delete(context.WithoutCancel(c.r.Context()), c.identity, ct.ID); derr != nil {
 				h.log.Warn("delete a container whose files failed", zap.Error(derr))
@@ -294,6 +290,10 @@ func (h *Handler) newContainer(b createBody) (NewContainer, error) {
 		}
 	}
 	if b.MemoryLimit != nil {
+		if !slices.Contains(memoryLimits, *b.MemoryLimit) {
+			return nc, &schema.RequestError{Message: fmt.Sprintf("Invalid 'memory_limit': expected one of %s, got '%s'.", strings.Join(memoryLimits, ", "), *b.MemoryLimit),
+				Param: "memory_limit", Code: "invalid_value"}
+		}
 		nc.MemoryLimit = *b.MemoryLimit
 	}
 	if n := b.NetworkPolicy; n != nil && n.Type != "disabled" {
@@ -379,16 +379,17 @@ func fileToJSON(f File) fileJSON {
 // ("file") or the id of a file of the Files API ("file_id"), or a JSON body {"file_id": …}.
 func (h *Handler) createFile(c call) {
 	id := c.r.PathValue("id")
-	// The container must be there before a byte of the upload is read.
-	if _, err := h.store.Get(c.r.Context(), c.identity, id); err != nil {
+	// The container must be there, alive, before a byte of the upload is read.
+	ct, err := h.store.Get(c.r.Context(), c.identity, id)
+	if err == nil && ct.Expired {
+		err = ErrExpired
+	}
+	if err != nil {
 		h.fail(c, "Container", err)
 		return
 	}
 	mt, _, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
-	var (
-		f   File
-		err error
-	)
+	var f File
 	switch mt {
 	case "multipart/form-data":
 		f, err = h.createFileMultipart(c, id)
@@ -400,7 +401,7 @@ func (h *Handler) createFile(c call) {
 			if body.FileID == nil {
 				err = &schema.RequestError{Message: "Send the file's content (multipart 'file') or a 'file_id'.", Param: "file", Code: "missing_required_parameter"}
 			} else {
-				f, err = h.putFetched(c, id, *body.FileID)
+				f, err = h.putFetched(c, id, *body.FileID, "file_id")
 			}
 		}
 	default:
@@ -442,7 +443,7 @@ func (h *Handler) createFileMultipart(c call, id string) (File, error) {
 			if err != nil {
 				return File{}, multipartError(err)
 			}
-			return h.putFetched(c, id, string(v))
+			return h.putFetched(c, id, string(v), "file_id")
 		}
 	}
 }
@@ -466,40 +467,57 @@ func baseName(name string) (string, error) {
 	return name, nil
 }
 
-type fetchedFile struct {
-	name    string
-	content io.ReadCloser
+// stat checks the Files API file fileID with the caller's credentials: that it exists for
+// them, has a name a file can have here, and fits the upload limit.
+func (h *Handler) stat(c call, fileID, param string) error {
+	if err := h.checkFileID(fileID, param); err != nil {
+		return err
+	}
+	name, size, err := h.cfg.Fetcher.Stat(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	if err != nil {
+		return h.fetchError(err, fileID, param)
+	}
+	if _, err := baseName(name); err != nil {
+		return err
+	}
+	if size > h.cfg.MaxUploadBytes {
+		return ErrTooLarge
+	}
+	return nil
 }
 
-// fetch opens the Files API file fileID with the caller's credentials.
-func (h *Handler) fetch(c call, fileID, param string) (fetchedFile, error) {
+func (h *Handler) checkFileID(fileID, param string) error {
 	if h.cfg.Fetcher == nil {
-		return fetchedFile{}, &schema.RequestError{Message: "Files by id are not available on this server.", Param: param, Code: "invalid_value"}
+		return &schema.RequestError{Message: "Files by id are not available on this server.", Param: param, Code: "invalid_value"}
 	}
-	if fileID == "" || len(fileID) > 256 || strings.ContainsAny(fileID, "/?#%") {
-		return fetchedFile{}, &schema.RequestError{Message: fmt.Sprintf("Invalid file id '%s'.", fileID), Param: param, Code: "invalid_value"}
+	if fileID == "" || len(fileID) > 256 || strings.ContainsAny(fileID, "/?#%\\") || fileID == "." || fileID == ".." {
+		return &schema.RequestError{Message: fmt.Sprintf("Invalid file id '%s'.", fileID), Param: param, Code: "invalid_value"}
 	}
-	name, content, err := h.cfg.Fetcher.Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
-	if errors.Is(err, ErrNotFound) || errors.Is(err, files.ErrNotFound) {
-		return fetchedFile{}, &schema.RequestError{Message: fmt.Sprintf("No such File object: %s", fileID), Param: param, Code: "file_not_found"}
-	}
-	if err != nil {
-		return fetchedFile{}, err
-	}
-	if name, err = baseName(name); err != nil {
-		content.Close()
-		return fetchedFile{}, err
-	}
-	return fetchedFile{name: name, content: content}, nil
+	return nil
 }
 
-func (h *Handler) putFetched(c call, id, fileID string) (File, error) {
-	f, err := h.fetch(c, fileID, "file_id")
-	if err != nil {
+// fetchError maps a Fetcher's error: a file the caller may not read is the client's 400.
+func (h *Handler) fetchError(err error, fileID, param string) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, files.ErrNotFound) {
+		return &schema.RequestError{Message: fmt.Sprintf("No such File object: %s", fileID), Param: param, Code: "file_not_found"}
+	}
+	return err
+}
+
+// putFetched copies the Files API file fileID into container id, streamed.
+func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
+	if err := h.checkFileID(fileID, param); err != nil {
 		return File{}, err
 	}
-	defer f.content.Close()
-	return h.files.Put(c.r.Context(), c.identity, id, f.name, h.limit(f.content))
+	name, content, err := h.cfg.Fetcher.Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	if err != nil {
+		return File{}, h.fetchError(err, fileID, param)
+	}
+	defer content.Close()
+	if name, err = baseName(name); err != nil {
+		return File{}, err
+	}
+	return h.files.Put(c.r.Context(), c.identity, id, name, h.limit(content))
 }
 
 func (h *Handler) listFiles(c call) {

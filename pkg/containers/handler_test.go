@@ -550,3 +550,69 @@ func TestBaseName(t *testing.T) {
 	}
 	assert.True(t, errors.Is(ErrTooLarge, ErrTooLarge), "sentinel")
 }
+
+func (s *memStore) expire(identity, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.containers[identity][id].c.Expired = true
+}
+
+// TestExpiredContainer: an expired container is still listed and retrieved, with status
+// "expired", and refuses a file before reading a byte of it.
+func TestExpiredContainer(t *testing.T) {
+	f := newFixture(t, Config{})
+	ctx := t.Context()
+	c := f.client("sk-a")
+	made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "old"})
+	require.NoError(t, err, "create")
+	f.store.expire("Bearer sk-a", made.ID)
+
+	got, err := c.Containers.Get(ctx, made.ID)
+	require.NoError(t, err, "retrieve an expired container")
+	assert.Equal(t, "expired", got.Status, "its status")
+	list, err := c.Containers.List(ctx, openai.ContainerListParams{})
+	require.NoError(t, err, "list")
+	require.Len(t, list.Data, 1, "the expired container is listed")
+	assert.Equal(t, "expired", list.Data[0].Status, "listed status")
+
+	puts := f.store.puts
+	_, err = c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(strings.NewReader("x"), "x.txt", "text/plain")})
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr, "upload into an expired container")
+	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
+	assert.Equal(t, "container_expired", apiErr.Code, "code")
+	assert.Equal(t, puts, f.store.puts, "the store is not asked to write")
+}
+
+// TestContainerFilesByIDRefused: file_ids checked before the container is made: too large for
+// the upload limit, or failing upstream; a copy by id is bounded like an upload.
+func TestContainerFilesByIDRefused(t *testing.T) {
+	up := filesServer(t, "sk-a", map[string]string{"file-big": strings.Repeat("x", 2000), "file-ok": "ok"})
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":{"message":"upstream secret"}}`, http.StatusInternalServerError)
+	}))
+	t.Cleanup(broken.Close)
+
+	f := newFixture(t, Config{MaxUploadBytes: 1000, Fetcher: &files.API{Base: up.URL, Client: up.Client()}})
+	ctx := t.Context()
+	c := f.client("sk-a")
+	_, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "big", FileIDs: []string{"file-ok", "file-big"}})
+	assert.Equal(t, http.StatusRequestEntityTooLarge, apiStatus(t, err), "a file_ids file over the upload limit")
+	assert.Zero(t, f.store.count("Bearer sk-a"), "no container is made")
+
+	made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "x"})
+	require.NoError(t, err, "create")
+	_, err = c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{FileID: openai.String("file-big")})
+	assert.Equal(t, http.StatusRequestEntityTooLarge, apiStatus(t, err), "a copy by id over the upload limit")
+	list, err := c.Containers.Files.List(ctx, made.ID, openai.ContainerFileListParams{})
+	require.NoError(t, err, "list files")
+	assert.Empty(t, list.Data, "nothing left of a refused copy")
+
+	g := newFixture(t, Config{Fetcher: &files.API{Base: broken.URL, Client: broken.Client()}})
+	status, body := post(t, g, "sk-a", "/v1/containers", "application/json", `{"name":"x","file_ids":["file-1"]}`)
+	assert.Equal(t, http.StatusBadGateway, status, "the Files API fails: %s", body)
+	assert.Equal(t, "files_api_failed", gjson.Get(body, "error.code").String(), "code: %s", body)
+	assert.NotContains(t, body, "upstream secret", "the upstream's body is not shown")
+	assert.NotContains(t, body, "127.0.0.1", "the upstream's address is not shown")
+	assert.Zero(t, g.store.count("Bearer sk-a"), "no container is made")
+}

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -458,5 +459,31 @@ func TestManagerCloseForgetsAll(t *testing.T) {
 		regs, err := reg.List(ctx, "alice")
 		require.NoError(t, err, "List")
 		assert.Empty(t, regs, "nothing is left in the registry")
+	})
+}
+
+// TestManagerFilesTableBound: a container's table holds at most MaxFilesPerContainer files: a
+// new one beyond is refused and leaves nothing; replacing a known one still works.
+func TestManagerFilesTableBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		c := create(t, m, sandbox.CreateRequest{Identity: "alice"})
+		for i := range sandbox.MaxFilesPerContainer {
+			_, err := m.PutFile(ctx, "alice", c.ID, fmt.Sprintf("f%d", i), "", strings.NewReader("x"), 0)
+			require.NoError(t, err, "PutFile %d", i)
+		}
+		_, err := m.PutFile(ctx, "alice", c.ID, "one-more", "", strings.NewReader("x"), 0)
+		assert.ErrorIs(t, err, sandbox.ErrFileTooLarge, "beyond the table's bound")
+		_, ok := p.Container(0).FileText("/mnt/data/one-more")
+		assert.False(t, ok, "nothing written")
+		_, err = m.PutFile(ctx, "alice", c.ID, "f0", "", strings.NewReader("y"), 0)
+		assert.NoError(t, err, "replacing a known file")
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", ContainerID: c.ID})
+		res := run(t, l, "write /mnt/data/by-code x")
+		require.Len(t, res.Files, 1, "the run's file is listed")
+		assert.Equal(t, "", res.Files[0].ID, "without an id beyond the bound")
+		l.Release()
 	})
 }

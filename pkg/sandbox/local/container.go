@@ -45,6 +45,9 @@ type container struct {
 	initFD int
 	cg     *containerCgroup // nil without cgroups
 	uid    int              // its own host uid, given back once its processes are gone; -1 for none
+	// fileUID is the host uid (and gid) that owns the files the server writes into it, set
+	// before it starts: its own uid, or -1 where the server's own uid is the code's.
+	fileUID int
 	// initPID is the host pid of the container's init (0 without isolation); procs, its init,
 	// driver and PID namespace, noted once the driver is ready (init 0 when they could not be).
 	initPID int
@@ -151,6 +154,7 @@ func (l *Local) newContainer() *container {
 		name:    name,
 		initFD:  -1,
 		uid:     -1,
+		fileUID: -1,
 		stdout:  newCapture(l.cfg.OutputLimit),
 		stderr:  newCapture(l.cfg.OutputLimit),
 		frames:  make(chan frameMsg),
@@ -192,6 +196,7 @@ func (c *container) takeUID() (int, error) {
 		return 0, err
 	}
 	c.uid = uid
+	c.fileUID = uid
 	return uid, nil
 }
 
@@ -889,7 +894,7 @@ func (c *container) result(v map[string]any, r cell) sandbox.Result {
 			}
 			p, _ := pair[0].(string)
 			n, _ := pair[1].(int64)
-			if p == "" {
+			if p == "" || isUploadTemp(p) {
 				continue
 			}
 			res.Files = append(res.Files, sandbox.File{Path: mapPath(p, c.hostDir), Size: n})

@@ -83,6 +83,8 @@ type ControlRequest struct {
 //	GET  /requests  {"requests": [ControlRequest, ...]}: the requests received since the last reset
 //	GET  /pending   {"pending": n}: answers queued here and not served yet
 //	POST /reset     drop the queued answers and start the request list afresh
+//	POST /files     {"id", "filename", "purpose", "key", "content"}: serve a file of the Files
+//	                API ([Server.AddFile]; content is base64)
 //
 // A request to a path with nothing queued gets a 500 in OpenAI's error envelope, as [Server]
 // answers an unscripted request. Control is safe for concurrent use.
@@ -110,6 +112,8 @@ func (c *Control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/enqueue":
 		c.enqueue(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/files":
+		c.addFile(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/requests":
 		c.mu.Lock()
 		mark := c.mark

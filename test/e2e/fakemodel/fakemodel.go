@@ -88,6 +88,7 @@ type Server struct {
 	queues   map[string][]Response
 	handlers map[string]http.HandlerFunc
 	requests []Request
+	files    map[string]File // the Files API's files by id (files.go)
 }
 
 // New starts a server on 127.0.0.1; t.Cleanup closes it.
@@ -168,6 +169,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	switch {
+	case resp == nil && h == nil && s.serveFile(w, r):
 	case resp != nil:
 		s.write(w, r, *resp)
 	case h != nil:

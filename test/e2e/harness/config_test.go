@@ -26,12 +26,17 @@ func TestShippedConfig(t *testing.T) {
 	assert.Equal(t, 100, cfg.MaxHeadersCount, "max headers count")
 	assert.Equal(t, 60, cfg.MaxRequestHeadersKB, "max request headers kb")
 	assert.Equal(t, 600*time.Second, cfg.StreamIdleTimeout, "stream_idle_timeout")
-	require.Len(t, cfg.Routes, 3, "routes")
+	require.Len(t, cfg.Routes, 5, "routes")
 	assert.Equal(t, Route{Prefix: "/v1/embeddings", Cluster: "llm", Timeout: 600 * time.Second, PerRoute: cfg.Routes[0].PerRoute}, cfg.Routes[0], "embeddings route")
 	assert.True(t, cfg.Routes[0].PerRoute.GetDisabled(), "embeddings route disabled")
-	assert.Equal(t, "/v1/", cfg.Routes[1].PrefixRewrite, "analyst route rewrite")
-	assert.Equal(t, "/v1/", cfg.Routes[2].Prefix, "catch-all route")
-	assert.Nil(t, cfg.Routes[2].PerRoute, "catch-all route per-route config")
+	for i, prefix := range []string{"/v1/containers", "/analyst/v1/containers"} {
+		r := cfg.Routes[1+i]
+		assert.Equal(t, Route{Prefix: prefix, Cluster: "codeinterp_api", PerRoute: r.PerRoute}, r, "Containers API route %s", prefix)
+		assert.True(t, r.PerRoute.GetDisabled(), "Containers API route %s disabled", prefix)
+	}
+	assert.Equal(t, "/v1/", cfg.Routes[3].PrefixRewrite, "analyst route rewrite")
+	assert.Equal(t, "/v1/", cfg.Routes[4].Prefix, "catch-all route")
+	assert.Nil(t, cfg.Routes[4].PerRoute, "catch-all route per-route config")
 
 	r, ok := cfg.matchRoute("/v1/embeddings?x=1")
 	assert.True(t, ok, "match /v1/embeddings")
@@ -130,7 +135,7 @@ func TestResolveOptions(t *testing.T) {
 			c.Filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED}}
 		}, wantErr: "allowed_override_modes: request body mode FULL_DUPLEX_STREAMED"},
 		{name: "per-route FULL_DUPLEX_STREAMED request", give: func(c *FilterConfig) {
-			c.Routes[2].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+			c.Routes[4].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 				ProcessingMode: &extprocv3.ProcessingMode{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED},
 			}}}
 		}, wantErr: "route /v1/: request body mode FULL_DUPLEX_STREAMED"},
@@ -144,7 +149,7 @@ func TestResolveOptions(t *testing.T) {
 			c.Filter.GrpcService = &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_GoogleGrpc_{GoogleGrpc: &corev3.GrpcService_GoogleGrpc{TargetUri: "x", StatPrefix: "x"}}}
 		}, wantErr: "google_grpc"},
 		{name: "per-route grpc_service", give: func(c *FilterConfig) {
-			c.Routes[2].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+			c.Routes[4].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 				GrpcService: c.Filter.GetGrpcService(),
 			}}}
 		}, wantErr: "route /v1/: overrides"},

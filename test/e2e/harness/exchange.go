@@ -528,7 +528,7 @@ func (f *filter) routerHeaders(h *headerMap, eos bool) {
 		f.upLeft = length
 	}
 	method, _ := h.get(":method")
-	req, err := http.NewRequestWithContext(ctx, method, f.e.upstream+route.rewrite(path), body)
+	req, err := http.NewRequestWithContext(ctx, method, f.e.upstreamOf(route.Cluster)+route.rewrite(path), body)
 	if err != nil {
 		f.sendLocalReply(http.StatusServiceUnavailable, "invalid upstream request", nil, "harness_invalid_upstream_request")
 		return

@@ -85,8 +85,11 @@ type Options struct {
 	// ExtProcAddr is the ext_proc server: "host:port" or "unix:///path". Required.
 	ExtProcAddr string
 	// Upstream is the base URL of the upstream (the fake model), e.g. "http://127.0.0.1:8080".
-	// Every route's cluster goes there. Required.
+	// Every route's cluster goes there, but those of Clusters. Required.
 	Upstream string
+	// Clusters are the base URLs ("http://127.0.0.1:8081") of the clusters that do not go to
+	// Upstream, by cluster name: codeinterp_api, the server's own Containers API.
+	Clusters map[string]string
 	// ExtProcReplicas are more ext_proc servers beside ExtProcAddr: [StartReal] puts them all
 	// in the ext_proc cluster (health checked as envoy/envoy.yaml says). The harness ignores
 	// them.
@@ -201,6 +204,7 @@ type Envoy struct {
 	statusOnError     int
 	bufferLimit       int
 	upstream          string
+	clusters          map[string]string // Options.Clusters, without trailing slashes
 	noRecords         bool
 	hooks             *testHooks
 
@@ -240,6 +244,11 @@ func newEnvoy(t testing.TB, o Options) (*Envoy, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("options: upstream %q is not an http(s) base URL", o.Upstream)
 	}
+	for name, base := range o.Clusters {
+		if u, err := url.Parse(base); err != nil || u.Scheme != "http" || u.Host == "" {
+			return nil, fmt.Errorf("options: cluster %s: %q is not an http base URL", name, base)
+		}
+	}
 	f := cfg.Filter
 	chk, err := newChecker(f.GetMutationRules())
 	if err != nil {
@@ -256,8 +265,12 @@ func newEnvoy(t testing.TB, o Options) (*Envoy, error) {
 		statusOnError:     http.StatusInternalServerError,
 		bufferLimit:       cfg.BufferLimit,
 		upstream:          strings.TrimSuffix(o.Upstream, "/"),
+		clusters:          map[string]string{},
 		noRecords:         o.NoRecords,
 		hooks:             o.hooks,
+	}
+	for name, base := range o.Clusters {
+		e.clusters[name] = strings.TrimSuffix(base, "/")
 	}
 	e.cond = sync.NewCond(&e.mu)
 	if f.GetMessageTimeout() != nil {
@@ -358,4 +371,12 @@ func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Reset the downstream stream: the client sees the connection close.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// upstreamOf returns the base URL of the cluster: Options.Clusters', or the upstream.
+func (e *Envoy) upstreamOf(cluster string) string {
+	if base, ok := e.clusters[cluster]; ok {
+		return base
+	}
+	return e.upstream
 }

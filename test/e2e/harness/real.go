@@ -511,12 +511,25 @@ func realBootstrap(cfg FilterConfig, o Options) (*bootstrapv3.Bootstrap, error) 
 	if err != nil {
 		return nil, fmt.Errorf("upstream address: %w", err)
 	}
+	own := map[string]*corev3.Address{}
+	for name, base := range o.Clusters {
+		cu, err := url.Parse(base)
+		if err != nil || cu.Scheme != "http" {
+			return nil, fmt.Errorf("cluster %s %q: only plain http is supported", name, base)
+		}
+		if own[name], err = envoyAddress(cu.Host); err != nil {
+			return nil, fmt.Errorf("cluster %s address: %w", name, err)
+		}
+	}
 	for _, c := range b.GetStaticResources().GetClusters() {
 		addrs := []*corev3.Address{upAddr}
 		if c.GetName() == extProcCluster {
 			addrs = extProcAddrs
 		} else {
 			c.TransportSocket = nil
+			if a, ok := own[c.GetName()]; ok {
+				addrs = []*corev3.Address{a}
+			}
 		}
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 		c.DnsLookupFamily = clusterv3.Cluster_AUTO

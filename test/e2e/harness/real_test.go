@@ -20,12 +20,13 @@ import (
 func TestRealBootstrap(t *testing.T) {
 	o := Options{
 		ExtProcAddr: "127.0.0.1:7001", Upstream: "http://127.0.0.1:7002",
+		Clusters:       map[string]string{"codeinterp_api": "http://127.0.0.1:7003"},
 		MessageTimeout: 50 * time.Millisecond, BufferLimit: 1234, FailureModeAllow: ptr(true),
 		StreamIdleTimeout: 3 * time.Second,
 	}
 	cfg, err := o.resolve(t)
 	require.NoError(t, err, "resolve")
-	cfg.Routes[2].Timeout = 5 * time.Second
+	cfg.Routes[4].Timeout = 5 * time.Second
 	b, err := realBootstrap(cfg, o)
 	require.NoError(t, err, "realBootstrap")
 	require.NoError(t, envoy.Validate(b), "validate the written bootstrap")
@@ -42,12 +43,12 @@ func TestRealBootstrap(t *testing.T) {
 	assert.Equal(t, extprocv3.ProcessingMode_BUFFERED, in.ExtProc.GetProcessingMode().GetRequestBodyMode(), "processing mode kept")
 
 	routes := in.HCM.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
-	assert.Equal(t, 5*time.Second, routes[2].GetRoute().GetTimeout().AsDuration(), "route timeout from the filter config")
+	assert.Equal(t, 5*time.Second, routes[4].GetRoute().GetTimeout().AsDuration(), "route timeout from the filter config")
 	pr := &extprocv3.ExtProcPerRoute{}
 	require.NoError(t, routes[0].GetTypedPerFilterConfig()[envoy.ExtProcFilterName].UnmarshalTo(pr), "per-route config kept")
 	assert.True(t, pr.GetDisabled(), "embeddings route still disabled")
 
-	for name, want := range map[string]uint32{"codeinterp_ext_proc": 7001, "llm": 7002, "openai": 7002} {
+	for name, want := range map[string]uint32{"codeinterp_ext_proc": 7001, "llm": 7002, "openai": 7002, "codeinterp_api": 7003} {
 		c := envoy.Cluster(b, name)
 		require.NotNil(t, c, "cluster %s", name)
 		sa := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()

@@ -78,8 +78,18 @@ type Config struct {
 	// in OpenAI's error shape (code "upstream_response_too_large"). At least 1 MiB. Default
 	// 33554432 (32 MiB).
 	MaxResponseBytes uint64 `protobuf:"varint,13,opt,name=max_response_bytes,json=maxResponseBytes,proto3" json:"max_response_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// api_listen is the HTTP address of the Containers API (/v1/containers and their files, and
+	// the same under every path_prefixes entry), which envoy/envoy.yaml routes to (cluster
+	// codeinterp_api): "host:port" or "unix:///path/to/socket". "" serves no Containers API.
+	// Default "127.0.0.1:8081". Flag --api-listen.
+	ApiListen *string `protobuf:"bytes,14,opt,name=api_listen,json=apiListen,proto3,oneof" json:"api_listen,omitempty"`
+	// max_upload_bytes bounds one file written into a container through the Containers API (an
+	// upload, or a copy of a Files API file), checked while it streams in; the container's
+	// /mnt/data space (sandbox.local.data_bytes) bounds it too. A larger file is a 413 and
+	// leaves nothing behind. Default 536870912 (512 MiB).
+	MaxUploadBytes uint64 `protobuf:"varint,15,opt,name=max_upload_bytes,json=maxUploadBytes,proto3" json:"max_upload_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -199,6 +209,20 @@ func (x *Config) GetSandbox() *Sandbox {
 func (x *Config) GetMaxResponseBytes() uint64 {
 	if x != nil {
 		return x.MaxResponseBytes
+	}
+	return 0
+}
+
+func (x *Config) GetApiListen() string {
+	if x != nil && x.ApiListen != nil {
+		return *x.ApiListen
+	}
+	return ""
+}
+
+func (x *Config) GetMaxUploadBytes() uint64 {
+	if x != nil {
+		return x.MaxUploadBytes
 	}
 	return 0
 }
@@ -441,19 +465,22 @@ type Sandbox struct {
 	// warm_pool_size is the number of started containers kept ready, with numpy, pandas and
 	// matplotlib imported when present. Default 2; 0 disables the pool.
 	WarmPoolSize *uint32 `protobuf:"varint,3,opt,name=warm_pool_size,json=warmPoolSize,proto3,oneof" json:"warm_pool_size,omitempty"`
-	// session_idle_ttl deletes a session container unused for this long. Default 20m, as OpenAI's
-	// containers expire.
+	// session_idle_ttl is the default idle expiry of a lasting container (every container of a
+	// caller with an identity: the loop's, a session's, or one created through the Containers
+	// API without expires_after): unused for this long, it expires and is deleted. Default 20m,
+	// as OpenAI's containers expire. The name is kept from when only session containers lasted.
 	SessionIdleTtl *durationpb.Duration `protobuf:"bytes,4,opt,name=session_idle_ttl,json=sessionIdleTtl,proto3" json:"session_idle_ttl,omitempty"`
-	// max_sessions_per_identity caps the session containers of one identity; creating one more
-	// deletes that identity's least recently used container. Default 10.
+	// max_sessions_per_identity caps the lasting containers (kept by id, or by session) of one
+	// identity; creating one more deletes that identity's least recently used idle one. Default 10.
 	MaxSessionsPerIdentity uint32 `protobuf:"varint,5,opt,name=max_sessions_per_identity,json=maxSessionsPerIdentity,proto3" json:"max_sessions_per_identity,omitempty"`
-	// max_containers caps all containers (ephemeral and session, warm pool excluded); a request
-	// that would exceed it gets the "sandbox unavailable" result. Default 64.
+	// max_containers caps all containers (ephemeral and lasting, warm pool excluded); one more
+	// deletes the least recently used idle lasting container of any identity, or, when all are in
+	// use, the request gets the "sandbox unavailable" result. Default 64.
 	MaxContainers uint32 `protobuf:"varint,6,opt,name=max_containers,json=maxContainers,proto3" json:"max_containers,omitempty"`
-	// max_containers_per_identity caps the containers (ephemeral and session) of one identity, so
+	// max_containers_per_identity caps the containers (ephemeral and lasting) of one identity, so
 	// that one tenant cannot take all of max_containers: beyond it, the identity's least recently
-	// used idle session is deleted, or, when all are in use, the request gets the "sandbox
-	// unavailable" result. Requests without an identity share one. At least
+	// used idle lasting container is deleted, or, when all are in use, the request gets the
+	// "sandbox unavailable" result. Requests without an identity share one. At least
 	// max_sessions_per_identity; at most max_containers. Default 16.
 	MaxContainersPerIdentity uint32 `protobuf:"varint,9,opt,name=max_containers_per_identity,json=maxContainersPerIdentity,proto3" json:"max_containers_per_identity,omitempty"`
 	// default_memory_limit applies when a request names none: "1g", "4g", "16g" or "64g". Default
@@ -794,7 +821,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc6\x05\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa3\x06\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -809,10 +836,14 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	" \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x0edefaultProfile\x12F\n" +
 	"\bprofiles\x18\v \x03(\v2*.codeinterp.config.v1.Config.ProfilesEntryR\bprofiles\x127\n" +
 	"\asandbox\x18\f \x01(\v2\x1d.codeinterp.config.v1.SandboxR\asandbox\x12,\n" +
-	"\x12max_response_bytes\x18\r \x01(\x04R\x10maxResponseBytes\x1aZ\n" +
+	"\x12max_response_bytes\x18\r \x01(\x04R\x10maxResponseBytes\x12\"\n" +
+	"\n" +
+	"api_listen\x18\x0e \x01(\tH\x00R\tapiListen\x88\x01\x01\x12(\n" +
+	"\x10max_upload_bytes\x18\x0f \x01(\x04R\x0emaxUploadBytes\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01\"\xf7\x05\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
+	"\v_api_listen\"\xf7\x05\n" +
 	"\aProfile\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12#\n" +
 	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x121\n" +
@@ -916,6 +947,7 @@ func file_codeinterp_config_v1_config_proto_init() {
 	if File_codeinterp_config_v1_config_proto != nil {
 		return
 	}
+	file_codeinterp_config_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
 	file_codeinterp_config_v1_config_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1,0 +1,99 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/containers"
+	"github.com/codeinterp/codeinterp/pkg/files"
+	"github.com/codeinterp/codeinterp/pkg/identity"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+)
+
+// nativeMaxExpiry is the longest expires_after OpenAI's containers take.
+const nativeMaxExpiry = 20 * time.Minute
+
+// apiServer is the HTTP server of the Containers API, over the App's sandbox manager. It
+// tracks its handlers so that a Shutdown whose grace ran out still waits, boundedly, for them
+// to return before the manager closes.
+type apiServer struct {
+	srv      *http.Server
+	handlers sync.WaitGroup
+}
+
+// newAPIServer makes the Containers API of cfg over m: callers are identified as the ext_proc
+// server identifies them (the default profile's identity_header, else the credential, hashed
+// with secret), and file_ids are read from the default profile's upstream.
+func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *zap.Logger) *apiServer {
+	def := config.Profiles(cfg)[""]
+	ids := identity.New(secret)
+	maxUpload := int64(cfg.GetMaxUploadBytes())
+	store := containers.Sandboxes(m, maxUpload)
+	h := containers.New(store, store, containers.Config{
+		Identify: func(r *http.Request) string { return ids.Of(r.Header.Get, def.IdentityHeader) },
+		// Through the upstream (Envoy), so the Files API calls are routed and logged like every
+		// other model API call.
+		Fetcher:        &files.API{Base: def.Upstream},
+		PathPrefixes:   cfg.GetPathPrefixes(),
+		MaxUploadBytes: maxUpload,
+		// As natively, unless the containers live longer here by default.
+		MaxExpiry: max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
+		Log:       log,
+	})
+	a := &apiServer{}
+	a.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			a.handlers.Add(1)
+			defer a.handlers.Done()
+			h.ServeHTTP(w, r)
+		}),
+		// No ReadTimeout or WriteTimeout: either would cut a long upload or download. Envoy's
+		// route idle_timeout bounds a transfer that stalls.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          zap.NewStdLog(log.Named("containers.http")),
+	}
+	return a
+}
+
+// ServeAPI serves the Containers API on lis until Shutdown. It returns nil after Shutdown.
+func (s *App) ServeAPI(lis net.Listener) error {
+	if err := s.api.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// shutdown stops taking calls and lets those in progress (an upload, a download) finish until
+// ctx ends; then it closes their connections and waits up to handlerWait for their handlers.
+func (a *apiServer) shutdown(ctx context.Context) error {
+	err := a.srv.Shutdown(ctx)
+	if err == nil {
+		return nil
+	}
+	_ = a.srv.Close()
+	done := make(chan struct{})
+	go func() {
+		a.handlers.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(handlerWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return fmt.Errorf("shutdown containers api: %w", err)
+	case <-t.C:
+		// The waiter ends with the last handler, which a closed connection and a cancelled
+		// request context end soon.
+		return fmt.Errorf("shutdown containers api: handlers still running: %w", err)
+	}
+}

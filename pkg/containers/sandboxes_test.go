@@ -1,0 +1,194 @@
+package containers
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/codeinterp/codeinterp/pkg/files"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
+)
+
+// managerFixture serves the API over a real sandbox Manager of sandboxtest containers.
+func managerFixture(t *testing.T, mcfg sandbox.ManagerConfig, cfg Config) (*fixture, *sandbox.Manager, *sandboxtest.Provider) {
+	t.Helper()
+	p := &sandboxtest.Provider{}
+	m := sandbox.NewManager(p, mcfg, zaptest.NewLogger(t))
+	t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close the manager") })
+	if cfg.Identify == nil {
+		cfg.Identify = func(r *http.Request) string { return r.Header.Get("Authorization") }
+	}
+	cfg.Log = zaptest.NewLogger(t)
+	st := Sandboxes(m, cfg.MaxUploadBytes)
+	srv := httptest.NewServer(New(st, st, cfg))
+	t.Cleanup(srv.Close)
+	return &fixture{srv: srv}, m, p
+}
+
+// TestSandboxStore drives the API over the Manager: the container the API creates is the one
+// the code runs in, and the files the API uploads are the files the code reads.
+func TestSandboxStore(t *testing.T) {
+	up := filesServer(t, "sk-a", map[string]string{"file-1": "from the files api"})
+	f, m, p := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: &files.API{Base: up.URL, Client: up.Client()}})
+	ctx := t.Context()
+	c := f.client("sk-a")
+
+	made, err := c.Containers.New(ctx, openai.ContainerNewParams{
+		Name: "analysis", FileIDs: []string{"file-1"},
+		ExpiresAfter: openai.ContainerNewParamsExpiresAfter{Anchor: "last_active_at", Minutes: 7},
+		MemoryLimit:  openai.ContainerNewParamsMemoryLimit4g,
+	})
+	require.NoError(t, err, "create")
+	assert.Equal(t, "analysis", made.Name, "name")
+	assert.Equal(t, "running", made.Status, "status")
+	assert.Equal(t, int64(7), made.ExpiresAfter.Minutes, "expiry")
+	assert.Equal(t, "4g", string(made.MemoryLimit), "memory limit")
+	assert.True(t, m.Known("Bearer sk-a", made.ID), "the loop knows the container by its id")
+
+	data := make([]byte, 3<<20)
+	_, _ = rand.Read(data)
+	upl, err := c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(bytes.NewReader(data), "blob.bin", "application/octet-stream")})
+	require.NoError(t, err, "upload")
+	assert.Equal(t, "/mnt/data/blob.bin", upl.Path, "an upload lands under its own name")
+	assert.Equal(t, int64(len(data)), upl.Bytes, "bytes")
+	assert.Equal(t, "user", string(upl.Source), "source")
+	byID, err := c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{FileID: openai.String("file-1")})
+	require.NoError(t, err, "copy by file_id")
+	assert.Equal(t, "/mnt/data/upload-file-1.csv", byID.Path, "a copy by id lands under the Files API's name")
+
+	require.Equal(t, 1, p.Created(), "one container started, for its files")
+	text, ok := p.Container(0).FileText("/mnt/data/upload-file-1.csv")
+	require.True(t, ok, "the code finds the copied file")
+	assert.Equal(t, "from the files api", text, "its content")
+
+	list, err := c.Containers.Files.List(ctx, made.ID, openai.ContainerFileListParams{})
+	require.NoError(t, err, "list files")
+	paths := map[string]bool{}
+	for _, fl := range list.Data {
+		paths[fl.Path] = true
+	}
+	assert.Equal(t, map[string]bool{"/mnt/data/blob.bin": true, "/mnt/data/upload-file-1.csv": true}, paths, "files, those of file_ids included")
+
+	resp, err := c.Containers.Files.Content.Get(ctx, made.ID, upl.ID)
+	require.NoError(t, err, "download")
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err, "read the download")
+	assert.True(t, bytes.Equal(data, got), "downloaded byte for byte (%d bytes, want %d)", len(got), len(data))
+	assert.Equal(t, `attachment; filename=blob.bin`, resp.Header.Get("Content-Disposition"), "download name")
+
+	other := f.client("sk-b")
+	_, err = other.Containers.Get(ctx, made.ID)
+	assert.Equal(t, http.StatusNotFound, apiStatus(t, err), "another key")
+	_, err = other.Containers.Files.Content.Get(ctx, made.ID, upl.ID)
+	assert.Equal(t, http.StatusNotFound, apiStatus(t, err), "another key downloads")
+
+	require.NoError(t, c.Containers.Files.Delete(ctx, made.ID, upl.ID), "delete the file")
+	_, ok = p.Container(0).FileText("/mnt/data/blob.bin")
+	assert.False(t, ok, "the file is gone from the container")
+	_, err = c.Containers.Files.Get(ctx, made.ID, upl.ID)
+	assert.Equal(t, http.StatusNotFound, apiStatus(t, err), "a deleted file")
+
+	require.NoError(t, c.Containers.Delete(ctx, made.ID), "delete the container")
+	gone, err := c.Containers.Get(ctx, made.ID)
+	require.NoError(t, err, "a deleted container is still shown, expired")
+	assert.Equal(t, "expired", gone.Status, "status of a deleted container")
+	_, err = c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(strings.NewReader("x"), "x.txt", "text/plain")})
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr, "upload into a deleted container")
+	assert.Equal(t, "container_expired", apiErr.Code, "the native error")
+}
+
+// TestSandboxStoreRefuses: the Manager's refusals become the API's errors.
+func TestSandboxStoreRefuses(t *testing.T) {
+	f, _, p := managerFixture(t, sandbox.ManagerConfig{MaxContainers: 1, MaxContainersPerIdentity: 1, MaxSessionsPerIdentity: 1},
+		Config{MaxUploadBytes: 1 << 20})
+	ctx := t.Context()
+	c := f.client("sk-a")
+	made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "one"})
+	require.NoError(t, err, "create")
+
+	_, err = c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(bytes.NewReader(make([]byte, 1<<20+1)), "big.bin", "application/octet-stream")})
+	assert.Equal(t, http.StatusRequestEntityTooLarge, apiStatus(t, err), "a file over the limit")
+	list, err := c.Containers.Files.List(ctx, made.ID, openai.ContainerFileListParams{})
+	require.NoError(t, err, "list files")
+	assert.Empty(t, list.Data, "nothing is left of it")
+	if p.Created() > 0 {
+		assert.Empty(t, p.Container(0).FilePaths(), "nothing of it in the container")
+	}
+
+	_, err = c.Containers.Files.Get(ctx, made.ID, "cfile_00000000000000000000000000000000")
+	assert.Equal(t, http.StatusNotFound, apiStatus(t, err), "an unknown file")
+	_, err = c.Containers.Get(ctx, "cntr_unknown")
+	assert.Equal(t, http.StatusNotFound, apiStatus(t, err), "an unknown container")
+
+	// The caps: the only container of the server is in use by nobody, so it is evicted for
+	// the new one (as the loop's containers are), and the old id is then expired.
+	b := f.client("sk-b")
+	second, err := b.Containers.New(ctx, openai.ContainerNewParams{Name: "two"})
+	require.NoError(t, err, "create at the cap evicts the least recently used")
+	old, err := c.Containers.Get(ctx, made.ID)
+	require.NoError(t, err, "the evicted container")
+	assert.Equal(t, "expired", old.Status, "evicted: expired")
+	assert.NotEqual(t, made.ID, second.ID, "a new container")
+}
+
+// TestSandboxStoreExpiry: a container idle past its expiry is expired.
+func TestSandboxStoreExpiry(t *testing.T) {
+	p := &sandboxtest.Provider{}
+	m := sandbox.NewManager(p, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+	t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close the manager") })
+	st := Sandboxes(m, 0)
+	ctx := t.Context()
+	made, err := st.Create(ctx, "me", NewContainer{Name: "short", ExpiresAfter: 50 * time.Millisecond})
+	require.NoError(t, err, "create")
+	assert.False(t, made.Expired, "alive at first")
+	time.Sleep(150 * time.Millisecond)
+	got, err := st.Get(ctx, "me", made.ID)
+	require.NoError(t, err, "an expired container is still retrieved")
+	assert.True(t, got.Expired, "expired once idle past its expiry")
+	_, err = st.Put(ctx, "me", made.ID, "a.txt", strings.NewReader("x"))
+	assert.True(t, errors.Is(err, ErrExpired), "a file into an expired container: %v", err)
+	_, err = st.Files(ctx, "me", made.ID)
+	assert.True(t, errors.Is(err, ErrExpired), "the files of an expired container: %v", err)
+
+}
+
+// capped is a provider that creates no container above 16g, as a host with less memory.
+type capped struct{ *sandboxtest.Provider }
+
+func (capped) CheckSpec(s sandbox.Spec) error {
+	if s.MemoryLimit == "64g" {
+		return &sandbox.SpecError{Field: "memory_limit", Value: s.MemoryLimit, Reason: "above the largest this server allows, 16g"}
+	}
+	return nil
+}
+
+func TestSandboxStoreInvalidSpec(t *testing.T) {
+	m := sandbox.NewManager(capped{&sandboxtest.Provider{}}, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+	t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close the manager") })
+	st := Sandboxes(m, 0)
+	srv := httptest.NewServer(New(st, st, Config{Identify: func(*http.Request) string { return "me" }}))
+	t.Cleanup(srv.Close)
+	f := &fixture{srv: srv}
+	c := f.client("sk-a")
+	_, err := c.Containers.New(t.Context(), openai.ContainerNewParams{Name: "x", MemoryLimit: openai.ContainerNewParamsMemoryLimit64g})
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr, "a memory limit the backend refuses")
+	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
+	assert.Equal(t, "memory_limit", apiErr.Param, "param")
+	assert.Contains(t, apiErr.Message, "16g", "the reason is the client's to read")
+}
