@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"image/png"
-	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
@@ -30,6 +30,7 @@ func TestFiles(t *testing.T) {
 			{name: "a continuation reuses the container of the answer it continues", run: scenarioContainerFromPrevious},
 			{name: "outputs are null without include", run: scenarioNoInclude},
 			{name: "the files the code wrote are cited", run: scenarioFilesCited},
+			{name: "file_ids are copied into /mnt/data", run: scenarioFileIDs},
 		} {
 			t.Run(sc.name, func(t *testing.T) {
 				got := map[variant]string{}
@@ -93,7 +94,10 @@ func scenarioContainerFromPrevious(t *testing.T, x *scene) string {
 	require.Len(t, reqs, 4, "previous_response_id: requests the model got")
 	assert.Equal(t, "first\n", outputOf(t, reqs[3], "call_p2"), "previous_response_id: the auto container is the earlier answer's")
 	assert.Equal(t, codeCall(t, first, 0).ContainerID, codeCall(t, second, 0).ContainerID, "previous_response_id: one container")
-	return normalized("[" + first.RawJSON() + "," + second.RawJSON() + "]")
+	// A stream's answer echoes the previous_response_id it mapped to the upstream's; the fake
+	// model echoes none in a plain one.
+	raw, _ := sjson.Delete(second.RawJSON(), "previous_response_id")
+	return normalized("[" + first.RawJSON() + "," + raw + "]")
 }
 
 func scenarioNoInclude(t *testing.T, x *scene) string {
@@ -123,7 +127,10 @@ const filesAnswer = "Données nettoyées ✓ — [Download the cleaned CSV](sand
 func scenarioFilesCited(t *testing.T, x *scene) string {
 	x.m.script(responsesPath,
 		responsesReply(usage(1, 1), runCode("call_files", filesCode)),
-		responsesReply(usage(1, 1), fakemodel.Message(filesAnswer)))
+		responsesReply(usage(1, 1), fakemodel.Message(filesAnswer)),
+		responsesReply(usage(1, 1), runCode("call_show", "print(open('/mnt/data/clean.csv').read())\n"+
+			"print(*open('/mnt/data/chart.png', 'rb').read()[:4][:1], open('/mnt/data/chart.png', 'rb').read()[1:4].decode())")),
+		responsesReply(usage(1, 1), fakemodel.Message("Both are there.")))
 	resp := x.responses(t, "sk-files-out", ask("clean the data and chart it"))
 
 	reqs := x.sent()
@@ -157,7 +164,7 @@ func scenarioFilesCited(t *testing.T, x *scene) string {
 		{"/mnt/data/chart.png", "chart.png"},
 	} {
 		a := anns[i].AsContainerFileCitation()
-		assert.Equal(t, "container_file_citation", a.Type, "files: citation %d", i)
+		assert.Equal(t, "container_file_citation", string(a.Type), "files: citation %d", i)
 		assert.Equal(t, ci.ContainerID, a.ContainerID, "files: citation %d names the call's container", i)
 		assert.True(t, strings.HasPrefix(a.FileID, "cfile_"), "files: citation %d's file id %q", i, a.FileID)
 		assert.Equal(t, want.filename, a.Filename, "files: citation %d's filename", i)
@@ -165,22 +172,13 @@ func scenarioFilesCited(t *testing.T, x *scene) string {
 		assert.Equal(t, want.span, string(runes[a.StartIndex:a.EndIndex]), "files: citation %d spans the link (code point indices)", i)
 	}
 	assert.NotEqual(t, anns[0].FileID, anns[1].FileID, "files: two files, two ids")
-	// Both files download through the Containers API, byte for byte what the code wrote.
-	client := x.s.Client("sk-files-out")
-	for i, a := range anns {
-		res, err := client.Containers.Files.Content.Get(t.Context(), ci.ContainerID, a.FileID)
-		require.NoError(t, err, "files: download citation %d's file", i)
-		body, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		require.NoError(t, err, "files: read citation %d's file", i)
-		switch a.Filename {
-		case "clean.csv":
-			assert.Equal(t, "x,y\n1,1\n2,4\n3,9\n", string(body), "files: the CSV")
-		case "chart.png":
-			_, err := png.DecodeConfig(bytes.NewReader(body))
-			assert.NoError(t, err, "files: the chart is a PNG")
-		}
-	}
+	// The files are in the container, as the code wrote them: a request naming it reads them.
+	p := ask("show the files")
+	p.Tools = []responses.ToolUnionParam{containerTool(ci.ContainerID)}
+	x.responses(t, "sk-files-out", p)
+	reqs = x.sent()
+	require.Len(t, reqs, 4, "files: requests the model got")
+	assert.Equal(t, "x,y\n1,1\n2,4\n3,9\n\n137 PNG\n", outputOf(t, reqs[3], "call_show"), "files: the container's files")
 	return normalizedFiles(resp.RawJSON())
 }
 
@@ -199,4 +197,61 @@ func normalizedFiles(raw string) string {
 		seen[id] = "cfile_" + strings.Repeat("x", n)
 		return seen[id]
 	})
+}
+
+// fileIDsTool is the code_interpreter tool with an auto container and file_ids.
+func fileIDsTool(ids ...string) responses.ToolUnionParam {
+	return responses.ToolUnionParam{OfCodeInterpreter: &responses.ToolCodeInterpreterParam{
+		Container: responses.ToolCodeInterpreterContainerUnionParam{
+			OfCodeInterpreterToolAuto: &responses.ToolCodeInterpreterContainerCodeInterpreterContainerAutoParam{FileIDs: ids},
+		},
+	}}
+}
+
+func scenarioFileIDs(t *testing.T, x *scene) string {
+	const key = "sk-files-in"
+	x.s.Model.AddFile(fakemodel.File{ID: "file-e2e-data", Filename: "input data.csv", Key: key, Content: []byte("a,b\n1,2\n")})
+	x.s.Model.AddFile(fakemodel.File{ID: "file-e2e-other", Filename: "secret.txt", Key: "sk-files-someone-else", Content: []byte("no")})
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_in", "print(open('/mnt/data/input data.csv').read(), end='')")),
+		responsesReply(usage(1, 1), fakemodel.Message("Read it.")))
+	p := ask("read the file")
+	p.Tools = []responses.ToolUnionParam{fileIDsTool("file-e2e-data")}
+	resp := x.responses(t, key, p)
+
+	reqs := modelCalls(x)
+	require.Len(t, reqs, 2, "file_ids: model calls")
+	assert.Equal(t, "a,b\n1,2\n", outputOf(t, reqs[1], "call_in"), "file_ids: the file is in /mnt/data under its name")
+	checkNativeAnswer(t, resp, "file_ids")
+
+	// A file the caller's key cannot read, and one that does not exist, are refused before
+	// anything goes upstream.
+	for _, id := range []string{"file-e2e-other", "file-e2e-missing"} {
+		p.Tools = []responses.ToolUnionParam{fileIDsTool("file-e2e-data", id)}
+		_, err := responsesCall(t, x.v, x.s.Client(key), p)
+		var apiErr *openai.Error
+		require.ErrorAs(t, err, &apiErr, "file_ids: %s", id)
+		assert.Equal(t, 400, apiErr.StatusCode, "file_ids: status for %s", id)
+		assert.Equal(t, "file_not_found", apiErr.Code, "file_ids: code for %s", id)
+		assert.Equal(t, "tools", apiErr.Param, "file_ids: param for %s", id)
+		assert.Contains(t, apiErr.Message, id, "file_ids: the message names %s", id)
+	}
+	assert.Len(t, modelCalls(x), 2, "file_ids: the refused requests never reached the model")
+	for _, r := range x.sent() {
+		if strings.HasPrefix(r.Path, "/v1/files/") {
+			assert.Equal(t, "Bearer "+key, r.Header.Get("Authorization"), "file_ids: the Files API is called with the caller's key")
+		}
+	}
+	return normalized(resp.RawJSON())
+}
+
+// modelCalls are the scene's requests to the model's Responses API (not its Files API).
+func modelCalls(x *scene) []fakemodel.Request {
+	var out []fakemodel.Request
+	for _, r := range x.sent() {
+		if r.Path == responsesPath {
+			out = append(out, r)
+		}
+	}
+	return out
 }
