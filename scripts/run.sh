@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: Envoy on 127.0.0.1:10000 with envoy/envoy.yaml (its model cluster pointed at the
-# upstream) and the codeinterp server beside it on 127.0.0.1:50051. Ctrl-C (or SIGTERM) stops both
+# upstream) and the codeinterp server beside it on 127.0.0.1:50051 (and its Containers API on
+# 127.0.0.1:8081, which Envoy's /v1/containers routes reach). Ctrl-C (or SIGTERM) stops both
 # and waits for them.
 #   scripts/run.sh UPSTREAM CONFIG [server flags...]
 set -euo pipefail
@@ -29,7 +30,7 @@ bin/extproc --config "$config" "$@" &
 pids+=($!)
 "$envoy_bin" -c bin/envoy-run.json --log-level warn --base-id-path bin/envoy-base-id --use-dynamic-base-id &
 pids+=($!)
-echo "run: Envoy on http://127.0.0.1:10000 (admin 127.0.0.1:9901) -> $upstream; codeinterp on 127.0.0.1:50051 (admin 127.0.0.1:9090)" >&2
+echo "run: Envoy on http://127.0.0.1:10000 (admin 127.0.0.1:9901) -> $upstream; codeinterp on 127.0.0.1:50051 (admin 127.0.0.1:9090, Containers API 127.0.0.1:8081 behind Envoy's /v1/containers)" >&2
 echo "run: OPENAI_BASE_URL=http://127.0.0.1:10000/v1; Ctrl-C stops both" >&2
 # Either process ending ends the session.
 wait -n "${pids[@]}" || true

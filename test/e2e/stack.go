@@ -3,7 +3,8 @@
 // bubblewrap backend), behind the Envoy harness (or a real Envoy when one is on PATH), in front
 // of the scripted fake model, driven by the official openai-go client.
 //
-// [NewEnv] prepares what one top-level test shares (the fake model and the gRPC listener);
+// [NewEnv] prepares what one top-level test shares (the fake model, the gRPC listener and the
+// Containers API's listener);
 // [Env.Fronts] runs a test function once per front with a [Stack] serving it.
 package e2e
 
@@ -71,16 +72,19 @@ const (
 )
 
 // Env is what one top-level test shares between its fronts: the fake model (the upstream of
-// every route) and a loopback TCP listener that each front's server serves in turn.
+// every route but the Containers API's) and two loopback TCP listeners that each front's
+// server serves in turn: gRPC (ext_proc) and HTTP (the Containers API, Envoy's cluster
+// codeinterp_api).
 type Env struct {
 	// Model is the scripted upstream model.
 	Model *fakemodel.Server
 
 	opts EnvOptions
 	lis  *loopback
+	api  *loopback
 }
 
-// NewEnv starts the fake model and opens the gRPC listener; t.Cleanup closes both.
+// NewEnv starts the fake model and opens the listeners; t.Cleanup closes them.
 func NewEnv(t testing.TB, o EnvOptions) *Env {
 	t.Helper()
 	lis, err := newLoopback()
@@ -88,18 +92,30 @@ func NewEnv(t testing.TB, o EnvOptions) *Env {
 		t.Fatalf("e2e: listen for the ext_proc server: %v", err)
 	}
 	t.Cleanup(func() { _ = lis.l.Close() })
-	return &Env{Model: fakemodel.New(t), opts: o, lis: lis}
+	api, err := newLoopback()
+	if err != nil {
+		t.Fatalf("e2e: listen for the Containers API: %v", err)
+	}
+	t.Cleanup(func() { _ = api.l.Close() })
+	return &Env{Model: fakemodel.New(t), opts: o, lis: lis, api: api}
 }
 
 // Addr is the gRPC address of the ext_proc server, "127.0.0.1:port".
 func (e *Env) Addr() string { return e.lis.l.Addr().String() }
 
-// HarnessOptions are the front options: the Env's harness knobs with the ext_proc address and
-// the fake model as upstream.
+// APIAddr is the address of the server's Containers API, "127.0.0.1:port".
+func (e *Env) APIAddr() string { return e.api.l.Addr().String() }
+
+// APICluster is the cluster of envoy/envoy.yaml that sends to the server's Containers API.
+const APICluster = "codeinterp_api"
+
+// HarnessOptions are the front options: the Env's harness knobs with the ext_proc address, the
+// Containers API's cluster at the server and the fake model as upstream.
 func (e *Env) HarnessOptions() harness.Options {
 	o := e.opts.Harness
 	o.ExtProcAddr = e.Addr()
 	o.Upstream = e.Model.URL()
+	o.Clusters = map[string]string{APICluster: "http://" + e.APIAddr()}
 	return o
 }
 
@@ -128,7 +144,7 @@ type Stack struct {
 
 // Serve builds the server as cmd/extproc does (app.New), with the front's URL as the upstream of the
 // loop's follow-up calls (so they pass through "Envoy" with the signed header, as in
-// production), and serves it on the Env's listener. t.Cleanup stops the gRPC server (graceful,
+// production), and serves it on the Env's listeners (ext_proc, and the Containers API). t.Cleanup stops the gRPC server (graceful,
 // then hard after a bound), closes the sandbox manager, the engine and the sandbox backend,
 // and waits for all of it.
 func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
@@ -138,6 +154,7 @@ func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 		e.opts.Configure(cfg)
 	}
 	cfg.Listen = e.Addr()
+	cfg.ApiListen = proto.String(e.APIAddr())
 	cfg.Upstream = front.URL()
 	config.ApplyDefaults(cfg)
 	if err := config.Validate(cfg); err != nil {
@@ -150,6 +167,8 @@ func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 	}
 	served := make(chan error, 1)
 	go func() { served <- svc.Serve(e.lis.view()) }()
+	apiServed := make(chan error, 1)
+	go func() { apiServed <- svc.ServeAPI(e.api.view()) }()
 	transport := &http.Transport{MaxIdleConnsPerHost: 16}
 	t.Cleanup(func() {
 		transport.CloseIdleConnections()
@@ -160,6 +179,9 @@ func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 		}
 		if err := <-served; err != nil {
 			t.Errorf("e2e: serve: %v", err)
+		}
+		if err := <-apiServed; err != nil {
+			t.Errorf("e2e: serve the Containers API: %v", err)
 		}
 	})
 	return &Stack{Front: front, Model: e.Model, Config: cfg, Manager: svc.Manager(), transport: transport}

@@ -31,6 +31,7 @@ class Stack:
     control_url: str
     model_url: str
     extproc_addr: str
+    api_addr: str
 
 
 def _tail(path: Path, n: int = 4000) -> str:

@@ -8,6 +8,7 @@ whether the client gets its own code_interpreter tool back.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import urllib.error
@@ -214,6 +215,11 @@ class FakeModel:
     def pending(self) -> int:
         """How many queued answers were not served."""
         return self._call("GET", "/pending")["pending"]
+
+    def add_file(self, file_id: str, filename: str, key: str, content: bytes, purpose: str = "user_data") -> None:
+        """Serve a file of the Files API (GET /v1/files/{id} and its content) to key only."""
+        self._call("POST", "/files", {"id": file_id, "filename": filename, "key": key, "purpose": purpose,
+                                      "content": base64.b64encode(content).decode()})
 
     def reset(self) -> None:
         """Drop the queued answers and forget the requests received so far."""

@@ -278,12 +278,13 @@ type RealProcess struct {
 
 // LaunchReal is [StartReal] for callers that are not tests (test/e2e/cmd/stack): it runs bin
 // with cfg's bootstrap (cfg as [LoadFilterConfig] returns it; [Options] knobs are not applied
-// here) rewritten as StartReal rewrites it, the ext_proc cluster at extProcAddr and every other
-// cluster at upstream, writes its files in dir (which the caller owns and removes), and returns
-// once the admin endpoint reports ready. The caller must call [RealProcess.Stop]. Envoy gets
-// SIGKILL if the calling process dies first, so no Envoy outlives its starter.
-func LaunchReal(bin string, cfg FilterConfig, extProcAddr, upstream, dir string) (*RealProcess, error) {
-	b, err := realBootstrap(cfg, Options{ExtProcAddr: extProcAddr, Upstream: upstream})
+// here) rewritten as StartReal rewrites it, the ext_proc cluster at extProcAddr, the clusters
+// of clusters at their base URLs (as [Options].Clusters) and every other cluster at upstream,
+// writes its files in dir (which the caller owns and removes), and returns once the admin
+// endpoint reports ready. The caller must call [RealProcess.Stop]. Envoy gets SIGKILL if the
+// calling process dies first, so no Envoy outlives its starter.
+func LaunchReal(bin string, cfg FilterConfig, extProcAddr, upstream string, clusters map[string]string, dir string) (*RealProcess, error) {
+	b, err := realBootstrap(cfg, Options{ExtProcAddr: extProcAddr, Upstream: upstream, Clusters: clusters})
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,7 @@
 // shipped envoy/envoy.yaml pointed at them. Once all of it serves, it prints one JSON line on
 // stdout:
 //
-//	{"envoy_url":"http://127.0.0.1:…","control_url":"http://127.0.0.1:…","model_url":"…","extproc_addr":"…"}
+//	{"envoy_url":"http://127.0.0.1:…","control_url":"http://127.0.0.1:…","model_url":"…","extproc_addr":"…","api_addr":"…"}
 //
 // It stops everything (Envoy, the server and its sandboxes, the fake model) on SIGTERM or
 // SIGINT, or, when stdin is a pipe or a socket (as a test driver passes it), when stdin reaches

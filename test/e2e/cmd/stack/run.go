@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
@@ -35,6 +36,9 @@ type Ready struct {
 	ModelURL string `json:"model_url"`
 	// ExtProcAddr is the codeinterp server's gRPC address.
 	ExtProcAddr string `json:"extproc_addr"`
+	// APIAddr is the codeinterp server's Containers API address, Envoy's cluster
+	// codeinterp_api (clients reach it through EnvoyURL).
+	APIAddr string `json:"api_addr"`
 }
 
 // stopGrace bounds the server's graceful stop (as test/e2e's stacks do).
@@ -121,7 +125,13 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		return fmt.Errorf("listen for the ext_proc server: %w", err)
 	}
 	defer grpcLis.Close()
-	proxy, err := startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), model.URL())
+	apiLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen for the Containers API: %w", err)
+	}
+	defer apiLis.Close()
+	proxy, err := startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), model.URL(),
+		map[string]string{e2e.APICluster: "http://" + apiLis.Addr().String()})
 	if err != nil {
 		return err
 	}
@@ -134,6 +144,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	// The server, as test/e2e's Env.Serve wires it.
 	cfg := e2e.DefaultConfig()
 	cfg.Listen = grpcLis.Addr().String()
+	cfg.ApiListen = proto.String(apiLis.Addr().String())
 	cfg.Upstream = proxy.URL()
 	config.ApplyDefaults(cfg)
 	if err := config.Validate(cfg); err != nil {
@@ -145,6 +156,8 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	}
 	served := make(chan error, 1)
 	go func() { served <- svc.Serve(grpcLis) }()
+	apiServed := make(chan error, 1)
+	go func() { apiServed <- svc.ServeAPI(apiLis) }()
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), stopGrace)
 		defer cancel()
@@ -154,11 +167,14 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		if serr := <-served; serr != nil {
 			err = errors.Join(err, fmt.Errorf("serve: %w", serr))
 		}
+		if serr := <-apiServed; serr != nil {
+			err = errors.Join(err, fmt.Errorf("serve the Containers API: %w", serr))
+		}
 	}()
 
 	line, err := json.Marshal(Ready{
 		EnvoyURL: proxy.URL(), ControlURL: "http://" + controlLis.Addr().String(),
-		ModelURL: model.URL(), ExtProcAddr: grpcLis.Addr().String(),
+		ModelURL: model.URL(), ExtProcAddr: grpcLis.Addr().String(), APIAddr: apiLis.Addr().String(),
 	})
 	if err != nil {
 		return fmt.Errorf("encode the ready line: %w", err)
@@ -177,12 +193,15 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	case serr := <-served:
 		served <- serr // for the deferred stop
 		return fmt.Errorf("the server stopped serving: %v", serr)
+	case serr := <-apiServed:
+		apiServed <- serr // for the deferred stop
+		return fmt.Errorf("the Containers API stopped serving: %v", serr)
 	}
 }
 
 // startEnvoy runs the Envoy binary (found as the e2e tests find it when bin is empty) with the
 // bootstrap at path (envoy/envoy.yaml when empty) pointed at the ext_proc server and the model.
-func startEnvoy(bin, path, extProcAddr, upstream string) (*envoyProcess, error) {
+func startEnvoy(bin, path, extProcAddr, upstream string, clusters map[string]string) (*envoyProcess, error) {
 	var err error
 	if bin == "" {
 		if bin, err = harness.EnvoyBinary(); err != nil {
@@ -202,7 +221,7 @@ func startEnvoy(bin, path, extProcAddr, upstream string) (*envoyProcess, error) 
 	if err != nil {
 		return nil, fmt.Errorf("make envoy's directory: %w", err)
 	}
-	p, err := harness.LaunchReal(bin, cfg, extProcAddr, upstream, dir)
+	p, err := harness.LaunchReal(bin, cfg, extProcAddr, upstream, clusters, dir)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start envoy: %w", err)
