@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/base64"
 	"image/png"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
@@ -14,6 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
@@ -172,6 +177,25 @@ func scenarioFilesCited(t *testing.T, x *scene) string {
 		assert.Equal(t, want.span, string(runes[a.StartIndex:a.EndIndex]), "files: citation %d spans the link (code point indices)", i)
 	}
 	assert.NotEqual(t, anns[0].FileID, anns[1].FileID, "files: two files, two ids")
+	// Both cited files download through the Containers API, as the code wrote them.
+	client := x.s.Client("sk-files-out")
+	for i, a := range anns {
+		res, err := client.Containers.Files.Content.Get(t.Context(), ci.ContainerID, a.FileID)
+		require.NoError(t, err, "files: download citation %d's file", i)
+		body, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err, "files: read citation %d's file", i)
+		if a.Filename == "clean.csv" {
+			assert.Equal(t, "x,y\n1,1\n2,4\n3,9\n", string(body), "files: the CSV, byte for byte")
+		} else {
+			_, err := png.DecodeConfig(bytes.NewReader(body))
+			assert.NoError(t, err, "files: the chart is a PNG")
+		}
+	}
+	other := x.s.Client("sk-files-someone-else")
+	_, err := other.Containers.Files.Content.Get(t.Context(), ci.ContainerID, anns[0].FileID)
+	assert.Equal(t, 404, apiError(t, err, "files: another key's download").StatusCode, "files: another key cannot download")
+
 	// The files are in the container, as the code wrote them: a request naming it reads them.
 	p := ask("show the files")
 	p.Tools = []responses.ToolUnionParam{containerTool(ci.ContainerID)}
@@ -254,4 +278,48 @@ func modelCalls(x *scene) []fakemodel.Request {
 		}
 	}
 	return out
+}
+
+// TestFilesExpiredContainer: a container idle past its expiry (a second here) is refused with
+// the native 400 when a request names it, and is not reused by a request that continues from
+// an answer that ran in it: that request gets a new container.
+func TestFilesExpiredContainer(t *testing.T) {
+	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
+		c.Sandbox.SessionIdleTtl = durationpb.New(time.Second)
+	}})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		m := newModel(t, s.Model)
+		mark := len(m.Requests())
+		key := "sk-files-expire-" + s.Front.Name()
+		m.script(responsesPath,
+			responsesReply(usage(1, 1), runCode("call_e1", "v = 1")),
+			responsesReply(usage(1, 1), fakemodel.Message("Set.")),
+			responsesReply(usage(1, 1), runCode("call_e2", "print('v' in globals())")),
+			responsesReply(usage(1, 1), fakemodel.Message("A new container.")))
+		client := s.Client(key)
+		first, err := client.Responses.New(t.Context(), ask("set v"))
+		require.NoError(t, err, "expiry: first request")
+		id := codeCall(t, *first, 0).ContainerID
+		time.Sleep(1500 * time.Millisecond)
+
+		p := ask("use v")
+		p.Tools = []responses.ToolUnionParam{containerTool(id)}
+		_, err = client.Responses.New(t.Context(), p)
+		e := apiError(t, err, "expiry: naming the expired container")
+		assert.Equal(t, 400, e.StatusCode, "expiry: status")
+		assert.Equal(t, "container_expired", e.Code, "expiry: code")
+		assert.Equal(t, "tools", e.Param, "expiry: param")
+		assert.Equal(t, "invalid_request_error", e.Type, "expiry: type")
+		assert.Contains(t, e.Message, id, "expiry: the message names the container")
+
+		p = ask("use v")
+		p.PreviousResponseID = openai.String(first.ID)
+		second, err := client.Responses.New(t.Context(), p)
+		require.NoError(t, err, "expiry: a continuation")
+		assert.NotEqual(t, id, codeCall(t, *second, 0).ContainerID, "expiry: the expired container is not reused")
+		reqs := m.since(mark)
+		require.Len(t, reqs, 4, "expiry: the model's requests")
+		assert.Equal(t, "False\n", outputOf(t, reqs[3], "call_e2"), "expiry: a fresh container")
+		assert.Zero(t, m.pending(), "expiry: every scripted answer was used")
+	})
 }
