@@ -56,6 +56,10 @@ type citation struct {
 	file       citedFile
 	filename   string
 	start, end int
+	// byteEnd is where the span ends in the text, in bytes; bare reports a mention of the path
+	// rather than a link.
+	byteStart, byteEnd int
+	bare               bool
 }
 
 // appendJSON appends the annotation object.
@@ -98,6 +102,7 @@ func (w *writtenFiles) cite(text string) []citation {
 	type span struct {
 		start, end int // bytes
 		path       string
+		bare       bool
 	}
 	var spans []span
 	// Links: "](sandbox:/mnt/data/…)" with the label's "[" before it.
@@ -159,7 +164,7 @@ func (w *writtenFiles) cite(text string) []citation {
 		if strings.HasSuffix(text[:j], sandboxScheme) && !inLink(j-len(sandboxScheme)) {
 			start = j - len(sandboxScheme)
 		}
-		spans = append(spans, span{start: start, end: j + len(best), path: best})
+		spans = append(spans, span{start: start, end: j + len(best), path: best, bare: true})
 		i = j + len(best)
 	}
 	if len(spans) > links {
@@ -174,7 +179,7 @@ func (w *writtenFiles) cite(text string) []citation {
 		return cps
 	}
 	for _, s := range spans {
-		c := citation{file: w.byPath[s.path], filename: path.Base(s.path)}
+		c := citation{file: w.byPath[s.path], filename: path.Base(s.path), byteStart: s.start, byteEnd: s.end, bare: s.bare}
 		c.start = at(s.start)
 		c.end = at(s.end)
 		out = append(out, c)
@@ -265,3 +270,23 @@ func appendCitations(existing gjson.Result, cites []citation) string {
 }
 
 func itoa(n int) string { return string(appendInt(nil, n)) }
+
+// settled reports whether c, a citation of text, stays one whatever text follows: a link is
+// complete once its ")" has arrived; a bare mention once what follows it ends the path, and
+// when no "[" before it on its line is still open (it may become a link's label).
+func (c citation) settled(text string) bool {
+	if !c.bare {
+		return true
+	}
+	i := c.byteEnd
+	for i < len(text) && strings.IndexByte(".,:;!?", text[i]) >= 0 {
+		i++
+	}
+	if i >= len(text) {
+		return false // the text may still continue the path
+	}
+	if open := strings.LastIndexByte(text[:c.byteStart], '['); open >= 0 && !strings.ContainsAny(text[open:c.byteStart], "]\n") {
+		return false
+	}
+	return true
+}

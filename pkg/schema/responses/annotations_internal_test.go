@@ -79,3 +79,25 @@ func TestCiteIndices(t *testing.T) {
 		assert.Equal(t, "clean.csv", got[0].filename, "filename of the citation in %q", text)
 	}
 }
+
+// A citation is streamed early only once no text that follows can change it.
+func TestCitationSettled(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"[c](sandbox:/mnt/data/clean.csv)", true},
+		{"see /mnt/data/clean.csv", false},
+		{"see /mnt/data/clean.csv.", false},
+		{"see /mnt/data/clean.csv. Next", true},
+		{"see /mnt/data/clean.csv\n", true},
+		{"[/mnt/data/clean.csv ", false},
+		{"[x] /mnt/data/clean.csv ", true},
+	}
+	for _, tt := range tests {
+		cites := testFiles().cite(tt.give)
+		if assert.Len(t, cites, 1, "citations of %q", tt.give) {
+			assert.Equal(t, tt.want, cites[0].settled(tt.give), "settled in %q", tt.give)
+		}
+	}
+}

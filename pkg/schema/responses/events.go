@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -54,6 +55,16 @@ type liveRound struct {
 	// upstreamAnns counts the annotation.added events the upstream sent for each content
 	// part, by output and content index: the citations added after them number on.
 	upstreamAnns map[[2]int]int
+	// parts are the output_text parts relayed so far, by output and content index, while
+	// files can be cited.
+	parts map[[2]int]*livePart
+}
+
+// livePart is an output_text part whose text is relayed as it streams: its text so far, and
+// how many citations of it were streamed.
+type livePart struct {
+	text  strings.Builder
+	cited int
 }
 
 // Ended reports whether the stream's last event was written.
@@ -194,12 +205,19 @@ func (e *events) delta(ev schema.Event) error {
 		return true
 	})
 	e.ow.Close()
+	if typ == "response.output_text.delta" && l.parts != nil {
+		part := [2]int{u, int(data.Get("content_index").Int())}
+		if p := l.parts[part]; p != nil && strings.Contains(p.text.String(), dataDir) {
+			e.citeLive(l, part, data.Get("item_id").Raw, p.text.String(), false)
+		}
+	}
 	return nil
 }
 
 // liveCitations adds the citations of a message's text relayed live, for the upstream event
-// data of type typ about the round's item u: before output_text.done, an annotation.added
-// for each (the whole text is known then); and it returns the field of a content_part.done
+// data of type typ about the round's item u: it keeps the text of each delta, after which
+// the citations it completed are streamed (see citeLive), and before output_text.done the
+// rest; and it returns the field of a content_part.done
 // (part) or output_item.done (item) to replace, and its value with the citations, or "".
 func (e *events) liveCitations(l *liveRound, typ string, u int, data gjson.Result) (field, value string) {
 	part := [2]int{u, int(data.Get("content_index").Int())}
@@ -209,16 +227,20 @@ func (e *events) liveCitations(l *liveRound, typ string, u int, data gjson.Resul
 			l.upstreamAnns = make(map[[2]int]int)
 		}
 		l.upstreamAnns[part]++
-	case "response.output_text.done":
-		for i, c := range e.files.cite(data.Get("text").String()) {
-			e.ow.Open("response.output_text.annotation.added")
-			e.ow.Raw("item_id", data.Get("item_id").Raw)
-			e.ow.Num("output_index", l.base+u)
-			e.ow.Num("content_index", part[1])
-			e.ow.Num("annotation_index", l.upstreamAnns[part]+i)
-			e.ow.Raw("annotation", string(c.appendJSON(nil)))
-			e.ow.Close()
+	case "response.output_text.delta":
+		// The delta is written first (see delta), then the citations it completed.
+		if l.parts == nil {
+			l.parts = make(map[[2]int]*livePart)
 		}
+		p := l.parts[part]
+		if p == nil {
+			p = &livePart{}
+			l.parts[part] = p
+		}
+		p.text.WriteString(data.Get("delta").String())
+	case "response.output_text.done":
+		// Every citation not streamed yet goes before the text is done.
+		e.citeLive(l, part, data.Get("item_id").Raw, data.Get("text").String(), true)
 	case "response.content_part.done":
 		p := data.Get("part")
 		if p.Get("type").String() == "output_text" {
@@ -234,6 +256,31 @@ func (e *events) liveCitations(l *liveRound, typ string, u int, data gjson.Resul
 		}
 	}
 	return "", ""
+}
+
+// citeLive writes an annotation.added for each citation of the part's text that is settled
+// (see citation.settled; all of them when done) and not streamed yet, in the order of the
+// text, stopping at the first that is not: the annotations stream in the order the answer
+// lists them.
+func (e *events) citeLive(l *liveRound, part [2]int, itemID, text string, done bool) {
+	p := l.parts[part]
+	if p == nil {
+		p = &livePart{}
+	}
+	cites := e.files.cite(text)
+	for ; p.cited < len(cites); p.cited++ {
+		c := cites[p.cited]
+		if !done && !c.settled(text) {
+			break
+		}
+		e.ow.Open("response.output_text.annotation.added")
+		e.ow.Raw("item_id", itemID)
+		e.ow.Num("output_index", l.base+part[0])
+		e.ow.Num("content_index", part[1])
+		e.ow.Num("annotation_index", l.upstreamAnns[part]+p.cited)
+		e.ow.Raw("annotation", string(c.appendJSON(nil)))
+		e.ow.Close()
+	}
 }
 
 // cited returns item with the citations of the files written so far, when it is a message.

@@ -3,6 +3,7 @@ package responses_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -169,4 +170,45 @@ func join(s []string) string {
 		out += v
 	}
 	return out
+}
+
+// A message relayed live streams each citation as soon as its link has arrived, before the
+// rest of the text; a bare path at the end of what arrived waits for what follows it.
+func TestFilesCitedWhileTheTextStreams(t *testing.T) {
+	x, err := responses.Surface{}.NewExchange([]byte(codeInterpreterClient(true)), schema.Options{})
+	require.NoError(t, err)
+	long := strings.Repeat("Some more words about the data. ", 40)
+	text := "Ready: [the CSV](sandbox:/mnt/data/clean.csv) — " + long + "Chart: /mnt/data/chart.png " + long
+	textJSON, _ := json.Marshal(text)
+	message := `{"type":"message","id":"msg_2","role":"assistant","status":"completed","content":[{"type":"output_text","text":` + string(textJSON) + `,"annotations":[],"logprobs":[]}]}`
+	cc := schema.CodeCall{ID: "ci_a", Status: "completed", Code: "x", ContainerID: "cntr_1", Outputs: []schema.CodeOutput{},
+		Files: []schema.CodeFile{{ID: "cfile_1", Path: "/mnt/data/clean.csv"}, {ID: "cfile_2", Path: "/mnt/data/chart.png"}}}
+	rounds := []schema.Round{{Body: answer("1", call("a", "x")), Calls: []schema.CodeCall{cc}}, {Body: answer("2", message)}}
+	final, err := x.Final(rounds, "")
+	require.NoError(t, err)
+	stream := runEvents(t, x, rounds, final, true)
+
+	var order []string // delta, then annotation:<file>
+	for _, ev := range parseSSE(t, stream) {
+		switch ev.typ {
+		case "response.output_text.delta":
+			if len(order) == 0 || order[len(order)-1] != "delta" {
+				order = append(order, "delta")
+			}
+		case "response.output_text.annotation.added":
+			order = append(order, "annotation:"+gjson.Get(ev.data, "annotation.file_id").String())
+		}
+	}
+	assert.Equal(t, []string{"delta", "annotation:cfile_1", "delta", "annotation:cfile_2", "delta"}, order,
+		"each citation streams once its text has arrived")
+	assert.Equal(t, 2, strings.Count(string(stream), "event: response.output_text.annotation.added\n"), "two citations")
+	assert.JSONEq(t, gjson.GetBytes(final, "output.1.content.0.annotations").Raw,
+		gjson.Get(lastEvent(t, stream), "response.output.1.content.0.annotations").Raw, "response.completed has them")
+}
+
+func lastEvent(t *testing.T, stream []byte) string {
+	t.Helper()
+	evs := parseSSE(t, stream)
+	require.NotEmpty(t, evs)
+	return evs[len(evs)-1].data
 }
