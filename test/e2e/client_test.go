@@ -207,12 +207,29 @@ func checkResponsesEvents(t *testing.T, events []responses.ResponseStreamEventUn
 			assert.Equal(t, "in_progress", string(added[idx].Status), "Responses stream: status in output_item.added of item %d", i)
 			assert.Equal(t, item.Code, deltas[idx], "Responses stream: code deltas of item %d", i)
 		case "message":
-			want := []string{"response.output_item.added", "response.content_part.added", "response.output_text.delta"}
-			for range item.Content[0].Annotations {
-				want = append(want, "response.output_text.annotation.added")
+			// Annotations stream among the deltas, each once its text has arrived, and all before
+			// the text is done.
+			var types []string
+			anns, lastAnn, textDone := 0, -1, -1
+			for k, typ := range perItem[idx] {
+				switch typ {
+				case "response.output_text.annotation.added":
+					anns, lastAnn = anns+1, k
+					continue
+				case "response.output_text.done":
+					textDone = k
+				}
+				if len(types) == 0 || types[len(types)-1] != typ || !strings.HasSuffix(typ, ".delta") {
+					types = append(types, typ)
+				}
 			}
-			want = append(want, "response.output_text.done", "response.content_part.done", "response.output_item.done")
-			assert.Equal(t, want, perItem[idx], "Responses stream: events of message %d", i)
+			assert.Equal(t, []string{
+				"response.output_item.added", "response.content_part.added",
+				"response.output_text.delta", "response.output_text.done", "response.content_part.done",
+				"response.output_item.done",
+			}, types, "Responses stream: events of message %d", i)
+			assert.Equal(t, len(item.Content[0].Annotations), anns, "Responses stream: annotation.added events of message %d", i)
+			assert.Less(t, lastAnn, textDone, "Responses stream: the annotations of message %d come before its text is done", i)
 			assert.JSONEq(t, annotationsOf(item), "["+strings.Join(annotations[idx], ",")+"]", "Responses stream: the annotation.added events of message %d rebuild its annotations", i)
 			assert.Equal(t, outputText(item), deltas[idx], "Responses stream: text deltas of message %d", i)
 		default:
