@@ -38,6 +38,27 @@ type events struct {
 	live *liveRound
 	// files are the files the calls so far wrote: the messages after them cite them.
 	files writtenFiles
+	// early reports whether citations may stream before the text is done (see earlyCites);
+	// earlyKnown whether it was computed.
+	early, earlyKnown bool
+}
+
+// earlyCites reports whether a citation may stream as soon as its link has arrived: unless the
+// request has a tool whose results the model's messages cite themselves (web search, file
+// search), whose annotation.added events the upstream sends after the text; ours, numbered
+// after theirs, wait for them then.
+func (e *events) earlyCites() bool {
+	if !e.earlyKnown {
+		e.earlyKnown, e.early = true, true
+		gjson.GetBytes(e.x.Request().Body, "tools").ForEach(func(_, t gjson.Result) bool {
+			typ := t.Get("type").String()
+			if strings.HasPrefix(typ, "web_search") || typ == "file_search" {
+				e.early = false
+			}
+			return e.early
+		})
+	}
+	return e.early
 }
 
 // liveRound is what the sink relayed of a round as its upstream answer streamed: the round's
@@ -205,7 +226,7 @@ func (e *events) delta(ev schema.Event) error {
 		return true
 	})
 	e.ow.Close()
-	if typ == "response.output_text.delta" && l.parts != nil {
+	if typ == "response.output_text.delta" && l.parts != nil && e.earlyCites() {
 		part := [2]int{u, int(data.Get("content_index").Int())}
 		if p := l.parts[part]; p != nil && strings.Contains(p.text.String(), dataDir) {
 			e.citeLive(l, part, data.Get("item_id").Raw, p.text.String(), false)

@@ -212,3 +212,31 @@ func lastEvent(t *testing.T, stream []byte) string {
 	require.NotEmpty(t, evs)
 	return evs[len(evs)-1].data
 }
+
+// Citations follow the annotations the model's message already has (a request with web
+// search), in the answer and in the stream, numbered after them.
+func TestFilesCitedAfterTheModelsAnnotations(t *testing.T) {
+	client := strings.Replace(codeInterpreterClient(true), `"tools":[`, `"tools":[{"type":"web_search"},`, 1)
+	x, err := responses.Surface{}.NewExchange([]byte(client), schema.Options{})
+	require.NoError(t, err)
+	url := `{"type":"url_citation","url":"https://example.com","title":"e","start_index":0,"end_index":4}`
+	message := `{"type":"message","id":"msg_2","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Docs and [csv](sandbox:/mnt/data/clean.csv)","annotations":[` + url + `],"logprobs":[]}]}`
+	cc := schema.CodeCall{ID: "ci_a", Status: "completed", Code: "x", ContainerID: "cntr_1", Outputs: []schema.CodeOutput{},
+		Files: []schema.CodeFile{{ID: "cfile_1", Path: "/mnt/data/clean.csv"}}}
+	rounds := []schema.Round{{Body: answer("1", call("a", "x")), Calls: []schema.CodeCall{cc}}, {Body: answer("2", message)}}
+	final, err := x.Final(rounds, "")
+	require.NoError(t, err)
+	anns := gjson.GetBytes(final, "output.1.content.0.annotations")
+	require.Equal(t, int64(2), anns.Get("#").Int(), "annotations: %s", anns.Raw)
+	assert.JSONEq(t, url, anns.Get("0").Raw, "the model's own first")
+	assert.Equal(t, "cfile_1", anns.Get("1.file_id").String(), "then the citation")
+	for _, live := range []bool{false, true} {
+		var got []string
+		for _, ev := range parseSSE(t, runEvents(t, x, rounds, final, live)) {
+			if ev.typ == "response.output_text.annotation.added" {
+				got = append(got, gjson.Get(ev.data, "annotation_index").String()+":"+gjson.Get(ev.data, "annotation.type").String())
+			}
+		}
+		assert.Equal(t, []string{"0:url_citation", "1:container_file_citation"}, got, "annotation.added events (live %v)", live)
+	}
+}
