@@ -119,7 +119,8 @@ type (
 // AcquireRequest names the container a request wants.
 type AcquireRequest struct {
 	// Identity is the caller's opaque tenant identity (already a keyed hash of its credential
-	// or identity header). "" is a valid identity of its own.
+	// or identity header). "" is the anonymous identity: a valid one of its own, whose
+	// containers without a session are ephemeral.
 	Identity string
 	// Session is a session name (metadata.session_id or a configured header); "" means none.
 	Session string

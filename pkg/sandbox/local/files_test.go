@@ -325,3 +325,29 @@ func TestManagerFilesOverLocal(t *testing.T) {
 	_, err = m.PutFile(ctx, "bob", ci.ID, "/mnt/data/x", "", strings.NewReader("x"), 0)
 	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "another identity")
 }
+
+// TestLocalFilesWriteDuringRun: a run that ends while a write is in progress does not list
+// the write's temporary file, and the file appears whole once the write is done.
+func TestLocalFilesWriteDuringRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
+	fa := filesOf(t, c)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := fa.WriteFile(ctx, "/mnt/data/slow.bin", pr, 0)
+		done <- err
+	}()
+	_, err := pw.Write(make([]byte, 1<<20))
+	require.NoError(t, err, "first half")
+	res := runIn(t, c, listing)
+	assert.Empty(t, res.Files, "a write in progress is not the run's file")
+	assert.Contains(t, res.Value, uploadPrefix, "the temporary file is there meanwhile")
+	_, err = pw.Write(make([]byte, 1<<20))
+	require.NoError(t, err, "second half")
+	require.NoError(t, pw.Close(), "end")
+	require.NoError(t, <-done, "WriteFile")
+	res = runIn(t, c, "import os\n(os.path.getsize('slow.bin'), [n for n in os.listdir('.') if n.startswith('.')])")
+	assert.Equal(t, "(2097152, [])", res.Value, "whole, and no temporary file left")
+}
