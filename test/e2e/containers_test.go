@@ -203,28 +203,47 @@ func testContainersPrefixed(t *testing.T, s *Stack) {
 	require.NoError(t, plain.Containers.Delete(ctx, made.ID), "delete")
 }
 
-// TestContainersExpire: a container idle past its expiry (here the server's default expiry,
-// a second) is shown expired and refuses files with the native error.
-func TestContainersExpire(t *testing.T) {
+// TestContainersLimits: with a short default expiry (a second) and a small upload limit (1 MiB),
+// a container idle past its expiry is shown expired and refuses files with the native error,
+// and a file over the limit is a 413 that leaves nothing behind.
+func TestContainersLimits(t *testing.T) {
 	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
 		c.Sandbox.SessionIdleTtl = durationpb.New(time.Second)
+		c.MaxUploadBytes = 1 << 20
 	}})
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		ctx := t.Context()
-		c := s.Client("sk-expire-" + s.Front.Name())
-		made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "short"})
-		require.NoError(t, err, "create")
-		assert.Equal(t, "running", made.Status, "alive at first")
-		time.Sleep(1500 * time.Millisecond)
-		got, err := c.Containers.Get(ctx, made.ID)
-		require.NoError(t, err, "an expired container is still retrieved")
-		assert.Equal(t, "expired", got.Status, "idle past its expiry")
-		_, err = c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(strings.NewReader("x"), "x.txt", "text/plain")})
-		e := apiError(t, err, "upload into an expired container")
-		assert.Equal(t, http.StatusBadRequest, e.StatusCode, "status")
-		assert.Equal(t, "container_expired", e.Code, "code")
-		assert.Equal(t, "invalid_request_error", e.Type, "type")
-		_, err = c.Containers.Files.List(ctx, made.ID, openai.ContainerFileListParams{})
-		assert.Equal(t, "container_expired", apiError(t, err, "list the files of an expired container").Code, "code")
+		c := s.Client("sk-limits-" + s.Front.Name())
+		t.Run("expired", func(t *testing.T) {
+			made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "short"})
+			require.NoError(t, err, "create")
+			assert.Equal(t, "running", made.Status, "alive at first")
+			time.Sleep(1500 * time.Millisecond)
+			got, err := c.Containers.Get(ctx, made.ID)
+			require.NoError(t, err, "an expired container is still retrieved")
+			assert.Equal(t, "expired", got.Status, "idle past its expiry")
+			_, err = c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(strings.NewReader("x"), "x.txt", "text/plain")})
+			e := apiError(t, err, "upload into an expired container")
+			assert.Equal(t, http.StatusBadRequest, e.StatusCode, "status")
+			assert.Equal(t, "container_expired", e.Code, "code")
+			assert.Equal(t, "invalid_request_error", e.Type, "type")
+			_, err = c.Containers.Files.List(ctx, made.ID, openai.ContainerFileListParams{})
+			assert.Equal(t, "container_expired", apiError(t, err, "list the files of an expired container").Code, "code")
+		})
+		t.Run("too large", func(t *testing.T) {
+			made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "small",
+				ExpiresAfter: openai.ContainerNewParamsExpiresAfter{Anchor: "last_active_at", Minutes: 1}})
+			require.NoError(t, err, "create")
+			_, err = c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(bytes.NewReader(make([]byte, 3<<20)), "big.bin", "application/octet-stream")})
+			e := apiError(t, err, "a file over the upload limit")
+			assert.Equal(t, http.StatusRequestEntityTooLarge, e.StatusCode, "status")
+			assert.Equal(t, "file_too_large", e.Code, "code")
+			files, err := c.Containers.Files.List(ctx, made.ID, openai.ContainerFileListParams{})
+			require.NoError(t, err, "list files")
+			assert.Empty(t, files.Data, "nothing is left of it")
+			fits, err := c.Containers.Files.New(ctx, made.ID, openai.ContainerFileNewParams{File: openai.File(bytes.NewReader(make([]byte, 1<<20)), "fits.bin", "application/octet-stream")})
+			require.NoError(t, err, "a file at the limit")
+			assert.Equal(t, int64(1<<20), fits.Bytes, "its size")
+		})
 	})
 }

@@ -474,6 +474,7 @@ func newServerProc(t *testing.T, bin string, s serverSettings) *serverProc {
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`listen: %s
 admin_listen: %s
+api_listen: %s
 upstream: %s
 shutdown_grace: %s
 log_level: info
@@ -481,7 +482,7 @@ default_profile:
   run_timeout: 150s
 sandbox:
   warm_pool_size: 0
-`, s.addr, freeAddr(t), s.upstream, s.grace)
+`, s.addr, freeAddr(t), freeAddr(t), s.upstream, s.grace)
 	path := filepath.Join(dir, "codeinterp.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600), "write the server config")
 	p := &serverProc{bin: bin, config: path, addr: s.addr}
