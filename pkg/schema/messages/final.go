@@ -77,14 +77,7 @@ func Final(in FinalInput) ([]byte, error) {
 				continue
 			}
 			runs++
-			srvID := ServerToolUseID(id)
-			input := b.Get("input").Raw
-			if input == "" {
-				input = "{}"
-			}
-			blocks = append(blocks,
-				`{"type":"server_tool_use","id":`+quote(srvID)+`,"name":"`+k.nativeName()+`","input":`+input+`,"caller":{"type":"direct"}}`,
-				res.Block(srvID))
+			blocks = append(blocks, serverToolUse(b, k), res.Block(ServerToolUseID(id)))
 		}
 	}
 	last := in.Rounds[len(in.Rounds)-1].Body
