@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
@@ -205,11 +204,15 @@ func (e *events) delta(ev schema.Event) error {
 	case typ != "content_block_delta":
 		return nil
 	}
-	out, err := sjson.Set(data.Raw, "index", l.base+u)
-	if err != nil {
-		return fmt.Errorf("relay messages stream: %w", err)
+	// The event as the native stream has it, at the client's index.
+	out := `{"type":"` + typ + `","index":` + itoa(l.base+u)
+	switch typ {
+	case "content_block_start":
+		out += `,"content_block":` + data.Get("content_block").Raw
+	case "content_block_delta":
+		out += `,"delta":` + rawOr(data.Get("delta"), "{}")
 	}
-	e.ew.event(typ, out)
+	e.ew.event(typ, out+"}")
 	return nil
 }
 

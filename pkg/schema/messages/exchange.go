@@ -94,6 +94,8 @@ type exchange struct {
 	req schema.Request
 	// sent is the last request sent upstream, answer the last answer read.
 	sent, answer []byte
+	// sentStream reports whether sent asks for a stream.
+	sentStream bool
 	idle         time.Duration
 	// now is the clock of the container's expiry.
 	now func() time.Time
@@ -147,7 +149,8 @@ func (x *exchange) ParseTurn(body []byte) (schema.Turn, error) {
 }
 
 // FollowUp implements [schema.Exchange]: the last request sent with the answer last read as an
-// assistant turn and a user turn of tool_result blocks carrying the loop's texts for the runs.
+// assistant turn and a user turn of tool_result blocks carrying the loop's texts for the runs;
+// with o.Stream, it asks for an event stream.
 func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOptions) ([]byte, error) {
 	if x.answer == nil {
 		return nil, errors.New("follow up: no answer has been read")
@@ -183,6 +186,14 @@ func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOption
 	body, err := FollowUp(x.sent, x.answer, results, FollowUpOptions{ToolChoice: o.ToolChoice, ToolChoiceNone: o.ToolChoiceNone})
 	if err != nil {
 		return nil, err
+	}
+	if o.Stream != x.sentStream {
+		// A streaming client's follow-ups stream (see ReadStream); the rewrite asked for a whole
+		// first answer.
+		if body, err = sjson.SetBytes(body, "stream", o.Stream); err != nil {
+			return nil, fmt.Errorf("follow up: set stream: %w", err)
+		}
+		x.sentStream = o.Stream
 	}
 	x.sent = body
 	return body, nil
