@@ -96,7 +96,7 @@ type exchange struct {
 	sent, answer []byte
 	// sentStream reports whether sent asks for a stream.
 	sentStream bool
-	idle         time.Duration
+	idle       time.Duration
 	// now is the clock of the container's expiry.
 	now func() time.Time
 	// key makes the markers of the results of the bash and text editor programs (see program).
