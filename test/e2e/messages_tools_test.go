@@ -41,6 +41,7 @@ func TestMessagesTools(t *testing.T) {
 		})
 		t.Run("continued in its container", func(t *testing.T) { testMessagesToolsContinued(t, s) })
 		t.Run("timeout", func(t *testing.T) { testMessagesToolsTimeout(t, s) })
+		t.Run("a bash session", func(t *testing.T) { testMessagesBashSession(t, s) })
 	})
 }
 
@@ -207,4 +208,43 @@ func testMessagesToolsContinued(t *testing.T, s *Stack) {
 	require.Len(t, second.Content, 3, "server_tool_use, result, text: %s", second.RawJSON())
 	assert.Equal(t, "kept\n", second.Content[1].AsBashCodeExecutionToolResult().Content.Stdout, "the file lived on in the container")
 	assert.Equal(t, first.Container.ID, second.Container.ID, "the same container")
+}
+
+// testMessagesBashSession runs bash commands in three rounds of one request and a later
+// request in the same container: the working directory, an exported variable and a function
+// carry over as in one shell session; a failing command's return code and stderr come apart.
+func testMessagesBashSession(t *testing.T, s *Stack) {
+	mark := len(s.Model.RequestsTo(messagesPath))
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_s1", "bash_code_execution", map[string]any{"command": `mkdir -p work && cd work && export STAGE=one && greet() { echo "hello $1"; }`}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 5},
+			fakemodel.ToolUse("toolu_s2", "bash_code_execution", map[string]any{"command": `pwd; echo "$STAGE"; greet you; ls /nowhere`}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 3}, fakemodel.Text("Set up."))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 40, Output: 5},
+			fakemodel.ToolUse("toolu_s3", "bash_code_execution", map[string]any{"command": `pwd; sh -c 'echo "child sees $STAGE"'`}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 50, Output: 3}, fakemodel.Text("Still there."))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	client := s.anthropicClient()
+	ctx := context.Background()
+	params := askMessagesTools("Set up a shell.")
+	first, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the first request")
+	require.Len(t, first.Content, 5, "2 × (server_tool_use, result), text: %s", first.RawJSON())
+	read := first.Content[3].AsBashCodeExecutionToolResult().Content
+	assert.Equal(t, "/mnt/data/work\none\nhello you\n", read.Stdout, "cd, export and the function carried over to the next round")
+	assert.Contains(t, read.Stderr, "nowhere", "stderr apart")
+	assert.Equal(t, int64(2), read.ReturnCode, "the failing command's return code")
+
+	params.Messages = append(params.Messages, first.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("Again?")))
+	params.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(first.Container.ID)}
+	second, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the continuation")
+	require.Len(t, second.Content, 3, "server_tool_use, result, text: %s", second.RawJSON())
+	assert.Equal(t, "/mnt/data/work\nchild sees one\n", second.Content[1].AsBashCodeExecutionToolResult().Content.Stdout,
+		"the session lives on in the container for the next request")
+	sent := s.Model.RequestsTo(messagesPath)[mark:]
+	require.Len(t, sent, 5, "two requests")
+	assert.Contains(t, gjson.GetBytes(sent[2].Body, "messages.@reverse.0.content.0.content").String(), "[return code 2]", "the model reads the return code")
 }

@@ -48,6 +48,7 @@ func program(c Call, mark string) string {
 		"    import base64, json, os, re, subprocess\n" +
 		"    a = json.loads(base64.b64decode(" + strconv.Quote(base64.StdEncoding.EncodeToString(raw)) + ").decode())\n" +
 		"    budget = " + itoa(resultBudget) + "\n" +
+		"    SESSION = " + strconv.Quote(bashSession) + "\n" +
 		programBody + "\n" +
 		"    r = " + op + "(a)\n" +
 		"    for k in ('out', 'err', 'c', 'lines', 'msg'):\n" +
@@ -60,6 +61,36 @@ func program(c Call, mark string) string {
 		"    del " + fn + "\n"
 }
 
+// bashSession is the script a bash command runs in (bash -c, with the session file and the
+// command as $1 and $2): it restores the session the file holds — the working directory, the
+// exported and the shell's own variables, the functions — runs the command, and on its way out
+// (also by exit) writes the session back and exits with the command's status. Variables of a new
+// shell that the command only changed without exporting them are not kept.
+const bashSession = `__ci_f=$1 __ci_c=$2
+shift 2
+__ci_base=" $(compgen -v | tr '\n' ' ') "
+. "$__ci_f" >/dev/null 2>&1
+__ci_dump() {
+  __ci_rc=$?
+  trap - EXIT
+  {
+    printf 'cd -- %q\n' "$PWD"
+    export -p
+    for __ci_n in $(compgen -v); do
+      case "$__ci_base" in *" $__ci_n "*) continue ;; esac
+      case "$__ci_n" in __ci_*) continue ;; esac
+      declare -p "$__ci_n" 2>/dev/null
+    done
+    for __ci_n in $(compgen -A function); do
+      [ "$__ci_n" = __ci_dump ] || declare -f "$__ci_n"
+    done
+  } >"$__ci_f" 2>/dev/null
+  exit "$__ci_rc"
+}
+trap __ci_dump EXIT
+eval "$__ci_c"
+`
+
 // programBody holds the functions of the program, indented into its outer function.
 const programBody = `    def cut(s, n):
         b = s.encode('utf-8', 'replace')
@@ -69,23 +100,51 @@ const programBody = `    def cut(s, n):
         return (b[:head].decode('utf-8', 'ignore') + '\n[... %d bytes cut ...]\n' % (len(b) - n) +
                 b[len(b) - tail:].decode('utf-8', 'ignore'))
     def bash(a):
+        import shutil, sys, tempfile, types
+        # The container's shell session: what a command leaves (working directory, variables,
+        # functions) is kept by the interpreter, out of the code's namespace, for the next one.
+        st = sys.modules.get('_codeinterp_bash')
+        if st is None:
+            st = sys.modules['_codeinterp_bash'] = types.ModuleType('_codeinterp_bash')
+            st.state = b''
+        if not os.path.exists('/bin/bash'):
+            return fail('unavailable', 'bash is not installed in the container')
         env = dict(os.environ)
         env.setdefault('PATH', '/usr/local/bin:/usr/bin:/bin')
-        # stdin is not the driver's; the command's processes are a group of their own, ended
-        # with it when the run is interrupted (its time limit).
-        p = subprocess.Popen(a['command'], shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, cwd=os.getcwd(), start_new_session=True, env=env)
+        d = tempfile.mkdtemp(prefix='.codeinterp-bash-')
         try:
-            out, err = p.communicate()
-        except BaseException:
+            f = os.path.join(d, 'session')
+            with open(f, 'wb') as w:
+                w.write(st.state)
+            # stdin is not the driver's; the command's processes are a group of their own, ended
+            # with it when the run is interrupted (its time limit).
             try:
-                os.killpg(p.pid, 9)
+                p = subprocess.Popen(['/bin/bash', '--noprofile', '--norc', '-c', SESSION, 'bash', f, a['command']],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     cwd=os.getcwd(), start_new_session=True, env=env)
+            except OSError as e:
+                return fail('invalid_tool_input', 'The command could not be started: %s' % (e.strerror or e))
+            try:
+                out, err = p.communicate()
+            except BaseException:
+                try:
+                    os.killpg(p.pid, 9)
+                except OSError:
+                    pass
+                p.wait()
+                st.state = b''
+                print('[bash: the command was stopped; the shell session was reset: working directory, variables and functions are as in a new shell]', flush=True)
+                raise
+            try:
+                with open(f, 'rb') as r:
+                    st.state = r.read()
             except OSError:
                 pass
-            p.wait()
-            raise
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        rc = p.returncode if p.returncode >= 0 else 128 - p.returncode
         out, err = out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
-        return {'k': 'bash', 'rc': p.returncode, 'out': cut(out, budget * 3 // 4), 'err': cut(err, budget // 4)}
+        return {'k': 'bash', 'rc': rc, 'out': cut(out, budget * 3 // 4), 'err': cut(err, budget // 4)}
     def fail(code, msg):
         return {'k': 'error', 'code': code, 'msg': msg}
     def editor(a):
