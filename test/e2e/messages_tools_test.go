@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
 
@@ -247,4 +248,46 @@ func testMessagesBashSession(t *testing.T, s *Stack) {
 	sent := s.Model.RequestsTo(messagesPath)[mark:]
 	require.Len(t, sent, 5, "two requests")
 	assert.Contains(t, gjson.GetBytes(sent[2].Body, "messages.@reverse.0.content.0.content").String(), "[return code 2]", "the model reads the return code")
+}
+
+// TestMessagesToolsLimits runs the native limits through both fronts, with a profile that runs
+// two calls a turn: an image viewed by type, a command whose output is beyond what the tool
+// returns (output_file_too_large), and a third call of the turn (too_many_requests).
+func TestMessagesToolsLimits(t *testing.T) {
+	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
+		if c.DefaultProfile == nil {
+			c.DefaultProfile = &configv1.Profile{}
+		}
+		c.DefaultProfile.MaxCallsPerTurn = 2
+	}})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		mark := len(s.Model.RequestsTo(messagesPath))
+		s.Model.Enqueue(messagesPath,
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+				fakemodel.ToolUse("toolu_i1", "bash_code_execution", map[string]any{"command": `printf '\211PNG\r\n\032\nfake' > pic.png && head -c 3000000 /dev/zero`}),
+				fakemodel.ToolUse("toolu_i2", "text_editor_code_execution", map[string]any{"command": "view", "path": "pic.png"}),
+				fakemodel.ToolUse("toolu_i3", "bash_code_execution", map[string]any{"command": "echo third"}))),
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 3}, fakemodel.Text("Limits."))),
+		)
+		t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+		client := s.anthropicClient()
+		msg, err := client.Messages.New(context.Background(), askMessagesTools("Test the limits."))
+		require.NoError(t, err, "the request")
+		require.Len(t, msg.Content, 7, "3 × (server_tool_use, result), text: %s", msg.RawJSON())
+		big := msg.Content[1].AsBashCodeExecutionToolResult().Content
+		assert.EqualValues(t, "output_file_too_large", big.ErrorCode, "output beyond the tool's limit: %s", msg.Content[1].RawJSON())
+		img := msg.Content[3].AsTextEditorCodeExecutionToolResult().Content
+		assert.EqualValues(t, "image", img.FileType, "an image by type: %s", msg.Content[3].RawJSON())
+		assert.Equal(t, "iVBORw0KGgpmYWtl", img.Content, "its bytes as base64")
+		third := msg.Content[5].AsBashCodeExecutionToolResult().Content
+		assert.EqualValues(t, "too_many_requests", third.ErrorCode, "a call beyond the turn's limit: %s", msg.Content[5].RawJSON())
+
+		sent := s.Model.RequestsTo(messagesPath)[mark:]
+		require.Len(t, sent, 2, "one round and the answer")
+		results := gjson.GetBytes(sent[1].Body, "messages.@reverse.0.content").Array()
+		require.Len(t, results, 3, "three tool results")
+		assert.Contains(t, results[0].Get("content").String(), "output_file_too_large", "the model is told")
+		assert.Contains(t, results[1].Get("content").String(), "[image file, 12 bytes", "the model reads what the view is")
+		assert.Contains(t, results[2].Get("content").String(), "not run", "and why the third did not run")
+	})
 }

@@ -263,18 +263,34 @@ func result(c Call, cc schema.CodeCall, key []byte) Result {
 		r.ErrorCode = ErrTimeExceeded
 	case c.Kind != Python:
 		if pr, ok := programResult(c.Kind, marker(key, c.ID), cc.Run.Stdout); ok {
+			if pr.Kind == Bash && pr.ErrorCode == "" {
+				pr.FileIDs = fileIDs(cc)
+			}
 			return pr
 		}
 		// The program did not get to print its result (its output was cut short).
 		r.ErrorCode = ErrUnavailable
 	default:
 		r.Stdout, r.Stderr, r.ReturnCode = cc.Run.Stdout, cc.Run.Stderr, cc.Run.ReturnCode
+		r.FileIDs = fileIDs(cc)
 	}
 	if r.Kind == Editor && r.ErrorMessage == "" {
 		// The text editor's error block always carries a message.
 		r.ErrorMessage = editorErrorMessages[r.ErrorCode]
 	}
 	return r
+}
+
+// fileIDs are the container file ids of the files cc's run wrote, for the result's *_output
+// entries; files the sandbox gave no id are left out.
+func fileIDs(cc schema.CodeCall) []string {
+	var ids []string
+	for _, f := range cc.Files {
+		if f.ID != "" {
+			ids = append(ids, f.ID)
+		}
+	}
+	return ids
 }
 
 // callLimitText starts the loop's text for a call beyond the turn's call limit (the loop's

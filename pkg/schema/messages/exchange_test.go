@@ -154,3 +154,19 @@ func TestResultOfCallsNotRun(t *testing.T) {
 		}
 	}
 }
+
+// TestResultFileIDs: the files a run wrote are its result's *_output entries, by their
+// container file ids; a file without one is left out.
+func TestResultFileIDs(t *testing.T) {
+	files := []schema.CodeFile{{ID: "cfile_1", Path: "/mnt/data/a.csv"}, {Path: "/mnt/data/b.csv"}, {ID: "cfile_3", Path: "/mnt/data/c.png"}}
+	py := result(Call{ID: "toolu_p", Kind: Python}, schema.CodeCall{Status: "completed", Run: &schema.CodeRun{Stdout: "ok\n"}, Files: files}, nil)
+	assert.Equal(t, `[{"type":"code_execution_output","file_id":"cfile_1"},{"type":"code_execution_output","file_id":"cfile_3"}]`,
+		gjson.Get(py.Block("srvtoolu_p"), "content.content").Raw, "Python's outputs")
+	key := []byte("k")
+	out := marker(key, "toolu_b") + `{"k":"bash","rc":0,"out":"","err":""}` + "\n"
+	sh := result(Call{ID: "toolu_b", Kind: Bash}, schema.CodeCall{Status: "completed", Run: &schema.CodeRun{Stdout: out}, Files: files}, key)
+	assert.Equal(t, `[{"type":"bash_code_execution_output","file_id":"cfile_1"},{"type":"bash_code_execution_output","file_id":"cfile_3"}]`,
+		gjson.Get(sh.Block("srvtoolu_b"), "content.content").Raw, "bash's outputs")
+	none := result(Call{ID: "toolu_p", Kind: Python}, schema.CodeCall{Status: "completed", Run: &schema.CodeRun{}}, nil)
+	assert.Equal(t, `[]`, gjson.Get(none.Block("srvtoolu_p"), "content.content").Raw, "no files: an empty list")
+}

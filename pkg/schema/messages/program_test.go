@@ -2,6 +2,7 @@ package messages
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -308,4 +309,57 @@ func TestProgramBashSession(t *testing.T) {
 	assert.Contains(t, outs[4], "INTERRUPTED", "and the interrupt goes on to the run")
 	assert.True(t, strings.HasPrefix(results[5].Stdout, real+"\n"), "a new session starts in the working directory: %q", results[5].Stdout)
 	assert.Contains(t, results[5].Stdout, "greeting=\nno f\n", "with nothing of the old one")
+}
+
+// TestProgramLimits: a bash command's output is cut to the result's budget (stderr keeps what
+// stdout leaves of it), more than bashOutputMax is output_file_too_large; the text editor views
+// an image or a PDF whole as base64, by type, and refuses one beyond the budget.
+func TestProgramLimits(t *testing.T) {
+	const mark = "codeinterp-result-0123456789abcdef01234567:"
+	dir := t.TempDir()
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 100)...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pic.png"), png, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "doc.pdf"), []byte("%PDF-1.4\nrest"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "big.png"), append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 20000)...), 0o644))
+	run := func(c Call) Result {
+		t.Helper()
+		out, _ := runProgram(t, dir, c, mark)
+		r, ok := programResult(c.Kind, mark, out)
+		require.True(t, ok, "%s: the result is read: %.200q", c.Input, out)
+		return r
+	}
+	bash := func(cmd string) Call { return Call{ID: "toolu_l", Kind: Bash, Code: cmd, Input: []byte(cmd)} }
+	view := func(path string) Call {
+		return Call{ID: "toolu_v", Kind: Editor, Command: "view", Path: path, Input: []byte(path)}
+	}
+
+	huge := run(bash(`head -c 2000000 /dev/zero | tr '\0' a`))
+	assert.Equal(t, ErrOutputTooLarge, huge.ErrorCode, "more than bashOutputMax")
+	text, isErr := huge.ForModel()
+	assert.True(t, isErr, "an error for the model")
+	assert.Contains(t, text, "2000000 bytes", "which says how much: %s", text)
+	assert.Contains(t, huge.Block("srvtoolu_l"), `"error_code":"output_file_too_large"}`, "the native block")
+
+	long := run(bash(`head -c 100000 /dev/zero | tr '\0' a; echo; echo end; echo oops >&2`))
+	assert.Equal(t, "oops\n", long.Stderr, "a short stderr whole")
+	assert.LessOrEqual(t, len(long.Stdout)+len(long.Stderr), resultBudget+64, "within the budget")
+	assert.Contains(t, long.Stdout, "bytes cut", "the cut is marked")
+	assert.True(t, strings.HasSuffix(long.Stdout, "\nend\n"), "the tail is kept")
+
+	both := run(bash(`head -c 50000 /dev/zero | tr '\0' o; head -c 50000 /dev/zero | tr '\0' e >&2`))
+	assert.Greater(t, len(both.Stdout), 2*len(both.Stderr), "stdout gets most of the budget")
+	assert.GreaterOrEqual(t, len(both.Stderr), resultBudget/4-64, "stderr a quarter")
+
+	img := run(view("pic.png"))
+	require.NotNil(t, img.View, "a view")
+	assert.Equal(t, "image", img.View.FileType, "by type")
+	assert.Equal(t, base64.StdEncoding.EncodeToString(png), img.View.Content, "the bytes as base64")
+	forModel, _ := img.ForModel()
+	assert.Equal(t, "[image file, 108 bytes: shown to the user; its content is not text]", forModel, "the model's text")
+	pdf := run(view("doc.pdf"))
+	require.NotNil(t, pdf.View, "a view")
+	assert.Equal(t, "pdf", pdf.View.FileType, "a PDF")
+	big := run(view("big.png"))
+	assert.Equal(t, ErrInvalidInput, big.ErrorCode, "an image beyond the budget")
+	assert.Contains(t, big.ErrorMessage, "20008 bytes", "says its size")
 }

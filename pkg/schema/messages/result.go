@@ -48,6 +48,14 @@ type View struct {
 // numbered is the view's content as the model reads it: each line after its number, as
 // `cat -n` shows it.
 func (v *View) numbered() string {
+	if v.FileType == "image" || v.FileType == "pdf" {
+		// The content is the file's bytes as base64, which the user sees; a model reads text.
+		n := len(v.Content) / 4 * 3
+		if len(v.Content) >= 2 {
+			n -= strings.Count(v.Content[len(v.Content)-2:], "=")
+		}
+		return fmt.Sprintf("[%s file, %d bytes: shown to the user; its content is not text]", v.FileType, n)
+	}
 	if v.Content == "" {
 		return "[the file is empty]"
 	}
