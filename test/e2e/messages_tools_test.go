@@ -161,7 +161,9 @@ func testMessagesToolsTimeout(t *testing.T, s *Stack) {
 	assert.EqualValues(t, "execution_time_exceeded", res.Content.ErrorCode, "execution_time_exceeded")
 	sent := s.Model.RequestsTo(messagesPath)[mark:]
 	require.Len(t, sent, 2, "the call and the answer")
-	assert.Contains(t, gjson.GetBytes(sent[1].Body, "messages.@reverse.0.content.0.content").String(), "timed out", "the model is told")
+	told := gjson.GetBytes(sent[1].Body, "messages.@reverse.0.content.0.content").String()
+	assert.Contains(t, told, "timed out", "the model is told")
+	assert.Contains(t, told, "the shell session was reset", "and that its shell session is a new one: %s", told)
 }
 
 // toolBlockSummary is what two answers of the same script share: each block's type, text, id,

@@ -245,20 +245,20 @@ func result(c Call, cc schema.CodeCall, key []byte) Result {
 	r := Result{Kind: c.Kind}
 	switch {
 	case c.InputErr != nil:
-		r.ErrorCode = ErrInvalidInput
+		r.ErrorCode, r.NotRun = ErrInvalidInput, true
 		if c.Kind == Editor {
 			r.ErrorMessage = c.InputErr.Error()
 		}
 	case cc.Status == "incomplete":
-		r.ErrorCode = ErrTimeExceeded
+		r.ErrorCode, r.NotRun = ErrTimeExceeded, true
 		if c.Kind == Editor {
 			r.ErrorMessage = "The request's time ran out before the text editor ran."
 		}
 	case cc.Run == nil && callLimited(cc):
-		r.ErrorCode = ErrTooManyRequests
+		r.ErrorCode, r.NotRun = ErrTooManyRequests, true
 	case cc.Run == nil:
 		// Not run: no sandbox, the sandbox lost, a repeat.
-		r.ErrorCode = ErrUnavailable
+		r.ErrorCode, r.NotRun = ErrUnavailable, true
 	case cc.Run.TimedOut:
 		r.ErrorCode = ErrTimeExceeded
 	case c.Kind != Python:

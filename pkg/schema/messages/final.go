@@ -76,7 +76,9 @@ func Final(in FinalInput) ([]byte, error) {
 			if !ran {
 				continue
 			}
-			runs++
+			if !res.NotRun {
+				runs++
+			}
 			blocks = append(blocks, serverToolUse(b, k), res.Block(ServerToolUseID(id)))
 		}
 	}

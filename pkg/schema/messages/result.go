@@ -35,6 +35,9 @@ type Result struct {
 	// ErrorCode, when set, makes the result an error block (ErrInvalidInput, ...), with
 	// ErrorMessage for the text editor.
 	ErrorCode, ErrorMessage string
+	// NotRun reports that the call did not run (its error says why): it is not counted in
+	// usage.server_tool_use.code_execution_requests.
+	NotRun bool
 }
 
 // View is a text editor view: the file's lines, and where they are. The model reads them
