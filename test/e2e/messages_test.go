@@ -247,6 +247,8 @@ func testMessagesRun(t *testing.T, s *Stack, stream bool) *anthropic.Message {
 	assert.False(t, first.Get("tools.0.type").Exists(), "as a plain tool")
 	assert.False(t, first.Get("stream").Bool(), "the model is asked for a whole answer")
 	follow := gjson.ParseBytes(sent[1].Body)
+	// A streaming client's follow-up asks for a stream; the model answers JSON, which does too.
+	assert.Equal(t, stream, follow.Get("stream").Bool(), "the follow-up streams for a streaming client")
 	last := follow.Get("messages.@reverse.0")
 	assert.Equal(t, "user", last.Get("role").String(), "the follow-up ends with a user turn")
 	assert.Equal(t, "tool_result", last.Get("content.0.type").String(), "carrying the tool_result")
