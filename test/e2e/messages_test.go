@@ -2,12 +2,19 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
@@ -240,6 +247,8 @@ func testMessagesRun(t *testing.T, s *Stack, stream bool) *anthropic.Message {
 	assert.False(t, first.Get("tools.0.type").Exists(), "as a plain tool")
 	assert.False(t, first.Get("stream").Bool(), "the model is asked for a whole answer")
 	follow := gjson.ParseBytes(sent[1].Body)
+	// A streaming client's follow-up asks for a stream; the model answers JSON, which does too.
+	assert.Equal(t, stream, follow.Get("stream").Bool(), "the follow-up streams for a streaming client")
 	last := follow.Get("messages.@reverse.0")
 	assert.Equal(t, "user", last.Get("role").String(), "the follow-up ends with a user turn")
 	assert.Equal(t, "tool_result", last.Get("content.0.type").String(), "carrying the tool_result")
@@ -306,4 +315,111 @@ func testMessagesClientErrors(t *testing.T, s *Stack) {
 	assert.Equal(t, "error", gjson.Get(apiErr.RawJSON(), "type").String(), "Anthropic's error shape: %s", apiErr.RawJSON())
 
 	assert.Len(t, s.Model.RequestsTo(messagesPath), mark, "the model is not asked")
+}
+
+// anthropicTextStream is a Messages event stream of one text answer whose text comes in the
+// given pieces; every piece after the first waits for release.
+func anthropicTextStream(t *testing.T, model string, u fakemodel.Usage, release <-chan struct{}, pieces ...string) []fakemodel.Event {
+	t.Helper()
+	ev := func(name string, v any) fakemodel.Event {
+		data, err := json.Marshal(v)
+		require.NoError(t, err, "event %s", name)
+		return fakemodel.Event{Name: name, Data: string(data)}
+	}
+	out := []fakemodel.Event{
+		ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+			"id": "msg_streamed", "type": "message", "role": "assistant", "model": model, "content": []any{},
+			"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": u.Input, "output_tokens": 1},
+		}}),
+		ev("ping", map[string]any{"type": "ping"}),
+		ev("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}}),
+	}
+	for i, p := range pieces {
+		d := ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": p}})
+		if i > 0 {
+			d.Wait, d.Delay = release, 50*time.Millisecond
+		}
+		out = append(out, d)
+	}
+	return append(out,
+		ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}),
+		ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
+			"usage": map[string]any{"output_tokens": u.Output}}),
+		ev("message_stop", map[string]any{"type": "message_stop"}))
+}
+
+// TestMessagesStreamsAsItHappens: a streaming Messages answer reaches the client as the loop
+// goes, through both fronts: the server_tool_use block before its command has run (the
+// follow-up is sent after the run), its result when the run is over; the follow-up asks the
+// model for a stream, and its text reaches the client delta by delta while the model still
+// holds the rest of its stream. The SDK's accumulator reads the whole.
+func TestMessagesStreamsAsItHappens(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	pieces := []string{"It ", "slept, ", "then printed."}
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		mark := len(s.Model.RequestsTo(messagesPath))
+		release := make(chan struct{})
+		var once sync.Once
+		var byClient, useBeforeRun atomic.Bool
+		// The model holds the rest of its stream until the client has read the first delta; a
+		// loop that did not relay it would be released only by this timer, and fail below.
+		timer := time.AfterFunc(15*time.Second, func() { once.Do(func() { close(release) }) })
+		t.Cleanup(func() { timer.Stop() })
+		s.Model.Enqueue(messagesPath,
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+				fakemodel.Text("Sleeping first."),
+				fakemodel.ToolUse("toolu_p1", "bash_code_execution", map[string]any{"command": "sleep 1; echo done"}))),
+			fakemodel.SSE(anthropicTextStream(t, "claude-e2e", fakemodel.Usage{Input: 20, Output: 6}, release, pieces...)...))
+		t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+
+		body := `{"model":"claude-e2e","max_tokens":100,"stream":true,"tools":[{"type":"code_execution_20250825","name":"code_execution"}],` +
+			`"messages":[{"role":"user","content":"Sleep, then print."}]}`
+		got := readStream(t, s, t.Context(), "sk-ant-progressive", messagesPath, body, true, func(line string) bool {
+			switch {
+			case strings.Contains(line, `"content_block":{"type":"server_tool_use"`):
+				useBeforeRun.Store(len(s.Model.RequestsTo(messagesPath)) == mark+1)
+			case strings.HasPrefix(line, `data: {"type":"content_block_delta"`) && strings.Contains(line, `"text":"It "`):
+				once.Do(func() { byClient.Store(true); close(release) })
+			}
+			return false
+		})
+
+		sent := s.Model.RequestsTo(messagesPath)[mark:]
+		require.Len(t, sent, 2, "the first call and one follow-up")
+		assert.True(t, gjson.GetBytes(sent[1].Body, "stream").Bool(), "the follow-up asks the model for a stream")
+		assert.True(t, useBeforeRun.Load(), "the server_tool_use reached the client before the command had run")
+		assert.True(t, byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
+		assert.Less(t, first(t, got, `data: {"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use"`).at,
+			first(t, got, `data: {"type":"content_block_start","index":2,"content_block":{"type":"bash_code_execution_tool_result"`).at, "the call, then its result")
+		var deltas []string
+		for _, a := range got {
+			if strings.HasPrefix(a.line, `data: {"type":"content_block_delta","index":3,`) {
+				deltas = append(deltas, gjson.Get(strings.TrimPrefix(a.line, "data: "), "delta.text").String())
+			}
+		}
+		assert.Equal(t, pieces, deltas, "the follow-up's text arrives in the model's deltas")
+
+		var sse strings.Builder
+		for _, a := range got {
+			sse.WriteString(a.line + "\n")
+			if strings.HasPrefix(a.line, "data: ") {
+				sse.WriteString("\n")
+			}
+		}
+		res := &http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(strings.NewReader(sse.String()))}
+		st := ssestream.NewStream[anthropic.MessageStreamEventUnion](ssestream.NewDecoder(res), nil)
+		var msg anthropic.Message
+		for st.Next() {
+			require.NoError(t, msg.Accumulate(st.Current()), "accumulate %s", st.Current().Type)
+		}
+		require.NoError(t, st.Err(), "the stream")
+		require.Len(t, msg.Content, 4, "text, server_tool_use, result, text: %s", msg.RawJSON())
+		assert.Equal(t, "Sleeping first.", msg.Content[0].Text, "the first text")
+		assert.Equal(t, "done\n", msg.Content[2].AsBashCodeExecutionToolResult().Content.Stdout, "the command's output")
+		assert.Equal(t, strings.Join(pieces, ""), msg.Content[3].Text, "the follow-up's text")
+		assert.Equal(t, int64(30), msg.Usage.InputTokens, "input tokens summed")
+		assert.Equal(t, int64(11), msg.Usage.OutputTokens, "output tokens summed")
+		assert.Equal(t, anthropic.StopReasonEndTurn, msg.StopReason, "stop reason")
+		assert.NotEmpty(t, msg.Container.ID, "the container")
+	})
 }

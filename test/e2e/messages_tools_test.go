@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
 
@@ -41,6 +42,7 @@ func TestMessagesTools(t *testing.T) {
 		})
 		t.Run("continued in its container", func(t *testing.T) { testMessagesToolsContinued(t, s) })
 		t.Run("timeout", func(t *testing.T) { testMessagesToolsTimeout(t, s) })
+		t.Run("a bash session", func(t *testing.T) { testMessagesBashSession(t, s) })
 	})
 }
 
@@ -159,7 +161,9 @@ func testMessagesToolsTimeout(t *testing.T, s *Stack) {
 	assert.EqualValues(t, "execution_time_exceeded", res.Content.ErrorCode, "execution_time_exceeded")
 	sent := s.Model.RequestsTo(messagesPath)[mark:]
 	require.Len(t, sent, 2, "the call and the answer")
-	assert.Contains(t, gjson.GetBytes(sent[1].Body, "messages.@reverse.0.content.0.content").String(), "timed out", "the model is told")
+	told := gjson.GetBytes(sent[1].Body, "messages.@reverse.0.content.0.content").String()
+	assert.Contains(t, told, "timed out", "the model is told")
+	assert.Contains(t, told, "the shell session was reset", "and that its shell session is a new one: %s", told)
 }
 
 // toolBlockSummary is what two answers of the same script share: each block's type, text, id,
@@ -207,4 +211,85 @@ func testMessagesToolsContinued(t *testing.T, s *Stack) {
 	require.Len(t, second.Content, 3, "server_tool_use, result, text: %s", second.RawJSON())
 	assert.Equal(t, "kept\n", second.Content[1].AsBashCodeExecutionToolResult().Content.Stdout, "the file lived on in the container")
 	assert.Equal(t, first.Container.ID, second.Container.ID, "the same container")
+}
+
+// testMessagesBashSession runs bash commands in three rounds of one request and a later
+// request in the same container: the working directory, an exported variable and a function
+// carry over as in one shell session; a failing command's return code and stderr come apart.
+func testMessagesBashSession(t *testing.T, s *Stack) {
+	mark := len(s.Model.RequestsTo(messagesPath))
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_s1", "bash_code_execution", map[string]any{"command": `mkdir -p work && cd work && export STAGE=one && greet() { echo "hello $1"; }`}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 5},
+			fakemodel.ToolUse("toolu_s2", "bash_code_execution", map[string]any{"command": `pwd; echo "$STAGE"; greet you; ls /nowhere`}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 3}, fakemodel.Text("Set up."))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 40, Output: 5},
+			fakemodel.ToolUse("toolu_s3", "bash_code_execution", map[string]any{"command": `pwd; sh -c 'echo "child sees $STAGE"'`}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 50, Output: 3}, fakemodel.Text("Still there."))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	client := s.anthropicClient()
+	ctx := context.Background()
+	params := askMessagesTools("Set up a shell.")
+	first, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the first request")
+	require.Len(t, first.Content, 5, "2 × (server_tool_use, result), text: %s", first.RawJSON())
+	read := first.Content[3].AsBashCodeExecutionToolResult().Content
+	assert.Equal(t, "/mnt/data/work\none\nhello you\n", read.Stdout, "cd, export and the function carried over to the next round")
+	assert.Contains(t, read.Stderr, "nowhere", "stderr apart")
+	assert.Equal(t, int64(2), read.ReturnCode, "the failing command's return code")
+
+	params.Messages = append(params.Messages, first.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("Again?")))
+	params.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(first.Container.ID)}
+	second, err := client.Messages.New(ctx, params)
+	require.NoError(t, err, "the continuation")
+	require.Len(t, second.Content, 3, "server_tool_use, result, text: %s", second.RawJSON())
+	assert.Equal(t, "/mnt/data/work\nchild sees one\n", second.Content[1].AsBashCodeExecutionToolResult().Content.Stdout,
+		"the session lives on in the container for the next request")
+	sent := s.Model.RequestsTo(messagesPath)[mark:]
+	require.Len(t, sent, 5, "two requests")
+	assert.Contains(t, gjson.GetBytes(sent[2].Body, "messages.@reverse.0.content.0.content").String(), "[return code 2]", "the model reads the return code")
+}
+
+// TestMessagesToolsLimits runs the native limits through both fronts, with a profile that runs
+// two calls a turn: an image viewed by type, a command whose output is beyond what the tool
+// returns (output_file_too_large), and a third call of the turn (too_many_requests).
+func TestMessagesToolsLimits(t *testing.T) {
+	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
+		if c.DefaultProfile == nil {
+			c.DefaultProfile = &configv1.Profile{}
+		}
+		c.DefaultProfile.MaxCallsPerTurn = 2
+	}})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		mark := len(s.Model.RequestsTo(messagesPath))
+		s.Model.Enqueue(messagesPath,
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+				fakemodel.ToolUse("toolu_i1", "bash_code_execution", map[string]any{"command": `printf '\211PNG\r\n\032\nfake' > pic.png && head -c 3000000 /dev/zero`}),
+				fakemodel.ToolUse("toolu_i2", "text_editor_code_execution", map[string]any{"command": "view", "path": "pic.png"}),
+				fakemodel.ToolUse("toolu_i3", "bash_code_execution", map[string]any{"command": "echo third"}))),
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 3}, fakemodel.Text("Limits."))),
+		)
+		t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+		client := s.anthropicClient()
+		msg, err := client.Messages.New(context.Background(), askMessagesTools("Test the limits."))
+		require.NoError(t, err, "the request")
+		require.Len(t, msg.Content, 7, "3 × (server_tool_use, result), text: %s", msg.RawJSON())
+		big := msg.Content[1].AsBashCodeExecutionToolResult().Content
+		assert.EqualValues(t, "output_file_too_large", big.ErrorCode, "output beyond the tool's limit: %s", msg.Content[1].RawJSON())
+		img := msg.Content[3].AsTextEditorCodeExecutionToolResult().Content
+		assert.EqualValues(t, "image", img.FileType, "an image by type: %s", msg.Content[3].RawJSON())
+		assert.Equal(t, "iVBORw0KGgpmYWtl", img.Content, "its bytes as base64")
+		third := msg.Content[5].AsBashCodeExecutionToolResult().Content
+		assert.EqualValues(t, "too_many_requests", third.ErrorCode, "a call beyond the turn's limit: %s", msg.Content[5].RawJSON())
+
+		sent := s.Model.RequestsTo(messagesPath)[mark:]
+		require.Len(t, sent, 2, "one round and the answer")
+		results := gjson.GetBytes(sent[1].Body, "messages.@reverse.0.content").Array()
+		require.Len(t, results, 3, "three tool results")
+		assert.Contains(t, results[0].Get("content").String(), "output_file_too_large", "the model is told")
+		assert.Contains(t, results[1].Get("content").String(), "[image file, 12 bytes", "the model reads what the view is")
+		assert.Contains(t, results[2].Get("content").String(), "not run", "and why the third did not run")
+	})
 }

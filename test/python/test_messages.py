@@ -135,3 +135,48 @@ def test_messages_bash_and_editor_stream(model: fm.FakeModel, claude: anthropic.
                                 messages=[{"role": "user", "content": "Write a file."}]) as stream:
         msg = stream.get_final_message()
     check_tools(model, msg, "stream")
+
+
+def text_stream(text_pieces: list[str], usage: tuple[int, int]) -> dict:
+    """A Messages event stream of one text answer in the given pieces."""
+    events: list[tuple[str, dict]] = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_py_streamed", "type": "message", "role": "assistant", "model": MODEL, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": usage[0], "output_tokens": 1}}}),
+        ("ping", {"type": "ping"}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ]
+    events += [("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}})
+               for p in text_pieces]
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": usage[1]}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return fm.sse(*events)
+
+
+def test_messages_streamed_follow_up(model: fm.FakeModel, claude: anthropic.Anthropic) -> None:
+    """A streaming client's follow-up asks the model for a stream; the stream helper's final
+    message has the streamed text after the run, and text deltas reach it one by one."""
+    model.script(MESSAGES,
+                 fm.ok(answer({"type": "tool_use", "id": "toolu_ps1", "name": "bash_code_execution",
+                               "input": {"command": "cd /tmp && export GREETING=hi && echo $GREETING"}}, usage=(10, 5))),
+                 text_stream(["The shell ", "said hi."], usage=(20, 4)))
+    texts: list[str] = []
+    with claude.messages.stream(model=MODEL, max_tokens=1024, tools=[TOOLS_20250825],
+                                messages=[{"role": "user", "content": "Greet."}]) as stream:
+        for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                texts.append(event.delta.text)
+        msg = stream.get_final_message()
+    reqs = model.requests(MESSAGES)
+    assert len(reqs) == 2, "the first request and one follow-up"
+    assert reqs[1].json()["stream"] is True, "the follow-up asks the model for a stream"
+    assert texts == ["The shell ", "said hi."], f"the model's deltas reach the client as they were: {texts}"
+    assert [b.type for b in msg.content] == ["server_tool_use", "bash_code_execution_tool_result", "text"], msg.content
+    assert msg.content[1].content.stdout == "hi\n", msg.content[1]
+    assert msg.content[2].text == "The shell said hi.", msg.content[2]
+    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (30, 9), msg.usage
+    assert msg.stop_reason == "end_turn"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/store"
@@ -66,6 +67,7 @@ func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, er
 		},
 		sent: rq.Body,
 		idle: idle,
+		now:  time.Now,
 		key:  make([]byte, 16),
 	}
 	_, _ = rand.Read(x.key) // crypto/rand.Read never fails
@@ -92,7 +94,11 @@ type exchange struct {
 	req schema.Request
 	// sent is the last request sent upstream, answer the last answer read.
 	sent, answer []byte
-	idle         time.Duration
+	// sentStream reports whether sent asks for a stream.
+	sentStream bool
+	idle       time.Duration
+	// now is the clock of the container's expiry.
+	now func() time.Time
 	// key makes the markers of the results of the bash and text editor programs (see program).
 	key []byte
 }
@@ -143,7 +149,8 @@ func (x *exchange) ParseTurn(body []byte) (schema.Turn, error) {
 }
 
 // FollowUp implements [schema.Exchange]: the last request sent with the answer last read as an
-// assistant turn and a user turn of tool_result blocks carrying the loop's texts for the runs.
+// assistant turn and a user turn of tool_result blocks carrying the loop's texts for the runs;
+// with o.Stream, it asks for an event stream.
 func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOptions) ([]byte, error) {
 	if x.answer == nil {
 		return nil, errors.New("follow up: no answer has been read")
@@ -180,6 +187,14 @@ func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOption
 	if err != nil {
 		return nil, err
 	}
+	if o.Stream != x.sentStream {
+		// A streaming client's follow-ups stream (see ReadStream); the rewrite asked for a whole
+		// first answer.
+		if body, err = sjson.SetBytes(body, "stream", o.Stream); err != nil {
+			return nil, fmt.Errorf("follow up: set stream: %w", err)
+		}
+		x.sentStream = o.Stream
+	}
 	x.sent = body
 	return body, nil
 }
@@ -205,55 +220,94 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 				break
 			}
 			if cc.ContainerID != "" {
-				in.Container = &Container{ID: cc.ContainerID, ExpiresAt: time.Now().Add(x.idle)}
+				in.Container = &Container{ID: cc.ContainerID, ExpiresAt: x.now().Add(x.idle)}
 			}
-			if r, ok := result(t.Calls[j], cc, x.key); ok {
-				in.Rounds[i].Results[t.Calls[j].ID] = r
-			}
+			in.Rounds[i].Results[t.Calls[j].ID] = result(t.Calls[j], cc, x.key)
 		}
 	}
-	return Final(in)
+	out, err := Final(in)
+	if err == nil && x.req.Stream && len(rounds) > 1 {
+		// A stream names its message with the first answer's id (message_start): the answer
+		// keeps that name.
+		if first := gjson.GetBytes(rounds[0].Body, "id"); first.Type == gjson.String {
+			out, err = sjson.SetBytes(out, "id", first.String())
+		}
+	}
+	return out, err
 }
 
-// result is the native result of a call the loop ran as cc, and false for a call left
-// unanswered (the loop stopped before it). A bash or text editor call's result is the one its
-// program printed (see program), under a marker made with key.
-func result(c Call, cc schema.CodeCall, key []byte) (Result, bool) {
+// result is the native result of a call the loop ran as cc. A bash or text editor call's
+// result is the one its program printed (see program), under a marker made with key. A call
+// that did not run gets the error code of why: the loop's deadline came first
+// (execution_time_exceeded), the turn had more calls than the loop runs (too_many_requests),
+// or no sandbox could run it (unavailable).
+func result(c Call, cc schema.CodeCall, key []byte) Result {
 	r := Result{Kind: c.Kind}
 	switch {
-	case cc.Status == "incomplete":
-		return r, false
 	case c.InputErr != nil:
-		r.ErrorCode = ErrInvalidInput
+		r.ErrorCode, r.NotRun = ErrInvalidInput, true
 		if c.Kind == Editor {
 			r.ErrorMessage = c.InputErr.Error()
 		}
+	case cc.Status == "incomplete":
+		r.ErrorCode, r.NotRun = ErrTimeExceeded, true
+		if c.Kind == Editor {
+			r.ErrorMessage = "The request's time ran out before the text editor ran."
+		}
+	case cc.Run == nil && callLimited(cc):
+		r.ErrorCode, r.NotRun = ErrTooManyRequests, true
 	case cc.Run == nil:
-		// Not run: no sandbox, the sandbox lost, a repeat or a call beyond the turn's limit.
-		r.ErrorCode = ErrUnavailable
+		// Not run: no sandbox, the sandbox lost, a repeat.
+		r.ErrorCode, r.NotRun = ErrUnavailable, true
 	case cc.Run.TimedOut:
 		r.ErrorCode = ErrTimeExceeded
 	case c.Kind != Python:
 		if pr, ok := programResult(c.Kind, marker(key, c.ID), cc.Run.Stdout); ok {
-			return pr, true
+			if pr.Kind == Bash && pr.ErrorCode == "" {
+				pr.FileIDs = fileIDs(cc)
+			}
+			return pr
 		}
 		// The program did not get to print its result (its output was cut short).
 		r.ErrorCode = ErrUnavailable
 	default:
 		r.Stdout, r.Stderr, r.ReturnCode = cc.Run.Stdout, cc.Run.Stderr, cc.Run.ReturnCode
+		r.FileIDs = fileIDs(cc)
 	}
 	if r.Kind == Editor && r.ErrorMessage == "" {
 		// The text editor's error block always carries a message.
 		r.ErrorMessage = editorErrorMessages[r.ErrorCode]
 	}
-	return r, true
+	return r
+}
+
+// fileIDs are the container file ids of the files cc's run wrote, for the result's *_output
+// entries; files the sandbox gave no id are left out.
+func fileIDs(cc schema.CodeCall) []string {
+	var ids []string
+	for _, f := range cc.Files {
+		if f.ID != "" {
+			ids = append(ids, f.ID)
+		}
+	}
+	return ids
+}
+
+// callLimitText starts the loop's text for a call beyond the turn's call limit (the loop's
+// documented TextCallLimit), which is the call's output.
+const callLimitText = "[not run: one turn may run at most "
+
+// callLimited reports whether the loop did not run cc because its turn had too many calls.
+func callLimited(cc schema.CodeCall) bool {
+	return len(cc.Outputs) > 0 && strings.HasPrefix(cc.Outputs[0].Logs, callLimitText)
 }
 
 // editorErrorMessages are the messages of the text editor's errors that its program did not
 // report itself.
 var editorErrorMessages = map[string]string{
-	ErrUnavailable:  "The text editor could not run in the container.",
-	ErrTimeExceeded: "The text editor's run exceeded the container's time limit.",
+	ErrUnavailable:     "The text editor could not run in the container.",
+	ErrTimeExceeded:    "The text editor's run exceeded the container's time limit.",
+	ErrTooManyRequests: "The turn made more code calls than one turn may run; make this call in a later turn.",
 }
 
 // ErrorBody implements [schema.Exchange].
@@ -278,50 +332,6 @@ func (x *exchange) UpstreamErrorBody(status int, body []byte) []byte {
 	return ErrorBody(status, msg)
 }
 
-// Events implements [schema.Exchange]: a comment when the first upstream answer is in (so that
-// the client has the stream's headers at once), then the answer as the native event stream when
-// the loop is done (see WriteSSE), or a failure as an error event.
-func (x *exchange) Events(w io.Writer) schema.Sink { return &events{w: w} }
-
-// startComment opens a stream before its first event; SSE clients ignore comments.
-const startComment = ": codeinterp is running the model's code\n\n"
-
-// events writes a loop's answer as the Messages event stream.
-type events struct {
-	w              io.Writer
-	started, ended bool
-}
-
-// Ended reports whether the stream's last event (the answer's message_stop, or an error) was
-// written.
-func (s *events) Ended() bool { return s.ended }
-
-func (s *events) Event(ev schema.Event) error {
-	switch ev.Kind {
-	case schema.EventRound:
-		if s.started {
-			return nil
-		}
-		s.started = true
-		_, err := io.WriteString(s.w, startComment)
-		return err
-	case schema.EventDone:
-		if err := WriteSSE(s.w, ev.Body); err != nil {
-			return fmt.Errorf("encode event stream: %w", err)
-		}
-		s.ended = true
-		return nil
-	case schema.EventFailed:
-		status := ev.Status
-		if status == 0 {
-			status = http.StatusInternalServerError
-		}
-		msg := gjson.GetBytes(ev.Body, "error.message").String()
-		if msg == "" {
-			msg = "codeinterp could not complete the request."
-		}
-		s.ended = true
-		return WriteErrorSSE(s.w, status, msg)
-	}
-	return nil
-}
+// Events implements [schema.Exchange]: the answer is written to w as the native event stream,
+// each event as it happens (see events).
+func (x *exchange) Events(w io.Writer) schema.Sink { return &events{x: x, w: w} }

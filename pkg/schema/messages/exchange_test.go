@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 
+	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
@@ -80,7 +82,8 @@ func TestExchangeRound(t *testing.T) {
 	paused, err := x.Final([]schema.Round{{Body: []byte(exchangeAnswer1), Calls: []schema.CodeCall{{Status: "incomplete"}, {Status: "incomplete"}}}}, "loop_deadline")
 	require.NoError(t, err, "final cut short")
 	assert.Equal(t, "pause_turn", gjson.GetBytes(paused, "stop_reason").String(), "cut short: pause_turn")
-	assert.Len(t, gjson.GetBytes(paused, "content").Array(), 1, "calls left unanswered are not shown: %s", paused)
+	require.Len(t, gjson.GetBytes(paused, "content").Array(), 5, "calls the loop left show why: %s", paused)
+	assert.Equal(t, "execution_time_exceeded", gjson.GetBytes(paused, "content.2.content.error_code").String(), "the deadline came first")
 }
 
 func TestExchangeRefuses(t *testing.T) {
@@ -122,9 +125,48 @@ func TestExchangeEvents(t *testing.T) {
 	assert.Contains(t, out, "event: message_stop\n", "the stream ends")
 	assert.True(t, sink.(interface{ Ended() bool }).Ended(), "and says so")
 
-	b.Reset()
-	sink = x.Events(&b)
-	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventFailed, Status: 502, Body: ErrorBody(502, "The follow-up call to the model failed.")}), "failed")
-	assert.Contains(t, b.String(), "event: error\n", "an error event")
-	assert.Contains(t, b.String(), "The follow-up call to the model failed.", "its message")
+}
+
+// TestResultOfCallsNotRun: a call the loop did not run gets the native error code of why; the
+// loop's own text for a call beyond the turn's limit is what tells it.
+func TestResultOfCallsNotRun(t *testing.T) {
+	bash := Call{ID: "toolu_1", Kind: Bash, Code: "ls"}
+	limited := schema.CodeCall{Status: "failed", Outputs: []schema.CodeOutput{{Type: "logs", Logs: fmt.Sprintf(loop.TextCallLimit, 4) + "\n" + loop.TextRoundLimit}}}
+	tests := []struct {
+		name string
+		give schema.CodeCall
+		call Call
+		want string
+	}{
+		{"deadline", schema.CodeCall{Status: "incomplete"}, bash, ErrTimeExceeded},
+		{"call limit", limited, bash, ErrTooManyRequests},
+		{"no sandbox", schema.CodeCall{Status: "failed", Outputs: []schema.CodeOutput{{Type: "logs", Logs: loop.TextSandboxUnavailable}}}, bash, ErrUnavailable},
+		{"repeat", schema.CodeCall{Status: "failed", Outputs: []schema.CodeOutput{{Type: "logs", Logs: loop.TextRepeated}}}, bash, ErrUnavailable},
+		{"timeout", schema.CodeCall{Status: "failed", Run: &schema.CodeRun{TimedOut: true}}, bash, ErrTimeExceeded},
+		{"bad input", schema.CodeCall{Status: "failed"}, Call{ID: "toolu_2", Kind: Editor, InputErr: errors.New("path must be a string")}, ErrInvalidInput},
+		{"editor, call limit", limited, Call{ID: "toolu_3", Kind: Editor, Command: "view", Path: "a"}, ErrTooManyRequests},
+	}
+	for _, tt := range tests {
+		r := result(tt.call, tt.give, nil)
+		assert.Equal(t, tt.want, r.ErrorCode, "%s: error code", tt.name)
+		if tt.call.Kind == Editor {
+			assert.NotEmpty(t, r.ErrorMessage, "%s: the text editor's error has a message", tt.name)
+		}
+	}
+}
+
+// TestResultFileIDs: the files a run wrote are its result's *_output entries, by their
+// container file ids; a file without one is left out.
+func TestResultFileIDs(t *testing.T) {
+	files := []schema.CodeFile{{ID: "cfile_1", Path: "/mnt/data/a.csv"}, {Path: "/mnt/data/b.csv"}, {ID: "cfile_3", Path: "/mnt/data/c.png"}}
+	py := result(Call{ID: "toolu_p", Kind: Python}, schema.CodeCall{Status: "completed", Run: &schema.CodeRun{Stdout: "ok\n"}, Files: files}, nil)
+	assert.Equal(t, `[{"type":"code_execution_output","file_id":"cfile_1"},{"type":"code_execution_output","file_id":"cfile_3"}]`,
+		gjson.Get(py.Block("srvtoolu_p"), "content.content").Raw, "Python's outputs")
+	key := []byte("k")
+	out := marker(key, "toolu_b") + `{"k":"bash","rc":0,"out":"","err":""}` + "\n"
+	sh := result(Call{ID: "toolu_b", Kind: Bash}, schema.CodeCall{Status: "completed", Run: &schema.CodeRun{Stdout: out}, Files: files}, key)
+	assert.Equal(t, `[{"type":"bash_code_execution_output","file_id":"cfile_1"},{"type":"bash_code_execution_output","file_id":"cfile_3"}]`,
+		gjson.Get(sh.Block("srvtoolu_b"), "content.content").Raw, "bash's outputs")
+	none := result(Call{ID: "toolu_p", Kind: Python}, schema.CodeCall{Status: "completed", Run: &schema.CodeRun{}}, nil)
+	assert.Equal(t, `[]`, gjson.Get(none.Block("srvtoolu_p"), "content.content").Raw, "no files: an empty list")
 }

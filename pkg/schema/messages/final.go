@@ -76,15 +76,10 @@ func Final(in FinalInput) ([]byte, error) {
 			if !ran {
 				continue
 			}
-			runs++
-			srvID := ServerToolUseID(id)
-			input := b.Get("input").Raw
-			if input == "" {
-				input = "{}"
+			if !res.NotRun {
+				runs++
 			}
-			blocks = append(blocks,
-				`{"type":"server_tool_use","id":`+quote(srvID)+`,"name":"`+k.nativeName()+`","input":`+input+`,"caller":{"type":"direct"}}`,
-				res.Block(srvID))
+			blocks = append(blocks, serverToolUse(b, k), res.Block(ServerToolUseID(id)))
 		}
 	}
 	last := in.Rounds[len(in.Rounds)-1].Body

@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // FuzzRewrite: for any body, Rewrite either refuses it as the client's mistake or returns a
@@ -68,4 +72,87 @@ func FuzzWriteSSE(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzUpstreamStream: for any upstream event stream, the reader either refuses it or builds a
+// JSON answer; what it relays goes through the client's progressive stream, and with the
+// answer's round, its calls and the final answer the client's stream is well formed: every
+// data line JSON, the blocks started in index order, as many as the final answer has.
+func FuzzUpstreamStream(f *testing.F) {
+	f.Add([]byte(upstreamSSE))
+	var b bytes.Buffer
+	if err := WriteSSE(&b, []byte(streamAnswer2)); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b.Bytes())
+	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\ndata: {\"type\":\"message_stop\"}\n\n"))
+	f.Fuzz(fuzzBody)
+}
+
+// fuzzBody is FuzzUpstreamStream's check of one stream.
+func fuzzBody(t *testing.T, body []byte) {
+	sx, err := Surface{}.NewExchange([]byte(streamRequest), schema.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := sx.(*exchange)
+	var out bytes.Buffer
+	sink := x.Events(&out)
+	if err := sink.Event(schema.Event{Kind: schema.EventRound, Body: []byte(answer2)}); err != nil {
+		t.Fatalf("first round: %v", err)
+	}
+	answer, err := schema.ReadEventStream(bytes.NewReader(body), 1<<16, x.ReadStream(), func(d []byte) error {
+		if !json.Valid(d) {
+			t.Fatalf("relayed %q: not JSON", d)
+		}
+		return sink.Event(schema.Event{Kind: schema.EventDelta, Round: 1, Body: d})
+	})
+	if err != nil {
+		return
+	}
+	if !json.Valid(answer) {
+		t.Fatalf("stream %q built %q: not JSON", body, answer)
+	}
+	turn, err := x.ParseTurn(answer)
+	if err != nil {
+		t.Fatalf("stream %q built %q: %v", body, answer, err)
+	}
+	if err := sink.Event(schema.Event{Kind: schema.EventRound, Round: 1, Body: answer}); err != nil {
+		t.Fatalf("stream %q, round of %q: %v", body, answer, err)
+	}
+	calls := make([]schema.CodeCall, len(turn.Calls))
+	for i := range calls {
+		calls[i] = schema.CodeCall{ID: "ci", Status: "incomplete"}
+		for _, k := range []schema.EventKind{schema.EventCallStarted, schema.EventCallDone} {
+			if err := sink.Event(schema.Event{Kind: k, Round: 1, Call: &calls[i]}); err != nil {
+				t.Fatalf("stream %q, call %d of %q: %v", body, i, answer, err)
+			}
+		}
+	}
+	final, err := x.Final([]schema.Round{{Body: []byte(answer2)}, {Body: answer, Calls: calls}}, "")
+	if err != nil {
+		t.Fatalf("final of %q: %v", answer, err)
+	}
+	if err := sink.Event(schema.Event{Kind: schema.EventDone, Body: final}); err != nil {
+		t.Fatalf("done %q: %v", final, err)
+	}
+	starts := 0
+	for _, line := range bytes.Split(out.Bytes(), []byte("\n")) {
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		if !json.Valid(data) {
+			t.Fatalf("stream %q: the client's data line %q is not JSON", body, data)
+		}
+		if gjson.GetBytes(data, "type").String() == "content_block_start" {
+			if i := gjson.GetBytes(data, "index").Int(); i != int64(starts) {
+				t.Fatalf("stream %q: block %d started at index %d:\n%s", body, starts, i, out.Bytes())
+			}
+			starts++
+		}
+	}
+	if n := len(gjson.GetBytes(final, "content").Array()); n != starts {
+		t.Fatalf("stream %q: %d blocks streamed, the answer has %d:\n%s\n%s", body, starts, n, out.Bytes(), final)
+	}
 }

@@ -10,8 +10,17 @@
 // bash_code_execution {command} and text_editor_code_execution {command: view|create|
 // str_replace, path, file_text?, old_str?, new_str?}.
 //
+// A client that asks for a stream gets the native event stream as the loop goes: each code call's
+// server_tool_use when it starts, its result block when it ends, the model's text as each round
+// ends, or delta by delta when the round's answer streams: the loop's follow-ups for such a client
+// ask the upstream for a stream, which is read as it arrives (see upstreamStream).
+//
+// bash keeps a shell session per container: what a command leaves (working directory, variables,
+// functions) is kept by the container's interpreter and restored for the next command.
+//
 // Every function takes and returns bytes and edits them by splicing: what it does not need to
-// change stays as the client sent it. Everything here is safe for concurrent use.
+// change stays as the client sent it. Everything here is safe for concurrent use, but for an
+// Exchange, which one request uses at a time.
 package messages
 
 import (

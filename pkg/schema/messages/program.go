@@ -23,6 +23,17 @@ import (
 // Longer outputs and views keep their head and tail, with a note of what was cut.
 const resultBudget = 8 << 10
 
+// bashOutputMax is the most output (stdout and stderr) a bash command may write for its result
+// to show it, cut to its head and tail; a command that writes more gets the native
+// output_file_too_large error (the native API documents no figure: this is ours). Only the
+// head and tail are kept while the command runs.
+const bashOutputMax = 1 << 20
+
+// viewFileMax is the largest text file the text editor views (it reads the whole file to count
+// its lines); a larger one is an invalid_tool_input error that says to read it in parts. An
+// image or a PDF is shown whole, as base64, when it fits the result's budget.
+const viewFileMax = 64 << 20
+
 // marker is the prefix of the result line of the call id, under the exchange's key.
 func marker(key []byte, id string) string {
 	h := sha256.New()
@@ -48,6 +59,9 @@ func program(c Call, mark string) string {
 		"    import base64, json, os, re, subprocess\n" +
 		"    a = json.loads(base64.b64decode(" + strconv.Quote(base64.StdEncoding.EncodeToString(raw)) + ").decode())\n" +
 		"    budget = " + itoa(resultBudget) + "\n" +
+		"    output_max = " + itoa(bashOutputMax) + "\n" +
+		"    view_max = " + itoa(viewFileMax) + "\n" +
+		"    SESSION = " + strconv.Quote(bashSession) + "\n" +
 		programBody + "\n" +
 		"    r = " + op + "(a)\n" +
 		"    for k in ('out', 'err', 'c', 'lines', 'msg'):\n" +
@@ -60,6 +74,36 @@ func program(c Call, mark string) string {
 		"    del " + fn + "\n"
 }
 
+// bashSession is the script a bash command runs in (bash -c, with the session file and the
+// command as $1 and $2): it restores the session the file holds — the working directory, the
+// exported and the shell's own variables, the functions — runs the command, and on its way out
+// (also by exit) writes the session back and exits with the command's status. Variables of a new
+// shell that the command only changed without exporting them are not kept.
+const bashSession = `__ci_f=$1 __ci_c=$2
+shift 2
+__ci_base=" $(compgen -v | tr '\n' ' ') "
+. "$__ci_f" >/dev/null 2>&1
+__ci_dump() {
+  __ci_rc=$?
+  trap - EXIT
+  {
+    printf 'cd -- %q\n' "$PWD"
+    export -p
+    for __ci_n in $(compgen -v); do
+      case "$__ci_base" in *" $__ci_n "*) continue ;; esac
+      case "$__ci_n" in __ci_*) continue ;; esac
+      declare -p "$__ci_n" 2>/dev/null
+    done
+    for __ci_n in $(compgen -A function); do
+      [ "$__ci_n" = __ci_dump ] || declare -f "$__ci_n"
+    done
+  } >"$__ci_f" 2>/dev/null
+  exit "$__ci_rc"
+}
+trap __ci_dump EXIT
+eval "$__ci_c"
+`
+
 // programBody holds the functions of the program, indented into its outer function.
 const programBody = `    def cut(s, n):
         b = s.encode('utf-8', 'replace')
@@ -69,23 +113,106 @@ const programBody = `    def cut(s, n):
         return (b[:head].decode('utf-8', 'ignore') + '\n[... %d bytes cut ...]\n' % (len(b) - n) +
                 b[len(b) - tail:].decode('utf-8', 'ignore'))
     def bash(a):
+        import shutil, sys, tempfile, types
+        # The container's shell session: what a command leaves (working directory, variables,
+        # functions) is kept by the interpreter, out of the code's namespace, for the next one.
+        st = sys.modules.get('_codeinterp_bash')
+        if st is None:
+            st = sys.modules['_codeinterp_bash'] = types.ModuleType('_codeinterp_bash')
+            st.state = b''
+        if not os.path.exists('/bin/bash'):
+            return fail('unavailable', 'bash is not installed in the container')
         env = dict(os.environ)
         env.setdefault('PATH', '/usr/local/bin:/usr/bin:/bin')
-        # stdin is not the driver's; the command's processes are a group of their own, ended
-        # with it when the run is interrupted (its time limit).
-        p = subprocess.Popen(a['command'], shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, cwd=os.getcwd(), start_new_session=True, env=env)
+        d = tempfile.mkdtemp(prefix='.codeinterp-bash-')
         try:
-            out, err = p.communicate()
-        except BaseException:
+            f = os.path.join(d, 'session')
+            with open(f, 'wb') as w:
+                w.write(st.state)
+            # stdin is not the driver's; the command's processes are a group of their own, ended
+            # with it when the run is interrupted (its time limit).
             try:
-                os.killpg(p.pid, 9)
+                p = subprocess.Popen(['/bin/bash', '--noprofile', '--norc', '-c', SESSION, 'bash', f, a['command']],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     cwd=os.getcwd(), start_new_session=True, env=env)
+            except OSError as e:
+                return fail('invalid_tool_input', 'The command could not be started: %s' % (e.strerror or e))
+            try:
+                (out, nout), (err, nerr) = drain(p, budget)
+            except BaseException:
+                try:
+                    os.killpg(p.pid, 9)
+                except OSError:
+                    pass
+                p.wait()
+                st.state = b''
+                print('[bash: the command was stopped; the shell session was reset: working directory, variables and functions are as in a new shell]', flush=True)
+                raise
+            try:
+                with open(f, 'rb') as r:
+                    st.state = r.read()
             except OSError:
                 pass
-            p.wait()
-            raise
-        out, err = out.decode('utf-8', 'replace'), err.decode('utf-8', 'replace')
-        return {'k': 'bash', 'rc': p.returncode, 'out': cut(out, budget * 3 // 4), 'err': cut(err, budget // 4)}
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        if nout + nerr > output_max:
+            return fail('output_file_too_large', 'The command wrote %d bytes of output, more than the %d the tool returns. '
+                        'Write the output to a file and look at parts of it.' % (nout + nerr, output_max))
+        rc = p.returncode if p.returncode >= 0 else 128 - p.returncode
+        # stderr gets a quarter of the budget, or what stdout leaves of it; stdout the rest.
+        ob, eb = len(out.encode('utf-8', 'replace')), len(err.encode('utf-8', 'replace'))
+        ecap = min(eb, max(budget // 4, budget - ob))
+        return {'k': 'bash', 'rc': rc, 'out': cut(out, budget - ecap), 'err': cut(err, ecap)}
+    def drain(p, keep):
+        # Reads the command's stdout and stderr to their end, keeping the head and the tail of
+        # each (keep bytes each at most) and counting the rest, so that a command that prints a
+        # lot does not fill the container's memory.
+        import selectors
+        sel = selectors.DefaultSelector()
+        got = {}
+        for f in (p.stdout, p.stderr):
+            got[f.fileno()] = [bytearray(), bytearray(), 0]
+            sel.register(f.fileno(), selectors.EVENT_READ)
+        left = 2
+        while left:
+            for key, _ in sel.select():
+                b = os.read(key.fd, 65536)
+                if not b:
+                    sel.unregister(key.fd)
+                    left -= 1
+                    continue
+                g = got[key.fd]
+                g[2] += len(b)
+                if len(g[0]) < keep:
+                    n = keep - len(g[0])
+                    g[0] += b[:n]
+                    b = b[n:]
+                g[1] += b
+                if len(g[1]) > 2 * keep:
+                    del g[1][:len(g[1]) - keep]
+        sel.close()
+        p.wait()
+        out = []
+        for f in (p.stdout, p.stderr):
+            head, tail, n = got[f.fileno()]
+            f.close()
+            if n > len(head) + len(tail):
+                text = (head.decode('utf-8', 'ignore') + '\n[... %d bytes cut ...]\n' % (n - len(head) - len(tail)) +
+                        tail.decode('utf-8', 'ignore'))
+            else:
+                text = (head + tail).decode('utf-8', 'replace')
+            out.append((text, n))
+        return out
+    def filetype(full):
+        # An image or a PDF, by its first bytes, as the native view reports them; '' for text.
+        with open(full, 'rb') as f:
+            h = f.read(12)
+        if h.startswith(b'\x89PNG\r\n\x1a\n') or h.startswith(b'\xff\xd8\xff') or h[:6] in (b'GIF87a', b'GIF89a') or \
+                (h[:4] == b'RIFF' and h[8:12] == b'WEBP'):
+            return 'image'
+        if h.startswith(b'%PDF-'):
+            return 'pdf'
+        return ''
     def fail(code, msg):
         return {'k': 'error', 'code': code, 'msg': msg}
     def editor(a):
@@ -111,6 +238,17 @@ const programBody = `    def cut(s, n):
                 if cmd != 'view':
                     return fail('invalid_tool_input', 'The path %s is a directory.' % path)
                 text = ''.join(e + '\n' for e in sorted(os.listdir(full)))
+            elif cmd == 'view' and filetype(full):
+                ft, size = filetype(full), os.path.getsize(full)
+                if (size + 2) // 3 * 4 > budget:
+                    return fail('invalid_tool_input', 'The %s file %s is %d bytes; the text editor shows images and PDFs '
+                                'of at most %d bytes.' % (ft, path, size, budget // 4 * 3))
+                with open(full, 'rb') as f:
+                    data = base64.b64encode(f.read()).decode()
+                return {'k': 'view', 'ft': ft, 'c': data, 'n': 0, 's': 0, 't': 0}
+            elif os.path.getsize(full) > view_max:
+                return fail('invalid_tool_input', 'The file %s is %d bytes, more than the %d the text editor views; '
+                            'look at parts of it with bash (head, sed -n, grep).' % (path, os.path.getsize(full), view_max))
             else:
                 with open(full, encoding='utf-8', errors='replace', newline='') as f:
                     text = f.read()
@@ -156,6 +294,7 @@ func programResult(k Kind, mark, out string) (Result, bool) {
 	// The texts are base64, which encoding/json decodes into []byte.
 	var p struct {
 		K     string `json:"k"`
+		FT    string `json:"ft"`
 		Code  string `json:"code"`
 		Msg   []byte `json:"msg"`
 		Out   []byte `json:"out"`
@@ -182,7 +321,11 @@ func programResult(k Kind, mark, out string) (Result, bool) {
 	case p.K == "bash" && k == Bash:
 		r.Stdout, r.Stderr, r.ReturnCode = string(p.Out), string(p.Err), p.RC
 	case p.K == "view" && k == Editor:
-		r.View = &View{FileType: "text", Content: string(p.C), NumLines: p.N, StartLine: p.S, TotalLines: p.T}
+		ft := p.FT
+		if ft == "" {
+			ft = "text"
+		}
+		r.View = &View{FileType: ft, Content: string(p.C), NumLines: p.N, StartLine: p.S, TotalLines: p.T}
 	case p.K == "create" && k == Editor:
 		r.Create = &Create{IsFileUpdate: p.U}
 	case p.K == "replace" && k == Editor:

@@ -2,6 +2,7 @@ package messages
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -225,4 +226,140 @@ func TestExchangeBashAndEditor(t *testing.T) {
 	assert.Equal(t, "invalid_tool_input", gjson.GetBytes(final, "content.5.content.error_code").String(), "bad input")
 	assert.Equal(t, "execution_time_exceeded", gjson.GetBytes(final, "content.7.content.error_code").String(), "timeout")
 	assert.Equal(t, "Done.", m.Content[8].Text, "final text")
+}
+
+// runSession runs the programs of calls one after the other in one python3 interpreter and
+// namespace, as a container runs a request's calls; a call with a positive interrupt gets a
+// KeyboardInterrupt that long after it starts (its time limit). It returns each program's
+// output.
+func runSession(t *testing.T, dir, mark string, calls []Call, interrupt []float64) []string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 on this host")
+	}
+	var progs []map[string]any
+	for i, c := range calls {
+		progs = append(progs, map[string]any{"code": program(c, mark), "interrupt": interrupt[i]})
+	}
+	js, err := json.Marshal(progs)
+	require.NoError(t, err)
+	wrapper := `import json, signal, sys
+def stop(*a):
+    raise KeyboardInterrupt
+signal.signal(signal.SIGALRM, stop)
+g = {'__name__': '__main__'}
+for p in json.loads(sys.stdin.read()):
+    if p['interrupt'] > 0:
+        signal.setitimer(signal.ITIMER_REAL, p['interrupt'])
+    try:
+        exec(p['code'], g)
+    except KeyboardInterrupt:
+        print('INTERRUPTED')
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    print('\n=END=', flush=True)
+print('NAMES=' + ','.join(sorted(k for k in g if not k.startswith('__'))))
+`
+	cmd := exec.Command(py, "-c", wrapper)
+	cmd.Dir = dir
+	cmd.Stdin = bytes.NewReader(js)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), "the programs run: %s", errOut.String())
+	parts := strings.Split(out.String(), "\n=END=\n")
+	require.Len(t, parts, len(calls)+1, "one output per program: %q", out.String())
+	assert.Equal(t, "NAMES=", strings.TrimSpace(parts[len(calls)]), "the namespace keeps no name")
+	return parts[:len(calls)]
+}
+
+// TestProgramBashSession: the working directory, exported and shell variables and functions a
+// command leaves are there for the next command of the container, also after a failing or
+// exiting one; a command stopped at its time limit leaves a new session, and says so.
+func TestProgramBashSession(t *testing.T) {
+	const mark = "codeinterp-result-0123456789abcdef01234567:"
+	dir := t.TempDir()
+	bash := func(cmd string) Call { return Call{ID: "toolu_s", Kind: Bash, Code: cmd} }
+	calls := []Call{
+		bash(`mkdir -p sub && cd sub && export GREETING='hi there' && f() { echo "f:$1"; } && X=(a "b c") && echo set`),
+		bash(`pwd; echo "$GREETING"; f x; echo "${X[1]}"; bash -c 'echo "child:$GREETING"'; echo warn >&2`),
+		bash(`cd .. && Y=1; false`),
+		bash(`pwd; echo "y=$Y"; cd sub; exit 7`),
+		bash(`pwd; echo "$GREETING"; sleep 30`),
+		bash(`pwd; echo "greeting=$GREETING"; type f >/dev/null 2>&1 || echo "no f"`),
+	}
+	outs := runSession(t, dir, mark, calls, []float64{0, 0, 0, 0, 1, 0})
+	results := make([]Result, len(outs))
+	for i, out := range outs {
+		if i == 4 {
+			continue
+		}
+		r, ok := programResult(Bash, mark, out)
+		require.True(t, ok, "command %d: the result is read: %q", i, out)
+		results[i] = r
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "set\n", results[0].Stdout, "the first command")
+	assert.Equal(t, real+"/sub\nhi there\nf:x\nb c\nchild:hi there\n", results[1].Stdout, "cd, export, a function and an array carried over")
+	assert.Equal(t, "warn\n", results[1].Stderr, "stderr apart")
+	assert.Equal(t, 1, results[2].ReturnCode, "a failing command's return code")
+	assert.Equal(t, real+"\ny=1\n", results[3].Stdout, "after a failing command the session goes on")
+	assert.Equal(t, 7, results[3].ReturnCode, "exit's status")
+	assert.Contains(t, outs[4], "the shell session was reset", "the stopped command says the session is new")
+	assert.Contains(t, outs[4], "INTERRUPTED", "and the interrupt goes on to the run")
+	assert.True(t, strings.HasPrefix(results[5].Stdout, real+"\n"), "a new session starts in the working directory: %q", results[5].Stdout)
+	assert.Contains(t, results[5].Stdout, "greeting=\nno f\n", "with nothing of the old one")
+}
+
+// TestProgramLimits: a bash command's output is cut to the result's budget (stderr keeps what
+// stdout leaves of it), more than bashOutputMax is output_file_too_large; the text editor views
+// an image or a PDF whole as base64, by type, and refuses one beyond the budget.
+func TestProgramLimits(t *testing.T) {
+	const mark = "codeinterp-result-0123456789abcdef01234567:"
+	dir := t.TempDir()
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{7}, 100)...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pic.png"), png, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "doc.pdf"), []byte("%PDF-1.4\nrest"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "big.png"), append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 20000)...), 0o644))
+	run := func(c Call) Result {
+		t.Helper()
+		out, _ := runProgram(t, dir, c, mark)
+		r, ok := programResult(c.Kind, mark, out)
+		require.True(t, ok, "%s: the result is read: %.200q", c.Input, out)
+		return r
+	}
+	bash := func(cmd string) Call { return Call{ID: "toolu_l", Kind: Bash, Code: cmd, Input: []byte(cmd)} }
+	view := func(path string) Call {
+		return Call{ID: "toolu_v", Kind: Editor, Command: "view", Path: path, Input: []byte(path)}
+	}
+
+	huge := run(bash(`head -c 2000000 /dev/zero | tr '\0' a`))
+	assert.Equal(t, ErrOutputTooLarge, huge.ErrorCode, "more than bashOutputMax")
+	text, isErr := huge.ForModel()
+	assert.True(t, isErr, "an error for the model")
+	assert.Contains(t, text, "2000000 bytes", "which says how much: %s", text)
+	assert.Contains(t, huge.Block("srvtoolu_l"), `"error_code":"output_file_too_large"}`, "the native block")
+
+	long := run(bash(`head -c 100000 /dev/zero | tr '\0' a; echo; echo end; echo oops >&2`))
+	assert.Equal(t, "oops\n", long.Stderr, "a short stderr whole")
+	assert.LessOrEqual(t, len(long.Stdout)+len(long.Stderr), resultBudget+64, "within the budget")
+	assert.Contains(t, long.Stdout, "bytes cut", "the cut is marked")
+	assert.True(t, strings.HasSuffix(long.Stdout, "\nend\n"), "the tail is kept")
+
+	both := run(bash(`head -c 50000 /dev/zero | tr '\0' o; head -c 50000 /dev/zero | tr '\0' e >&2`))
+	assert.Greater(t, len(both.Stdout), 2*len(both.Stderr), "stdout gets most of the budget")
+	assert.GreaterOrEqual(t, len(both.Stderr), resultBudget/4-64, "stderr a quarter")
+
+	img := run(view("pic.png"))
+	require.NotNil(t, img.View, "a view")
+	assert.Equal(t, "image", img.View.FileType, "by type")
+	assert.Equal(t, base64.StdEncoding.EncodeToString(png), img.View.Content, "the bytes as base64")
+	forModel, _ := img.ForModel()
+	assert.Equal(t, "[image file, 108 bytes: shown to the user; its content is not text]", forModel, "the model's text")
+	pdf := run(view("doc.pdf"))
+	require.NotNil(t, pdf.View, "a view")
+	assert.Equal(t, "pdf", pdf.View.FileType, "a PDF")
+	big := run(view("big.png"))
+	assert.Equal(t, ErrInvalidInput, big.ErrorCode, "an image beyond the budget")
+	assert.Contains(t, big.ErrorMessage, "20008 bytes", "says its size")
 }

@@ -35,6 +35,9 @@ type Result struct {
 	// ErrorCode, when set, makes the result an error block (ErrInvalidInput, ...), with
 	// ErrorMessage for the text editor.
 	ErrorCode, ErrorMessage string
+	// NotRun reports that the call did not run (its error says why): it is not counted in
+	// usage.server_tool_use.code_execution_requests.
+	NotRun bool
 }
 
 // View is a text editor view: the file's lines, and where they are. The model reads them
@@ -48,6 +51,14 @@ type View struct {
 // numbered is the view's content as the model reads it: each line after its number, as
 // `cat -n` shows it.
 func (v *View) numbered() string {
+	if v.FileType == "image" || v.FileType == "pdf" {
+		// The content is the file's bytes as base64, which the user sees; a model reads text.
+		n := len(v.Content) / 4 * 3
+		if len(v.Content) >= 2 {
+			n -= strings.Count(v.Content[len(v.Content)-2:], "=")
+		}
+		return fmt.Sprintf("[%s file, %d bytes: shown to the user; its content is not text]", v.FileType, n)
+	}
 	if v.Content == "" {
 		return "[the file is empty]"
 	}

@@ -17,12 +17,26 @@ import (
 // content_block_start / content_block_delta / content_block_stop — text as a text_delta, a
 // tool_use or server_tool_use input as an input_json_delta, a result block whole in its
 // content_block_start — then message_delta (stop_reason, stop_sequence, container, usage) and
-// message_stop. The SDKs' message accumulators rebuild the message from it.
+// message_stop. The SDKs' message accumulators rebuild the message from it. The progressive
+// stream of a loop (see events) writes the same events as they happen.
 func WriteSSE(w io.Writer, final []byte) error {
 	msg := gjson.ParseBytes(final)
 	if !gjson.ValidBytes(final) || !msg.IsObject() {
 		return errors.New("sse: the answer is not a JSON object")
 	}
+	ew := &eventWriter{w: w}
+	if err := writeStart(ew, msg); err != nil {
+		return err
+	}
+	for i, b := range msg.Get("content").Array() {
+		writeBlock(ew, i, b)
+	}
+	writeEnd(ew, msg)
+	return ew.err
+}
+
+// writeStart writes message_start, for the message msg begins, and ping.
+func writeStart(ew *eventWriter, msg gjson.Result) error {
 	start, err := sjson.SetRaw(msg.Raw, "content", "[]")
 	if err == nil {
 		start, err = sjson.SetRaw(start, "stop_reason", "null")
@@ -40,50 +54,56 @@ func WriteSSE(w io.Writer, final []byte) error {
 	if err != nil {
 		return fmt.Errorf("sse: message_start: %w", err)
 	}
-	ew := &eventWriter{w: w}
 	ew.event("message_start", `{"type":"message_start","message":`+start+`}`)
 	ew.event("ping", `{"type":"ping"}`)
-	for i, b := range msg.Get("content").Array() {
-		idx := itoa(i)
-		switch b.Get("type").String() {
-		case "text":
-			head, _ := sjson.Set(b.Raw, "text", "")
-			head, _ = sjson.Delete(head, "citations")
-			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+head+`}`)
-			if t := b.Get("text").String(); t != "" {
-				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"text_delta","text":`+quote(t)+`}}`)
-			}
-			for _, c := range b.Get("citations").Array() {
-				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"citations_delta","citation":`+c.Raw+`}}`)
-			}
-		case "thinking":
-			head := `{"type":"thinking","thinking":"","signature":""}`
-			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+head+`}`)
-			if t := b.Get("thinking").String(); t != "" {
-				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"thinking_delta","thinking":`+quote(t)+`}}`)
-			}
-			if s := b.Get("signature").String(); s != "" {
-				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"signature_delta","signature":`+quote(s)+`}}`)
-			}
-		case "tool_use", "server_tool_use":
-			head, _ := sjson.SetRaw(b.Raw, "input", "{}")
-			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+head+`}`)
-			if in := b.Get("input"); in.Exists() && in.Raw != "{}" {
-				ew.event("content_block_delta", `{"type":"content_block_delta","index":`+idx+`,"delta":{"type":"input_json_delta","partial_json":`+quote(in.Raw)+`}}`)
-			}
-		default:
-			// Result blocks (and any other block) arrive whole in their start event.
-			ew.event("content_block_start", `{"type":"content_block_start","index":`+idx+`,"content_block":`+b.Raw+`}`)
+	return nil
+}
+
+// writeBlock writes the content block b at index idx: its start, its deltas, its stop.
+func writeBlock(ew *eventWriter, idx int, b gjson.Result) {
+	i := itoa(idx)
+	switch b.Get("type").String() {
+	case "text":
+		head, _ := sjson.Set(b.Raw, "text", "")
+		head, _ = sjson.Delete(head, "citations")
+		ew.event("content_block_start", `{"type":"content_block_start","index":`+i+`,"content_block":`+head+`}`)
+		if t := b.Get("text").String(); t != "" {
+			ew.event("content_block_delta", `{"type":"content_block_delta","index":`+i+`,"delta":{"type":"text_delta","text":`+quote(t)+`}}`)
 		}
-		ew.event("content_block_stop", `{"type":"content_block_stop","index":`+idx+`}`)
+		for _, c := range b.Get("citations").Array() {
+			ew.event("content_block_delta", `{"type":"content_block_delta","index":`+i+`,"delta":{"type":"citations_delta","citation":`+c.Raw+`}}`)
+		}
+	case "thinking":
+		head := `{"type":"thinking","thinking":"","signature":""}`
+		ew.event("content_block_start", `{"type":"content_block_start","index":`+i+`,"content_block":`+head+`}`)
+		if t := b.Get("thinking").String(); t != "" {
+			ew.event("content_block_delta", `{"type":"content_block_delta","index":`+i+`,"delta":{"type":"thinking_delta","thinking":`+quote(t)+`}}`)
+		}
+		if s := b.Get("signature").String(); s != "" {
+			ew.event("content_block_delta", `{"type":"content_block_delta","index":`+i+`,"delta":{"type":"signature_delta","signature":`+quote(s)+`}}`)
+		}
+	case "tool_use", "server_tool_use":
+		head, _ := sjson.SetRaw(b.Raw, "input", "{}")
+		ew.event("content_block_start", `{"type":"content_block_start","index":`+i+`,"content_block":`+head+`}`)
+		if in := b.Get("input"); in.Exists() && in.Raw != "{}" {
+			ew.event("content_block_delta", `{"type":"content_block_delta","index":`+i+`,"delta":{"type":"input_json_delta","partial_json":`+quote(in.Raw)+`}}`)
+		}
+	default:
+		// Result blocks (and any other block) arrive whole in their start event.
+		ew.event("content_block_start", `{"type":"content_block_start","index":`+i+`,"content_block":`+b.Raw+`}`)
 	}
+	ew.event("content_block_stop", `{"type":"content_block_stop","index":`+i+`}`)
+}
+
+// writeEnd writes message_delta (stop_reason, stop_sequence, container and usage of the final
+// answer msg) and message_stop.
+func writeEnd(ew *eventWriter, msg gjson.Result) {
 	delta := `{"stop_reason":` + rawOr(msg.Get("stop_reason"), "null") + `,"stop_sequence":` + rawOr(msg.Get("stop_sequence"), "null")
 	if c := msg.Get("container"); c.Exists() {
 		delta += `,"container":` + c.Raw
 	}
 	ew.event("message_delta", `{"type":"message_delta","delta":`+delta+`},"usage":`+rawOr(msg.Get("usage"), "{}")+`}`)
 	ew.event("message_stop", `{"type":"message_stop"}`)
-	return ew.err
 }
 
 // WriteErrorSSE writes an error in the middle of a stream as the native API does: an "error"

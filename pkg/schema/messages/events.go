@@ -1,0 +1,261 @@
+package messages
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// events writes the Messages event stream as the loop's events happen: message_start and ping
+// with the first upstream answer; each round's content blocks in order, text and the client's
+// tool_use blocks as the model wrote them (delta by delta when the round's answer streamed),
+// each call of a code tool as a server_tool_use block whose input streams when the call starts
+// and its result block, whole in its content_block_start, when the call ends; message_delta
+// (stop_reason, container, usage summed over the rounds) and message_stop with the final
+// answer, or an error event. The blocks and their order are those of the final answer, so the
+// SDKs' accumulators rebuild the plain answer from the stream. Both name the message after the
+// first upstream answer (see exchange.Final). It is used by one goroutine at a time.
+type events struct {
+	x *exchange
+	w io.Writer
+	// buf holds the events of one step until they are written to w, through ew.
+	buf bytes.Buffer
+	ew  eventWriter
+	// started reports that message_start was written; ended that the stream's last event
+	// (message_stop, error) was.
+	started, ended bool
+	// idx is the client's index of the next content block.
+	idx int
+	// blocks are the current round's content blocks not written yet, calls its calls of the
+	// code tools not started yet, in order; call is the call that is running.
+	blocks []gjson.Result
+	calls  []Call
+	call   Call
+	// live is what was relayed of the round whose upstream answer streams, nil when none.
+	live *liveRound
+}
+
+// liveRound is what the sink relayed of a round as its upstream answer streamed: the round's
+// first content blocks, up to the first call of a code tool (which becomes a server_tool_use
+// once the loop runs it).
+type liveRound struct {
+	round int
+	// base is the client's index of the round's first block.
+	base int
+	// open holds, for each block relayed, whether it is still open (its stop not relayed).
+	open []bool
+	// blocked reports that a block was not relayed: it and every later one are written from
+	// the round's answer.
+	blocked bool
+}
+
+// Ended reports whether the stream's last event (the answer's message_stop, or an error) was
+// written.
+func (e *events) Ended() bool { return e.ended }
+
+// Event implements [schema.Sink].
+func (e *events) Event(ev schema.Event) error {
+	e.ew.w = &e.buf
+	switch ev.Kind {
+	case schema.EventDelta:
+		if err := e.delta(ev); err != nil {
+			return err
+		}
+	case schema.EventRound:
+		e.rest()
+		msg := gjson.ParseBytes(ev.Body)
+		if !msg.IsObject() {
+			return errors.New("encode messages stream: the answer is not a JSON object")
+		}
+		if !e.started {
+			if err := writeStart(&e.ew, msg); err != nil {
+				return err
+			}
+			e.started = true
+		}
+		t, err := ParseTurn(ev.Body, e.x.rq)
+		if err != nil {
+			return fmt.Errorf("encode messages stream: %w", err)
+		}
+		e.blocks, e.calls = msg.Get("content").Array(), t.Calls
+		if err := e.endLive(ev.Round); err != nil {
+			return err
+		}
+		e.untilCall()
+	case schema.EventCallStarted:
+		if len(e.blocks) == 0 || !e.isCode(e.blocks[0]) || len(e.calls) == 0 {
+			return errors.New("encode messages stream: a code call started that the answer does not hold")
+		}
+		b := e.blocks[0]
+		e.blocks, e.call, e.calls = e.blocks[1:], e.calls[0], e.calls[1:]
+		e.block(gjson.Parse(serverToolUse(b, e.call.Kind)))
+	case schema.EventCallDone:
+		if ev.Call == nil {
+			return errors.New("encode messages stream: a code call ended without its result")
+		}
+		r := result(e.call, *ev.Call, e.x.key)
+		e.block(gjson.Parse(r.Block(ServerToolUseID(e.call.ID))))
+		e.untilCall()
+	case schema.EventDone:
+		e.rest()
+		msg := gjson.ParseBytes(ev.Body)
+		if !msg.IsObject() {
+			return errors.New("encode messages stream: the answer is not a JSON object")
+		}
+		if !e.started {
+			if err := writeStart(&e.ew, msg); err != nil {
+				return err
+			}
+			e.started = true
+		}
+		writeEnd(&e.ew, msg)
+		e.ended = true
+	case schema.EventFailed:
+		if !e.started {
+			return nil // nothing was streamed yet: the client gets the JSON error
+		}
+		status := ev.Status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		msg := gjson.GetBytes(ev.Body, "error.message").String()
+		if msg == "" {
+			msg = "codeinterp could not complete the request."
+		}
+		e.ew.event("error", string(ErrorBody(status, msg)))
+		e.ended = true
+	}
+	return e.flush()
+}
+
+// isCode reports whether the content block b is a call of one of the code tools.
+func (e *events) isCode(b gjson.Result) bool {
+	return b.Get("type").String() == "tool_use" && e.x.rq.Names.kindOf(b.Get("name").String(), e.x.rq.Version) != 0
+}
+
+// block writes the content block b at the next index.
+func (e *events) block(b gjson.Result) {
+	writeBlock(&e.ew, e.idx, b)
+	e.idx++
+}
+
+// untilCall writes the current round's blocks up to its next call of a code tool.
+func (e *events) untilCall() {
+	for len(e.blocks) > 0 && !e.isCode(e.blocks[0]) {
+		e.block(e.blocks[0])
+		e.blocks = e.blocks[1:]
+	}
+}
+
+// rest writes the current round's remaining blocks; calls of the code tools that never ran
+// (the model was told to answer in text, or the loop ended) are left out, as the final answer
+// leaves them out.
+func (e *events) rest() {
+	for _, b := range e.blocks {
+		if !e.isCode(b) {
+			e.block(b)
+		}
+	}
+	e.blocks, e.calls = nil, nil
+}
+
+// delta relays an event of a round's streaming upstream answer (see upstreamStream): the
+// content blocks of the round up to its first call of a code tool, with the client's indexes.
+// The rest of the round waits for its answer (EventRound). Nothing is relayed before the
+// stream started (the first answer).
+func (e *events) delta(ev schema.Event) error {
+	if !e.started {
+		return nil
+	}
+	if e.live == nil || e.live.round != ev.Round {
+		e.rest()
+		e.live = &liveRound{round: ev.Round, base: e.idx}
+	}
+	l := e.live
+	if l.blocked {
+		return nil
+	}
+	data := gjson.ParseBytes(ev.Body)
+	if !data.IsObject() {
+		return errors.New("relay messages stream: an upstream event is not a JSON object")
+	}
+	typ, u := data.Get("type").String(), int(data.Get("index").Int())
+	switch {
+	case typ == "content_block_start" && u == len(l.open):
+		if e.isCode(data.Get("content_block")) {
+			l.blocked = true
+			return nil
+		}
+		l.open = append(l.open, true)
+		e.idx++
+	case typ == "content_block_start":
+		l.blocked = true // out of order: the round's answer tells
+		return nil
+	case u < 0 || u >= len(l.open) || !l.open[u]:
+		return nil
+	case typ == "content_block_stop":
+		l.open[u] = false
+	case typ != "content_block_delta":
+		return nil
+	}
+	// The event as the native stream has it, at the client's index.
+	out := `{"type":"` + typ + `","index":` + itoa(l.base+u)
+	switch typ {
+	case "content_block_start":
+		out += `,"content_block":` + data.Get("content_block").Raw
+	case "content_block_delta":
+		out += `,"delta":` + rawOr(data.Get("delta"), "{}")
+	}
+	e.ew.event(typ, out+"}")
+	return nil
+}
+
+// endLive takes out of the round's blocks those relayed while its answer streamed, when round
+// streamed, and ends any of them whose stop the stream did not carry.
+func (e *events) endLive(round int) error {
+	l := e.live
+	if l == nil || l.round != round {
+		return nil
+	}
+	e.live = nil
+	if len(l.open) > len(e.blocks) {
+		return errors.New("relay messages stream: the answer has fewer blocks than its stream")
+	}
+	for i, open := range l.open {
+		if open {
+			e.ew.event("content_block_stop", `{"type":"content_block_stop","index":`+itoa(l.base+i)+`}`)
+		}
+	}
+	e.blocks = e.blocks[len(l.open):]
+	return nil
+}
+
+// flush writes the events made so far.
+func (e *events) flush() error {
+	if e.ew.err != nil {
+		return fmt.Errorf("encode messages stream: %w", e.ew.err)
+	}
+	if e.buf.Len() == 0 {
+		return nil
+	}
+	_, err := e.w.Write(e.buf.Bytes())
+	e.buf.Reset()
+	return err
+}
+
+// serverToolUse is the server_tool_use block the client sees for the model's tool_use block b
+// of a code tool of kind k.
+func serverToolUse(b gjson.Result, k Kind) string {
+	input := b.Get("input").Raw
+	if input == "" {
+		input = "{}"
+	}
+	return `{"type":"server_tool_use","id":` + quote(ServerToolUseID(b.Get("id").String())) + `,"name":"` + k.nativeName() +
+		`","input":` + input + `,"caller":{"type":"direct"}}`
+}
