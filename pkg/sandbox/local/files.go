@@ -169,7 +169,10 @@ func fileErr(op string, err error) error {
 
 // WriteFile implements [sandbox.Files]: the bytes go to a temporary file in path's directory
 // (created as needed), owned by the code's user with mode 0644, renamed over path once all is
-// written. On any failure the temporary file is removed.
+// written. On any failure the temporary file is removed. Only the system calls that make,
+// rename and remove names run with the code's user's credentials, on a locked thread: the
+// bytes are copied as the server, so that a slow upload holds no thread of its own. A write
+// into a container deleted meanwhile stops at its next chunk with ErrClosed.
 func (c *container) WriteFile(ctx context.Context, p string, r io.Reader, limit int64) (sandbox.FileStat, error) {
 	_, dir, base, err := relPath(p)
 	if err != nil {
@@ -180,11 +183,7 @@ func (c *container) WriteFile(ctx context.Context, p string, r io.Reader, limit 
 		return sandbox.FileStat{}, err
 	}
 	defer unix.Close(root)
-	var st sandbox.FileStat
-	err = c.asCodeUser(func() error {
-		st, err = c.writeBelow(ctx, root, dir, base, r, limit)
-		return err
-	})
+	st, err := c.writeBelow(ctx, root, dir, base, r, limit)
 	if err != nil && !errors.Is(err, sandbox.ErrInvalidPath) && !errors.Is(err, sandbox.ErrFileTooLarge) && c.isDeleted() {
 		return sandbox.FileStat{}, sandbox.ErrClosed
 	}
@@ -219,31 +218,52 @@ func (c *container) asCodeUser(f func() error) error {
 
 // writeBelow is WriteFile's work below the data directory root.
 func (c *container) writeBelow(ctx context.Context, root int, dir, base string, r io.Reader, limit int64) (sandbox.FileStat, error) {
-	dfd, err := c.openDir(root, dir, true)
-	if err != nil {
-		return sandbox.FileStat{}, err
-	}
-	defer unix.Close(dfd)
+	dfd, fd := -1, -1
 	tmp := uploadPrefix + randomHex(8)
-	fd, err := openBeneath(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
-	if err != nil {
-		return sandbox.FileStat{}, fileErr("create file", err)
+	err := c.asCodeUser(func() error {
+		var err error
+		if dfd, err = c.openDir(root, dir, true); err != nil {
+			return err
+		}
+		if fd, err = openBeneath(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644); err != nil {
+			return fileErr("create file", err)
+		}
+		if err := unix.Fchmod(fd, 0o644); err != nil { // whatever the server's umask
+			return fmt.Errorf("file mode: %w", err)
+		}
+		return nil
+	})
+	if dfd >= 0 {
+		defer unix.Close(dfd)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	st, err := c.fill(ctx, f, r, limit)
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fileErr("close file", cerr)
-	}
+	var st sandbox.FileStat
 	if err == nil {
-		if rerr := unix.Renameat(dfd, tmp, dfd, base); rerr != nil {
-			err = fileErr("rename file", rerr)
-			if errors.Is(rerr, unix.EISDIR) || errors.Is(rerr, unix.ENOTEMPTY) || errors.Is(rerr, unix.EEXIST) {
-				err = fmt.Errorf("%w: a directory is at %q", sandbox.ErrInvalidPath, base)
-			}
+		f := os.NewFile(uintptr(fd), tmp)
+		fd = -1
+		st, err = c.fill(ctx, f, r, limit)
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fileErr("close file", cerr)
 		}
 	}
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if err == nil {
+		err = c.asCodeUser(func() error {
+			rerr := unix.Renameat(dfd, tmp, dfd, base)
+			switch {
+			case rerr == nil:
+				return nil
+			case errors.Is(rerr, unix.EISDIR), errors.Is(rerr, unix.ENOTEMPTY), errors.Is(rerr, unix.EEXIST):
+				return fmt.Errorf("%w: a directory is at %q", sandbox.ErrInvalidPath, base)
+			}
+			return fileErr("rename file", rerr)
+		})
+	}
 	if err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+		if dfd >= 0 {
+			_ = c.asCodeUser(func() error { return unix.Unlinkat(dfd, tmp, 0) })
+		}
 		return sandbox.FileStat{}, err
 	}
 	return st, nil
@@ -252,12 +272,9 @@ func (c *container) writeBelow(ctx context.Context, root int, dir, base string, 
 // copyBuffer is the size of the chunks a write copies: the file streams through it.
 const copyBuffer = 256 << 10
 
-// fill writes r's bytes to f, at most limit of them when limit > 0, checking ctx between
-// chunks.
+// fill writes r's bytes to f, at most limit of them when limit > 0, checking ctx and the
+// container's deletion between chunks.
 func (c *container) fill(ctx context.Context, f *os.File, r io.Reader, limit int64) (sandbox.FileStat, error) {
-	if err := f.Chmod(0o644); err != nil { // whatever the server's umask
-		return sandbox.FileStat{}, fmt.Errorf("file mode: %w", err)
-	}
 	src := r
 	if limit > 0 {
 		src = io.LimitReader(r, limit+1)
@@ -267,6 +284,10 @@ func (c *container) fill(ctx context.Context, f *os.File, r io.Reader, limit int
 	for {
 		if err := ctx.Err(); err != nil {
 			return sandbox.FileStat{}, fmt.Errorf("write file: %w", err)
+		}
+		if c.isDeleted() {
+			// The container's tmpfs lives on only through the descriptors held here.
+			return sandbox.FileStat{}, sandbox.ErrClosed
 		}
 		k, rerr := src.Read(buf)
 		if k > 0 {

@@ -1,0 +1,133 @@
+package local
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+)
+
+// stallingReader yields one byte, reports that it did, then blocks until release is closed,
+// as a client that sends its upload slowly does.
+type stallingReader struct {
+	started *sync.WaitGroup
+	release <-chan struct{}
+	once    sync.Once
+	sent    bool
+}
+
+func (r *stallingReader) Read(p []byte) (int, error) {
+	if !r.sent {
+		r.sent = true
+		p[0] = 'x'
+		return 1, nil
+	}
+	r.once.Do(r.started.Done)
+	<-r.release
+	return 0, context.Canceled
+}
+
+// osThreads returns the number of threads of this process.
+func osThreads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err, "read /proc/self/status")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			require.NoError(t, err, "parse %q", line)
+			return n
+		}
+	}
+	t.Fatal("no Threads line in /proc/self/status")
+	return 0
+}
+
+// TestAdversarialSlowUploadsHoldNoThreads: uploads whose bytes come slowly (a tenant's many
+// stalled uploads) must not each pin an OS thread, as they would if the whole copy ran on the
+// thread locked for the code's user's file credentials: the runtime dies at 10000 threads.
+func TestAdversarialSlowUploadsHoldNoThreads(t *testing.T) {
+	l := sharedLocal(t)
+	if !l.setUID {
+		t.Skip("the server is not root: files are written with its own credentials, on any thread")
+	}
+	c := newTestContainer(t, l, sandbox.Spec{})
+	fa := filesOf(t, c)
+	require.GreaterOrEqual(t, c.(*container).fileUID, 0, "the container has a uid of its own")
+	const uploads = 48
+	before := osThreads(t)
+	var started, done sync.WaitGroup
+	release := make(chan struct{})
+	started.Add(uploads)
+	errs := make([]error, uploads)
+	for i := range uploads {
+		done.Go(func() {
+			_, errs[i] = fa.WriteFile(context.Background(), "/mnt/data/slow"+strconv.Itoa(i), &stallingReader{started: &started, release: release}, 0)
+		})
+	}
+	started.Wait()
+	during := osThreads(t)
+	close(release)
+	done.Wait()
+	for i, err := range errs {
+		assert.ErrorIs(t, err, context.Canceled, "upload %d ends with its reader's error", i)
+	}
+	assert.Less(t, during-before, uploads/2, "stalled uploads hold OS threads (%d before, %d during)", before, during)
+	res := runIn(t, c, listing)
+	assert.Equal(t, "[]", res.Value, "the failed uploads left nothing")
+}
+
+// endlessReader yields chunk-sized reads every tick, forever, and counts them.
+type endlessReader struct {
+	mu    sync.Mutex
+	reads int
+	tick  time.Duration
+	first chan struct{}
+}
+
+func (r *endlessReader) Read(p []byte) (int, error) {
+	time.Sleep(r.tick)
+	r.mu.Lock()
+	r.reads++
+	if r.reads == 4 {
+		close(r.first)
+	}
+	r.mu.Unlock()
+	return min(len(p), 64<<10), nil
+}
+
+// TestAdversarialUploadStopsAtDelete: an upload into a container deleted meanwhile (the
+// container expired, was deleted, or the server is closing) stops at once with ErrClosed,
+// instead of filling the dead container's tmpfs, which its open descriptors keep alive, for as
+// long as the client sends.
+func TestAdversarialUploadStopsAtDelete(t *testing.T) {
+	t.Parallel()
+	for name, l := range fileModes(t) {
+		t.Run(name, func(t *testing.T) {
+			c := newTestContainer(t, l, sandbox.Spec{})
+			fa := filesOf(t, c)
+			r := &endlessReader{tick: 5 * time.Millisecond, first: make(chan struct{})}
+			errc := make(chan error, 1)
+			go func() {
+				_, err := fa.WriteFile(context.Background(), "/mnt/data/endless.bin", r, 0)
+				errc <- err
+			}()
+			<-r.first
+			require.NoError(t, c.Delete(context.Background()), "Delete")
+			select {
+			case err := <-errc:
+				assert.ErrorIs(t, err, sandbox.ErrClosed, "the upload into the deleted container")
+			case <-time.After(5 * time.Second):
+				t.Fatal("the upload goes on into the deleted container")
+			}
+		})
+	}
+}
