@@ -348,7 +348,8 @@ func (c *container) openRegular(p string, flags int) (int, sandbox.FileStat, err
 }
 
 // OpenFile implements [sandbox.Files]. The file is opened non-blocking (a FIFO planted in its
-// place cannot hang the server, and is refused as not regular), then read blocking.
+// place cannot hang the server, and is refused as not regular), then read blocking, up to its
+// size when opened: code appending to it cannot make the read endless.
 func (c *container) OpenFile(_ context.Context, p string) (io.ReadCloser, sandbox.FileStat, error) {
 	fd, st, err := c.openRegular(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
@@ -358,7 +359,14 @@ func (c *container) OpenFile(_ context.Context, p string) (io.ReadCloser, sandbo
 		unix.Close(fd)
 		return nil, sandbox.FileStat{}, fmt.Errorf("open file: %w", err)
 	}
-	return os.NewFile(uintptr(fd), path.Base(p)), st, nil
+	f := os.NewFile(uintptr(fd), path.Base(p))
+	return sizedReader{Reader: io.LimitReader(f, st.Size), Closer: f}, st, nil
+}
+
+// sizedReader reads a file up to the size it had when opened.
+type sizedReader struct {
+	io.Reader
+	io.Closer
 }
 
 // StatFile implements [sandbox.Files].

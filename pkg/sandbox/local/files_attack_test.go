@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -131,3 +132,28 @@ func TestAdversarialUploadStopsAtDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestAdversarialDownloadOfAGrowingFile: code that appends to a file while the server reads it
+// cannot make the read go past the size the file had when opened (the size the caller was
+// told, and answers with), nor make it endless.
+func TestAdversarialDownloadOfAGrowingFile(t *testing.T) {
+	t.Parallel()
+	for name, l := range fileModes(t) {
+		t.Run(name, func(t *testing.T) {
+			c := newTestContainer(t, l, sandbox.Spec{})
+			fa := filesOf(t, c)
+			_, err := fa.WriteFile(context.Background(), "/mnt/data/grow.log", strings.NewReader("0123456789"), 0)
+			require.NoError(t, err, "WriteFile")
+			rc, st, err := fa.OpenFile(context.Background(), "/mnt/data/grow.log")
+			require.NoError(t, err, "OpenFile")
+			defer rc.Close()
+			require.Equal(t, int64(10), st.Size, "size when opened")
+			runIn(t, c, "open('grow.log', 'a').write('x' * 100000)")
+			b, err := io.ReadAll(rc)
+			require.NoError(t, err, "read")
+			assert.Equal(t, 10, len(b), "the file as long as it was when opened")
+			assert.Equal(t, "0123456789", string(b[:min(len(b), 10)]), "its content then")
+		})
+	}
+}
+
