@@ -178,6 +178,10 @@ func (c *container) WriteFile(ctx context.Context, p string, r io.Reader, limit 
 	if err != nil {
 		return sandbox.FileStat{}, err
 	}
+	if isUploadTemp(base) {
+		// A run's file list leaves such names out: the code's changes would go unseen.
+		return sandbox.FileStat{}, fmt.Errorf("%w: %q names a write in progress", sandbox.ErrInvalidPath, base)
+	}
 	root, err := c.dataRoot()
 	if err != nil {
 		return sandbox.FileStat{}, err

@@ -157,3 +157,17 @@ func TestAdversarialDownloadOfAGrowingFile(t *testing.T) {
 	}
 }
 
+// TestAdversarialUploadNamedLikeATemporaryFile: a write may not take the name of a write in
+// progress, which a run's file list leaves out.
+func TestAdversarialUploadNamedLikeATemporaryFile(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, Config{Bwrap: "/nonexistent/bwrap", UnsafeNoIsolation: true})
+	c := newTestContainer(t, l, sandbox.Spec{})
+	fa := filesOf(t, c)
+	for _, p := range []string{"/mnt/data/" + uploadPrefix + "0123456789abcdef", "/mnt/data/sub/" + uploadPrefix + "x"} {
+		_, err := fa.WriteFile(context.Background(), p, strings.NewReader("x"), 0)
+		assert.ErrorIs(t, err, sandbox.ErrInvalidPath, "WriteFile(%s)", p)
+	}
+	res := runIn(t, c, listing)
+	assert.Equal(t, "[]", res.Value, "nothing written")
+}
