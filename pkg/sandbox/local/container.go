@@ -69,6 +69,10 @@ type container struct {
 	seq         uint64     // guarded by runMu
 	killedSince bool       // guarded by runMu: stopBackground killed processes after the last run
 
+	// openMu guards fileReaders: the readers OpenFile handed out and not closed yet.
+	openMu      sync.Mutex
+	fileReaders map[*openFile]struct{}
+
 	deleteOnce  sync.Once
 	deleted     chan struct{} // closed when Delete has started
 	cleanupOnce sync.Once
@@ -913,6 +917,7 @@ func (c *container) Delete(ctx context.Context) error {
 		close(c.deleted)
 		close(c.stop)
 		c.kill()
+		c.closeOpenFiles()
 	})
 	select {
 	case <-c.exited:

@@ -353,7 +353,10 @@ func (c *container) openRegular(p string, flags int) (int, sandbox.FileStat, err
 
 // OpenFile implements [sandbox.Files]. The file is opened non-blocking (a FIFO planted in its
 // place cannot hang the server, and is refused as not regular), then read blocking, up to its
-// size when opened: code appending to it cannot make the read endless.
+// size when opened: code appending to it cannot make the read endless. Delete closes the
+// readers still open, which fail from then on with ErrClosed: a reader left open (a download
+// read slowly) must not keep a deleted container's tmpfs, which any descriptor on it keeps
+// alive, beyond the container's caps.
 func (c *container) OpenFile(_ context.Context, p string) (io.ReadCloser, sandbox.FileStat, error) {
 	fd, st, err := c.openRegular(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
@@ -364,13 +367,58 @@ func (c *container) OpenFile(_ context.Context, p string) (io.ReadCloser, sandbo
 		return nil, sandbox.FileStat{}, fmt.Errorf("open file: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), path.Base(p))
-	return sizedReader{Reader: io.LimitReader(f, st.Size), Closer: f}, st, nil
+	o := &openFile{c: c, f: f, r: io.LimitReader(f, st.Size)}
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if c.isDeleted() {
+		f.Close()
+		return nil, sandbox.FileStat{}, sandbox.ErrClosed
+	}
+	if c.fileReaders == nil {
+		c.fileReaders = map[*openFile]struct{}{}
+	}
+	c.fileReaders[o] = struct{}{}
+	return o, st, nil
 }
 
-// sizedReader reads a file up to the size it had when opened.
-type sizedReader struct {
-	io.Reader
-	io.Closer
+// openFile is a reader of a container file, up to the size it had when opened.
+type openFile struct {
+	c *container
+	f *os.File
+	r io.Reader
+}
+
+func (o *openFile) Read(p []byte) (int, error) {
+	if o.c.isDeleted() {
+		return 0, sandbox.ErrClosed
+	}
+	n, err := o.r.Read(p)
+	if err != nil && errors.Is(err, os.ErrClosed) && o.c.isDeleted() {
+		err = sandbox.ErrClosed
+	}
+	return n, err
+}
+
+func (o *openFile) Close() error {
+	o.c.openMu.Lock()
+	_, open := o.c.fileReaders[o]
+	delete(o.c.fileReaders, o)
+	o.c.openMu.Unlock()
+	if !open {
+		return nil // closed already, by Delete or an earlier Close
+	}
+	return o.f.Close()
+}
+
+// closeOpenFiles closes the readers of the container's files still open; the container is
+// deleted.
+func (c *container) closeOpenFiles() {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	for o := range c.fileReaders {
+		o.f.Close() // safe while a Read is in progress: it ends first
+	}
+	c.fileReaders = nil
 }
 
 // StatFile implements [sandbox.Files].

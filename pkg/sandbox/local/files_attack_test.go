@@ -171,3 +171,30 @@ func TestAdversarialUploadNamedLikeATemporaryFile(t *testing.T) {
 	res := runIn(t, c, listing)
 	assert.Equal(t, "[]", res.Value, "nothing written")
 }
+
+// TestAdversarialReaderLeftOpenAfterDelete: a reader of a container file left open (a
+// download read slowly, never finished) must not keep the deleted container's tmpfs alive, as
+// its descriptor would, beyond the caps that bound live containers: Delete closes it, and it
+// fails from then on with ErrClosed.
+func TestAdversarialReaderLeftOpenAfterDelete(t *testing.T) {
+	t.Parallel()
+	for name, l := range fileModes(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := newTestContainer(t, l, sandbox.Spec{})
+			fa := filesOf(t, c)
+			_, err := fa.WriteFile(ctx, "/mnt/data/big.bin", strings.NewReader(strings.Repeat("b", 1<<20)), 0)
+			require.NoError(t, err, "WriteFile")
+			rc, _, err := fa.OpenFile(ctx, "/mnt/data/big.bin")
+			require.NoError(t, err, "OpenFile")
+			buf := make([]byte, 10)
+			_, err = io.ReadFull(rc, buf)
+			require.NoError(t, err, "read the start")
+			require.NoError(t, c.Delete(ctx), "Delete")
+			_, err = rc.Read(buf)
+			assert.ErrorIs(t, err, sandbox.ErrClosed, "a read after Delete")
+			assert.Equal(t, ^uintptr(0), rc.(*openFile).f.Fd(), "Delete closed the descriptor")
+			assert.NoError(t, rc.Close(), "the reader's own Close after Delete")
+		})
+	}
+}
