@@ -182,12 +182,7 @@ func (c *container) WriteFile(ctx context.Context, p string, r io.Reader, limit 
 		// A run's file list leaves such names out: the code's changes would go unseen.
 		return sandbox.FileStat{}, fmt.Errorf("%w: %q names a write in progress", sandbox.ErrInvalidPath, base)
 	}
-	root, err := c.dataRoot()
-	if err != nil {
-		return sandbox.FileStat{}, err
-	}
-	defer unix.Close(root)
-	st, err := c.writeBelow(ctx, root, dir, base, r, limit)
+	st, err := c.write(ctx, dir, base, r, limit)
 	if err != nil && !errors.Is(err, sandbox.ErrInvalidPath) && !errors.Is(err, sandbox.ErrFileTooLarge) && c.isDeleted() {
 		return sandbox.FileStat{}, sandbox.ErrClosed
 	}
@@ -220,11 +215,59 @@ func (c *container) asCodeUser(f func() error) error {
 	return err
 }
 
-// writeBelow is WriteFile's work below the data directory root.
-func (c *container) writeBelow(ctx context.Context, root int, dir, base string, r io.Reader, limit int64) (sandbox.FileStat, error) {
-	dfd, fd := -1, -1
+// write is WriteFile's work. While the bytes are copied it holds only the directory and the
+// temporary file, both closed by Delete: an upload stalled by its client must not keep a
+// deleted container's tmpfs alive.
+func (c *container) write(ctx context.Context, dir, base string, r io.Reader, limit int64) (sandbox.FileStat, error) {
 	tmp := uploadPrefix + randomHex(8)
-	err := c.asCodeUser(func() error {
+	dirF, tmpF, err := c.createTemp(dir, tmp)
+	if err != nil {
+		return sandbox.FileStat{}, err
+	}
+	defer func() {
+		if c.release(dirF) {
+			dirF.Close()
+		}
+	}()
+	st, err := c.fill(ctx, tmpF, r, limit)
+	if c.release(tmpF) {
+		if cerr := tmpF.Close(); err == nil && cerr != nil {
+			err = fileErr("close file", cerr)
+		}
+	}
+	if err == nil {
+		err = c.asCodeUser(func() error {
+			return atFD(dirF, func(dfd int) error {
+				rerr := unix.Renameat(dfd, tmp, dfd, base)
+				switch {
+				case rerr == nil:
+					return nil
+				case errors.Is(rerr, unix.EISDIR), errors.Is(rerr, unix.ENOTEMPTY), errors.Is(rerr, unix.EEXIST):
+					return fmt.Errorf("%w: a directory is at %q", sandbox.ErrInvalidPath, base)
+				}
+				return fileErr("rename file", rerr)
+			})
+		})
+	}
+	if err != nil {
+		_ = c.asCodeUser(func() error {
+			return atFD(dirF, func(dfd int) error { return unix.Unlinkat(dfd, tmp, 0) })
+		})
+		return sandbox.FileStat{}, err
+	}
+	return st, nil
+}
+
+// createTemp makes directory dir (as needed) and the temporary file tmp in it, owned by the
+// code's user with mode 0644, and returns both open, held until Delete (see hold).
+func (c *container) createTemp(dir, tmp string) (dirF, tmpF *os.File, err error) {
+	root, err := c.dataRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unix.Close(root)
+	dfd, fd := -1, -1
+	err = c.asCodeUser(func() error {
 		var err error
 		if dfd, err = c.openDir(root, dir, true); err != nil {
 			return err
@@ -233,44 +276,79 @@ func (c *container) writeBelow(ctx context.Context, root int, dir, base string, 
 			return fileErr("create file", err)
 		}
 		if err := unix.Fchmod(fd, 0o644); err != nil { // whatever the server's umask
+			_ = unix.Unlinkat(dfd, tmp, 0)
 			return fmt.Errorf("file mode: %w", err)
 		}
 		return nil
 	})
-	if dfd >= 0 {
-		defer unix.Close(dfd)
-	}
-	var st sandbox.FileStat
-	if err == nil {
-		f := os.NewFile(uintptr(fd), tmp)
-		fd = -1
-		st, err = c.fill(ctx, f, r, limit)
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = fileErr("close file", cerr)
-		}
-	}
-	if fd >= 0 {
-		unix.Close(fd)
-	}
-	if err == nil {
-		err = c.asCodeUser(func() error {
-			rerr := unix.Renameat(dfd, tmp, dfd, base)
-			switch {
-			case rerr == nil:
-				return nil
-			case errors.Is(rerr, unix.EISDIR), errors.Is(rerr, unix.ENOTEMPTY), errors.Is(rerr, unix.EEXIST):
-				return fmt.Errorf("%w: a directory is at %q", sandbox.ErrInvalidPath, base)
-			}
-			return fileErr("rename file", rerr)
-		})
-	}
 	if err != nil {
-		if dfd >= 0 {
-			_ = c.asCodeUser(func() error { return unix.Unlinkat(dfd, tmp, 0) })
+		if fd >= 0 {
+			unix.Close(fd)
 		}
-		return sandbox.FileStat{}, err
+		if dfd >= 0 {
+			unix.Close(dfd)
+		}
+		return nil, nil, err
 	}
-	return st, nil
+	dirF, tmpF = os.NewFile(uintptr(dfd), dir), os.NewFile(uintptr(fd), tmp)
+	if !c.hold(dirF, tmpF) {
+		_ = c.asCodeUser(func() error { return unix.Unlinkat(dfd, tmp, 0) })
+		dirF.Close()
+		tmpF.Close()
+		return nil, nil, sandbox.ErrClosed
+	}
+	return dirF, tmpF, nil
+}
+
+// atFD calls f with f's descriptor, which stays open meanwhile (Delete may close f from another
+// goroutine: its number must not be reused under f); a closed f is ErrClosed.
+func atFD(file *os.File, f func(fd int) error) error {
+	rc, err := file.SyscallConn()
+	if err != nil {
+		return sandbox.ErrClosed
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return sandbox.ErrClosed
+	}
+	return ferr
+}
+
+// hold records files open on the container's tmpfs, which Delete closes; it fails (holding
+// nothing) once the container is deleted.
+func (c *container) hold(files ...*os.File) bool {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if c.isDeleted() {
+		return false
+	}
+	if c.held == nil {
+		c.held = map[*os.File]struct{}{}
+	}
+	for _, f := range files {
+		c.held[f] = struct{}{}
+	}
+	return true
+}
+
+// release forgets file, and reports whether it was still held: then the caller closes it;
+// otherwise Delete closed it.
+func (c *container) release(file *os.File) bool {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	_, ok := c.held[file]
+	delete(c.held, file)
+	return ok
+}
+
+// closeHeld closes the files still held; the container is deleted.
+func (c *container) closeHeld() {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	for f := range c.held {
+		f.Close() // safe while a system call is in progress on it: the close waits for it
+	}
+	c.held = nil
 }
 
 // copyBuffer is the size of the chunks a write copies: the file streams through it.
@@ -367,18 +445,11 @@ func (c *container) OpenFile(_ context.Context, p string) (io.ReadCloser, sandbo
 		return nil, sandbox.FileStat{}, fmt.Errorf("open file: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), path.Base(p))
-	o := &openFile{c: c, f: f, r: io.LimitReader(f, st.Size)}
-	c.openMu.Lock()
-	defer c.openMu.Unlock()
-	if c.isDeleted() {
+	if !c.hold(f) {
 		f.Close()
 		return nil, sandbox.FileStat{}, sandbox.ErrClosed
 	}
-	if c.fileReaders == nil {
-		c.fileReaders = map[*openFile]struct{}{}
-	}
-	c.fileReaders[o] = struct{}{}
-	return o, st, nil
+	return &openFile{c: c, f: f, r: io.LimitReader(f, st.Size)}, st, nil
 }
 
 // openFile is a reader of a container file, up to the size it had when opened.
@@ -393,32 +464,17 @@ func (o *openFile) Read(p []byte) (int, error) {
 		return 0, sandbox.ErrClosed
 	}
 	n, err := o.r.Read(p)
-	if err != nil && errors.Is(err, os.ErrClosed) && o.c.isDeleted() {
-		err = sandbox.ErrClosed
+	if err != nil && errors.Is(err, os.ErrClosed) {
+		err = sandbox.ErrClosed // closed by Delete
 	}
 	return n, err
 }
 
 func (o *openFile) Close() error {
-	o.c.openMu.Lock()
-	_, open := o.c.fileReaders[o]
-	delete(o.c.fileReaders, o)
-	o.c.openMu.Unlock()
-	if !open {
+	if !o.c.release(o.f) {
 		return nil // closed already, by Delete or an earlier Close
 	}
 	return o.f.Close()
-}
-
-// closeOpenFiles closes the readers of the container's files still open; the container is
-// deleted.
-func (c *container) closeOpenFiles() {
-	c.openMu.Lock()
-	defer c.openMu.Unlock()
-	for o := range c.fileReaders {
-		o.f.Close() // safe while a Read is in progress: it ends first
-	}
-	c.fileReaders = nil
 }
 
 // StatFile implements [sandbox.Files].

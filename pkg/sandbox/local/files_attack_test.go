@@ -198,3 +198,47 @@ func TestAdversarialReaderLeftOpenAfterDelete(t *testing.T) {
 		})
 	}
 }
+
+// fdsNaming returns how many of this process's descriptors have a path containing s.
+func fdsNaming(t *testing.T, s string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err, "read /proc/self/fd")
+	n := 0
+	for _, e := range entries {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.Contains(target, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAdversarialStalledUploadAfterDelete: an upload whose client stopped sending (its read
+// blocks) must not keep the deleted container's tmpfs alive through the descriptors it holds
+// (its directory and temporary file), as a tenant deleting and creating containers under such
+// uploads would pile up tmpfs beyond the caps: Delete closes them, and the upload, once its
+// read returns, fails with ErrClosed.
+func TestAdversarialStalledUploadAfterDelete(t *testing.T) {
+	t.Parallel()
+	for name, l := range fileModes(t) {
+		t.Run(name, func(t *testing.T) {
+			c := newTestContainer(t, l, sandbox.Spec{})
+			fa := filesOf(t, c)
+			dir := "stall-" + randomHex(8)
+			var started sync.WaitGroup
+			started.Add(1)
+			release := make(chan struct{})
+			errc := make(chan error, 1)
+			go func() {
+				_, err := fa.WriteFile(context.Background(), "/mnt/data/"+dir+"/up.bin", &stallingReader{started: &started, release: release}, 0)
+				errc <- err
+			}()
+			started.Wait()
+			require.Equal(t, 2, fdsNaming(t, dir), "the upload holds its directory and temporary file")
+			require.NoError(t, c.Delete(context.Background()), "Delete")
+			assert.Equal(t, 0, fdsNaming(t, dir), "nothing of the deleted container is held open")
+			close(release)
+			assert.ErrorIs(t, <-errc, sandbox.ErrClosed, "the upload, once its read returns")
+		})
+	}
+}
