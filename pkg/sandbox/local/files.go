@@ -346,7 +346,7 @@ func (c *container) closeHeld() {
 	c.openMu.Lock()
 	defer c.openMu.Unlock()
 	for f := range c.held {
-		f.Close() // safe while a system call is in progress on it: the close waits for it
+		f.Close() // safe while a system call is in progress on it: the descriptor goes when it ends
 	}
 	c.held = nil
 }
