@@ -49,9 +49,12 @@ type fileEntry struct {
 type fileTable struct {
 	byPath map[string]*fileEntry
 	byID   map[string]*fileEntry
+	// reserved counts the writes in progress of files not in the table yet: each holds a
+	// place, so that concurrent uploads cannot take the table past its bound.
+	reserved int
 }
 
-func (t *fileTable) full() bool { return len(t.byPath) >= MaxFilesPerContainer }
+func (t *fileTable) full() bool { return len(t.byPath)+t.reserved >= MaxFilesPerContainer }
 
 func (t *fileTable) add(fe *fileEntry) {
 	if t.byPath == nil {
@@ -137,11 +140,25 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 		source = SourceUser
 	}
 	m.mu.Lock()
-	full := e.files.full() && e.files.byPath[p] == nil
-	m.mu.Unlock()
-	if full {
+	reserve := e.files.byPath[p] == nil
+	if reserve && e.files.full() {
+		m.mu.Unlock()
 		return FileInfo{}, fmt.Errorf("%w: the container holds %d files, the most it may", ErrFileTooLarge, MaxFilesPerContainer)
 	}
+	if reserve {
+		e.files.reserved++
+	}
+	m.mu.Unlock()
+	defer func() {
+		if !reserve {
+			return
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !e.dead { // a dead entry's table is gone, its reservations with it
+			e.files.reserved--
+		}
+	}()
 	c, err := m.startedContainer(ctx, e)
 	if err != nil {
 		return FileInfo{}, err
@@ -158,6 +175,10 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	defer m.mu.Unlock()
 	if e.dead {
 		return FileInfo{}, ErrExpiredContainer // deleted meanwhile, and the file with it
+	}
+	if reserve {
+		e.files.reserved-- // the place is taken now, by the file
+		reserve = false
 	}
 	now := time.Now()
 	fe := e.files.byPath[p]

@@ -177,7 +177,10 @@ type Files interface {
 	// The file belongs to the code's user, which may change it.
 	WriteFile(ctx context.Context, path string, r io.Reader, limit int64) (FileStat, error)
 	// OpenFile opens the regular file at path for reading, streamed; the caller closes it.
-	// No such regular file: ErrFileNotFound.
+	// The reader ends at the FileStat's Size at most: a file the code grows while it is read
+	// ends where it was when opened. Once the container is deleted, a reader still open fails
+	// with ErrClosed (its descriptor would keep the deleted container's files in memory). No
+	// such regular file: ErrFileNotFound.
 	OpenFile(ctx context.Context, path string) (io.ReadCloser, FileStat, error)
 	// StatFile returns what the regular file at path is now; ErrFileNotFound when there is
 	// none.

@@ -69,6 +69,11 @@ type container struct {
 	seq         uint64     // guarded by runMu
 	killedSince bool       // guarded by runMu: stopBackground killed processes after the last run
 
+	// openMu guards held: the files open on the container's tmpfs (readers OpenFile handed
+	// out, writes in progress), which Delete closes.
+	openMu sync.Mutex
+	held   map[*os.File]struct{}
+
 	deleteOnce  sync.Once
 	deleted     chan struct{} // closed when Delete has started
 	cleanupOnce sync.Once
@@ -913,6 +918,7 @@ func (c *container) Delete(ctx context.Context) error {
 		close(c.deleted)
 		close(c.stop)
 		c.kill()
+		c.closeHeld()
 	})
 	select {
 	case <-c.exited:

@@ -154,9 +154,12 @@ func (c *container) openDir(root int, dir string, create bool) (int, error) {
 }
 
 // fileErr turns a system call's failure on a file into the sandbox's errors: a full /mnt/data
-// is ErrFileTooLarge, a path that names nothing ErrFileNotFound.
+// is ErrFileTooLarge, a path that names nothing ErrFileNotFound, a directory whose mode the
+// code set to refuse its own user (as whom the server writes) ErrInvalidPath.
 func fileErr(op string, err error) error {
 	switch {
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return fmt.Errorf("%w: %s: the code's permissions refuse it", sandbox.ErrInvalidPath, op)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EFBIG), errors.Is(err, unix.EDQUOT):
 		return fmt.Errorf("%w: %s: /mnt/data is full", sandbox.ErrFileTooLarge, op)
 	case errors.Is(err, unix.ENOENT):
@@ -169,22 +172,20 @@ func fileErr(op string, err error) error {
 
 // WriteFile implements [sandbox.Files]: the bytes go to a temporary file in path's directory
 // (created as needed), owned by the code's user with mode 0644, renamed over path once all is
-// written. On any failure the temporary file is removed.
+// written. On any failure the temporary file is removed. Only the system calls that make,
+// rename and remove names run with the code's user's credentials, on a locked thread: the
+// bytes are copied as the server, so that a slow upload holds no thread of its own. A write
+// into a container deleted meanwhile stops at its next chunk with ErrClosed.
 func (c *container) WriteFile(ctx context.Context, p string, r io.Reader, limit int64) (sandbox.FileStat, error) {
 	_, dir, base, err := relPath(p)
 	if err != nil {
 		return sandbox.FileStat{}, err
 	}
-	root, err := c.dataRoot()
-	if err != nil {
-		return sandbox.FileStat{}, err
+	if isUploadTemp(base) {
+		// A run's file list leaves such names out: the code's changes would go unseen.
+		return sandbox.FileStat{}, fmt.Errorf("%w: %q names a write in progress", sandbox.ErrInvalidPath, base)
 	}
-	defer unix.Close(root)
-	var st sandbox.FileStat
-	err = c.asCodeUser(func() error {
-		st, err = c.writeBelow(ctx, root, dir, base, r, limit)
-		return err
-	})
+	st, err := c.write(ctx, dir, base, r, limit)
 	if err != nil && !errors.Is(err, sandbox.ErrInvalidPath) && !errors.Is(err, sandbox.ErrFileTooLarge) && c.isDeleted() {
 		return sandbox.FileStat{}, sandbox.ErrClosed
 	}
@@ -217,47 +218,148 @@ func (c *container) asCodeUser(f func() error) error {
 	return err
 }
 
-// writeBelow is WriteFile's work below the data directory root.
-func (c *container) writeBelow(ctx context.Context, root int, dir, base string, r io.Reader, limit int64) (sandbox.FileStat, error) {
-	dfd, err := c.openDir(root, dir, true)
+// write is WriteFile's work. While the bytes are copied it holds only the directory and the
+// temporary file, both closed by Delete: an upload stalled by its client must not keep a
+// deleted container's tmpfs alive.
+func (c *container) write(ctx context.Context, dir, base string, r io.Reader, limit int64) (sandbox.FileStat, error) {
+	tmp := uploadPrefix + randomHex(8)
+	dirF, tmpF, err := c.createTemp(dir, tmp)
 	if err != nil {
 		return sandbox.FileStat{}, err
 	}
-	defer unix.Close(dfd)
-	tmp := uploadPrefix + randomHex(8)
-	fd, err := openBeneath(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
-	if err != nil {
-		return sandbox.FileStat{}, fileErr("create file", err)
-	}
-	f := os.NewFile(uintptr(fd), tmp)
-	st, err := c.fill(ctx, f, r, limit)
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fileErr("close file", cerr)
-	}
-	if err == nil {
-		if rerr := unix.Renameat(dfd, tmp, dfd, base); rerr != nil {
-			err = fileErr("rename file", rerr)
-			if errors.Is(rerr, unix.EISDIR) || errors.Is(rerr, unix.ENOTEMPTY) || errors.Is(rerr, unix.EEXIST) {
-				err = fmt.Errorf("%w: a directory is at %q", sandbox.ErrInvalidPath, base)
-			}
+	defer func() {
+		if c.release(dirF) {
+			dirF.Close()
+		}
+	}()
+	st, err := c.fill(ctx, tmpF, r, limit)
+	if c.release(tmpF) {
+		if cerr := tmpF.Close(); err == nil && cerr != nil {
+			err = fileErr("close file", cerr)
 		}
 	}
+	if err == nil {
+		err = c.asCodeUser(func() error {
+			return atFD(dirF, func(dfd int) error {
+				rerr := unix.Renameat(dfd, tmp, dfd, base)
+				switch {
+				case rerr == nil:
+					return nil
+				case errors.Is(rerr, unix.EISDIR), errors.Is(rerr, unix.ENOTEMPTY), errors.Is(rerr, unix.EEXIST):
+					return fmt.Errorf("%w: a directory is at %q", sandbox.ErrInvalidPath, base)
+				}
+				return fileErr("rename file", rerr)
+			})
+		})
+	}
 	if err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+		_ = c.asCodeUser(func() error {
+			return atFD(dirF, func(dfd int) error { return unix.Unlinkat(dfd, tmp, 0) })
+		})
 		return sandbox.FileStat{}, err
 	}
 	return st, nil
 }
 
+// createTemp makes directory dir (as needed) and the temporary file tmp in it, owned by the
+// code's user with mode 0644, and returns both open, held until Delete (see hold).
+func (c *container) createTemp(dir, tmp string) (dirF, tmpF *os.File, err error) {
+	root, err := c.dataRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unix.Close(root)
+	dfd, fd := -1, -1
+	err = c.asCodeUser(func() error {
+		var err error
+		if dfd, err = c.openDir(root, dir, true); err != nil {
+			return err
+		}
+		if fd, err = openBeneath(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644); err != nil {
+			return fileErr("create file", err)
+		}
+		if err := unix.Fchmod(fd, 0o644); err != nil { // whatever the server's umask
+			_ = unix.Unlinkat(dfd, tmp, 0)
+			return fmt.Errorf("file mode: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if dfd >= 0 {
+			unix.Close(dfd)
+		}
+		return nil, nil, err
+	}
+	dirF, tmpF = os.NewFile(uintptr(dfd), dir), os.NewFile(uintptr(fd), tmp)
+	if !c.hold(dirF, tmpF) {
+		_ = c.asCodeUser(func() error { return unix.Unlinkat(dfd, tmp, 0) })
+		dirF.Close()
+		tmpF.Close()
+		return nil, nil, sandbox.ErrClosed
+	}
+	return dirF, tmpF, nil
+}
+
+// atFD calls f with f's descriptor, which stays open meanwhile (Delete may close f from another
+// goroutine: its number must not be reused under f); a closed f is ErrClosed.
+func atFD(file *os.File, f func(fd int) error) error {
+	rc, err := file.SyscallConn()
+	if err != nil {
+		return sandbox.ErrClosed
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return sandbox.ErrClosed
+	}
+	return ferr
+}
+
+// hold records files open on the container's tmpfs, which Delete closes; it fails (holding
+// nothing) once the container is deleted.
+func (c *container) hold(files ...*os.File) bool {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	if c.isDeleted() {
+		return false
+	}
+	if c.held == nil {
+		c.held = map[*os.File]struct{}{}
+	}
+	for _, f := range files {
+		c.held[f] = struct{}{}
+	}
+	return true
+}
+
+// release forgets file, and reports whether it was still held: then the caller closes it;
+// otherwise Delete closed it.
+func (c *container) release(file *os.File) bool {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	_, ok := c.held[file]
+	delete(c.held, file)
+	return ok
+}
+
+// closeHeld closes the files still held; the container is deleted.
+func (c *container) closeHeld() {
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	for f := range c.held {
+		f.Close() // safe while a system call is in progress on it: the descriptor goes when it ends
+	}
+	c.held = nil
+}
+
 // copyBuffer is the size of the chunks a write copies: the file streams through it.
 const copyBuffer = 256 << 10
 
-// fill writes r's bytes to f, at most limit of them when limit > 0, checking ctx between
-// chunks.
+// fill writes r's bytes to f, at most limit of them when limit > 0, checking ctx and the
+// container's deletion between chunks.
 func (c *container) fill(ctx context.Context, f *os.File, r io.Reader, limit int64) (sandbox.FileStat, error) {
-	if err := f.Chmod(0o644); err != nil { // whatever the server's umask
-		return sandbox.FileStat{}, fmt.Errorf("file mode: %w", err)
-	}
 	src := r
 	if limit > 0 {
 		src = io.LimitReader(r, limit+1)
@@ -267,6 +369,10 @@ func (c *container) fill(ctx context.Context, f *os.File, r io.Reader, limit int
 	for {
 		if err := ctx.Err(); err != nil {
 			return sandbox.FileStat{}, fmt.Errorf("write file: %w", err)
+		}
+		if c.isDeleted() {
+			// The container's tmpfs lives on only through the descriptors held here.
+			return sandbox.FileStat{}, sandbox.ErrClosed
 		}
 		k, rerr := src.Read(buf)
 		if k > 0 {
@@ -327,7 +433,11 @@ func (c *container) openRegular(p string, flags int) (int, sandbox.FileStat, err
 }
 
 // OpenFile implements [sandbox.Files]. The file is opened non-blocking (a FIFO planted in its
-// place cannot hang the server, and is refused as not regular), then read blocking.
+// place cannot hang the server, and is refused as not regular), then read blocking, up to its
+// size when opened: code appending to it cannot make the read endless. Delete closes the
+// readers still open, which fail from then on with ErrClosed: a reader left open (a download
+// read slowly) must not keep a deleted container's tmpfs, which any descriptor on it keeps
+// alive, beyond the container's caps.
 func (c *container) OpenFile(_ context.Context, p string) (io.ReadCloser, sandbox.FileStat, error) {
 	fd, st, err := c.openRegular(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
@@ -337,7 +447,37 @@ func (c *container) OpenFile(_ context.Context, p string) (io.ReadCloser, sandbo
 		unix.Close(fd)
 		return nil, sandbox.FileStat{}, fmt.Errorf("open file: %w", err)
 	}
-	return os.NewFile(uintptr(fd), path.Base(p)), st, nil
+	f := os.NewFile(uintptr(fd), path.Base(p))
+	if !c.hold(f) {
+		f.Close()
+		return nil, sandbox.FileStat{}, sandbox.ErrClosed
+	}
+	return &openFile{c: c, f: f, r: io.LimitReader(f, st.Size)}, st, nil
+}
+
+// openFile is a reader of a container file, up to the size it had when opened.
+type openFile struct {
+	c *container
+	f *os.File
+	r io.Reader
+}
+
+func (o *openFile) Read(p []byte) (int, error) {
+	if o.c.isDeleted() {
+		return 0, sandbox.ErrClosed
+	}
+	n, err := o.r.Read(p)
+	if err != nil && errors.Is(err, os.ErrClosed) {
+		err = sandbox.ErrClosed // closed by Delete
+	}
+	return n, err
+}
+
+func (o *openFile) Close() error {
+	if !o.c.release(o.f) {
+		return nil // closed already, by Delete or an earlier Close
+	}
+	return o.f.Close()
 }
 
 // StatFile implements [sandbox.Files].
