@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -38,6 +39,11 @@ type Config struct {
 	MaxUploadBytes int64
 	// MaxExpiry bounds expires_after.minutes; zero means 20 minutes, as natively.
 	MaxExpiry time.Duration
+	// MaxUploadsPerIdentity bounds the file uploads (multipart or by file_id) one identity
+	// has in progress at once; one more is a 429. An upload holds its container in use, so
+	// without a bound a tenant trickling uploads could keep containers from expiring and
+	// hold the server's capacity. Zero means 4.
+	MaxUploadsPerIdentity int
 	// Log receives the handler's logs. If nil, nothing is logged.
 	Log *zap.Logger
 }
@@ -55,6 +61,10 @@ type Handler struct {
 	cfg   Config
 	log   *zap.Logger
 	mux   *http.ServeMux
+
+	// mu guards uploads: the uploads in progress per identity.
+	mu      sync.Mutex
+	uploads map[string]int
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -67,7 +77,10 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 	if cfg.MaxExpiry <= 0 {
 		cfg.MaxExpiry = 20 * time.Minute
 	}
-	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux()}
+	if cfg.MaxUploadsPerIdentity <= 0 {
+		cfg.MaxUploadsPerIdentity = 4
+	}
+	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), uploads: map[string]int{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -121,6 +134,7 @@ func (h *Handler) scoped(fn func(c call)) http.HandlerFunc {
 func (h *Handler) fail(c call, what string, err error) {
 	var inv *InvalidError
 	var re *schema.RequestError
+	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &re):
 		writeError(c.w, re)
@@ -130,7 +144,8 @@ func (h *Handler) fail(c call, what string, err error) {
 		writeError(c.w, &schema.RequestError{Status: http.StatusNotFound, Message: what + " not found.", Code: "not_found"})
 	case errors.Is(err, ErrExpired):
 		writeError(c.w, &schema.RequestError{Message: "Container is expired.", Code: "container_expired"})
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, ErrTooLarge), errors.As(err, &mbe):
+		// A body past its limit is the client's too, wherever in the body the limit was hit.
 		writeError(c.w, &schema.RequestError{Status: http.StatusRequestEntityTooLarge,
 			Message: fmt.Sprintf("The file is too large: files are limited to %d bytes, and to the space left in the container.", h.cfg.MaxUploadBytes),
 			Code:    "file_too_large"})
@@ -379,6 +394,12 @@ func fileToJSON(f File) fileJSON {
 // ("file") or the id of a file of the Files API ("file_id"), or a JSON body {"file_id": …}.
 func (h *Handler) createFile(c call) {
 	id := c.r.PathValue("id")
+	if !h.beginUpload(c.identity) {
+		writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests, Code: "too_many_uploads",
+			Message: fmt.Sprintf("Too many uploads in progress for this API key (at most %d at once): wait for one to finish.", h.cfg.MaxUploadsPerIdentity)})
+		return
+	}
+	defer h.endUpload(c.identity)
 	// The container must be there, alive, before a byte of the upload is read.
 	ct, err := h.store.Get(c.r.Context(), c.identity, id)
 	if err == nil && ct.Expired {
@@ -412,6 +433,26 @@ func (h *Handler) createFile(c call) {
 		return
 	}
 	writeJSON(c.w, fileToJSON(f))
+}
+
+// beginUpload reports whether identity may start one more upload, and counts it if so.
+func (h *Handler) beginUpload(identity string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.uploads[identity] >= h.cfg.MaxUploadsPerIdentity {
+		return false
+	}
+	h.uploads[identity]++
+	return true
+}
+
+// endUpload ends an upload beginUpload counted.
+func (h *Handler) endUpload(identity string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.uploads[identity]--; h.uploads[identity] <= 0 {
+		delete(h.uploads, identity)
+	}
 }
 
 // createFileMultipart reads the parts in order and stores the first "file" or "file_id";

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -615,4 +616,54 @@ func TestContainerFilesByIDRefused(t *testing.T) {
 	assert.NotContains(t, body, "upstream secret", "the upstream's body is not shown")
 	assert.NotContains(t, body, "127.0.0.1", "the upstream's address is not shown")
 	assert.Zero(t, g.store.count("Bearer sk-a"), "no container is made")
+}
+
+// TestUploadsPerIdentityBounded: an identity has at most MaxUploadsPerIdentity uploads in
+// progress; one more is a 429, while another identity still uploads.
+func TestUploadsPerIdentityBounded(t *testing.T) {
+	f := newFixture(t, Config{MaxUploadsPerIdentity: 1})
+	a, err := f.store.Create(t.Context(), "Bearer sk-a", NewContainer{Name: "a"})
+	require.NoError(t, err, "create a")
+	b, err := f.store.Create(t.Context(), "Bearer sk-b", NewContainer{Name: "b"})
+	require.NoError(t, err, "create b")
+
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/containers/"+a.ID+"/files", pr)
+	require.NoError(t, err, "request")
+	req.Header.Set("Authorization", "Bearer sk-a")
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	first := make(chan int, 1)
+	go func() {
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	part, err := mw.CreateFormFile("file", "slow.csv")
+	require.NoError(t, err, "file part")
+	_, err = part.Write([]byte("a,b\n")) // the upload is under way: its first bytes were read
+	require.NoError(t, err, "first bytes")
+
+	status, out := post(t, f, "sk-a", "/v1/containers/"+a.ID+"/files", "application/json", `{"file_id":"file-x"}`)
+	assert.Equal(t, http.StatusTooManyRequests, status, "a second upload of the same key: %s", out)
+	assert.Equal(t, "too_many_uploads", gjson.Get(out, "error.code").String(), "code: %s", out)
+
+	var body bytes.Buffer
+	mwb := multipart.NewWriter(&body)
+	pb, err := mwb.CreateFormFile("file", "b.csv")
+	require.NoError(t, err, "b part")
+	_, _ = pb.Write([]byte("1\n"))
+	require.NoError(t, mwb.Close(), "close b")
+	status, out = post(t, f, "sk-b", "/v1/containers/"+b.ID+"/files", mwb.FormDataContentType(), body.String())
+	assert.Equal(t, http.StatusOK, status, "another key uploads meanwhile: %s", out)
+
+	require.NoError(t, mw.Close(), "close the slow upload")
+	require.NoError(t, pw.Close(), "end the slow body")
+	assert.Equal(t, http.StatusOK, <-first, "the slow upload completes")
+	status, out = post(t, f, "sk-a", "/v1/containers/"+a.ID+"/files", mwb.FormDataContentType(), body.String())
+	assert.Equal(t, http.StatusOK, status, "once it is done the key uploads again: %s", out)
 }

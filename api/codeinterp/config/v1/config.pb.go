@@ -474,8 +474,10 @@ type Sandbox struct {
 	// identity; creating one more deletes that identity's least recently used idle one. Default 10.
 	MaxSessionsPerIdentity uint32 `protobuf:"varint,5,opt,name=max_sessions_per_identity,json=maxSessionsPerIdentity,proto3" json:"max_sessions_per_identity,omitempty"`
 	// max_containers caps all containers (ephemeral and lasting, warm pool excluded); one more
-	// deletes the least recently used idle lasting container of any identity, or, when all are in
-	// use, the request gets the "sandbox unavailable" result. Default 64.
+	// deletes the least recently used idle lasting container of the caller, or of the identity
+	// holding the most containers when that is more than the caller holds (a tenant never evicts
+	// one holding no more than itself); otherwise the request gets the "sandbox unavailable"
+	// result. Default 64.
 	MaxContainers uint32 `protobuf:"varint,6,opt,name=max_containers,json=maxContainers,proto3" json:"max_containers,omitempty"`
 	// max_containers_per_identity caps the containers (ephemeral and lasting) of one identity, so
 	// that one tenant cannot take all of max_containers: beyond it, the identity's least recently
