@@ -148,6 +148,8 @@ const programBody = `    def cut(s, n):
                 except OSError:
                     pass
                 p.wait()
+                for f in (p.stdout, p.stderr):
+                    f.close()
                 st.state = b''
                 print('[bash: the command was stopped; the shell session was reset: working directory, variables and functions are as in a new shell]', flush=True)
                 raise
