@@ -154,6 +154,21 @@ func testMessagesUpstreamError(t *testing.T, s *Stack) {
 	assert.EqualValues(t, "overloaded_error", apiErr.Type(), "its type")
 	assert.Equal(t, "Overloaded", apiErr.Message, "its message")
 	_ = st.Close()
+
+	// The follow-up's stream itself reports the error, after it began.
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_u2", "code_execution", map[string]any{"code": "print(2)"}))),
+		fakemodel.SSE(
+			fakemodel.Event{Name: "message_start", Data: `{"type":"message_start","message":{"id":"msg_u","type":"message","role":"assistant","model":"claude-e2e","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}`},
+			fakemodel.Event{Name: "error", Data: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded mid-stream"}}`}))
+	st = client.Messages.NewStreaming(context.Background(), askMessages("print 2"))
+	for st.Next() {
+	}
+	require.True(t, errors.As(st.Err(), &apiErr), "a streamed API error, got %v", st.Err())
+	assert.EqualValues(t, "overloaded_error", apiErr.Type(), "the upstream stream's error type")
+	assert.Equal(t, "Overloaded mid-stream", apiErr.Message, "and message")
+	_ = st.Close()
 }
 
 // testMessagesContinued continues a conversation as the SDK's users do: the answer replayed as
