@@ -154,6 +154,21 @@ func testMessagesUpstreamError(t *testing.T, s *Stack) {
 	assert.EqualValues(t, "overloaded_error", apiErr.Type(), "its type")
 	assert.Equal(t, "Overloaded", apiErr.Message, "its message")
 	_ = st.Close()
+
+	// The follow-up's stream itself reports the error, after it began.
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_u2", "code_execution", map[string]any{"code": "print(2)"}))),
+		fakemodel.SSE(
+			fakemodel.Event{Name: "message_start", Data: `{"type":"message_start","message":{"id":"msg_u","type":"message","role":"assistant","model":"claude-e2e","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}`},
+			fakemodel.Event{Name: "error", Data: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded mid-stream"}}`}))
+	st = client.Messages.NewStreaming(context.Background(), askMessages("print 2"))
+	for st.Next() {
+	}
+	require.True(t, errors.As(st.Err(), &apiErr), "a streamed API error, got %v", st.Err())
+	assert.EqualValues(t, "overloaded_error", apiErr.Type(), "the upstream stream's error type")
+	assert.Equal(t, "Overloaded mid-stream", apiErr.Message, "and message")
+	_ = st.Close()
 }
 
 // testMessagesContinued continues a conversation as the SDK's users do: the answer replayed as
@@ -421,5 +436,67 @@ func TestMessagesStreamsAsItHappens(t *testing.T) {
 		assert.Equal(t, int64(11), msg.Usage.OutputTokens, "output tokens summed")
 		assert.Equal(t, anthropic.StopReasonEndTurn, msg.StopReason, "stop reason")
 		assert.NotEmpty(t, msg.Container.ID, "the container")
+	})
+}
+
+// TestMessagesStreamedCall: a follow-up the model streams may call the code tools itself, its
+// input in pieces: the loop runs the call the stream built, and the client gets the text before
+// it, the call and its result in order; the SDK's accumulator reads the plain answer's blocks.
+func TestMessagesStreamedCall(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		ev := func(name string, v map[string]any) fakemodel.Event {
+			data, err := json.Marshal(v)
+			require.NoError(t, err, "event %s", name)
+			return fakemodel.Event{Name: name, Data: string(data)}
+		}
+		delta := func(i int, d map[string]any) fakemodel.Event {
+			return ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": d})
+		}
+		script := func() {
+			s.Model.Enqueue(messagesPath,
+				fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+					fakemodel.ToolUse("toolu_q1", "bash_code_execution", map[string]any{"command": "echo one > one.txt"}))),
+				fakemodel.SSE(
+					ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_q2", "type": "message", "role": "assistant",
+						"model": "claude-e2e", "content": []any{}, "stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": 20, "output_tokens": 1}}}),
+					ev("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}}),
+					delta(0, map[string]any{"type": "text_delta", "text": "Now "}),
+					delta(0, map[string]any{"type": "text_delta", "text": "read it."}),
+					ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}),
+					ev("content_block_start", map[string]any{"type": "content_block_start", "index": 1, "content_block": map[string]any{
+						"type": "tool_use", "id": "toolu_q2", "name": "bash_code_execution", "input": map[string]any{}}}),
+					delta(1, map[string]any{"type": "input_json_delta", "partial_json": `{"comm`}),
+					delta(1, map[string]any{"type": "input_json_delta", "partial_json": `and": "cat one.txt"}`}),
+					ev("content_block_stop", map[string]any{"type": "content_block_stop", "index": 1}),
+					ev("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "tool_use", "stop_sequence": nil},
+						"usage": map[string]any{"output_tokens": 9}}),
+					ev("message_stop", map[string]any{"type": "message_stop"})),
+				fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 3}, fakemodel.Text("It says one."))),
+			)
+		}
+		t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+		mark := len(s.Model.RequestsTo(messagesPath))
+		script()
+		client := s.anthropicClient()
+		st := client.Messages.NewStreaming(context.Background(), askMessagesTools("Write and read."))
+		var msg anthropic.Message
+		for st.Next() {
+			require.NoError(t, msg.Accumulate(st.Current()), "accumulate %s", st.Current().Type)
+		}
+		require.NoError(t, st.Err(), "the stream")
+		require.NoError(t, st.Close(), "close the stream")
+
+		sent := s.Model.RequestsTo(messagesPath)[mark:]
+		require.Len(t, sent, 3, "three rounds")
+		assert.Equal(t, "one\n", gjson.GetBytes(sent[2].Body, "messages.@reverse.0.content.0.content").String(), "the streamed call ran")
+		require.Len(t, msg.Content, 6, "use, result, text, use, result, text: %s", msg.RawJSON())
+		assert.Equal(t, "Now read it.", msg.Content[2].Text, "the streamed text")
+		assert.Equal(t, "srvtoolu_q2", msg.Content[3].ID, "the streamed call")
+		assert.JSONEq(t, `{"command":"cat one.txt"}`, string(msg.Content[3].Input), "with the input the stream built")
+		assert.Equal(t, "one\n", msg.Content[4].AsBashCodeExecutionToolResult().Content.Stdout, "its result")
+		assert.Equal(t, "It says one.", msg.Content[5].Text, "the answer")
+		assert.Equal(t, int64(60), msg.Usage.InputTokens, "input tokens summed")
+		assert.Equal(t, int64(17), msg.Usage.OutputTokens, "output tokens summed, the stream's from its message_delta")
 	})
 }

@@ -180,3 +180,21 @@ def test_messages_streamed_follow_up(model: fm.FakeModel, claude: anthropic.Anth
     assert msg.content[2].text == "The shell said hi.", msg.content[2]
     assert (msg.usage.input_tokens, msg.usage.output_tokens) == (30, 9), msg.usage
     assert msg.stop_reason == "end_turn"
+
+
+def test_messages_bash_session(model: fm.FakeModel, claude: anthropic.Anthropic) -> None:
+    """bash keeps its shell session between rounds: cd, an exported variable and a function
+    carry over; a failing command's return code and stderr come apart."""
+    model.script(MESSAGES,
+                 fm.ok(answer({"type": "tool_use", "id": "toolu_pss1", "name": "bash_code_execution",
+                               "input": {"command": "mkdir -p py && cd py && export WHO=python && hi() { echo \"hi $1\"; }"}},
+                              usage=(10, 5))),
+                 fm.ok(answer({"type": "tool_use", "id": "toolu_pss2", "name": "bash_code_execution",
+                               "input": {"command": "pwd; echo $WHO; hi there; cat missing.txt"}}, usage=(20, 5))),
+                 fm.ok(answer({"type": "text", "text": "Done."}, usage=(30, 3))))
+    msg = claude.messages.create(model=MODEL, max_tokens=1024, tools=[TOOLS_20250825],
+                                 messages=[{"role": "user", "content": "Use a shell."}])
+    res = msg.content[3].content
+    assert (res.stdout, res.return_code) == ("/mnt/data/py\npython\nhi there\n", 1), res
+    assert "missing.txt" in res.stderr, res
+    assert model.requests(MESSAGES)[2].json()["messages"][-1]["content"][0]["is_error"] is True, "the model reads a failure"

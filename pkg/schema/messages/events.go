@@ -128,7 +128,13 @@ func (e *events) Event(ev schema.Event) error {
 		if msg == "" {
 			msg = "codeinterp could not complete the request."
 		}
-		e.ew.event("error", string(ErrorBody(status, msg)))
+		body := ErrorBody(status, msg)
+		if e.x.upstreamErr != nil {
+			// The loop failed because the upstream's stream reported an error: the client's
+			// stream reports that one, as the native stream would have.
+			body = e.x.upstreamErr
+		}
+		e.ew.event("error", string(body))
 		e.ended = true
 	}
 	return e.flush()

@@ -96,7 +96,10 @@ type exchange struct {
 	sent, answer []byte
 	// sentStream reports whether sent asks for a stream.
 	sentStream bool
-	idle       time.Duration
+	// upstreamErr is the error body of the error event a streamed answer ended with, nil when
+	// none did.
+	upstreamErr []byte
+	idle        time.Duration
 	// now is the clock of the container's expiry.
 	now func() time.Time
 	// key makes the markers of the results of the bash and text editor programs (see program).

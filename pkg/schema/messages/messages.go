@@ -147,6 +147,11 @@ func ErrorBody(status int, message string) []byte {
 			typ = "invalid_request_error"
 		}
 	}
+	return ErrorBodyOf(typ, message)
+}
+
+// ErrorBodyOf is the Messages API's error body of an error type and message.
+func ErrorBodyOf(typ, message string) []byte {
 	js, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": message}})
 	return js
 }

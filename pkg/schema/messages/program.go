@@ -45,13 +45,16 @@ func marker(key []byte, id string) string {
 // program is the Python code that performs the bash or text editor call c and prints its
 // result after mark.
 func program(c Call, mark string) string {
-	in := map[string]string{"command": c.Code}
+	in := map[string]any{"command": c.Code}
 	op := "bash"
 	if c.Kind == Editor {
 		op = "editor"
-		in = map[string]string{"command": c.Command, "path": c.Path, "file_text": c.FileText, "old_str": c.OldStr, "new_str": c.NewStr}
+		in = map[string]any{"command": c.Command, "path": c.Path, "file_text": c.FileText, "old_str": c.OldStr, "new_str": c.NewStr}
+		if c.ViewRange != nil {
+			in["view_range"] = c.ViewRange[:]
+		}
 	}
-	raw, _ := json.Marshal(in) // a map of strings always marshals
+	raw, _ := json.Marshal(in) // strings and ints always marshal
 	// The function's name is fixed: a traceback (a timeout's) shows it, and the marker must
 	// not be shown.
 	const fn = "_codeinterp_call"
@@ -145,6 +148,8 @@ const programBody = `    def cut(s, n):
                 except OSError:
                     pass
                 p.wait()
+                for f in (p.stdout, p.stderr):
+                    f.close()
                 st.state = b''
                 print('[bash: the command was stopped; the shell session was reset: working directory, variables and functions are as in a new shell]', flush=True)
                 raise
@@ -255,15 +260,21 @@ const programBody = `    def cut(s, n):
             if cmd == 'view':
                 # Lines end at '\n' only, as the model's numbering counts them.
                 lines = [l for l in re.split('(?<=\n)', text) if l]
+                first, part = 1, lines
+                if a.get('view_range'):
+                    first, last = a['view_range']
+                    if first > max(len(lines), 1):
+                        return fail('invalid_tool_input', 'view_range starts at line %d; %s has %d lines.' % (first, path, len(lines)))
+                    part = lines[first - 1:] if last == -1 else lines[first - 1:last]
                 shown, size = [], 0
-                for l in lines:
+                for l in part:
                     size += len(l.encode('utf-8', 'replace'))
                     if size > budget:
                         break
                     shown.append(l)
-                if lines and not shown:
-                    shown = [cut(lines[0], budget)]
-                return {'k': 'view', 'c': ''.join(shown), 'n': len(shown), 's': 1, 't': len(lines)}
+                if part and not shown:
+                    shown = [cut(part[0], budget)]
+                return {'k': 'view', 'c': ''.join(shown), 'n': len(shown), 's': first, 't': len(lines)}
             old, new = a['old_str'], a['new_str']
             n = text.count(old) if old else 0
             if old == '':

@@ -363,3 +363,38 @@ func TestProgramLimits(t *testing.T) {
 	assert.Equal(t, ErrInvalidInput, big.ErrorCode, "an image beyond the budget")
 	assert.Contains(t, big.ErrorMessage, "20008 bytes", "says its size")
 }
+
+// TestProgramViewRange: a view shows the lines its view_range asks for, numbered from its
+// start; a range that is not two line numbers is the call's invalid input.
+func TestProgramViewRange(t *testing.T) {
+	const mark = "codeinterp-result-0123456789abcdef01234567:"
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f.txt"), []byte("one\ntwo\nthree\nfour\n"), 0o644))
+	view := func(input string) (Call, Result, bool) {
+		t.Helper()
+		c := parseCall("toolu_r", Editor, gjson.Parse(input))
+		if c.InputErr != nil {
+			return c, Result{}, false
+		}
+		out, _ := runProgram(t, dir, c, mark)
+		r, ok := programResult(Editor, mark, out)
+		require.True(t, ok, "%s: the result is read: %q", input, out)
+		return c, r, true
+	}
+	_, r, _ := view(`{"command":"view","path":"f.txt","view_range":[2,3]}`)
+	require.NotNil(t, r.View, "a view")
+	assert.Equal(t, View{FileType: "text", Content: "two\nthree\n", NumLines: 2, StartLine: 2, TotalLines: 4}, *r.View, "lines 2 to 3")
+	text, _ := r.ForModel()
+	assert.Equal(t, "     2\ttwo\n     3\tthree\n[1 more lines not shown]", text, "numbered from the range's start")
+	_, r, _ = view(`{"command":"view","path":"f.txt","view_range":[3,-1]}`)
+	assert.Equal(t, "three\nfour\n", r.View.Content, "to the end")
+	_, r, _ = view(`{"command":"view","path":"f.txt","view_range":[9,-1]}`)
+	assert.Equal(t, ErrInvalidInput, r.ErrorCode, "beyond the file")
+	for _, bad := range []string{`[0,2]`, `[3,2]`, `[1]`, `["1","2"]`, `[1.5,2]`, `{}`} {
+		c, _, ran := view(`{"command":"view","path":"f.txt","view_range":` + bad + `}`)
+		assert.False(t, ran, "view_range %s: not run", bad)
+		assert.Error(t, c.InputErr, "view_range %s: invalid input", bad)
+	}
+	_, r, _ = view(`{"command":"view","path":"f.txt","view_range":null}`)
+	assert.Equal(t, 4, r.View.NumLines, "a null range is the whole file")
+}

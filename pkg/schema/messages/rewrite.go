@@ -52,7 +52,7 @@ const (
 		"stderr and the return code."
 	editorDescription = "View, create or edit a text file in the sandboxed container. command 'view' shows a file with " +
 		"line numbers (or lists a directory); 'create' writes file_text to path; 'str_replace' replaces the one occurrence " +
-		"of old_str with new_str. Paths are absolute or relative to /mnt/data."
+		"of old_str with new_str. Paths are absolute or relative to /mnt/data. A view shows at most 8 KiB; view_range shows other lines."
 )
 
 // toolsFor returns the tools that stand for a code_execution tool of version, with the
@@ -75,7 +75,9 @@ func toolsFor(version string, n Names, cacheControl string) []string {
 	add(n.Bash, bashDescription, `{"type":"object","properties":{"command":{"type":"string","description":"The bash command to run."}},"required":["command"]}`)
 	cacheControl = cc
 	add(n.Editor, editorDescription, `{"type":"object","properties":{"command":{"type":"string","enum":["view","create","str_replace"]},`+
-		`"path":{"type":"string"},"file_text":{"type":"string"},"old_str":{"type":"string"},"new_str":{"type":"string"}},"required":["command","path"]}`)
+		`"path":{"type":"string"},"file_text":{"type":"string"},"old_str":{"type":"string"},"new_str":{"type":"string"},`+
+		`"view_range":{"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":2,"description":"view only: [start_line, end_line], from line 1; end_line -1 reads to the end."}},`+
+		`"required":["command","path"]}`)
 	return out
 }
 

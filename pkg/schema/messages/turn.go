@@ -21,6 +21,9 @@ type Call struct {
 	Code string
 	// Command, Path, FileText, OldStr and NewStr are a text editor call's fields.
 	Command, Path, FileText, OldStr, NewStr string
+	// ViewRange is a view's [start_line, end_line] (1-based, end_line -1 for the end of the
+	// file), nil for the whole file.
+	ViewRange *[2]int
 	// InputErr, when set, says why the input cannot be run (the result is then an
 	// invalid_tool_input error).
 	InputErr error
@@ -90,6 +93,9 @@ func parseCall(id string, k Kind, in gjson.Result) Call {
 		c.FileText, c.OldStr, c.NewStr = str("file_text", false), str("old_str", false), str("new_str", false)
 		switch c.Command {
 		case "view":
+			if vr := in.Get("view_range"); vr.Exists() && vr.Type != gjson.Null && c.InputErr == nil {
+				c.ViewRange, c.InputErr = viewRange(vr)
+			}
 		case "create":
 			if !in.Get("file_text").Exists() && c.InputErr == nil {
 				c.InputErr = errors.New("create needs file_text")
@@ -105,6 +111,21 @@ func parseCall(id string, k Kind, in gjson.Result) Call {
 		}
 	}
 	return c
+}
+
+// viewRange reads a view's view_range: two integers, a start line from 1 and an end line not
+// before it, or -1.
+func viewRange(vr gjson.Result) (*[2]int, error) {
+	a := vr.Array()
+	bad := errors.New("view_range must be [start_line, end_line]: lines from 1, end_line -1 for the end of the file")
+	if !vr.IsArray() || len(a) != 2 || a[0].Type != gjson.Number || a[1].Type != gjson.Number {
+		return nil, bad
+	}
+	start, end := a[0].Int(), a[1].Int()
+	if float64(start) != a[0].Num || float64(end) != a[1].Num || start < 1 || start > 1<<30 || end > 1<<30 || end != -1 && end < start {
+		return nil, bad
+	}
+	return &[2]int{int(start), int(end)}, nil
 }
 
 // CallResult is the result of one call, for the follow-up.

@@ -14,7 +14,7 @@ import (
 
 // ReadStream implements [schema.StreamReader]: a Messages event stream is read up to its
 // message_stop, and the message its events build is the answer.
-func (x *exchange) ReadStream() schema.UpstreamStream { return &upstreamStream{} }
+func (x *exchange) ReadStream() schema.UpstreamStream { return &upstreamStream{x: x} }
 
 var _ schema.StreamReader = (*exchange)(nil)
 
@@ -26,6 +26,8 @@ var _ schema.StreamReader = (*exchange)(nil)
 // decides which of them the client sees (see events.delta). It is used by one goroutine at a
 // time.
 type upstreamStream struct {
+	// x, when set, keeps an error event the stream ends with, for the client's stream.
+	x *exchange
 	// msg is message_start's message, "" before it.
 	msg    string
 	blocks []*upstreamBlock
@@ -129,6 +131,11 @@ func (u *upstreamStream) Event(_ string, data []byte) (delta, answer []byte, err
 		}
 		return nil, out, nil
 	case "error":
+		if u.x != nil && ev.Get("error.type").Type == gjson.String && ev.Get("error.message").Type == gjson.String {
+			// An error the API reports in the middle of its stream (overloaded_error): the
+			// client's stream ends with it as it is (see events).
+			u.x.upstreamErr = ErrorBodyOf(ev.Get("error.type").String(), ev.Get("error.message").String())
+		}
 		return nil, nil, fmt.Errorf("read messages stream: the upstream reported an error (%s)", ev.Get("error.type").String())
 	}
 	return nil, nil, nil

@@ -128,3 +128,19 @@ func TestExchangeFollowUpStreams(t *testing.T) {
 	assert.True(t, gjson.GetBytes(next, "stream").Bool(), "the follow-up streams")
 	assert.Equal(t, 1, bytes.Count(next, []byte(`"stream"`)), "one stream key")
 }
+
+// TestUpstreamStreamError: an error the upstream's stream reports ends the client's stream as
+// the upstream reported it.
+func TestUpstreamStreamError(t *testing.T) {
+	x := streamExchange(t)
+	var b bytes.Buffer
+	sink := x.Events(&b)
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventRound, Body: []byte(answer2)}), "round")
+	stream := "event: message_start\n" + `data: {"type":"message_start","message":{"id":"m","content":[]}}` + "\n\n" +
+		"event: error\n" + `data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}` + "\n\n"
+	_, err := schema.ReadEventStream(strings.NewReader(stream), 1<<20, x.ReadStream(), func([]byte) error { return nil })
+	require.ErrorIs(t, err, schema.ErrBadStream, "the stream ends in an error")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventFailed, Status: 502, Body: ErrorBody(502, "The model's answer stream is malformed.")}), "failed")
+	assert.True(t, strings.HasSuffix(b.String(), "event: error\ndata: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\"},\"type\":\"error\"}\n\n"),
+		"the upstream's error: %s", b.String())
+}
