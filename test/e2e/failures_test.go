@@ -258,7 +258,8 @@ func TestClientGoneMidRun(t *testing.T) {
 			m.script(responsesPath, responsesReply(usage(1, 1), runCode("call_eph", sleepyCode(marker, 3))))
 			mark := len(m.Requests())
 			ctx, cancel := context.WithCancel(t.Context())
-			done := request(t, ctx, client, ask("sleep"))
+			// An anonymous caller's container is ephemeral (one with a key outlives the request).
+			done := request(t, ctx, anonymous(s), ask("sleep"))
 			waitMarked(t, marker, done, "ephemeral")
 			assert.Equal(t, 1.0, ephemeralContainers(t, s), "ephemeral: the manager holds the run's container")
 			cancel()

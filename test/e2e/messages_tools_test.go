@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"testing"
 	"time"
 
@@ -171,10 +172,16 @@ func testMessagesToolsTimeout(t *testing.T, s *Stack) {
 func toolBlockSummary(m *anthropic.Message) []string {
 	var out []string
 	for _, b := range m.Content {
-		out = append(out, b.Type+"|"+b.Text+"|"+b.ID+"|"+string(b.Input)+"|"+gjson.Get(b.RawJSON(), "content").Raw)
+		// Container file ids are the container's own: two answers in two containers name the same
+		// files by different ids.
+		content := cfileID.ReplaceAllString(gjson.Get(b.RawJSON(), "content").Raw, "cfile_…")
+		out = append(out, b.Type+"|"+b.Text+"|"+b.ID+"|"+string(b.Input)+"|"+content)
 	}
 	return out
 }
+
+// cfileID matches a container file id.
+var cfileID = regexp.MustCompile(`cfile_[0-9a-f]{32}`)
 
 // testMessagesToolsContinued continues a code_execution_20250825 conversation in its
 // container: the model gets the replayed calls and their results as the native tools gave

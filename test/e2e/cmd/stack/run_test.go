@@ -79,7 +79,7 @@ func TestStack(t *testing.T) {
 			{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"42","annotations":[]}]}]}}]}`)
 	require.Equal(t, http.StatusOK, status, "enqueue: %s", body)
 	status, body = post(t, ready.EnvoyURL+"/v1/responses", "Bearer sk-stack",
-		`{"model":"m","input":"compute","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`)
+		`{"model":"m","input":"compute","include":["code_interpreter_call.outputs"],"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`)
 	require.Equal(t, http.StatusOK, status, "the loop through Envoy: %s", body)
 	var resp struct {
 		Output []struct {
