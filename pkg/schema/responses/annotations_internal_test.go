@@ -1,10 +1,12 @@
 package responses
 
 import (
+	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
@@ -100,4 +102,81 @@ func TestCitationSettled(t *testing.T) {
 			assert.Equal(t, tt.want, cites[0].settled(tt.give), "settled in %q", tt.give)
 		}
 	}
+}
+
+// A path that ends with "[" mentioned right before a link to it: the link starts inside the
+// mention, which then is not one (the spans overlapped and the indices went back).
+func TestCiteOverlappingLink(t *testing.T) {
+	tests := []struct {
+		name  string
+		files []string
+		give  string
+		want  []string
+	}{
+		{name: "one file", files: []string{"/mnt/data/q["},
+			give: "/mnt/data/q[ l](sandbox:/mnt/data/q[)", want: []string{"[ l](sandbox:/mnt/data/q[)"}},
+		{name: "two files", files: []string{"/mnt/data/q[", "/mnt/data/r"},
+			give: "/mnt/data/r /mnt/data/q[ l](sandbox:/mnt/data/q[)",
+			want: []string{"/mnt/data/r", "[ l](sandbox:/mnt/data/q[)"}},
+		{name: "sandbox prefix", files: []string{"/mnt/data/q["},
+			give: "sandbox:/mnt/data/q[ l](sandbox:/mnt/data/q[)", want: []string{"[ l](sandbox:/mnt/data/q[)"}},
+		{name: "link inside a link's target", files: []string{"/mnt/data/q[", "/mnt/data/r"},
+			give: "[a](sandbox:/mnt/data/q[) ](sandbox:/mnt/data/r)", want: []string{"[a](sandbox:/mnt/data/q[)", "sandbox:/mnt/data/r"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := filesAt(tt.files...)
+			var spans []string
+			require.NotPanics(t, func() {
+				for _, c := range w.cite(tt.give) {
+					spans = append(spans, spanOf(tt.give, c))
+				}
+			}, "cite %q", tt.give)
+			assert.Equal(t, tt.want, spans, "spans cited in %q", tt.give)
+		})
+	}
+}
+
+// filesAt returns the written files at paths, one container file each.
+func filesAt(paths ...string) *writtenFiles {
+	var w writtenFiles
+	c := &schema.CodeCall{ContainerID: "cntr_1"}
+	for i, p := range paths {
+		c.Files = append(c.Files, schema.CodeFile{ID: "cfile_" + itoa(i), Path: p, Bytes: 1})
+	}
+	w.add(c)
+	return &w
+}
+
+// checkCitations checks cites against text: spans within it, in order, not overlapping, their
+// code point indices those of their bytes, each naming a written file.
+func checkCitations(t *testing.T, w *writtenFiles, text string, cites []citation) {
+	t.Helper()
+	prevEnd, prevByteEnd := 0, 0
+	for _, c := range cites {
+		require.True(t, prevByteEnd <= c.byteStart && c.byteStart < c.byteEnd && c.byteEnd <= len(text),
+			"span [%d,%d) after %d in %q", c.byteStart, c.byteEnd, prevByteEnd, text)
+		assert.Equal(t, utf8.RuneCountInString(text[:c.byteStart]), c.start, "start index in %q", text)
+		assert.Equal(t, utf8.RuneCountInString(text[:c.byteEnd]), c.end, "end index in %q", text)
+		assert.LessOrEqual(t, prevEnd, c.start, "citations in order in %q", text)
+		found := false
+		for _, f := range w.byPath {
+			found = found || f == c.file
+		}
+		assert.True(t, found, "citation of a written file in %q", text)
+		prevEnd, prevByteEnd = c.end, c.byteEnd
+	}
+}
+
+func FuzzCite(f *testing.F) {
+	f.Add("/mnt/data/q[ l](sandbox:/mnt/data/q[)", "/mnt/data/q[", "/mnt/data/r", uint8(5))
+	f.Add("/mnt/data/r /mnt/data/q[ l](sandbox:/mnt/data/q[)", "/mnt/data/q[", "/mnt/data/r", uint8(3))
+	f.Add("ü [csv](sandbox:/mnt/data/clean.csv) and /mnt/data/chart.png, also sandbox:/mnt/data/clean.csv.",
+		"/mnt/data/clean.csv", "/mnt/data/chart.png", uint8(7))
+	f.Add("[f](sandbox:/mnt/data/my%20file.txt) [/mnt/data/my file.txt](sandbox:/mnt/data/a)", "/mnt/data/my file.txt", "/mnt/data/a", uint8(1))
+	f.Fuzz(func(t *testing.T, text, p1, p2 string, chunk uint8) {
+		w := filesAt(dataDir+strings.TrimPrefix(p1, dataDir), dataDir+strings.TrimPrefix(p2, dataDir))
+		cites := w.cite(text)
+		checkCitations(t, w, text, cites)
+	})
 }
