@@ -200,7 +200,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			return status.Errorf(status.Code(err), "receive: %v", err)
 		}
-		if err := st.handle(req); err != nil {
+		if err := st.handleSafely(req); err != nil {
 			if errors.Is(context.Cause(ctx), ErrShuttingDown) {
 				return status.Error(codes.Unavailable, ErrShuttingDown.Error())
 			}
