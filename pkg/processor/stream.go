@@ -605,6 +605,8 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 		MaxImages:        p.MaxImages,
 		MaxCallsPerTurn:  p.MaxCallsPerTurn,
 		MaxAnswerBytes:   p.MaxAnswerBytes,
+
+		MaxInputFileBytes: st.srv.maxInputFile,
 	}
 }
 
