@@ -122,7 +122,7 @@ func (w *writtenFiles) citeFrom(text string, from, cp int) []citation {
 		j += i
 		target := j + 2 + len(sandboxScheme)
 		close := strings.IndexAny(text[target:], ") \n")
-		open := strings.LastIndexByte(text[:j], '[')
+		open := strings.LastIndexByte(text[from:j], '[') + from // one before from is settled
 		i = j + 2
 		if close < 0 || text[target+close] != ')' || open < from || strings.ContainsAny(text[open+1:j], "]\n") {
 			continue
@@ -320,8 +320,9 @@ func itoa(n int) string { return string(appendInt(nil, n)) }
 // settled reports whether c, a citation of text, stays one whatever text follows: a link is
 // complete once its ")" has arrived; a bare mention once what follows it ends the path, and
 // when no "[" before its end on its line may still open a link's label (the link would
-// overlap it).
-func (c citation) settled(text string) bool {
+// overlap it). A "[" before byte from is not one: what comes before from is settled (see
+// livePart.take).
+func (c citation) settled(text string, from int) bool {
 	if !c.bare {
 		return true
 	}
@@ -332,18 +333,24 @@ func (c citation) settled(text string) bool {
 	if i >= len(text) {
 		return false // the text may still continue the path
 	}
-	return !linkMayOpen(text, c.byteEnd)
+	return !linkMayOpen(text, from, c.byteEnd)
 }
 
-// linkMayOpen reports whether the last "[" of text before byte end, on end's line, may still
+// linkMayOpen reports whether the last "[" of text[from:end], on end's line, may still
 // open a link to a file of dataDir as more text arrives: its line goes on, and its label is
 // not closed yet or is closed by what is, or may become, a link's "](sandbox:/mnt/data/…)"
 // whose target is not closed yet. A link's label is the text between the last "[" before its
 // "](" and that "](", holding no "]": only the first "]" after the "[" may end it.
-func linkMayOpen(text string, end int) bool {
-	open := strings.LastIndexAny(text[:end], "[\n")
-	if open < 0 || text[open] != '[' || strings.IndexByte(text[open:], '\n') >= 0 {
-		return false
+func linkMayOpen(text string, from, end int) bool {
+	open := strings.LastIndexAny(text[from:end], "[\n")
+	return open >= 0 && text[from+open] == '[' && mayOpenLink(text, from+open)
+}
+
+// mayOpenLink reports whether the "[" at open may still open a link to a file of dataDir as
+// more text arrives (see linkMayOpen).
+func mayOpenLink(text string, open int) bool {
+	if strings.IndexByte(text[open:], '\n') >= 0 {
+		return false // a link's label and target are on one line
 	}
 	k := strings.IndexByte(text[open:], ']')
 	if k < 0 {
@@ -354,4 +361,70 @@ func linkMayOpen(text string, end int) bool {
 		return strings.HasPrefix(linkMarker, rest)
 	}
 	return strings.HasPrefix(rest, linkMarker) && strings.IndexAny(rest[len(linkMarker):], ") \n") < 0
+}
+
+// quietUntil returns where the text from byte from on may still start a citation as more
+// text arrives (text being a prefix of it), given that no citation of text starts before
+// that point but ones settled: a "[" that may still open a link, or the last bytes, which may
+// start a mention whose path is not all there yet. What comes before needs no scan again.
+func (w *writtenFiles) quietUntil(text string, from int) int {
+	// A mention that starts before x has all its path in text: cite found it, or never will.
+	x := len(text) - (w.longest + len(sandboxScheme) + 1)
+	for i := from; i < x; {
+		k := strings.IndexByte(text[i:x], '[')
+		if k < 0 {
+			break
+		}
+		if mayOpenLink(text, i+k) {
+			x = i + k
+			break
+		}
+		i += k + 1
+	}
+	for x > from && x < len(text) && !utf8.RuneStart(text[x]) {
+		x-- // code points are counted up to x
+	}
+	return max(x, from)
+}
+
+// livePart is an output_text part whose text is relayed as it streams: its text so far, how
+// many citations of it were streamed, and how much of it needs no scan for them again.
+type livePart struct {
+	text  strings.Builder
+	cited int
+	// from is where the citations not streamed yet may start, in bytes; fromCP the code
+	// points before it.
+	from, fromCP int
+}
+
+// take returns the citations of text, the part's text so far, to stream now: those not
+// streamed yet that are settled (see citation.settled; all of them when done), in the order
+// of the text, up to the first that is not. Only the text from where the last one taken ends,
+// or from where the text could still start one (see writtenFiles.quietUntil), is scanned: the
+// work per delta does not grow with the text.
+func (p *livePart) take(w *writtenFiles, text string, done bool) []citation {
+	if w.empty() || p.from > len(text) {
+		return nil // nothing to cite, or a text that is not the one streamed
+	}
+	cites := w.citeFrom(text, p.from, p.fromCP)
+	n := 0
+	for ; n < len(cites); n++ {
+		c := cites[n]
+		if !done && !c.settled(text, p.from) {
+			break
+		}
+		p.from, p.fromCP = c.byteEnd, c.end
+	}
+	p.cited += n
+	if !done {
+		x := w.quietUntil(text, p.from)
+		if n < len(cites) {
+			x = min(x, cites[n].byteStart)
+		}
+		if x > p.from {
+			p.fromCP += utf8.RuneCountInString(text[p.from:x])
+			p.from = x
+		}
+	}
+	return cites[:n]
 }

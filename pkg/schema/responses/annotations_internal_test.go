@@ -99,7 +99,7 @@ func TestCitationSettled(t *testing.T) {
 	for _, tt := range tests {
 		cites := testFiles().cite(tt.give)
 		if assert.Len(t, cites, 1, "citations of %q", tt.give) {
-			assert.Equal(t, tt.want, cites[0].settled(tt.give), "settled in %q", tt.give)
+			assert.Equal(t, tt.want, cites[0].settled(tt.give, 0), "settled in %q", tt.give)
 		}
 	}
 }
@@ -178,5 +178,64 @@ func FuzzCite(f *testing.F) {
 		w := filesAt(dataDir+strings.TrimPrefix(p1, dataDir), dataDir+strings.TrimPrefix(p2, dataDir))
 		cites := w.cite(text)
 		checkCitations(t, w, text, cites)
+		// Streamed in chunks, the citations taken are the same, in the same order.
+		assert.Equal(t, append([]citation{}, cites...), append([]citation{}, streamCites(w, text, max(int(chunk), 1))...), "citations of %q streamed in chunks of %d", text, chunk)
 	})
+}
+
+// streamCites returns the citations a part's text streamed in chunks of n bytes gets, as
+// citeLive takes them: after each chunk, and all the rest once the text is done.
+func streamCites(w *writtenFiles, text string, n int) []citation {
+	var p livePart
+	var out []citation
+	for i := n; i < len(text); i += n {
+		out = append(out, p.take(w, text[:i], false)...)
+	}
+	return append(out, p.take(w, text, true)...)
+}
+
+// Streamed, the scan resumes where the text may still start a citation: after a long text,
+// what is left to scan is about the longest written path, whatever the length of the text
+// or the number of files.
+func TestTakeScansOnlyTheTail(t *testing.T) {
+	paths := make([]string, 10000)
+	for i := range paths {
+		paths[i] = "/mnt/data/out/file" + itoa(i) + ".csv"
+	}
+	w := filesAt(paths...)
+	var text strings.Builder
+	var p livePart
+	taken := 0
+	for i := range 2000 {
+		text.WriteString("Row " + itoa(i) + " is in /mnt/data/out/file" + itoa(i) + ".csv, see [it](sandbox:/mnt/data/out/file" + itoa(i) + ".csv). ")
+		taken += len(p.take(w, text.String(), false))
+		assert.LessOrEqual(t, text.Len()-p.from, w.longest+len(sandboxScheme)+1+len(" see [it](sandbox:"), "tail left to scan after row %d", i)
+	}
+	taken += len(p.take(w, text.String(), true))
+	assert.Equal(t, 4000, taken, "every mention and link is cited once")
+	assert.Len(t, w.cite(text.String()), 4000)
+}
+
+// BenchmarkTake is the work of one delta of a long streamed text citing many files: it does
+// not grow with the text (compare -benchtime runs of different rows).
+func BenchmarkTake(b *testing.B) {
+	for _, rows := range []int{100, 1000, 10000} {
+		b.Run("rows="+itoa(rows), func(b *testing.B) {
+			paths := make([]string, 10000)
+			for i := range paths {
+				paths[i] = "/mnt/data/out/file" + itoa(i) + ".csv"
+			}
+			w := filesAt(paths...)
+			var text strings.Builder
+			var p livePart
+			for i := range rows {
+				text.WriteString("Row " + itoa(i) + " is in /mnt/data/out/file" + itoa(i) + ".csv. ")
+				p.take(w, text.String(), false)
+			}
+			for i := 0; b.Loop(); i++ {
+				text.WriteString("x /mnt/data/out/file" + itoa(i%10000) + ".csv ")
+				p.take(w, text.String(), false)
+			}
+		})
+	}
 }
