@@ -803,3 +803,28 @@ func TestInputFilesUnavailable(t *testing.T) {
 	}
 	assert.Equal(t, []string{"/mnt/data/data.csv"}, files, "nothing of the broken file is left")
 }
+
+// panicSink is a Sink that panics once the request's sandbox exists: a bug met mid-loop.
+type panicSink struct {
+	schema.Sink
+	p *fakeProvider
+}
+
+func (s panicSink) Event(ev schema.Event) error {
+	if s.p.Created() > 0 {
+		panic("sink bug")
+	}
+	return s.Sink.Event(ev)
+}
+
+// A panic in the loop still releases the request's sandbox lease: an ephemeral sandbox is
+// deleted as after any answer (the processor recovers the panic and answers the stream).
+func TestPanicReleasesTheLease(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "The answer is 42.")})
+	req := f.request(t, respSurface, strings.Replace(responsesClient, `{"model"`, `{"stream":true,"model"`, 1), respCall("1", "print(40+2)", 10))
+	req.Sandbox.Identity = ""
+	req.Sink = panicSink{Sink: req.Sink, p: f.provider}
+	require.PanicsWithValue(t, "sink bug", func() { f.engine.Run(context.Background(), req) })
+	assert.Eventually(t, func() bool { _, d, _ := f.provider.counts(); return d == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the ephemeral sandbox is deleted: its lease was released")
+}

@@ -28,6 +28,9 @@ type emitter struct {
 	send     func(*extprocv3.ProcessingResponse) error
 	interval time.Duration
 	now      func() time.Time
+	// onPanic, if set, is told of a panic of the keep-alive goroutine, which then stops (and
+	// the stream goes on without keep-alives). It may be set before start.
+	onPanic func(v any)
 
 	mu   sync.Mutex
 	last time.Time // when something was last sent
@@ -64,6 +67,11 @@ func (e *emitter) stop() {
 // keepAlive sends a comment whenever the stream has been silent for most of the interval.
 func (e *emitter) keepAlive() {
 	defer close(e.done)
+	defer func() {
+		if v := recover(); v != nil && e.onPanic != nil {
+			e.onPanic(v)
+		}
+	}()
 	tick := time.NewTicker(e.interval / 4)
 	defer tick.Stop()
 	for {

@@ -53,7 +53,8 @@ func (st *streamState) credentials() files.Credentials {
 // statFiles checks, before the request goes upstream, that every file of the tool's file_ids
 // is one the caller may read, and keeps their names for the loop, which copies them into the
 // container on its first run. It returns the answer to send instead when one is not: a 400
-// naming the first missing file, or a 502 when the Files API failed.
+// naming the first missing file or the first larger than max_upload_bytes, or a 502 when the
+// Files API failed.
 func (st *streamState) statFiles(ids []string) *extprocv3.ProcessingResponse {
 	ctx, cancel := context.WithTimeout(st.ctx, filesStatTimeout)
 	defer cancel()
@@ -84,6 +85,17 @@ func (st *streamState) statFiles(ids []string) *extprocv3.ProcessingResponse {
 				Param:   "tools",
 				Code:    "file_not_found",
 			}, "codeinterp_file_not_found", err)
+		}
+	}
+	if limit := st.srv.maxInputFile; limit > 0 {
+		for i, f := range out {
+			if errs[i] == nil && f.Bytes > limit {
+				return st.clientError(&schema.RequestError{
+					Message: fmt.Sprintf("File '%s' is too large: container.file_ids names a file of %d bytes, and a container file may have at most %d bytes.", ids[i], f.Bytes, limit),
+					Param:   "tools",
+					Code:    "file_too_large",
+				}, "codeinterp_file_too_large", nil)
+			}
 		}
 	}
 	for _, err := range errs {

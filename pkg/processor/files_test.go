@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/store"
@@ -161,4 +162,39 @@ func TestAutoContainerFromContext(t *testing.T) {
 			assert.Equal(t, tt.want, reqs[i].Sandbox.ContainerID, "container of %s", tt.name)
 		})
 	}
+}
+
+// max_upload_bytes bounds the files of container.file_ids too: one larger is a 400 naming it
+// and the limit, before anything goes upstream; the loop copies the others under that limit.
+func TestFileIDsOverTheUploadLimit(t *testing.T) {
+	ff := &fakeFiles{names: map[string]string{"file-a": "data.csv", "file-b": "notes.txt"}} // 8 and 9 bytes
+	fl := &fakeLoop{calls: true, resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: []byte(`{"id":"resp_1","output":[]}`), Stop: loop.StopDone}}
+	ts := newTestServerWith(t, func(o *Options) { o.NewFiles = ff.at }, func(c *configv1.Config) { c.MaxUploadBytes = 8 }, fl, nil)
+
+	ex := ts.open(t)
+	ex.send(postHeaders("/openai/v1/responses"))
+	ir := ex.send(reqBody(fileIDsBody("file-a", "file-b"))).GetImmediateResponse()
+	require.NotNil(t, ir, "a file over the limit is answered at once")
+	assert.Equal(t, http.StatusBadRequest, int(ir.GetStatus().GetCode()))
+	assert.Equal(t, "file_too_large", gjson.GetBytes(ir.GetBody(), "error.code").String(), "%s", ir.GetBody())
+	assert.Equal(t, "invalid_request_error", gjson.GetBytes(ir.GetBody(), "error.type").String(), "%s", ir.GetBody())
+	assert.Equal(t, "tools", gjson.GetBytes(ir.GetBody(), "error.param").String())
+	msg := gjson.GetBytes(ir.GetBody(), "error.message").String()
+	assert.Contains(t, msg, "file-b", "the message names the file")
+	assert.Contains(t, msg, "at most 8 bytes", "the message names the limit")
+	assert.Empty(t, fl.requests(), "nothing ran")
+
+	ex = ts.open(t)
+	ex.send(postHeaders("/openai/v1/responses"))
+	require.Nil(t, ex.send(reqBody(fileIDsBody("file-a"))).GetImmediateResponse(), "a file at the limit goes")
+	ex.send(respHeaders(":status", "200", "content-type", "application/json"))
+	require.NoError(t, ex.stream.Send(respBody([]byte(`{"id":"resp_0","output":[]}`))))
+	_, err := ex.stream.Recv() // the timeout override
+	require.NoError(t, err)
+	_, err = ex.stream.Recv()
+	require.NoError(t, err)
+	reqs := fl.requests()
+	require.Len(t, reqs, 1)
+	assert.Equal(t, int64(8), reqs[0].MaxInputFileBytes, "the loop copies under the same limit")
 }

@@ -20,6 +20,8 @@ type Metrics struct {
 	loops        *prometheus.CounterVec
 	loopDuration *prometheus.HistogramVec
 	loopRounds   *prometheus.HistogramVec
+	// panics counts the streams whose handling panicked (see handleSafely).
+	panics prometheus.Counter
 }
 
 // NewMetrics returns unregistered metrics.
@@ -51,10 +53,14 @@ func NewMetrics() *Metrics {
 			Help:    "Sandbox rounds per answer, by API surface.",
 			Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16},
 		}, []string{"surface"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "codeinterp_stream_panics_total",
+			Help: "ext_proc streams whose handling panicked; each was answered as a server error.",
+		}),
 	}
 	m.outcomes = make(map[string]prometheus.Counter)
 	for _, o := range []string{"pass_through", "plain", "follow_up", "client_error", "incomplete", "upstream_status",
-		"upstream_encoding", "done", "client_call", "max_rounds", "repeat", "deadline", "upstream_error", "canceled"} {
+		"upstream_encoding", "done", "client_call", "max_rounds", "repeat", "deadline", "upstream_error", "canceled", "panic"} {
 		m.outcomes[o] = m.streams.WithLabelValues(o)
 	}
 	return m
@@ -74,7 +80,7 @@ func (m *Metrics) stream(outcome string) {
 
 // Collectors returns the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.streams, m.streamModes, m.rewrites, m.loops, m.loopDuration, m.loopRounds}
+	return []prometheus.Collector{m.streams, m.streamModes, m.rewrites, m.loops, m.loopDuration, m.loopRounds, m.panics}
 }
 
 func (m *Metrics) observeLoop(s schema.Surface, r loop.Response, d time.Duration) {

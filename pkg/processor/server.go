@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +98,9 @@ type Server struct {
 	now        func() time.Time
 	pending    store.Continuations
 	files      func(base string) Files
+	// maxInputFile bounds each file of a tool's container.file_ids (max_upload_bytes, as
+	// for the Containers API's uploads).
+	maxInputFile int64
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -161,6 +165,8 @@ func New(o Options) (*Server, error) {
 		pending:    o.Pending,
 		files:      newFiles,
 		live:       map[*liveStream]struct{}{},
+
+		maxInputFile: int64(min(o.Config.GetMaxUploadBytes(), math.MaxInt64)),
 	}, nil
 }
 
@@ -200,7 +206,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			return status.Errorf(status.Code(err), "receive: %v", err)
 		}
-		if err := st.handle(req); err != nil {
+		if err := st.handleSafely(req); err != nil {
 			if errors.Is(context.Cause(ctx), ErrShuttingDown) {
 				return status.Error(codes.Unavailable, ErrShuttingDown.Error())
 			}

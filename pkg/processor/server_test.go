@@ -47,6 +47,8 @@ type fakeLoop struct {
 	resp loop.Response
 	// calls makes Run behave as if the answer needed the loop (it calls OnLoop).
 	calls bool
+	// panics, if set, is the value Run panics with, after a stream got its first round.
+	panics any
 }
 
 func (f *fakeLoop) Run(_ context.Context, r loop.Request) loop.Response {
@@ -59,6 +61,12 @@ func (f *fakeLoop) Run(_ context.Context, r loop.Request) loop.Response {
 	// As the real loop does: the exchange reads the answer, and a stream gets the answer's events.
 	if r.Exchange != nil {
 		_, _ = r.Exchange.ParseTurn(r.First)
+	}
+	if f.panics != nil {
+		if r.Sink != nil {
+			_ = r.Sink.Event(schema.Event{Kind: schema.EventRound, Body: r.First})
+		}
+		panic(f.panics)
 	}
 	if r.Sink != nil && f.resp.Status == http.StatusOK {
 		_ = r.Sink.Event(schema.Event{Kind: schema.EventDone, Body: f.resp.Body})

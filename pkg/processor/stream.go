@@ -71,6 +71,15 @@ type streamState struct {
 	// inputFiles are the files of the tool's container.file_ids, as the Files API named them,
 	// which the loop copies into the container.
 	inputFiles []loop.InputFile
+	// live is the client's stream while a loop streams it (see streamLoop), else nil.
+	live *liveAnswer
+}
+
+// liveAnswer is a client's stream that a loop is writing: how it reaches Envoy, and the
+// surface's encoder of its events.
+type liveAnswer struct {
+	em   *emitter
+	sink schema.Sink
 }
 
 // logger returns the stream's logger, with the request id.
@@ -487,6 +496,8 @@ func (st *streamState) fullDuplexEnd(end bool) error {
 func (st *streamState) streamLoop(body []byte, end bool) (*extprocv3.ProcessingResponse, error) {
 	req := st.loopRequest(body)
 	em := newEmitter(st.send, st.profile.KeepAlive, st.srv.now)
+	log := st.logger() // the keep-alive goroutine's, made here: logger is not safe for concurrent use
+	em.onPanic = func(v any) { st.srv.reportPanic(log, v) }
 	sink := st.exchange.Events(em)
 	req.Sink = sink
 	// No message timer runs for a FULL_DUPLEX_STREAMED direction (reference
@@ -496,7 +507,9 @@ func (st *streamState) streamLoop(body []byte, end bool) (*extprocv3.ProcessingR
 	started := st.srv.now()
 	em.start()
 	defer em.stop()
+	st.live = &liveAnswer{em: em, sink: sink}
 	res := st.srv.loop.Run(ctx, req)
+	st.live = nil
 	st.afterLoop(res, started, em.bytesSent())
 	if err := st.ctx.Err(); err != nil {
 		return nil, err // the client or Envoy went away: nothing more to send
@@ -592,6 +605,8 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 		MaxImages:        p.MaxImages,
 		MaxCallsPerTurn:  p.MaxCallsPerTurn,
 		MaxAnswerBytes:   p.MaxAnswerBytes,
+
+		MaxInputFileBytes: st.srv.maxInputFile,
 	}
 }
 

@@ -81,13 +81,6 @@ type liveRound struct {
 	parts map[[2]int]*livePart
 }
 
-// livePart is an output_text part whose text is relayed as it streams: its text so far, and
-// how many citations of it were streamed.
-type livePart struct {
-	text  strings.Builder
-	cited int
-}
-
 // Ended reports whether the stream's last event was written.
 func (e *events) Ended() bool { return e.ended }
 
@@ -228,7 +221,7 @@ func (e *events) delta(ev schema.Event) error {
 	e.ow.Close()
 	if typ == "response.output_text.delta" && l.parts != nil && e.earlyCites() {
 		part := [2]int{u, int(data.Get("content_index").Int())}
-		if p := l.parts[part]; p != nil && strings.Contains(p.text.String(), dataDir) {
+		if p := l.parts[part]; p != nil {
 			e.citeLive(l, part, data.Get("item_id").Raw, p.text.String(), false)
 		}
 	}
@@ -288,17 +281,13 @@ func (e *events) citeLive(l *liveRound, part [2]int, itemID, text string, done b
 	if p == nil {
 		p = &livePart{}
 	}
-	cites := e.files.cite(text)
-	for ; p.cited < len(cites); p.cited++ {
-		c := cites[p.cited]
-		if !done && !c.settled(text) {
-			break
-		}
+	first := p.cited
+	for i, c := range p.take(&e.files, text, done) {
 		e.ow.Open("response.output_text.annotation.added")
 		e.ow.Raw("item_id", itemID)
 		e.ow.Num("output_index", l.base+part[0])
 		e.ow.Num("content_index", part[1])
-		e.ow.Num("annotation_index", l.upstreamAnns[part]+p.cited)
+		e.ow.Num("annotation_index", l.upstreamAnns[part]+first+i)
 		e.ow.Raw("annotation", string(c.appendJSON(nil)))
 		e.ow.Close()
 	}
