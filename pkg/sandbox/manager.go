@@ -169,9 +169,12 @@ type entry struct {
 
 	// The fields below are guarded by Manager.mu.
 	c      Container // nil until the first run starts it
-	leases int       // leases, and Manager calls in progress on it (a file being written)
+	leases int       // leases, and Manager calls in progress on it (a file being written or read)
 	dead   bool      // evicted, lost, expired or deleted: never used again
 	files  fileTable
+	// downloads are the readers of its files open (OpenFile), each holding one of leases;
+	// ended when it is removed.
+	downloads map[*download]struct{}
 
 	// sem serializes runs (and the lazy start) on the entry: one token.
 	sem chan struct{}
@@ -617,6 +620,7 @@ func (m *Manager) removeLocked(e *entry) {
 		}
 	}
 	e.files = fileTable{}
+	e.endDownloadsLocked()
 	if e.c != nil {
 		m.deleteLocked(e.c)
 		e.c = nil
