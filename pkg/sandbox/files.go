@@ -85,7 +85,9 @@ func (e *entry) newFileLocked(path, source string, now time.Time) *fileEntry {
 // source (SourceUser when empty); a file already at path is replaced and keeps its id. The
 // write is atomic: on any error nothing of it is left. Errors: ErrUnknownContainer,
 // ErrExpiredContainer, ErrInvalidPath, ErrFileTooLarge, ErrNoFileAccess, ErrUnavailable (the
-// container could not be started), ctx's or r's error.
+// container could not be started), ctx's or r's error. Only the container's own failure (the
+// backend finds it lost or deleted) expires it; r's error, whatever it matches, and ctx's
+// leave it as it was.
 func (m *Manager) PutFile(ctx context.Context, identity, containerID, path, source string, r io.Reader, limit int64) (FileInfo, error) {
 	p, err := CleanPath(path)
 	if err != nil {
@@ -170,8 +172,15 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	if !ok {
 		return FileInfo{}, ErrNoFileAccess
 	}
-	st, err := fa.WriteFile(ctx, p, r, limit)
-	if err != nil {
+	st, err := fa.WriteFile(ctx, p, &sourceReader{r: r}, limit)
+	var se *sourceError
+	switch {
+	case errors.As(err, &se), err != nil && ctx.Err() != nil:
+		// The source's failure, or the caller's giving up, not the container's: whatever
+		// it names (a copy from another container may fail with ErrClosed or ErrLost),
+		// the container stays.
+		return FileInfo{}, fmt.Errorf("write container file: %w", err)
+	case err != nil:
 		return FileInfo{}, m.fileErr(e, c, fmt.Errorf("write container file: %w", err))
 	}
 	m.mu.Lock()
@@ -192,6 +201,25 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	m.touchLocked(ctx, e, now)
 	return fe.info, nil
 }
+
+// sourceReader marks the errors of the reader a file is written from, so that they are told
+// apart from the container's: a source that fails with ErrLost (another container's file,
+// say) must not make the Manager take the container written to for lost.
+type sourceReader struct{ r io.Reader }
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &sourceError{err: err}
+	}
+	return n, err
+}
+
+// sourceError is an error of a sourceReader's reader; it reads as, and matches, that error.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
 
 // startedContainer returns e's container, starting it if it has not started (waiting for a
 // run in progress only then). It fails with errEntryDead when e died first.
