@@ -251,6 +251,14 @@ func (h *Handler) createContainer(c call) {
 		h.fail(c, "", err)
 		return
 	}
+	if len(body.FileIDs) > 0 {
+		// The copies are an upload like any other: they hold the new container in use.
+		if !h.beginUpload(c.identity) {
+			h.tooManyUploads(c)
+			return
+		}
+		defer h.endUpload(c.identity)
+	}
 	// Check what file_ids names before the container exists: a missing file then leaves
 	// nothing. The files are then copied one at a time, each streamed from the Files API.
 	for i, id := range body.FileIDs {
@@ -395,8 +403,7 @@ func fileToJSON(f File) fileJSON {
 func (h *Handler) createFile(c call) {
 	id := c.r.PathValue("id")
 	if !h.beginUpload(c.identity) {
-		writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests, Code: "too_many_uploads",
-			Message: fmt.Sprintf("Too many uploads in progress for this API key (at most %d at once): wait for one to finish.", h.cfg.MaxUploadsPerIdentity)})
+		h.tooManyUploads(c)
 		return
 	}
 	defer h.endUpload(c.identity)
@@ -444,6 +451,12 @@ func (h *Handler) beginUpload(identity string) bool {
 	}
 	h.uploads[identity]++
 	return true
+}
+
+// tooManyUploads answers an upload beginUpload refused.
+func (h *Handler) tooManyUploads(c call) {
+	writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests, Code: "too_many_uploads",
+		Message: fmt.Sprintf("Too many uploads in progress for this API key (at most %d at once): wait for one to finish.", h.cfg.MaxUploadsPerIdentity)})
 }
 
 // endUpload ends an upload beginUpload counted.

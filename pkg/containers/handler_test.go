@@ -651,6 +651,11 @@ func TestUploadsPerIdentityBounded(t *testing.T) {
 	status, out := post(t, f, "sk-a", "/v1/containers/"+a.ID+"/files", "application/json", `{"file_id":"file-x"}`)
 	assert.Equal(t, http.StatusTooManyRequests, status, "a second upload of the same key: %s", out)
 	assert.Equal(t, "too_many_uploads", gjson.Get(out, "error.code").String(), "code: %s", out)
+	before := f.store.count("Bearer sk-a")
+	status, out = post(t, f, "sk-a", "/v1/containers", "application/json", `{"name":"c","file_ids":["file-x"]}`)
+	assert.Equal(t, http.StatusTooManyRequests, status, "a create copying file_ids is an upload too: %s", out)
+	assert.Equal(t, "too_many_uploads", gjson.Get(out, "error.code").String(), "code: %s", out)
+	assert.Equal(t, before, f.store.count("Bearer sk-a"), "no container is made")
 
 	var body bytes.Buffer
 	mwb := multipart.NewWriter(&body)
