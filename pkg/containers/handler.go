@@ -135,6 +135,7 @@ func (h *Handler) fail(c call, what string, err error) {
 	var inv *InvalidError
 	var re *schema.RequestError
 	var mbe *http.MaxBytesError
+	var se *SourceError
 	switch {
 	case errors.As(err, &re):
 		writeError(c.w, re)
@@ -159,6 +160,13 @@ func (h *Handler) fail(c call, what string, err error) {
 		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "The file could not be read from the upstream's Files API.", Code: "files_api_failed"}))
 	case c.r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.
+	case errors.As(err, &se) && se.Upstream:
+		h.log.Warn("copy a file of the Files API", zap.Error(err))
+		c.w.Header().Set("Content-Type", "application/json")
+		c.w.WriteHeader(http.StatusBadGateway)
+		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "The file could not be read from the upstream's Files API.", Code: "files_api_failed"}))
+	case errors.As(err, &se):
+		writeError(c.w, &schema.RequestError{Message: "The multipart body cannot be read: it is malformed or was cut short.", Code: "invalid_multipart"})
 	default:
 		h.log.Warn("containers API call failed", zap.String("method", c.r.Method), zap.String("what", what), zap.Error(err))
 		c.w.Header().Set("Content-Type", "application/json")
@@ -491,7 +499,7 @@ func (h *Handler) createFileMultipart(c call, id string) (File, error) {
 			if err != nil {
 				return File{}, err
 			}
-			return h.files.Put(c.r.Context(), c.identity, id, name, h.limit(part))
+			return h.files.Put(c.r.Context(), c.identity, id, name, h.source(part, false))
 		case "file_id":
 			v, err := io.ReadAll(io.LimitReader(part, 257))
 			if err != nil {
@@ -571,7 +579,7 @@ func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
 	if name, err = baseName(name); err != nil {
 		return File{}, err
 	}
-	return h.files.Put(c.r.Context(), c.identity, id, name, h.limit(content))
+	return h.files.Put(c.r.Context(), c.identity, id, name, h.source(content, true))
 }
 
 func (h *Handler) listFiles(c call) {
@@ -634,9 +642,26 @@ func (h *Handler) fileContent(c call) {
 
 // --- Shared ----------------------------------------------------------------------------------
 
-// limit fails the reader with ErrTooLarge past the upload limit, while reading.
-func (h *Handler) limit(r io.Reader) io.Reader {
-	return &limitReader{r: r, left: h.cfg.MaxUploadBytes}
+// source is the reader a file's content r is put from: it fails with ErrTooLarge past the
+// upload limit, and marks r's own errors as a SourceError (upstream: r is the Files API's).
+func (h *Handler) source(r io.Reader, upstream bool) io.Reader {
+	return &limitReader{r: &sourceReader{r: r, upstream: upstream}, left: h.cfg.MaxUploadBytes}
+}
+
+// sourceReader marks the errors of r, but io.EOF, as a SourceError. A body past its
+// http.MaxBytesReader limit is left as it is: it is a file too large, not a broken body.
+type sourceReader struct {
+	r        io.Reader
+	upstream bool
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	var mbe *http.MaxBytesError
+	if err != nil && err != io.EOF && !errors.As(err, &mbe) {
+		err = &SourceError{Upstream: s.upstream, Err: err}
+	}
+	return n, err
 }
 
 type limitReader struct {
