@@ -20,6 +20,7 @@ import (
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
 )
 
@@ -148,4 +149,12 @@ func TestShutdownCutsTransfersAtTheGrace(t *testing.T) {
 	_, err = io.ReadAll(dl.Body)
 	assert.Error(t, err, "the stalled download was cut")
 	assert.NoError(t, <-served, "ServeAPI after Shutdown")
+}
+
+// TestFilesByPrefix: a call under a prefix reads the Files API under that prefix of the
+// upstream, as the ext_proc path does for a request under it.
+func TestFilesByPrefix(t *testing.T) {
+	of := filesByPrefix("http://up:10000/", []string{"/analyst"})
+	assert.Equal(t, "http://up:10000", of("").(*files.API).Base, "no prefix")
+	assert.Equal(t, "http://up:10000/analyst", of("/analyst").(*files.API).Base, "a prefix")
 }

@@ -30,9 +30,10 @@ type Config struct {
 	// Identify returns the caller's identity ("" for a caller without a credential, who gets a
 	// 401: anonymous callers have no lasting containers).
 	Identify func(*http.Request) string
-	// Fetcher, if set, copies files of the upstream's Files API in (file_ids, and container
-	// files created by file_id); without one those are a 400.
-	Fetcher Fetcher
+	// Fetcher, if set, returns the upstream's Files API that the files of a call under prefix
+	// ("" or one of PathPrefixes) are copied in from (file_ids, and container files created by
+	// file_id); without one those are a 400.
+	Fetcher func(prefix string) Fetcher
 	// PathPrefixes are served too, each before /v1/containers (e.g. "/analyst").
 	PathPrefixes []string
 	// MaxUploadBytes bounds one file; zero means 512 MiB.
@@ -86,16 +87,17 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 	}
 	h.log = h.log.Named("containers")
 	for _, prefix := range append([]string{""}, cfg.PathPrefixes...) {
-		base := strings.TrimSuffix(prefix, "/") + "/v1/containers"
-		h.mux.HandleFunc("POST "+base, h.scoped(h.createContainer))
-		h.mux.HandleFunc("GET "+base, h.scoped(h.listContainers))
-		h.mux.HandleFunc("GET "+base+"/{id}", h.scoped(h.getContainer))
-		h.mux.HandleFunc("DELETE "+base+"/{id}", h.scoped(h.deleteContainer))
-		h.mux.HandleFunc("POST "+base+"/{id}/files", h.scoped(h.createFile))
-		h.mux.HandleFunc("GET "+base+"/{id}/files", h.scoped(h.listFiles))
-		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}", h.scoped(h.getFile))
-		h.mux.HandleFunc("DELETE "+base+"/{id}/files/{file}", h.scoped(h.deleteFile))
-		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}/content", h.scoped(h.fileContent))
+		prefix = strings.TrimSuffix(prefix, "/")
+		base := prefix + "/v1/containers"
+		h.mux.HandleFunc("POST "+base, h.scoped(prefix, h.createContainer))
+		h.mux.HandleFunc("GET "+base, h.scoped(prefix, h.listContainers))
+		h.mux.HandleFunc("GET "+base+"/{id}", h.scoped(prefix, h.getContainer))
+		h.mux.HandleFunc("DELETE "+base+"/{id}", h.scoped(prefix, h.deleteContainer))
+		h.mux.HandleFunc("POST "+base+"/{id}/files", h.scoped(prefix, h.createFile))
+		h.mux.HandleFunc("GET "+base+"/{id}/files", h.scoped(prefix, h.listFiles))
+		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}", h.scoped(prefix, h.getFile))
+		h.mux.HandleFunc("DELETE "+base+"/{id}/files/{file}", h.scoped(prefix, h.deleteFile))
+		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}/content", h.scoped(prefix, h.fileContent))
 	}
 	return h
 }
@@ -115,9 +117,11 @@ type call struct {
 	w        http.ResponseWriter
 	r        *http.Request
 	identity string
+	// prefix is the path prefix the call came under ("" for /v1/containers).
+	prefix string
 }
 
-func (h *Handler) scoped(fn func(c call)) http.HandlerFunc {
+func (h *Handler) scoped(prefix string, fn func(c call)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		identity := h.cfg.Identify(r)
 		if identity == "" {
@@ -125,7 +129,7 @@ func (h *Handler) scoped(fn func(c call)) http.HandlerFunc {
 				Message: "You didn't provide an API key. Containers are kept per API key: send it in the Authorization header."})
 			return
 		}
-		fn(call{w: w, r: r, identity: identity})
+		fn(call{w: w, r: r, identity: identity, prefix: prefix})
 	}
 }
 
@@ -535,7 +539,7 @@ func (h *Handler) stat(c call, fileID, param string) error {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return err
 	}
-	name, size, err := h.cfg.Fetcher.Stat(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	name, size, err := h.cfg.Fetcher(c.prefix).Stat(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
 	if err != nil {
 		return h.fetchError(err, fileID, param)
 	}
@@ -571,7 +575,7 @@ func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return File{}, err
 	}
-	name, content, err := h.cfg.Fetcher.Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	name, content, err := h.cfg.Fetcher(c.prefix).Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
 	if err != nil {
 		return File{}, h.fetchError(err, fileID, param)
 	}

@@ -45,7 +45,7 @@ func managerFixture(t *testing.T, mcfg sandbox.ManagerConfig, cfg Config) (*fixt
 // the code runs in, and the files the API uploads are the files the code reads.
 func TestSandboxStore(t *testing.T) {
 	up := filesServer(t, "sk-a", map[string]string{"file-1": "from the files api"})
-	f, m, p := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: &files.API{Base: up.URL, Client: up.Client()}})
+	f, m, p := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: fixed(&files.API{Base: up.URL, Client: up.Client()})})
 	ctx := t.Context()
 	c := f.client("sk-a")
 
@@ -210,7 +210,7 @@ func (brokenFetcher) Fetch(context.Context, files.Credentials, string) (string, 
 // TestBrokenSources: an upload cut short is the client's 400 and a Files API download that
 // breaks off mid-copy a 502; neither leaves a file, nor a container for a create.
 func TestBrokenSources(t *testing.T) {
-	f, _, _ := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: brokenFetcher{}})
+	f, _, _ := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: fixed(brokenFetcher{})})
 	ctx := t.Context()
 	c := f.client("sk-a")
 	made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "x"})

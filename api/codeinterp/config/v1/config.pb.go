@@ -81,6 +81,10 @@ type Config struct {
 	// api_listen is the HTTP address of the Containers API (/v1/containers and their files, and
 	// the same under every path_prefixes entry), which envoy/envoy.yaml routes to (cluster
 	// codeinterp_api): "host:port" or "unix:///path/to/socket". "" serves no Containers API.
+	// The API identifies its callers by default_profile.identity_header on every prefix, so while
+	// it is served no profile may set another identity_header (config validation refuses it).
+	// A file_id is read from the default profile's upstream under the call's prefix
+	// ({upstream}/analyst/v1/files/{id} for a call on /analyst/v1/containers).
 	// Default "127.0.0.1:8081". Flag --api-listen.
 	ApiListen *string `protobuf:"bytes,14,opt,name=api_listen,json=apiListen,proto3,oneof" json:"api_listen,omitempty"`
 	// max_upload_bytes bounds one file written into a container through the Containers API (an
