@@ -35,13 +35,20 @@ type apiServer struct {
 // server identifies them (the default profile's identity_header, which config validation
 // makes every profile's, else the credential, hashed with secret), and file_ids are read from
 // the default profile's upstream under the call's path prefix, as the ext_proc path reads them
-// for a request under that prefix.
+// for a request under that prefix. Without an identity_header the credential is the identity,
+// and (unless verify_api_credentials is off) it must be one the upstream takes.
 func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
 	ids := identity.New(secret)
 	maxUpload := int64(cfg.GetMaxUploadBytes())
 	store := containers.Sandboxes(m, maxUpload)
+	var verify func(context.Context, string, files.Credentials) error
+	if def.IdentityHeader == "" && cfg.GetVerifyApiCredentials() {
+		// The credential is the identity: check it is one the upstream takes.
+		verify = (&containers.Verifier{Base: def.Upstream}).Verify
+	}
 	h := containers.New(store, store, containers.Config{
+		Verify:   verify,
 		Identify: func(r *http.Request) string { return ids.Of(r.Header.Get, def.IdentityHeader) },
 		// Through the upstream (Envoy), so the Files API calls are routed and logged like every
 		// other model API call.

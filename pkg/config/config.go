@@ -276,6 +276,9 @@ func ApplyDefaults(cfg *configv1.Config) {
 	setString(&cfg.Upstream, DefaultUpstream)
 	setString(&cfg.LogLevel, DefaultLogLevel)
 	setString(&cfg.ProfileMetadataKey, DefaultProfileMetadataKey)
+	if cfg.VerifyApiCredentials == nil {
+		cfg.VerifyApiCredentials = proto.Bool(true)
+	}
 	if cfg.ApiListen == nil {
 		cfg.ApiListen = proto.String(DefaultAPIListen)
 	}

@@ -34,6 +34,10 @@ type Config struct {
 	// ("" or one of PathPrefixes) are copied in from (file_ids, and container files created by
 	// file_id); without one those are a 400.
 	Fetcher func(prefix string) Fetcher
+	// Verify, if set, checks a caller's credentials before any call of theirs is served: a
+	// credential it refuses ([ErrUnauthorized]) is a 401, and a failure to check it a 502.
+	// Without it every credential is taken (an authentication filter in front checks them).
+	Verify func(ctx context.Context, identity string, credentials files.Credentials) error
 	// PathPrefixes are served too, each before /v1/containers (e.g. "/analyst").
 	PathPrefixes []string
 	// MaxUploadBytes bounds one file; zero means 512 MiB.
@@ -129,7 +133,31 @@ func (h *Handler) scoped(prefix string, fn func(c call)) http.HandlerFunc {
 				Message: "You didn't provide an API key. Containers are kept per API key: send it in the Authorization header."})
 			return
 		}
+		if h.cfg.Verify != nil {
+			if err := h.cfg.Verify(r.Context(), identity, files.CredentialsOf(r.Header)); err != nil {
+				h.verifyFailed(w, r, err)
+				return
+			}
+		}
 		fn(call{w: w, r: r, identity: identity, prefix: prefix})
+	}
+}
+
+// verifyFailed answers a credential Verify did not take: a 401 when the upstream refused it, a
+// 502 when it could not be checked.
+func (h *Handler) verifyFailed(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, ErrUnauthorized):
+		writeError(w, &schema.RequestError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
+			Message: "Incorrect API key provided: the upstream refused it."})
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads an answer.
+	default:
+		h.log.Warn("verify an API key against the upstream", zap.Error(err))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway,
+			Message: "The API key could not be checked: the upstream did not answer.", Code: "upstream_unavailable"}))
 	}
 }
 
