@@ -64,8 +64,9 @@ func (m *Manager) infoOf(r Registration) ContainerInfo {
 // Create issues a new container to r.Identity, kept until it has been idle for its expiry and
 // reachable by its id as one the loop created is. The container starts on first use (a run,
 // or a file written into it). It fails with ErrInvalidSpec (a *SpecError) for a Spec the
-// provider refuses, with ErrUnavailable at the caps (after evicting what may be evicted, as
-// Acquire does) or for the anonymous identity, and with ErrClosed after Close.
+// provider refuses, with ErrAtCapacity (which matches ErrUnavailable) at the caps after
+// evicting what may be evicted (as Acquire does), with ErrUnavailable for the anonymous
+// identity or when the Registry fails, and with ErrClosed after Close.
 func (m *Manager) Create(ctx context.Context, r CreateRequest) (ContainerInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return ContainerInfo{}, fmt.Errorf("create container: %w", err)

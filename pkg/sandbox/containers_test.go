@@ -487,3 +487,88 @@ func TestManagerFilesTableBound(t *testing.T) {
 		l.Release()
 	})
 }
+
+// TestManagerDownloadHoldsContainer: a reader of a container file holds its container in use
+// until it is closed: it does not expire meanwhile, nor is it evicted at the caps; its Close
+// refreshes the last activity, and the expiry counts from there.
+func TestManagerDownloadHoldsContainer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{MaxSessionsPerIdentity: 2, MaxContainersPerIdentity: 2})
+		c := create(t, m, sandbox.CreateRequest{Identity: "alice", ExpiresAfter: time.Minute})
+		fi := putFile(t, m, "alice", c.ID, "/mnt/data/big.csv", "a,b\n1,2\n")
+		rc, _, err := m.OpenFile(ctx, "alice", c.ID, fi.ID)
+		require.NoError(t, err, "OpenFile")
+		first := make([]byte, 4)
+		_, err = io.ReadFull(rc, first)
+		require.NoError(t, err, "read the first bytes")
+
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		assert.False(t, p.Container(0).Deleted(), "a download in progress past the expiry keeps the container")
+		list, err := m.Containers(ctx, "alice")
+		require.NoError(t, err, "Containers")
+		require.Len(t, list, 1, "Containers")
+		assert.Equal(t, sandbox.StatusRunning, list[0].Status, "running while downloaded")
+
+		// At the caps, the container being downloaded, the least recently used, is not the one
+		// evicted.
+		other := create(t, m, sandbox.CreateRequest{Identity: "alice"})
+		time.Sleep(time.Second)
+		third := create(t, m, sandbox.CreateRequest{Identity: "alice"})
+		assert.Equal(t, sandbox.StatusExpired, info(t, m, "alice", other.ID).Status, "the idle container, used more recently, made room")
+		assert.Equal(t, sandbox.StatusRunning, info(t, m, "alice", c.ID).Status, "the download's container kept")
+		held := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", ContainerID: third.ID})
+		_, err = m.Create(ctx, sandbox.CreateRequest{Identity: "alice"})
+		assert.ErrorIs(t, err, sandbox.ErrAtCapacity, "the others in use: the download's container is not evicted")
+		held.Release()
+
+		rest, err := io.ReadAll(rc)
+		require.NoError(t, err, "read the rest")
+		assert.Equal(t, "a,b\n1,2\n", string(first)+string(rest), "the whole file")
+		require.NoError(t, rc.Close(), "Close")
+		require.NoError(t, rc.Close(), "a second Close")
+		assert.Equal(t, time.Now(), info(t, m, "alice", c.ID).LastActiveAt, "Close refreshes the last activity")
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		assert.False(t, p.Container(0).Deleted(), "idle for less than its expiry since the Close")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		assert.True(t, p.Container(0).Deleted(), "expired a minute after the Close")
+		assert.Equal(t, sandbox.StatusExpired, info(t, m, "alice", c.ID).Status, "expired")
+	})
+}
+
+// TestManagerDownloadEnded: deleting a container, or closing the Manager, ends the readers of
+// its files still open: their reads fail with ErrClosed, and their Close still works.
+func TestManagerDownloadEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{})
+		open := func() (sandbox.ContainerInfo, io.ReadCloser) {
+			c := create(t, m, sandbox.CreateRequest{Identity: "alice"})
+			fi := putFile(t, m, "alice", c.ID, "/mnt/data/a.txt", "abc")
+			rc, _, err := m.OpenFile(ctx, "alice", c.ID, fi.ID)
+			require.NoError(t, err, "OpenFile")
+			return c, rc
+		}
+		deleted, byDelete := open()
+		_, byClose := open()
+		one := make([]byte, 1)
+		_, err := byDelete.Read(one)
+		require.NoError(t, err, "a first read")
+
+		require.NoError(t, m.DeleteContainer(ctx, "alice", deleted.ID), "DeleteContainer")
+		_, err = byDelete.Read(one)
+		assert.ErrorIs(t, err, sandbox.ErrClosed, "a read once the container is deleted")
+		assert.NoError(t, byDelete.Close(), "Close of an ended reader")
+
+		require.NoError(t, m.Close(ctx), "Close the Manager with a reader open")
+		assert.Equal(t, 2, p.Deleted(), "every container is deleted")
+		_, err = byClose.Read(one)
+		assert.ErrorIs(t, err, sandbox.ErrClosed, "a read once the Manager is closed")
+		assert.NoError(t, byClose.Close(), "Close after the Manager's")
+	})
+}

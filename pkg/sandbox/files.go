@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -84,7 +85,9 @@ func (e *entry) newFileLocked(path, source string, now time.Time) *fileEntry {
 // source (SourceUser when empty); a file already at path is replaced and keeps its id. The
 // write is atomic: on any error nothing of it is left. Errors: ErrUnknownContainer,
 // ErrExpiredContainer, ErrInvalidPath, ErrFileTooLarge, ErrNoFileAccess, ErrUnavailable (the
-// container could not be started), ctx's or r's error.
+// container could not be started), ctx's or r's error. Only the container's own failure (the
+// backend finds it lost or deleted) expires it; r's error, whatever it matches, and ctx's
+// leave it as it was.
 func (m *Manager) PutFile(ctx context.Context, identity, containerID, path, source string, r io.Reader, limit int64) (FileInfo, error) {
 	p, err := CleanPath(path)
 	if err != nil {
@@ -111,7 +114,9 @@ func (m *Manager) PutFile(ctx context.Context, identity, containerID, path, sour
 }
 
 // PutFile writes a file into the lease's container as [Manager.PutFile] does, also into an
-// ephemeral container; if the lease's container was lost, the file goes to its replacement.
+// ephemeral container; if the lease's container was lost, the file goes to its replacement,
+// which fails with ErrAtCapacity (which matches ErrUnavailable) when a cap is reached and
+// nothing may be evicted.
 func (l *Lease) PutFile(ctx context.Context, path, source string, r io.Reader, limit int64) (FileInfo, error) {
 	if l.released {
 		return FileInfo{}, errLeaseReleased
@@ -167,8 +172,15 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	if !ok {
 		return FileInfo{}, ErrNoFileAccess
 	}
-	st, err := fa.WriteFile(ctx, p, r, limit)
-	if err != nil {
+	st, err := fa.WriteFile(ctx, p, &sourceReader{r: r}, limit)
+	var se *sourceError
+	switch {
+	case errors.As(err, &se), err != nil && ctx.Err() != nil:
+		// The source's failure, or the caller's giving up, not the container's: whatever
+		// it names (a copy from another container may fail with ErrClosed or ErrLost),
+		// the container stays.
+		return FileInfo{}, fmt.Errorf("write container file: %w", err)
+	case err != nil:
 		return FileInfo{}, m.fileErr(e, c, fmt.Errorf("write container file: %w", err))
 	}
 	m.mu.Lock()
@@ -189,6 +201,25 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	m.touchLocked(ctx, e, now)
 	return fe.info, nil
 }
+
+// sourceReader marks the errors of the reader a file is written from, so that they are told
+// apart from the container's: a source that fails with ErrLost (another container's file,
+// say) must not make the Manager take the container written to for lost.
+type sourceReader struct{ r io.Reader }
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &sourceError{err: err}
+	}
+	return n, err
+}
+
+// sourceError is an error of a sourceReader's reader; it reads as, and matches, that error.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
 
 // startedContainer returns e's container, starting it if it has not started (waiting for a
 // run in progress only then). It fails with errEntryDead when e died first.
@@ -264,8 +295,10 @@ type fileCall struct {
 	fi FileInfo // fe's info when the call began
 }
 
-// beginFileCall looks up file fileID of container containerID of identity.
-func (m *Manager) beginFileCall(ctx context.Context, identity, containerID, fileID string) (fileCall, error) {
+// beginFileCall looks up file fileID of container containerID of identity. With pin, the
+// container is held in use as by a lease (neither expired nor evicted) until the caller
+// unpins it.
+func (m *Manager) beginFileCall(ctx context.Context, identity, containerID, fileID string, pin bool) (fileCall, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, err := m.callEntryLocked(ctx, identity, containerID)
@@ -280,7 +313,17 @@ func (m *Manager) beginFileCall(ctx context.Context, identity, containerID, file
 	if !ok {
 		return fileCall{}, ErrNoFileAccess
 	}
+	if pin {
+		e.leases++
+	}
 	return fileCall{e: e, c: e.c, fa: fa, fe: fe, fi: fe.info}, nil
+}
+
+// unpin ends the hold of a file call begun with pin.
+func (m *Manager) unpin(e *entry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unpinLocked(e)
 }
 
 // seen records what a file call found: the file as st, or gone (the code removed it).
@@ -346,7 +389,7 @@ func (m *Manager) Files(ctx context.Context, identity, containerID string) ([]Fi
 // dropped and fails with ErrFileNotFound, as an id never given does. Errors also:
 // ErrUnknownContainer, ErrExpiredContainer, ErrNoFileAccess.
 func (m *Manager) File(ctx context.Context, identity, containerID, fileID string) (FileInfo, error) {
-	fc, err := m.beginFileCall(ctx, identity, containerID, fileID)
+	fc, err := m.beginFileCall(ctx, identity, containerID, fileID, false)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -362,50 +405,101 @@ func (m *Manager) File(ctx context.Context, identity, containerID, fileID string
 }
 
 // OpenFile opens file fileID of container containerID of identity for reading: the content is
-// streamed from the container as it is read, never held whole in memory. The caller closes
-// the reader; its Close refreshes the container's last activity again (a long download is
-// activity). Errors as File's.
+// streamed from the container as it is read, never held whole in memory. Until the reader is
+// closed the container is in use, as a lease holds it: it neither expires nor is evicted at
+// the caps (a download is not cut midway). The caller must close the reader; its Close ends
+// the use and refreshes the container's last activity (a long download is activity). A
+// reader still open when the container is deleted (DeleteContainer, Manager.Close) is ended:
+// its reads fail with ErrClosed. Errors as File's.
 func (m *Manager) OpenFile(ctx context.Context, identity, containerID, fileID string) (io.ReadCloser, FileInfo, error) {
-	fc, err := m.beginFileCall(ctx, identity, containerID, fileID)
+	fc, err := m.beginFileCall(ctx, identity, containerID, fileID, true)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
 	rc, st, err := fc.fa.OpenFile(ctx, fc.fi.Path)
 	if errors.Is(err, ErrFileNotFound) {
+		m.unpin(fc.e)
 		m.seen(fc.e, fc.fe, FileStat{}, true)
 		return nil, FileInfo{}, ErrFileNotFound
 	}
 	if err != nil {
+		m.unpin(fc.e)
 		return nil, FileInfo{}, m.fileErr(fc.e, fc.c, fmt.Errorf("open container file: %w", err))
 	}
-	return &touchOnClose{ReadCloser: rc, m: m, e: fc.e}, m.seen(fc.e, fc.fe, st, false), nil
+	d := &download{rc: rc, m: m, e: fc.e}
+	m.mu.Lock()
+	if fc.e.dead {
+		// Deleted while it opened: nothing may hold it.
+		m.unpinLocked(fc.e)
+		m.mu.Unlock()
+		_ = rc.Close()
+		return nil, FileInfo{}, ErrExpiredContainer
+	}
+	if fc.e.downloads == nil {
+		fc.e.downloads = map[*download]struct{}{}
+	}
+	fc.e.downloads[d] = struct{}{}
+	m.mu.Unlock()
+	return d, m.seen(fc.e, fc.fe, st, false), nil
 }
 
-// touchOnClose records a use of its container when it is closed.
-type touchOnClose struct {
-	io.ReadCloser
-	m    *Manager
-	e    *entry
-	once sync.Once
+// download is a reader of a container file that holds its container in use until closed.
+type download struct {
+	rc io.ReadCloser
+	m  *Manager
+	e  *entry
+	// ended is set once the container is deleted (by the Manager, under its mu): reads fail
+	// from then on.
+	ended     atomic.Bool
+	closeOnce sync.Once // closes rc, once: by Close, or by the Manager ending it
+	closeErr  error
+	doneOnce  sync.Once // ends the hold, once
 }
 
-func (t *touchOnClose) Close() error {
-	err := t.ReadCloser.Close()
-	t.once.Do(func() {
-		t.m.mu.Lock()
-		defer t.m.mu.Unlock()
-		if !t.e.dead {
-			t.m.touchLocked(context.Background(), t.e, time.Now())
-		}
+func (d *download) Read(p []byte) (int, error) {
+	if d.ended.Load() {
+		return 0, ErrClosed
+	}
+	n, err := d.rc.Read(p)
+	if err != nil && d.ended.Load() {
+		err = ErrClosed // rc was closed under the read
+	}
+	return n, err
+}
+
+// Close closes the reader and ends its container's use, refreshing its last activity.
+// Idempotent.
+func (d *download) Close() error {
+	err := d.closeRC()
+	d.doneOnce.Do(func() {
+		d.m.mu.Lock()
+		defer d.m.mu.Unlock()
+		delete(d.e.downloads, d)
+		d.m.unpinLocked(d.e)
 	})
 	return err
+}
+
+func (d *download) closeRC() error {
+	d.closeOnce.Do(func() { d.closeErr = d.rc.Close() })
+	return d.closeErr
+}
+
+// endDownloadsLocked ends the readers of e still open: e is being deleted. Their holds end
+// with their Close.
+func (e *entry) endDownloadsLocked() {
+	for d := range e.downloads {
+		d.ended.Store(true)
+		_ = d.closeRC()
+	}
+	e.downloads = nil
 }
 
 // DeleteFile removes file fileID of container containerID of identity, from the container and
 // the table. A file the code removed already fails with ErrFileNotFound, as an id never given
 // does. Errors also: ErrUnknownContainer, ErrExpiredContainer, ErrNoFileAccess.
 func (m *Manager) DeleteFile(ctx context.Context, identity, containerID, fileID string) error {
-	fc, err := m.beginFileCall(ctx, identity, containerID, fileID)
+	fc, err := m.beginFileCall(ctx, identity, containerID, fileID, false)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ type ManagerConfig struct {
 	// deletes) that identity's least recently used lasting container not in use. Default 10.
 	MaxSessionsPerIdentity int
 	// MaxContainers caps all containers issued, ephemeral and lasting (the warm pool is
-	// excluded); one more evicts a lasting container not in use, or fails with ErrUnavailable.
+	// excluded); one more evicts a lasting container not in use, or fails with ErrAtCapacity.
 	// The victim is the least recently used of the identity holding the most containers, and
 	// never one of an identity holding no more than the caller: a tenant makes room at the cap
 	// from its own containers or from those of tenants holding more, never by evicting a
@@ -36,7 +36,7 @@ type ManagerConfig struct {
 	MaxContainers int
 	// MaxContainersPerIdentity caps the containers of one identity, ephemeral and lasting, so
 	// that one tenant cannot take all of MaxContainers: one more evicts that identity's least
-	// recently used lasting container not in use, or fails with ErrUnavailable. Default 16 (and
+	// recently used lasting container not in use, or fails with ErrAtCapacity. Default 16 (and
 	// at least MaxSessionsPerIdentity, at most MaxContainers).
 	MaxContainersPerIdentity int
 	// RunTimeout is the wall-clock limit of a run called with timeout 0. Default 30s.
@@ -169,9 +169,12 @@ type entry struct {
 
 	// The fields below are guarded by Manager.mu.
 	c      Container // nil until the first run starts it
-	leases int       // leases, and Manager calls in progress on it (a file being written)
+	leases int       // leases, and Manager calls in progress on it (a file being written or read)
 	dead   bool      // evicted, lost, expired or deleted: never used again
 	files  fileTable
+	// downloads are the readers of its files open (OpenFile), each holding one of leases;
+	// ended when it is removed.
+	downloads map[*download]struct{}
 
 	// sem serializes runs (and the lazy start) on the entry: one token.
 	sem chan struct{}
@@ -300,8 +303,9 @@ func (m *Manager) resolve(s Spec) Spec {
 // lasting container not in use (of the identity, at MaxSessionsPerIdentity and
 // MaxContainersPerIdentity; at MaxContainers, as ManagerConfig.MaxContainers says). The container itself starts on the
 // lease's first Run (from the warm pool when one fits), but the lease already has its
-// ContainerID. Acquire fails with ErrUnavailable when a cap is reached and nothing may be
-// evicted, and with ErrClosed after Close.
+// ContainerID. Acquire fails with ErrAtCapacity (which matches ErrUnavailable) when a cap is
+// reached and nothing may be evicted, with ErrUnavailable when the Registry fails, and with
+// ErrClosed after Close.
 func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("acquire sandbox: %w", err)
@@ -537,13 +541,17 @@ func (m *Manager) memoryLimitOf(spec Spec) string {
 // evictLRULocked makes room under a cap for a container of identity by removing a lasting
 // container not in use: the least recently used of identity's when scoped; otherwise of the
 // identity holding the most containers, among identity itself and those holding more than it
-// (see ManagerConfig.MaxContainers). When there is none, it fails
-// with ErrUnavailable, saying why with format and limit.
+// (see ManagerConfig.MaxContainers). When there is none, it fails with ErrAtCapacity, saying
+// why with format and limit; or with ErrUnavailable alone when the Registry could not tell
+// the last use of a container that might have been evicted.
 func (m *Manager) evictLRULocked(identity string, scoped bool, format string, limit int) error {
-	victim := m.lruIdleLocked(identity, scoped)
+	victim, unknown := m.lruIdleLocked(identity, scoped)
+	if victim == nil && unknown {
+		return fmt.Errorf("%w: the registry does not tell which container to evict", ErrUnavailable)
+	}
 	if victim == nil {
 		m.metrics.refusals.WithLabelValues("cap").Inc()
-		return fmt.Errorf("%w: "+format, ErrUnavailable, limit)
+		return fmt.Errorf("%w: "+format, ErrAtCapacity, limit)
 	}
 	m.log.Debug("evicting least recently used container", zap.String("container_id", victim.id))
 	m.metrics.evictions.WithLabelValues("lru").Inc()
@@ -551,8 +559,9 @@ func (m *Manager) evictLRULocked(identity string, scoped bool, format string, li
 	return nil
 }
 
-func (m *Manager) lruIdleLocked(identity string, scoped bool) *entry {
-	var victim *entry
+// lruIdleLocked returns the container evictLRULocked may evict, or nil; unknown reports
+// whether a candidate was passed over because the Registry failed.
+func (m *Manager) lruIdleLocked(identity string, scoped bool) (victim *entry, unknown bool) {
 	var victimUsed time.Time
 	victimOwned := 0
 	for _, e := range m.live {
@@ -569,13 +578,14 @@ func (m *Manager) lruIdleLocked(identity string, scoped bool) *entry {
 		}
 		r, ok := m.registrationLocked(e)
 		if !ok {
+			unknown = true
 			continue
 		}
 		if victim == nil || owned > victimOwned || (owned == victimOwned && r.LastUsed.Before(victimUsed)) {
 			victim, victimUsed, victimOwned = e, r.LastUsed, owned
 		}
 	}
-	return victim
+	return victim, unknown
 }
 
 // removeLocked forgets e and deletes its container in the background. A lasting container is
@@ -610,6 +620,7 @@ func (m *Manager) removeLocked(e *entry) {
 		}
 	}
 	e.files = fileTable{}
+	e.endDownloadsLocked()
 	if e.c != nil {
 		m.deleteLocked(e.c)
 		e.c = nil

@@ -34,6 +34,11 @@ var (
 	// ErrUnavailable means no container could be had: the backend failed to start one, or a cap
 	// was reached. The code did not run.
 	ErrUnavailable = errors.New("sandbox unavailable")
+	// ErrAtCapacity means a cap on containers was reached (see ManagerConfig's
+	// MaxSessionsPerIdentity, MaxContainersPerIdentity and MaxContainers) and none could be
+	// evicted to make room: all are in use. It also matches ErrUnavailable, which a failed
+	// start or a Registry failure matches alone.
+	ErrAtCapacity = fmt.Errorf("%w: at capacity", ErrUnavailable)
 	// ErrLost means the container died or stopped answering during the run; its state is gone and
 	// the run's result, beyond any partial output returned with the error, is lost.
 	ErrLost = errors.New("sandbox lost")

@@ -351,3 +351,59 @@ func TestLocalFilesWriteDuringRun(t *testing.T) {
 	res = runIn(t, c, "import os\n(os.path.getsize('slow.bin'), [n for n in os.listdir('.') if n.startswith('.')])")
 	assert.Equal(t, "(2097152, [])", res.Value, "whole, and no temporary file left")
 }
+
+// TestManagerUploadFailsOverLocal: an upload into a container not started yet that fails on
+// its source's side (beyond the limit, the client's reader breaking or reporting too much, the
+// request cancelled midway) leaves the container running, empty of it, and usable.
+func TestManagerUploadFailsOverLocal(t *testing.T) {
+	t.Parallel()
+	m := sandbox.NewManager(sharedLocal(t), sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+	defer func() { require.NoError(t, m.Close(context.Background()), "close manager") }()
+	errTooLarge := errors.New("file beyond the upload limit")
+	tests := []struct {
+		name    string
+		give    io.Reader
+		limit   int64
+		cancel  bool
+		wantErr error
+	}{
+		{"beyond the limit", bytes.NewReader(make([]byte, 3<<20)), 1 << 20, false, sandbox.ErrFileTooLarge},
+		{"the reader says too large", &failingReader{n: 1 << 20, err: errTooLarge}, 0, false, errTooLarge},
+		{"the reader breaks", &failingReader{n: 1 << 20, err: io.ErrUnexpectedEOF}, 0, false, io.ErrUnexpectedEOF},
+		{"the reader says cancelled", &failingReader{n: 1 << 20, err: context.Canceled}, 0, false, context.Canceled},
+		{"the request is cancelled midway", &failingReader{n: 3 << 20}, 0, true, context.Canceled},
+	}
+	for _, tt := range tests {
+		ctx, cancel := context.WithCancel(context.Background())
+		ci, err := m.Create(ctx, sandbox.CreateRequest{Identity: "alice"})
+		require.NoError(t, err, "%s: Create", tt.name)
+		r := tt.give
+		if tt.cancel {
+			r = io.MultiReader(io.LimitReader(tt.give, 1<<20), readerFunc(func([]byte) (int, error) {
+				cancel()
+				return 0, context.Canceled
+			}))
+		}
+		_, err = m.PutFile(ctx, "alice", ci.ID, "/mnt/data/big.bin", "", r, tt.limit)
+		cancel()
+		assert.ErrorIs(t, err, tt.wantErr, "%s: PutFile", tt.name)
+		assert.NotErrorIs(t, err, sandbox.ErrExpiredContainer, "%s: PutFile", tt.name)
+
+		ctx = context.Background()
+		got, err := m.Container(ctx, "alice", ci.ID)
+		require.NoError(t, err, "%s: Container", tt.name)
+		assert.Equal(t, sandbox.StatusRunning, got.Status, "%s: the container is still running", tt.name)
+		files, err := m.Files(ctx, "alice", ci.ID)
+		require.NoError(t, err, "%s: Files", tt.name)
+		assert.Empty(t, files, "%s: nothing is left of the upload", tt.name)
+		fi, err := m.PutFile(ctx, "alice", ci.ID, "/mnt/data/fits.bin", "", bytes.NewReader(make([]byte, 1<<20)), 1<<20)
+		require.NoError(t, err, "%s: a file at the limit", tt.name)
+		assert.Equal(t, int64(1<<20), fi.Bytes, "%s: its size", tt.name)
+		require.NoError(t, m.DeleteContainer(ctx, "alice", ci.ID), "%s: DeleteContainer", tt.name)
+	}
+}
+
+// readerFunc is a func as an io.Reader.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
