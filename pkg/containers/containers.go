@@ -116,6 +116,8 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	// ErrFull: the identity (or the server) may not have another container now.
 	ErrFull = errors.New("no more containers")
+	// ErrUnavailable: the container could not be started, or the store failed, for now.
+	ErrUnavailable = errors.New("container unavailable")
 	// ErrUpstream: a file of the upstream's Files API could not be read.
 	ErrUpstream = errors.New("files api failed")
 )

@@ -185,6 +185,11 @@ func (h *Handler) fail(c call, what string, err error) {
 	case errors.Is(err, ErrFull):
 		writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests,
 			Message: "No more containers can be created for this API key now: delete one, or wait for one to expire.", Code: "too_many_containers"})
+	case errors.Is(err, ErrUnavailable):
+		h.log.Warn("a container is unavailable", zap.String("method", c.r.Method), zap.Error(err))
+		c.w.Header().Set("Content-Type", "application/json")
+		c.w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusServiceUnavailable, Message: "The container could not be started. Try again later.", Code: "server_error"}))
 	case errors.Is(err, ErrUpstream), errors.Is(err, files.ErrUpstream):
 		h.log.Warn("read a file of the Files API", zap.Error(err))
 		c.w.Header().Set("Content-Type", "application/json")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -244,4 +245,30 @@ func TestBrokenSources(t *testing.T) {
 			assert.Equal(t, "expired", string(ct.Status), "no container is left running of the create")
 		}
 	}
+}
+
+// TestUnavailableIsNotFull: a cap refusal is the client's 429; a container that failed to
+// start is the server's 503, which names nothing of the failure.
+func TestUnavailableIsNotFull(t *testing.T) {
+	assert.ErrorIs(t, storeError(fmt.Errorf("create: %w", sandbox.ErrAtCapacity)), ErrFull, "a cap refusal")
+	assert.ErrorIs(t, storeError(fmt.Errorf("start: %w", sandbox.ErrUnavailable)), ErrUnavailable, "another unavailability")
+	assert.NotErrorIs(t, storeError(fmt.Errorf("start: %w", sandbox.ErrUnavailable)), ErrFull, "is not a full server")
+
+	f, _, p := managerFixture(t, sandbox.ManagerConfig{}, Config{})
+	ctx := t.Context()
+	c := f.client("sk-a")
+	made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "lazy"})
+	require.NoError(t, err, "create (the container starts on first use)")
+	p.FailCreate(errors.New("bwrap: setting up uid map at /var/lib/codeinterp: permission denied"))
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, err := mw.CreateFormFile("file", "a.txt")
+	require.NoError(t, err, "form")
+	_, _ = fw.Write([]byte("a"))
+	require.NoError(t, mw.Close(), "form")
+	status, body := post(t, f, "sk-a", "/v1/containers/"+made.ID+"/files", mw.FormDataContentType(), form.String())
+	assert.Equal(t, http.StatusServiceUnavailable, status, "the container fails to start: %s", body)
+	assert.Equal(t, "server_error", gjson.Get(body, "error.type").String(), "type: %s", body)
+	assert.Equal(t, "The container could not be started. Try again later.", gjson.Get(body, "error.message").String(), "message: %s", body)
+	assert.NotContains(t, body, "/var/lib", "no internals")
 }
