@@ -42,6 +42,16 @@ type Verifier struct {
 	mu    sync.Mutex
 	lru   *list.List // of *verdict, most recently used first
 	byKey map[string]*list.Element
+	// asking holds the checks in progress by identity: concurrent calls of a new identity
+	// wait for the one check.
+	asking map[string]*check
+}
+
+// check is one GET /v1/models in progress; ok and err are set before done is closed.
+type check struct {
+	done chan struct{}
+	ok   bool
+	err  error
 }
 
 type verdict struct {
@@ -62,15 +72,52 @@ func (v *Verifier) Verify(ctx context.Context, identity string, credentials file
 		}
 		return nil
 	}
-	ok, err := v.ask(ctx, credentials)
+	ok, err := v.askOnce(ctx, identity, credentials, now)
 	if err != nil {
 		return err
 	}
-	v.remember(identity, ok, now)
 	if !ok {
 		return ErrUnauthorized
 	}
 	return nil
+}
+
+// askOnce asks the upstream about identity, or waits for the check of it already in progress;
+// when that check failed (its caller gave up, say), it asks itself.
+func (v *Verifier) askOnce(ctx context.Context, identity string, credentials files.Credentials, now time.Time) (bool, error) {
+	v.mu.Lock()
+	if c, found := v.asking[identity]; found {
+		v.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		if c.err == nil {
+			return c.ok, nil
+		}
+		ok, err := v.ask(ctx, credentials)
+		if err == nil {
+			v.remember(identity, ok, now)
+		}
+		return ok, err
+	}
+	if v.asking == nil {
+		v.asking = map[string]*check{}
+	}
+	c := &check{done: make(chan struct{})}
+	v.asking[identity] = c
+	v.mu.Unlock()
+
+	c.ok, c.err = v.ask(ctx, credentials)
+	if c.err == nil {
+		v.remember(identity, c.ok, now)
+	}
+	v.mu.Lock()
+	delete(v.asking, identity)
+	v.mu.Unlock()
+	close(c.done)
+	return c.ok, c.err
 }
 
 func (v *Verifier) now() time.Time {

@@ -126,3 +126,34 @@ func TestVerifierUpstreamDown(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, status, "the upstream cannot be reached: %s", body)
 	assert.Zero(t, g.store.count("Bearer sk-a"), "nothing is created")
 }
+
+// TestVerifierAsksOnce: concurrent calls of a new identity wait for one check.
+func TestVerifierAsksOnce(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		<-release
+		_, _ = w.Write([]byte(`{"object":"list","data":[]}`))
+	}))
+	t.Cleanup(up.Close)
+	v := &Verifier{Base: up.URL, Client: up.Client()}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() { errs <- v.Verify(t.Context(), "id-a", map[string]string{"Authorization": "Bearer a"}) })
+	}
+	require.Eventually(t, func() bool {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.asking["id-a"] != nil
+	}, 5*time.Second, time.Millisecond, "a check is under way")
+	time.Sleep(50 * time.Millisecond) // the others find it
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err, "verify")
+	}
+	assert.Equal(t, int32(1), calls.Load(), "one check for all")
+}
