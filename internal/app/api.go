@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,18 +32,27 @@ type apiServer struct {
 }
 
 // newAPIServer makes the Containers API of cfg over m: callers are identified as the ext_proc
-// server identifies them (the default profile's identity_header, else the credential, hashed
-// with secret), and file_ids are read from the default profile's upstream.
+// server identifies them (the default profile's identity_header, which config validation
+// makes every profile's, else the credential, hashed with secret), and file_ids are read from
+// the default profile's upstream under the call's path prefix, as the ext_proc path reads them
+// for a request under that prefix. Without an identity_header the credential is the identity,
+// and (unless verify_api_credentials is off) it must be one the upstream takes.
 func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
 	ids := identity.New(secret)
 	maxUpload := int64(cfg.GetMaxUploadBytes())
 	store := containers.Sandboxes(m, maxUpload)
+	var verify func(context.Context, string, files.Credentials) error
+	if def.IdentityHeader == "" && cfg.GetVerifyApiCredentials() {
+		// The credential is the identity: check it is one the upstream takes.
+		verify = (&containers.Verifier{Base: def.Upstream}).Verify
+	}
 	h := containers.New(store, store, containers.Config{
+		Verify:   verify,
 		Identify: func(r *http.Request) string { return ids.Of(r.Header.Get, def.IdentityHeader) },
 		// Through the upstream (Envoy), so the Files API calls are routed and logged like every
 		// other model API call.
-		Fetcher:        &files.API{Base: def.Upstream},
+		Fetcher:        filesByPrefix(def.Upstream, cfg.GetPathPrefixes()),
 		PathPrefixes:   cfg.GetPathPrefixes(),
 		MaxUploadBytes: maxUpload,
 		// As natively, unless the containers live longer here by default.
@@ -63,6 +73,23 @@ func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *
 		ErrorLog:          zap.NewStdLog(log.Named("containers.http")),
 	}
 	return a
+}
+
+// filesByPrefix returns the Files API of each path prefix: upstream, under the prefix (a call
+// on /analyst/v1/containers reads {upstream}/analyst/v1/files/{id}).
+func filesByPrefix(upstream string, prefixes []string) func(prefix string) containers.Fetcher {
+	base := strings.TrimSuffix(upstream, "/")
+	apis := map[string]containers.Fetcher{"": &files.API{Base: base}}
+	for _, p := range prefixes {
+		p = strings.TrimSuffix(p, "/")
+		apis[p] = &files.API{Base: base + p}
+	}
+	return func(prefix string) containers.Fetcher {
+		if f, ok := apis[prefix]; ok {
+			return f
+		}
+		return apis[""]
+	}
 }
 
 // ServeAPI serves the Containers API on lis until Shutdown. It returns nil after Shutdown.

@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -20,16 +21,29 @@ import (
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// apiApp is an App over sandboxtest containers serving the Containers API on a loopback port.
-func apiApp(t *testing.T) (*App, string, chan error) {
+// apiApp is an App over sandboxtest containers serving the Containers API on a loopback port,
+// whose upstream takes the key sk-app.
+func apiApp(t *testing.T, configure ...func(*configv1.Config)) (*App, string, chan error) {
 	t.Helper()
-	cfg := &configv1.Config{Sandbox: &configv1.Sandbox{WarmPoolSize: proto.Uint32(0)}}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" && r.Header.Get("Authorization") == "Bearer sk-app" {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		http.Error(w, `{"error":{"code":"invalid_api_key"}}`, http.StatusUnauthorized)
+	}))
+	t.Cleanup(up.Close)
+	cfg := &configv1.Config{Sandbox: &configv1.Sandbox{WarmPoolSize: proto.Uint32(0)}, Upstream: up.URL}
 	config.ApplyDefaults(cfg)
+	for _, c := range configure {
+		c(cfg)
+	}
 	require.NoError(t, config.Validate(cfg), "config")
 	svc, err := New(Options{Config: cfg, Provider: &sandboxtest.Provider{}, Log: zaptest.NewLogger(t)})
 	require.NoError(t, err, "new app")
@@ -42,9 +56,16 @@ func apiApp(t *testing.T) (*App, string, chan error) {
 
 func call(t *testing.T, c *http.Client, method, url, contentType string, body io.Reader) (*http.Response, string) {
 	t.Helper()
+	return callAs(t, c, "sk-app", method, url, contentType, body)
+}
+
+func callAs(t *testing.T, c *http.Client, key, method, url, contentType string, body io.Reader) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, body)
 	require.NoError(t, err, "%s %s", method, url)
-	req.Header.Set("Authorization", "Bearer sk-app")
+	req.Header.Set("Authorization", "Bearer "+key)
+	// What an authentication filter in front would set, for a configuration that reads it.
+	req.Header.Set("X-Tenant", key)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -148,4 +169,41 @@ func TestShutdownCutsTransfersAtTheGrace(t *testing.T) {
 	_, err = io.ReadAll(dl.Body)
 	assert.Error(t, err, "the stalled download was cut")
 	assert.NoError(t, <-served, "ServeAPI after Shutdown")
+}
+
+// TestFilesByPrefix: a call under a prefix reads the Files API under that prefix of the
+// upstream, as the ext_proc path does for a request under it.
+func TestFilesByPrefix(t *testing.T) {
+	of := filesByPrefix("http://up:10000/", []string{"/analyst"})
+	assert.Equal(t, "http://up:10000", of("").(*files.API).Base, "no prefix")
+	assert.Equal(t, "http://up:10000/analyst", of("/analyst").(*files.API).Base, "a prefix")
+}
+
+// TestAPIVerifiesCredentials: the API takes only the keys the upstream takes, unless an
+// identity_header says an authentication filter in front checked them, or it is turned off.
+func TestAPIVerifiesCredentials(t *testing.T) {
+	tests := []struct {
+		name      string
+		configure func(*configv1.Config)
+		wantOther int
+	}{
+		{"verified", func(*configv1.Config) {}, http.StatusUnauthorized},
+		{"identity header", func(c *configv1.Config) { c.DefaultProfile.IdentityHeader = "x-tenant" }, http.StatusOK},
+		{"turned off", func(c *configv1.Config) { c.VerifyApiCredentials = proto.Bool(false) }, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc, base, served := apiApp(t, tt.configure)
+			c := &http.Client{Transport: &http.Transport{}}
+			defer c.CloseIdleConnections()
+			resp, body := callAs(t, c, "sk-app", http.MethodPost, base+"/v1/containers", "application/json", bytes.NewReader([]byte(`{"name":"x"}`)))
+			assert.Equal(t, http.StatusOK, resp.StatusCode, "a key the upstream takes: %s", body)
+			resp, body = callAs(t, c, "sk-other", http.MethodPost, base+"/v1/containers", "application/json", bytes.NewReader([]byte(`{"name":"x"}`)))
+			assert.Equal(t, tt.wantOther, resp.StatusCode, "a key the upstream refuses: %s", body)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, svc.Shutdown(ctx), "shutdown")
+			require.NoError(t, <-served, "serve")
+		})
+	}
 }

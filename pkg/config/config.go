@@ -276,6 +276,9 @@ func ApplyDefaults(cfg *configv1.Config) {
 	setString(&cfg.Upstream, DefaultUpstream)
 	setString(&cfg.LogLevel, DefaultLogLevel)
 	setString(&cfg.ProfileMetadataKey, DefaultProfileMetadataKey)
+	if cfg.VerifyApiCredentials == nil {
+		cfg.VerifyApiCredentials = proto.Bool(true)
+	}
 	if cfg.ApiListen == nil {
 		cfg.ApiListen = proto.String(DefaultAPIListen)
 	}
@@ -455,6 +458,21 @@ func Validate(cfg *configv1.Config) error {
 			continue
 		}
 		errs = append(errs, validateProfile(field, p, cfg.MaxRequestBytes)...)
+	}
+	if cfg.GetApiListen() != "" {
+		// The Containers API identifies its callers as the default profile does: a profile
+		// identifying them otherwise would see, or be shown, the containers of other tenants.
+		var differ []string
+		for name, p := range cfg.Profiles {
+			if p != nil && p.IdentityHeader != "" && p.IdentityHeader != cfg.GetDefaultProfile().GetIdentityHeader() {
+				differ = append(differ, fmt.Sprintf("%q", name))
+			}
+		}
+		if len(differ) > 0 {
+			slices.Sort(differ)
+			bad("api_listen", "the Containers API identifies callers by default_profile.identity_header (%q), but profiles %s set another identity_header: give every profile the default's, or set api_listen to \"\"",
+				cfg.GetDefaultProfile().GetIdentityHeader(), strings.Join(differ, ", "))
+		}
 	}
 	errs = append(errs, validateSandbox(cfg.Sandbox)...)
 	return errors.Join(errs...)

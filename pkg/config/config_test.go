@@ -147,6 +147,9 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"cpu quota too small", func(c *configv1.Config) { c.Sandbox.Local.CpuQuota = 0.001 }, "sandbox.local.cpu_quota:"},
 		{"cpu quota negative", func(c *configv1.Config) { c.Sandbox.Local.CpuQuota = -1 }, "sandbox.local.cpu_quota:"},
 		{"relative state dir", func(c *configv1.Config) { c.Sandbox.Local.StateDir = "run/codeinterp" }, "sandbox.local.state_dir:"},
+		{"profile identity header with the api", func(c *configv1.Config) {
+			c.Profiles = map[string]*configv1.Profile{"analyst": {IdentityHeader: "x-analyst"}, "same": {}}
+		}, `api_listen: the Containers API identifies callers by default_profile.identity_header (""), but profiles "analyst" set another`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +161,22 @@ func TestValidateNamesTheField(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want, "validate with %s changed", tt.name)
 		})
 	}
+}
+
+// TestAPIIdentityHeader: a profile's own identity_header is refused only while the Containers
+// API is served; one equal to the default's is fine.
+func TestAPIIdentityHeader(t *testing.T) {
+	cfg := &configv1.Config{}
+	ApplyDefaults(cfg)
+	cfg.DefaultProfile.IdentityHeader = "x-tenant"
+	cfg.Profiles = map[string]*configv1.Profile{"a": {IdentityHeader: "x-tenant"}, "b": {}}
+	require.NoError(t, Validate(cfg), "every profile identifies as the default")
+	cfg.Profiles["c"] = &configv1.Profile{IdentityHeader: "x-other"}
+	err := Validate(cfg)
+	require.Error(t, err, "a profile identifying otherwise")
+	assert.Contains(t, err.Error(), `profiles "c" set another identity_header`, "names the profile")
+	cfg.ApiListen = proto.String("")
+	require.NoError(t, Validate(cfg), "without the Containers API")
 }
 
 // TestLoopDeadlineMargin: the loop gets loop_deadline minus LoopDeadlineMargin, so a

@@ -80,7 +80,8 @@ type Store interface {
 // FileStore keeps the files of a [Store]'s containers, with the same scoping.
 type FileStore interface {
 	// Put writes the file name (a base name) of container id from r, as a "user" file. On any
-	// error nothing of it is left. r fails with [ErrTooLarge] past the upload limit.
+	// error nothing of it is left. r fails with [ErrTooLarge] past the upload limit, and with a
+	// [SourceError] when the content cannot be read; Put's error wraps r's.
 	Put(ctx context.Context, identity, id, name string, r io.Reader) (File, error)
 	// Files returns the container's files, in any order.
 	Files(ctx context.Context, identity, id string) ([]File, error)
@@ -115,9 +116,31 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	// ErrFull: the identity (or the server) may not have another container now.
 	ErrFull = errors.New("no more containers")
+	// ErrUnavailable: the container could not be started, or the store failed, for now.
+	ErrUnavailable = errors.New("container unavailable")
 	// ErrUpstream: a file of the upstream's Files API could not be read.
 	ErrUpstream = errors.New("files api failed")
 )
+
+// SourceError is an error of the content a [FileStore.Put] was copying from, not of the store:
+// the client's upload broke off or was malformed (Upstream false), or the Files API's download
+// broke off mid-copy (Upstream true). The reader given to Put returns its errors as
+// SourceErrors; Put returns them wrapped, as it returns every error of its reader.
+type SourceError struct {
+	// Upstream reports whether the content came from the upstream's Files API.
+	Upstream bool
+	// Err is the reader's error.
+	Err error
+}
+
+func (e *SourceError) Error() string {
+	if e.Upstream {
+		return "read the files api's content: " + e.Err.Error()
+	}
+	return "read the upload: " + e.Err.Error()
+}
+
+func (e *SourceError) Unwrap() error { return e.Err }
 
 // InvalidError is a value the client sent that the store refuses (a memory limit, a name); it
 // becomes a 400 naming Param.

@@ -30,9 +30,14 @@ type Config struct {
 	// Identify returns the caller's identity ("" for a caller without a credential, who gets a
 	// 401: anonymous callers have no lasting containers).
 	Identify func(*http.Request) string
-	// Fetcher, if set, copies files of the upstream's Files API in (file_ids, and container
-	// files created by file_id); without one those are a 400.
-	Fetcher Fetcher
+	// Fetcher, if set, returns the upstream's Files API that the files of a call under prefix
+	// ("" or one of PathPrefixes) are copied in from (file_ids, and container files created by
+	// file_id); without one those are a 400.
+	Fetcher func(prefix string) Fetcher
+	// Verify, if set, checks a caller's credentials before any call of theirs is served: a
+	// credential it refuses ([ErrUnauthorized]) is a 401, and a failure to check it a 502.
+	// Without it every credential is taken (an authentication filter in front checks them).
+	Verify func(ctx context.Context, identity string, credentials files.Credentials) error
 	// PathPrefixes are served too, each before /v1/containers (e.g. "/analyst").
 	PathPrefixes []string
 	// MaxUploadBytes bounds one file; zero means 512 MiB.
@@ -86,16 +91,17 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 	}
 	h.log = h.log.Named("containers")
 	for _, prefix := range append([]string{""}, cfg.PathPrefixes...) {
-		base := strings.TrimSuffix(prefix, "/") + "/v1/containers"
-		h.mux.HandleFunc("POST "+base, h.scoped(h.createContainer))
-		h.mux.HandleFunc("GET "+base, h.scoped(h.listContainers))
-		h.mux.HandleFunc("GET "+base+"/{id}", h.scoped(h.getContainer))
-		h.mux.HandleFunc("DELETE "+base+"/{id}", h.scoped(h.deleteContainer))
-		h.mux.HandleFunc("POST "+base+"/{id}/files", h.scoped(h.createFile))
-		h.mux.HandleFunc("GET "+base+"/{id}/files", h.scoped(h.listFiles))
-		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}", h.scoped(h.getFile))
-		h.mux.HandleFunc("DELETE "+base+"/{id}/files/{file}", h.scoped(h.deleteFile))
-		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}/content", h.scoped(h.fileContent))
+		prefix = strings.TrimSuffix(prefix, "/")
+		base := prefix + "/v1/containers"
+		h.mux.HandleFunc("POST "+base, h.scoped(prefix, h.createContainer))
+		h.mux.HandleFunc("GET "+base, h.scoped(prefix, h.listContainers))
+		h.mux.HandleFunc("GET "+base+"/{id}", h.scoped(prefix, h.getContainer))
+		h.mux.HandleFunc("DELETE "+base+"/{id}", h.scoped(prefix, h.deleteContainer))
+		h.mux.HandleFunc("POST "+base+"/{id}/files", h.scoped(prefix, h.createFile))
+		h.mux.HandleFunc("GET "+base+"/{id}/files", h.scoped(prefix, h.listFiles))
+		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}", h.scoped(prefix, h.getFile))
+		h.mux.HandleFunc("DELETE "+base+"/{id}/files/{file}", h.scoped(prefix, h.deleteFile))
+		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}/content", h.scoped(prefix, h.fileContent))
 	}
 	return h
 }
@@ -115,9 +121,11 @@ type call struct {
 	w        http.ResponseWriter
 	r        *http.Request
 	identity string
+	// prefix is the path prefix the call came under ("" for /v1/containers).
+	prefix string
 }
 
-func (h *Handler) scoped(fn func(c call)) http.HandlerFunc {
+func (h *Handler) scoped(prefix string, fn func(c call)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		identity := h.cfg.Identify(r)
 		if identity == "" {
@@ -125,7 +133,31 @@ func (h *Handler) scoped(fn func(c call)) http.HandlerFunc {
 				Message: "You didn't provide an API key. Containers are kept per API key: send it in the Authorization header."})
 			return
 		}
-		fn(call{w: w, r: r, identity: identity})
+		if h.cfg.Verify != nil {
+			if err := h.cfg.Verify(r.Context(), identity, files.CredentialsOf(r.Header)); err != nil {
+				h.verifyFailed(w, r, err)
+				return
+			}
+		}
+		fn(call{w: w, r: r, identity: identity, prefix: prefix})
+	}
+}
+
+// verifyFailed answers a credential Verify did not take: a 401 when the upstream refused it, a
+// 502 when it could not be checked.
+func (h *Handler) verifyFailed(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, ErrUnauthorized):
+		writeError(w, &schema.RequestError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
+			Message: "Incorrect API key provided: the upstream refused it."})
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads an answer.
+	default:
+		h.log.Warn("verify an API key against the upstream", zap.Error(err))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway,
+			Message: "The API key could not be checked: the upstream did not answer.", Code: "upstream_unavailable"}))
 	}
 }
 
@@ -135,6 +167,7 @@ func (h *Handler) fail(c call, what string, err error) {
 	var inv *InvalidError
 	var re *schema.RequestError
 	var mbe *http.MaxBytesError
+	var se *SourceError
 	switch {
 	case errors.As(err, &re):
 		writeError(c.w, re)
@@ -152,6 +185,11 @@ func (h *Handler) fail(c call, what string, err error) {
 	case errors.Is(err, ErrFull):
 		writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests,
 			Message: "No more containers can be created for this API key now: delete one, or wait for one to expire.", Code: "too_many_containers"})
+	case errors.Is(err, ErrUnavailable):
+		h.log.Warn("a container is unavailable", zap.String("method", c.r.Method), zap.Error(err))
+		c.w.Header().Set("Content-Type", "application/json")
+		c.w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusServiceUnavailable, Message: "The container could not be started. Try again later.", Code: "server_error"}))
 	case errors.Is(err, ErrUpstream), errors.Is(err, files.ErrUpstream):
 		h.log.Warn("read a file of the Files API", zap.Error(err))
 		c.w.Header().Set("Content-Type", "application/json")
@@ -159,6 +197,13 @@ func (h *Handler) fail(c call, what string, err error) {
 		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "The file could not be read from the upstream's Files API.", Code: "files_api_failed"}))
 	case c.r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.
+	case errors.As(err, &se) && se.Upstream:
+		h.log.Warn("copy a file of the Files API", zap.Error(err))
+		c.w.Header().Set("Content-Type", "application/json")
+		c.w.WriteHeader(http.StatusBadGateway)
+		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "The file could not be read from the upstream's Files API.", Code: "files_api_failed"}))
+	case errors.As(err, &se):
+		writeError(c.w, &schema.RequestError{Message: "The multipart body cannot be read: it is malformed or was cut short.", Code: "invalid_multipart"})
 	default:
 		h.log.Warn("containers API call failed", zap.String("method", c.r.Method), zap.String("what", what), zap.Error(err))
 		c.w.Header().Set("Content-Type", "application/json")
@@ -250,6 +295,14 @@ func (h *Handler) createContainer(c call) {
 	if err != nil {
 		h.fail(c, "", err)
 		return
+	}
+	if len(body.FileIDs) > 0 {
+		// The copies are an upload like any other: they hold the new container in use.
+		if !h.beginUpload(c.identity) {
+			h.tooManyUploads(c)
+			return
+		}
+		defer h.endUpload(c.identity)
 	}
 	// Check what file_ids names before the container exists: a missing file then leaves
 	// nothing. The files are then copied one at a time, each streamed from the Files API.
@@ -395,8 +448,7 @@ func fileToJSON(f File) fileJSON {
 func (h *Handler) createFile(c call) {
 	id := c.r.PathValue("id")
 	if !h.beginUpload(c.identity) {
-		writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests, Code: "too_many_uploads",
-			Message: fmt.Sprintf("Too many uploads in progress for this API key (at most %d at once): wait for one to finish.", h.cfg.MaxUploadsPerIdentity)})
+		h.tooManyUploads(c)
 		return
 	}
 	defer h.endUpload(c.identity)
@@ -446,6 +498,12 @@ func (h *Handler) beginUpload(identity string) bool {
 	return true
 }
 
+// tooManyUploads answers an upload beginUpload refused.
+func (h *Handler) tooManyUploads(c call) {
+	writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests, Code: "too_many_uploads",
+		Message: fmt.Sprintf("Too many uploads in progress for this API key (at most %d at once): wait for one to finish.", h.cfg.MaxUploadsPerIdentity)})
+}
+
 // endUpload ends an upload beginUpload counted.
 func (h *Handler) endUpload(identity string) {
 	h.mu.Lock()
@@ -478,7 +536,7 @@ func (h *Handler) createFileMultipart(c call, id string) (File, error) {
 			if err != nil {
 				return File{}, err
 			}
-			return h.files.Put(c.r.Context(), c.identity, id, name, h.limit(part))
+			return h.files.Put(c.r.Context(), c.identity, id, name, h.source(part, false))
 		case "file_id":
 			v, err := io.ReadAll(io.LimitReader(part, 257))
 			if err != nil {
@@ -514,7 +572,7 @@ func (h *Handler) stat(c call, fileID, param string) error {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return err
 	}
-	name, size, err := h.cfg.Fetcher.Stat(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	name, size, err := h.cfg.Fetcher(c.prefix).Stat(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
 	if err != nil {
 		return h.fetchError(err, fileID, param)
 	}
@@ -550,7 +608,7 @@ func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return File{}, err
 	}
-	name, content, err := h.cfg.Fetcher.Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	name, content, err := h.cfg.Fetcher(c.prefix).Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
 	if err != nil {
 		return File{}, h.fetchError(err, fileID, param)
 	}
@@ -558,7 +616,7 @@ func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
 	if name, err = baseName(name); err != nil {
 		return File{}, err
 	}
-	return h.files.Put(c.r.Context(), c.identity, id, name, h.limit(content))
+	return h.files.Put(c.r.Context(), c.identity, id, name, h.source(content, true))
 }
 
 func (h *Handler) listFiles(c call) {
@@ -621,9 +679,26 @@ func (h *Handler) fileContent(c call) {
 
 // --- Shared ----------------------------------------------------------------------------------
 
-// limit fails the reader with ErrTooLarge past the upload limit, while reading.
-func (h *Handler) limit(r io.Reader) io.Reader {
-	return &limitReader{r: r, left: h.cfg.MaxUploadBytes}
+// source is the reader a file's content r is put from: it fails with ErrTooLarge past the
+// upload limit, and marks r's own errors as a SourceError (upstream: r is the Files API's).
+func (h *Handler) source(r io.Reader, upstream bool) io.Reader {
+	return &limitReader{r: &sourceReader{r: r, upstream: upstream}, left: h.cfg.MaxUploadBytes}
+}
+
+// sourceReader marks the errors of r, but io.EOF, as a SourceError. A body past its
+// http.MaxBytesReader limit is left as it is: it is a file too large, not a broken body.
+type sourceReader struct {
+	r        io.Reader
+	upstream bool
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	var mbe *http.MaxBytesError
+	if err != nil && err != io.EOF && !errors.As(err, &mbe) {
+		err = &SourceError{Upstream: s.upstream, Err: err}
+	}
+	return n, err
 }
 
 type limitReader struct {

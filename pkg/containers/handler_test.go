@@ -390,7 +390,7 @@ func TestContainersTenants(t *testing.T) {
 // caller's key.
 func TestContainerFilesByID(t *testing.T) {
 	up := filesServer(t, "sk-a", map[string]string{"file-1": "x,y\n1,2\n", "file-2": "hello"})
-	f := newFixture(t, Config{Fetcher: &files.API{Base: up.URL, Client: up.Client()}})
+	f := newFixture(t, Config{Fetcher: fixed(&files.API{Base: up.URL, Client: up.Client()})})
 	ctx := t.Context()
 	c := f.client("sk-a")
 
@@ -594,7 +594,7 @@ func TestContainerFilesByIDRefused(t *testing.T) {
 	}))
 	t.Cleanup(broken.Close)
 
-	f := newFixture(t, Config{MaxUploadBytes: 1000, Fetcher: &files.API{Base: up.URL, Client: up.Client()}})
+	f := newFixture(t, Config{MaxUploadBytes: 1000, Fetcher: fixed(&files.API{Base: up.URL, Client: up.Client()})})
 	ctx := t.Context()
 	c := f.client("sk-a")
 	_, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "big", FileIDs: []string{"file-ok", "file-big"}})
@@ -609,7 +609,7 @@ func TestContainerFilesByIDRefused(t *testing.T) {
 	require.NoError(t, err, "list files")
 	assert.Empty(t, list.Data, "nothing left of a refused copy")
 
-	g := newFixture(t, Config{Fetcher: &files.API{Base: broken.URL, Client: broken.Client()}})
+	g := newFixture(t, Config{Fetcher: fixed(&files.API{Base: broken.URL, Client: broken.Client()})})
 	status, body := post(t, g, "sk-a", "/v1/containers", "application/json", `{"name":"x","file_ids":["file-1"]}`)
 	assert.Equal(t, http.StatusBadGateway, status, "the Files API fails: %s", body)
 	assert.Equal(t, "files_api_failed", gjson.Get(body, "error.code").String(), "code: %s", body)
@@ -651,6 +651,11 @@ func TestUploadsPerIdentityBounded(t *testing.T) {
 	status, out := post(t, f, "sk-a", "/v1/containers/"+a.ID+"/files", "application/json", `{"file_id":"file-x"}`)
 	assert.Equal(t, http.StatusTooManyRequests, status, "a second upload of the same key: %s", out)
 	assert.Equal(t, "too_many_uploads", gjson.Get(out, "error.code").String(), "code: %s", out)
+	before := f.store.count("Bearer sk-a")
+	status, out = post(t, f, "sk-a", "/v1/containers", "application/json", `{"name":"c","file_ids":["file-x"]}`)
+	assert.Equal(t, http.StatusTooManyRequests, status, "a create copying file_ids is an upload too: %s", out)
+	assert.Equal(t, "too_many_uploads", gjson.Get(out, "error.code").String(), "code: %s", out)
+	assert.Equal(t, before, f.store.count("Bearer sk-a"), "no container is made")
 
 	var body bytes.Buffer
 	mwb := multipart.NewWriter(&body)
@@ -666,4 +671,39 @@ func TestUploadsPerIdentityBounded(t *testing.T) {
 	assert.Equal(t, http.StatusOK, <-first, "the slow upload completes")
 	status, out = post(t, f, "sk-a", "/v1/containers/"+a.ID+"/files", mwb.FormDataContentType(), body.String())
 	assert.Equal(t, http.StatusOK, status, "once it is done the key uploads again: %s", out)
+}
+
+// fixed is the Fetcher of every prefix.
+func fixed(f Fetcher) func(string) Fetcher { return func(string) Fetcher { return f } }
+
+// TestFilesByIDUnderPrefix: a call under a path prefix copies from the Files API of that
+// prefix, as the code_interpreter loop does on the same route.
+func TestFilesByIDUnderPrefix(t *testing.T) {
+	plain := filesServer(t, "sk-a", map[string]string{"file-1": "plain"})
+	analyst := filesServer(t, "sk-a", map[string]string{"file-1": "analyst"})
+	var mu sync.Mutex
+	var asked []string
+	f := newFixture(t, Config{PathPrefixes: []string{"/analyst"}, Fetcher: func(prefix string) Fetcher {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, prefix)
+		if prefix == "/analyst" {
+			return &files.API{Base: analyst.URL, Client: analyst.Client()}
+		}
+		return &files.API{Base: plain.URL, Client: plain.Client()}
+	}})
+	status, body := post(t, f, "sk-a", "/analyst/v1/containers", "application/json", `{"name":"x","file_ids":["file-1"]}`)
+	require.Equal(t, http.StatusOK, status, "create under the prefix: %s", body)
+	id := gjson.Get(body, "id").String()
+	f.store.mu.Lock()
+	defer f.store.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	ct, ok := f.store.containers["Bearer sk-a"][id]
+	require.True(t, ok, "the container is kept")
+	for _, fl := range ct.files {
+		assert.Equal(t, "analyst", string(fl.data), "copied from the prefix's Files API")
+	}
+	assert.Len(t, ct.files, 1, "one file")
+	assert.NotContains(t, asked, "", "the unprefixed Files API is not asked")
 }

@@ -144,8 +144,11 @@ func storeError(err error) error {
 		return fmt.Errorf("%w: %w", ErrExpired, err)
 	case errors.Is(err, sandbox.ErrFileTooLarge), errors.Is(err, ErrTooLarge):
 		return fmt.Errorf("%w: %w", ErrTooLarge, err)
-	case errors.Is(err, sandbox.ErrUnavailable):
+	case errors.Is(err, sandbox.ErrAtCapacity):
 		return fmt.Errorf("%w: %w", ErrFull, err)
+	case errors.Is(err, sandbox.ErrUnavailable):
+		// A container that failed to start, or a registry that failed: not the caller's doing.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case errors.Is(err, sandbox.ErrInvalidPath):
 		return &InvalidError{Param: "file", Message: "Invalid file name: it cannot name a file under /mnt/data."}
 	default:

@@ -5,16 +5,20 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/codeinterp/codeinterp/pkg/files"
@@ -42,7 +46,7 @@ func managerFixture(t *testing.T, mcfg sandbox.ManagerConfig, cfg Config) (*fixt
 // the code runs in, and the files the API uploads are the files the code reads.
 func TestSandboxStore(t *testing.T) {
 	up := filesServer(t, "sk-a", map[string]string{"file-1": "from the files api"})
-	f, m, p := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: &files.API{Base: up.URL, Client: up.Client()}})
+	f, m, p := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: fixed(&files.API{Base: up.URL, Client: up.Client()})})
 	ctx := t.Context()
 	c := f.client("sk-a")
 
@@ -191,4 +195,80 @@ func TestSandboxStoreInvalidSpec(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
 	assert.Equal(t, "memory_limit", apiErr.Param, "param")
 	assert.Contains(t, apiErr.Message, "16g", "the reason is the client's to read")
+}
+
+// brokenFetcher is a Files API whose downloads break off after their first bytes.
+type brokenFetcher struct{}
+
+func (brokenFetcher) Stat(context.Context, files.Credentials, string) (string, int64, error) {
+	return "data.csv", 10, nil
+}
+
+func (brokenFetcher) Fetch(context.Context, files.Credentials, string) (string, io.ReadCloser, error) {
+	return "data.csv", io.NopCloser(io.MultiReader(strings.NewReader("a,b\n"), iotest.ErrReader(errors.New("connection reset by 10.1.2.3")))), nil
+}
+
+// TestBrokenSources: an upload cut short is the client's 400 and a Files API download that
+// breaks off mid-copy a 502; neither leaves a file, nor a container for a create.
+func TestBrokenSources(t *testing.T) {
+	f, _, _ := managerFixture(t, sandbox.ManagerConfig{}, Config{Fetcher: fixed(brokenFetcher{})})
+	ctx := t.Context()
+	c := f.client("sk-a")
+	made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "x"})
+	require.NoError(t, err, "create")
+
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, err := mw.CreateFormFile("file", "cut.bin")
+	require.NoError(t, err, "form")
+	_, _ = fw.Write(bytes.Repeat([]byte("x"), 64<<10))
+	// No closing boundary: the part ends with the body, unexpectedly.
+	status, body := post(t, f, "sk-a", "/v1/containers/"+made.ID+"/files", mw.FormDataContentType(), form.String())
+	assert.Equal(t, http.StatusBadRequest, status, "a truncated multipart body: %s", body)
+	assert.Equal(t, "invalid_multipart", gjson.Get(body, "error.code").String(), "code: %s", body)
+
+	status, body = post(t, f, "sk-a", "/v1/containers/"+made.ID+"/files", "application/json", `{"file_id":"file-1"}`)
+	assert.Equal(t, http.StatusBadGateway, status, "a Files API body that breaks off: %s", body)
+	assert.Equal(t, "files_api_failed", gjson.Get(body, "error.code").String(), "code: %s", body)
+	assert.NotContains(t, body, "10.1.2.3", "the upstream's error is not shown")
+
+	list, err := c.Containers.Files.List(ctx, made.ID, openai.ContainerFileListParams{})
+	require.NoError(t, err, "list files")
+	assert.Empty(t, list.Data, "nothing is left of either")
+
+	status, body = post(t, f, "sk-a", "/v1/containers", "application/json", `{"name":"y","file_ids":["file-1"]}`)
+	assert.Equal(t, http.StatusBadGateway, status, "a create whose file_ids copy breaks off: %s", body)
+	all, err := c.Containers.List(ctx, openai.ContainerListParams{})
+	require.NoError(t, err, "list containers")
+	for _, ct := range all.Data {
+		if ct.ID != made.ID {
+			assert.Equal(t, "expired", string(ct.Status), "no container is left running of the create")
+		}
+	}
+}
+
+// TestUnavailableIsNotFull: a cap refusal is the client's 429; a container that failed to
+// start is the server's 503, which names nothing of the failure.
+func TestUnavailableIsNotFull(t *testing.T) {
+	assert.ErrorIs(t, storeError(fmt.Errorf("create: %w", sandbox.ErrAtCapacity)), ErrFull, "a cap refusal")
+	assert.ErrorIs(t, storeError(fmt.Errorf("start: %w", sandbox.ErrUnavailable)), ErrUnavailable, "another unavailability")
+	assert.NotErrorIs(t, storeError(fmt.Errorf("start: %w", sandbox.ErrUnavailable)), ErrFull, "is not a full server")
+
+	f, _, p := managerFixture(t, sandbox.ManagerConfig{}, Config{})
+	ctx := t.Context()
+	c := f.client("sk-a")
+	made, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: "lazy"})
+	require.NoError(t, err, "create (the container starts on first use)")
+	p.FailCreate(errors.New("bwrap: setting up uid map at /var/lib/codeinterp: permission denied"))
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, err := mw.CreateFormFile("file", "a.txt")
+	require.NoError(t, err, "form")
+	_, _ = fw.Write([]byte("a"))
+	require.NoError(t, mw.Close(), "form")
+	status, body := post(t, f, "sk-a", "/v1/containers/"+made.ID+"/files", mw.FormDataContentType(), form.String())
+	assert.Equal(t, http.StatusServiceUnavailable, status, "the container fails to start: %s", body)
+	assert.Equal(t, "server_error", gjson.Get(body, "error.type").String(), "type: %s", body)
+	assert.Equal(t, "The container could not be started. Try again later.", gjson.Get(body, "error.message").String(), "message: %s", body)
+	assert.NotContains(t, body, "/var/lib", "no internals")
 }

@@ -30,7 +30,43 @@ func TestContainersAPI(t *testing.T) {
 		t.Run("containers and their files", func(t *testing.T) { testContainersAndFiles(t, s, m) })
 		t.Run("another API key sees nothing", func(t *testing.T) { testContainersTenants(t, s) })
 		t.Run("the profile route's prefix", func(t *testing.T) { testContainersPrefixed(t, s) })
+		t.Run("a key the upstream refuses", func(t *testing.T) { testContainersRefusedKey(t, s) })
 	})
+}
+
+// modelsCalls counts the upstream's GET /v1/models calls with key.
+func modelsCalls(s *Stack, key string) int {
+	n := 0
+	for _, r := range s.Model.RequestsTo("/v1/models") {
+		if r.Header.Get("Authorization") == "Bearer "+key {
+			n++
+		}
+	}
+	return n
+}
+
+// testContainersRefusedKey: a key the upstream refuses is a 401 invalid_api_key and gets no
+// container; a key it takes works; the upstream is asked once per key, not per call.
+func testContainersRefusedKey(t *testing.T, s *Stack) {
+	ctx := t.Context()
+	good, bad := "sk-known-"+s.Front.Name(), "sk-made-up-"+s.Front.Name()
+	s.Model.AddKey(good)
+	badc, goodc := s.Client(bad), s.Client(good)
+	for i := range 3 {
+		_, err := badc.Containers.New(ctx, openai.ContainerNewParams{Name: "mine"})
+		e := apiError(t, err, "create with a made-up key")
+		assert.Equal(t, http.StatusUnauthorized, e.StatusCode, "status, call %d", i)
+		assert.Equal(t, "invalid_api_key", e.Code, "code, call %d", i)
+		_, err = badc.Containers.List(ctx, openai.ContainerListParams{})
+		assert.Equal(t, http.StatusUnauthorized, apiError(t, err, "list with a made-up key").StatusCode, "list, call %d", i)
+	}
+	assert.Equal(t, 1, modelsCalls(s, bad), "the refusal is remembered")
+	for range 3 {
+		made, err := goodc.Containers.New(ctx, openai.ContainerNewParams{Name: "mine"})
+		require.NoError(t, err, "create with a key the upstream takes")
+		require.NoError(t, goodc.Containers.Delete(ctx, made.ID), "delete")
+	}
+	assert.Equal(t, 1, modelsCalls(s, good), "the acceptance is remembered")
 }
 
 func download(t *testing.T, c openai.Client, containerID, fileID string) []byte {
@@ -46,6 +82,7 @@ func download(t *testing.T, c openai.Client, containerID, fileID string) []byte 
 func testContainersAndFiles(t *testing.T, s *Stack, m *model) {
 	ctx := t.Context()
 	key := "sk-cntr-" + s.Front.Name()
+	s.Model.AddKey(key)
 	c := s.Client(key)
 	s.Model.AddFile(fakemodel.File{ID: "file-notes-" + s.Front.Name(), Filename: "notes.txt", Key: key, Content: []byte("from the Files API\n")})
 	s.Model.AddFile(fakemodel.File{ID: "file-seed-" + s.Front.Name(), Filename: "seed.json", Key: key, Content: []byte(`{"seed": 7}`)})
@@ -147,6 +184,8 @@ func testContainersAndFiles(t *testing.T, s *Stack, m *model) {
 func testContainersTenants(t *testing.T, s *Stack) {
 	ctx := t.Context()
 	ownerKey := "sk-owner-" + s.Front.Name()
+	s.Model.AddKey(ownerKey)
+	s.Model.AddKey("sk-other-" + s.Front.Name())
 	owner, other := s.Client(ownerKey), s.Client("sk-other-"+s.Front.Name())
 	s.Model.AddFile(fakemodel.File{ID: "file-own-" + s.Front.Name(), Filename: "own.txt", Key: ownerKey, Content: []byte("mine")})
 	made, err := owner.Containers.New(ctx, openai.ContainerNewParams{Name: "private"})
@@ -194,6 +233,7 @@ func testContainersTenants(t *testing.T, s *Stack) {
 func testContainersPrefixed(t *testing.T, s *Stack) {
 	ctx := t.Context()
 	key := "sk-prefixed-" + s.Front.Name()
+	s.Model.AddKey(key)
 	analyst, plain := s.ClientAt("/analyst/v1/", key), s.Client(key)
 	made, err := analyst.Containers.New(ctx, openai.ContainerNewParams{Name: "via analyst"})
 	require.NoError(t, err, "create through the profile route")

@@ -221,6 +221,11 @@ class FakeModel:
         self._call("POST", "/files", {"id": file_id, "filename": filename, "key": key, "purpose": purpose,
                                       "content": base64.b64encode(content).decode()})
 
+    def add_key(self, key: str) -> None:
+        """Make key one GET /v1/models takes; once a key is added (until the next reset), the
+        keys not added are refused with a 401 invalid_api_key."""
+        self._call("POST", "/keys", {"key": key})
+
     def reset(self) -> None:
-        """Drop the queued answers and forget the requests received so far."""
+        """Drop the queued answers, forget the keys added and the requests received so far."""
         self._call("POST", "/reset", {})

@@ -117,3 +117,18 @@ def test_containers_errors(make_client) -> None:
         client.containers.files.create(container_id=made.id, file_id="file-nobody-has")
     assert e.value.code == "file_not_found", e.value.body
     client.containers.delete(made.id)
+
+
+def test_containers_refuse_a_key_the_upstream_refuses(make_client, model: fm.FakeModel) -> None:
+    good, bad = _key("py-known"), _key("py-made-up")
+    model.add_key(good)
+    for _ in range(3):
+        with pytest.raises(openai.AuthenticationError) as e:
+            make_client(bad).containers.create(name="x")
+        assert e.value.status_code == 401
+        assert e.value.code == "invalid_api_key", e.value.body
+    made = make_client(good).containers.create(name="x")
+    make_client(good).containers.delete(made.id)
+    asked = [r.header("Authorization") for r in model.requests("/v1/models")]
+    assert asked.count("Bearer " + bad) == 1, asked
+    assert asked.count("Bearer " + good) == 1, asked

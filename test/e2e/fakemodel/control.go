@@ -82,9 +82,11 @@ type ControlRequest struct {
 //	                queued with [Server.Enqueue])
 //	GET  /requests  {"requests": [ControlRequest, ...]}: the requests received since the last reset
 //	GET  /pending   {"pending": n}: answers queued here and not served yet
-//	POST /reset     drop the queued answers and start the request list afresh
+//	POST /reset     drop the queued answers, forget the keys added, and start the request list
+//	                afresh
 //	POST /files     {"id", "filename", "purpose", "key", "content"}: serve a file of the Files
 //	                API ([Server.AddFile]; content is base64)
+//	POST /keys      {"key"}: a key GET /v1/models takes ([Server.AddKey])
 //
 // A request to a path with nothing queued gets a 500 in OpenAI's error envelope, as [Server]
 // answers an unscripted request. Control is safe for concurrent use.
@@ -114,6 +116,8 @@ func (c *Control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.enqueue(w, r)
 	case r.Method == http.MethodPost && r.URL.Path == "/files":
 		c.addFile(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/keys":
+		c.addKey(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/requests":
 		c.mu.Lock()
 		mark := c.mark
@@ -138,6 +142,7 @@ func (c *Control) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		clear(c.queues)
 		c.mark = n
 		c.mu.Unlock()
+		c.s.ForgetKeys()
 		writeControl(w, http.StatusOK, map[string]any{})
 	default:
 		writeControl(w, http.StatusNotFound, map[string]any{"error": fmt.Sprintf("no control endpoint %s %s", r.Method, r.URL.Path)})

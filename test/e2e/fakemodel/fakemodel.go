@@ -89,6 +89,7 @@ type Server struct {
 	handlers map[string]http.HandlerFunc
 	requests []Request
 	files    map[string]File // the Files API's files by id (files.go)
+	keys     map[string]bool // the keys GET /v1/models takes, nil for all (models.go)
 }
 
 // New starts a server on 127.0.0.1; t.Cleanup closes it.
@@ -170,6 +171,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 	switch {
 	case resp == nil && h == nil && s.serveFile(w, r):
+	case resp == nil && h == nil && s.serveModels(w, r):
 	case resp != nil:
 		s.write(w, r, *resp)
 	case h != nil:

@@ -81,6 +81,10 @@ type Config struct {
 	// api_listen is the HTTP address of the Containers API (/v1/containers and their files, and
 	// the same under every path_prefixes entry), which envoy/envoy.yaml routes to (cluster
 	// codeinterp_api): "host:port" or "unix:///path/to/socket". "" serves no Containers API.
+	// The API identifies its callers by default_profile.identity_header on every prefix, so while
+	// it is served no profile may set another identity_header (config validation refuses it).
+	// A file_id is read from the default profile's upstream under the call's prefix
+	// ({upstream}/analyst/v1/files/{id} for a call on /analyst/v1/containers).
 	// Default "127.0.0.1:8081". Flag --api-listen.
 	ApiListen *string `protobuf:"bytes,14,opt,name=api_listen,json=apiListen,proto3,oneof" json:"api_listen,omitempty"`
 	// max_upload_bytes bounds one file written into a container through the Containers API (an
@@ -88,8 +92,16 @@ type Config struct {
 	// /mnt/data space (sandbox.local.data_bytes) bounds it too. A larger file is a 413 and
 	// leaves nothing behind. Default 536870912 (512 MiB).
 	MaxUploadBytes uint64 `protobuf:"varint,15,opt,name=max_upload_bytes,json=maxUploadBytes,proto3" json:"max_upload_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// verify_api_credentials checks a Containers API caller's credential against the upstream
+	// before serving it, as the upstream checks it on a model call: GET {upstream}/v1/models with
+	// the caller's credential headers alone. A credential the upstream refuses (401 or 403) is a
+	// 401 invalid_api_key and gets no container; an upstream that cannot be asked is a 502. The
+	// verdict is remembered per identity (5 minutes when taken, 30 seconds when refused). It
+	// applies only while default_profile.identity_header is unset: an authentication filter that
+	// sets that header has checked the caller already. Default true.
+	VerifyApiCredentials *bool `protobuf:"varint,16,opt,name=verify_api_credentials,json=verifyApiCredentials,proto3,oneof" json:"verify_api_credentials,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -225,6 +237,13 @@ func (x *Config) GetMaxUploadBytes() uint64 {
 		return x.MaxUploadBytes
 	}
 	return 0
+}
+
+func (x *Config) GetVerifyApiCredentials() bool {
+	if x != nil && x.VerifyApiCredentials != nil {
+		return *x.VerifyApiCredentials
+	}
+	return false
 }
 
 // Profile is the behaviour of the filter on one route.
@@ -823,7 +842,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa3\x06\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xf9\x06\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -841,11 +860,13 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x12max_response_bytes\x18\r \x01(\x04R\x10maxResponseBytes\x12\"\n" +
 	"\n" +
 	"api_listen\x18\x0e \x01(\tH\x00R\tapiListen\x88\x01\x01\x12(\n" +
-	"\x10max_upload_bytes\x18\x0f \x01(\x04R\x0emaxUploadBytes\x1aZ\n" +
+	"\x10max_upload_bytes\x18\x0f \x01(\x04R\x0emaxUploadBytes\x129\n" +
+	"\x16verify_api_credentials\x18\x10 \x01(\bH\x01R\x14verifyApiCredentials\x88\x01\x01\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
-	"\v_api_listen\"\xf7\x05\n" +
+	"\v_api_listenB\x19\n" +
+	"\x17_verify_api_credentials\"\xf7\x05\n" +
 	"\aProfile\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12#\n" +
 	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x121\n" +

@@ -1,0 +1,204 @@
+package containers
+
+import (
+	"cmp"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codeinterp/codeinterp/pkg/files"
+)
+
+// ErrUnauthorized is a credential the upstream refuses.
+var ErrUnauthorized = errors.New("credential refused by the upstream")
+
+// Verifier checks callers' credentials against the upstream, as the upstream would check them
+// on a model call, so that a credential the upstream refuses gets no container: it asks
+// GET {Base}/v1/models with the caller's credential headers alone (following no redirect), and
+// remembers the verdict per identity for a while. Its zero value (with a Base) works; it is
+// safe for concurrent use.
+type Verifier struct {
+	// Base is the upstream's base URL, e.g. "http://127.0.0.1:10000".
+	Base string
+	// Client sends the calls. If nil, a client that follows no redirect.
+	Client files.Doer
+	// Accepted and Refused are how long a verdict is remembered; zero means 5 minutes and 30
+	// seconds.
+	Accepted, Refused time.Duration
+	// MaxEntries bounds the verdicts remembered (the least recently used go first); zero means
+	// 10,000.
+	MaxEntries int
+	// Timeout bounds one check; zero means 10 seconds.
+	Timeout time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	mu    sync.Mutex
+	lru   *list.List // of *verdict, most recently used first
+	byKey map[string]*list.Element
+	// asking holds the checks in progress by identity: concurrent calls of a new identity
+	// wait for the one check.
+	asking map[string]*check
+}
+
+// check is one GET /v1/models in progress; ok and err are set before done is closed.
+type check struct {
+	done chan struct{}
+	ok   bool
+	err  error
+}
+
+type verdict struct {
+	identity string
+	ok       bool
+	until    time.Time
+}
+
+// Verify returns nil for a credential the upstream takes, an error wrapping ErrUnauthorized
+// for one it refuses (a 401 or 403), and another error when it could not tell (it could not be
+// reached, or answered otherwise); only the first two are remembered. identity keys the
+// verdict: it is the caller's identity, derived from credentials.
+func (v *Verifier) Verify(ctx context.Context, identity string, credentials files.Credentials) error {
+	now := v.now()
+	if ok, known := v.lookup(identity, now); known {
+		if !ok {
+			return ErrUnauthorized
+		}
+		return nil
+	}
+	ok, err := v.askOnce(ctx, identity, credentials, now)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrUnauthorized
+	}
+	return nil
+}
+
+// askOnce asks the upstream about identity, or waits for the check of it already in progress;
+// when that check failed (its caller gave up, say), it asks itself.
+func (v *Verifier) askOnce(ctx context.Context, identity string, credentials files.Credentials, now time.Time) (bool, error) {
+	v.mu.Lock()
+	if c, found := v.asking[identity]; found {
+		v.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		if c.err == nil {
+			return c.ok, nil
+		}
+		ok, err := v.ask(ctx, credentials)
+		if err == nil {
+			v.remember(identity, ok, now)
+		}
+		return ok, err
+	}
+	if v.asking == nil {
+		v.asking = map[string]*check{}
+	}
+	c := &check{done: make(chan struct{})}
+	v.asking[identity] = c
+	v.mu.Unlock()
+
+	c.ok, c.err = v.ask(ctx, credentials)
+	if c.err == nil {
+		v.remember(identity, c.ok, now)
+	}
+	v.mu.Lock()
+	delete(v.asking, identity)
+	v.mu.Unlock()
+	close(c.done)
+	return c.ok, c.err
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
+}
+
+func (v *Verifier) lookup(identity string, now time.Time) (ok, known bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	el, found := v.byKey[identity]
+	if !found {
+		return false, false
+	}
+	vd := el.Value.(*verdict)
+	if !now.Before(vd.until) {
+		v.lru.Remove(el)
+		delete(v.byKey, identity)
+		return false, false
+	}
+	v.lru.MoveToFront(el)
+	return vd.ok, true
+}
+
+func (v *Verifier) remember(identity string, ok bool, now time.Time) {
+	ttl := cmp.Or(v.Accepted, 5*time.Minute)
+	if !ok {
+		ttl = cmp.Or(v.Refused, 30*time.Second)
+	}
+	maxEntries := v.MaxEntries
+	if maxEntries <= 0 {
+		maxEntries = 10_000
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.lru == nil {
+		v.lru, v.byKey = list.New(), map[string]*list.Element{}
+	}
+	if el, found := v.byKey[identity]; found {
+		v.lru.Remove(el)
+	}
+	v.byKey[identity] = v.lru.PushFront(&verdict{identity: identity, ok: ok, until: now.Add(ttl)})
+	for v.lru.Len() > maxEntries {
+		last := v.lru.Back()
+		v.lru.Remove(last)
+		delete(v.byKey, last.Value.(*verdict).identity)
+	}
+}
+
+// ask sends GET {Base}/v1/models with credentials and reports whether the upstream took them.
+func (v *Verifier) ask(ctx context.Context, credentials files.Credentials) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(v.Timeout, 10*time.Second))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(v.Base, "/")+"/v1/models", nil)
+	if err != nil {
+		return false, fmt.Errorf("verify credentials: %w", err)
+	}
+	for k, val := range credentials {
+		req.Header.Set(k, val)
+	}
+	req.Header.Set("Accept", "application/json")
+	client := v.Client
+	if client == nil {
+		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// The error names the URL (the upstream's address), never a header.
+		return false, fmt.Errorf("verify credentials: %w", err)
+	}
+	// Drain a little so the connection can be reused; the body is never shown.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return true, nil
+	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
+		return false, nil
+	default:
+		return false, fmt.Errorf("verify credentials: status %d", resp.StatusCode)
+	}
+}
