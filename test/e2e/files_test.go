@@ -3,14 +3,17 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"image/png"
 	"io"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
@@ -323,5 +326,39 @@ func TestFilesExpiredContainer(t *testing.T) {
 		require.Len(t, reqs, 4, "expiry: the model's requests")
 		assert.Equal(t, "False\n", outputOf(t, reqs[3], "call_e2"), "expiry: a fresh container")
 		assert.Zero(t, m.pending(), "expiry: every scripted answer was used")
+	})
+}
+
+// TestMessagesExpiredContainer: on the Messages surface a container idle past its expiry (a
+// second here) is refused when a request names it, with Anthropic's error shape (a 400
+// invalid_request_error that names the container) that anthropic-sdk-go raises as its error.
+func TestMessagesExpiredContainer(t *testing.T) {
+	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
+		c.Sandbox.SessionIdleTtl = durationpb.New(time.Second)
+	}})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		s.Model.Enqueue(messagesPath,
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+				fakemodel.ToolUse("toolu_x1", "bash_code_execution", map[string]any{"command": "echo kept > kept.txt"}))),
+			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 20, Output: 3}, fakemodel.Text("Saved."))))
+		t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+		client := s.anthropicClient()
+		params := askMessagesTools("Save a file.")
+		first, err := client.Messages.New(t.Context(), params)
+		require.NoError(t, err, "the first request")
+		require.NotEmpty(t, first.Container.ID, "the first answer names its container")
+		time.Sleep(1500 * time.Millisecond)
+
+		mark := len(s.Model.RequestsTo(messagesPath))
+		params.Messages = append(params.Messages, first.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("Is it there?")))
+		params.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(first.Container.ID)}
+		_, err = client.Messages.New(t.Context(), params)
+		var apiErr *anthropic.Error
+		require.True(t, errors.As(err, &apiErr), "an expired container: an API error, got %v", err)
+		assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
+		assert.Equal(t, "error", gjson.Get(apiErr.RawJSON(), "type").String(), "Anthropic's error shape: %s", apiErr.RawJSON())
+		assert.Equal(t, "invalid_request_error", gjson.Get(apiErr.RawJSON(), "error.type").String(), "error type: %s", apiErr.RawJSON())
+		assert.Contains(t, gjson.Get(apiErr.RawJSON(), "error.message").String(), first.Container.ID, "the message names the container")
+		assert.Len(t, s.Model.RequestsTo(messagesPath)[mark:], 0, "nothing went upstream")
 	})
 }
