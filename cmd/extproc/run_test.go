@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,12 +40,22 @@ func TestRunServesAndStops(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte("log_level: debug\nlisten: 127.0.0.1:1\nsandbox:\n  warm_pool_size: 0\n"), 0o600))
 	grpcAddr, adminAddr, apiAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	// The model API the Containers API checks keys against: it knows sk-test only.
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/models" || r.Header.Get("Authorization") != "Bearer sk-test" {
+			http.Error(w, `{"error":{"message":"no","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`, http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+	}))
+	defer upstream.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs harness.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
 		// --listen overrides the file's listen.
-		done <- run(ctx, []string{"--config", cfgPath, "--listen", grpcAddr, "--admin-listen", adminAddr, "--api-listen", apiAddr, "--log-level", "info"}, &logs)
+		done <- run(ctx, []string{"--config", cfgPath, "--listen", grpcAddr, "--admin-listen", adminAddr, "--api-listen", apiAddr,
+			"--upstream", upstream.URL, "--log-level", "info"}, &logs)
 	}()
 
 	require.Eventually(t, func() bool {
@@ -87,6 +98,13 @@ func TestRunServesAndStops(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, "list: %s", body)
 	assert.JSONEq(t, `{"object":"list","data":[],"first_id":null,"last_id":null,"has_more":false}`, string(body), "an empty list")
+	req.Header.Set("Authorization", "Bearer sk-unknown")
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err, "GET /v1/containers with a key the upstream refuses")
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a refused key: %s", body)
+	assert.Contains(t, string(body), `"invalid_api_key"`, "OpenAI's error shape")
 	http.DefaultClient.CloseIdleConnections()
 
 	cancel()
