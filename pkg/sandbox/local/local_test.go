@@ -36,9 +36,15 @@ func newTestLocal(t testing.TB, cfg Config) *Local {
 			t.Skip("bubblewrap is not installed")
 		}
 	}
+	if cfg.Start == "" {
+		cfg.Start = testStart(t)
+	}
 	l, err := New(cfg, zaptest.NewLogger(t))
 	require.NoError(t, err, "New(%+v)", cfg)
 	t.Cleanup(func() { assert.NoError(t, l.Close(), "close Local") })
+	if cfg.Start == StartFork && !cfg.UnsafeNoIsolation {
+		require.NotNil(t, l.tpl, "the fork start mode works here (see the log for why not)")
+	}
 	return l
 }
 
