@@ -233,7 +233,7 @@ func helperCommand(t *testing.T, role, stateDir string, wrap ...string) *exec.Cm
 	require.NoError(t, err, "the test binary")
 	args := append(slices.Clone(wrap), self, "-test.run=^$")
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), helperEnv+"="+role, helperStateEnv+"="+stateDir)
+	cmd.Env = append(os.Environ(), helperEnv+"="+role, helperStateEnv+"="+stateDir, testStartEnv+"="+testStart(t))
 	return cmd
 }
 
@@ -241,6 +241,10 @@ func helperCommand(t *testing.T, role, stateDir string, wrap ...string) *exec.Cm
 // under unshare), as in a sidecar container where nothing else reaps orphans: every container
 // it creates and deletes leaves no zombie behind, however it ended.
 func TestLocalReapsEveryChildAsPID1(t *testing.T) {
+	inBothStarts(t, testLocalReapsEveryChildAsPID1)
+}
+
+func testLocalReapsEveryChildAsPID1(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a PID namespace of its own needs root here")
 	}
@@ -265,6 +269,10 @@ func TestLocalReapsEveryChildAsPID1(t *testing.T) {
 // and cgroups (and, were its containers' processes to survive it, those); the next Local to
 // start on the host removes them.
 func TestLocalSweepsWhatADeadServerLeft(t *testing.T) {
+	inBothStarts(t, testLocalSweepsWhatADeadServerLeft)
+}
+
+func testLocalSweepsWhatADeadServerLeft(t *testing.T) {
 	sharedLocal(t) // skips without bubblewrap
 	stateDir := t.TempDir()
 	cmd := helperCommand(t, "crash", stateDir)

@@ -209,6 +209,11 @@ func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
 
 func TestLocalStatePersistsPerContainer(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalStatePersistsPerContainer)
+}
+
+func testLocalStatePersistsPerContainer(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	a := newTestContainer(t, l, sandbox.Spec{})
 	b := newTestContainer(t, l, sandbox.Spec{})
@@ -366,6 +371,11 @@ g[%[1]q] = slow`, fn)
 
 func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalTimeoutKillsStubbornCode)
+}
+
+func testLocalTimeoutKillsStubbornCode(t *testing.T) {
+	t.Parallel()
 	l := newTestLocal(t, Config{InterruptGrace: 200 * time.Millisecond})
 	tests := []struct {
 		name string
@@ -386,6 +396,11 @@ func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 }
 
 func TestLocalLostAndCancelled(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testLocalLostAndCancelled)
+}
+
+func testLocalLostAndCancelled(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 
@@ -409,6 +424,11 @@ func TestLocalLostAndCancelled(t *testing.T) {
 
 func TestLocalDelete(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalDelete)
+}
+
+func testLocalDelete(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	c, err := l.Create(context.Background(), sandbox.Spec{})
 	require.NoError(t, err, "create")
@@ -428,6 +448,11 @@ func TestLocalDelete(t *testing.T) {
 }
 
 func TestLocalMemoryLimit(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testLocalMemoryLimit)
+}
+
+func testLocalMemoryLimit(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	tests := []struct {
@@ -493,6 +518,11 @@ func TestLocalUnsafeNoIsolation(t *testing.T) {
 }
 
 func TestLocalClose(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testLocalClose)
+}
+
+func testLocalClose(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bubblewrap is not installed")

@@ -28,9 +28,9 @@ const testStartEnv = "CODEINTERP_TEST_START"
 // testStart returns the start mode a test's Locals use: that of its inBothStarts subtest, else
 // testStartEnv's, else the default.
 func testStart(t testing.TB) string {
-	for _, mode := range []string{StartExec, StartFork} {
-		if strings.Contains(t.Name(), "/"+mode) {
-			return mode
+	for _, part := range strings.Split(t.Name(), "/")[1:] {
+		if part == StartExec || part == StartFork {
+			return part
 		}
 	}
 	if v := os.Getenv(testStartEnv); v != "" {

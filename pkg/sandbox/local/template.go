@@ -431,10 +431,9 @@ func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights [
 	if msg["op"] != "ready" {
 		return
 	}
-	if gen.ready {
-		t.restarts.Add(1)
-		t.log.Warn("the template died; the keeper started a new one")
-	}
+	// launch took the first ready: this one is from a template the keeper forked again.
+	t.restarts.Add(1)
+	t.log.Warn("the template died; the keeper started a new one")
 	gen.ready = true
 	gen.pid = 0
 	if len(rights) == 1 {
