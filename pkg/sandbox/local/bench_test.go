@@ -241,3 +241,96 @@ func procKiB(pid int, file, key string) int64 {
 	}
 	return 0
 }
+
+// percentile returns the p-th percentile (0-100) of ds, nearest rank.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+// BenchmarkStartToFirstStdout: a new container (no warm pool) with numpy, pandas and
+// matplotlib importable, preloaded, from Create until the stdout of print(1) is back, in each
+// start mode in the same run: exec (a new bubblewrap and interpreter that imports them) and
+// fork (forked from the template that imported them once). Deleting the container is outside
+// the timer. Reports p50-ms and p99-ms over the run's ops (use -benchtime Nx for enough).
+func BenchmarkStartToFirstStdout(b *testing.B) {
+	hasScientificPython(b)
+	for _, start := range []string{StartExec, StartFork} {
+		b.Run(start, func(b *testing.B) {
+			l := benchLocal(b, Config{Preload: true, Start: start})
+			if start == StartFork && l.tpl == nil {
+				b.Fatal("the fork start mode does not work here")
+			}
+			ctx := context.Background()
+			var lat []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				c, err := l.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					b.Fatalf("create: %v", err)
+				}
+				res, err := c.Run(ctx, "print(1)")
+				d := time.Since(t0)
+				if err != nil || res.Stdout != "1\n" {
+					b.Fatalf("run: %q, %v", res.Stdout, err)
+				}
+				lat = append(lat, d)
+				b.StopTimer()
+				_ = c.Delete(ctx)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(percentile(lat, 50).Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(percentile(lat, 99).Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkIdleContainerMemory: the memory of an idle container after `import numpy, pandas,
+// matplotlib; print(1)`, in each start mode: the PSS (shared pages divided among their users)
+// and RSS of all its processes, with 10 such containers live (a forked container shares the
+// template's pages with its siblings). Medians over the run's ops.
+func BenchmarkIdleContainerMemory(b *testing.B) {
+	hasScientificPython(b)
+	for _, start := range []string{StartExec, StartFork} {
+		b.Run(start, func(b *testing.B) {
+			l := benchLocal(b, Config{Preload: true, Start: start})
+			if start == StartFork && l.tpl == nil {
+				b.Fatal("the fork start mode does not work here")
+			}
+			ctx := context.Background()
+			var live []sandbox.Container
+			b.Cleanup(func() {
+				for _, c := range live {
+					_ = c.Delete(ctx)
+				}
+			})
+			var rss, pss []time.Duration // in KiB, sorted with the same helper
+			for b.Loop() {
+				c, err := l.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					b.Fatalf("create: %v", err)
+				}
+				if res, err := c.Run(ctx, "import numpy, pandas, matplotlib\nprint(1)"); err != nil || res.Stdout != "1\n" {
+					b.Fatalf("run: %q, %v", res.Stdout, err)
+				}
+				live = append(live, c)
+				if len(live) > 10 {
+					_ = live[0].Delete(ctx)
+					live = live[1:]
+				}
+				time.Sleep(100 * time.Millisecond) // idle
+				var r, p int64
+				for pid := range procTree(containerPID(c)) {
+					r += procKiB(pid, "status", "VmRSS:")
+					p += procKiB(pid, "smaps_rollup", "Pss:")
+				}
+				rss = append(rss, time.Duration(r))
+				pss = append(pss, time.Duration(p))
+			}
+			b.ReportMetric(float64(median(rss))/1024, "rss-MiB")
+			b.ReportMetric(float64(median(pss))/1024, "pss-MiB")
+		})
+	}
+}

@@ -340,9 +340,10 @@ func closeAll(fds []int) {
 }
 
 // fork asks the template for a container of host uid hostUID: req, with the container's ends
-// of its pipes. It returns a pidfd of the container's init. An error matching errTemplateUnavailable means the
+// of its pipes, and calls during (when not nil) while the template forks. It returns a pidfd
+// of the container's init, and during's error. An error matching errTemplateUnavailable means the
 // template is not there: the caller starts the container the exec way.
-func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (int, error) {
+func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, during func() error) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -389,6 +390,10 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 	if err := unix.Sendmsg(gen.sock, body, unix.UnixRights(fds...), nil, 0); err != nil {
 		return -1, fmt.Errorf("%w: send fork request: %w", errTemplateUnavailable, err)
 	}
+	var duringErr error
+	if during != nil {
+		duringErr = during()
+	}
 	wait := templateForkTimeout
 	for {
 		msg, rights, err := gen.recv(wait, gen.exited)
@@ -416,7 +421,7 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 				closeAll(rights)
 				return -1, fmt.Errorf("fork: %d descriptors with the answer, want a pidfd", len(rights))
 			}
-			return rights[0], nil
+			return rights[0], duringErr
 		default:
 			closeAll(rights)
 			return -1, fmt.Errorf("fork: an answer %q", msg["op"])
@@ -573,11 +578,18 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 		}
 	}
 	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR, blockR, lifeR}
-	if l.cgroups != nil {
-		memMax, pidsMax := l.cgroupLimits(memBytes)
-		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	// The container's cgroup is made while the template forks (its init waits to be put in
+	// it before it forks the driver).
+	makeCgroup := func() error {
+		if l.cgroups == nil {
+			return nil
 		}
+		memMax, pidsMax := l.cgroupLimits(memBytes)
+		var err error
+		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
+			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+		return nil
 	}
 	req := map[string]any{
 		"op":         "fork",
@@ -585,13 +597,14 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 		"data_bytes": l.cfg.DataBytes,
 		"driver":     l.driverConfigMap(memBytes, dataDir),
 	}
-	pidfd, err := l.tpl.fork(req, c.uid, child)
-	if err != nil {
-		if !errors.Is(err, errTemplateUnavailable) {
+	pidfd, err := l.tpl.fork(req, c.uid, child, makeCgroup)
+	if pidfd < 0 {
+		if !errors.Is(err, errTemplateUnavailable) && !errors.Is(err, sandbox.ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
 		return nil, err
 	}
+	cgErr := err
 	for _, f := range child {
 		f.Close()
 	}
@@ -620,7 +633,11 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 			close(c.exited)
 		})
 	}
-	if c.initPID, err = pidOfPidfd(pidfd); err == nil && c.cg != nil {
+	err = cgErr
+	if err == nil {
+		c.initPID, err = pidOfPidfd(pidfd)
+	}
+	if err == nil && c.cg != nil {
 		err = c.cg.add(c.initPID)
 	}
 	if err == nil {

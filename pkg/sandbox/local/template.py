@@ -12,9 +12,9 @@
 # 'id', 'error': text}.
 #
 # A container's init (B) is pid 1 of a new PID namespace: it takes its descriptors (1-7, closing
-# everything else), waits on the block pipe until the server has put it in its cgroups, enters
-# new mount, network, IPC, UTS and cgroup namespaces, mounts its own /proc, /tmp, /dev/shm and
-# /mnt/data, becomes the container's host uid in a nested user namespace that allows no further
+# everything else), enters new mount, network, IPC and UTS namespaces, mounts its own /proc,
+# /tmp, /dev/shm and /mnt/data, waits on the block pipe until the server has put it in its
+# cgroups, enters a new cgroup namespace, becomes the container's host uid in a nested user namespace that allows no further
 # one, drops every capability, installs the seccomp filter and forks the driver (C), which
 # reseeds every random state it shares with the template and runs the driver's main loop. B
 # then reaps the namespace's orphans and exits when the driver exits or the server's end of the
@@ -188,11 +188,8 @@ def _container_init(req, fds):
             signal.signal(s, signal.SIG_DFL)
         _place(fds)  # 1 stdout, 2 stderr, 3 ctl-in, 4 ctl-out, 5 intr, 6 block, 7 lifeline
         os.setsid()
-        if os.read(6, 1) != b'\x01':
-            os._exit(125)  # the server gave up on this container
-        os.close(6)
         u = req['uid']
-        _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+        _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
         _mount(None, '/', None, MS_REC | MS_PRIVATE)
         _mount('proc', '/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
         fl = MS_NOSUID | MS_NODEV
@@ -210,6 +207,12 @@ def _container_init(req, fds):
         name = b'sandbox'
         _check(_libc.sethostname(name, len(name)), 'sethostname')
         _lo_up()
+        # Meanwhile the server has put this process in the container's cgroups: its cgroup
+        # namespace is rooted there.
+        if os.read(6, 1) != b'\x01':
+            os._exit(125)  # the server gave up on this container
+        os.close(6)
+        _unshare(CLONE_NEWCGROUP)
         os.setgroups([])
         os.setresgid(u, u, u)
         os.setresuid(u, u, u)  # no capability from here on
@@ -246,7 +249,6 @@ def _run_driver(req):
     # C: the driver (pid 2), uid 1000 in N.
     try:
         _prctl(PR_SET_DUMPABLE, 1)  # its own /proc/self, as in a container started cold
-        gc.unfreeze()
         _DRIVER['_prepare_child']()
         _DRIVER['_main'](dict(req['driver']))
     except SystemExit:
