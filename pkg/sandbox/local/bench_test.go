@@ -63,7 +63,7 @@ func runBare(b *testing.B, args ...string) time.Duration {
 // and matplotlib preloaded) until the stdout of print(1) is back. The op also waits for the pool
 // to refill; "acquire-to-stdout-µs" is the latency itself.
 func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
-	l := benchLocal(b, Config{Preload: true})
+	l := benchLocal(b, Config{Start: StartExec, Preload: true})
 	m := sandbox.NewManager(l, sandbox.ManagerConfig{WarmPool: 1}, zap.NewNop())
 	b.Cleanup(func() { _ = m.Close(context.Background()) })
 	ctx := context.Background()
@@ -94,7 +94,7 @@ func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
 
 // BenchmarkWarmRun: one print(1) in a running container: the protocol's round trip.
 func BenchmarkWarmRun(b *testing.B) {
-	l := benchLocal(b, Config{})
+	l := benchLocal(b, Config{Start: StartExec})
 	c, err := l.Create(context.Background(), sandbox.Spec{})
 	if err != nil {
 		b.Fatalf("create: %v", err)
@@ -118,7 +118,7 @@ func BenchmarkBarePythonPass(b *testing.B) {
 // has answered. "ratio-vs-bare" is the median ratio to `python3 -c pass` run right after each
 // start (outside the timer), which cancels the machine's changing load.
 func BenchmarkColdStartBare(b *testing.B) {
-	l := benchLocal(b, Config{})
+	l := benchLocal(b, Config{Start: StartExec})
 	ctx := context.Background()
 	var cold, bare []time.Duration
 	for b.Loop() {
@@ -155,7 +155,7 @@ func BenchmarkBarePythonImportScientific(b *testing.B) {
 // matplotlib.pyplot are imported in it, with the same paired ratio as BenchmarkColdStartBare.
 func BenchmarkColdStartScientific(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, Config{})
+	l := benchLocal(b, Config{Start: StartExec})
 	ctx := context.Background()
 	var cold, bare []time.Duration
 	for b.Loop() {
@@ -182,7 +182,7 @@ func BenchmarkColdStartScientific(b *testing.B) {
 // one figure rendered) until it is ready: what one warm-pool refill costs.
 func BenchmarkColdStartPreloaded(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, Config{Preload: true})
+	l := benchLocal(b, Config{Start: StartExec, Preload: true})
 	ctx := context.Background()
 	for b.Loop() {
 		c, err := l.Create(ctx, sandbox.Spec{})
@@ -200,7 +200,7 @@ func BenchmarkColdStartPreloaded(b *testing.B) {
 // all its processes (bubblewrap's monitor and init, and the interpreter).
 func BenchmarkIdleWarmContainerMemory(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, Config{Preload: true})
+	l := benchLocal(b, Config{Start: StartExec, Preload: true})
 	ctx := context.Background()
 	var rss, pss []time.Duration // in KiB, sorted with the same helper
 	for b.Loop() {

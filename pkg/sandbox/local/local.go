@@ -118,11 +118,12 @@ type Config struct {
 	// and renders one figure, so that the first run using them is fast. With the fork start
 	// mode the template imports them once.
 	Preload bool
-	// Start is how containers start: StartExec ("exec", the default), each a new bubblewrap
-	// and interpreter; or StartFork ("fork"), each forked from a template interpreter that has
-	// imported the preloaded libraries once and then isolated on its own (template.go). Where
-	// the host does not allow forking (no user namespaces, the server not root), New says so
-	// and containers start the exec way.
+	// Start is how containers start: StartFork ("fork", the default), each forked from a
+	// template interpreter that has imported the preloaded libraries once, then isolated on its
+	// own (template.go); or StartExec ("exec"), each a new bubblewrap and interpreter. Where
+	// the host does not allow forking (the server not root, no user namespaces, the test
+	// container failing), New says so in the log and the codeinterp_sandbox_local_start_mode
+	// metric, and containers start the exec way.
 	Start string
 }
 
@@ -250,7 +251,11 @@ func New(cfg Config, log *zap.Logger) (*Local, error) {
 // chooseStart starts the fork template when the fork start mode is asked for and the host
 // allows it, and says how containers start.
 func (l *Local) chooseStart() {
-	switch l.cfg.Start {
+	start := l.cfg.Start
+	if !l.isolated() {
+		start = StartExec // nothing to fork into: the interpreter runs as the server
+	}
+	switch start {
 	case StartFork:
 		if _, err := l.startTemplate(); err != nil {
 			l.metrics.forkUnavailable.Inc()
@@ -347,7 +352,7 @@ const (
 	DefaultUIDCount       = 65536
 	DefaultCPUQuota       = 1.0
 	DefaultInterruptGrace = 2 * time.Second
-	DefaultStart          = StartExec
+	DefaultStart          = StartFork
 )
 
 func setDefaults(cfg *Config) {

@@ -664,14 +664,14 @@ type LocalSandbox struct {
 	// (separate containers) need uid ranges of their own. Default /run/codeinterp for root, else
 	// codeinterp-state-<uid> under the system temporary directory.
 	StateDir string `protobuf:"bytes,17,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
-	// start is how containers start: "exec" (the default), each a new bubblewrap and Python that
-	// imports the preloaded libraries itself; or "fork", each forked (copy on write) from a
-	// template Python that imported them once, then isolated as an exec'd one is (its own
-	// namespaces, host uid, cgroup, seccomp filter) before any code runs: milliseconds and a few
-	// MiB per container instead of most of a second and ~70 MiB. The fork mode needs a server
-	// running as root on a kernel allowing user namespaces; where it is not available the server
-	// says so at start-up (and in codeinterp_sandbox_local_start_mode) and starts containers the
-	// exec way.
+	// start is how containers start: "fork" (the default), each forked (copy on write) from a
+	// template Python that imported the preloaded libraries once, then isolated as an exec'd one
+	// is (its own namespaces, host uid, cgroup, seccomp filter) before any code runs: tens of
+	// milliseconds and ~12 MiB per container instead of over a second and ~65 MiB; or "exec",
+	// each a new bubblewrap and Python that imports the libraries itself. The fork mode needs a
+	// server running as root on a kernel allowing user namespaces; where it is not available the
+	// server says so at start-up (and in codeinterp_sandbox_local_start_mode) and starts
+	// containers the exec way.
 	Start         string `protobuf:"bytes,18,opt,name=start,proto3" json:"start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
