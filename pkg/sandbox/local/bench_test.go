@@ -63,7 +63,17 @@ func runBare(b *testing.B, args ...string) time.Duration {
 // and matplotlib preloaded) until the stdout of print(1) is back. The op also waits for the pool
 // to refill; "acquire-to-stdout-µs" is the latency itself.
 func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
-	l := benchLocal(b, Config{Start: StartExec, Preload: true})
+	benchWarmAcquire(b, StartExec)
+}
+
+// BenchmarkForkedWarmAcquireFirstStdout is BenchmarkWarmAcquireFirstStdout with containers
+// forked from the template: the pool refills in milliseconds instead of a second.
+func BenchmarkForkedWarmAcquireFirstStdout(b *testing.B) {
+	benchWarmAcquire(b, StartFork)
+}
+
+func benchWarmAcquire(b *testing.B, start string) {
+	l := benchLocal(b, Config{Start: start, Preload: true})
 	m := sandbox.NewManager(l, sandbox.ManagerConfig{WarmPool: 1}, zap.NewNop())
 	b.Cleanup(func() { _ = m.Close(context.Background()) })
 	ctx := context.Background()
