@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
@@ -276,4 +277,42 @@ func gatherValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestForkUnavailableFallsBack: where the template cannot start (here an interpreter that
+// refuses to run it), New says so, the start-mode metric says exec, and containers start the
+// exec way.
+func TestForkUnavailableFallsBack(t *testing.T) {
+	t.Parallel()
+	// Not under /tmp, which every container mounts a tmpfs of its own over.
+	dir, err := os.MkdirTemp("/var/tmp", "fork-wrapper-")
+	require.NoError(t, err, "make the wrapper's directory")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755), "make the wrapper's directory readable by containers")
+	python := dir + "/python3"
+	script := "#!/bin/sh\ncase \"$*\" in *codeinterp-template*) echo 'no template here' >&2; exit 3;; esac\nexec /usr/bin/python3 \"$@\"\n"
+	require.NoError(t, os.WriteFile(python, []byte(script), 0o755), "write the wrapper")
+	l, err := New(Config{Start: StartFork, Python: python, ReadOnlyPaths: []string{dir}}, zaptest.NewLogger(t))
+	require.NoError(t, err, "New")
+	t.Cleanup(func() { assert.NoError(t, l.Close(), "close Local") })
+	assert.Nil(t, l.tpl, "no template")
+	reg := prometheus.NewRegistry()
+	for _, col := range l.Collectors() {
+		require.NoError(t, reg.Register(col), "register the local metrics")
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err, "gather")
+	modes := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "codeinterp_sandbox_local_start_mode" {
+			for _, m := range mf.GetMetric() {
+				modes[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	assert.Equal(t, map[string]float64{"exec": 1}, modes, "the start mode metric says exec")
+	assert.Equal(t, 1.0, gatherValue(t, reg, "codeinterp_sandbox_local_fork_unavailable_total"), "the fallback is counted")
+	c := newTestContainer(t, l, sandbox.Spec{})
+	assert.False(t, forked(c), "the container started the exec way")
+	assert.Equal(t, "1\n", runIn(t, c, "print(1)").Stdout, "and works")
 }

@@ -42,7 +42,7 @@ func newTestLocal(t testing.TB, cfg Config) *Local {
 	l, err := New(cfg, zaptest.NewLogger(t))
 	require.NoError(t, err, "New(%+v)", cfg)
 	t.Cleanup(func() { assert.NoError(t, l.Close(), "close Local") })
-	if cfg.Start == StartFork && !cfg.UnsafeNoIsolation {
+	if testStart(t) == StartFork && cfg.Start == StartFork && !cfg.UnsafeNoIsolation {
 		require.NotNil(t, l.tpl, "the fork start mode works here (see the log for why not)")
 	}
 	return l

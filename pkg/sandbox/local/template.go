@@ -209,8 +209,8 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 	defer infoW.Close()
 	// fd 3 the socket, 4 bubblewrap's --info-fd, the shared files from fd 5.
 	cmd.ExtraFiles = append([]*os.File{theirs, infoW}, shared...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &limitedBuffer{b: &stderr, n: 8 << 10}
+	stderr := &limitedBuffer{n: 8 << 10}
+	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the template: %w", err)
@@ -227,6 +227,10 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 	}
 	msg, rights, err := gen.recv(templateReadyTimeout, gen.exited)
 	if err != nil {
+		select { // what it wrote, complete once it has exited
+		case <-gen.exited:
+		case <-time.After(time.Second):
+		}
 		return nil, fmt.Errorf("start the template: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	defer closeAll(rights)
@@ -263,11 +267,17 @@ func (l *Local) templateArgs() []string {
 	return append(a, "--chdir", "/", "--remount-ro", "/dev", "--remount-ro", "/")
 }
 
-// limitedBuffer keeps the first n bytes written to it.
+// limitedBuffer keeps the first n bytes written to it. Safe for concurrent use.
 type limitedBuffer struct {
 	mu sync.Mutex
-	b  *bytes.Buffer
+	b  bytes.Buffer
 	n  int
+}
+
+func (w *limitedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 func (w *limitedBuffer) Write(p []byte) (int, error) {
