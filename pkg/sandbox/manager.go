@@ -28,8 +28,11 @@ type ManagerConfig struct {
 	// deletes) that identity's least recently used lasting container not in use. Default 10.
 	MaxSessionsPerIdentity int
 	// MaxContainers caps all containers issued, ephemeral and lasting (the warm pool is
-	// excluded); one more evicts the least recently used lasting container not in use, of any
-	// identity, or fails with ErrUnavailable. Default 64.
+	// excluded); one more evicts a lasting container not in use, or fails with ErrUnavailable.
+	// The victim is the least recently used of the identity holding the most containers, and
+	// never one of an identity holding no more than the caller: a tenant makes room at the cap
+	// from its own containers or from those of tenants holding more, never by evicting a
+	// lighter tenant's. Default 64.
 	MaxContainers int
 	// MaxContainersPerIdentity caps the containers of one identity, ephemeral and lasting, so
 	// that one tenant cannot take all of MaxContainers: one more evicts that identity's least
@@ -294,7 +297,7 @@ func (m *Manager) resolve(s Spec) Spec {
 //
 // A new lasting container (session or kept) beyond the caps evicts the least recently used
 // lasting container not in use (of the identity, at MaxSessionsPerIdentity and
-// MaxContainersPerIdentity; of anyone, at MaxContainers). The container itself starts on the
+// MaxContainersPerIdentity; at MaxContainers, as ManagerConfig.MaxContainers says). The container itself starts on the
 // lease's first Run (from the warm pool when one fits), but the lease already has its
 // ContainerID. Acquire fails with ErrUnavailable when a cap is reached and nothing may be
 // evicted, and with ErrClosed after Close.
@@ -485,7 +488,7 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, m
 		}
 	}
 	if len(m.live) >= m.cfg.MaxContainers {
-		if err := m.evictLRULocked("", false, "%d containers in use", m.cfg.MaxContainers); err != nil {
+		if err := m.evictLRULocked(k.identity, false, "%d containers in use", m.cfg.MaxContainers); err != nil {
 			return nil, err
 		}
 	}
@@ -530,9 +533,11 @@ func (m *Manager) memoryLimitOf(spec Spec) string {
 	return defaultMemoryLimit
 }
 
-// evictLRULocked makes room under a cap by removing the least recently used lasting container
-// not in use: of identity when scoped, of any identity otherwise. When there is none, it
-// fails with ErrUnavailable, saying why with format and limit.
+// evictLRULocked makes room under a cap for a container of identity by removing a lasting
+// container not in use: the least recently used of identity's when scoped; otherwise of the
+// identity holding the most containers, among identity itself and those holding more than it
+// (see ManagerConfig.MaxContainers). When there is none, it fails
+// with ErrUnavailable, saying why with format and limit.
 func (m *Manager) evictLRULocked(identity string, scoped bool, format string, limit int) error {
 	victim := m.lruIdleLocked(identity, scoped)
 	if victim == nil {
@@ -548,16 +553,25 @@ func (m *Manager) evictLRULocked(identity string, scoped bool, format string, li
 func (m *Manager) lruIdleLocked(identity string, scoped bool) *entry {
 	var victim *entry
 	var victimUsed time.Time
+	victimOwned := 0
 	for _, e := range m.live {
-		if !e.key.lasting() || (scoped && e.key.identity != identity) || e.leases > 0 {
+		if !e.key.lasting() || e.leases > 0 {
 			continue
+		}
+		own := e.key.identity == identity
+		if scoped && !own {
+			continue
+		}
+		owned := m.owned[e.key.identity]
+		if !own && owned <= m.owned[identity] {
+			continue // a tenant holding no more than the caller keeps its containers
 		}
 		r, ok := m.registrationLocked(e)
 		if !ok {
 			continue
 		}
-		if victim == nil || r.LastUsed.Before(victimUsed) {
-			victim, victimUsed = e, r.LastUsed
+		if victim == nil || owned > victimOwned || (owned == victimOwned && r.LastUsed.Before(victimUsed)) {
+			victim, victimUsed, victimOwned = e, r.LastUsed, owned
 		}
 	}
 	return victim

@@ -154,9 +154,12 @@ func (c *container) openDir(root int, dir string, create bool) (int, error) {
 }
 
 // fileErr turns a system call's failure on a file into the sandbox's errors: a full /mnt/data
-// is ErrFileTooLarge, a path that names nothing ErrFileNotFound.
+// is ErrFileTooLarge, a path that names nothing ErrFileNotFound, a directory whose mode the
+// code set to refuse its own user (as whom the server writes) ErrInvalidPath.
 func fileErr(op string, err error) error {
 	switch {
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return fmt.Errorf("%w: %s: the code's permissions refuse it", sandbox.ErrInvalidPath, op)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EFBIG), errors.Is(err, unix.EDQUOT):
 		return fmt.Errorf("%w: %s: /mnt/data is full", sandbox.ErrFileTooLarge, op)
 	case errors.Is(err, unix.ENOENT):

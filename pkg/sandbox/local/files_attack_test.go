@@ -242,3 +242,26 @@ func TestAdversarialStalledUploadAfterDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestAdversarialDirectoriesTheCodeLocked: directories the code made unwritable or unsearchable
+// refuse the server's writes and removals there, which run with the code's user's credentials,
+// as the client's mistake (ErrInvalidPath), not as a failure of the server.
+func TestAdversarialDirectoriesTheCodeLocked(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	if !l.setUID {
+		t.Skip("the server is not root: files are written with its own credentials")
+	}
+	c := newTestContainer(t, l, sandbox.Spec{})
+	fa := filesOf(t, c)
+	ctx := context.Background()
+	_, err := fa.WriteFile(ctx, "/mnt/data/ro/kept.txt", strings.NewReader("kept"), 0)
+	require.NoError(t, err, "WriteFile")
+	runIn(t, c, "import os\nos.mkdir('none')\nos.chmod('none', 0)\nos.chmod('ro', 0o555)")
+	for _, p := range []string{"/mnt/data/ro/x", "/mnt/data/ro/new/x", "/mnt/data/none/x", "/mnt/data/ro/kept.txt"} {
+		_, err := fa.WriteFile(ctx, p, strings.NewReader("x"), 0)
+		assert.ErrorIs(t, err, sandbox.ErrInvalidPath, "WriteFile(%s)", p)
+	}
+	assert.ErrorIs(t, fa.RemoveFile(ctx, "/mnt/data/ro/kept.txt"), sandbox.ErrInvalidPath, "RemoveFile in a read-only directory")
+	assert.Equal(t, "kept", string(readAll(t, fa, "/mnt/data/ro/kept.txt")), "the file is untouched")
+}
