@@ -316,3 +316,28 @@ func TestForkUnavailableFallsBack(t *testing.T) {
 	assert.False(t, forked(c), "the container started the exec way")
 	assert.Equal(t, "1\n", runIn(t, c, "print(1)").Stdout, "and works")
 }
+
+// TestForkedTemplateSandboxDeath: when the template's bubblewrap itself dies (and with it every
+// container forked from it), the next Create still succeeds (the exec way), a new bubblewrap
+// and template are started in the background, and containers are forked again.
+func TestForkedTemplateSandboxDeath(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	old := newTestContainer(t, l, sandbox.Spec{})
+	l.tpl.mu.Lock()
+	bwrap := l.tpl.gen.cmd.Process.Pid
+	l.tpl.mu.Unlock()
+	require.NoError(t, syscall.Kill(-bwrap, syscall.SIGKILL), "kill the template's bubblewrap")
+	require.Eventually(t, func() bool { return !old.(*container).Alive() }, 30*time.Second, 10*time.Millisecond,
+		"the containers of the dead template die with it")
+	next := newTestContainer(t, l, sandbox.Spec{})
+	assert.Equal(t, "2\n", runIn(t, next, "print(1 + 1)").Stdout, "the next container works")
+	require.Eventually(t, func() bool {
+		c, err := l.Create(context.Background(), sandbox.Spec{})
+		if err != nil {
+			return false
+		}
+		defer c.Delete(context.Background())
+		return forked(c) && runIn(t, c, "print(3)").Stdout == "3\n"
+	}, time.Minute, 200*time.Millisecond, "containers are forked again from a new template")
+}
