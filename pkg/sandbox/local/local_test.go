@@ -553,7 +553,8 @@ func TestLocalStartFailures(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o755), "the sandbox user runs bubblewrap from it")
 	link := filepath.Join(dir, "bwrap")
 	require.NoError(t, os.Symlink(bwrap, link), "link bubblewrap")
-	l, err := New(Config{Bwrap: link}, zaptest.NewLogger(t))
+	// Each start the exec way runs bubblewrap; a forked one does not.
+	l, err := New(Config{Bwrap: link, Start: StartExec}, zaptest.NewLogger(t))
 	require.NoError(t, err, "New")
 	var parents []string // the Local's cgroups, which hold one directory per container
 	if l.cgroups != nil {
