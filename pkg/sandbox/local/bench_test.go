@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,4 +344,68 @@ func BenchmarkIdleContainerMemory(b *testing.B) {
 			b.ReportMetric(float64(median(pss))/1024, "pss-MiB")
 		})
 	}
+}
+
+// BenchmarkForkedBurst: 200 containers asked for at once (no warm pool), forked, each running
+// one numpy cell, all live together: "wall-s" until the last result, "p50-s" and "p99-s" of
+// each one's latency from the burst's start, and the live containers' total PSS.
+func BenchmarkForkedBurst(b *testing.B) {
+	hasScientificPython(b)
+	const n = 200
+	l := benchLocal(b, Config{Preload: true, Start: StartFork, UIDCount: 4 * n})
+	if l.tpl == nil {
+		b.Fatal("the fork start mode does not work here")
+	}
+	ctx := context.Background()
+	var walls, p50s, p99s, psss []time.Duration
+	for b.Loop() {
+		lat := make([]time.Duration, n)
+		cs := make([]sandbox.Container, n)
+		errs := make([]error, n)
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				c, err := l.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				cs[i] = c
+				res, err := c.Run(ctx, "import numpy\nprint(int(numpy.arange(10).sum()))")
+				if err == nil && res.Stdout != "45\n" {
+					err = fmt.Errorf("stdout %q", res.Stdout)
+				}
+				errs[i] = err
+				lat[i] = time.Since(t0)
+			})
+		}
+		wg.Wait()
+		walls = append(walls, time.Since(t0))
+		b.StopTimer()
+		var pss int64
+		for _, c := range cs {
+			if c != nil {
+				for pid := range procTree(containerPID(c)) {
+					pss += procKiB(pid, "smaps_rollup", "Pss:")
+				}
+			}
+		}
+		for i, c := range cs {
+			if c != nil {
+				_ = c.Delete(ctx)
+			}
+			if errs[i] != nil {
+				b.Fatalf("container %d: %v", i, errs[i])
+			}
+		}
+		p50s = append(p50s, percentile(lat, 50))
+		p99s = append(p99s, percentile(lat, 99))
+		psss = append(psss, time.Duration(pss))
+		b.StartTimer()
+	}
+	b.ReportMetric(median(walls).Seconds(), "wall-s")
+	b.ReportMetric(median(p50s).Seconds(), "p50-s")
+	b.ReportMetric(median(p99s).Seconds(), "p99-s")
+	b.ReportMetric(float64(median(psss))/1024, "live-pss-MiB")
 }
