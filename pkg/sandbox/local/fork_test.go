@@ -341,3 +341,40 @@ func TestForkedTemplateSandboxDeath(t *testing.T) {
 		return forked(c) && runIn(t, c, "print(3)").Stdout == "3\n"
 	}, time.Minute, 200*time.Millisecond, "containers are forked again from a new template")
 }
+
+// TestForkedTemplateRotation: after its maximum of forks the template is replaced by a new one
+// (a new address layout); the containers of the old one keep running until deleted, and the
+// old one's processes end once they are.
+func TestForkedTemplateRotation(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	l.tpl.mu.Lock()
+	l.tpl.maxForks = 2
+	first := l.tpl.gen
+	l.tpl.mu.Unlock()
+	a := newTestContainer(t, l, sandbox.Spec{})
+	b := newTestContainer(t, l, sandbox.Spec{})
+	runIn(t, a, "x = 1")
+	require.Eventually(t, func() bool {
+		l.tpl.mu.Lock()
+		defer l.tpl.mu.Unlock()
+		return l.tpl.gen != first && l.tpl.gen != nil
+	}, time.Minute, 20*time.Millisecond, "a new template replaces the one that forked its maximum")
+	assert.Equal(t, int64(1), l.tpl.rotations.Load(), "one rotation")
+	c := newTestContainer(t, l, sandbox.Spec{})
+	assert.True(t, forked(c), "the new template forks")
+	assert.Equal(t, "2", runIn(t, a, "x + 1").Value, "a container of the old template keeps its state")
+	tree := procTree(first.cmd.Process.Pid)
+	require.NoError(t, a.Delete(context.Background()), "delete a")
+	require.NoError(t, b.Delete(context.Background()), "delete b")
+	require.Eventually(t, func() bool {
+		select {
+		case <-first.exited:
+			return true
+		default:
+			return false
+		}
+	}, 30*time.Second, 10*time.Millisecond, "the old template's bubblewrap ends with its last container")
+	require.Eventually(t, func() bool { return len(survivors(tree)) == 0 }, 30*time.Second, 10*time.Millisecond,
+		"nothing of the old template is left")
+}

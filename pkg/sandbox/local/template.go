@@ -59,6 +59,11 @@ const (
 	templateReadyTimeout = 2 * time.Minute // a template's start, imports included
 	templateForkTimeout  = 10 * time.Second
 	templateStopTimeout  = 5 * time.Second
+	// A template is replaced after this many forks or this long: every container of one
+	// template has its address layout (libraries, heap, stack canary, pointer guard) and
+	// str hash secret, which one that learns them knows for all; rotation bounds how many.
+	templateMaxForks = 1000
+	templateMaxAge   = time.Hour
 )
 
 // forkTemplate is a Local's template. Safe for concurrent use; forks are serialized (the
@@ -74,8 +79,13 @@ type forkTemplate struct {
 	closed   bool
 	nextID   int64
 
-	restarts atomic.Int64 // templates started again after one died
-	wg       sync.WaitGroup
+	maxForks int           // forks after which the template is replaced
+	maxAge   time.Duration // age after which it is replaced
+	rotating bool          // the relaunch in progress replaces a live template
+
+	restarts  atomic.Int64 // templates started again after one died
+	rotations atomic.Int64 // templates replaced after maxForks or maxAge
+	wg        sync.WaitGroup
 }
 
 // templateGen is one bubblewrap running a keeper and template.
@@ -84,6 +94,9 @@ type templateGen struct {
 	sock  int // this process's end of the SOCK_SEQPACKET socket
 	ready bool
 	pid   int // host pid of the template process, 0 if unknown
+	forks int // containers forked, guarded by the template's mu
+	// started is when it started.
+	started time.Time
 	// initFD is a pidfd of bubblewrap's init (pid 1 of the template's PID namespace), or -1:
 	// when the server is PID 1 it reaps the init, which outlives bubblewrap's monitor.
 	initFD  int
@@ -103,7 +116,7 @@ func (l *Local) startTemplate() (*forkTemplate, error) {
 	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
 		return nil, errors.New("user namespaces are disabled (user.max_user_namespaces is 0)")
 	}
-	t := &forkTemplate{l: l, log: l.log.Named("template")}
+	t := &forkTemplate{l: l, log: l.log.Named("template"), maxForks: templateMaxForks, maxAge: templateMaxAge}
 	gen, err := t.launch()
 	if err != nil {
 		return nil, err
@@ -166,7 +179,7 @@ func (cfg Config) DefaultMemoryLimitBytes() int64 {
 // ready.
 func (t *forkTemplate) launch() (_ *templateGen, err error) {
 	l := t.l
-	gen := &templateGen{sock: -1, initFD: -1, exited: make(chan struct{})}
+	gen := &templateGen{sock: -1, initFD: -1, exited: make(chan struct{}), started: time.Now()}
 	defer func() {
 		if err != nil {
 			gen.stop(t.log)
@@ -431,6 +444,11 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 				closeAll(rights)
 				return -1, fmt.Errorf("fork: %d descriptors with the answer, want a pidfd", len(rights))
 			}
+			gen.forks++
+			if gen.forks >= t.maxForks || time.Since(gen.started) >= t.maxAge {
+				t.rotating = true
+				t.relaunchLocked()
+			}
 			return rights[0], duringErr
 		default:
 			closeAll(rights)
@@ -481,6 +499,7 @@ func (t *forkTemplate) relaunchLocked() {
 		defer t.mu.Unlock()
 		t.relaunch = false
 		if err != nil {
+			t.rotating = false
 			t.log.Warn("start a new template (containers start cold meanwhile)", zap.Error(err))
 			return
 		}
@@ -488,8 +507,28 @@ func (t *forkTemplate) relaunchLocked() {
 			gen.stop(t.log)
 			return
 		}
-		t.restarts.Add(1)
+		if old := t.gen; old != nil && t.rotating {
+			t.rotations.Add(1)
+			t.retireLocked(old)
+		} else {
+			t.restarts.Add(1)
+		}
+		t.rotating = false
 		t.gen = gen
+	}()
+}
+
+// retireLocked stops old's template from forking (its socket closes, so it exits); its keeper
+// and bubblewrap end once the last container forked from it has, and are then waited for.
+// t.mu is held.
+func (t *forkTemplate) retireLocked(old *templateGen) {
+	unix.Close(old.sock)
+	old.sock = -1
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		<-old.exited // Local.Close deletes every container before it closes the template
+		old.stop(t.log)
 	}()
 }
 
