@@ -135,7 +135,11 @@ func (l *Local) startTemplate() (*forkTemplate, error) {
 func (t *forkTemplate) selfTest() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := t.l.startForked(t.l.cfg.DefaultMemoryLimitBytes())
+	mem, err := sandbox.ParseMemory(t.l.cfg.DefaultMemoryLimit) // New checked it
+	if err != nil {
+		return err
+	}
+	c, err := t.l.startForked(mem)
 	if err != nil {
 		return err
 	}
@@ -165,15 +169,6 @@ if f.get('NoNewPrivs', '').strip() != '1': bad.append('no_new_privs')
 if os.getpid() != 2: bad.append('pid')
 if socket.gethostname() != 'sandbox': bad.append('hostname')
 print('ok' if not bad else ' '.join(bad))`
-
-// DefaultMemoryLimitBytes returns the default memory limit in bytes (1 GiB when unparsable).
-func (cfg Config) DefaultMemoryLimitBytes() int64 {
-	n, err := sandbox.ParseMemory(cfg.DefaultMemoryLimit)
-	if err != nil {
-		return 1 << 30
-	}
-	return n
-}
 
 // launch starts a bubblewrap with the keeper and template and waits until the template is
 // ready.
