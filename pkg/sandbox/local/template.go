@@ -432,8 +432,10 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 		}
 		switch msg["op"] {
 		case "error":
+			// The template could not fork (it runs a thread, a system call failed): the
+			// container starts the exec way.
 			closeAll(rights)
-			return -1, fmt.Errorf("fork: %v", msg["error"])
+			return -1, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
 		case "forked":
 			if len(rights) != 1 {
 				closeAll(rights)
