@@ -43,7 +43,6 @@ def _close_inherited():
                 pass  # the listing's own descriptor, closed already
 
 
-
 class _State:
     pass
 
@@ -575,8 +574,8 @@ def _reseed():
 
 
 def _prepare_child():
-    # In a forked child, before it has its descriptors and configuration: everything of the
-    # start that needs neither, so that giving a pooled container out is quick.
+    # In a forked child, before its configuration: everything of the start that does not need
+    # it, and what it shares with the template and its siblings made its own.
     _reseed()
     sys.argv[:] = ['']
     sys.stdin = io.StringIO()
