@@ -162,6 +162,7 @@ func localConfig(cfg *configv1.Config) local.Config {
 		CPUQuota:                l.GetCpuQuota(),
 		KeepBackgroundProcesses: l.GetKeepBackgroundProcesses(),
 		StateDir:                l.GetStateDir(),
+		Start:                   l.GetStart(),
 	}
 }
 
@@ -320,5 +321,8 @@ func (s *App) Collectors() []prometheus.Collector {
 	out = append(out, s.metrics.Collectors()...)
 	out = append(out, s.engine.Collectors()...)
 	out = append(out, s.manager.Collectors()...)
+	if s.owned != nil {
+		out = append(out, s.owned.Collectors()...)
+	}
 	return out
 }

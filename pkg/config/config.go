@@ -380,6 +380,7 @@ func ApplyDefaults(cfg *configv1.Config) {
 		l.TmpBytes = DefaultTmpBytes
 	}
 	setString(&l.Cgroups, "auto")
+	setString(&l.Start, local.DefaultStart)
 	if l.FirstUid == 0 {
 		l.FirstUid = DefaultFirstUID
 	}
@@ -596,6 +597,9 @@ func validateSandbox(s *configv1.Sandbox) []error {
 	}
 	if s.Local.TmpBytes < 1<<20 {
 		bad("local.tmp_bytes", "%d is below 1 MiB", s.Local.TmpBytes)
+	}
+	if st := s.Local.Start; st != local.StartExec && st != local.StartFork {
+		bad("local.start", "%q is not %q or %q", st, local.StartExec, local.StartFork)
 	}
 	if c := s.Local.Cgroups; c != "auto" && c != "off" && !strings.HasPrefix(c, "/") {
 		bad("local.cgroups", "%q is not auto, off or an absolute cgroup v2 path", c)

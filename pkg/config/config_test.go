@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
 )
 
 func TestLoadFullFile(t *testing.T) {
@@ -29,6 +30,7 @@ func TestLoadFullFile(t *testing.T) {
 	assert.NotNil(t, cfg.GetSandbox().WarmPoolSize, "warm_pool_size: 0 is kept as set")
 	assert.Equal(t, "4g", cfg.GetSandbox().GetDefaultMemoryLimit())
 	assert.Equal(t, uint32(120), cfg.GetSandbox().GetLocal().GetCpuSeconds())
+	assert.Equal(t, "fork", cfg.GetSandbox().GetLocal().GetStart(), "start from the file")
 	assert.Equal(t, uint32(DefaultMaxProcesses), cfg.GetSandbox().GetLocal().GetMaxProcesses(), "unset local field gets its default")
 	assert.Equal(t, uint32(DefaultMaxContainersPerIdentity), cfg.GetSandbox().GetMaxContainersPerIdentity(), "unset identity cap gets its default")
 
@@ -64,6 +66,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, uint32(DefaultUIDCount), l.GetUidCount(), "uid_count default")
 	assert.Equal(t, DefaultCPUQuota, l.GetCpuQuota(), "cpu_quota default")
 	assert.False(t, l.GetKeepBackgroundProcesses(), "background processes are stopped by default")
+	assert.Equal(t, local.DefaultStart, l.GetStart(), "start default")
 	assert.Empty(t, cfg.GetSandbox().GetMaxMemoryLimit(), "max_memory_limit: the backend's default (host RAM, at most 64g)")
 	assert.Equal(t, DefaultListen, cfg.GetListen())
 	assert.Equal(t, DefaultAdminListen, cfg.GetAdminListen())
@@ -150,6 +153,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"profile identity header with the api", func(c *configv1.Config) {
 			c.Profiles = map[string]*configv1.Profile{"analyst": {IdentityHeader: "x-analyst"}, "same": {}}
 		}, `api_listen: the Containers API identifies callers by default_profile.identity_header (""), but profiles "analyst" set another`},
+		{"unknown start mode", func(c *configv1.Config) { c.Sandbox.Local.Start = "clone" }, "sandbox.local.start:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

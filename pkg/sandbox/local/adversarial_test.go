@@ -70,7 +70,27 @@ func procTree(pid int) map[int]string {
 	return out
 }
 
-func containerPID(c sandbox.Container) int { return c.(*container).cmd.Process.Pid }
+// forked reports whether c was forked from a template (it has no bubblewrap monitor).
+func forked(c sandbox.Container) bool { return c.(*container).cmd == nil }
+
+// withMonitor returns n, the processes of a container counting bubblewrap's monitor, minus
+// one for a forked container, which has none.
+func withMonitor(c sandbox.Container, n int) int {
+	if forked(c) {
+		return n - 1
+	}
+	return n
+}
+
+// containerPID returns the host pid of the container's first process: bubblewrap's monitor, or
+// the init of a forked container (which has no monitor).
+func containerPID(c sandbox.Container) int {
+	lc := c.(*container)
+	if lc.cmd == nil {
+		return lc.initPID
+	}
+	return lc.cmd.Process.Pid
+}
 
 // survivors returns the processes of tree still running (a zombie has ended: it only waits to
 // be reaped by whoever inherited it).
@@ -158,6 +178,10 @@ func assertClosedClean(t *testing.T, l *Local) {
 
 // TestAdversarialForkBomb runs first and alone (not parallel): it counts processes.
 func TestAdversarialForkBomb(t *testing.T) {
+	inBothStarts(t, testAdversarialForkBomb)
+}
+
+func testAdversarialForkBomb(t *testing.T) {
 	l := newTestLocal(t, Config{MaxProcesses: 32})
 	bystander := newTestContainer(t, l, sandbox.Spec{})
 	bomb, err := l.Create(context.Background(), sandbox.Spec{})
@@ -186,6 +210,11 @@ func TestAdversarialForkBomb(t *testing.T) {
 }
 
 func TestAdversarialNetwork(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialNetwork)
+}
+
+func testAdversarialNetwork(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	c := newTestContainer(t, l, sandbox.Spec{})
@@ -248,6 +277,11 @@ def udp(addr):
 // its crypto code.
 func TestAdversarialSocketFamilies(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialSocketFamilies)
+}
+
+func testAdversarialSocketFamilies(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, `import errno, socket
@@ -300,6 +334,11 @@ def open_family(family, kind=socket.SOCK_STREAM, pair=False):
 // at the same place (the work directory's, above all).
 func TestAdversarialMountsShowNoHostPath(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialMountsShowNoHostPath)
+}
+
+func testAdversarialMountsShowNoHostPath(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	c := newTestContainer(t, l, sandbox.Spec{})
 	res := runIn(t, c, "print(open('/proc/self/mountinfo').read())")
@@ -338,6 +377,11 @@ print(len(lines), [l for l in lines if not neutral(l.split()[3], l.split()[4])])
 // planted with setsid and a double fork too.
 func TestAdversarialInitMemory(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialInitMemory)
+}
+
+func testAdversarialInitMemory(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	c := newTestContainer(t, l, sandbox.Spec{})
 	tests := []struct {
@@ -357,9 +401,14 @@ func TestAdversarialInitMemory(t *testing.T) {
 	}
 	runIn(t, c, plantDaemon)
 	snap := snapshotContainer(t, c)
-	require.GreaterOrEqual(t, len(snap.tree), 4, "monitor, init, interpreter and the daemon run")
-	// The server's end dies as it would with the server (its parent-death signal).
-	require.NoError(t, syscall.Kill(containerPID(c), syscall.SIGKILL), "kill bubblewrap's monitor")
+	require.GreaterOrEqual(t, len(snap.tree), withMonitor(c, 4), "monitor, init, interpreter and the daemon run")
+	if forked(c) {
+		// The server's end dies as it would with the server: the init's lifeline closes.
+		require.NoError(t, c.(*container).lifeW.Close(), "close the init's lifeline")
+	} else {
+		// The server's end dies as it would with the server (its parent-death signal).
+		require.NoError(t, syscall.Kill(containerPID(c), syscall.SIGKILL), "kill bubblewrap's monitor")
+	}
 	require.Eventually(t, func() bool { return len(survivors(snap.tree)) == 0 }, 30*time.Second, 10*time.Millisecond,
 		"every process of the container dies with its monitor")
 	require.NoError(t, c.Delete(context.Background()), "delete")
@@ -372,7 +421,11 @@ func hostUID(t *testing.T, c sandbox.Container) string {
 	t.Helper()
 	for pid := range procTree(containerPID(c)) {
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if !strings.Contains(string(cmd), bootstrap) || strings.HasPrefix(string(cmd), "bwrap") {
+		if forked(c) {
+			if pid != c.(*container).procs.driver {
+				continue // a forked driver's command line is the template's
+			}
+		} else if !strings.Contains(string(cmd), bootstrap) || strings.HasPrefix(string(cmd), "bwrap") {
 			continue
 		}
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -391,6 +444,11 @@ func hostUID(t *testing.T, c sandbox.Container) string {
 // takes every inotify instance its uid may have (fs.inotify.max_user_instances) must not stop
 // another's inotify_init, as it would if containers shared a uid.
 func TestAdversarialPerUserLimits(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialPerUserLimits)
+}
+
+func testAdversarialPerUserLimits(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	if !l.setUID {
@@ -471,6 +529,10 @@ func newInheritedSocket(t *testing.T) inheritedSocket {
 // process close-on-exec, and another test's New meanwhile would hide whether the driver
 // closes a descriptor opened after New.
 func TestAdversarialInheritedDescriptors(t *testing.T) {
+	inBothStarts(t, testAdversarialInheritedDescriptors)
+}
+
+func testAdversarialInheritedDescriptors(t *testing.T) {
 	before := newInheritedSocket(t)
 	l := newTestLocal(t, Config{})
 	flags, err := unix.FcntlInt(uintptr(before.fd), unix.F_GETFD, 0)
@@ -515,6 +577,11 @@ print(sent, links, child)`, before.fd, after.fd))
 
 func TestAdversarialHostFiles(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialHostFiles)
+}
+
+func testAdversarialHostFiles(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	c := newTestContainer(t, l, sandbox.Spec{})
 	secretDir := t.TempDir()
@@ -556,6 +623,10 @@ func TestAdversarialHostFiles(t *testing.T) {
 
 // TestAdversarialEnvironment is not parallel: it sets an environment variable.
 func TestAdversarialEnvironment(t *testing.T) {
+	inBothStarts(t, testAdversarialEnvironment)
+}
+
+func testAdversarialEnvironment(t *testing.T) {
 	const secret = "sk-codeinterp-test-secret-0123456789"
 	t.Setenv("CODEINTERP_TEST_API_KEY", secret)
 	readEnv := "import os\nprint(repr(dict(os.environ)))"
@@ -588,6 +659,11 @@ print('\n'.join(seen))`
 }
 
 func TestAdversarialProcSnooping(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialProcSnooping)
+}
+
+func testAdversarialProcSnooping(t *testing.T) {
 	t.Parallel()
 	// The marker process must outlive the run that starts it.
 	l := newTestLocal(t, Config{KeepBackgroundProcesses: true})
@@ -642,6 +718,11 @@ for pid in range(1, 1 << 15):
 
 func TestAdversarialMemoryBomb(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialMemoryBomb)
+}
+
+func testAdversarialMemoryBomb(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	// A small limit keeps the touched variant quick; the mechanism is the same for every size.
 	c := newTestContainer(t, l, sandbox.Spec{MemoryLimit: "512m"})
@@ -669,6 +750,11 @@ func TestAdversarialMemoryBomb(t *testing.T) {
 
 func TestAdversarialCPU(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialCPU)
+}
+
+func testAdversarialCPU(t *testing.T) {
+	t.Parallel()
 	l := newTestLocal(t, Config{CPUSeconds: 1})
 	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, "x = 1")
@@ -683,6 +769,11 @@ func TestAdversarialCPU(t *testing.T) {
 }
 
 func TestAdversarialDiskFill(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialDiskFill)
+}
+
+func testAdversarialDiskFill(t *testing.T) {
 	t.Parallel()
 	l := newTestLocal(t, Config{DataBytes: 16 << 20, TmpBytes: 8 << 20, MaxFileBytes: 4 << 20})
 	c := newTestContainer(t, l, sandbox.Spec{})
@@ -722,6 +813,11 @@ def fill(d):
 
 func TestAdversarialHugeOutput(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialHugeOutput)
+}
+
+func testAdversarialHugeOutput(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	c := newTestContainer(t, l, sandbox.Spec{})
 	limit := 1 << 20
@@ -756,6 +852,11 @@ func TestAdversarialHugeOutput(t *testing.T) {
 
 func TestAdversarialProtocolAbuse(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialProtocolAbuse)
+}
+
+func testAdversarialProtocolAbuse(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	tests := []struct {
 		name string
@@ -788,6 +889,11 @@ def forge(**v):
 // the code's end markers beyond their grace, nor does the container outlive the real answer.
 func TestAdversarialForgedAnswerOfThisRun(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialForgedAnswerOfThisRun)
+}
+
+func testAdversarialForgedAnswerOfThisRun(t *testing.T) {
+	t.Parallel()
 	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
 	res, err := runTimeout(c, forge+"forge(op='result', seq=S.seq, value='forged')\ntime.sleep(30)\nprint('late')", 60*time.Second)
 	require.NoError(t, err, "the run takes the answer it was sent")
@@ -800,6 +906,11 @@ func TestAdversarialForgedAnswerOfThisRun(t *testing.T) {
 // runs in the driver's process: any frame but the run's own result gives the container up,
 // before the server decodes more of them.
 func TestAdversarialForgedAnswers(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialForgedAnswers)
+}
+
+func testAdversarialForgedAnswers(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	tests := []struct {
@@ -827,6 +938,11 @@ func TestAdversarialForgedAnswers(t *testing.T) {
 
 func TestAdversarialSignals(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialSignals)
+}
+
+func testAdversarialSignals(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	bystander := newTestContainer(t, l, sandbox.Spec{})
 	tests := []struct {
@@ -849,6 +965,11 @@ func TestAdversarialSignals(t *testing.T) {
 }
 
 func TestAdversarialPtraceAndPrivileges(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialPtraceAndPrivileges)
+}
+
+func testAdversarialPtraceAndPrivileges(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	c := newTestContainer(t, l, sandbox.Spec{})
@@ -882,6 +1003,11 @@ def call(name, *args):
 }
 
 func TestAdversarialTenants(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialTenants)
+}
+
+func testAdversarialTenants(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	m := sandbox.NewManager(l, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
@@ -923,6 +1049,11 @@ func TestAdversarialTenants(t *testing.T) {
 // them, so the test needs one.
 func TestAdversarialMemoryBombProcesses(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialMemoryBombProcesses)
+}
+
+func testAdversarialMemoryBombProcesses(t *testing.T) {
+	t.Parallel()
 	l := newTestLocal(t, Config{DataBytes: 16 << 20, TmpBytes: 8 << 20})
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here: the rlimits alone cannot bound this")
@@ -955,6 +1086,11 @@ print('killed', killed)`, 60*time.Second)
 
 func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalCgroupHoldsEveryProcess)
+}
+
+func testLocalCgroupHoldsEveryProcess(t *testing.T) {
+	t.Parallel()
 	l := newTestLocal(t, Config{KeepBackgroundProcesses: true})
 	if l.cgroups == nil {
 		t.Skip("no writable cgroup hierarchy here")
@@ -963,7 +1099,7 @@ func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 	runIn(t, c, "import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '600'])")
 	cg := c.(*container).cg
 	tree := procTree(containerPID(c))
-	require.GreaterOrEqual(t, len(tree), 4, "monitor, init, interpreter and its child")
+	require.GreaterOrEqual(t, len(tree), withMonitor(c, 4), "monitor, init, interpreter and its child")
 	for pid := range tree {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		require.NoError(t, err, "read cgroup of %d", pid)
@@ -981,6 +1117,11 @@ func TestLocalCgroupHoldsEveryProcess(t *testing.T) {
 
 func TestNewCgroupSetting(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testNewCgroupSetting)
+}
+
+func testNewCgroupSetting(t *testing.T) {
+	t.Parallel()
 	_, err := New(Config{Cgroups: "sometimes"}, zaptest.NewLogger(t))
 	assert.Error(t, err, "an unknown cgroups setting is refused")
 	_, err = New(Config{Cgroups: t.TempDir()}, zaptest.NewLogger(t))
@@ -997,13 +1138,18 @@ func TestNewCgroupSetting(t *testing.T) {
 // reaped, so runs that each leave one do not use up the process limit.
 func TestAdversarialBackgroundProcesses(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testAdversarialBackgroundProcesses)
+}
+
+func testAdversarialBackgroundProcesses(t *testing.T) {
+	t.Parallel()
 	l := newTestLocal(t, Config{MaxProcesses: 8})
 	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, "import os, subprocess, sys\nkept = 'state'\nif os.fork() == 0:\n    while True:\n        pass")
 	runIn(t, c, plantDaemon)
 	runIn(t, c, "p = subprocess.Popen(['/usr/bin/sleep', '600'])")
 	lc := c.(*container)
-	want := []int{containerPID(c), lc.procs.init, lc.procs.driver}
+	want := slices.Compact(slices.Sorted(slices.Values([]int{containerPID(c), lc.procs.init, lc.procs.driver})))
 	require.NotZero(t, lc.procs.driver, "the driver's pid is known")
 	require.Eventually(t, func() bool {
 		got := survivors(procTree(containerPID(c)))
@@ -1043,6 +1189,11 @@ func TestAdversarialBackgroundProcesses(t *testing.T) {
 // controller): two processes spinning in a container allowed a tenth of a core are throttled,
 // each having an RLIMIT_CPU of its own notwithstanding.
 func TestAdversarialCPUQuota(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialCPUQuota)
+}
+
+func testAdversarialCPUQuota(t *testing.T) {
 	t.Parallel()
 	l := newTestLocal(t, Config{CPUQuota: 0.1})
 	if l.cgroups == nil {
@@ -1103,6 +1254,11 @@ print('done')`, 120*time.Second)
 // allows (max_memory_limit, by default the host's RAM up to 64g): Manager.CheckSpec refuses it
 // as the client's mistake before anything runs, and Create refuses it too.
 func TestAdversarialMemoryAboveTheHost(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialMemoryAboveTheHost)
+}
+
+func testAdversarialMemoryAboveTheHost(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	var si syscall.Sysinfo_t

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,7 +64,17 @@ func runBare(b *testing.B, args ...string) time.Duration {
 // and matplotlib preloaded) until the stdout of print(1) is back. The op also waits for the pool
 // to refill; "acquire-to-stdout-µs" is the latency itself.
 func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
-	l := benchLocal(b, Config{Preload: true})
+	benchWarmAcquire(b, StartExec)
+}
+
+// BenchmarkForkedWarmAcquireFirstStdout is BenchmarkWarmAcquireFirstStdout with containers
+// forked from the template: the pool refills in milliseconds instead of a second.
+func BenchmarkForkedWarmAcquireFirstStdout(b *testing.B) {
+	benchWarmAcquire(b, StartFork)
+}
+
+func benchWarmAcquire(b *testing.B, start string) {
+	l := benchLocal(b, Config{Start: start, Preload: true})
 	m := sandbox.NewManager(l, sandbox.ManagerConfig{WarmPool: 1}, zap.NewNop())
 	b.Cleanup(func() { _ = m.Close(context.Background()) })
 	ctx := context.Background()
@@ -94,7 +105,7 @@ func BenchmarkWarmAcquireFirstStdout(b *testing.B) {
 
 // BenchmarkWarmRun: one print(1) in a running container: the protocol's round trip.
 func BenchmarkWarmRun(b *testing.B) {
-	l := benchLocal(b, Config{})
+	l := benchLocal(b, Config{Start: StartExec})
 	c, err := l.Create(context.Background(), sandbox.Spec{})
 	if err != nil {
 		b.Fatalf("create: %v", err)
@@ -118,7 +129,7 @@ func BenchmarkBarePythonPass(b *testing.B) {
 // has answered. "ratio-vs-bare" is the median ratio to `python3 -c pass` run right after each
 // start (outside the timer), which cancels the machine's changing load.
 func BenchmarkColdStartBare(b *testing.B) {
-	l := benchLocal(b, Config{})
+	l := benchLocal(b, Config{Start: StartExec})
 	ctx := context.Background()
 	var cold, bare []time.Duration
 	for b.Loop() {
@@ -155,7 +166,7 @@ func BenchmarkBarePythonImportScientific(b *testing.B) {
 // matplotlib.pyplot are imported in it, with the same paired ratio as BenchmarkColdStartBare.
 func BenchmarkColdStartScientific(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, Config{})
+	l := benchLocal(b, Config{Start: StartExec})
 	ctx := context.Background()
 	var cold, bare []time.Duration
 	for b.Loop() {
@@ -182,7 +193,7 @@ func BenchmarkColdStartScientific(b *testing.B) {
 // one figure rendered) until it is ready: what one warm-pool refill costs.
 func BenchmarkColdStartPreloaded(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, Config{Preload: true})
+	l := benchLocal(b, Config{Start: StartExec, Preload: true})
 	ctx := context.Background()
 	for b.Loop() {
 		c, err := l.Create(ctx, sandbox.Spec{})
@@ -200,7 +211,7 @@ func BenchmarkColdStartPreloaded(b *testing.B) {
 // all its processes (bubblewrap's monitor and init, and the interpreter).
 func BenchmarkIdleWarmContainerMemory(b *testing.B) {
 	hasScientificPython(b)
-	l := benchLocal(b, Config{Preload: true})
+	l := benchLocal(b, Config{Start: StartExec, Preload: true})
 	ctx := context.Background()
 	var rss, pss []time.Duration // in KiB, sorted with the same helper
 	for b.Loop() {
@@ -240,4 +251,161 @@ func procKiB(pid int, file, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// percentile returns the p-th percentile (0-100) of ds, nearest rank.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+// BenchmarkStartToFirstStdout: a new container (no warm pool) with numpy, pandas and
+// matplotlib importable, preloaded, from Create until the stdout of print(1) is back, in each
+// start mode in the same run: exec (a new bubblewrap and interpreter that imports them) and
+// fork (forked from the template that imported them once). Deleting the container is outside
+// the timer. Reports p50-ms and p99-ms over the run's ops (use -benchtime Nx for enough).
+func BenchmarkStartToFirstStdout(b *testing.B) {
+	hasScientificPython(b)
+	for _, start := range []string{StartExec, StartFork} {
+		b.Run(start, func(b *testing.B) {
+			l := benchLocal(b, Config{Preload: true, Start: start})
+			if start == StartFork && l.tpl == nil {
+				b.Fatal("the fork start mode does not work here")
+			}
+			ctx := context.Background()
+			var lat []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				c, err := l.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					b.Fatalf("create: %v", err)
+				}
+				res, err := c.Run(ctx, "print(1)")
+				d := time.Since(t0)
+				if err != nil || res.Stdout != "1\n" {
+					b.Fatalf("run: %q, %v", res.Stdout, err)
+				}
+				lat = append(lat, d)
+				b.StopTimer()
+				_ = c.Delete(ctx)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(percentile(lat, 50).Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(percentile(lat, 99).Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+// BenchmarkIdleContainerMemory: the memory of an idle container after `import numpy, pandas,
+// matplotlib; print(1)`, in each start mode: the PSS (shared pages divided among their users)
+// and RSS of all its processes, with 10 such containers live (a forked container shares the
+// template's pages with its siblings). Medians over the run's ops.
+func BenchmarkIdleContainerMemory(b *testing.B) {
+	hasScientificPython(b)
+	for _, start := range []string{StartExec, StartFork} {
+		b.Run(start, func(b *testing.B) {
+			l := benchLocal(b, Config{Preload: true, Start: start})
+			if start == StartFork && l.tpl == nil {
+				b.Fatal("the fork start mode does not work here")
+			}
+			ctx := context.Background()
+			var live []sandbox.Container
+			b.Cleanup(func() {
+				for _, c := range live {
+					_ = c.Delete(ctx)
+				}
+			})
+			var rss, pss []time.Duration // in KiB, sorted with the same helper
+			for b.Loop() {
+				c, err := l.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					b.Fatalf("create: %v", err)
+				}
+				if res, err := c.Run(ctx, "import numpy, pandas, matplotlib\nprint(1)"); err != nil || res.Stdout != "1\n" {
+					b.Fatalf("run: %q, %v", res.Stdout, err)
+				}
+				live = append(live, c)
+				if len(live) > 10 {
+					_ = live[0].Delete(ctx)
+					live = live[1:]
+				}
+				time.Sleep(100 * time.Millisecond) // idle
+				var r, p int64
+				for pid := range procTree(containerPID(c)) {
+					r += procKiB(pid, "status", "VmRSS:")
+					p += procKiB(pid, "smaps_rollup", "Pss:")
+				}
+				rss = append(rss, time.Duration(r))
+				pss = append(pss, time.Duration(p))
+			}
+			b.ReportMetric(float64(median(rss))/1024, "rss-MiB")
+			b.ReportMetric(float64(median(pss))/1024, "pss-MiB")
+		})
+	}
+}
+
+// BenchmarkForkedBurst: 200 containers asked for at once (no warm pool), forked, each running
+// one numpy cell, all live together: "wall-s" until the last result, "p50-s" and "p99-s" of
+// each one's latency from the burst's start, and the live containers' total PSS.
+func BenchmarkForkedBurst(b *testing.B) {
+	hasScientificPython(b)
+	const n = 200
+	l := benchLocal(b, Config{Preload: true, Start: StartFork, UIDCount: 4 * n})
+	if l.tpl == nil {
+		b.Fatal("the fork start mode does not work here")
+	}
+	ctx := context.Background()
+	var walls, p50s, p99s, psss []time.Duration
+	for b.Loop() {
+		lat := make([]time.Duration, n)
+		cs := make([]sandbox.Container, n)
+		errs := make([]error, n)
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				c, err := l.Create(ctx, sandbox.Spec{})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				cs[i] = c
+				res, err := c.Run(ctx, "import numpy\nprint(int(numpy.arange(10).sum()))")
+				if err == nil && res.Stdout != "45\n" {
+					err = fmt.Errorf("stdout %q", res.Stdout)
+				}
+				errs[i] = err
+				lat[i] = time.Since(t0)
+			})
+		}
+		wg.Wait()
+		walls = append(walls, time.Since(t0))
+		b.StopTimer()
+		var pss int64
+		for _, c := range cs {
+			if c != nil {
+				for pid := range procTree(containerPID(c)) {
+					pss += procKiB(pid, "smaps_rollup", "Pss:")
+				}
+			}
+		}
+		for i, c := range cs {
+			if c != nil {
+				_ = c.Delete(ctx)
+			}
+			if errs[i] != nil {
+				b.Fatalf("container %d: %v", i, errs[i])
+			}
+		}
+		p50s = append(p50s, percentile(lat, 50))
+		p99s = append(p99s, percentile(lat, 99))
+		psss = append(psss, time.Duration(pss))
+		b.StartTimer()
+	}
+	b.ReportMetric(median(walls).Seconds(), "wall-s")
+	b.ReportMetric(median(p50s).Seconds(), "p50-s")
+	b.ReportMetric(median(p99s).Seconds(), "p99-s")
+	b.ReportMetric(float64(median(psss))/1024, "live-pss-MiB")
 }

@@ -56,6 +56,7 @@ type container struct {
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
 	intrW *os.File // interrupts to the driver (its fd 5)
+	lifeW *os.File // forked containers: its init ends when this closes (the server died); else nil
 	outR  *os.File
 	errR  *os.File
 
@@ -100,6 +101,14 @@ func (l *Local) start(memBytes int64) (_ *container, err error) {
 		return nil, err
 	}
 	defer l.starts.Done()
+	if l.tpl != nil {
+		c, err := l.startForked(memBytes)
+		if !errors.Is(err, errTemplateUnavailable) {
+			return c, err
+		}
+		l.metrics.fallbacks.Inc()
+		l.log.Info("container starts the exec way: the fork template is unavailable", zap.Error(err))
+	}
 	c := l.newContainer()
 	var files startFiles
 	started := false // the process started: Delete releases what the container holds
@@ -774,8 +783,12 @@ func (c *container) onlyDriverLeft() bool {
 	if len(pids) == 0 {
 		return false // unreadable: walk the processes
 	}
+	monitor := 0 // bubblewrap's monitor; forked containers have none
+	if c.cmd != nil {
+		monitor = c.cmd.Process.Pid
+	}
 	for _, pid := range pids {
-		if pid != c.cmd.Process.Pid && pid != c.procs.init && pid != c.procs.driver {
+		if pid != monitor && pid != c.procs.init && pid != c.procs.driver {
 			return false
 		}
 	}
@@ -979,7 +992,7 @@ func (c *container) giveUID() {
 
 func (c *container) closeParentFiles() {
 	c.closeFiles.Do(func() {
-		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR} {
+		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR, c.lifeW} {
 			if f != nil {
 				f.Close()
 			}

@@ -11,7 +11,9 @@
 #   fd 4  driver -> server  frames: same encoding
 #   fd 5  server -> driver  8-byte big-endian run numbers to interrupt (SIGINT, KeyboardInterrupt)
 # This driver arrives compiled: argv[1] is its code object and argv[2] the configuration, both
-# marshalled, in hex.
+# marshalled, in hex. In a fork template (template.py) it is run with _FORK_TEMPLATE set: it then
+# only defines its functions; the template calls _prepare once, and each forked container
+# _prepare_child and _main(cfg).
 #
 # It imports nothing slow at start (no json, re, traceback, signal or ast module) to keep cold
 # starts near a bare interpreter's; marshal, select, _signal, _ast and _thread are built in.
@@ -39,9 +41,6 @@ def _close_inherited():
                 os.close(fd)
             except OSError:
                 pass  # the listing's own descriptor, closed already
-
-
-_close_inherited()
 
 
 class _State:
@@ -548,10 +547,59 @@ def _set_limits(lim):
             resource.setrlimit(res, (0, 0))
 
 
-def _main():
-    cfg = marshal.loads(bytes.fromhex(sys.argv[-1]))
-    del sys.argv[1:]
-    sys.argv[0] = ''
+def _prepare(preload):
+    # In the template, once, before any fork: the pyplot hook and the preloaded libraries.
+    sys.meta_path.insert(0, _PyplotHook())
+    S.loaded = _preload() if preload else []
+    S.prepared = False
+
+
+def _reseed():
+    # State a forked child shares with the template and its siblings. random reseeds itself in
+    # os.register_at_fork already (again here: cheap); numpy's global RandomState, tempfile's
+    # name sequence and multiprocessing's authkey do not. Python's str hash secret cannot be
+    # changed in a running interpreter: it stays the template's.
+    import random
+    random.seed()
+    np_random = sys.modules.get('numpy.random')
+    if np_random is not None:
+        np = sys.modules['numpy']
+        np_random.seed(np.frombuffer(os.urandom(2496), dtype=np.uint32))
+    tf = sys.modules.get('tempfile')
+    if tf is not None:
+        tf._name_sequence = None
+    mp = sys.modules.get('multiprocessing.process')
+    if mp is not None:
+        mp.current_process().authkey = os.urandom(32)
+
+
+def _prepare_child():
+    # In a forked child, before its configuration: everything of the start that does not need
+    # it, and what it shares with the template and its siblings made its own.
+    _reseed()
+    sys.argv[:] = ['']
+    sys.stdin = io.StringIO()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    S.pid = os.getpid()
+    os.register_at_fork(before=_flush_buffers)
+    main = type(sys)('__main__')
+    main.__dict__['__builtins__'] = builtins
+    sys.modules['__main__'] = main
+    builtins.display = display
+    S.ns = main.__dict__
+    # Fault in (copy on write) what the first run touches, now rather than then.
+    compile(compile('pass', '<warm>', 'exec', _ast.PyCF_ONLY_AST, dont_inherit=True), '<warm>', 'exec')
+    S.prepared = True
+
+
+def _main(cfg=None):
+    forked = cfg is not None
+    if not forked:
+        cfg = marshal.loads(bytes.fromhex(sys.argv[-1]))
+        del sys.argv[1:]
+        sys.argv[0] = ''
+    elif not S.prepared:
+        _prepare_child()
     for fd in (R_IN, R_OUT, R_INTR):
         os.set_inheritable(fd, False)
     S.data_dir = cfg['data_dir']
@@ -563,26 +611,30 @@ def _main():
     S.stdout = _new_stream(1)
     S.stderr = _new_stream(2)
     sys.stdout, sys.stderr = S.stdout, S.stderr
-    sys.stdin = io.StringIO()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not forked:
+        sys.stdin = io.StringIO()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if cfg.get('data_dir'):
         try:
             os.chdir(cfg['data_dir'])
         except OSError:
             pass
-    sys.meta_path.insert(0, _PyplotHook())
-    loaded = _preload() if cfg.get('preload') else []
+    if forked:
+        loaded = S.loaded
+    else:
+        sys.meta_path.insert(0, _PyplotHook())
+        loaded = _preload() if cfg.get('preload') else []
     _set_limits(cfg.get('limits', {}))
     _thread.start_new_thread(_interrupt_loop, (_thread.get_ident(),))
-    S.pid = os.getpid()
-    # A forked child must not inherit (and later repeat) output still in the buffers.
-    os.register_at_fork(before=_flush_buffers)
-
-    main = type(sys)('__main__')
-    main.__dict__['__builtins__'] = builtins
-    sys.modules['__main__'] = main
-    builtins.display = display
-    S.ns = main.__dict__
+    if not forked:
+        S.pid = os.getpid()
+        # A forked child must not inherit (and later repeat) output still in the buffers.
+        os.register_at_fork(before=_flush_buffers)
+        main = type(sys)('__main__')
+        main.__dict__['__builtins__'] = builtins
+        sys.modules['__main__'] = main
+        builtins.display = display
+        S.ns = main.__dict__
     S.files = {}
     _scan_files()
 
@@ -602,4 +654,6 @@ def _main():
 
 
 _DRIVER_FILE = _main.__code__.co_filename
-_main()
+if not globals().get('_FORK_TEMPLATE'):
+    _close_inherited()
+    _main()

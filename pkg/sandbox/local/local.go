@@ -115,8 +115,16 @@ type Config struct {
 	// development machines without bubblewrap only. The rlimits still apply, nothing else does.
 	UnsafeNoIsolation bool
 	// Preload imports numpy, pandas and matplotlib (those installed) when a container starts,
-	// and renders one figure, so that the first run using them is fast.
+	// and renders one figure, so that the first run using them is fast. With the fork start
+	// mode the template imports them once.
 	Preload bool
+	// Start is how containers start: StartFork ("fork", the default), each forked from a
+	// template interpreter that has imported the preloaded libraries once, then isolated on its
+	// own (template.go); or StartExec ("exec"), each a new bubblewrap and interpreter. Where
+	// the host does not allow forking (the server not root, no user namespaces, the test
+	// container failing), New says so in the log and the codeinterp_sandbox_local_start_mode
+	// metric, and containers start the exec way.
+	Start string
 }
 
 // Local is the local backend: each container is one persistent Python process driven over
@@ -143,6 +151,9 @@ type Local struct {
 	// object, in hex): containers skip compiling it, 3.5 ms of a cold start under load.
 	driverCode string
 	cgroups    *cgroupParents // nil when containers get no cgroup
+	// tpl forks containers in the fork start mode; nil when they start the exec way.
+	tpl     *forkTemplate
+	metrics localMetrics
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -188,11 +199,12 @@ func New(cfg Config, log *zap.Logger) (*Local, error) {
 		return nil, fmt.Errorf("new local sandbox: cpu quota %v is below 0.01 of a core", cfg.CPUQuota)
 	}
 	l := &Local{
-		cfg:    cfg,
-		log:    log.Named("sandbox.local"),
-		live:   map[*container]struct{}{},
-		setUID: os.Geteuid() == 0,
-		maxMem: maxMem,
+		cfg:     cfg,
+		log:     log.Named("sandbox.local"),
+		metrics: newLocalMetrics(),
+		live:    map[*container]struct{}{},
+		setUID:  os.Geteuid() == 0,
+		maxMem:  maxMem,
 	}
 	// Before the first sandbox starts: no descriptor of the server may reach one.
 	if err := closeOnExecInherited(); err != nil {
@@ -232,7 +244,34 @@ func New(cfg Config, log *zap.Logger) (*Local, error) {
 	if cfg.UnsafeNoIsolation {
 		l.log.Warn("sandbox isolation is OFF (unsafe_no_isolation): code runs with the server's rights")
 	}
+	l.chooseStart()
 	return l, nil
+}
+
+// chooseStart starts the fork template when the fork start mode is asked for and the host
+// allows it, and says how containers start.
+func (l *Local) chooseStart() {
+	start := l.cfg.Start
+	if !l.isolated() {
+		start = StartExec // nothing to fork into: the interpreter runs as the server
+	}
+	switch start {
+	case StartFork:
+		if _, err := l.startTemplate(); err != nil {
+			l.metrics.forkUnavailable.Inc()
+			l.log.Warn("the fork start mode is not available here: containers start the exec way (a new bubblewrap and interpreter each)",
+				zap.Error(err))
+			break
+		}
+		l.metrics.mode.WithLabelValues(StartFork).Set(1)
+		l.log.Info("containers start forked from a template")
+		return
+	case StartExec:
+	default:
+		l.log.Warn("unknown start mode: containers start the exec way", zap.String("start", l.cfg.Start))
+	}
+	l.metrics.mode.WithLabelValues(StartExec).Set(1)
+	l.log.Info("containers start the exec way: a new bubblewrap and interpreter each")
 }
 
 // setUp registers the Local in the state directory (sweeping what dead ones left), prepares the
@@ -313,6 +352,7 @@ const (
 	DefaultUIDCount       = 65536
 	DefaultCPUQuota       = 1.0
 	DefaultInterruptGrace = 2 * time.Second
+	DefaultStart          = StartFork
 )
 
 func setDefaults(cfg *Config) {
@@ -360,6 +400,9 @@ func setDefaults(cfg *Config) {
 	}
 	if cfg.InterruptGrace <= 0 {
 		cfg.InterruptGrace = DefaultInterruptGrace
+	}
+	if cfg.Start == "" {
+		cfg.Start = DefaultStart
 	}
 }
 
@@ -614,41 +657,12 @@ func (l *Local) bwrapArgs(probe bool) []string {
 		"--hostname", sandboxName,
 		"--clearenv",
 	}
-	for _, kv := range l.containerEnv(mplDir) {
-		k, v, _ := strings.Cut(kv, "=")
-		a = append(a, "--setenv", k, v)
-	}
-	a = append(a, "--ro-bind", "/usr", "/usr")
-	// Merged-/usr systems link these into /usr; others have real directories.
-	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-		case fi.Mode()&fs.ModeSymlink != 0:
-			if target, err := os.Readlink(d); err == nil {
-				a = append(a, "--symlink", target, d)
-			}
-		case fi.IsDir():
-			a = append(a, "--ro-bind", d, d)
-		}
-	}
-	// Debian resolves BLAS through /etc/alternatives and the loader cache; matplotlib reads
-	// /etc/matplotlibrc. Nothing else of /etc is visible.
-	for _, p := range []string{"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
-		"/etc/ld.so.conf.d", "/etc/matplotlibrc", "/etc/fonts", "/etc/localtime", "/etc/mime.types"} {
-		a = append(a, "--ro-bind-try", p, p)
-	}
+	a = append(a, l.systemArgs()...)
 	if probe {
 		a = append(a,
 			"--ro-bind", filepath.Join(l.workDir, "etc", "passwd"), "/etc/passwd",
 			"--ro-bind", filepath.Join(l.workDir, "etc", "group"), "/etc/group",
 		)
-	}
-	if prefix := pythonPrefix(l.python); prefix != "" {
-		a = append(a, "--ro-bind", prefix, prefix)
-	}
-	for _, p := range l.cfg.ReadOnlyPaths {
-		a = append(a, "--ro-bind", p, p)
 	}
 	size := func(n int64) []string { return []string{"--size", strconv.FormatInt(n, 10)} }
 	a = append(a, "--proc", "/proc", "--dev", "/dev")
@@ -680,6 +694,43 @@ func (l *Local) bwrapArgs(probe bool) []string {
 			// The sandbox waits, before it starts anything, until it is in its cgroup.
 			a = append(a, "--block-fd", "8")
 		}
+	}
+	return a
+}
+
+// systemArgs are bubblewrap's arguments for the environment and the read-only system every
+// container sees, the same in both start modes.
+func (l *Local) systemArgs() []string {
+	var a []string
+	for _, kv := range l.containerEnv(mplDir) {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	a = append(a, "--ro-bind", "/usr", "/usr")
+	// Merged-/usr systems link these into /usr; others have real directories.
+	for _, d := range []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"} {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				a = append(a, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			a = append(a, "--ro-bind", d, d)
+		}
+	}
+	// Debian resolves BLAS through /etc/alternatives and the loader cache; matplotlib reads
+	// /etc/matplotlibrc. Nothing else of /etc is visible.
+	for _, p := range []string{"/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
+		"/etc/ld.so.conf.d", "/etc/matplotlibrc", "/etc/fonts", "/etc/localtime", "/etc/mime.types"} {
+		a = append(a, "--ro-bind-try", p, p)
+	}
+	if prefix := pythonPrefix(l.python); prefix != "" {
+		a = append(a, "--ro-bind", prefix, prefix)
+	}
+	for _, p := range l.cfg.ReadOnlyPaths {
+		a = append(a, "--ro-bind", p, p)
 	}
 	return a
 }
@@ -765,7 +816,16 @@ func pythonPrefix(python string) string {
 
 // driverConfig is the driver's argv[1].
 func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
-	cfg := map[string]any{
+	b, err := marshalEncode(l.driverConfigMap(memBytes, dir))
+	if err != nil {
+		return "", fmt.Errorf("encode driver config: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// driverConfigMap is the driver's configuration.
+func (l *Local) driverConfigMap(memBytes int64, dir string) map[string]any {
+	return map[string]any{
 		"data_dir":     dir,
 		"output_limit": l.cfg.OutputLimit,
 		"max_files":    maxFiles,
@@ -779,11 +839,6 @@ func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
 			"nofile": 1024,
 		},
 	}
-	b, err := marshalEncode(cfg)
-	if err != nil {
-		return "", fmt.Errorf("encode driver config: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // Create starts a container and waits until its interpreter is ready (with the preloaded
@@ -831,6 +886,9 @@ func (l *Local) Close() error {
 	}
 	l.wg.Wait()
 	if first {
+		if l.tpl != nil {
+			l.tpl.close()
+		}
 		l.tearDown()
 	}
 	if err := errors.Join(errs...); err != nil {

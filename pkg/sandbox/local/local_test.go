@@ -36,9 +36,15 @@ func newTestLocal(t testing.TB, cfg Config) *Local {
 			t.Skip("bubblewrap is not installed")
 		}
 	}
+	if cfg.Start == "" {
+		cfg.Start = testStart(t)
+	}
 	l, err := New(cfg, zaptest.NewLogger(t))
 	require.NoError(t, err, "New(%+v)", cfg)
 	t.Cleanup(func() { assert.NoError(t, l.Close(), "close Local") })
+	if testStart(t) == StartFork && cfg.Start == StartFork && !cfg.UnsafeNoIsolation {
+		require.NotNil(t, l.tpl, "the fork start mode works here (see the log for why not)")
+	}
 	return l
 }
 
@@ -203,6 +209,11 @@ func TestLocalForkedChildRaisingOutOfTheCell(t *testing.T) {
 
 func TestLocalStatePersistsPerContainer(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalStatePersistsPerContainer)
+}
+
+func testLocalStatePersistsPerContainer(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	a := newTestContainer(t, l, sandbox.Spec{})
 	b := newTestContainer(t, l, sandbox.Spec{})
@@ -360,6 +371,11 @@ g[%[1]q] = slow`, fn)
 
 func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalTimeoutKillsStubbornCode)
+}
+
+func testLocalTimeoutKillsStubbornCode(t *testing.T) {
+	t.Parallel()
 	l := newTestLocal(t, Config{InterruptGrace: 200 * time.Millisecond})
 	tests := []struct {
 		name string
@@ -380,6 +396,11 @@ func TestLocalTimeoutKillsStubbornCode(t *testing.T) {
 }
 
 func TestLocalLostAndCancelled(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testLocalLostAndCancelled)
+}
+
+func testLocalLostAndCancelled(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 
@@ -403,6 +424,11 @@ func TestLocalLostAndCancelled(t *testing.T) {
 
 func TestLocalDelete(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalDelete)
+}
+
+func testLocalDelete(t *testing.T) {
+	t.Parallel()
 	l := sharedLocal(t)
 	c, err := l.Create(context.Background(), sandbox.Spec{})
 	require.NoError(t, err, "create")
@@ -422,6 +448,11 @@ func TestLocalDelete(t *testing.T) {
 }
 
 func TestLocalMemoryLimit(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testLocalMemoryLimit)
+}
+
+func testLocalMemoryLimit(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
 	tests := []struct {
@@ -488,6 +519,11 @@ func TestLocalUnsafeNoIsolation(t *testing.T) {
 
 func TestLocalClose(t *testing.T) {
 	t.Parallel()
+	inBothStarts(t, testLocalClose)
+}
+
+func testLocalClose(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bubblewrap is not installed")
 	}
@@ -517,7 +553,8 @@ func TestLocalStartFailures(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o755), "the sandbox user runs bubblewrap from it")
 	link := filepath.Join(dir, "bwrap")
 	require.NoError(t, os.Symlink(bwrap, link), "link bubblewrap")
-	l, err := New(Config{Bwrap: link}, zaptest.NewLogger(t))
+	// Each start the exec way runs bubblewrap; a forked one does not.
+	l, err := New(Config{Bwrap: link, Start: StartExec}, zaptest.NewLogger(t))
 	require.NoError(t, err, "New")
 	var parents []string // the Local's cgroups, which hold one directory per container
 	if l.cgroups != nil {

@@ -1,0 +1,718 @@
+package local
+
+// The fork start mode (Config.Start "fork"): a template process (template.py) that has run the
+// driver's definitions and imported the preloaded libraries once forks each container, which
+// then isolates itself before any of the caller's code runs (see template.py for the sequence).
+// A container so started costs a fork and a few system calls instead of a fresh interpreter and
+// its imports, and shares the template's pages copy on write.
+//
+// The template runs under bubblewrap as the server's root, with its capabilities, in a PID
+// namespace of its own (its first child, the keeper, forks the template again when it dies), no
+// network and a read-only system; it never runs any of the caller's code. Each container drops
+// to a host uid of its own before it runs any, and creates its user namespace as that uid. A
+// user namespace of the template's own, owned by one host uid, would have been the parent of
+// every container's: the kernel charges per-user counts (inotify instances, pending signals,
+// message queues) at each level of the user namespace tree, so every container would have
+// shared that uid's counts — one container could then exhaust them for all.
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+)
+
+//go:embed template.py
+var templateSource string
+
+// Start modes of Config.Start.
+const (
+	StartExec = "exec" // each container is a new bubblewrap and interpreter
+	StartFork = "fork" // each container is forked from a template, where the host allows it
+)
+
+// templateBootstrap is the template's command: it compiles and runs template.py (argv[1]).
+const templateBootstrap = "import sys;exec(compile(bytes.fromhex(sys.argv[1]).decode(),'<codeinterp-template>','exec'))"
+
+// errTemplateUnavailable marks a fork that did not happen because the template is not there
+// (starting again, dead, or closed): the container is then started the exec way.
+var errTemplateUnavailable = errors.New("fork template unavailable")
+
+// Timeouts of the template.
+const (
+	templateReadyTimeout = 2 * time.Minute // a template's start, imports included
+	templateForkTimeout  = 10 * time.Second
+	templateStopTimeout  = 5 * time.Second
+	// A template is replaced after this many forks or this long: every container of one
+	// template has its address layout (libraries, heap, stack canary, pointer guard) and
+	// str hash secret, which one that learns them knows for all; rotation bounds how many.
+	templateMaxForks = 1000
+	templateMaxAge   = time.Hour
+)
+
+// forkTemplate is a Local's template. Safe for concurrent use; forks are serialized (the
+// template forks one container at a time anyway).
+type forkTemplate struct {
+	l   *Local
+	log *zap.Logger
+
+	// mu guards the fields below, and the socket of gen: one request and its answer at a time.
+	mu       sync.Mutex
+	gen      *templateGen // nil while none runs
+	relaunch bool         // a relaunch goroutine runs
+	closed   bool
+	nextID   int64
+
+	maxForks int           // forks after which the template is replaced
+	maxAge   time.Duration // age after which it is replaced
+	rotating bool          // the relaunch in progress replaces a live template
+
+	restarts  atomic.Int64 // templates started again after one died
+	rotations atomic.Int64 // templates replaced after maxForks or maxAge
+	wg        sync.WaitGroup
+}
+
+// templateGen is one bubblewrap running a keeper and template.
+type templateGen struct {
+	cmd   *exec.Cmd
+	sock  int // this process's end of the SOCK_SEQPACKET socket
+	ready bool
+	pid   int // host pid of the template process, 0 if unknown
+	forks int // containers forked, guarded by the template's mu
+	// started is when it started.
+	started time.Time
+	// initFD is a pidfd of bubblewrap's init (pid 1 of the template's PID namespace), or -1:
+	// when the server is PID 1 it reaps the init, which outlives bubblewrap's monitor.
+	initFD  int
+	exited  chan struct{} // closed when bubblewrap has been waited for
+	waitErr error         // valid once exited is closed
+}
+
+// startTemplate starts the template and proves it by forking one container that runs
+// print(1). Its error says why the host does not allow the fork mode.
+func (l *Local) startTemplate() (*forkTemplate, error) {
+	if !l.isolated() {
+		return nil, errors.New("containers are not isolated")
+	}
+	if !l.setUID {
+		return nil, errors.New("the server is not root: the template could not make each container a uid of its own")
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return nil, errors.New("user namespaces are disabled (user.max_user_namespaces is 0)")
+	}
+	t := &forkTemplate{l: l, log: l.log.Named("template"), maxForks: templateMaxForks, maxAge: templateMaxAge}
+	gen, err := t.launch()
+	if err != nil {
+		return nil, err
+	}
+	t.gen = gen
+	l.tpl = t
+	if err := t.selfTest(); err != nil {
+		l.tpl = nil
+		t.close()
+		return nil, fmt.Errorf("test container: %w", err)
+	}
+	return t, nil
+}
+
+// selfTest forks one container and checks that it runs code isolated as it should.
+func (t *forkTemplate) selfTest() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mem, err := sandbox.ParseMemory(t.l.cfg.DefaultMemoryLimit) // New checked it
+	if err != nil {
+		return err
+	}
+	c, err := t.l.startForked(mem)
+	if err != nil {
+		return err
+	}
+	defer c.Delete(context.Background())
+	if err := c.waitReady(ctx); err != nil {
+		return err
+	}
+	res, err := c.Run(ctx, forkSelfTest)
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(res.Stdout); got != "ok" {
+		return fmt.Errorf("the test container says %q%s", got, res.Stderr)
+	}
+	return nil
+}
+
+// forkSelfTest checks, in a forked container, what the sequence must have given it.
+const forkSelfTest = `import os, socket
+st = open('/proc/self/status').read()
+f = dict(l.split(':\t', 1) for l in st.splitlines() if ':\t' in l)
+bad = []
+if os.getuid() != 1000 or os.getgid() != 1000: bad.append('uid')
+if f['CapEff'].strip('0\n ') or f['CapBnd'].strip('0\n '): bad.append('caps')
+if f.get('Seccomp', '').strip() != '2': bad.append('seccomp')
+if f.get('NoNewPrivs', '').strip() != '1': bad.append('no_new_privs')
+if os.getpid() != 2: bad.append('pid')
+if socket.gethostname() != 'sandbox': bad.append('hostname')
+print('ok' if not bad else ' '.join(bad))`
+
+// launch starts a bubblewrap with the keeper and template and waits until the template is
+// ready.
+func (t *forkTemplate) launch() (_ *templateGen, err error) {
+	l := t.l
+	gen := &templateGen{sock: -1, initFD: -1, exited: make(chan struct{}), started: time.Now()}
+	defer func() {
+		if err != nil {
+			gen.stop(t.log)
+		}
+	}()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("template socket: %w", err)
+	}
+	gen.sock = fds[0]
+	theirs := os.NewFile(uintptr(fds[1]), "template-socket")
+	defer theirs.Close()
+	shared, err := l.openShared()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range shared {
+			f.Close()
+		}
+	}()
+	var seccompHex string
+	if l.seccomp != nil {
+		seccompHex = hex.EncodeToString(l.seccomp)
+	}
+	preload := "0"
+	if l.cfg.Preload {
+		preload = "1"
+	}
+	args := slices.Concat(l.templateArgs(), []string{"--", l.python, "-E", "-s", "-c", templateBootstrap,
+		hex.EncodeToString([]byte(templateSource)), l.driverCode, seccompHex, preload})
+	cmd := exec.Command(l.bwrap, args...)
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start the template: %w", err)
+	}
+	defer infoR.Close()
+	defer infoW.Close()
+	// fd 3 the socket, 4 bubblewrap's --info-fd, the shared files from fd 5.
+	cmd.ExtraFiles = append([]*os.File{theirs, infoW}, shared...)
+	stderr := &limitedBuffer{n: 8 << 10}
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the template: %w", err)
+	}
+	gen.cmd = cmd
+	go func() { // owned by gen: stop waits for exited
+		gen.waitErr = cmd.Wait()
+		close(gen.exited)
+	}()
+	theirs.Close()
+	infoW.Close()
+	if _, gen.initFD, err = openInit(infoR); err != nil {
+		t.log.Warn("the template's init will not be reaped", zap.Error(err))
+	}
+	msg, rights, err := gen.recv(templateReadyTimeout, gen.exited)
+	if err != nil {
+		select { // what it wrote, complete once it has exited
+		case <-gen.exited:
+		case <-time.After(time.Second):
+		}
+		return nil, fmt.Errorf("start the template: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	defer closeAll(rights)
+	if op, _ := msg["op"].(string); op != "ready" {
+		return nil, fmt.Errorf("start the template: it sent %q before ready", op)
+	}
+	gen.ready = true
+	if len(rights) == 1 {
+		gen.pid, _ = pidOfPidfd(rights[0])
+	}
+	return gen, nil
+}
+
+// templateArgs are bubblewrap's arguments for the template: those of a container but for its
+// user namespace and uid (each container makes its own), capabilities (the template keeps the
+// server's to set each container up), seccomp (each container installs it) and /proc/1 (each
+// container mounts a proc of its own); /mnt/data and /dev/shm are only mount points.
+func (l *Local) templateArgs() []string {
+	a := []string{
+		"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--die-with-parent", "--new-session", "--cap-add", "ALL",
+		"--hostname", sandboxName, "--clearenv", "--info-fd", "4",
+	}
+	// bubblewrap makes the parents of what it mounts 0700: the containers' uids must read them.
+	a = append(a, "--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/mnt")
+	a = append(a, l.systemArgs()...)
+	// The template's /tmp is writable, as a container's, for what the imports write there
+	// (matplotlib's configuration directory); each container mounts its own over it.
+	a = append(a, "--proc", "/proc", "--dev", "/dev", "--dir", "/dev/shm", "--dir", dataDir,
+		"--size", strconv.FormatInt(l.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
+	for i, f := range l.shared {
+		a = append(a, "--perms", "0444", "--file", strconv.Itoa(5+i), f.dest)
+	}
+	return append(a, "--chdir", "/", "--remount-ro", "/dev", "--remount-ro", "/")
+}
+
+// limitedBuffer keeps the first n bytes written to it. Safe for concurrent use.
+type limitedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+	n  int
+}
+
+func (w *limitedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func (w *limitedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if room := w.n - w.b.Len(); room > 0 {
+		w.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// recv reads one message from the template (with the descriptors it carries), waiting at most
+// d, or until exited is closed.
+func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]any, []int, error) {
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	for {
+		fds := []unix.PollFd{{Fd: int32(g.sock), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(min(50*time.Millisecond, max(0, time.Until(deadline)))/time.Millisecond))
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return nil, nil, fmt.Errorf("poll the template: %w", err)
+		}
+		if n == 0 {
+			select {
+			case <-exited:
+				return nil, nil, errors.New("the template exited")
+			default:
+			}
+			if time.Now().After(deadline) {
+				return nil, nil, errors.New("the template did not answer in time")
+			}
+			continue
+		}
+		m, oobn, _, _, err := unix.Recvmsg(g.sock, buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read from the template: %w", err)
+		}
+		if m == 0 && oobn == 0 {
+			return nil, nil, errors.New("the template closed its socket")
+		}
+		var rights []int
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err == nil {
+				for _, cm := range msgs {
+					if r, err := unix.ParseUnixRights(&cm); err == nil {
+						rights = append(rights, r...)
+					}
+				}
+			}
+		}
+		v, err := marshalDecode(buf[:m])
+		msg, ok := v.(map[string]any)
+		if err != nil || !ok {
+			closeAll(rights)
+			return nil, nil, fmt.Errorf("read from the template: a bad message: %v", err)
+		}
+		return msg, rights, nil
+	}
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// fork asks the template for a container of host uid hostUID: req, with the container's ends
+// of its pipes, and calls during (when not nil) while the template forks. It returns a pidfd
+// of the container's init, and during's error. An error matching errTemplateUnavailable means the
+// template is not there: the caller starts the container the exec way.
+func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, during func() error) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return -1, fmt.Errorf("%w: closed", errTemplateUnavailable)
+	}
+	gen := t.gen
+	if gen != nil {
+		select {
+		case <-gen.exited:
+			t.log.Warn("the template's bubblewrap exited: starting a new one", zap.Error(gen.waitErr))
+			gen.stop(t.log)
+			t.gen, gen = nil, nil
+		default:
+		}
+	}
+	if gen == nil {
+		t.relaunchLocked()
+		return -1, fmt.Errorf("%w: starting", errTemplateUnavailable)
+	}
+	// What arrived since the last fork: a template the keeper forked again after one died says
+	// ready; answers to requests given up on are stale.
+	for {
+		msg, rights, err := gen.recv(0, nil)
+		if err != nil {
+			break
+		}
+		t.noteLocked(gen, msg, rights)
+	}
+	if !gen.ready {
+		return -1, fmt.Errorf("%w: restarting", errTemplateUnavailable)
+	}
+	t.nextID++
+	id := t.nextID
+	req["id"] = id
+	req["uid"] = int64(hostUID)
+	body, err := marshalEncode(req)
+	if err != nil {
+		return -1, fmt.Errorf("encode fork request: %w", err)
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	if err := unix.Sendmsg(gen.sock, body, unix.UnixRights(fds...), nil, 0); err != nil {
+		return -1, fmt.Errorf("%w: send fork request: %w", errTemplateUnavailable, err)
+	}
+	var duringErr error
+	if during != nil {
+		duringErr = during()
+	}
+	wait := templateForkTimeout
+	for {
+		msg, rights, err := gen.recv(wait, gen.exited)
+		if err != nil {
+			gen.ready = false
+			return -1, fmt.Errorf("%w: %w", errTemplateUnavailable, err)
+		}
+		if msg["op"] == "ready" {
+			// The template died: the one the keeper forked since reads the request if the dead
+			// one had not, and answers at once.
+			t.noteLocked(gen, msg, rights)
+			wait = 2 * time.Second
+			continue
+		}
+		if got, _ := msg["id"].(int64); got != id {
+			closeAll(rights) // a stale answer: its container gives up when its block pipe closes
+			continue
+		}
+		switch msg["op"] {
+		case "error":
+			// The template could not fork (it runs a thread, a system call failed): the
+			// container starts the exec way.
+			closeAll(rights)
+			return -1, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
+		case "forked":
+			if len(rights) != 1 {
+				closeAll(rights)
+				return -1, fmt.Errorf("fork: %d descriptors with the answer, want a pidfd", len(rights))
+			}
+			gen.forks++
+			if gen.forks >= t.maxForks || time.Since(gen.started) >= t.maxAge {
+				t.rotating = true
+				t.relaunchLocked()
+			}
+			return rights[0], duringErr
+		default:
+			closeAll(rights)
+			return -1, fmt.Errorf("fork: an answer %q", msg["op"])
+		}
+	}
+}
+
+// noteLocked takes in a message of gen's template outside a fork's answer: a template ready
+// (again), with a pidfd of itself, or a stale answer. t.mu is held.
+func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights []int) {
+	defer closeAll(rights)
+	if msg["op"] != "ready" {
+		return
+	}
+	// launch took the first ready: this one is from a template the keeper forked again.
+	t.restarts.Add(1)
+	t.log.Warn("the template died; the keeper started a new one")
+	gen.ready = true
+	gen.pid = 0
+	if len(rights) == 1 {
+		gen.pid, _ = pidOfPidfd(rights[0])
+	}
+}
+
+// pid returns the host pid of the template process last known ready, or 0.
+func (t *forkTemplate) pid() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.gen == nil {
+		return 0
+	}
+	return t.gen.pid
+}
+
+// relaunchLocked starts a new bubblewrap and template in the background, unless one is
+// starting. t.mu is held.
+func (t *forkTemplate) relaunchLocked() {
+	if t.relaunch || t.closed {
+		return
+	}
+	t.relaunch = true
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		gen, err := t.launch()
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.relaunch = false
+		if err != nil {
+			t.rotating = false
+			t.log.Warn("start a new template (containers start cold meanwhile)", zap.Error(err))
+			return
+		}
+		if t.closed {
+			gen.stop(t.log)
+			return
+		}
+		if old := t.gen; old != nil && t.rotating {
+			t.rotations.Add(1)
+			t.retireLocked(old)
+		} else {
+			t.restarts.Add(1)
+		}
+		t.rotating = false
+		t.gen = gen
+	}()
+}
+
+// retireLocked stops old's template from forking (its socket closes, so it exits); its keeper
+// and bubblewrap end once the last container forked from it has, and are then waited for.
+// t.mu is held.
+func (t *forkTemplate) retireLocked(old *templateGen) {
+	unix.Close(old.sock)
+	old.sock = -1
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		<-old.exited // Local.Close deletes every container before it closes the template
+		old.stop(t.log)
+	}()
+}
+
+// close stops the template and its keeper and waits for them. Containers forked from it have
+// been deleted first (Local.Close).
+func (t *forkTemplate) close() {
+	t.mu.Lock()
+	t.closed = true
+	gen := t.gen
+	t.gen = nil
+	t.mu.Unlock()
+	t.wg.Wait() // a relaunch in progress sees closed and stops what it started
+	if gen != nil {
+		gen.stop(t.log)
+	}
+}
+
+// stop closes the socket, which ends the template and then the keeper and bubblewrap, and
+// waits for bubblewrap; one that does not end in time is killed, with its process group.
+func (g *templateGen) stop(log *zap.Logger) {
+	if g.sock >= 0 {
+		unix.Close(g.sock)
+		g.sock = -1
+	}
+	if g.cmd == nil {
+		return
+	}
+	select {
+	case <-g.exited:
+	case <-time.After(templateStopTimeout):
+		log.Warn("the template did not stop: killing it")
+		_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
+		<-g.exited
+	}
+	if g.initFD >= 0 {
+		// bubblewrap's init ends the template's PID namespace as it exits: nothing of it is left.
+		ctx, cancel := context.WithTimeout(context.Background(), templateStopTimeout)
+		if err := reapInit(ctx, g.initFD); err != nil {
+			log.Warn("the template's init did not end", zap.Error(err))
+			_ = unix.PidfdSendSignal(g.initFD, unix.SIGKILL, nil, 0)
+		}
+		cancel()
+		unix.Close(g.initFD)
+		g.initFD = -1
+	}
+}
+
+// pidOfPidfd returns the pid, in this process's PID namespace, of the process of pidfd.
+func pidOfPidfd(fd int) (int, error) {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return 0, fmt.Errorf("read pidfd info: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || pid <= 0 {
+				return 0, fmt.Errorf("pidfd info: pid %q", v)
+			}
+			return pid, nil
+		}
+	}
+	return 0, errors.New("pidfd info: no pid")
+}
+
+// startForked starts a container forked from the template, with its reader goroutines; it does
+// not wait for the driver. The caller counts the start (l.starts). An error matching
+// errTemplateUnavailable means no process was started.
+func (l *Local) startForked(memBytes int64) (_ *container, err error) {
+	c := l.newContainer()
+	c.cancel = func() {}
+	var child []*os.File
+	var blockW *os.File
+	started := false
+	defer func() {
+		for _, f := range child {
+			f.Close()
+		}
+		if blockW != nil {
+			blockW.Close()
+		}
+		if err != nil && !started {
+			c.releaseUnstarted()
+		}
+	}()
+	if _, err := c.takeUID(); err != nil {
+		return nil, err
+	}
+	var ctlInR, ctlOutW, intrR, outW, errW, blockR, lifeR *os.File
+	for _, p := range []struct{ r, w **os.File }{
+		{&ctlInR, &c.ctlW}, {&c.ctlR, &ctlOutW}, {&intrR, &c.intrW}, {&c.outR, &outW},
+		{&c.errR, &errW}, {&blockR, &blockW}, {&lifeR, &c.lifeW},
+	} {
+		if *p.r, *p.w, err = pipe(); err != nil {
+			return nil, err
+		}
+	}
+	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR, blockR, lifeR}
+	// The container's cgroup is made while the template forks (its init waits to be put in
+	// it before it forks the driver).
+	makeCgroup := func() error {
+		if l.cgroups == nil {
+			return nil
+		}
+		memMax, pidsMax := l.cgroupLimits(memBytes)
+		var err error
+		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
+			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+		return nil
+	}
+	req := map[string]any{
+		"op":         "fork",
+		"tmp_bytes":  l.cfg.TmpBytes,
+		"data_bytes": l.cfg.DataBytes,
+		"driver":     l.driverConfigMap(memBytes, dataDir),
+	}
+	pidfd, err := l.tpl.fork(req, c.uid, child, makeCgroup)
+	if pidfd < 0 {
+		if !errors.Is(err, errTemplateUnavailable) && !errors.Is(err, sandbox.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+		return nil, err
+	}
+	cgErr := err
+	for _, f := range child {
+		f.Close()
+	}
+	child = nil
+	c.initMu.Lock()
+	c.initFD = pidfd
+	c.initMu.Unlock()
+	started = true
+	l.track(c)
+	waitFD, err := unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		err = unix.SetNonblock(waitFD, true)
+	}
+	if err != nil {
+		c.goTracked(func() {
+			_ = waitExited(context.Background(), pidfd)
+			c.waitErr = errors.New("the container's init exited")
+			close(c.exited)
+		})
+	} else {
+		wf := os.NewFile(uintptr(waitFD), "pidfd")
+		c.goTracked(func() {
+			waitPidfd(wf)
+			wf.Close()
+			c.waitErr = errors.New("the container's init exited")
+			close(c.exited)
+		})
+	}
+	err = cgErr
+	if err == nil {
+		c.initPID, err = pidOfPidfd(pidfd)
+	}
+	if err == nil && c.cg != nil {
+		err = c.cg.add(c.initPID)
+	}
+	if err == nil {
+		_, err = blockW.Write([]byte{1})
+	}
+	if err != nil {
+		c.kill()
+		_ = c.Delete(context.Background())
+		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+	}
+	c.goTracked(func() { c.stdout.readFrom(c.outR) })
+	c.goTracked(func() { c.stderr.readFrom(c.errR) })
+	c.goTracked(c.readFrames)
+	return c, nil
+}
+
+// waitPidfd waits until the process of the non-blocking pidfd f has exited, through the
+// runtime's poller (a pidfd polls readable once its process has exited).
+func waitPidfd(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = waitExited(context.Background(), int(f.Fd()))
+		return
+	}
+	err = rc.Read(func(fd uintptr) bool {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		return err == nil && n > 0
+	})
+	if err != nil {
+		_ = waitExited(context.Background(), int(f.Fd()))
+	}
+}
