@@ -226,8 +226,9 @@ func filesServer(t *testing.T, key string, files map[string]string) *httptest.Se
 }
 
 type fixture struct {
-	store *memStore
-	srv   *httptest.Server
+	store   *memStore
+	handler *Handler
+	srv     *httptest.Server
 }
 
 func newFixture(t *testing.T, cfg Config) *fixture {
@@ -237,9 +238,10 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		cfg.Identify = func(r *http.Request) string { return r.Header.Get("Authorization") }
 	}
 	cfg.Log = zaptest.NewLogger(t)
-	srv := httptest.NewServer(New(st, st, cfg))
+	h := New(st, st, cfg)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{store: st, srv: srv}
+	return &fixture{store: st, handler: h, srv: srv}
 }
 
 func (f *fixture) client(key string) openai.Client {
@@ -645,8 +647,13 @@ func TestUploadsPerIdentityBounded(t *testing.T) {
 	}()
 	part, err := mw.CreateFormFile("file", "slow.csv")
 	require.NoError(t, err, "file part")
-	_, err = part.Write([]byte("a,b\n")) // the upload is under way: its first bytes were read
+	_, err = part.Write([]byte("a,b\n"))
 	require.NoError(t, err, "first bytes")
+	require.Eventually(t, func() bool {
+		f.handler.mu.Lock()
+		defer f.handler.mu.Unlock()
+		return f.handler.uploads["Bearer sk-a"] == 1
+	}, 10*time.Second, time.Millisecond, "the server has the first upload under way")
 
 	status, out := post(t, f, "sk-a", "/v1/containers/"+a.ID+"/files", "application/json", `{"file_id":"file-x"}`)
 	assert.Equal(t, http.StatusTooManyRequests, status, "a second upload of the same key: %s", out)
