@@ -59,6 +59,23 @@ type liveRound struct {
 // written.
 func (e *events) Ended() bool { return e.ended }
 
+// answer reads a round's or the final answer: it ends the blocks still open, and opens the
+// stream with message_start if nothing was written yet.
+func (e *events) answer(body []byte) (gjson.Result, error) {
+	e.rest()
+	msg := gjson.ParseBytes(body)
+	if !msg.IsObject() {
+		return msg, errors.New("encode messages stream: the answer is not a JSON object")
+	}
+	if !e.started {
+		if err := writeStart(&e.ew, msg); err != nil {
+			return msg, err
+		}
+		e.started = true
+	}
+	return msg, nil
+}
+
 // Event implements [schema.Sink].
 func (e *events) Event(ev schema.Event) error {
 	e.ew.w = &e.buf
@@ -68,16 +85,9 @@ func (e *events) Event(ev schema.Event) error {
 			return err
 		}
 	case schema.EventRound:
-		e.rest()
-		msg := gjson.ParseBytes(ev.Body)
-		if !msg.IsObject() {
-			return errors.New("encode messages stream: the answer is not a JSON object")
-		}
-		if !e.started {
-			if err := writeStart(&e.ew, msg); err != nil {
-				return err
-			}
-			e.started = true
+		msg, err := e.answer(ev.Body)
+		if err != nil {
+			return err
 		}
 		t, err := ParseTurn(ev.Body, e.x.rq)
 		if err != nil {
@@ -103,16 +113,9 @@ func (e *events) Event(ev schema.Event) error {
 		e.block(gjson.Parse(r.Block(ServerToolUseID(e.call.ID))))
 		e.untilCall()
 	case schema.EventDone:
-		e.rest()
-		msg := gjson.ParseBytes(ev.Body)
-		if !msg.IsObject() {
-			return errors.New("encode messages stream: the answer is not a JSON object")
-		}
-		if !e.started {
-			if err := writeStart(&e.ew, msg); err != nil {
-				return err
-			}
-			e.started = true
+		msg, err := e.answer(ev.Body)
+		if err != nil {
+			return err
 		}
 		writeEnd(&e.ew, msg)
 		e.ended = true
