@@ -237,7 +237,7 @@ func TestFollowUpRoundTrip(t *testing.T) {
 	require.NotNil(t, items[4], "follow-up input[4]")
 	require.NotNil(t, items[4].OfFunctionCallOutput, "follow-up input[4] is an output")
 	assert.Equal(t, "ran 2+2", items[4].OfFunctionCallOutput.Output.OfString.Value, "follow-up last output")
-	assert.Contains(t, string(next), `"stream":false`, "follow-up streams")
+	assert.Contains(t, string(next), `"stream":false`, "a follow-up not asked to stream asks for a whole answer")
 }
 
 // FuzzFollowUp checks that ParseTurn and FollowUp never panic on arbitrary request and response

@@ -65,10 +65,11 @@ func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, er
 			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
 			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice,
 		},
-		sent: rq.Body,
-		idle: idle,
-		now:  time.Now,
-		key:  make([]byte, 16),
+		sent:       rq.Body,
+		sentStream: rq.Stream,
+		idle:       idle,
+		now:        time.Now,
+		key:        make([]byte, 16),
 	}
 	_, _ = rand.Read(x.key) // crypto/rand.Read never fails
 	if rq.Found && rq.ContainerID == "" {

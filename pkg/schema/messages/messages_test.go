@@ -43,7 +43,7 @@ func TestRewriteCodeExecution20250825(t *testing.T) {
 	assert.Equal(t, "ephemeral", out.Get("tools.2.cache_control.type").String(), "the breakpoint stays at the end of the tool list")
 	assert.Equal(t, []string{"command"}, strs(out.Get("tools.1.input_schema.required")), "bash schema")
 	assert.JSONEq(t, `{"type":"tool","name":"bash_code_execution","disable_parallel_tool_use":true}`, out.Get("tool_choice").Raw, "tool_choice")
-	assert.False(t, out.Get("stream").Bool(), "upstream does not stream")
+	assert.True(t, out.Get("stream").Bool(), "the upstream streams as the client asked")
 	assert.False(t, out.Get("container").Exists(), "container removed")
 	assert.Contains(t, string(rq.Body), `"keep   these   bytes"`, "other bytes untouched")
 }

@@ -83,7 +83,7 @@ func toolsFor(version string, n Names, cacheControl string) []string {
 
 // Rewrite finds the request's code_execution tool and, when there is one, makes the body the
 // upstream gets: the tool replaced by ordinary tools in the same place, a tool_choice naming it
-// pointed at them, stream off, the top-level container removed, and the server tool blocks of
+// pointed at them, stream as asked, the top-level container removed, and the server tool blocks of
 // replayed assistant turns turned into tool_use / tool_result pairs. A client mistake is a
 // *RequestError.
 func Rewrite(body []byte, o Options) (Request, error) {
@@ -144,12 +144,8 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		if s.Type != gjson.True && s.Type != gjson.False {
 			return Request{}, badRequest("stream: Input should be a valid boolean")
 		}
+		// A stream stays asked for: the upstream's answer streams through to the client.
 		rq.Stream = s.Type == gjson.True
-		if rq.Stream {
-			if out, err = sjson.SetBytes(out, "stream", false); err != nil {
-				return Request{}, fmt.Errorf("set stream: %w", err)
-			}
-		}
 	}
 	if c := root.Get("container"); c.Exists() {
 		switch {

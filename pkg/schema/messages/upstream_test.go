@@ -120,13 +120,16 @@ func TestUpstreamStreamBrokenInput(t *testing.T) {
 // TestExchangeFollowUpStreams: a streaming client's follow-up asks for a stream.
 func TestExchangeFollowUpStreams(t *testing.T) {
 	x := streamExchange(t)
-	assert.False(t, gjson.GetBytes(x.Request().Body, "stream").Bool(), "the first call asks for a whole answer")
+	assert.True(t, gjson.GetBytes(x.Request().Body, "stream").Bool(), "the first call streams too")
 	_, err := x.ParseTurn([]byte(answer1))
 	require.NoError(t, err, "parse")
 	next, err := x.FollowUp([]schema.CallOutput{{CallID: "toolu_A", Output: "hi"}, {CallID: "toolu_B", Output: "ok"}}, schema.FollowUpOptions{Stream: true})
 	require.NoError(t, err, "follow up")
 	assert.True(t, gjson.GetBytes(next, "stream").Bool(), "the follow-up streams")
 	assert.Equal(t, 1, bytes.Count(next, []byte(`"stream"`)), "one stream key")
+	whole, err := x.FollowUp([]schema.CallOutput{{CallID: "toolu_A", Output: "hi"}, {CallID: "toolu_B", Output: "ok"}}, schema.FollowUpOptions{})
+	require.NoError(t, err, "follow up")
+	assert.False(t, gjson.GetBytes(whole, "stream").Bool(), "a follow-up not asked to stream asks for a whole answer")
 }
 
 // TestUpstreamStreamError: an error the upstream's stream reports ends the client's stream as

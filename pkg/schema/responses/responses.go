@@ -18,11 +18,12 @@ var dialect = openai.Dialect{
 	Rewrite:      rewriteReplays,
 	ReadTurn:     turnReadResponses,
 	Extend:       followUpResponses,
+	KeepStream:   true,
 }
 
 // RewriteRequest rewrites a client request body for the upstream model: the code_interpreter
 // tool becomes a function tool in the same position, a tool_choice naming it names the
-// function, stream:true becomes stream:false without stream_options, and replayed
+// function, stream:true stays (the upstream's answer streams through) without stream_options, and replayed
 // code_interpreter_call input items become function_call and function_call_output pairs.
 // Every other byte stays as the client sent it. A body without a code_interpreter tool comes
 // back unchanged with Found false; previous_response_id and the conversation are read either

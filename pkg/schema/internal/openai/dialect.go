@@ -32,4 +32,11 @@ type Dialect struct {
 	// Extend returns the edits of request rq, and the members to add to it, that extend it
 	// by answer rs and the outputs of its calls.
 	Extend func(rq, rs jsonscan.TopLevel, outs []schema.CallOutput) ([]jsonscan.Edit, []AddedMember, error)
+	// KeepStream reports whether a request that asks for a stream is sent upstream asking for
+	// one (the surface reads upstream event streams, and the first answer streams through to
+	// the client); otherwise stream:true becomes stream:false.
+	KeepStream bool
+	// StreamOptions, when KeepStream, is the stream_options a streamed request is sent
+	// upstream with instead of the client's (nil: none).
+	StreamOptions []byte
 }

@@ -81,14 +81,16 @@ func (d *Dialect) followUp(rq, rs jsonscan.TopLevel, turn schema.Turn, outputs [
 		edits = append(edits, jsonscan.RemoveMember(reqMembers, k))
 	}
 
-	if o.Stream {
-		switch k := rq.Find("stream"); {
-		case k >= 0:
-			m := reqMembers[k]
-			edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: []byte("true")})
-		default:
-			appends = append(appends, AddedMember{Key: "stream", Value: []byte("true")})
-		}
+	switch k := rq.Find("stream"); {
+	case o.Stream && k >= 0:
+		m := reqMembers[k]
+		edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: []byte("true")})
+	case o.Stream:
+		appends = append(appends, AddedMember{Key: "stream", Value: []byte("true")})
+	case k >= 0 && string(req[reqMembers[k].ValStart:reqMembers[k].ValEnd]) == "true":
+		// The request before streamed (the client's, kept): this one asks for a whole answer.
+		m := reqMembers[k]
+		edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: []byte("false")})
 	}
 
 	body, err := jsonscan.Apply(req, edits)

@@ -14,7 +14,8 @@ const CodeDescription = "The Python 3 code to run."
 
 // RewriteRequest rewrites a client request body of surface s for the upstream model: the
 // code_interpreter tool becomes a function tool in the same position, a tool_choice naming it
-// names the function, stream:true becomes stream:false without stream_options, and (Responses)
+// names the function, stream:true stays (KeepStream, with the dialect's StreamOptions) or becomes
+// stream:false without stream_options, and (Responses)
 // replayed code_interpreter_call input items become function_call and function_call_output pairs.
 // Every other byte stays as the client sent it. A body without a code_interpreter tool comes back
 // unchanged with Found false.
@@ -105,14 +106,27 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 
 	if sp := t.Span("stream"); sp.OK() && string(body[sp.Start:sp.End]) == "true" {
 		r.Stream = true
-		edits = append(edits, jsonscan.Edit{Start: sp.Start, End: sp.End, Repl: []byte("false")})
+		if !d.KeepStream {
+			edits = append(edits, jsonscan.Edit{Start: sp.Start, End: sp.End, Repl: []byte("false")})
+		}
 	}
+	keepOptions := r.Stream && d.KeepStream && d.StreamOptions != nil
 	if k := t.Find("stream_options"); k >= 0 {
 		m := members[k]
 		if v := body[m.ValStart:m.ValEnd]; string(v) != "null" {
 			r.StreamOptions = bytes.Clone(v)
 		}
-		edits = append(edits, jsonscan.RemoveMember(members, k))
+		if keepOptions {
+			edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: d.StreamOptions})
+			keepOptions = false
+		} else {
+			edits = append(edits, jsonscan.RemoveMember(members, k))
+		}
+	}
+	if keepOptions {
+		// The client sent none: they follow its stream member.
+		sp := t.Span("stream")
+		edits = append(edits, jsonscan.Edit{Start: sp.End, End: sp.End, Repl: append([]byte(`,"stream_options":`), d.StreamOptions...)})
 	}
 
 	if sp := t.Span("metadata"); sp.OK() {
