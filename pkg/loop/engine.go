@@ -171,6 +171,12 @@ func (lr *loopRun) run(ctx context.Context) Response {
 	x := r.Exchange
 	rq := x.Request()
 	resp := r.First
+	if r.FirstStream != nil {
+		var res Response
+		if resp, res = lr.readFirst(ctx); resp == nil {
+			return res
+		}
+	}
 	turn, err := x.ParseTurn(resp)
 	if err != nil {
 		return lr.upstreamGarbage(err)
@@ -248,6 +254,35 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		return Response{Status: 499, Header: jsonHeader(), Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
 	}
 	return lr.final(stop)
+}
+
+// readFirst reads the first answer from Request.FirstStream: the answer, or nil and the
+// client's answer when it could not be read.
+func (lr *loopRun) readFirst(ctx context.Context) ([]byte, Response) {
+	body, err := lr.readStream(lr.r.FirstStream, lr.limit(), 0)
+	switch {
+	case err == nil:
+		return body, Response{}
+	case lr.stopped(ctx) != nil:
+		if ctxStop(lr.stopped(ctx)) == StopDeadline {
+			return nil, lr.errorResponse(http.StatusGatewayTimeout, "The model's first answer did not arrive within the loop deadline.", "loop_deadline", StopDeadline)
+		}
+		return nil, Response{Status: 499, Header: jsonHeader(), Stop: StopCanceled}
+	case errors.Is(err, errBadStream):
+		lr.e.log.Warn("upstream answer stream is malformed", zap.Error(err))
+		return nil, lr.errorResponse(http.StatusBadGateway, "The model's answer stream is malformed.", "upstream_invalid_stream", StopUpstreamError)
+	default:
+		lr.e.log.Warn("read the first answer stream", zap.Error(err))
+		return nil, lr.errorResponse(http.StatusBadGateway, "The model's answer stream broke off.", "upstream_unreachable", StopUpstreamError)
+	}
+}
+
+// limit is the bound of one upstream answer.
+func (lr *loopRun) limit() int64 {
+	if lr.r.MaxResponseBytes > 0 {
+		return lr.r.MaxResponseBytes
+	}
+	return lr.e.maxBody
 }
 
 // keepPending keeps the turn's calls with their outputs for the request that continues from an
@@ -436,16 +471,14 @@ func (lr *loopRun) postOnce(ctx context.Context, body []byte, round int) (int, h
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
-	limit := lr.e.maxBody
-	if lr.r.MaxResponseBytes > 0 {
-		limit = lr.r.MaxResponseBytes
-	}
+	limit := lr.limit()
 	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
 		out, err := lr.readStream(resp.Body, limit, round)
 		if err != nil {
 			lr.e.metrics.followUps.WithLabelValues("error").Inc()
 			return 0, nil, nil, err
 		}
+		drain(resp.Body)
 		lr.e.metrics.followUps.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
 		lr.e.metrics.followUpSeconds.Observe(time.Since(start).Seconds())
 		return resp.StatusCode, resp.Header, out, nil
@@ -462,6 +495,21 @@ func (lr *loopRun) postOnce(ctx context.Context, body []byte, round int) (int, h
 	lr.e.metrics.followUps.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
 	lr.e.metrics.followUpSeconds.Observe(time.Since(start).Seconds())
 	return resp.StatusCode, resp.Header, out, nil
+}
+
+// drainBytes and drainTime bound what drain reads of an answer's rest.
+const (
+	drainBytes = 64 << 10
+	drainTime  = time.Second
+)
+
+// drain reads what is left of a streamed answer after its last event (the end of the
+// chunked body, a "[DONE]" line), so that its connection goes back to the pool instead of
+// being closed; an answer that keeps going past drainBytes or drainTime is cut.
+func drain(body io.ReadCloser) {
+	t := time.AfterFunc(drainTime, func() { _ = body.Close() })
+	defer t.Stop()
+	_, _ = io.CopyN(io.Discard, body, drainBytes)
 }
 
 // randomID returns prefix followed by 48 random hex digits, the length of OpenAI's item ids.

@@ -33,8 +33,13 @@ type Request struct {
 	// forwarded API headers and the signed follow-up marker. The loop sets content-type and
 	// content-length itself.
 	Header http.Header
-	// First is the upstream's first answer (status 200).
+	// First is the upstream's first answer (status 200), when it was a JSON answer.
 	First []byte
+	// FirstStream, when set, is the upstream's first answer as an event stream
+	// (text/event-stream), read as it arrives as a streamed follow-up is (First is then
+	// unused): what the client's stream may show of it reaches the Sink at once. Its Read
+	// fails once the answer cannot come any more (the client or Envoy went away).
+	FirstStream io.Reader
 	// MaxRounds bounds the sandbox rounds; zero means DefaultMaxRounds.
 	MaxRounds int
 	// RunTimeout is the wall-clock limit of one code run. When the loop has a deadline, a run

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -96,4 +97,10 @@ func forwardable(k string, allow []string) bool {
 		}
 	}
 	return false
+}
+
+// isEventStream reports whether contentType names an event stream (text/event-stream).
+func isEventStream(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "text/event-stream"
 }

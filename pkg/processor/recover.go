@@ -24,6 +24,7 @@ func (st *streamState) handleSafely(req *extprocv3.ProcessingRequest) (err error
 	defer func() {
 		if v := recover(); v != nil {
 			st.srv.reportPanic(st.logger(), v)
+			st.closeFirstStream() // a loop of the stream's own stops first
 			err = st.answerPanic(req)
 		}
 	}()

@@ -66,8 +66,15 @@ type streamState struct {
 	fdTooLarge bool
 	// fdDone reports that the answer was streamed: Envoy may send the last chunk again
 	// (reference envoy-full-duplex.md §10), and nothing after it is answered.
-	fdDone  bool
-	outcome string
+	fdDone bool
+	// eventStream reports that the upstream answered with an event stream (the client's
+	// stream:true was kept): the loop reads its first answer as one.
+	eventStream bool
+	// first is the loop over a streamed first answer that runs while Envoy sends it (see
+	// startFirstStream), nil when none; firstLive reports that the answer is read so.
+	first     *firstStream
+	firstLive bool
+	outcome   string
 	// inputFiles are the files of the tool's container.file_ids, as the Files API named them,
 	// which the loop copies into the container.
 	inputFiles []loop.InputFile
@@ -103,7 +110,7 @@ func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return st.send(st.responseHeaders(r.ResponseHeaders))
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		resp, err := st.responseBody(r.ResponseBody)
+		resp, err := st.responseBody(req, r.ResponseBody)
 		if err != nil || resp == nil {
 			return err // nil: a FULL_DUPLEX_STREAMED chunk, answered once the body is whole
 		}
@@ -112,9 +119,15 @@ func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		if st.fullDuplex && !st.fdDone {
+		switch {
+		case st.first != nil:
 			// The upstream body ended with trailers (reference envoy-full-duplex.md §2): the
 			// answer is streamed, and the trailers answer ends it.
+			st.fdDone = true
+			if err := st.finishFirstStream(req, false); err != nil {
+				return err
+			}
+		case st.fullDuplex && !st.fdDone:
 			if err := st.fullDuplexEnd(false); err != nil {
 				return err
 			}
@@ -128,6 +141,7 @@ func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 
 // finish records the stream's outcome when it ends.
 func (st *streamState) finish() {
+	st.closeFirstStream()
 	outcome := st.outcome
 	if outcome == "" {
 		switch st.kind {
@@ -331,6 +345,7 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 		return skipResponseBody
 	}
 	st.respEncoding = strings.ToLower(strings.TrimSpace(rh.get("content-encoding")))
+	st.eventStream = isEventStream(rh.get("content-type"))
 	if !st.exchange.Request().Stream || h.GetEndOfStream() {
 		// A bodyless answer gives Envoy no body message to switch on (§1 of
 		// envoy-full-duplex.md): it stays as it is.
@@ -343,6 +358,9 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 	}
 	st.srv.metrics.streamMode("progressive")
 	st.fullDuplex = true
+	// A streamed answer the server can read as it comes is: the client sees the model's
+	// first tokens as they arrive. One it must decode first is collected.
+	st.firstLive = st.eventStream && (st.respEncoding == "" || st.respEncoding == "identity")
 	return switchToFullDuplex
 }
 
@@ -362,13 +380,26 @@ func (st *streamState) replayReason() string {
 }
 
 // responseBody runs the loop over a rewritten request's answer and replaces it with the final one.
-func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
+func (st *streamState) responseBody(msg *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
 	if st.kind != kindRewritten {
 		return continueResponseBody, nil
 	}
 	if st.fullDuplex {
 		if st.fdDone {
 			return nil, nil
+		}
+		if st.firstLive {
+			// The loop reads the answer as Envoy sends it, from its first chunk on (a
+			// streamed_response before one would be spurious: envoy-full-duplex.md §1).
+			if st.first == nil {
+				st.startFirstStream()
+			}
+			st.first.pipe.Write(b.GetBody())
+			if !b.GetEndOfStream() {
+				return nil, nil
+			}
+			st.fdDone = true
+			return nil, st.finishFirstStream(msg, true)
 		}
 		// Envoy sends the upstream answer as it arrives; the loop needs all of it, and no more
 		// than max_response_bytes of it is kept.
@@ -391,6 +422,9 @@ func (st *streamState) responseBody(b *extprocv3.HttpBody) (*extprocv3.Processin
 
 	var sendErr error
 	req := st.loopRequest(body)
+	if st.eventStream {
+		req.First, req.FirstStream = nil, bytes.NewReader(body)
+	}
 	var events *bytes.Buffer
 	if st.exchange.Request().Stream {
 		// The client asked for a stream: it gets the events of the loop, replayed once it is over.
@@ -480,7 +514,11 @@ func (st *streamState) fullDuplexEnd(end bool) error {
 	if resp := st.answerError(err, len(raw)); resp != nil {
 		return st.send(resp)
 	}
-	resp, err := st.streamLoop(body, end)
+	var stream io.Reader
+	if st.eventStream {
+		body, stream = nil, bytes.NewReader(body)
+	}
+	resp, err := st.streamLoop(body, stream, end)
 	if err != nil || resp == nil {
 		return err
 	}
@@ -488,13 +526,25 @@ func (st *streamState) fullDuplexEnd(end bool) error {
 }
 
 // streamLoop runs the loop over a rewritten request's answer whose body was switched to
-// FULL_DUPLEX_STREAMED, sending each event of the client's stream to Envoy as it happens, and
-// returns the message that ends the body (nil without end: the trailers answer ends it). Until
-// something has been sent the client has no headers yet, so an answer with nothing to stream
-// (the model's answer was not JSON, say) is still an ordinary error answer; once something
-// was, a stream the loop did not finish gets a failure event before its end.
-func (st *streamState) streamLoop(body []byte, end bool) (*extprocv3.ProcessingResponse, error) {
-	req := st.loopRequest(body)
+// FULL_DUPLEX_STREAMED (see runStreamed) and returns the message that ends the body (nil
+// without end: the trailers answer that follows ends it).
+func (st *streamState) streamLoop(body []byte, stream io.Reader, end bool) (*extprocv3.ProcessingResponse, error) {
+	resp, err := st.runStreamed(st.ctx, body, stream)
+	if err != nil || resp != nil || !end {
+		return resp, err
+	}
+	return streamedChunk(nil, true), nil
+}
+
+// runStreamed runs the loop over a rewritten request's answer whose body was switched to
+// FULL_DUPLEX_STREAMED — first, or read from stream as it arrives — sending each event of the
+// client's stream to Envoy as it happens. Until something has been sent the client has no
+// headers yet, so an answer with nothing to stream (the model's answer was not JSON, say) is
+// still an ordinary error answer, which it returns; once something was, a stream the loop did
+// not finish gets a failure event, and it returns nil: the body's end is the caller's to send.
+func (st *streamState) runStreamed(ctx context.Context, first []byte, stream io.Reader) (*extprocv3.ProcessingResponse, error) {
+	req := st.loopRequest(first)
+	req.FirstStream = stream
 	em := newEmitter(st.send, st.profile.KeepAlive, st.srv.now)
 	log := st.logger() // the keep-alive goroutine's, made here: logger is not safe for concurrent use
 	em.onPanic = func(v any) { st.srv.reportPanic(log, v) }
@@ -502,7 +552,7 @@ func (st *streamState) streamLoop(body []byte, end bool) (*extprocv3.ProcessingR
 	req.Sink = sink
 	// No message timer runs for a FULL_DUPLEX_STREAMED direction (reference
 	// envoy-full-duplex.md §2): nothing to extend.
-	ctx, cancel := context.WithTimeout(st.ctx, st.profile.LoopDeadline-config.LoopDeadlineMargin)
+	ctx, cancel := context.WithTimeout(ctx, st.profile.LoopDeadline-config.LoopDeadlineMargin)
 	defer cancel()
 	started := st.srv.now()
 	em.start()
@@ -524,18 +574,14 @@ func (st *streamState) streamLoop(body []byte, end bool) (*extprocv3.ProcessingR
 	if e, ok := sink.(interface{ Ended() bool }); ok && !e.Ended() {
 		// The loop stopped without the stream's last event (an answer too large to build, an
 		// event that could not be encoded): the client learns it failed.
-		st.logger().Warn("stream ended without its last event", zap.String("stop", string(res.Stop)), zap.Int("status", res.Status))
+		log.Warn("stream ended without its last event", zap.String("stop", string(res.Stop)), zap.Int("status", res.Status))
 		errBody := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusBadGateway,
 			Message: "codeinterp could not finish the answer's event stream.", Code: "stream_failed"})
 		if err := sink.Event(schema.Event{Kind: schema.EventFailed, Status: http.StatusBadGateway, Body: errBody}); err != nil {
 			return nil, err
 		}
 	}
-	em.stop()
-	if !end {
-		return nil, nil
-	}
-	return streamedChunk(nil, true), nil
+	return nil, nil
 }
 
 // afterLoop records a loop's end and keeps what a request continuing from its answer needs.

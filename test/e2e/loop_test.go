@@ -203,17 +203,16 @@ func outputOf(t *testing.T, r fakemodel.Request, callID string) string {
 // checkUpstreamRequests checks what every model call of a loop carries: the client's
 // credentials (also on the loop's own follow-ups), no x-codeinterp-* header (the signed
 // follow-up header is removed before the model), and no stream_options whatever the client
-// asked; the first call has stream:false, and so have the follow-ups unless followUpsStream
-// (a Responses client that streams: the loop's own calls stream then).
-func checkUpstreamRequests(t *testing.T, reqs []fakemodel.Request, auth, what string, followUpsStream bool) {
+// asked; every call has stream:false unless streams (a Responses client that streams: the
+// first call keeps its stream:true, and the loop's own calls stream too).
+func checkUpstreamRequests(t *testing.T, reqs []fakemodel.Request, auth, what string, streams bool) {
 	t.Helper()
 	for i, r := range reqs {
 		assert.Equal(t, auth, r.Header.Get("Authorization"), "%s: credentials of model call %d", what, i+1)
 		for k := range r.Header {
 			assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-codeinterp-"), "%s: model call %d carries %s", what, i+1, k)
 		}
-		want := followUpsStream && i > 0
-		assert.Equal(t, want, gjson.GetBytes(r.Body, "stream").Bool(), "%s: whether model call %d streams", what, i+1)
+		assert.Equal(t, streams, gjson.GetBytes(r.Body, "stream").Bool(), "%s: whether model call %d streams", what, i+1)
 		assert.False(t, gjson.GetBytes(r.Body, "stream_options").Exists(), "%s: model call %d has stream_options", what, i+1)
 	}
 }

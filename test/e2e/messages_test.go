@@ -260,7 +260,7 @@ func testMessagesRun(t *testing.T, s *Stack, stream bool) *anthropic.Message {
 	first := gjson.ParseBytes(sent[0].Body)
 	assert.Equal(t, "code_execution", first.Get("tools.0.name").String(), "the model sees the tool as code_execution")
 	assert.False(t, first.Get("tools.0.type").Exists(), "as a plain tool")
-	assert.False(t, first.Get("stream").Bool(), "the model is asked for a whole answer")
+	assert.Equal(t, stream, first.Get("stream").Bool(), "the model is asked for a stream when the client asked for one")
 	follow := gjson.ParseBytes(sent[1].Body)
 	// A streaming client's follow-up asks for a stream; the model answers JSON, which does too.
 	assert.Equal(t, stream, follow.Get("stream").Bool(), "the follow-up streams for a streaming client")

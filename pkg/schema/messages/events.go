@@ -176,10 +176,17 @@ func (e *events) rest() {
 
 // delta relays an event of a round's streaming upstream answer (see upstreamStream): the
 // content blocks of the round up to its first call of a code tool, with the client's indexes.
-// The rest of the round waits for its answer (EventRound). Nothing is relayed before the
-// stream started (the first answer).
+// The rest of the round waits for its answer (EventRound). A streamed first answer's
+// message_start starts the client's stream; nothing is relayed before it.
 func (e *events) delta(ev schema.Event) error {
 	if !e.started {
+		// A streamed first answer starts the client's stream with its message_start.
+		if data := gjson.ParseBytes(ev.Body); ev.Round == 0 && data.Get("type").String() == "message_start" {
+			if err := writeStart(&e.ew, data.Get("message")); err != nil {
+				return err
+			}
+			e.started = true
+		}
 		return nil
 	}
 	if e.live == nil || e.live.round != ev.Round {

@@ -71,6 +71,7 @@ func (u *upstreamStream) Event(_ string, data []byte) (delta, answer []byte, err
 			return nil, nil, errors.New("read messages stream: message_start repeated or without its message")
 		}
 		u.msg = m.Raw
+		return data, nil, nil // the first answer's starts the client's stream
 	case "content_block_start":
 		b := ev.Get("content_block")
 		if ev.Get("index").Int() != int64(len(u.blocks)) || ev.Get("index").Type != gjson.Number || !b.IsObject() {

@@ -42,8 +42,8 @@ func TestUpstreamStream(t *testing.T) {
 	assert.JSONEq(t, `{"id":"msg_s","type":"message","role":"assistant","model":"m",`+
 		`"content":[{"type":"text","text":"Let me check ✓."},{"type":"tool_use","id":"toolu_S","name":"bash_code_execution","input":{"command": "ls -l"}}],`+
 		`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":12,"cache_read_input_tokens":4,"output_tokens":25}}`, string(answer), "the message")
-	assert.Equal(t, []string{"content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-		"content_block_start", "content_block_delta", "content_block_delta", "content_block_delta", "content_block_stop"}, relayed, "the block events are passed on")
+	assert.Equal(t, []string{"message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+		"content_block_start", "content_block_delta", "content_block_delta", "content_block_delta", "content_block_stop"}, relayed, "message_start and the block events are passed on")
 	turn, err := x.ParseTurn(answer)
 	require.NoError(t, err, "the loop reads the answer")
 	require.Len(t, turn.Calls, 1, "the call")
