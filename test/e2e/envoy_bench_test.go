@@ -99,7 +99,8 @@ func newEnvoyBench(b *testing.B) *envoyBench {
 		bench := gjson.GetBytes(body, "metadata.bench").String()
 		streams := gjson.GetBytes(body, "stream").Bool()
 		switch {
-		case streams && (bench == "chunks-plain" || bench == "chunks" && bytes.Contains(body, []byte(`"function_call_output"`))):
+		case streams && (bench == "chunks-plain" || bench == "chunks-first" ||
+			bench == "chunks" && bytes.Contains(body, []byte(`"function_call_output"`))):
 			eb.streamChunks(w)
 		case bench == "chunks":
 			writeJSON(w, fakemodel.Responses(testModel, usage(20, 5), runCode("call_1", "print(1)")))
@@ -368,25 +369,33 @@ func (eb *envoyBench) chunkDelays(b *testing.B, c *http.Client, base, path strin
 
 // BenchmarkEnvoyStreamChunks: the model streams its answer in benchChunks text deltas 2 ms
 // apart; how long each takes from the model to the client, through the real Envoy with
-// codeinterp relaying the loop's streamed follow-up (after one print(1) round), against the
-// same stream passed through Envoy without the filter.
+// codeinterp relaying the loop's streamed follow-up (after one print(1) round: chunk-with-*),
+// and relaying the request's own first answer, which calls no code, as Envoy passes it on
+// (chunk-first-*), against the same stream passed through Envoy without the filter
+// (chunk-without-*).
 func BenchmarkEnvoyStreamChunks(b *testing.B) {
 	eb := newEnvoyBench(b)
 	with := []byte(`{"model":"gpt-e2e","stream":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}],` +
 		`"metadata":{"bench":"chunks","session_id":"bench-chunks"},"input":"print one, then talk"}`)
+	firstOnly := []byte(`{"model":"gpt-e2e","stream":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}],` +
+		`"metadata":{"bench":"chunks-first"},"input":"talk"}`)
 	plain := []byte(`{"model":"gpt-e2e","stream":true,"metadata":{"bench":"chunks-plain"},"input":"talk"}`)
 	for range 2 {
 		eb.chunkDelays(b, eb.with, eb.withURL, "/v1/responses", with)
+		eb.chunkDelays(b, eb.with, eb.withURL, "/v1/responses", firstOnly)
 	}
-	var w, o []time.Duration
+	var w, f, o []time.Duration
 	for b.Loop() {
 		w = append(w, eb.chunkDelays(b, eb.with, eb.withURL, "/v1/responses", with)...)
+		f = append(f, eb.chunkDelays(b, eb.with, eb.withURL, "/v1/responses", firstOnly)...)
 		o = append(o, eb.chunkDelays(b, eb.without, eb.withoutURL, "/v1/responses", plain)...)
 	}
-	p50w, p99w := percentiles(w)
-	p50o, p99o := percentiles(o)
-	b.ReportMetric(float64(p50w.Nanoseconds()), "p50-chunk-with-ns")
-	b.ReportMetric(float64(p99w.Nanoseconds()), "p99-chunk-with-ns")
-	b.ReportMetric(float64(p50o.Nanoseconds()), "p50-chunk-without-ns")
-	b.ReportMetric(float64(p99o.Nanoseconds()), "p99-chunk-without-ns")
+	for _, m := range []struct {
+		name string
+		took []time.Duration
+	}{{"with", w}, {"first", f}, {"without", o}} {
+		p50, p99 := percentiles(m.took)
+		b.ReportMetric(float64(p50.Nanoseconds()), "p50-chunk-"+m.name+"-ns")
+		b.ReportMetric(float64(p99.Nanoseconds()), "p99-chunk-"+m.name+"-ns")
+	}
 }
