@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 )
 
@@ -272,4 +274,25 @@ func TestConfiguredFullDuplexRequestOthers(t *testing.T) {
 		assert.EqualValues(t, http.StatusRequestEntityTooLarge, ir.GetStatus().GetCode())
 		assert.Contains(t, string(ir.GetBody()), "request_too_large")
 	})
+}
+
+// A profile that replays streams, in a configured FULL_DUPLEX_STREAMED response: the answer is
+// collected, the loop's events replayed after it, behind a held headers answer that gives the
+// event-stream headers.
+func TestConfiguredFullDuplexResponseReplay(t *testing.T) {
+	final := []byte(`{"id":"resp_1","object":"response","status":"completed","output":[]}`)
+	fl := &fakeLoop{resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: final, Stop: loop.StopDone}}
+	ts := newTestServer(t, func(c *configv1.Config) { c.DefaultProfile.StreamMode = config.StreamReplay }, fl, nil)
+	ex := ts.open(t)
+	ex.send(withProtocol(postHeaders("/v1/responses"), buffered, fd))
+	ex.send(reqBody(streamBody))
+	require.NoError(t, ex.stream.Send(respHeaders(":status", "200", "content-type", "application/json")))
+	require.NoError(t, ex.stream.Send(fdChunk(`{"id":"resp_0","object":"response","status":"completed","output":[]}`, true)))
+	resp := ex.recv()
+	require.NotNil(t, resp.GetResponseHeaders(), "%v", resp)
+	assert.Equal(t, "text/event-stream; charset=utf-8", setHeadersOf(resp.GetResponseHeaders().GetResponse().GetHeaderMutation())["content-type"])
+	body, last := readChunks(t, ex)
+	assert.Contains(t, body, "event: response.completed")
+	assert.True(t, last.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream())
+	assert.Equal(t, 1.0, testutil.ToFloat64(ts.srv.metrics.streamModes.WithLabelValues("replay_configured")))
 }

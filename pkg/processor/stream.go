@@ -417,8 +417,10 @@ func (st *streamState) bufferAnswer() *extprocv3.ProcessingResponse {
 
 // replayReason says why a streaming answer cannot be switched to FULL_DUPLEX_STREAMED and is
 // replayed after the loop instead, or "" when it can: the profile asks for replay, or the
-// filter sends bodies without waiting for header answers, which makes Envoy ignore
-// mode_override (reference envoy-full-duplex.md §5). A filter whose allowed_override_modes
+// filter sends bodies without waiting for header answers or has a configured
+// FULL_DUPLEX_STREAMED request body, either of which makes Envoy ignore mode_override
+// (reference envoy-full-duplex.md §5). A configured FULL_DUPLEX_STREAMED response needs no
+// switch. A filter whose allowed_override_modes
 // leave the mode out is not visible from here: its profile must say stream_mode "replay".
 func (st *streamState) replayReason() string {
 	switch {

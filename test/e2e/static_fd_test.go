@@ -54,6 +54,7 @@ func testStaticFullDuplex(t *testing.T, request bool) {
 		t.Run("a request without the tool passes through", func(t *testing.T) { testStaticFDPlain(t, s) })
 		t.Run("a path not served passes through", func(t *testing.T) { testStaticFDOtherPath(t, s) })
 		t.Run("an upstream 4xx passes through", func(t *testing.T) { testStaticFDUpstreamError(t, s) })
+		t.Run("a client mistake is answered in the API's shape", func(t *testing.T) { testStaticFDClientError(t, s) })
 		if h := s.Harness(); h != nil {
 			for _, r := range h.Records() {
 				for _, msg := range r.Messages {
@@ -110,4 +111,16 @@ func testStaticFDUpstreamError(t *testing.T, s *Stack) {
 		assert.Contains(t, apiErr.Message, "slow down", "4xx (%s): the upstream's error", v)
 		assert.Len(t, s.Model.Requests()[mark:], 1, "4xx (%s): one model call", v)
 	}
+}
+
+func testStaticFDClientError(t *testing.T, s *Stack) {
+	mark := len(s.Model.Requests())
+	client := s.Client("sk-bad")
+	_, err := client.Responses.New(t.Context(), responses.ResponseNewParams{},
+		option.WithRequestBody("application/json", []byte(`{"model":"gpt-e2e","tools":[{"type":"code_interpreter","container":{"type":"auto"}}],"input":`)))
+	var apiErr *openai.Error
+	require.True(t, errors.As(err, &apiErr), "malformed JSON: an API error, got %v", err)
+	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "malformed JSON: 400")
+	assert.Equal(t, "invalid_request_error", apiErr.Type, "malformed JSON: the API's error shape")
+	assert.Empty(t, s.Model.Requests()[mark:], "malformed JSON: the model is not called")
 }
