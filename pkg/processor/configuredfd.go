@@ -45,6 +45,21 @@ func (st *streamState) configuredFullDuplex(pc *extprocv3.ProtocolConfiguration)
 		zap.String("full_duplex", which))
 }
 
+// answerReadable reports whether the loop can read a rewritten request's answer: always when
+// the server can choose the response body mode with mode_override; where Envoy ignores it,
+// only when the configured mode sends the answer whole (BUFFERED) or all of it in chunks
+// (FULL_DUPLEX_STREAMED).
+func (st *streamState) answerReadable() bool {
+	if !st.noOverride {
+		return true
+	}
+	switch st.protocol.GetResponseBodyMode() {
+	case filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		return true
+	}
+	return false
+}
+
 // reply sends a headers answer: without its mode_override when Envoy ignores it on this
 // stream (the configured mode stays, and the server answers in its shape); nothing when resp is
 // nil (the answer is held).

@@ -296,3 +296,22 @@ func TestConfiguredFullDuplexResponseReplay(t *testing.T) {
 	assert.True(t, last.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream())
 	assert.Equal(t, 1.0, testutil.ToFloat64(ts.srv.metrics.streamModes.WithLabelValues("replay_configured")))
 }
+
+// A configured FULL_DUPLEX_STREAMED request with a response body mode that does not send the
+// answer (NONE): Envoy ignores the override that would ask for it, so a code_interpreter
+// request is refused with a server error rather than its internal call passing to the client.
+func TestConfiguredFullDuplexRequestUnreadableAnswer(t *testing.T) {
+	ts := newTestServer(t, nil, nil, nil)
+	ex := ts.open(t)
+	require.NoError(t, ex.stream.Send(withProtocol(postHeaders("/v1/responses"), fd, filterv3.ProcessingMode_NONE)))
+	resp := ex.send(reqChunk(toolBody, true))
+	ir := resp.GetImmediateResponse()
+	require.NotNil(t, ir, "%v", resp)
+	assert.EqualValues(t, http.StatusInternalServerError, ir.GetStatus().GetCode())
+	assert.Contains(t, string(ir.GetBody()), "mode_unsupported")
+
+	ex = ts.open(t)
+	require.NoError(t, ex.stream.Send(withProtocol(postHeaders("/v1/responses"), fd, filterv3.ProcessingMode_NONE)))
+	resp = ex.send(reqChunk(plainBody, true))
+	require.NotNil(t, resp.GetRequestHeaders(), "a request without the tool still passes: %v", resp)
+}

@@ -280,6 +280,13 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 			return resp
 		}
 	}
+	if !st.answerReadable() {
+		// The configured mode stays (Envoy ignores mode_override) and would pass the model's
+		// answer by unread: its internal code call would reach the client.
+		st.logger().Error("the filter's configured response body mode lets the server not read the answer; configure BUFFERED or FULL_DUPLEX_STREAMED",
+			zap.String("response_body_mode", st.protocol.GetResponseBodyMode().String()))
+		return st.serverError("mode_unsupported", "codeinterp cannot run code_interpreter on this route: its processing mode does not send the model's answer whole.")
+	}
 	st.kind = kindRewritten
 	st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
 	// The upstream must answer uncompressed: the loop reads the answer and rewrites it.
