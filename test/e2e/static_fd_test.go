@@ -3,6 +3,7 @@ package e2e
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -55,6 +56,10 @@ func testStaticFullDuplex(t *testing.T, request bool) {
 		t.Run("a path not served passes through", func(t *testing.T) { testStaticFDOtherPath(t, s) })
 		t.Run("an upstream 4xx passes through", func(t *testing.T) { testStaticFDUpstreamError(t, s) })
 		t.Run("a client mistake is answered in the API's shape", func(t *testing.T) { testStaticFDClientError(t, s) })
+		t.Run("a large conversation", func(t *testing.T) {
+			m.clear()
+			testStaticFDLargeRequest(t, &scene{s: s, m: m, mark: len(m.Requests())})
+		})
 		if h := s.Harness(); h != nil {
 			for _, r := range h.Records() {
 				for _, msg := range r.Messages {
@@ -123,4 +128,20 @@ func testStaticFDClientError(t *testing.T, s *Stack) {
 	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "malformed JSON: 400")
 	assert.Equal(t, "invalid_request_error", apiErr.Type, "malformed JSON: the API's error shape")
 	assert.Empty(t, s.Model.Requests()[mark:], "malformed JSON: the model is not called")
+}
+
+// testStaticFDLargeRequest: a request body of many chunks (a FULL_DUPLEX_STREAMED request
+// reaches the server as the codec reads it) is rewritten whole and the loop runs.
+func testStaticFDLargeRequest(t *testing.T, x *scene) {
+	long := strings.Repeat("0123456789abcdef", 40<<10) // 640 KiB
+	x.m.script(responsesPath,
+		responsesReply(usage(10, 5), runCode("call_1", "print(len('"+long[:64]+"'))")),
+		responsesReply(usage(20, 7), fakemodel.Message("64")))
+	resp := x.responses(t, "sk-large", ask(long))
+	assert.Equal(t, "64", resp.OutputText(), "large: the answer")
+	reqs := x.sent()
+	require.Len(t, reqs, 2, "large: requests the model got")
+	assert.Contains(t, string(reqs[0].Body), long, "large: the conversation reached the model whole")
+	assert.Contains(t, string(reqs[0].Body), `"type":"function","name":"code_interpreter"`, "large: the tool is rewritten")
+	assert.Equal(t, "64\n", outputOf(t, reqs[1], "call_1"), "large: the code ran")
 }
