@@ -22,6 +22,9 @@ type Metrics struct {
 	loopRounds   *prometheus.HistogramVec
 	// panics counts the streams whose handling panicked (see handleSafely).
 	panics prometheus.Counter
+	// fullDuplex counts the streams whose configured mode has FULL_DUPLEX_STREAMED bodies,
+	// by which: request, response or both.
+	fullDuplex *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered metrics.
@@ -53,6 +56,10 @@ func NewMetrics() *Metrics {
 			Help:    "Sandbox rounds per answer, by API surface.",
 			Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16},
 		}, []string{"surface"}),
+		fullDuplex: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "codeinterp_configured_full_duplex_streams_total",
+			Help: "ext_proc streams whose configured processing mode (Envoy's protocol_config) has a FULL_DUPLEX_STREAMED body, by which: request, response or both. Envoy ignores mode_override on them; the server answers in that mode's shape.",
+		}, []string{"body"}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "codeinterp_stream_panics_total",
 			Help: "ext_proc streams whose handling panicked; each was answered as a server error.",
@@ -69,6 +76,10 @@ func NewMetrics() *Metrics {
 // streamMode counts one streaming answer by how it reaches the client.
 func (m *Metrics) streamMode(mode string) { m.streamModes.WithLabelValues(mode).Inc() }
 
+// configuredFullDuplex counts one stream whose configured mode has FULL_DUPLEX_STREAMED
+// bodies ("request", "response" or "both").
+func (m *Metrics) configuredFullDuplex(body string) { m.fullDuplex.WithLabelValues(body).Inc() }
+
 // stream counts one ended stream by outcome.
 func (m *Metrics) stream(outcome string) {
 	if c, ok := m.outcomes[outcome]; ok {
@@ -80,7 +91,7 @@ func (m *Metrics) stream(outcome string) {
 
 // Collectors returns the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.streams, m.streamModes, m.rewrites, m.loops, m.loopDuration, m.loopRounds, m.panics}
+	return []prometheus.Collector{m.streams, m.streamModes, m.rewrites, m.loops, m.loopDuration, m.loopRounds, m.panics, m.fullDuplex}
 }
 
 func (m *Metrics) observeLoop(s schema.Surface, r loop.Response, d time.Duration) {

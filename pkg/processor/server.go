@@ -101,6 +101,9 @@ type Server struct {
 	// maxInputFile bounds each file of a tool's container.file_ids (max_upload_bytes, as
 	// for the Containers API's uploads).
 	maxInputFile int64
+	// maxRequestBody bounds a request body collected from FULL_DUPLEX_STREAMED chunks
+	// (max_request_bytes, the gRPC receive limit that bounds a BUFFERED one).
+	maxRequestBody int64
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -166,7 +169,8 @@ func New(o Options) (*Server, error) {
 		files:      newFiles,
 		live:       map[*liveStream]struct{}{},
 
-		maxInputFile: int64(min(o.Config.GetMaxUploadBytes(), math.MaxInt64)),
+		maxInputFile:   int64(min(o.Config.GetMaxUploadBytes(), math.MaxInt64)),
+		maxRequestBody: int64(min(o.Config.GetMaxRequestBytes(), math.MaxInt64)),
 	}, nil
 }
 

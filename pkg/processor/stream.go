@@ -80,6 +80,25 @@ type streamState struct {
 	inputFiles []loop.InputFile
 	// live is the client's stream while a loop streams it (see streamLoop), else nil.
 	live *liveAnswer
+
+	// The configured processing mode (see configuredfd.go). fdRequest and fdResponse report
+	// that the request or the response body is FULL_DUPLEX_STREAMED; noOverride that Envoy
+	// ignores mode_override on the stream, so the configured modes stay.
+	fdRequest, fdResponse, noOverride bool
+	// reqHeld reports that a served request's headers answer waits for its body, collected
+	// in reqBody (reqTooLarge once beyond max_request_bytes); reqReserved are the headers
+	// that answer removes. reqEchoed and respEchoed report that the server ended the
+	// direction's body.
+	reqHeld     bool
+	reqBody     []byte
+	reqTooLarge bool
+	reqReserved []string
+	reqEchoed   bool
+	respEchoed  bool
+	// collect reports that a rewritten request's answer is collected from a configured
+	// FULL_DUPLEX_STREAMED response (in fdBody) while its headers answer is held, for a
+	// loop that needs it whole (see collectAnswer).
+	collect bool
 }
 
 // liveAnswer is a client's stream that a loop is writing: how it reaches Envoy, and the
@@ -101,14 +120,18 @@ func (st *streamState) logger() *zap.Logger {
 func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 	if pc := req.GetProtocolConfig(); pc != nil && st.protocol == nil {
 		st.protocol = pc
+		st.configuredFullDuplex(pc)
 	}
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return st.send(st.requestHeaders(r.RequestHeaders))
+		return st.reply(st.requestHeaders(r.RequestHeaders))
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if st.fdRequest {
+			return st.requestChunk(r.RequestBody)
+		}
 		return st.send(st.requestBody(r.RequestBody))
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return st.send(st.responseHeaders(r.ResponseHeaders))
+		return st.reply(st.responseHeaders(r.ResponseHeaders))
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		resp, err := st.responseBody(req, r.ResponseBody)
 		if err != nil || resp == nil {
@@ -116,10 +139,20 @@ func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 		}
 		return st.send(resp)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if st.reqHeld {
+			// The body ended with trailers (reference envoy-full-duplex.md §2).
+			if err := st.requestEnd(false); err != nil {
+				return err
+			}
+		}
 		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		switch {
+		case st.collect && !st.fdDone:
+			if err := st.collectAnswer(false); err != nil {
+				return err
+			}
 		case st.first != nil:
 			// The upstream body ended with trailers (reference envoy-full-duplex.md §2): the
 			// answer is streamed, and the trailers answer ends it.
@@ -179,6 +212,9 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	}
 	st.kind = kindServed
 	st.surface = surface
+	if st.holdRequest(reserved) {
+		return nil
+	}
 	if len(reserved) == 0 {
 		return continueServed
 	}
@@ -243,6 +279,13 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 		if resp := st.statFiles(rw.FileIDs); resp != nil {
 			return resp
 		}
+	}
+	if !st.answerReadable() {
+		// The configured mode stays (Envoy ignores mode_override) and would pass the model's
+		// answer by unread: its internal code call would reach the client.
+		st.logger().Error("the filter's configured response body mode lets the server not read the answer; configure BUFFERED or FULL_DUPLEX_STREAMED",
+			zap.String("response_body_mode", st.protocol.GetResponseBodyMode().String()))
+		return st.serverError("mode_unsupported", "codeinterp cannot run code_interpreter on this route: its processing mode does not send the model's answer whole.")
 	}
 	st.kind = kindRewritten
 	st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
@@ -346,15 +389,18 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 	}
 	st.respEncoding = strings.ToLower(strings.TrimSpace(rh.get("content-encoding")))
 	st.eventStream = isEventStream(rh.get("content-type"))
-	if !st.exchange.Request().Stream || h.GetEndOfStream() {
+	if h.GetEndOfStream() {
 		// A bodyless answer gives Envoy no body message to switch on (§1 of
 		// envoy-full-duplex.md): it stays as it is.
 		return bufferResponseBody
 	}
+	if !st.exchange.Request().Stream {
+		return st.bufferAnswer()
+	}
 	if reason := st.replayReason(); reason != "" {
 		st.srv.metrics.streamMode(reason)
 		st.logger().Debug("streaming answer replayed after the loop", zap.String("reason", reason))
-		return bufferResponseBody
+		return st.bufferAnswer()
 	}
 	st.srv.metrics.streamMode("progressive")
 	st.fullDuplex = true
@@ -364,16 +410,32 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 	return switchToFullDuplex
 }
 
+// bufferAnswer answers a rewritten request's 200 response headers when the loop needs the
+// whole answer first: the answer comes BUFFERED; or, in a configured FULL_DUPLEX_STREAMED
+// response, the server collects its chunks and holds this answer until the loop is over
+// (see collectAnswer).
+func (st *streamState) bufferAnswer() *extprocv3.ProcessingResponse {
+	if st.fdResponse {
+		st.collect = true
+		return nil
+	}
+	return bufferResponseBody
+}
+
 // replayReason says why a streaming answer cannot be switched to FULL_DUPLEX_STREAMED and is
 // replayed after the loop instead, or "" when it can: the profile asks for replay, or the
-// filter sends bodies without waiting for header answers, which makes Envoy ignore
-// mode_override (reference envoy-full-duplex.md §5). A filter whose allowed_override_modes
+// filter sends bodies without waiting for header answers or has a configured
+// FULL_DUPLEX_STREAMED request body, either of which makes Envoy ignore mode_override
+// (reference envoy-full-duplex.md §5). A configured FULL_DUPLEX_STREAMED response needs no
+// switch. A filter whose allowed_override_modes
 // leave the mode out is not visible from here: its profile must say stream_mode "replay".
 func (st *streamState) replayReason() string {
 	switch {
 	case !st.profile.Progressive:
 		return "replay_configured"
-	case st.protocol.GetSendBodyWithoutWaitingForHeaderResponse():
+	case st.fdResponse:
+		// The response body is FULL_DUPLEX_STREAMED already: nothing to switch.
+	case st.noOverride, st.protocol.GetSendBodyWithoutWaitingForHeaderResponse():
 		return "replay_filter_no_override"
 	}
 	return ""
@@ -381,7 +443,20 @@ func (st *streamState) replayReason() string {
 
 // responseBody runs the loop over a rewritten request's answer and replaces it with the final one.
 func (st *streamState) responseBody(msg *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) (*extprocv3.ProcessingResponse, error) {
-	if st.kind != kindRewritten {
+	switch {
+	case st.collect:
+		if st.fdDone {
+			return nil, nil
+		}
+		st.collectChunk(b.GetBody())
+		if !b.GetEndOfStream() {
+			return nil, nil
+		}
+		return nil, st.collectAnswer(true)
+	case st.fdResponse && !st.fullDuplex:
+		// Not the loop's: passed on as it is, in the configured mode's shape.
+		return nil, st.echoBody(false, b)
+	case st.kind != kindRewritten:
 		return continueResponseBody, nil
 	}
 	if st.fullDuplex {
@@ -401,15 +476,7 @@ func (st *streamState) responseBody(msg *extprocv3.ProcessingRequest, b *extproc
 			st.fdDone = true
 			return nil, st.finishFirstStream(msg, true)
 		}
-		// Envoy sends the upstream answer as it arrives; the loop needs all of it, and no more
-		// than max_response_bytes of it is kept.
-		switch raw := b.GetBody(); {
-		case st.fdTooLarge:
-		case int64(len(st.fdBody)+len(raw)) > st.profile.MaxResponseBytes:
-			st.fdTooLarge, st.fdBody = true, nil
-		default:
-			st.fdBody = append(st.fdBody, raw...)
-		}
+		st.collectChunk(b.GetBody())
 		if !b.GetEndOfStream() {
 			return nil, nil
 		}
@@ -419,7 +486,14 @@ func (st *streamState) responseBody(msg *extprocv3.ProcessingRequest, b *extproc
 	if resp := st.answerError(err, len(b.GetBody())); resp != nil {
 		return resp, nil
 	}
+	return st.runBuffered(body, true)
+}
 
+// runBuffered runs the loop over a rewritten request's whole upstream answer, body, and
+// returns the answer that replaces it: a body mutation with the answer's headers, or an
+// immediate answer when it is not a 200. With timed, Envoy's message timer runs for the
+// response direction and is extended when the loop starts.
+func (st *streamState) runBuffered(body []byte, timed bool) (*extprocv3.ProcessingResponse, error) {
 	var sendErr error
 	req := st.loopRequest(body)
 	if st.eventStream {
@@ -432,10 +506,12 @@ func (st *streamState) responseBody(msg *extprocv3.ProcessingRequest, b *extproc
 		req.Sink = st.exchange.Events(events)
 	}
 	deadline := st.profile.LoopDeadline
-	req.OnLoop = func() {
-		// Envoy's message timer covers the whole loop unless it is extended once per message,
-		// up to max_message_timeout (reference §5.2).
-		sendErr = st.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(deadline)})
+	if timed {
+		req.OnLoop = func() {
+			// Envoy's message timer covers the whole loop unless it is extended once per
+			// message, up to max_message_timeout (reference §5.2).
+			sendErr = st.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(deadline)})
+		}
 	}
 	ctx, cancel := context.WithTimeout(st.ctx, deadline-config.LoopDeadlineMargin)
 	defer cancel()
@@ -471,6 +547,19 @@ func (st *streamState) responseBody(msg *extprocv3.ProcessingRequest, b *extproc
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: bodyMutation(answer, set, []string{"content-encoding"})},
 	}}, nil
+}
+
+// collectChunk keeps a chunk of a FULL_DUPLEX_STREAMED upstream answer: Envoy sends the
+// answer as it arrives, the loop needs all of it, and no more than max_response_bytes of it is
+// kept.
+func (st *streamState) collectChunk(raw []byte) {
+	switch {
+	case st.fdTooLarge:
+	case int64(len(st.fdBody)+len(raw)) > st.profile.MaxResponseBytes:
+		st.fdTooLarge, st.fdBody = true, nil
+	default:
+		st.fdBody = append(st.fdBody, raw...)
+	}
 }
 
 // gatewayError answers, in the surface's error shape, a 502 for an upstream answer codeinterp

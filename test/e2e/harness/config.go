@@ -272,11 +272,11 @@ func notModelled(f *extprocv3.ExternalProcessor, routes []Route) error {
 	if f.GetAllowContentLengthHeader() {
 		why = append(why, "allow_content_length_header (Envoy 1.38+)")
 	}
-	if err := bodyModesModelled(f.GetProcessingMode()); err != nil {
+	if err := bodyModesModelled(f.GetProcessingMode(), true); err != nil {
 		why = append(why, err.Error())
 	}
 	for _, m := range f.GetAllowedOverrideModes() {
-		if err := bodyModesModelled(m); err != nil {
+		if err := bodyModesModelled(m, false); err != nil {
 			why = append(why, "allowed_override_modes: "+err.Error())
 		}
 	}
@@ -289,7 +289,7 @@ func notModelled(f *extprocv3.ExternalProcessor, routes []Route) error {
 			o.GetAsyncMode() || o.GetProcessingRequestModifier() != nil {
 			why = append(why, fmt.Sprintf("route %s: overrides other than processing_mode, grpc_initial_metadata, metadata_options and failure_mode_allow", r.name()))
 		}
-		if err := bodyModesModelled(o.GetProcessingMode()); err != nil {
+		if err := bodyModesModelled(o.GetProcessingMode(), false); err != nil {
 			why = append(why, fmt.Sprintf("route %s: %v", r.name(), err))
 		}
 	}
@@ -300,10 +300,14 @@ func notModelled(f *extprocv3.ExternalProcessor, routes []Route) error {
 }
 
 // bodyModesModelled returns why the harness cannot play m's body modes, or nil:
-// FULL_DUPLEX_STREAMED is modelled for the response only, BUFFERED_PARTIAL not at all.
-func bodyModesModelled(m *extprocv3.ProcessingMode) error {
-	switch bm := m.GetRequestBodyMode(); bm {
-	case extprocv3.ProcessingMode_NONE, extprocv3.ProcessingMode_BUFFERED, extprocv3.ProcessingMode_STREAMED:
+// FULL_DUPLEX_STREAMED is modelled for the response, and for the request only as the filter's
+// configured mode (filterLevel), which disables mode_override (envoy-full-duplex.md §5): a
+// request reaching it by a per-route mode or a mode_override (such as the standalone one of
+// Envoy 1.40, §6) is not modelled. BUFFERED_PARTIAL is not modelled at all.
+func bodyModesModelled(m *extprocv3.ProcessingMode, filterLevel bool) error {
+	switch bm := m.GetRequestBodyMode(); {
+	case bm == extprocv3.ProcessingMode_NONE, bm == extprocv3.ProcessingMode_BUFFERED, bm == extprocv3.ProcessingMode_STREAMED:
+	case bm == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED && filterLevel:
 	default:
 		return fmt.Errorf("request body mode %s", bm)
 	}

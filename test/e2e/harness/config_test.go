@@ -124,10 +124,9 @@ func TestResolveOptions(t *testing.T) {
 		wantErr string
 	}{
 		{name: "message_timeout over 3600s", give: func(c *FilterConfig) { c.Filter.MessageTimeout = durationpb.New(4000 * time.Second) }, wantErr: "invalid ext_proc config"},
-		{name: "FULL_DUPLEX_STREAMED", give: func(c *FilterConfig) {
+		{name: "FULL_DUPLEX_STREAMED request without trailer mode SEND", give: func(c *FilterConfig) {
 			c.Filter.ProcessingMode.RequestBodyMode = extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
-			c.Filter.ProcessingMode.RequestTrailerMode = extprocv3.ProcessingMode_SEND
-		}, wantErr: "request body mode FULL_DUPLEX_STREAMED"},
+		}, wantErr: "the request_trailer_mode has to be set to SEND"},
 		{name: "FULL_DUPLEX_STREAMED response without trailer mode SEND", give: func(c *FilterConfig) {
 			c.Filter.ProcessingMode.ResponseBodyMode = extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
 		}, wantErr: "the response_trailer_mode has to be set to SEND"},

@@ -274,11 +274,30 @@ func (f *filter) onDownstream(ev bodyEvent) {
 		f.downEnded = true
 	}
 	f.resetIdleTimer()
+	if ev.eos && len(ev.data) > 0 && f.dec.fullDuplex() && !f.complete {
+		// As for the upstream's response (onUpstreamData): Envoy's HTTP/1 codec hands the
+		// filters the body as it reads it, then the end of the message as an empty chunk of
+		// its own, which FULL_DUPLEX_STREAMED sends as a body message of its own (verified
+		// against Envoy 1.40). The other modes hold or buffer a body that came with the
+		// headers, so it goes to the server whole either way: there the harness keeps the
+		// body and its end one chunk (a headers answer handled between them would split what
+		// Envoy, having both at once, sends whole).
+		f.downstreamChunk(ev.data, false)
+		if f.reset || f.clientDone {
+			return
+		}
+		ev.data = nil
+	}
+	f.downstreamChunk(ev.data, ev.eos)
+}
+
+// downstreamChunk is the codec passing a chunk of the client's body to the filter.
+func (f *filter) downstreamChunk(data []byte, eos bool) {
 	d := f.dec
-	st, data := f.onData(d, ev.data, ev.eos)
-	f.afterData(d, data, ev.eos, st)
+	st, out := f.onData(d, data, eos)
+	f.afterData(d, out, eos, st)
 	if h := f.e.hooks; h != nil && h.downstreamData != nil {
-		h.downstreamData(ev.eos)
+		h.downstreamData(eos)
 	}
 }
 

@@ -312,7 +312,7 @@ func (f *filter) onReceiveMessage(resp *extprocsvc.ProcessingResponse) {
 		(f.dec.cb == cbHeaders || f.enc.cb == cbHeaders) && resp.GetModeOverride() != nil {
 		m := effectiveModeOverride(resp.GetModeOverride(), cfg.GetProcessingMode())
 		if overrideAllowed(m, cfg.GetAllowedOverrideModes()) {
-			if err := bodyModesModelled(m); err != nil {
+			if err := bodyModesModelled(m, false); err != nil {
 				f.notModelled("mode_override to " + err.Error())
 				return
 			}

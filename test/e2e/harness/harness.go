@@ -12,7 +12,10 @@
 //
 // Modelled: BUFFERED, STREAMED and NONE body modes; FULL_DUPLEX_STREAMED for the response
 // (shared/reference/envoy-full-duplex.md), reached by a mode_override (on either headers
-// answer), a per-route processing mode or the filter's own: body chunks go to the server as
+// answer), a per-route processing mode or the filter's own, and for the request as the
+// filter's own (which, like a filter-level one for the response, makes Envoy ignore every
+// mode_override, §5; the HTTP/1 codec hands the filter a body's end as an empty chunk of its
+// own, which goes to the server as a message of its own): body chunks go to the server as
 // they arrive, also while the headers answer is pending, without message_timeout; the
 // response headers go on with the headers answer, or, if the whole body was in by then, with
 // the first streamed_response; each streamed_response is injected at once; a normal body
@@ -26,8 +29,8 @@
 // host_rewrite_literal and timeouts; local replies through the response path (§1.6).
 //
 // Not modelled (configs and mode_overrides using them are refused): FULL_DUPLEX_STREAMED for
-// the request (so also the one standalone mode_override Envoy 1.40 accepts; any other is
-// spurious, as in Envoy), BUFFERED_PARTIAL, send_body_without_waiting_for_header_response,
+// the request by a per-route mode or a mode_override (so also the one standalone
+// mode_override Envoy 1.40 accepts; any other is spurious, as in Envoy), BUFFERED_PARTIAL, send_body_without_waiting_for_header_response,
 // observability mode, attributes, forward rules, http_service. A streamed_immediate_response
 // is taken as spurious, as before Envoy 1.37. Trailers are never sent: HTTP/1.1 test traffic
 // has none.

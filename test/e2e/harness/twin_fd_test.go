@@ -764,3 +764,105 @@ func TestTwinStandaloneModeOverride(t *testing.T) {
 		want: twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, proc: []string{gotReqHeaders}},
 	}})
 }
+
+// reqStreamed is a request_body answer carrying a streamed_response.
+func reqStreamed(body string, eos bool) *extprocsvc.ProcessingResponse {
+	return reqBody(&extprocsvc.CommonResponse{BodyMutation: &extprocsvc.BodyMutation{
+		Mutation: &extprocsvc.BodyMutation_StreamedResponse{StreamedResponse: &extprocsvc.StreamedBodyResponse{Body: []byte(body), EndOfStream: eos}},
+	}})
+}
+
+// TestTwinFullDuplexRequestConfigured: the filter's own processing_mode has the request body
+// FULL_DUPLEX_STREAMED (request trailers SEND) and the response BUFFERED: the request body goes
+// to the server while the request_headers answer is pending (no message timer runs: the server
+// may hold that answer as long as it likes), content-length is removed from the request (the
+// server still sees it, and one it sets is dropped), a mode_override is ignored, and a normal
+// body answer is spurious (500). The server may echo each chunk at once, or hold the headers
+// answer until the whole body is in and then send another body.
+func TestTwinFullDuplexRequestConfigured(t *testing.T) {
+	reqFD := Options{MessageTimeout: 200 * time.Millisecond, ProcessingMode: &extprocv3.ProcessingMode{
+		RequestHeaderMode: extprocv3.ProcessingMode_SEND, RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+		RequestTrailerMode: extprocv3.ProcessingMode_SEND, ResponseHeaderMode: extprocv3.ProcessingMode_SEND,
+		ResponseBodyMode: extprocv3.ProcessingMode_BUFFERED, ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+	}}
+	// echoRequest answers request_headers at once (with override, ignored), every request
+	// chunk as a streamed_response with Envoy's end of stream, and the rest CONTINUE.
+	echoRequest := func(override *extprocv3.ProcessingMode) script {
+		return func(s *procStream) error {
+			for {
+				req := s.recv()
+				if req == nil {
+					return nil
+				}
+				resp := cont(req)
+				switch requestKind(req) {
+				case "request_headers":
+					s.note("protocol_config request " + req.GetProtocolConfig().GetRequestBodyMode().String())
+					resp.ModeOverride = override
+				case "request_body":
+					resp = reqStreamed(string(req.GetRequestBody().GetBody()), req.GetRequestBody().GetEndOfStream())
+				}
+				s.send(resp)
+			}
+		}
+	}
+	// holdRequest holds the request_headers answer 400ms past the body's end, then answers it
+	// setting a content-length (dropped) and x-held, and sends a body of its own in two chunks.
+	holdRequest := func(s *procStream) error {
+		var headers *extprocsvc.ProcessingRequest
+		for {
+			req := s.recv()
+			if req == nil {
+				return nil
+			}
+			switch requestKind(req) {
+			case "request_headers":
+				headers = req
+				continue
+			case "request_body":
+				if !req.GetRequestBody().GetEndOfStream() {
+					continue
+				}
+				if !s.pause(400 * time.Millisecond) {
+					return nil
+				}
+				s.send(answer(headers, &extprocsvc.CommonResponse{HeaderMutation: setHeaders(setRaw("content-length", "11"), setRaw("x-held", "1"))}))
+				s.send(reqStreamed(`{"b":`, false))
+				s.send(reqStreamed(`2}`, true))
+				continue
+			}
+			s.send(cont(req))
+		}
+	}
+	upstream := func(body string) []upstreamWant {
+		return []upstreamWant{{body: body, header: map[string]string{"content-length": "", "x-forwarded-proto": "http"}}}
+	}
+	st, body, hdr := unmodified()
+	// The body, then its end as an empty chunk of its own (the HTTP/1 codec's message end).
+	gotChunks := []string{`request_body "{\"a\":1}"`, `request_body "" eos`}
+	gotFD := append([]string{"protocol_config request FULL_DUPLEX_STREAMED"}, gotChunks...)
+	runTwins(t, []twinCase{
+		{
+			name: "echoed", options: reqFD, script: echoRequest(nil),
+			want: twinOutcome{status: st, body: body, header: hdr, upstream: upstream(twinBody),
+				proc: append([]string{gotReqHeaders}, append(gotFD, gotRespHeaders, gotRespBody)...)},
+		},
+		{
+			name: "a mode_override is ignored", options: reqFD,
+			script: echoRequest(&extprocv3.ProcessingMode{RequestBodyMode: extprocv3.ProcessingMode_NONE, ResponseHeaderMode: extprocv3.ProcessingMode_SKIP}),
+			want: twinOutcome{status: st, body: body, header: hdr, upstream: upstream(twinBody),
+				proc: append([]string{gotReqHeaders}, append(gotFD, gotRespHeaders, gotRespBody)...)},
+		},
+		{
+			name: "headers answer held until the body is in, another body sent", options: reqFD, script: holdRequest,
+			want: twinOutcome{status: st, body: body, header: hdr,
+				upstream: []upstreamWant{{body: `{"b":2}`, header: map[string]string{"content-length": "", "x-held": "1"}}},
+				proc:     append(append([]string{gotReqHeaders}, gotChunks...), gotRespHeaders, gotRespBody)},
+		},
+		{
+			name: "a normal body answer is spurious", options: reqFD,
+			script: withCommon("request_body", &extprocsvc.CommonResponse{BodyMutation: bodyMut("{}")}),
+			want:   twinOutcome{status: 500, header: map[string]string{"content-length": "0", "content-type": ""}, proc: append([]string{gotReqHeaders}, gotChunks...)},
+		},
+	})
+}
