@@ -223,3 +223,47 @@ func TestStreamedFollowUpClientGone(t *testing.T) {
 	assert.Equal(t, StopCanceled, res.Stop, "status %d: %s", res.Status, res.Body)
 	assert.Less(t, time.Since(start), 4*time.Second, "the loop did not wait for the held stream")
 }
+
+// A first answer given as an event stream is read as one: its call runs, and the answer is the
+// one its completed response makes; read from a stream that stalls, it ends at the loop's
+// deadline; malformed, it is an upstream error.
+func TestFirstStream(t *testing.T) {
+	t.Run("read", func(t *testing.T) {
+		f := newFixture(t, scripted{status: 200, body: respText("2", "The answer is 42.")})
+		req := f.request(t, respSurface, streamClient, respCall("1", "print(40+2)", 10))
+		var stream bytes.Buffer
+		for _, ev := range upstreamEvents(t, string(req.First)) {
+			stream.Write(ev)
+		}
+		req.First, req.FirstStream = nil, &stream
+		res := f.engine.Run(context.Background(), req)
+		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+		assert.Equal(t, 1, res.Calls, "the streamed answer's call ran")
+		assert.Equal(t, "code_interpreter_call", gjson.GetBytes(res.Body, "output.0.type").String(), "the answer: %s", res.Body)
+		assert.Equal(t, "The answer is 42.", gjson.GetBytes(res.Body, "output.1.content.0.text").String(), "the answer: %s", res.Body)
+	})
+	t.Run("malformed", func(t *testing.T) {
+		f := newFixture(t)
+		req := f.request(t, respSurface, streamClient, respCall("1", "print(40+2)", 10))
+		req.First, req.FirstStream = nil, strings.NewReader("event: response.created\ndata: {\"type\":\n\n")
+		res := f.engine.Run(context.Background(), req)
+		assert.Equal(t, http.StatusBadGateway, res.Status, "%s", res.Body)
+		assert.Equal(t, "upstream_invalid_stream", gjson.GetBytes(res.Body, "error.code").String(), "%s", res.Body)
+		assert.Zero(t, res.Calls, "nothing ran")
+	})
+	t.Run("stalls past the deadline", func(t *testing.T) {
+		f := newFixture(t)
+		req := f.request(t, respSurface, streamClient, respCall("1", "print(40+2)", 10))
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.Close() })
+		req.First, req.FirstStream = nil, pr
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		// The reader gives up with the loop, as the processor's does (context.AfterFunc).
+		stop := context.AfterFunc(ctx, func() { _ = pr.CloseWithError(ctx.Err()) })
+		defer stop()
+		res := f.engine.Run(ctx, req)
+		assert.Equal(t, StopDeadline, res.Stop, "status %d: %s", res.Status, res.Body)
+		assert.Equal(t, http.StatusGatewayTimeout, res.Status, "%s", res.Body)
+	})
+}

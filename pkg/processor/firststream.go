@@ -50,6 +50,17 @@ func (p *chunkPipe) Close(err error) {
 	}
 }
 
+// discard drops what was not read, and whatever Write is given from now on: the reader is done.
+func (p *chunkPipe) discard() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.chunks = nil
+	if p.err == nil {
+		p.err = io.ErrClosedPipe
+		p.wake()
+	}
+}
+
 func (p *chunkPipe) wake() {
 	close(p.ready)
 	p.ready = make(chan struct{})
@@ -105,6 +116,7 @@ func (st *streamState) startFirstStream() {
 	log := st.logger() // made here: the logger is not safe for concurrent use
 	go func() {
 		defer close(fs.done)
+		defer fs.pipe.discard()
 		defer func() {
 			if v := recover(); v != nil {
 				st.srv.reportPanic(log, v)
@@ -117,8 +129,9 @@ func (st *streamState) startFirstStream() {
 
 // finishFirstStream waits for the loop over the streamed first answer, whose body Envoy has
 // sent whole, and answers its end (with end, the body's end; without, the trailers answer that
-// follows ends it). req is Envoy's message that ended the body.
-func (st *streamState) finishFirstStream(req *extprocv3.ProcessingRequest, end bool) error {
+// follows ends it). req is Envoy's message that ended the body. It reports whether the stream's
+// last answer was sent (an immediate answer, or the answer to a panic): nothing follows it then.
+func (st *streamState) finishFirstStream(req *extprocv3.ProcessingRequest, end bool) (bool, error) {
 	fs := st.first
 	fs.pipe.Close(io.EOF)
 	<-fs.done
@@ -126,15 +139,15 @@ func (st *streamState) finishFirstStream(req *extprocv3.ProcessingRequest, end b
 	st.first = nil
 	switch {
 	case fs.panicked:
-		return st.answerPanic(req)
+		return true, st.answerPanic(req)
 	case fs.err != nil:
-		return fs.err
+		return true, fs.err
 	case fs.resp != nil:
-		return st.send(fs.resp)
+		return true, st.send(fs.resp)
 	case end:
-		return st.send(streamedChunk(nil, true))
+		return true, st.send(streamedChunk(nil, true))
 	}
-	return nil
+	return false, nil
 }
 
 // closeFirstStream stops the loop over a streamed first answer when the stream ends before the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -23,6 +24,8 @@ type streamReadingLoop struct {
 	got chan []byte
 	// ended is closed when Run returns.
 	ended chan struct{}
+	// panics makes Run panic once it has read the answer.
+	panics bool
 }
 
 func (l *streamReadingLoop) Run(_ context.Context, r loop.Request) loop.Response {
@@ -43,6 +46,9 @@ func (l *streamReadingLoop) Run(_ context.Context, r loop.Request) loop.Response
 	l.got <- append(buf[:n], rest...)
 	if err != nil {
 		return loop.Response{Status: 499, Stop: loop.StopCanceled}
+	}
+	if l.panics {
+		panic("loop bug")
 	}
 	_ = r.Sink.Event(schema.Event{Kind: schema.EventDone, Body: l.final})
 	return loop.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: l.final, Stop: loop.StopDone}
@@ -99,4 +105,52 @@ func TestFirstAnswerStreamClientGone(t *testing.T) {
 		t.Fatal("the loop still reads the first answer after the client went away")
 	}
 	assert.Equal(t, "event: response.created\n", string(<-l.got), "what had come")
+}
+
+func newStreamReadingLoop(panics bool) *streamReadingLoop {
+	return &streamReadingLoop{final: []byte(`{"id":"resp_0","object":"response","status":"completed","output":[]}`),
+		got: make(chan []byte, 1), ended: make(chan struct{}), panics: panics}
+}
+
+// A streamed first answer that ends with trailers: the answer's events, then one trailers
+// answer ends the body; a loop that panics gives the client's stream its failure event and
+// its end, once.
+func TestFirstAnswerStreamEnds(t *testing.T) {
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+		ResponseTrailers: &extprocv3.HttpTrailers{}}}
+	for _, tt := range []struct {
+		name     string
+		panics   bool
+		trailers bool
+		want     string
+	}{
+		{name: "trailers", trailers: true, want: "event: response.completed"},
+		{name: "panic", panics: true, want: `"code":"server_error"`},
+		{name: "panic at trailers", panics: true, trailers: true, want: `"code":"server_error"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newStreamReadingLoop(tt.panics)
+			ex := streamedSSE(t, l)
+			require.NoError(t, ex.stream.Send(fdChunk("event: response.created\n", false)))
+			_, err := ex.stream.Recv()
+			require.NoError(t, err, "the stream started")
+			if tt.trailers {
+				require.NoError(t, ex.stream.Send(trailers))
+			} else {
+				require.NoError(t, ex.stream.Send(fdChunk("", true)))
+			}
+			body, last := readChunks(t, ex)
+			assert.Contains(t, body, tt.want)
+			if tt.trailers {
+				assert.NotNil(t, last.GetResponseTrailers(), "the trailers answer ends the body")
+			} else {
+				assert.True(t, last.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream(), "the body ends")
+			}
+			// Nothing more is answered: the next message Envoy sends is Envoy's repeated end.
+			require.NoError(t, ex.stream.Send(fdChunk("", true)))
+			ex.close()
+			_, err = ex.stream.Recv()
+			assert.Error(t, err, "no second end")
+		})
+	}
 }

@@ -157,7 +157,7 @@ func (st *streamState) handle(req *extprocv3.ProcessingRequest) error {
 			// The upstream body ended with trailers (reference envoy-full-duplex.md §2): the
 			// answer is streamed, and the trailers answer ends it.
 			st.fdDone = true
-			if err := st.finishFirstStream(req, false); err != nil {
+			if ended, err := st.finishFirstStream(req, false); err != nil || ended {
 				return err
 			}
 		case st.fullDuplex && !st.fdDone:
@@ -474,7 +474,8 @@ func (st *streamState) responseBody(msg *extprocv3.ProcessingRequest, b *extproc
 				return nil, nil
 			}
 			st.fdDone = true
-			return nil, st.finishFirstStream(msg, true)
+			_, err := st.finishFirstStream(msg, true)
+			return nil, err
 		}
 		st.collectChunk(b.GetBody())
 		if !b.GetEndOfStream() {
@@ -641,18 +642,25 @@ func (st *streamState) runStreamed(ctx context.Context, first []byte, stream io.
 	req.Sink = sink
 	// No message timer runs for a FULL_DUPLEX_STREAMED direction (reference
 	// envoy-full-duplex.md §2): nothing to extend.
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, st.profile.LoopDeadline-config.LoopDeadlineMargin)
 	defer cancel()
+	if p, ok := stream.(*chunkPipe); ok {
+		// The answer's reader gives up with the loop: at its deadline, or when the stream ends.
+		defer context.AfterFunc(ctx, func() { p.Close(context.Cause(ctx)) })()
+	}
 	started := st.srv.now()
 	em.start()
 	defer em.stop()
 	st.live = &liveAnswer{em: em, sink: sink}
 	res := st.srv.loop.Run(ctx, req)
-	st.live = nil
 	st.afterLoop(res, started, em.bytesSent())
-	if err := st.ctx.Err(); err != nil {
-		return nil, err // the client or Envoy went away: nothing more to send
+	if err := parent.Err(); err != nil {
+		// The client or Envoy went away, or the stream's goroutine stopped the loop (a panic
+		// there answers the client's stream with st.live): nothing more to send here.
+		return nil, err
 	}
+	st.live = nil
 	if err := em.failure(); err != nil {
 		return nil, err
 	}
