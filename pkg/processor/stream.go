@@ -234,6 +234,7 @@ func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingR
 	x, err := st.surface.NewExchange(b.GetBody(), schema.Options{
 		FunctionName:        st.profile.FunctionName,
 		FunctionDescription: st.profile.FunctionDescription,
+		WholeFirst:          st.replayReason() != "",
 	})
 	if err != nil {
 		var re *schema.RequestError

@@ -35,6 +35,10 @@ type Options struct {
 	FunctionName string
 	// FunctionDescription is the function's description; empty means DefaultFunctionDescription.
 	FunctionDescription string
+	// WholeFirst asks the upstream for a whole answer on the first call even when the client
+	// streams: the client's stream is replayed after the loop, where a streamed first answer
+	// would only be larger.
+	WholeFirst bool
 }
 
 func (o Options) Name() string {

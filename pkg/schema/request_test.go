@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 )
 
 // reqUpdateGolden rewrites the want files of the request, turn and follow-up golden tests from
@@ -765,5 +766,20 @@ func TestRewriteRequestContinuation(t *testing.T) {
 			assert.Equal(t, tt.wantPrev, got.PreviousResponseID, "PreviousResponseID of %s", tt.give)
 			assert.Equal(t, tt.wantCv, got.ConversationID, "ConversationID of %s", tt.give)
 		})
+	}
+}
+
+// A client's stream is kept for the first call unless its answer is replayed (WholeFirst).
+func TestRewriteRequestWholeFirst(t *testing.T) {
+	give := []byte(`{"model":"m","stream":true,"stream_options":{"include_obfuscation":false},"tools":[{"type":"code_interpreter"}]}`)
+	for _, tt := range []struct {
+		whole bool
+		want  bool
+	}{{whole: false, want: true}, {whole: true, want: false}} {
+		got, err := RewriteRequest(Responses, give, schema.Options{WholeFirst: tt.whole})
+		require.NoError(t, err)
+		assert.True(t, got.Stream, "the client streams")
+		assert.Equal(t, tt.want, gjson.GetBytes(got.Body, "stream").Bool(), "WholeFirst %v: %s", tt.whole, got.Body)
+		assert.False(t, gjson.GetBytes(got.Body, "stream_options").Exists(), "no stream_options: %s", got.Body)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tidwall/gjson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
@@ -204,10 +205,13 @@ func outputOf(t *testing.T, r fakemodel.Request, callID string) string {
 // credentials (also on the loop's own follow-ups), no x-codeinterp-* header (the signed
 // follow-up header is removed before the model), and no stream_options whatever the client
 // asked; every call has stream:false unless streams (a Responses client that streams: the
-// first call keeps its stream:true, and the loop's own calls stream too).
-func checkUpstreamRequests(t *testing.T, reqs []fakemodel.Request, auth, what string, streams bool) {
+// first call keeps its stream:true, unless the profile replays streams, and the loop's own calls
+// stream too).
+func checkUpstreamRequests(t *testing.T, s *Stack, reqs []fakemodel.Request, auth, what string, streams bool) {
 	t.Helper()
+	replayed := s.Config.GetDefaultProfile().GetStreamMode() == config.StreamReplay
 	for i, r := range reqs {
+		streams := streams && (i > 0 || !replayed)
 		assert.Equal(t, auth, r.Header.Get("Authorization"), "%s: credentials of model call %d", what, i+1)
 		for k := range r.Header {
 			assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-codeinterp-"), "%s: model call %d carries %s", what, i+1, k)
@@ -321,7 +325,7 @@ func scenarioComputeResponses(t *testing.T, x *scene) string {
 	reqs := x.sent()
 	require.Len(t, reqs, 2, "compute: requests the model got")
 	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_1"), "compute: the real output fed back to the model")
-	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute", x.v.stream)
+	checkUpstreamRequests(t, x.s, reqs, "Bearer sk-compute", "compute", x.v.stream)
 	checkNativeAnswer(t, resp, "compute")
 	assert.Equal(t, []string{"code_interpreter_call", "message"}, itemTypes(resp), "compute: output items")
 	ci := codeCall(t, resp, 0)
@@ -352,7 +356,7 @@ func scenarioComputeChat(t *testing.T, x *scene) string {
 
 	reqs := x.sent()
 	require.Len(t, reqs, 2, "compute chat: requests the model got")
-	checkUpstreamRequests(t, reqs, "Bearer sk-compute", "compute chat", false)
+	checkUpstreamRequests(t, x.s, reqs, "Bearer sk-compute", "compute chat", false)
 	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_1"), "compute chat: the real output fed back to the model")
 	assert.Equal(t, "call_1", gjson.GetBytes(reqs[1].Body, `messages.#(role=="assistant").tool_calls.0.id`).String(),
 		"compute chat: the follow-up has the assistant's call")

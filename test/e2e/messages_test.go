@@ -60,10 +60,10 @@ func TestMessages(t *testing.T) {
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		var plain *anthropic.Message
 		t.Run("plain", func(t *testing.T) {
-			plain = testMessagesRun(t, s, false)
+			plain = testMessagesRun(t, s, false, false)
 		})
 		t.Run("stream", func(t *testing.T) {
-			streamed := testMessagesRun(t, s, true)
+			streamed := testMessagesRun(t, s, true, false)
 			if plain == nil || streamed == nil {
 				return
 			}
@@ -221,12 +221,13 @@ func TestMessagesReplayedStream(t *testing.T) {
 		}
 		c.DefaultProfile.StreamMode = "replay"
 	}})
-	env.Fronts(t, func(t *testing.T, s *Stack) { testMessagesRun(t, s, true) })
+	env.Fronts(t, func(t *testing.T, s *Stack) { testMessagesRun(t, s, true, true) })
 }
 
-// testMessagesRun scripts a code call and its answer, asks, and checks what the model and the
-// client got; it returns the client's message.
-func testMessagesRun(t *testing.T, s *Stack, stream bool) *anthropic.Message {
+// testMessagesRun scripts a code call and its answer, asks (as a stream when stream; replayed
+// when the profile replays streams), and checks what the model and the client got; it returns
+// the client's message.
+func testMessagesRun(t *testing.T, s *Stack, stream, replayed bool) *anthropic.Message {
 	mark := len(s.Model.RequestsTo(messagesPath))
 	s.Model.Enqueue(messagesPath,
 		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 12},
@@ -260,7 +261,7 @@ func testMessagesRun(t *testing.T, s *Stack, stream bool) *anthropic.Message {
 	first := gjson.ParseBytes(sent[0].Body)
 	assert.Equal(t, "code_execution", first.Get("tools.0.name").String(), "the model sees the tool as code_execution")
 	assert.False(t, first.Get("tools.0.type").Exists(), "as a plain tool")
-	assert.Equal(t, stream, first.Get("stream").Bool(), "the model is asked for a stream when the client asked for one")
+	assert.Equal(t, stream && !replayed, first.Get("stream").Bool(), "the model is asked for a stream when the client asked for one, unless it is replayed")
 	follow := gjson.ParseBytes(sent[1].Body)
 	// A streaming client's follow-up asks for a stream; the model answers JSON, which does too.
 	assert.Equal(t, stream, follow.Get("stream").Bool(), "the follow-up streams for a streaming client")

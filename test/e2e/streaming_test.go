@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
@@ -163,6 +164,7 @@ func TestReplayedStreaming(t *testing.T) {
 		c.DefaultProfile.StreamMode = "replay"
 	}})
 	env.Fronts(t, func(t *testing.T, s *Stack) {
+		mark := len(s.Model.RequestsTo("/v1/responses"))
 		s.Model.Enqueue("/v1/responses",
 			fakemodel.JSON(fakemodel.Responses(testModel, fakemodel.Usage{}, fakemodel.FunctionCall("code_interpreter", "call_1", `{"code":"import time\ntime.sleep(1.5)\nprint(42)"}`))),
 			fakemodel.JSON(fakemodel.Responses(testModel, fakemodel.Usage{}, fakemodel.Message("It printed 42."))))
@@ -170,6 +172,9 @@ func TestReplayedStreaming(t *testing.T) {
 			`{"model":"m","stream":true,"input":"wait, then print 42","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, false, nil)
 		created := first(t, got, "event: response.created")
 		assert.GreaterOrEqual(t, created.at, run, "a replayed stream starts once the run is over")
+		sent := s.Model.RequestsTo("/v1/responses")[mark:]
+		require.NotEmpty(t, sent)
+		assert.False(t, gjson.GetBytes(sent[0].Body, "stream").Bool(), "a replayed stream's first call asks for a whole answer")
 		assert.Contains(t, first(t, got, "data: {\"type\":\"response.completed\"").line, "It printed 42.", "the final answer")
 		for _, a := range got {
 			assert.NotEqual(t, ": keep-alive", a.line, "a replay has nothing to keep alive")

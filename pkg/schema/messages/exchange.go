@@ -46,8 +46,8 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return ErrorBody(e.HTT
 // are for OpenAI's surfaces. A bash or text editor call runs as a Python program that performs
 // it in the request's container (see program), so the same container, limits and /mnt/data
 // serve every version.
-func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, error) {
-	rq, err := Rewrite(body, Options{})
+func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
+	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst})
 	if err != nil {
 		var re *RequestError
 		if errors.As(err, &re) {
@@ -66,7 +66,7 @@ func (s Surface) NewExchange(body []byte, _ schema.Options) (schema.Exchange, er
 			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice,
 		},
 		sent:       rq.Body,
-		sentStream: rq.Stream,
+		sentStream: rq.Stream && !o.WholeFirst,
 		idle:       idle,
 		now:        time.Now,
 		key:        make([]byte, 16),

@@ -16,6 +16,9 @@ func sprintf(format string, args ...any) string { return fmt.Sprintf(format, arg
 type Options struct {
 	// Names are the tool names the model sees; the zero value uses the native names.
 	Names Names
+	// WholeFirst asks the upstream for a whole answer although the client streams (see
+	// schema.Options.WholeFirst).
+	WholeFirst bool
 }
 
 // Request is what [Rewrite] learned of a request.
@@ -144,8 +147,14 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		if s.Type != gjson.True && s.Type != gjson.False {
 			return Request{}, badRequest("stream: Input should be a valid boolean")
 		}
-		// A stream stays asked for: the upstream's answer streams through to the client.
+		// A stream stays asked for, the upstream's answer streaming through to the client,
+		// unless the client's stream is replayed.
 		rq.Stream = s.Type == gjson.True
+		if rq.Stream && o.WholeFirst {
+			if out, err = sjson.SetBytes(out, "stream", false); err != nil {
+				return Request{}, fmt.Errorf("set stream: %w", err)
+			}
+		}
 	}
 	if c := root.Get("container"); c.Exists() {
 		switch {

@@ -147,3 +147,17 @@ func TestUpstreamStreamError(t *testing.T) {
 	assert.True(t, strings.HasSuffix(b.String(), "event: error\ndata: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\"},\"type\":\"error\"}\n\n"),
 		"the upstream's error: %s", b.String())
 }
+
+// A client whose stream is replayed gets a first call that asks for a whole answer.
+func TestExchangeWholeFirst(t *testing.T) {
+	body := `{"model":"m","max_tokens":10,"stream":true,"tools":[{"type":"code_execution_20250522","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`
+	x, err := Surface{}.NewExchange([]byte(body), schema.Options{WholeFirst: true})
+	require.NoError(t, err)
+	assert.True(t, x.Request().Stream, "the client streams")
+	assert.False(t, gjson.GetBytes(x.Request().Body, "stream").Bool(), "the first call asks for a whole answer")
+	_, err = x.ParseTurn([]byte(`{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"tool_use","id":"toolu_1","name":"code_execution","input":{"code":"1"}}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}`))
+	require.NoError(t, err)
+	next, err := x.FollowUp([]schema.CallOutput{{CallID: "toolu_1", Output: "1"}}, schema.FollowUpOptions{Stream: true})
+	require.NoError(t, err)
+	assert.True(t, gjson.GetBytes(next, "stream").Bool(), "a follow-up asked to stream does")
+}

@@ -106,11 +106,11 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 
 	if sp := t.Span("stream"); sp.OK() && string(body[sp.Start:sp.End]) == "true" {
 		r.Stream = true
-		if !d.KeepStream {
+		if !d.KeepStream || o.WholeFirst {
 			edits = append(edits, jsonscan.Edit{Start: sp.Start, End: sp.End, Repl: []byte("false")})
 		}
 	}
-	keepOptions := r.Stream && d.KeepStream && d.StreamOptions != nil
+	keepOptions := r.Stream && d.KeepStream && !o.WholeFirst && d.StreamOptions != nil
 	if k := t.Find("stream_options"); k >= 0 {
 		m := members[k]
 		if v := body[m.ValStart:m.ValEnd]; string(v) != "null" {
