@@ -548,7 +548,9 @@ def _set_limits(lim):
 
 
 def _prepare(preload):
-    # In the template, once, before any fork: the pyplot hook and the preloaded libraries.
+    # In the template, once, before any fork: the pyplot hook and the preloaded libraries, and
+    # resource for _set_limits (an extension module: loading it in each child costs ~2 ms).
+    import resource  # noqa: F401
     sys.meta_path.insert(0, _PyplotHook())
     S.loaded = _preload() if preload else []
     S.prepared = False
