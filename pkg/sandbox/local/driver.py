@@ -548,7 +548,9 @@ def _set_limits(lim):
 
 
 def _prepare(preload):
-    # In the template, once, before any fork: the pyplot hook and the preloaded libraries.
+    # In the template, once, before any fork: the pyplot hook and the preloaded libraries, and
+    # resource for _set_limits (an extension module: loading it in each child costs ~2 ms).
+    import resource  # noqa: F401
     sys.meta_path.insert(0, _PyplotHook())
     S.loaded = _preload() if preload else []
     S.prepared = False
@@ -563,8 +565,14 @@ def _reseed():
     random.seed()
     np_random = sys.modules.get('numpy.random')
     if np_random is not None:
+        # The global RandomState's MT19937 state itself from the kernel (about a third of the cost
+        # of seed(), which would mix the same words into it first), the first word's top bit
+        # set as seed() does so that it is never all zero; pos 624 makes the next draw
+        # generate from it, and no cached gaussian is kept.
         np = sys.modules['numpy']
-        np_random.seed(np.frombuffer(os.urandom(2496), dtype=np.uint32))
+        key = np.frombuffer(os.urandom(2496), dtype=np.uint32).copy()
+        key[0] |= 0x80000000
+        np_random.set_state(('MT19937', key, 624, 0, 0.0))
     tf = sys.modules.get('tempfile')
     if tf is not None:
         tf._name_sequence = None

@@ -378,3 +378,25 @@ func TestForkedTemplateRotation(t *testing.T) {
 	require.Eventually(t, func() bool { return len(survivors(tree)) == 0 }, 30*time.Second, 10*time.Millisecond,
 		"nothing of the old template is left")
 }
+
+// TestHurryCgroupMoveMovesNothing: starting the grace period of a cgroup move leaves the server
+// in its cgroups, and writes nothing where the server is not (a dir whose Local directory is
+// not directly under the server's cgroup: a write there would move the server into it).
+func TestHurryCgroupMoveMovesNothing(t *testing.T) {
+	l := newTestLocal(t, Config{Start: StartExec})
+	if l.cgroups == nil {
+		t.Skip("no cgroups here")
+	}
+	before, err := os.ReadFile("/proc/self/cgroup")
+	require.NoError(t, err)
+	own := l.cgroups.dirs[0]
+	for _, dir := range []string{own + "/container", own + "/nested/container"} {
+		hurryCgroupMove(dir)
+		after, err := os.ReadFile("/proc/self/cgroup")
+		require.NoError(t, err)
+		assert.Equal(t, string(before), string(after), "the server's cgroups after hurrying a move into %s", dir)
+	}
+	procs, err := os.ReadFile(own + "/cgroup.procs")
+	require.NoError(t, err)
+	assert.Empty(t, strings.TrimSpace(string(procs)), "no process in the Local's own cgroup")
+}

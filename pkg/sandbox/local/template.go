@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -626,6 +627,12 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR, blockR, lifeR}
 	// The container's cgroup is made while the template forks (its init waits to be put in
 	// it before it forks the driver).
+	var kicked chan struct{}
+	defer func() {
+		if kicked != nil {
+			<-kicked
+		}
+	}()
 	makeCgroup := func() error {
 		if l.cgroups == nil {
 			return nil
@@ -635,6 +642,14 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
 			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
+		// The move of the init into the cgroup waits for an RCU grace period (see
+		// hurryCgroupMove): it starts now, while the template forks, instead of once the
+		// init's pid is known.
+		kicked = make(chan struct{})
+		go func() { // owned: startForked waits for kicked
+			defer close(kicked)
+			hurryCgroupMove(c.cg.dirs[0])
+		}()
 		return nil
 	}
 	req := map[string]any{
@@ -698,6 +713,35 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	c.goTracked(func() { c.stderr.readFrom(c.errR) })
 	c.goTracked(c.readFrames)
 	return c, nil
+}
+
+// hurryCgroupMove starts the RCU grace period that the next move of a process into a cgroup
+// waits for, and returns once it has passed (a few milliseconds); dir is a container's cgroup
+// directory.
+//
+// The kernel guards moves between cgroups with a per-cpu read-write semaphore that fork and
+// exit take for reading; a writer waits for an RCU grace period first, unless another writer
+// came within the last one. So this process moves itself into the cgroup it is already in,
+// the parent of the Local's own directory above dir (a move that changes nothing, but takes
+// the semaphore): the init's move that follows waits only for what is left of that grace
+// period. Where the server is not in that cgroup (an explicit cgroup v2 parent), nothing is
+// written; errors are ignored: the init's move then waits for the whole grace period.
+func hurryCgroupMove(dir string) {
+	own := filepath.Dir(filepath.Dir(dir))
+	self, mounts, err := readCgroupInfo()
+	if err != nil {
+		return
+	}
+	mine := false
+	for ctrl, mnt := range mounts.v1 {
+		mine = mine || (self[ctrl] != "" && filepath.Join(mnt, self[ctrl]) == own)
+	}
+	if mounts.v2 != "" && self[""] != "" && filepath.Join(mounts.v2, self[""]) == own {
+		mine = true
+	}
+	if mine {
+		_ = os.WriteFile(own+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0)
+	}
 }
 
 // waitPidfd waits until the process of the non-blocking pidfd f has exited, through the

@@ -109,22 +109,45 @@ def _write(path, text):
         os.close(fd)
 
 
+def _last_cap():
+    try:
+        with open('/proc/sys/kernel/cap_last_cap') as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+# What the containers' inits pass to the kernel, made once here: the children only call.
+_CAPBSET_DROP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
+                                 ctypes.c_ulong, ctypes.c_ulong, use_errno=True)(('prctl', _libc))
+_LAST_CAP = _last_cap()
+_CAP_HDR = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+_CAP_DATA = (ctypes.c_uint32 * 6)()
+
+
 def _drop_caps():
-    for cap in range(64):
-        if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) < 0:
+    # Every capability the kernel knows (cap_last_cap; on to 63 if it cannot be read) leaves
+    # the bounding set, then the other sets are emptied.
+    for cap in range(_LAST_CAP + 1):
+        _check(_CAPBSET_DROP(PR_CAPBSET_DROP, cap, 0, 0, 0), 'drop capability %d' % cap)
+    for cap in range(_LAST_CAP + 1, 64):
+        if _CAPBSET_DROP(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
             break
-    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-    data = (ctypes.c_uint32 * 6)()
-    _check(_libc.syscall(SYS_capset, hdr, data), 'capset')
+    _check(_libc.syscall(SYS_capset, _CAP_HDR, _CAP_DATA), 'capset')
 
 
 class _Fprog(ctypes.Structure):
     _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
 
 
-def _install_seccomp(prog):
+def _seccomp_prog(prog):
+    # The filter as the kernel reads it, made once: (the program struct, the buffer it points
+    # into, which must stay alive with it).
     buf = ctypes.create_string_buffer(prog, len(prog))
-    fprog = _Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    return _Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p)), buf
+
+
+def _install_seccomp(fprog):
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     _check(_libc.syscall(SYS_seccomp, 1, 0, ctypes.byref(fprog)), 'seccomp')
 
@@ -140,16 +163,12 @@ def _lo_up():
 
 
 def _threads():
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith('Threads:'):
-                return int(line.split()[1])
-    return 0
+    return len(os.listdir('/proc/self/task'))
 
 
 _DRIVER = {'_FORK_TEMPLATE': True, '__name__': '__codeinterp__', '__builtins__': __builtins__}
 _SERVER = socket.socket(fileno=_SOCK)
-_SECCOMP = bytes.fromhex(sys.argv[3])
+_SECCOMP = _seccomp_prog(bytes.fromhex(sys.argv[3])) if sys.argv[3] else None
 exec(marshal.loads(bytes.fromhex(sys.argv[2])), _DRIVER)
 _DRIVER['_prepare'](sys.argv[4] == '1')
 del sys.argv[1:]
@@ -224,7 +243,7 @@ def _container_init(req, fds):
         _write('/proc/sys/user/max_user_namespaces', '0')  # no user namespace below N
         _drop_caps()
         if _SECCOMP:
-            _install_seccomp(_SECCOMP)
+            _install_seccomp(_SECCOMP[0])
         else:
             _prctl(PR_SET_NO_NEW_PRIVS, 1)
         driver = os.fork()
