@@ -94,6 +94,8 @@ func benchLoad(b *testing.B, s *Stack, mode string, n int) {
 	)
 	iter := 0
 	for b.Loop() {
+		// The timer runs over the conversations only, not the samplers' start and stop.
+		b.StopTimer()
 		keys := make([]string, n)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("sk-load-%d-%d", iter, i)
@@ -102,9 +104,10 @@ func benchLoad(b *testing.B, s *Stack, mode string, n int) {
 		sandboxIdles = append(sandboxIdles, float64(sandboxesPSS())/(1<<20))
 		idle := resetPeakRSS(b)
 		m := sampleMemory()
+		b.StartTimer()
 		res := runLoad(s, n, func(i int) string { return keys[i] })
-		server, sandboxes := m.stop()
 		b.StopTimer()
+		server, sandboxes := m.stop()
 		errs = append(errs, res.errs...)
 		p50, p99 := percentiles(res.lat)
 		walls = append(walls, res.wall.Seconds())
@@ -117,16 +120,28 @@ func benchLoad(b *testing.B, s *Stack, mode string, n int) {
 		waitSandboxes(b, idleProcs)
 		b.StartTimer()
 	}
-	b.ReportMetric(medianOf(walls), "wall-s")
-	b.ReportMetric(medianOf(p50s), "p50-s")
-	b.ReportMetric(medianOf(p99s), "p99-s")
-	b.ReportMetric(float64(len(errs)), "errors")
-	b.ReportMetric(medianOf(serverPeaks), "server-peak-MiB")
-	b.ReportMetric(medianOf(serverIdles), "server-idle-MiB")
-	b.ReportMetric(medianOf(sandboxPeaks), "sandboxes-peak-MiB")
-	b.ReportMetric(medianOf(sandboxIdles), "sandboxes-idle-MiB")
+	metrics := []struct {
+		v    float64
+		unit string
+	}{
+		{medianOf(walls), "wall-s"},
+		{medianOf(p50s), "p50-s"},
+		{medianOf(p99s), "p99-s"},
+		{float64(len(errs)), "errors"},
+		{medianOf(serverPeaks), "server-peak-MiB"},
+		{medianOf(serverIdles), "server-idle-MiB"},
+		{medianOf(sandboxPeaks), "sandboxes-peak-MiB"},
+		{medianOf(sandboxIdles), "sandboxes-idle-MiB"},
+	}
+	var line []string
+	for _, m := range metrics {
+		b.ReportMetric(m.v, m.unit)
+		line = append(line, fmt.Sprintf("%.4g %s", m.v, m.unit))
+	}
 	if len(errs) > 0 {
-		b.Fatalf("%d conversations failed over %d iterations of %d; the first: %s", len(errs), iter, n, strings.Join(errs[:min(5, len(errs))], "; "))
+		// A failed benchmark prints no metrics: the failure says them.
+		b.Fatalf("%d conversations failed over %d iterations of %d (%s); the first: %s", len(errs), iter, n,
+			strings.Join(line, ", "), strings.Join(errs[:min(5, len(errs))], "; "))
 	}
 }
 
