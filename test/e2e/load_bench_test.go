@@ -38,8 +38,9 @@ import (
 //     server's. server-idle-MiB is its resident memory before the iteration;
 //   - sandboxes-peak-MiB: the peak of the summed PSS (/proc/PID/smaps_rollup) of the sandbox
 //     processes (those descending from this one but Envoy: bubblewrap, the containers' inits
-//     and interpreters, the fork template), sampled every 500 ms and once more when the last
-//     answer is in (the containers outlive their conversations: that sample sees them all).
+//     and interpreters, the fork template), sampled every 500 ms (or ten times a sample's
+//     length, if longer) and once more when the last answer is in (the containers outlive
+//     their conversations: that sample sees them all).
 //     sandboxes-idle-MiB is that sum before the iteration (the template and the warm pool).
 func BenchmarkLoad(b *testing.B) {
 	n := loadCount(b, loadBenchConversations)
@@ -298,14 +299,18 @@ func (m *memSampler) stop() (server, sandboxes int64) {
 }
 
 // sampleMax calls read every interval until done is closed and returns the largest value read.
+// A read that takes longer than a tenth of interval spaces the next one by ten times its
+// length, so that the sampler takes at most a tenth of a core from what it measures (reading
+// the PSS of hundreds of processes walks their page tables).
 func sampleMax(done <-chan struct{}, interval time.Duration, read func() int64) int64 {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	var top int64
 	for {
+		t0 := time.Now()
 		top = max(top, read())
+		t := time.NewTimer(max(interval, 10*time.Since(t0)))
 		select {
 		case <-done:
+			t.Stop()
 			return top
 		case <-t.C:
 		}
