@@ -64,9 +64,10 @@ test-e2e: deps
 test-envoy: deps
 	$(GO) test -count=1 -run '/real-envoy' -v ./test/e2e/...
 
-## bench: the benchmarks the issues ask for (medians over BENCH_COUNT runs).
+## bench: the benchmarks the issues ask for (medians over BENCH_COUNT runs). BenchmarkLoad (200
+## conversations at once per start mode and front) alone takes several minutes per run, hence the timeout.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./pkg/... ./test/e2e/... | tee $(BIN)/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -timeout 120m ./pkg/... ./test/e2e/... | tee $(BIN)/bench.txt
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:

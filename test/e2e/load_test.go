@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
@@ -30,40 +31,73 @@ const loadConversations = 100
 // answer, and asserts that every one of them gets its complete answer: no 5xx, no lost
 // round. The fake model answers statelessly from what each request carries.
 func TestLoad(t *testing.T) {
-	n := loadConversations
-	if v := os.Getenv("CODEINTERP_LOAD_CONVERSATIONS"); v != "" {
-		var err error
-		n, err = strconv.Atoi(v)
-		require.NoError(t, err, "CODEINTERP_LOAD_CONVERSATIONS=%q", v)
-	}
-	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
-		c.Sandbox.MaxContainers = uint32(2 * n)
-		c.Sandbox.MaxContainersPerIdentity = 16
-	}})
+	n := loadCount(t, loadConversations)
+	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) { loadLimits(c, n) }})
 	env.Model.Handle("/v1/responses", loadModel)
 	env.Fronts(t, func(t *testing.T, s *Stack) {
-		var (
-			wg   sync.WaitGroup
-			mu   sync.Mutex
-			errs []string
-		)
-		for i := range n {
-			wg.Go(func() {
-				if err := loadConversation(s, i); err != nil {
-					mu.Lock()
-					errs = append(errs, err.Error())
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		assert.Empty(t, errs, "every one of %d concurrent conversations succeeds", n)
+		res := runLoad(s, n, func(i int) string { return fmt.Sprintf("sk-load-%d", i) })
+		assert.Empty(t, res.errs, "every one of %d concurrent conversations succeeds", n)
 	})
 }
 
-// loadConversation runs conversation i: one request whose loop runs two numpy rounds.
-func loadConversation(s *Stack, i int) error {
-	c := s.Client(fmt.Sprintf("sk-load-%d", i))
+// loadCount is how many conversations a load runs at once: CODEINTERP_LOAD_CONVERSATIONS, or
+// def.
+func loadCount(t testing.TB, def int) int {
+	t.Helper()
+	v := os.Getenv("CODEINTERP_LOAD_CONVERSATIONS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, "CODEINTERP_LOAD_CONVERSATIONS=%q", v)
+	require.Positive(t, n, "CODEINTERP_LOAD_CONVERSATIONS=%q", v)
+	return n
+}
+
+// loadLimits sets the container caps a load of n conversations at once needs: every
+// conversation's container live together, twice over (the per-identity cap is at most the
+// total one).
+func loadLimits(c *configv1.Config, n int) {
+	c.Sandbox.MaxContainers = uint32(2 * n)
+	c.Sandbox.MaxContainersPerIdentity = uint32(min(16, 2*n))
+}
+
+// loadResult is what one load of concurrent conversations gave.
+type loadResult struct {
+	wall time.Duration   // from the first request sent to the last answer
+	lat  []time.Duration // each conversation's latency, from the load's start
+	errs []string        // the failed conversations' errors, in no order
+}
+
+// runLoad runs conversations 0..n-1 at once through s, conversation i with the API key key(i),
+// and returns when all of them have ended.
+func runLoad(s *Stack, n int, key func(i int) string) loadResult {
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		res = loadResult{lat: make([]time.Duration, n)}
+	)
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			err := loadConversation(s, key(i), i)
+			res.lat[i] = time.Since(start)
+			if err != nil {
+				mu.Lock()
+				res.errs = append(res.errs, err.Error())
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	res.wall = time.Since(start)
+	return res
+}
+
+// loadConversation runs conversation i with apiKey: one request whose loop runs two numpy
+// rounds.
+func loadConversation(s *Stack, apiKey string, i int) error {
+	c := s.Client(apiKey)
 	p := ask(fmt.Sprintf("conversation %d: sum with numpy twice", i))
 	resp, err := c.Responses.New(context.Background(), p)
 	if err != nil {

@@ -1,0 +1,329 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
+	"github.com/codeinterp/codeinterp/test/e2e/harness"
+)
+
+// BenchmarkLoad (run by `make bench`): TestLoad's load timed, in each start mode of the local
+// backend in the same run (start=fork: containers forked from the template; start=exec: each
+// a new bubblewrap and Python importing the libraries itself, the implementation forking
+// replaced), through each front (the harness, and a real Envoy: skipped without one unless
+// CODEINTERP_REQUIRE_ENVOY=1). Each iteration runs loadBenchConversations conversations at
+// once (CODEINTERP_LOAD_CONVERSATIONS overrides it; the goal for 200 on 2 cores: no error,
+// wall-s ≤ 10, p50-s ≤ 5), each with an API key of its own and two numpy rounds; any failed
+// conversation fails the benchmark. Between iterations, outside the timer, every
+// conversation's container is deleted through the Containers API and the sandboxes are waited
+// for to be gone, so that each iteration starts its containers afresh.
+//
+// Metrics, medians over the iterations (errors: a count over all of them):
+//   - wall-s: from the first request sent to the last answer;
+//   - p50-s, p99-s: the conversations' latencies;
+//   - errors: the failed conversations;
+//   - server-peak-MiB: the peak resident memory of this process, from its VmHWM reset before
+//     the iteration and its VmRSS sampled every 5 ms. The server runs in it, beside the
+//     clients, the fake model and, on the harness front, the harness: an upper bound of the
+//     server's. server-idle-MiB is its resident memory before the iteration;
+//   - sandboxes-peak-MiB: the peak of the summed PSS (/proc/PID/smaps_rollup) of the sandbox
+//     processes (those descending from this one but Envoy: bubblewrap, the containers' inits
+//     and interpreters, the fork template), sampled every 500 ms (or ten times a sample's
+//     length, if longer) and once more when the last answer is in (the containers outlive
+//     their conversations: that sample sees them all).
+//     sandboxes-idle-MiB is that sum before the iteration (the template and the warm pool).
+func BenchmarkLoad(b *testing.B) {
+	n := loadCount(b, loadBenchConversations)
+	fronts := []struct {
+		name  string
+		start func(b *testing.B, o harness.Options) harness.Front
+	}{
+		{"harness", func(b *testing.B, o harness.Options) harness.Front { return harness.Start(b, o) }},
+		{"real-envoy", func(b *testing.B, o harness.Options) harness.Front { return harness.StartReal(b, o) }},
+	}
+	for _, mode := range []string{local.StartFork, local.StartExec} {
+		b.Run("start="+mode, func(b *testing.B) {
+			env := NewEnv(b, EnvOptions{Configure: func(c *configv1.Config) {
+				loadLimits(c, n)
+				if c.Sandbox.Local == nil {
+					c.Sandbox.Local = &configv1.LocalSandbox{}
+				}
+				c.Sandbox.Local.Start = mode
+			}})
+			env.Model.Handle("/v1/responses", loadModel)
+			for _, f := range fronts {
+				b.Run(f.name, func(b *testing.B) {
+					benchLoad(b, env.Serve(b, f.start(b, env.HarnessOptions())), mode, n)
+				})
+			}
+		})
+	}
+}
+
+// loadBenchConversations is how many conversations BenchmarkLoad runs at once, the issue's
+// figure; CODEINTERP_LOAD_CONVERSATIONS overrides it.
+const loadBenchConversations = 200
+
+// benchLoad runs BenchmarkLoad's iterations of n conversations through s, whose containers
+// start the mode way.
+func benchLoad(b *testing.B, s *Stack, mode string, n int) {
+	// Warm the path (connections, the fork template, the warm pool) and check the start mode.
+	if err := loadConversation(s, "sk-load-warm", 0); err != nil {
+		b.Fatalf("warm-up conversation: %v", err)
+	}
+	if forked := templateRuns(); forked != (mode == local.StartFork) {
+		b.Fatalf("start=%s: a fork template runs: %v", mode, forked)
+	}
+	deleteContainers(b, s, []string{"sk-load-warm"})
+	idleProcs := settledSandboxes(b)
+
+	var (
+		walls, p50s, p99s          []float64
+		serverPeaks, serverIdles   []float64
+		sandboxPeaks, sandboxIdles []float64
+		errs                       []string
+	)
+	iter := 0
+	for b.Loop() {
+		// The timer runs over the conversations only, not the samplers' start and stop.
+		b.StopTimer()
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("sk-load-%d-%d", iter, i)
+		}
+		iter++
+		sandboxIdles = append(sandboxIdles, float64(sandboxesPSS())/(1<<20))
+		idle := resetPeakRSS(b)
+		m := sampleMemory()
+		b.StartTimer()
+		res := runLoad(s, n, func(i int) string { return keys[i] })
+		b.StopTimer()
+		server, sandboxes := m.stop()
+		errs = append(errs, res.errs...)
+		p50, p99 := percentiles(res.lat)
+		walls = append(walls, res.wall.Seconds())
+		p50s = append(p50s, p50.Seconds())
+		p99s = append(p99s, p99.Seconds())
+		serverPeaks = append(serverPeaks, float64(server)/(1<<20))
+		serverIdles = append(serverIdles, float64(idle)/(1<<20))
+		sandboxPeaks = append(sandboxPeaks, float64(sandboxes)/(1<<20))
+		deleteContainers(b, s, keys)
+		waitSandboxes(b, idleProcs)
+		b.StartTimer()
+	}
+	metrics := []struct {
+		v    float64
+		unit string
+	}{
+		{medianOf(walls), "wall-s"},
+		{medianOf(p50s), "p50-s"},
+		{medianOf(p99s), "p99-s"},
+		{float64(len(errs)), "errors"},
+		{medianOf(serverPeaks), "server-peak-MiB"},
+		{medianOf(serverIdles), "server-idle-MiB"},
+		{medianOf(sandboxPeaks), "sandboxes-peak-MiB"},
+		{medianOf(sandboxIdles), "sandboxes-idle-MiB"},
+	}
+	var line []string
+	for _, m := range metrics {
+		b.ReportMetric(m.v, m.unit)
+		line = append(line, fmt.Sprintf("%.4g %s", m.v, m.unit))
+	}
+	if len(errs) > 0 {
+		// A failed benchmark prints no metrics: the failure says them.
+		b.Fatalf("%d conversations failed over %d iterations of %d (%s); the first: %s", len(errs), iter, n,
+			strings.Join(line, ", "), strings.Join(errs[:min(5, len(errs))], "; "))
+	}
+}
+
+// medianOf returns the median of vs (the upper one of an even count).
+func medianOf(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// deleteContainers deletes, through the front's Containers API, every container of each API
+// key.
+func deleteContainers(b *testing.B, s *Stack, keys []string) {
+	b.Helper()
+	ctx := b.Context()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, 16) // at most 16 keys' calls at once
+	for _, key := range keys {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := deleteKeyContainers(ctx, s.Client(key)); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = fmt.Errorf("key %s: %w", key, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		b.Fatalf("delete the load's containers: %v", first)
+	}
+}
+
+// deleteKeyContainers deletes every container c's key lists.
+func deleteKeyContainers(ctx context.Context, c openai.Client) error {
+	page, err := c.Containers.List(ctx, openai.ContainerListParams{})
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	for _, ct := range page.Data {
+		if err := c.Containers.Delete(ctx, ct.ID); err != nil {
+			return fmt.Errorf("delete container %s: %w", ct.ID, err)
+		}
+	}
+	return nil
+}
+
+// sandboxProcs returns the sandbox processes: those descending from this process but Envoy's.
+func sandboxProcs() []proc {
+	var out []proc
+	for _, p := range descendants(os.Getpid()) {
+		if p.comm != "envoy" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// templateRuns reports whether a fork template (or a container forked from one, which keeps
+// its command line) is among the sandbox processes.
+func templateRuns() bool {
+	for _, p := range sandboxProcs() {
+		if strings.Contains(p.cmdline, "<codeinterp-template>") {
+			return true
+		}
+	}
+	return false
+}
+
+// settledSandboxes waits until the count of sandbox processes (the template, the warm pool)
+// has not changed for a second, and returns it.
+func settledSandboxes(b *testing.B) int {
+	b.Helper()
+	last, since := -1, time.Now()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		n := len(sandboxProcs())
+		if n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) >= time.Second {
+			return n
+		}
+	}
+	b.Fatalf("the sandbox processes did not settle within a minute (last count %d)", last)
+	return 0
+}
+
+// waitSandboxes waits until at most idle sandbox processes are left.
+func waitSandboxes(b *testing.B, idle int) {
+	b.Helper()
+	var left []proc
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if left = sandboxProcs(); len(left) <= idle {
+			return
+		}
+	}
+	b.Fatalf("%d sandbox processes left after deleting the load's containers, %d when idle", len(left), idle)
+}
+
+// resetPeakRSS resets this process's peak resident memory (VmHWM) to its current one and
+// returns that.
+func resetPeakRSS(b *testing.B) int64 {
+	b.Helper()
+	// "5" resets the peak resident set size (proc(5), /proc/pid/clear_refs).
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		b.Fatalf("reset VmHWM: %v", err)
+	}
+	rss, ok := statusField("/proc/self/status", "VmRSS:")
+	if !ok {
+		b.Fatal("no VmRSS in /proc/self/status")
+	}
+	return rss
+}
+
+// memSampler samples this process's resident memory and the sandboxes' summed PSS until stop.
+type memSampler struct {
+	done              chan struct{}
+	wg                sync.WaitGroup
+	server, sandboxes int64 // the peaks, written by the samplers, read after wg.Wait
+}
+
+// sampleMemory starts the samplers; [memSampler.stop] ends them and waits for them.
+func sampleMemory() *memSampler {
+	m := &memSampler{done: make(chan struct{})}
+	m.wg.Go(func() {
+		m.server = sampleMax(m.done, 5*time.Millisecond, func() int64 {
+			rss, _ := statusField("/proc/self/status", "VmRSS:")
+			return rss
+		})
+	})
+	m.wg.Go(func() { m.sandboxes = sampleMax(m.done, 500*time.Millisecond, sandboxesPSS) })
+	return m
+}
+
+// stop ends the sampling and returns the peaks: this process's resident memory (the larger of
+// the samples and VmHWM) and the sandboxes' PSS (the larger of the samples and one more).
+func (m *memSampler) stop() (server, sandboxes int64) {
+	last := sandboxesPSS()
+	close(m.done)
+	m.wg.Wait()
+	hwm, _ := statusField("/proc/self/status", "VmHWM:")
+	return max(m.server, hwm), max(m.sandboxes, last)
+}
+
+// sampleMax calls read every interval until done is closed and returns the largest value read.
+// A read that takes longer than a tenth of interval spaces the next one by ten times its
+// length, so that the sampler takes at most a tenth of a core from what it measures (reading
+// the PSS of hundreds of processes walks their page tables).
+func sampleMax(done <-chan struct{}, interval time.Duration, read func() int64) int64 {
+	var top int64
+	for {
+		t0 := time.Now()
+		top = max(top, read())
+		t := time.NewTimer(max(interval, 10*time.Since(t0)))
+		select {
+		case <-done:
+			t.Stop()
+			return top
+		case <-t.C:
+		}
+	}
+}
+
+// sandboxesPSS is the summed PSS of the sandbox processes, in bytes.
+func sandboxesPSS() int64 {
+	var sum int64
+	for _, p := range sandboxProcs() {
+		if pss, ok := statusField(fmt.Sprintf("/proc/%d/smaps_rollup", p.pid), "Pss:"); ok {
+			sum += pss
+		}
+	}
+	return sum
+}
