@@ -58,6 +58,8 @@ type exchange struct {
 	clientPrevious string
 	// ran are the containers the answer's calls ran in, in order, as Final last saw them.
 	ran []string
+	// live is what the event stream learned as the rounds streamed.
+	live liveCalls
 }
 
 // Continue implements [schema.Exchange]. The upstream, when it stores responses, holds a turn
