@@ -18,6 +18,9 @@ type liveCalls struct {
 	// the answer leaves them out.
 	followUps int
 	textOnly  bool
+	// named is the id of the response.created of the first answer's stream, when that
+	// started the client's: the answer keeps it.
+	named string
 }
 
 type liveKey struct{ round, index int }

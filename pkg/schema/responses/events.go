@@ -252,6 +252,7 @@ func (e *events) delta(ev schema.Event) error {
 	if typ == "response.created" {
 		if r := data.Get("response"); !e.started && r.IsObject() {
 			e.start([]byte(r.Raw))
+			e.x.live.named = r.Get("id").String()
 		}
 		return nil
 	}

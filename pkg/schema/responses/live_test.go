@@ -33,6 +33,9 @@ type scriptRound struct {
 	cut      *rand.Rand
 	calls    []schema.CodeCall
 	textOnly bool
+	// createdID, if set, is the id of the stream's response.created (an upstream whose
+	// stream names its response otherwise than its answer).
+	createdID string
 }
 
 // play feeds the rounds to x's sink writing to buf as the loop does (follow-ups built, each
@@ -55,7 +58,7 @@ func play(t *testing.T, x schema.Exchange, buf *bytes.Buffer, rounds []scriptRou
 		}
 		body := r.body
 		if r.stream {
-			body = streamRound(t, x, sink, i, r.body, r.cut, at)
+			body = streamRound(t, x, sink, i, r.body, r.cut, r.createdID, at)
 			require.JSONEq(t, string(r.body), string(body), "round %d: the stream's answer", i)
 		}
 		turn, err := x.ParseTurn(body)
@@ -96,7 +99,7 @@ func play(t *testing.T, x schema.Exchange, buf *bytes.Buffer, rounds []scriptRou
 
 // streamRound feeds the upstream event stream of answer, its deltas cut by cut (if set), to a
 // new UpstreamStream of x and its deltas to sink as round's, and returns the stream's answer.
-func streamRound(t *testing.T, x schema.Exchange, sink schema.Sink, round int, answer []byte, cut *rand.Rand, at func(string)) []byte {
+func streamRound(t *testing.T, x schema.Exchange, sink schema.Sink, round int, answer []byte, cut *rand.Rand, createdID string, at func(string)) []byte {
 	t.Helper()
 	stream, err := responses.SSE(answer)
 	require.NoError(t, err)
@@ -108,6 +111,10 @@ func streamRound(t *testing.T, x schema.Exchange, sink schema.Sink, round int, a
 			t.Fatalf("round %d: the stream ended without an answer", round)
 		}
 		require.NoError(t, err)
+		if ev.Name == "response.created" && createdID != "" {
+			ev.Data, err = sjson.SetBytes(bytes.Clone(ev.Data), "response.id", createdID)
+			require.NoError(t, err)
+		}
 		for _, data := range cutDelta(t, ev.Data, cut) {
 			delta, body, err := us.Event(ev.Name, data)
 			require.NoError(t, err, "round %d: event %s", round, ev.Name)
@@ -360,6 +367,23 @@ func TestEventsFirstAnswerStreams(t *testing.T) {
 	require.True(t, strings.HasPrefix(before, "event: response.created\n"), "the stream starts before the first answer is complete: %s", before)
 	assert.Contains(t, before, "event: response.in_progress\n", "in_progress before the first answer is complete")
 	assert.Contains(t, before, `"delta":"print(1)"`, "the first call's code streams before the first answer is complete")
+}
+
+// A first answer whose stream names its response otherwise than its answer does: the client's
+// answer keeps the name its stream started with, whether the loop runs or not.
+func TestEventsFirstStreamNamesTheAnswer(t *testing.T) {
+	for _, loop := range []bool{false, true} {
+		x := newLive(t)
+		var buf bytes.Buffer
+		rounds := []scriptRound{{body: answer("1", message("msg_1", "no code")), stream: true, createdID: "resp_streamed"}}
+		if loop {
+			rounds = liveScript(nil, true, "x = 1", "print(x)")
+			rounds[0].createdID = "resp_streamed"
+		}
+		final := play(t, x, &buf, rounds, nil)
+		checkWhole(t, buf.Bytes(), final)
+		assert.Equal(t, "resp_streamed", gjson.GetBytes(final, "id").String(), "loop %v: the answer's id", loop)
+	}
 }
 
 // Arguments that are not {"code": …} stream no code: the code is done when the call starts,
