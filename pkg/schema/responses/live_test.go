@@ -480,3 +480,48 @@ func FuzzEventsLiveIsWhole(f *testing.F) {
 		assert.Equal(t, b.texts, a.texts, "texts as the plain answer's stream has them")
 	})
 }
+
+// A round whose stream adds an item out of order streams live up to it; it and the items after
+// it are written when the answer is complete, and the client still gets the plain answer.
+func TestEventsOutOfOrderStream(t *testing.T) {
+	x := newLive(t)
+	var buf bytes.Buffer
+	sink := x.Events(&buf)
+	body := answer("1", callArgs("a", codeArgs("print(1)")), message("msg_b", "between"), callArgs("c", codeArgs("print(3)")))
+	stream, err := responses.SSE(body)
+	require.NoError(t, err)
+	us := x.(schema.StreamReader).ReadStream()
+	for _, ev := range parseSSE(t, stream) {
+		data := []byte(ev.data)
+		if idx := gjson.GetBytes(data, "output_index"); idx.Exists() && idx.Int() == 1 {
+			continue // the stream skips item 1: item 2 arrives out of order
+		}
+		delta, _, err := us.Event(ev.typ, data)
+		require.NoError(t, err, "event %s", ev.typ)
+		if delta != nil {
+			require.NoError(t, sink.Event(schema.Event{Kind: schema.EventDelta, Body: delta}))
+		}
+	}
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventRound, Body: body}))
+	turn, err := x.ParseTurn(body)
+	require.NoError(t, err)
+	var calls []schema.CodeCall
+	for k, c := range turn.Calls {
+		run := ran("ok")
+		run.Code = c.Code
+		if run.ID = x.(schema.CallIDs).CodeCallID(0, k, c.CallID); run.ID == "" {
+			run.ID = fmt.Sprintf("ci_loop_%d", k)
+		}
+		started := run
+		started.Status, started.Outputs = "in_progress", []schema.CodeOutput{}
+		require.NoError(t, sink.Event(schema.Event{Kind: schema.EventCallStarted, Call: &started}))
+		require.NoError(t, sink.Event(schema.Event{Kind: schema.EventCallDone, Call: &run}))
+		calls = append(calls, run)
+	}
+	assert.NotEqual(t, "ci_loop_0", calls[0].ID, "the call streamed live keeps the stream's id")
+	assert.Equal(t, "ci_loop_1", calls[1].ID, "the call after the item out of order is the loop's")
+	final, err := x.Final([]schema.Round{{Body: body, Calls: calls}}, "")
+	require.NoError(t, err)
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventDone, Body: final}))
+	checkWhole(t, buf.Bytes(), final)
+}
