@@ -63,7 +63,7 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		maxCalls = DefaultMaxCallsPerTurn
 	}
 	for i, c := range calls {
-		item := schema.CodeCall{ID: lr.e.newID("ci_"), Code: c.Code, Status: "in_progress", Outputs: []schema.CodeOutput{}}
+		item := schema.CodeCall{ID: lr.callID(round, i, c.CallID), Code: c.Code, Status: "in_progress", Outputs: []schema.CodeOutput{}}
 		if lr.r.Sink != nil {
 			// The item names its container from the start: acquiring only names it, the
 			// container starts on the first run.
@@ -117,6 +117,17 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		lr.emit(schema.Event{Kind: schema.EventCallDone, Round: round, Call: &done})
 	}
 	return items, outputs, repeated
+}
+
+// callID returns the item id of the call of the function number i of round whose call id is
+// callID: the one the exchange's stream already showed the client, else a new one.
+func (lr *loopRun) callID(round, i int, callID string) string {
+	if ids, ok := lr.r.Exchange.(schema.CallIDs); ok {
+		if id := ids.CodeCallID(round, i, callID); id != "" {
+			return id
+		}
+	}
+	return lr.e.newID("ci_")
 }
 
 // ensureLease returns the request's sandbox lease, acquiring it on first use. Acquiring names the

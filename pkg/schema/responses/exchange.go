@@ -58,6 +58,8 @@ type exchange struct {
 	clientPrevious string
 	// ran are the containers the answer's calls ran in, in order, as Final last saw them.
 	ran []string
+	// live is what the event stream learned as the rounds streamed.
+	live liveCalls
 }
 
 // Continue implements [schema.Exchange]. The upstream, when it stores responses, holds a turn
@@ -178,11 +180,15 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 	if err == nil && x.clientPrevious != "" {
 		body, err = sjson.SetBytes(body, "previous_response_id", x.clientPrevious)
 	}
-	if err == nil && r.Stream && len(rounds) > 1 {
-		// A stream named its response with the first turn's id (response.created): the answer
-		// keeps that name, and a continuation from it is sent upstream as one from the last
-		// turn (see Remember and Continue).
+	if err == nil && r.Stream && (len(rounds) > 1 || x.live.named != "") {
+		// A stream named its response with the first turn's id (response.created, the
+		// upstream's own when the first turn streamed): the answer keeps that name, and a
+		// continuation from it is sent upstream as one from the last turn (see Remember and
+		// Continue).
 		first, last := gjson.GetBytes(rounds[0].Body, "id").String(), gjson.GetBytes(body, "id").String()
+		if x.live.named != "" {
+			first = x.live.named
+		}
 		if first != "" && last != "" && first != last {
 			if body, err = sjson.SetBytes(body, "id", first); err == nil {
 				x.named, x.upstreamID = first, last

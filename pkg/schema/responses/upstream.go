@@ -16,10 +16,11 @@ func (x *exchange) ReadStream() schema.UpstreamStream { return &upstreamStream{}
 
 var _ schema.StreamReader = (*exchange)(nil)
 
-// upstreamStream reads one Responses event stream from the upstream. The events about output
-// items (response.output_item.*, response.content_part.*, response.output_text.* and the
-// other events that carry an output_index) are passed on as deltas, as the upstream sent them;
-// the events sink decides which of them the client sees (see events.delta).
+// upstreamStream reads one Responses event stream from the upstream. response.created (whose
+// response starts the client's stream when the first answer streams) and the events about
+// output items (response.output_item.*, response.content_part.*, response.output_text.* and
+// the other events that carry an output_index) are passed on as deltas, as the upstream sent
+// them; the events sink decides which of them the client sees (see events.delta).
 type upstreamStream struct {
 	ended bool
 }
@@ -46,7 +47,7 @@ func (u *upstreamStream) Event(_ string, data []byte) (delta, answer []byte, err
 		return nil, []byte(r.Raw), nil
 	case typ == "error":
 		return nil, nil, fmt.Errorf("read responses stream: the upstream reported an error (%s)", ev.Get("code").String())
-	case strings.HasPrefix(typ, "response.") && ev.Get("output_index").Type == gjson.Number:
+	case typ == "response.created", strings.HasPrefix(typ, "response.") && ev.Get("output_index").Type == gjson.Number:
 		return data, nil, nil
 	}
 	return nil, nil, nil

@@ -83,9 +83,9 @@ func compact(t *testing.T, s string) string {
 	return b.String()
 }
 
-// A round whose upstream answer streams relays its items up to the first internal call as they
-// arrive, and writes the rest when the answer is complete: a client that accumulates the
-// stream gets exactly the items of the plain answer, in order.
+// A round whose upstream answer streams relays its items as they arrive (the internal call as
+// a code_interpreter_call, never as itself): a client that accumulates the stream gets exactly
+// the items of the plain answer, in order.
 func TestEventsRelayStreamedRounds(t *testing.T) {
 	x, err := responses.Surface{}.NewExchange([]byte(eventsClient), schema.Options{})
 	require.NoError(t, err)
@@ -173,7 +173,7 @@ func TestUpstreamStreamAnswer(t *testing.T) {
 		{
 			name:      "completed",
 			give:      []string{`{"type":"response.created","response":{}}`, `{"type":"response.output_text.delta","output_index":0,"delta":"a"}`, `{"type":"response.completed","response":{"id":"r","output":[]}}`},
-			wantDelta: 1, wantBody: `{"id":"r","output":[]}`,
+			wantDelta: 2, wantBody: `{"id":"r","output":[]}`,
 		},
 		{
 			name:      "failed",
