@@ -1,5 +1,3 @@
-//go:build firststream
-
 package e2e
 
 import (
