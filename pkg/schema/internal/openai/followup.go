@@ -92,6 +92,17 @@ func (d *Dialect) followUp(rq, rs jsonscan.TopLevel, turn schema.Turn, outputs [
 		m := reqMembers[k]
 		edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: []byte("false")})
 	}
+	// stream_options go with a stream only (the API refuses them without one): a streamed
+	// follow-up carries the dialect's, a whole answer none.
+	switch k := rq.Find("stream_options"); {
+	case o.Stream && d.StreamOptions != nil && k >= 0:
+		m := reqMembers[k]
+		edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: d.StreamOptions})
+	case o.Stream && d.StreamOptions != nil:
+		appends = append(appends, AddedMember{Key: "stream_options", Value: d.StreamOptions})
+	case !o.Stream && k >= 0:
+		edits = append(edits, jsonscan.RemoveMember(reqMembers, k))
+	}
 
 	body, err := jsonscan.Apply(req, edits)
 	if err != nil {
