@@ -1,6 +1,7 @@
 // Package chat is OpenAI's Chat Completions surface (POST /v1/chat/completions): the rewrite of
 // its requests, the reading of its answers' tool calls, its follow-up requests, its final
-// answers, its chunk streams and the replay of calls an answer left out.
+// answers, its chunk streams (the client's, written as the loop runs, and the upstream's,
+// read as they arrive) and the replay of calls an answer left out.
 package chat
 
 import (

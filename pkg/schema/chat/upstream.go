@@ -27,10 +27,10 @@ var _ schema.StreamReader = (*exchange)(nil)
 const maxChoices = 128
 
 // upstreamStream reads one Chat Completions chunk stream from the upstream, chunk by chunk,
-// and builds the chat.completion it streams as the SDKs' accumulators do: the first chunk's
+// and builds the chat.completion it streams as the SDKs' accumulators do: the first
 // id, created, model, service_tier and system_fingerprint; per choice (by index) the role,
 // the content, refusal and reasoning_content deltas joined, the tool calls assembled by index
-// (id, type and name from their first fragment, the arguments joined), a legacy
+// (the id and type they give, the name and arguments joined), a legacy
 // function_call, the finish_reason and the logprobs joined; the usage of the usage chunk.
 //
 // What the client's stream may show of choice 0 is passed on as it arrives, as a delta object
@@ -42,8 +42,8 @@ type upstreamStream struct {
 	x *exchange
 	// name is the internal function's name.
 	name string
-	// id, created, model, tier and fingerprint are the first chunk's, raw and compact ("" when
-	// absent).
+	// id, created, model, tier and fingerprint are the first the chunks give, raw and compact
+	// ("" before).
 	id, created, model, tier, fingerprint string
 	seen, ended                           bool
 	choices                               []*upstreamChoice
@@ -110,10 +110,14 @@ func (u *upstreamStream) Event(_ string, data []byte) (delta, answer []byte, err
 		}
 		return nil, nil, fmt.Errorf("read chat stream: the upstream reported an error (%s)", e.Get("code").String())
 	}
-	if !u.seen {
-		u.seen = true
-		u.id, u.created, u.model = compact(ev.Get("id")), compact(ev.Get("created")), compact(ev.Get("model"))
-		u.tier, u.fingerprint = compact(ev.Get("service_tier")), compact(ev.Get("system_fingerprint"))
+	u.seen = true
+	for _, f := range [...]struct {
+		v   *string
+		key string
+	}{{&u.id, "id"}, {&u.created, "created"}, {&u.model, "model"}, {&u.tier, "service_tier"}, {&u.fingerprint, "system_fingerprint"}} {
+		if *f.v == "" {
+			*f.v = compact(ev.Get(f.key))
+		}
 	}
 	choices := ev.Get("choices")
 	if choices.Exists() && !choices.IsArray() && choices.Type != gjson.Null {

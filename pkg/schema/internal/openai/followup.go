@@ -23,8 +23,10 @@ import (
 //
 // Every call of the function in resp needs an output, and every output must answer one: a
 // mismatch, or a call of a client tool in resp (which the client, not a follow-up, must answer),
-// is an error. When several outputs share a call id the first is used. Everything else in req is
-// kept byte for byte. FollowUp does not keep or modify its arguments.
+// is an error. When several outputs share a call id the first is used. With o.Stream the request
+// asks for a stream (stream:true, and the dialect's StreamOptions when it has them); without, a
+// stream:true becomes false and stream_options go. Everything else in req is kept byte for byte.
+// FollowUp does not keep or modify its arguments.
 func (d *Dialect) FollowUp(req, resp []byte, outputs []schema.CallOutput, o schema.FollowUpOptions) ([]byte, error) {
 	// The request was read by RewriteRequest (or built by an earlier FollowUp): check it as
 	// RewriteRequest does, so a body it accepted is accepted here too, and fast.
