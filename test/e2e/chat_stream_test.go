@@ -174,3 +174,25 @@ func TestChatStreamedFollowUpWithoutUsage(t *testing.T) {
 		assert.True(t, asked.StreamOptions.IncludeUsage, "the follow-up asks for usage")
 	})
 }
+
+// checkChatUpstreamRequests checks the model calls of a chat scenario: the client's
+// credentials and none of our headers, as checkUpstreamRequests does; for a streaming client
+// every call (the first and the follow-ups) asks for a stream with usage, for another none.
+func checkChatUpstreamRequests(t *testing.T, reqs []fakemodel.Request, auth, what string, stream bool) {
+	t.Helper()
+	for i, r := range reqs {
+		assert.Equal(t, auth, r.Header.Get("Authorization"), "%s: credentials of model call %d", what, i+1)
+		for k := range r.Header {
+			assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-codeinterp-"), "%s: model call %d carries %s", what, i+1, k)
+		}
+		var asked streamRequestOf
+		require.NoError(t, r.Decode(&asked), "%s: model call %d", what, i+1)
+		assert.Equal(t, stream, asked.Stream, "%s: whether model call %d streams", what, i+1)
+		if stream {
+			require.NotNil(t, asked.StreamOptions, "%s: model call %d has stream_options", what, i+1)
+			assert.True(t, asked.StreamOptions.IncludeUsage, "%s: model call %d asks for usage", what, i+1)
+		} else {
+			assert.Nil(t, asked.StreamOptions, "%s: model call %d has no stream_options", what, i+1)
+		}
+	}
+}
