@@ -29,6 +29,12 @@ var longText = strings.Repeat("The code printed 42, which is the answer. ", 8)
 var textAnswer = `{"id":"cc-1","object":"chat.completion","created":7,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"message":{"role":"assistant",` +
 	`"content":"` + longText + `","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":30,"total_tokens":50}}`
 
+// twoChoices is an answer with two choices (n=2).
+const twoChoices = `{"id":"cc-2","object":"chat.completion","created":8,"model":"m","choices":[` +
+	`{"index":0,"message":{"role":"assistant","content":"First."},"logprobs":null,"finish_reason":"stop"},` +
+	`{"index":1,"message":{"role":"assistant","content":"Second."},"logprobs":null,"finish_reason":"length"}],` +
+	`"usage":{"prompt_tokens":20,"completion_tokens":4,"total_tokens":24}}`
+
 // round is one upstream answer of a scripted loop: its JSON body, and the chunk stream it
 // came as (empty: it came as JSON).
 type round struct {
@@ -202,6 +208,13 @@ func TestEventsRelayStreamedRounds(t *testing.T) {
 			request:  streamRequest,
 			rounds:   []round{{body: textAnswer, stream: streamOf(t, textAnswer)}},
 			wantLive: []string{longText},
+			usage:    true,
+		},
+		{
+			name:     "the streamed answer has two choices",
+			request:  streamRequest,
+			rounds:   []round{{body: codeAnswer}, {body: twoChoices, stream: streamOf(t, twoChoices)}},
+			wantLive: []string{"First."},
 			usage:    true,
 		},
 		{
