@@ -495,7 +495,7 @@ func TestStreamingAnswerIsSSE(t *testing.T) {
 	assert.Equal(t, "text/event-stream", contentType)
 	assert.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "chat streams end with [DONE]: %s", body)
 	assert.Equal(t, "application/json", res.Header.Get("Content-Type"), "the loop's own answer is the JSON one")
-	assert.False(t, gjson.GetBytes(f.model.sent()[0], "stream_options").Exists(), "stream_options never goes upstream")
+	assert.JSONEq(t, `{"include_usage":true}`, gjson.GetBytes(f.model.sent()[0], "stream_options").Raw, "a streamed follow-up asks for usage, whatever the client asked")
 }
 
 func TestRenderAndCap(t *testing.T) {

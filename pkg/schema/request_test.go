@@ -536,7 +536,12 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 						names = append(names, tool.OfFunction.Function.Name)
 					}
 				}
-				assert.False(t, p.StreamOptions.IncludeUsage.Valid(), "RewriteRequest(%s) kept stream_options", tt.name)
+				// A stream is sent upstream asking for usage, whatever the client's stream_options.
+				var stream struct {
+					Stream bool `json:"stream"`
+				}
+				require.NoError(t, json.Unmarshal(got.Body, &stream), "unmarshal RewriteRequest(%s) stream", tt.name)
+				assert.Equal(t, stream.Stream, p.StreamOptions.IncludeUsage.Value, "RewriteRequest(%s) stream_options", tt.name)
 			}
 			assert.Contains(t, names, schema.DefaultFunctionName, "RewriteRequest(%s) function names", tt.name)
 

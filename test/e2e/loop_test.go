@@ -356,7 +356,7 @@ func scenarioComputeChat(t *testing.T, x *scene) string {
 
 	reqs := x.sent()
 	require.Len(t, reqs, 2, "compute chat: requests the model got")
-	checkUpstreamRequests(t, x.s, reqs, "Bearer sk-compute", "compute chat", false)
+	checkChatUpstreamRequests(t, x.s, reqs, "Bearer sk-compute", "compute chat", x.v.stream)
 	assert.Equal(t, "42\n", outputOf(t, reqs[1], "call_1"), "compute chat: the real output fed back to the model")
 	assert.Equal(t, "call_1", gjson.GetBytes(reqs[1].Body, `messages.#(role=="assistant").tool_calls.0.id`).String(),
 		"compute chat: the follow-up has the assistant's call")

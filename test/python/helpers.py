@@ -52,20 +52,21 @@ def _without_parsed(v: Any) -> Any:
 def check_upstream(reqs: list[Request], auth: str, what: str) -> None:
     """What every model call of a loop carries: the client's credentials, no x-codeinterp-*
     header, no stream_options (whatever the client asked), the hosted tool rewritten into the
-    function tool; every call asks for a whole answer, except that a streaming Responses or
-    Messages client's calls all stream (the first keeps the client's stream:true)."""
+    function tool; every call asks for a whole answer, except that a streaming client's calls
+    all stream (the first keeps the client's stream:true), a Chat one asking for usage."""
     assert reqs, f"{what}: the model got no request"
     streams = {bool(r.json().get("stream", False)) for r in reqs}
     assert len(streams) <= 1, f"{what}: some model calls stream, some not"
-    if streams == {True}:
-        assert all(r.path.endswith(("/responses", "/messages")) for r in reqs), \
-            f"{what}: only Responses and Messages calls stream"
     for i, r in enumerate(reqs):
         assert r.header("authorization") == auth, f"{what}: credentials of model call {i + 1}"
         leaked = [k for k in r.headers if k.lower().startswith("x-codeinterp-")]
         assert not leaked, f"{what}: model call {i + 1} carries {leaked}"
         body = r.json()
-        assert "stream_options" not in body, f"{what}: model call {i + 1} has stream_options"
+        if body.get("stream") and r.path.endswith("/chat/completions"):
+            assert body.get("stream_options") == {"include_usage": True}, \
+                f"{what}: model call {i + 1} asks for usage: {body.get('stream_options')}"
+        else:
+            assert "stream_options" not in body, f"{what}: model call {i + 1} has stream_options"
         tools = body.get("tools", [])
         assert all(t.get("type") != "code_interpreter" for t in tools), \
             f"{what}: model call {i + 1} still has the hosted tool: {tools}"

@@ -1,6 +1,7 @@
 // Package chat is OpenAI's Chat Completions surface (POST /v1/chat/completions): the rewrite of
 // its requests, the reading of its answers' tool calls, its follow-up requests, its final
-// answers, its chunk streams and the replay of calls an answer left out.
+// answers, its chunk streams (the client's, written as the loop runs, and the upstream's,
+// read as they arrive) and the replay of calls an answer left out.
 package chat
 
 import (
@@ -18,11 +19,16 @@ var dialect = openai.Dialect{
 		edits, err := followUpChat(rq, rs, outs)
 		return edits, nil, err
 	},
+	KeepStream: true,
+	// The loop sums every round's usage, and a stream carries usage only when asked.
+	StreamOptions: []byte(`{"include_usage":true}`),
 }
 
 // RewriteRequest rewrites a client request body for the upstream model: the code_interpreter
 // tool becomes a function tool in the same position, a tool_choice naming it names the
-// function, and stream:true becomes stream:false without stream_options. Every other byte
+// function, and stream:true stays with stream_options {"include_usage":true} instead of the
+// client's (the upstream's answer streams through; the client's own stream_options still shape
+// its stream, see [SSE]). Every other byte
 // stays as the client sent it; a body without a code_interpreter tool comes back unchanged
 // with Found false. See [openai.Dialect.RewriteRequest] for what is checked.
 func RewriteRequest(body []byte, o schema.Options) (schema.Request, error) {

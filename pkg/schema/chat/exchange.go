@@ -2,8 +2,6 @@ package chat
 
 import (
 	"bytes"
-	"fmt"
-	"io"
 	"slices"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
@@ -41,6 +39,9 @@ const kindCall = "chat.call"
 // exchange is one Chat Completions request.
 type exchange struct {
 	*openai.Exchange
+	// upstreamErr is the error an upstream chunk stream reported, compact, for the client's
+	// stream; nil when none did.
+	upstreamErr []byte
 }
 
 // Continue implements [schema.Exchange]. The client replays the assistant message with its own
@@ -86,53 +87,4 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 		body, err = MarkIncomplete(body)
 	}
 	return body, err
-}
-
-// Events implements [schema.Exchange]: a comment when the first upstream answer is in (so that
-// the client has the stream's headers at once), then the answer as the chunk stream when the
-// loop is done, or a failure as an error chunk. Chat has no place for code calls: the stream
-// carries the final message only, as the plain answer does.
-func (x *exchange) Events(w io.Writer) schema.Sink {
-	return &events{w: w, streamOptions: x.Request().StreamOptions}
-}
-
-// startComment opens a stream before its first chunk; clients ignore SSE comments.
-const startComment = ": codeinterp is running the model's code\n\n"
-
-// events writes a loop's answer as a chunk stream.
-type events struct {
-	w             io.Writer
-	streamOptions []byte
-	started       bool
-	ended         bool
-}
-
-// Ended reports whether the stream's last chunks (the answer, or an error) were written.
-func (s *events) Ended() bool { return s.ended }
-
-func (s *events) Event(ev schema.Event) error {
-	var (
-		out []byte
-		err error
-	)
-	switch ev.Kind {
-	case schema.EventRound:
-		if s.started {
-			return nil
-		}
-		s.started = true
-		out = []byte(startComment)
-	case schema.EventDone:
-		if out, err = SSE(ev.Body, s.streamOptions); err != nil {
-			return fmt.Errorf("encode event stream: %w", err)
-		}
-		s.ended = true
-	case schema.EventFailed:
-		out = ErrorSSE(openai.ErrorFields(ev.Body))
-		s.ended = true
-	default:
-		return nil
-	}
-	_, err = s.w.Write(out)
-	return err
 }

@@ -2,10 +2,12 @@ package chat_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 	"go.uber.org/goleak"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
@@ -82,4 +84,32 @@ func TestExchangeContinuation(t *testing.T) {
 	changed, err = x.Continue(p, func() string { return "id-b" })
 	require.NoError(t, err)
 	assert.False(t, changed, "another identity's request is left as it is")
+}
+
+// A streaming client's requests go upstream as streams asking for usage, its own
+// stream_options kept for its stream; a follow-up asked to stream asks for usage too, one that
+// is not asks for a whole answer without stream_options.
+func TestExchangeFollowUpStreams(t *testing.T) {
+	x, err := chat.Surface{}.NewExchange([]byte(`{"model":"m","stream":true,"stream_options":{"include_usage":false},"messages":[],"tools":[{"type":"code_interpreter"}]}`), schema.Options{})
+	require.NoError(t, err)
+	rq := x.Request()
+	assert.Equal(t, `{"include_usage":false}`, string(rq.StreamOptions), "the client's stream_options")
+	assert.Contains(t, string(rq.Body), `"stream":true,"stream_options":{"include_usage":true}`, "the first call")
+	tests := []struct {
+		stream      bool
+		wantOptions string
+	}{
+		{stream: true, wantOptions: `{"include_usage":true}`},
+		{stream: false},
+		{stream: true, wantOptions: `{"include_usage":true}`},
+	}
+	for round, tt := range tests {
+		_, err := x.ParseTurn(answerWithCall(round+1, ""))
+		require.NoError(t, err)
+		got, err := x.FollowUp([]schema.CallOutput{{CallID: fmt.Sprintf("call_%d", round+1), Output: "1"}}, schema.FollowUpOptions{Stream: tt.stream})
+		require.NoError(t, err, "round %d", round+1)
+		assert.Equal(t, tt.stream, gjson.GetBytes(got, "stream").Bool(), "round %d: stream of %s", round+1, got)
+		assert.Equal(t, tt.wantOptions, gjson.GetBytes(got, "stream_options").Raw, "round %d: stream_options of %s", round+1, got)
+		assert.Equal(t, 1, strings.Count(string(got), `"stream"`), "round %d: one stream member in %s", round+1, got)
+	}
 }

@@ -3,6 +3,7 @@ package chat
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
@@ -26,13 +27,28 @@ import (
 // `data: [DONE]`. Data lines never contain a raw newline, U+2028 or U+2029. SSE fails when
 // final is not a JSON object.
 func SSE(final []byte, streamOptions []byte) ([]byte, error) {
-	s, ok := openai.CompactBody(final)
-	if !ok {
-		return nil, errors.New("encode chat stream: body is not a JSON object")
-	}
-	includeUsage := gjson.GetBytes(streamOptions, "include_usage").Bool()
-	root := gjson.Parse(s)
+	return appendSSE(nil, final, streamOptions, nil)
+}
 
+// relayed is what a client's chunk stream already carries of an answer, written while its
+// round streamed: the stream's chunk envelope and, of the choice with index 0, the role chunk,
+// the first bytes of its content and refusal and the first fragments of its first tool calls.
+type relayed struct {
+	// head is the envelope of the stream's chunks (see chunkHead), nil before the first.
+	head []byte
+	// role reports that choice 0's role chunk was written.
+	role bool
+	// content and refusal are the bytes of choice 0's content and refusal written.
+	content, refusal int
+	// calls holds, for each of choice 0's first tool calls whose first fragment was written,
+	// the bytes of its arguments written.
+	calls []int
+}
+
+// chunkHead returns the envelope of a chunk of the answer or chunk root (compact): its id,
+// object, created, model, system_fingerprint and service_tier, up to "choices", without the
+// closing brace.
+func chunkHead(root gjson.Result) []byte {
 	head := make([]byte, 0, 256)
 	head = append(head, `{"id":`...)
 	head = append(head, openai.RawOr(root.Get("id"), `""`)...)
@@ -48,20 +64,45 @@ func SSE(final []byte, streamOptions []byte) ([]byte, error) {
 			head = append(head, v.Raw...)
 		}
 	}
-	tail := "}"
-	if includeUsage {
-		tail = `,"usage":null}`
+	return head
+}
+
+// chunkTail is what closes a chunk after "choices": usage null in every chunk when the client
+// asked for a usage chunk.
+func chunkTail(streamOptions []byte) string {
+	if gjson.GetBytes(streamOptions, "include_usage").Bool() {
+		return `,"usage":null}`
 	}
+	return "}"
+}
+
+// appendSSE appends to dst the chunk stream of final as SSE writes it, less what r says the
+// client's stream already carries (nil: nothing), in r's envelope when it has one.
+func appendSSE(dst, final []byte, streamOptions []byte, r *relayed) ([]byte, error) {
+	s, ok := openai.CompactBody(final)
+	if !ok {
+		return nil, errors.New("encode chat stream: body is not a JSON object")
+	}
+	root := gjson.Parse(s)
+	head := chunkHead(root)
+	if r != nil && r.head != nil {
+		head = r.head
+	}
+	tail := chunkTail(streamOptions)
 	// Each delta of at most DeltaMax bytes costs about 200 bytes of chunk envelope.
-	c := sseChat{buf: make([]byte, 0, 3*len(s)+4*len(head)+1024), head: head, tail: tail}
+	c := sseChat{buf: slices.Grow(dst, 3*len(s)+4*len(head)+1024), head: head, tail: tail}
 
 	pos := 0
 	root.Get("choices").ForEach(func(_, choice gjson.Result) bool {
-		c.choice(choice, pos)
+		var skip *relayed
+		if r != nil && choice.Get("index").Raw == "0" {
+			skip = r
+		}
+		c.choice(choice, pos, skip)
 		pos++
 		return true
 	})
-	if includeUsage {
+	if tail != "}" {
 		c.buf = append(c.buf, "data: "...)
 		c.buf = append(c.buf, c.head...)
 		c.buf = append(c.buf, `,"choices":[],"usage":`...)
@@ -114,26 +155,36 @@ func (c *sseChat) text(key, s string) {
 	}
 }
 
-// choice writes all chunks of one choice; pos is its position, used when it has no index.
-func (c *sseChat) choice(choice gjson.Result, pos int) {
+// choice writes all chunks of one choice, less what skip says the stream already carries
+// (nil: nothing); pos is its position, used when it has no index.
+func (c *sseChat) choice(choice gjson.Result, pos int, skip *relayed) {
+	if skip == nil {
+		skip = &relayed{}
+	}
 	c.index = strconv.Itoa(pos)
 	if i := choice.Get("index"); i.Type == gjson.Number {
 		c.index = i.Raw
 	}
 	msg := choice.Get("message")
 
-	c.begin()
-	c.buf = append(c.buf, `"role":`...)
-	c.buf = append(c.buf, openai.RawOr(msg.Get("role"), `"assistant"`)...)
-	c.buf = append(c.buf, `,"content":""`...)
-	c.end("null", "null")
+	if !skip.role {
+		c.begin()
+		c.buf = append(c.buf, `"role":`...)
+		c.buf = append(c.buf, openai.RawOr(msg.Get("role"), `"assistant"`)...)
+		c.buf = append(c.buf, `,"content":""`...)
+		c.end("null", "null")
+	}
 
-	c.text("content", msg.Get("content").String())
-	c.text("refusal", msg.Get("refusal").String())
+	c.text("content", rest(msg.Get("content").String(), skip.content))
+	c.text("refusal", rest(msg.Get("refusal").String(), skip.refusal))
 
 	k := 0
 	msg.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
-		c.toolCall(k, tc)
+		if k < len(skip.calls) {
+			c.arguments(strconv.Itoa(k), rest(tc.Get("function.arguments").String(), skip.calls[k]))
+		} else {
+			c.toolCall(k, tc)
+		}
 		k++
 		return true
 	})
@@ -169,7 +220,12 @@ func (c *sseChat) toolCall(k int, tc gjson.Result) {
 	c.buf = append(c.buf, `,"arguments":""}}]`...)
 	c.end("null", "null")
 
-	for s := tc.Get("function.arguments").String(); len(s) > 0; {
+	c.arguments(ks, tc.Get("function.arguments").String())
+}
+
+// arguments writes s as argument fragments of tool call number ks.
+func (c *sseChat) arguments(ks, s string) {
+	for len(s) > 0 {
 		n := openai.Cut(s)
 		c.begin()
 		c.buf = append(c.buf, `"tool_calls":[{"index":`...)
@@ -180,6 +236,14 @@ func (c *sseChat) toolCall(k int, tc gjson.Result) {
 		c.end("null", "null")
 		s = s[n:]
 	}
+}
+
+// rest is s without its first n bytes, which the stream already carries.
+func rest(s string, n int) string {
+	if n >= len(s) {
+		return ""
+	}
+	return s[max(n, 0):]
 }
 
 // ErrorSSE encodes a lone stream error: a data line with the API's error body

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"errors"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"io"
 	"net/http"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"

@@ -23,8 +23,10 @@ import (
 //
 // Every call of the function in resp needs an output, and every output must answer one: a
 // mismatch, or a call of a client tool in resp (which the client, not a follow-up, must answer),
-// is an error. When several outputs share a call id the first is used. Everything else in req is
-// kept byte for byte. FollowUp does not keep or modify its arguments.
+// is an error. When several outputs share a call id the first is used. With o.Stream the request
+// asks for a stream (stream:true, and the dialect's StreamOptions when it has them); without, a
+// stream:true becomes false and stream_options go. Everything else in req is kept byte for byte.
+// FollowUp does not keep or modify its arguments.
 func (d *Dialect) FollowUp(req, resp []byte, outputs []schema.CallOutput, o schema.FollowUpOptions) ([]byte, error) {
 	// The request was read by RewriteRequest (or built by an earlier FollowUp): check it as
 	// RewriteRequest does, so a body it accepted is accepted here too, and fast.
@@ -91,6 +93,17 @@ func (d *Dialect) followUp(rq, rs jsonscan.TopLevel, turn schema.Turn, outputs [
 		// The request before streamed (the client's, kept): this one asks for a whole answer.
 		m := reqMembers[k]
 		edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: []byte("false")})
+	}
+	// stream_options go with a stream only (the API refuses them without one): a streamed
+	// follow-up carries the dialect's, a whole answer none.
+	switch k := rq.Find("stream_options"); {
+	case o.Stream && d.StreamOptions != nil && k >= 0:
+		m := reqMembers[k]
+		edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: d.StreamOptions})
+	case o.Stream && d.StreamOptions != nil:
+		appends = append(appends, AddedMember{Key: "stream_options", Value: d.StreamOptions})
+	case !o.Stream && k >= 0:
+		edits = append(edits, jsonscan.RemoveMember(reqMembers, k))
 	}
 
 	body, err := jsonscan.Apply(req, edits)
