@@ -110,11 +110,17 @@ def _write(path, text):
 
 
 def _last_cap():
+    # The highest capability the kernel knows: cap_last_cap, or where PR_CAPBSET_READ (23)
+    # stops knowing them when it cannot be read.
     try:
         with open('/proc/sys/kernel/cap_last_cap') as f:
             return int(f.read())
     except (OSError, ValueError):
-        return 63
+        cap = 0
+        while cap < 63 and _libc.prctl(23, ctypes.c_ulong(cap + 1), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                                       ctypes.c_ulong(0)) >= 0:
+            cap += 1
+        return cap
 
 
 # What the containers' inits pass to the kernel, made once here: the children only call.
@@ -126,7 +132,7 @@ _CAP_DATA = (ctypes.c_uint32 * 6)()
 
 
 def _drop_caps():
-    # Every capability the kernel knows (cap_last_cap; on to 63 if it cannot be read) leaves
+    # Every capability the kernel knows (see _last_cap) leaves
     # the bounding set, then the other sets are emptied.
     for cap in range(_LAST_CAP + 1):
         _check(_CAPBSET_DROP(PR_CAPBSET_DROP, cap, 0, 0, 0), 'drop capability %d' % cap)

@@ -110,16 +110,20 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 			edits = append(edits, jsonscan.Edit{Start: sp.Start, End: sp.End, Repl: []byte("false")})
 		}
 	}
-	keepOptions := r.Stream && d.KeepStream && !o.WholeFirst && d.StreamOptions != nil
+	// A call that streams carries the dialect's stream_options, or else the client's (as
+	// Responses' include_obfuscation); one that does not, none (the API refuses them then).
+	streams := r.Stream && d.KeepStream && !o.WholeFirst
+	keepOptions := streams && d.StreamOptions != nil
 	if k := t.Find("stream_options"); k >= 0 {
 		m := members[k]
 		if v := body[m.ValStart:m.ValEnd]; string(v) != "null" {
 			r.StreamOptions = bytes.Clone(v)
 		}
-		if keepOptions {
+		switch {
+		case keepOptions:
 			edits = append(edits, jsonscan.Edit{Start: m.ValStart, End: m.ValEnd, Repl: d.StreamOptions})
 			keepOptions = false
-		} else {
+		case !streams:
 			edits = append(edits, jsonscan.RemoveMember(members, k))
 		}
 	}
