@@ -205,14 +205,8 @@ func (st *streamState) requestEnd(end bool) error {
 // streamed_response chunks; an error, or an answer that is not 200, is an immediate answer,
 // with its status (the client has nothing yet).
 func (st *streamState) collectAnswer(end bool) error {
-	st.fdDone = true
-	raw, tooLarge := st.fdBody, st.fdTooLarge
-	st.fdBody = nil
-	body, err := decodeBody(st.respEncoding, raw, st.profile.MaxResponseBytes)
-	if tooLarge {
-		err = errBodyTooLarge
-	}
-	if resp := st.answerError(err, len(raw)); resp != nil {
+	body, resp := st.takeCollected()
+	if resp != nil {
 		return st.send(resp)
 	}
 	// No message timer runs for a FULL_DUPLEX_STREAMED direction: nothing to extend.

@@ -590,10 +590,10 @@ func (st *streamState) answerError(err error, size int) *extprocv3.ProcessingRes
 	}
 }
 
-// fullDuplexEnd answers the end of a FULL_DUPLEX_STREAMED upstream body: the loop runs over it
-// and its events are streamed; with end, the body's end goes after them (without, the
-// trailers answer that follows ends it).
-func (st *streamState) fullDuplexEnd(end bool) error {
+// takeCollected ends the collection of a FULL_DUPLEX_STREAMED upstream answer and returns it
+// decoded, or, when it cannot be read, the ordinary error answer to send instead (nothing was
+// sent to the client yet).
+func (st *streamState) takeCollected() ([]byte, *extprocv3.ProcessingResponse) {
 	st.fdDone = true
 	raw, tooLarge := st.fdBody, st.fdTooLarge
 	st.fdBody = nil
@@ -601,8 +601,15 @@ func (st *streamState) fullDuplexEnd(end bool) error {
 	if tooLarge {
 		err = errBodyTooLarge
 	}
-	// Nothing was sent yet: an answer that cannot be read is still an ordinary error answer.
-	if resp := st.answerError(err, len(raw)); resp != nil {
+	return body, st.answerError(err, len(raw))
+}
+
+// fullDuplexEnd answers the end of a FULL_DUPLEX_STREAMED upstream body: the loop runs over it
+// and its events are streamed; with end, the body's end goes after them (without, the
+// trailers answer that follows ends it).
+func (st *streamState) fullDuplexEnd(end bool) error {
+	body, resp := st.takeCollected()
+	if resp != nil {
 		return st.send(resp)
 	}
 	var stream io.Reader
