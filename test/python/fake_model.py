@@ -93,6 +93,38 @@ def responses(*items: dict, usage: tuple[int, int] = (1, 1)) -> dict:
     }
 
 
+def responses_stream(answer: dict, pieces: int = 3) -> dict:
+    """answer as the event stream a Responses model sends, live: each function call's arguments
+    in `pieces` deltas, each message's text in one."""
+    events: list[tuple[str, dict]] = []
+
+    def add(typ: str, **fields: Any) -> None:
+        events.append((typ, {"type": typ, "sequence_number": len(events), **fields}))
+
+    shell = {**answer, "status": "in_progress", "output": [], "usage": None}
+    add("response.created", response=shell)
+    add("response.in_progress", response=shell)
+    for i, item in enumerate(answer["output"]):
+        if item["type"] == "function_call":
+            args = item["arguments"]
+            add("response.output_item.added", output_index=i, item={**item, "status": "in_progress", "arguments": ""})
+            step = max(1, -(-len(args) // pieces))
+            for at in range(0, len(args), step):
+                add("response.function_call_arguments.delta", output_index=i, item_id=item["id"], delta=args[at:at + step])
+            add("response.function_call_arguments.done", output_index=i, item_id=item["id"], arguments=args)
+        elif item["type"] == "message":
+            text = item["content"][0]["text"]
+            part = {"item_id": item["id"], "output_index": i, "content_index": 0}
+            add("response.output_item.added", output_index=i, item={**item, "status": "in_progress", "content": []})
+            add("response.content_part.added", **part, part={"type": "output_text", "text": "", "annotations": []})
+            add("response.output_text.delta", **part, delta=text, logprobs=[])
+            add("response.output_text.done", **part, text=text, logprobs=[])
+            add("response.content_part.done", **part, part=item["content"][0])
+        add("response.output_item.done", output_index=i, item=item)
+    add("response.completed", response=answer)
+    return sse(*events)
+
+
 # --- Chat Completions answers -----------------------------------------------------------------
 
 

@@ -374,3 +374,23 @@ def test_the_files_written_are_cited(model: fm.FakeModel, client) -> None:
             f"{variant}: the span {a.start_index}..{a.end_index}"
         got[variant] = (a.start_index, a.end_index, a.filename)
     assert len(set(got.values())) == 1, f"every variant cites alike: {got}"
+
+
+def test_a_streamed_first_answer(model: fm.FakeModel, client) -> None:
+    """A streaming client's own model call streams, and the model's answer — its code call's
+    arguments in pieces — is read as it arrives: both ways of streaming rebuild the plain answer,
+    and the first model call asked for a stream."""
+    first = fm.responses(fm.run_code("call_1", "x = 6 * 7\nprint(x)"), usage=(10, 5))
+    then = fm.responses(fm.message("It is 42."), usage=(20, 7))
+    model.script(fm.RESPONSES, fm.ok(first), fm.ok(then))
+    plain = send_plain(client, ask("six times seven"))
+    assert logs_of(code_call(plain, 0)) == "42\n", f"plain: {plain.output}"
+    for variant, send in {"create-stream": send_create_stream, "stream-helper": send_stream_helper}.items():
+        model.reset()
+        model.script(fm.RESPONSES, fm.responses_stream(first), fm.ok(then))
+        resp = send(client, ask("six times seven"))
+        reqs = model.requests(fm.RESPONSES)
+        assert len(reqs) == 2, f"{variant}: the first call and one follow-up"
+        assert reqs[0].json().get("stream") is True, f"{variant}: the first call asks for a stream"
+        assert normalized(resp.model_dump(mode="json")) == normalized(plain.model_dump(mode="json")), \
+            f"{variant}: the streamed answer rebuilds the plain one"
