@@ -198,3 +198,37 @@ def test_messages_bash_session(model: fm.FakeModel, claude: anthropic.Anthropic)
     assert (res.stdout, res.return_code) == ("/mnt/data/py\npython\nhi there\n", 1), res
     assert "missing.txt" in res.stderr, res
     assert model.requests(MESSAGES)[2].json()["messages"][-1]["content"][0]["is_error"] is True, "the model reads a failure"
+
+
+def test_messages_first_answer_streams(model: fm.FakeModel, claude: anthropic.Anthropic) -> None:
+    """A streaming client's own model call streams, and the model's first answer — its text, then
+    its code call's input in pieces — reaches the stream helper as it arrives: its final message is
+    the plain one's."""
+    events: list[tuple[str, dict]] = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_py_first", "type": "message", "role": "assistant", "model": MODEL, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me "}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "run it."}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "tool_use", "id": "toolu_py1", "name": "code_execution", "input": {}}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"code": "pri'}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": 'nt(40 + 2)"}'}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 1}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 5}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    model.script(MESSAGES, fm.sse(*events), fm.ok(answer({"type": "text", "text": "It is 42."}, usage=(20, 3))))
+    texts: list[str] = []
+    with claude.messages.stream(model=MODEL, max_tokens=1024, tools=[TOOL],
+                                messages=[{"role": "user", "content": "What is 40 + 2?"}]) as stream:
+        for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                texts.append(event.delta.text)
+        msg = stream.get_final_message()
+    assert model.requests(MESSAGES)[0].json()["stream"] is True, "the first call asks the model for a stream"
+    assert texts[:2] == ["Let me ", "run it."], f"the first answer's deltas reach the client as they were: {texts}"
+    check_compute(model, msg, "first answer streamed")
+    assert msg.id == "msg_py_first", "named after the first answer"
