@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -19,8 +20,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/proto"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
 	"github.com/codeinterp/codeinterp/test/e2e"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
@@ -32,7 +35,8 @@ type Ready struct {
 	EnvoyURL string `json:"envoy_url"`
 	// ControlURL is the fake model's control API ([fakemodel.Control]).
 	ControlURL string `json:"control_url"`
-	// ModelURL is the fake model itself, Envoy's upstream.
+	// ModelURL is Envoy's upstream: the fake model itself, or the -upstream URL (the fake model
+	// then gets no call).
 	ModelURL string `json:"model_url"`
 	// ExtProcAddr is the codeinterp server's gRPC address.
 	ExtProcAddr string `json:"extproc_addr"`
@@ -68,12 +72,22 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		envoyBin  = fs.String("envoy", "", "envoy `binary` (default: $ENVOY_BIN, the module's .venv/bin/envoy, or envoy on PATH)")
 		envoyYAML = fs.String("envoy-config", "", "Envoy bootstrap `file` to run (default: the module's envoy/envoy.yaml)")
 		logLevel  = fs.String("log-level", "warn", "log `level` of the server and the stack: debug, info, warn, error")
+		upstream  = fs.String("upstream", "", "base `URL` of the model Envoy routes to (default: the stack's fake model)")
+		start     = fs.String("start", "", "how the local sandbox starts containers, `mode` fork or exec (default: the server's)")
+		maxTotal  = fs.Uint("max-containers", 0, "the server's cap on live containers, `n` (default: the server's)")
+		maxPerID  = fs.Uint("max-containers-per-identity", 0, "the server's cap on one identity's live containers, `n` (default: the server's)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *start != "" && *start != local.StartFork && *start != local.StartExec {
+		return fmt.Errorf("start mode %q: want %s or %s", *start, local.StartFork, local.StartExec)
+	}
+	if *maxTotal > math.MaxUint32 || *maxPerID > math.MaxUint32 {
+		return errors.New("container caps: at most 4294967295")
 	}
 	log, err := newLogger(*logLevel, stderr)
 	if err != nil {
@@ -130,7 +144,11 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		return fmt.Errorf("listen for the Containers API: %w", err)
 	}
 	defer apiLis.Close()
-	proxy, err := startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), model.URL(),
+	modelURL := model.URL()
+	if *upstream != "" {
+		modelURL = *upstream
+	}
+	proxy, err := startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), modelURL,
 		map[string]string{e2e.APICluster: "http://" + apiLis.Addr().String()})
 	if err != nil {
 		return err
@@ -146,6 +164,18 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	cfg.Listen = grpcLis.Addr().String()
 	cfg.ApiListen = proto.String(apiLis.Addr().String())
 	cfg.Upstream = proxy.URL()
+	if *start != "" {
+		if cfg.Sandbox.Local == nil {
+			cfg.Sandbox.Local = &configv1.LocalSandbox{}
+		}
+		cfg.Sandbox.Local.Start = *start
+	}
+	if *maxTotal > 0 {
+		cfg.Sandbox.MaxContainers = uint32(*maxTotal)
+	}
+	if *maxPerID > 0 {
+		cfg.Sandbox.MaxContainersPerIdentity = uint32(*maxPerID)
+	}
 	config.ApplyDefaults(cfg)
 	if err := config.Validate(cfg); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
@@ -174,7 +204,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 
 	line, err := json.Marshal(Ready{
 		EnvoyURL: proxy.URL(), ControlURL: "http://" + controlLis.Addr().String(),
-		ModelURL: model.URL(), ExtProcAddr: grpcLis.Addr().String(), APIAddr: apiLis.Addr().String(),
+		ModelURL: modelURL, ExtProcAddr: grpcLis.Addr().String(), APIAddr: apiLis.Addr().String(),
 	})
 	if err != nil {
 		return fmt.Errorf("encode the ready line: %w", err)
