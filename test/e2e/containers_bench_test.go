@@ -113,9 +113,9 @@ type stackProcess struct {
 	pid      int
 }
 
-// startStackProcess builds and starts test/e2e/cmd/stack; b.Cleanup stops it (its stdin
-// closed) and waits for it.
-func startStackProcess(b *testing.B) *stackProcess {
+// startStackProcess builds and starts test/e2e/cmd/stack with args; b.Cleanup stops it (its
+// stdin closed) and waits for it.
+func startStackProcess(b *testing.B, args ...string) *stackProcess {
 	b.Helper()
 	harness.RequireEnvoy(b)
 	root, err := moduleRoot()
@@ -128,7 +128,7 @@ func startStackProcess(b *testing.B) *stackProcess {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build the stack: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = root
 	var logs harness.SyncBuffer
 	cmd.Stderr = &logs
