@@ -31,7 +31,8 @@ import (
 
 // Ready is the line the stack prints on stdout once everything serves.
 type Ready struct {
-	// EnvoyURL is the real Envoy's listener, the base of the clients' URLs ("/v1/...").
+	// EnvoyURL is the real Envoy's listener (or the -front URL), the base of the clients' URLs
+	// ("/v1/...").
 	EnvoyURL string `json:"envoy_url"`
 	// ControlURL is the fake model's control API ([fakemodel.Control]).
 	ControlURL string `json:"control_url"`
@@ -75,6 +76,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		upstream  = fs.String("upstream", "", "base `URL` of the model Envoy routes to (default: the stack's fake model)")
 		start     = fs.String("start", "", "how the local sandbox starts containers, `mode` fork or exec (default: the server's)")
 		maxTotal  = fs.Uint("max-containers", 0, "the server's cap on live containers, `n` (default: the server's)")
+		front     = fs.String("front", "", "base `URL` of a front the driver runs itself: no Envoy is started, the server's follow-up calls go there, and it serves on the listeners inherited as descriptors 3 (ext_proc) and 4 (Containers API)")
 		maxPerID  = fs.Uint("max-containers-per-identity", 0, "the server's cap on one identity's live containers, `n` (default: the server's)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -132,38 +134,40 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		}
 	}()
 
-	// Envoy first, on a listener made for the server: Envoy connects to it on the first
-	// request only, and the server's follow-up calls need Envoy's URL.
-	grpcLis, err := net.Listen("tcp", "127.0.0.1:0")
+	grpcLis, apiLis, err := listeners(*front != "")
 	if err != nil {
-		return fmt.Errorf("listen for the ext_proc server: %w", err)
+		return err
 	}
 	defer grpcLis.Close()
-	apiLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listen for the Containers API: %w", err)
-	}
 	defer apiLis.Close()
 	modelURL := model.URL()
 	if *upstream != "" {
 		modelURL = *upstream
 	}
-	proxy, err := startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), modelURL,
-		map[string]string{e2e.APICluster: "http://" + apiLis.Addr().String()})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if serr := proxy.Stop(); serr != nil {
-			err = errors.Join(err, fmt.Errorf("stop envoy: %w\n%s", serr, proxy.Logs()))
+	frontURL := *front
+	var proxy *envoyProcess
+	var envoyDone <-chan struct{} // nil, never ready, without Envoy
+	if *front == "" {
+		// Envoy first, on a listener made for the server: Envoy connects to it on the first
+		// request only, and the server's follow-up calls need Envoy's URL.
+		proxy, err = startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), modelURL,
+			map[string]string{e2e.APICluster: "http://" + apiLis.Addr().String()})
+		if err != nil {
+			return err
 		}
-	}()
+		defer func() {
+			if serr := proxy.Stop(); serr != nil {
+				err = errors.Join(err, fmt.Errorf("stop envoy: %w\n%s", serr, proxy.Logs()))
+			}
+		}()
+		frontURL, envoyDone = proxy.URL(), proxy.Done()
+	}
 
 	// The server, as test/e2e's Env.Serve wires it.
 	cfg := e2e.DefaultConfig()
 	cfg.Listen = grpcLis.Addr().String()
 	cfg.ApiListen = proto.String(apiLis.Addr().String())
-	cfg.Upstream = proxy.URL()
+	cfg.Upstream = frontURL
 	if *start != "" {
 		if cfg.Sandbox.Local == nil {
 			cfg.Sandbox.Local = &configv1.LocalSandbox{}
@@ -203,7 +207,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	}()
 
 	line, err := json.Marshal(Ready{
-		EnvoyURL: proxy.URL(), ControlURL: "http://" + controlLis.Addr().String(),
+		EnvoyURL: frontURL, ControlURL: "http://" + controlLis.Addr().String(),
 		ModelURL: modelURL, ExtProcAddr: grpcLis.Addr().String(), APIAddr: apiLis.Addr().String(),
 	})
 	if err != nil {
@@ -218,7 +222,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	case <-ctx.Done():
 		log.Info("stopping")
 		return nil
-	case <-proxy.Done():
+	case <-envoyDone:
 		return fmt.Errorf("envoy exited while serving:\n%s", proxy.Logs())
 	case serr := <-served:
 		served <- serr // for the deferred stop
@@ -227,6 +231,44 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		apiServed <- serr // for the deferred stop
 		return fmt.Errorf("the Containers API stopped serving: %v", serr)
 	}
+}
+
+// listeners returns the server's listeners, ext_proc's and the Containers API's: inherited as
+// descriptors 3 and 4 when inherited is set, else new ones on loopback.
+func listeners(inherited bool) (grpcLis, apiLis net.Listener, err error) {
+	if inherited {
+		if grpcLis, err = fileListener(3, "ext_proc"); err != nil {
+			return nil, nil, err
+		}
+		if apiLis, err = fileListener(4, "Containers API"); err != nil {
+			_ = grpcLis.Close()
+			return nil, nil, err
+		}
+		return grpcLis, apiLis, nil
+	}
+	if grpcLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, nil, fmt.Errorf("listen for the ext_proc server: %w", err)
+	}
+	if apiLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		_ = grpcLis.Close()
+		return nil, nil, fmt.Errorf("listen for the Containers API: %w", err)
+	}
+	return grpcLis, apiLis, nil
+}
+
+// fileListener returns the listener inherited as descriptor fd; the descriptor itself is
+// closed (the listener holds a copy).
+func fileListener(fd uintptr, name string) (net.Listener, error) {
+	f := os.NewFile(fd, name+" listener")
+	if f == nil {
+		return nil, fmt.Errorf("the %s listener: no descriptor %d", name, fd)
+	}
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the %s listener (descriptor %d): %w", name, fd, err)
+	}
+	return l, nil
 }
 
 // startEnvoy runs the Envoy binary (found as the e2e tests find it when bin is empty) with the
