@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -17,16 +18,19 @@ import (
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
+	"github.com/codeinterp/codeinterp/test/e2e/harness"
 )
 
 // BenchmarkLoad (run by `make bench`): TestLoad's load timed, in each start mode of the local
 // backend in the same run (start=fork: containers forked from the template; start=exec: each
 // a new bubblewrap and Python importing the libraries itself, the implementation forking
-// replaced), through a real Envoy (skipped without one unless CODEINTERP_REQUIRE_ENVOY=1).
-// The server runs in a process of its own: test/e2e/cmd/stack, with TestLoad's container caps
-// (loadLimits) and the start mode, its Envoy (a process of its own too) routing to this
-// process's fake model, which answers as TestLoad's (loadModel), the stack's own fake model
-// idle. Each iteration runs loadBenchConversations conversations at once
+// replaced), through each front (the harness, and a real Envoy: skipped without one unless
+// CODEINTERP_REQUIRE_ENVOY=1). The server runs in a process of its own, test/e2e/cmd/stack,
+// with TestLoad's container caps (loadLimits) and the start mode, a fresh one per front, its
+// follow-up calls through the front to this process's fake model, which answers as TestLoad's
+// (loadModel); the stack's own fake model stays idle. The harness runs in this process (the
+// stack serves on listeners opened here, -front); the real Envoy is the stack's, a process of
+// its own. Each iteration runs loadBenchConversations conversations at once
 // (CODEINTERP_LOAD_CONVERSATIONS overrides it; the goal for 200 on 2 cores: no error,
 // wall-s ≤ 10, p50-s ≤ 5), each with an API key of its own and two numpy rounds; any failed
 // conversation fails the benchmark. Between iterations, outside the timer, every
@@ -41,7 +45,8 @@ import (
 //     stack's idle fake model), from its VmHWM reset (/proc/PID/clear_refs) before the
 //     iteration, while idle, and its VmRSS sampled every 5 ms. server-idle-MiB is its resident
 //     memory before the iteration;
-//   - test-process-peak-MiB: the same of this process: the clients and the fake model;
+//   - test-process-peak-MiB: the same of this process: the clients, the fake model and, on
+//     the harness front, the harness;
 //   - sandboxes-peak-MiB: the peak of the summed PSS (/proc/PID/smaps_rollup) of the sandbox
 //     processes (those descending from the server's but Envoy: bubblewrap, the containers'
 //     inits and interpreters, the fork template), sampled every 500 ms (or ten times a
@@ -56,12 +61,41 @@ func BenchmarkLoad(b *testing.B) {
 		b.Run("start="+mode, func(b *testing.B) {
 			model := fakemodel.New(b)
 			model.Handle("/v1/responses", loadModel)
-			st := startStackProcess(b, "-upstream", model.URL(), "-start", mode,
+			args := []string{"-start", mode,
 				"-max-containers", strconv.FormatUint(uint64(limits.Sandbox.MaxContainers), 10),
-				"-max-containers-per-identity", strconv.FormatUint(uint64(limits.Sandbox.MaxContainersPerIdentity), 10))
-			b.Run("real-envoy", func(b *testing.B) { benchLoad(b, st.clients(b), st.pid, mode, n) })
+				"-max-containers-per-identity", strconv.FormatUint(uint64(limits.Sandbox.MaxContainersPerIdentity), 10)}
+			b.Run("harness", func(b *testing.B) {
+				// The harness runs here; the server serves on listeners opened here for it,
+				// so that the harness knows their addresses before the server starts.
+				grpcLis, grpcFile := inheritableListener(b)
+				apiLis, apiFile := inheritableListener(b)
+				h := harness.Start(b, harness.Options{ExtProcAddr: grpcLis, Upstream: model.URL(),
+					Clusters: map[string]string{APICluster: "http://" + apiLis}})
+				st := startStackProcess(b, []*os.File{grpcFile, apiFile}, append(args, "-front", h.URL())...)
+				benchLoad(b, st.clients(b, h), st.pid, mode, n)
+			})
+			b.Run("real-envoy", func(b *testing.B) {
+				st := startStackProcess(b, nil, append(args, "-upstream", model.URL())...)
+				benchLoad(b, st.clients(b, stackFront{url: st.EnvoyURL}), st.pid, mode, n)
+			})
 		})
 	}
+}
+
+// inheritableListener opens a loopback TCP listener and returns its address and a copy of its
+// descriptor for a child process to inherit; this process's own descriptor is closed.
+func inheritableListener(b *testing.B) (string, *os.File) {
+	b.Helper()
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatalf("listen for the stack: %v", err)
+	}
+	defer l.Close()
+	f, err := l.File()
+	if err != nil {
+		b.Fatalf("the listener's descriptor: %v", err)
+	}
+	return l.Addr().String(), f
 }
 
 // loadBenchConversations is how many conversations BenchmarkLoad runs at once, the issue's
@@ -144,15 +178,15 @@ func benchLoad(b *testing.B, s *Stack, server int, mode string, n int) {
 	}
 }
 
-// clients returns a [Stack] whose clients talk to st's Envoy (its other fields unset: the
-// server is st's); b.Cleanup closes its idle connections.
-func (st *stackProcess) clients(b *testing.B) *Stack {
+// clients returns a [Stack] whose clients talk to front, which serves st's server (its other
+// fields unset: the server is st's); b.Cleanup closes its idle connections.
+func (st *stackProcess) clients(b *testing.B, front harness.Front) *Stack {
 	transport := &http.Transport{MaxIdleConnsPerHost: 16}
 	b.Cleanup(transport.CloseIdleConnections)
-	return &Stack{Front: stackFront{url: st.EnvoyURL}, transport: transport}
+	return &Stack{Front: front, transport: transport}
 }
 
-// stackFront is the Envoy of a [stackProcess], as a [harness.Front].
+// stackFront is the Envoy a [stackProcess] runs, as a [harness.Front].
 type stackFront struct{ url string }
 
 // URL is Envoy's listener's base URL.
