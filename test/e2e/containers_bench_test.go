@@ -34,7 +34,7 @@ import (
 // the transfers. The goal is under 32 MiB whatever the file's size. The client's own memory
 // (openai-go builds a multipart body in memory) is in this process, not in the figure.
 func BenchmarkContainersTransfer(b *testing.B) {
-	st := startStackProcess(b)
+	st := startStackProcess(b, nil)
 	client := openai.NewClient(option.WithBaseURL(st.EnvoyURL+"/v1/"), option.WithAPIKey("sk-bench"),
 		option.WithMaxRetries(0), option.WithHTTPClient(&http.Client{Transport: &http.Transport{}}))
 	ctx := b.Context()
@@ -113,9 +113,10 @@ type stackProcess struct {
 	pid      int
 }
 
-// startStackProcess builds and starts test/e2e/cmd/stack; b.Cleanup stops it (its stdin
-// closed) and waits for it.
-func startStackProcess(b *testing.B) *stackProcess {
+// startStackProcess builds and starts test/e2e/cmd/stack with args, the files inherited as
+// descriptors 3 onwards (closed here once it started); b.Cleanup stops it (its stdin closed)
+// and waits for it.
+func startStackProcess(b *testing.B, files []*os.File, args ...string) *stackProcess {
 	b.Helper()
 	harness.RequireEnvoy(b)
 	root, err := moduleRoot()
@@ -128,7 +129,8 @@ func startStackProcess(b *testing.B) *stackProcess {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build the stack: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
+	cmd.ExtraFiles = files
 	cmd.Dir = root
 	var logs harness.SyncBuffer
 	cmd.Stderr = &logs
@@ -140,7 +142,11 @@ func startStackProcess(b *testing.B) *stackProcess {
 	if err != nil {
 		b.Fatalf("stack stdout: %v", err)
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	for _, f := range files {
+		_ = f.Close()
+	}
+	if err != nil {
 		b.Fatalf("start the stack: %v", err)
 	}
 	out := bufio.NewReader(stdout)

@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
+	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
 )
 
@@ -21,8 +25,13 @@ import (
 // backend in the same run (start=fork: containers forked from the template; start=exec: each
 // a new bubblewrap and Python importing the libraries itself, the implementation forking
 // replaced), through each front (the harness, and a real Envoy: skipped without one unless
-// CODEINTERP_REQUIRE_ENVOY=1). Each iteration runs loadBenchConversations conversations at
-// once (CODEINTERP_LOAD_CONVERSATIONS overrides it; the goal for 200 on 2 cores: no error,
+// CODEINTERP_REQUIRE_ENVOY=1). The server runs in a process of its own, test/e2e/cmd/stack,
+// with TestLoad's container caps (loadLimits) and the start mode, a fresh one per front, its
+// follow-up calls through the front to this process's fake model, which answers as TestLoad's
+// (loadModel); the stack's own fake model stays idle. The harness runs in this process (the
+// stack serves on listeners opened here, -front); the real Envoy is the stack's, a process of
+// its own. Each iteration runs loadBenchConversations conversations at once
+// (CODEINTERP_LOAD_CONVERSATIONS overrides it; the goal for 200 on 2 cores: no error,
 // wall-s ≤ 10, p50-s ≤ 5), each with an API key of its own and two numpy rounds; any failed
 // conversation fails the benchmark. Between iterations, outside the timer, every
 // conversation's container is deleted through the Containers API and the sandboxes are waited
@@ -32,64 +41,84 @@ import (
 //   - wall-s: from the first request sent to the last answer;
 //   - p50-s, p99-s: the conversations' latencies;
 //   - errors: the failed conversations;
-//   - server-peak-MiB: the peak resident memory of this process, from its VmHWM reset before
-//     the iteration and its VmRSS sampled every 5 ms. The server runs in it, beside the
-//     clients, the fake model and, on the harness front, the harness: an upper bound of the
-//     server's. server-idle-MiB is its resident memory before the iteration;
+//   - server-peak-MiB: the peak resident memory of the server's process (the server, and the
+//     stack's idle fake model), from its VmHWM reset (/proc/PID/clear_refs) before the
+//     iteration, while idle, and its VmRSS sampled every 5 ms. server-idle-MiB is its resident
+//     memory before the iteration;
+//   - test-process-peak-MiB: the same of this process: the clients, the fake model and, on
+//     the harness front, the harness;
 //   - sandboxes-peak-MiB: the peak of the summed PSS (/proc/PID/smaps_rollup) of the sandbox
-//     processes (those descending from this one but Envoy: bubblewrap, the containers' inits
-//     and interpreters, the fork template), sampled every 500 ms (or ten times a sample's
-//     length, if longer) and once more when the last answer is in (the containers outlive
-//     their conversations: that sample sees them all).
+//     processes (those descending from the server's but Envoy: bubblewrap, the containers'
+//     inits and interpreters, the fork template), sampled every 500 ms (or ten times a
+//     sample's length, if longer) and once more when the last answer is in (the containers
+//     outlive their conversations: that sample sees them all).
 //     sandboxes-idle-MiB is that sum before the iteration (the template and the warm pool).
 func BenchmarkLoad(b *testing.B) {
 	n := loadCount(b, loadBenchConversations)
-	fronts := []struct {
-		name  string
-		start func(b *testing.B, o harness.Options) harness.Front
-	}{
-		{"harness", func(b *testing.B, o harness.Options) harness.Front { return harness.Start(b, o) }},
-		{"real-envoy", func(b *testing.B, o harness.Options) harness.Front { return harness.StartReal(b, o) }},
-	}
+	limits := &configv1.Config{Sandbox: &configv1.Sandbox{}}
+	loadLimits(limits, n)
 	for _, mode := range []string{local.StartFork, local.StartExec} {
 		b.Run("start="+mode, func(b *testing.B) {
-			env := NewEnv(b, EnvOptions{Configure: func(c *configv1.Config) {
-				loadLimits(c, n)
-				if c.Sandbox.Local == nil {
-					c.Sandbox.Local = &configv1.LocalSandbox{}
-				}
-				c.Sandbox.Local.Start = mode
-			}})
-			env.Model.Handle("/v1/responses", loadModel)
-			for _, f := range fronts {
-				b.Run(f.name, func(b *testing.B) {
-					benchLoad(b, env.Serve(b, f.start(b, env.HarnessOptions())), mode, n)
-				})
-			}
+			model := fakemodel.New(b)
+			model.Handle("/v1/responses", loadModel)
+			args := []string{"-start", mode,
+				"-max-containers", strconv.FormatUint(uint64(limits.Sandbox.MaxContainers), 10),
+				"-max-containers-per-identity", strconv.FormatUint(uint64(limits.Sandbox.MaxContainersPerIdentity), 10)}
+			b.Run("harness", func(b *testing.B) {
+				// The harness runs here; the server serves on listeners opened here for it,
+				// so that the harness knows their addresses before the server starts.
+				grpcLis, grpcFile := inheritableListener(b)
+				apiLis, apiFile := inheritableListener(b)
+				h := harness.Start(b, harness.Options{ExtProcAddr: grpcLis, Upstream: model.URL(),
+					Clusters: map[string]string{APICluster: "http://" + apiLis}})
+				st := startStackProcess(b, []*os.File{grpcFile, apiFile}, append(args, "-front", h.URL())...)
+				benchLoad(b, st.clients(b, h), st.pid, mode, n)
+			})
+			b.Run("real-envoy", func(b *testing.B) {
+				st := startStackProcess(b, nil, append(args, "-upstream", model.URL())...)
+				benchLoad(b, st.clients(b, stackFront{url: st.EnvoyURL}), st.pid, mode, n)
+			})
 		})
 	}
+}
+
+// inheritableListener opens a loopback TCP listener and returns its address and a copy of its
+// descriptor for a child process to inherit; this process's own descriptor is closed.
+func inheritableListener(b *testing.B) (string, *os.File) {
+	b.Helper()
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatalf("listen for the stack: %v", err)
+	}
+	defer l.Close()
+	f, err := l.File()
+	if err != nil {
+		b.Fatalf("the listener's descriptor: %v", err)
+	}
+	return l.Addr().String(), f
 }
 
 // loadBenchConversations is how many conversations BenchmarkLoad runs at once, the issue's
 // figure; CODEINTERP_LOAD_CONVERSATIONS overrides it.
 const loadBenchConversations = 200
 
-// benchLoad runs BenchmarkLoad's iterations of n conversations through s, whose containers
-// start the mode way.
-func benchLoad(b *testing.B, s *Stack, mode string, n int) {
+// benchLoad runs BenchmarkLoad's iterations of n conversations through s, served by the
+// process server, whose containers start the mode way.
+func benchLoad(b *testing.B, s *Stack, server int, mode string, n int) {
 	// Warm the path (connections, the fork template, the warm pool) and check the start mode.
 	if err := loadConversation(s, "sk-load-warm", 0); err != nil {
 		b.Fatalf("warm-up conversation: %v", err)
 	}
-	if forked := templateRuns(); forked != (mode == local.StartFork) {
+	if forked := templateRuns(server); forked != (mode == local.StartFork) {
 		b.Fatalf("start=%s: a fork template runs: %v", mode, forked)
 	}
 	deleteContainers(b, s, []string{"sk-load-warm"})
-	idleProcs := settledSandboxes(b)
+	idleProcs := settledSandboxes(b, server)
 
 	var (
 		walls, p50s, p99s          []float64
 		serverPeaks, serverIdles   []float64
+		testPeaks                  []float64
 		sandboxPeaks, sandboxIdles []float64
 		errs                       []string
 	)
@@ -102,23 +131,25 @@ func benchLoad(b *testing.B, s *Stack, mode string, n int) {
 			keys[i] = fmt.Sprintf("sk-load-%d-%d", iter, i)
 		}
 		iter++
-		sandboxIdles = append(sandboxIdles, float64(sandboxesPSS())/(1<<20))
-		idle := resetPeakRSS(b)
-		m := sampleMemory()
+		sandboxIdles = append(sandboxIdles, float64(sandboxesPSS(server))/(1<<20))
+		idle := resetPeakRSS(b, server)
+		resetPeakRSS(b, os.Getpid())
+		m := sampleMemory(server)
 		b.StartTimer()
 		res := runLoad(s, n, func(i int) string { return keys[i] })
 		b.StopTimer()
-		server, sandboxes := m.stop()
+		peaks := m.stop()
 		errs = append(errs, res.errs...)
 		p50, p99 := percentiles(res.lat)
 		walls = append(walls, res.wall.Seconds())
 		p50s = append(p50s, p50.Seconds())
 		p99s = append(p99s, p99.Seconds())
-		serverPeaks = append(serverPeaks, float64(server)/(1<<20))
+		serverPeaks = append(serverPeaks, float64(peaks.server)/(1<<20))
 		serverIdles = append(serverIdles, float64(idle)/(1<<20))
-		sandboxPeaks = append(sandboxPeaks, float64(sandboxes)/(1<<20))
+		testPeaks = append(testPeaks, float64(peaks.test)/(1<<20))
+		sandboxPeaks = append(sandboxPeaks, float64(peaks.sandboxes)/(1<<20))
 		deleteContainers(b, s, keys)
-		waitSandboxes(b, idleProcs)
+		waitSandboxes(b, server, idleProcs)
 		b.StartTimer()
 	}
 	metrics := []struct {
@@ -131,6 +162,7 @@ func benchLoad(b *testing.B, s *Stack, mode string, n int) {
 		{float64(len(errs)), "errors"},
 		{medianOf(serverPeaks), "server-peak-MiB"},
 		{medianOf(serverIdles), "server-idle-MiB"},
+		{medianOf(testPeaks), "test-process-peak-MiB"},
 		{medianOf(sandboxPeaks), "sandboxes-peak-MiB"},
 		{medianOf(sandboxIdles), "sandboxes-idle-MiB"},
 	}
@@ -145,6 +177,23 @@ func benchLoad(b *testing.B, s *Stack, mode string, n int) {
 			strings.Join(line, ", "), strings.Join(errs[:min(5, len(errs))], "; "))
 	}
 }
+
+// clients returns a [Stack] whose clients talk to front, which serves st's server (its other
+// fields unset: the server is st's); b.Cleanup closes its idle connections.
+func (st *stackProcess) clients(b *testing.B, front harness.Front) *Stack {
+	transport := &http.Transport{MaxIdleConnsPerHost: 16}
+	b.Cleanup(transport.CloseIdleConnections)
+	return &Stack{Front: front, transport: transport}
+}
+
+// stackFront is the Envoy a [stackProcess] runs, as a [harness.Front].
+type stackFront struct{ url string }
+
+// URL is Envoy's listener's base URL.
+func (f stackFront) URL() string { return f.url }
+
+// Name is "real-envoy".
+func (stackFront) Name() string { return "real-envoy" }
 
 // medianOf returns the median of vs (the upper one of an even count).
 func medianOf(vs []float64) float64 {
@@ -200,10 +249,11 @@ func deleteKeyContainers(ctx context.Context, c openai.Client) error {
 	return nil
 }
 
-// sandboxProcs returns the sandbox processes: those descending from this process but Envoy's.
-func sandboxProcs() []proc {
+// sandboxProcs returns the sandbox processes: those descending from the process server but
+// Envoy's.
+func sandboxProcs(server int) []proc {
 	var out []proc
-	for _, p := range descendants(os.Getpid()) {
+	for _, p := range descendants(server) {
 		if p.comm != "envoy" {
 			out = append(out, p)
 		}
@@ -212,9 +262,9 @@ func sandboxProcs() []proc {
 }
 
 // templateRuns reports whether a fork template (or a container forked from one, which keeps
-// its command line) is among the sandbox processes.
-func templateRuns() bool {
-	for _, p := range sandboxProcs() {
+// its command line) is among the sandbox processes of the process server.
+func templateRuns(server int) bool {
+	for _, p := range sandboxProcs(server) {
 		if strings.Contains(p.cmdline, "<codeinterp-template>") {
 			return true
 		}
@@ -222,13 +272,13 @@ func templateRuns() bool {
 	return false
 }
 
-// settledSandboxes waits until the count of sandbox processes (the template, the warm pool)
-// has not changed for a second, and returns it.
-func settledSandboxes(b *testing.B) int {
+// settledSandboxes waits until the count of the process server's sandbox processes (the
+// template, the warm pool) has not changed for a second, and returns it.
+func settledSandboxes(b *testing.B, server int) int {
 	b.Helper()
 	last, since := -1, time.Now()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		n := len(sandboxProcs())
+		n := len(sandboxProcs(server))
 		if n != last {
 			last, since = n, time.Now()
 			continue
@@ -241,61 +291,83 @@ func settledSandboxes(b *testing.B) int {
 	return 0
 }
 
-// waitSandboxes waits until at most idle sandbox processes are left.
-func waitSandboxes(b *testing.B, idle int) {
+// waitSandboxes waits until at most idle sandbox processes of the process server are left.
+func waitSandboxes(b *testing.B, server, idle int) {
 	b.Helper()
 	var left []proc
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if left = sandboxProcs(); len(left) <= idle {
+		if left = sandboxProcs(server); len(left) <= idle {
 			return
 		}
 	}
 	b.Fatalf("%d sandbox processes left after deleting the load's containers, %d when idle", len(left), idle)
 }
 
-// resetPeakRSS resets this process's peak resident memory (VmHWM) to its current one and
+// resetPeakRSS resets the peak resident memory (VmHWM) of process pid to its current one and
 // returns that.
-func resetPeakRSS(b *testing.B) int64 {
+func resetPeakRSS(b *testing.B, pid int) int64 {
 	b.Helper()
 	// "5" resets the peak resident set size (proc(5), /proc/pid/clear_refs).
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		b.Fatalf("reset VmHWM: %v", err)
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		b.Fatalf("reset the VmHWM of process %d: %v", pid, err)
 	}
-	rss, ok := statusField("/proc/self/status", "VmRSS:")
+	rss, ok := statusField(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
 	if !ok {
-		b.Fatal("no VmRSS in /proc/self/status")
+		b.Fatalf("no VmRSS in /proc/%d/status", pid)
 	}
 	return rss
 }
 
-// memSampler samples this process's resident memory and the sandboxes' summed PSS until stop.
-type memSampler struct {
-	done              chan struct{}
-	wg                sync.WaitGroup
-	server, sandboxes int64 // the peaks, written by the samplers, read after wg.Wait
+// memPeaks are the peaks a [memSampler] saw, in bytes.
+type memPeaks struct {
+	server    int64 // the server process's resident memory
+	test      int64 // this process's resident memory
+	sandboxes int64 // the server's sandboxes' summed PSS
 }
 
-// sampleMemory starts the samplers; [memSampler.stop] ends them and waits for them.
-func sampleMemory() *memSampler {
-	m := &memSampler{done: make(chan struct{})}
+// memSampler samples the resident memory of the server's process and of this one, and the
+// server's sandboxes' summed PSS, until stop.
+type memSampler struct {
+	server int
+	done   chan struct{}
+	wg     sync.WaitGroup
+	peaks  memPeaks // written by the samplers, read after wg.Wait
+}
+
+// sampleMemory starts the samplers of the process server; [memSampler.stop] ends them and
+// waits for them.
+func sampleMemory(server int) *memSampler {
+	m := &memSampler{server: server, done: make(chan struct{})}
+	serverStatus, testStatus := fmt.Sprintf("/proc/%d/status", server), fmt.Sprintf("/proc/%d/status", os.Getpid())
 	m.wg.Go(func() {
-		m.server = sampleMax(m.done, 5*time.Millisecond, func() int64 {
-			rss, _ := statusField("/proc/self/status", "VmRSS:")
+		var test int64
+		m.peaks.server = sampleMax(m.done, 5*time.Millisecond, func() int64 {
+			rss, _ := statusField(testStatus, "VmRSS:")
+			test = max(test, rss)
+			rss, _ = statusField(serverStatus, "VmRSS:")
 			return rss
 		})
+		m.peaks.test = test
 	})
-	m.wg.Go(func() { m.sandboxes = sampleMax(m.done, 500*time.Millisecond, sandboxesPSS) })
+	m.wg.Go(func() {
+		m.peaks.sandboxes = sampleMax(m.done, 500*time.Millisecond, func() int64 { return sandboxesPSS(server) })
+	})
 	return m
 }
 
-// stop ends the sampling and returns the peaks: this process's resident memory (the larger of
-// the samples and VmHWM) and the sandboxes' PSS (the larger of the samples and one more).
-func (m *memSampler) stop() (server, sandboxes int64) {
-	last := sandboxesPSS()
+// stop ends the sampling and returns the peaks: each process's resident memory (the larger of
+// the samples and its VmHWM) and the sandboxes' PSS (the larger of the samples and one more).
+func (m *memSampler) stop() memPeaks {
+	last := sandboxesPSS(m.server)
 	close(m.done)
 	m.wg.Wait()
-	hwm, _ := statusField("/proc/self/status", "VmHWM:")
-	return max(m.server, hwm), max(m.sandboxes, last)
+	p := m.peaks
+	hwm, _ := statusField(fmt.Sprintf("/proc/%d/status", m.server), "VmHWM:")
+	p.server = max(p.server, hwm)
+	hwm, _ = statusField(fmt.Sprintf("/proc/%d/status", os.Getpid()), "VmHWM:")
+	p.test = max(p.test, hwm)
+	p.sandboxes = max(p.sandboxes, last)
+	return p
 }
 
 // sampleMax calls read every interval until done is closed and returns the largest value read.
@@ -317,10 +389,10 @@ func sampleMax(done <-chan struct{}, interval time.Duration, read func() int64) 
 	}
 }
 
-// sandboxesPSS is the summed PSS of the sandbox processes, in bytes.
-func sandboxesPSS() int64 {
+// sandboxesPSS is the summed PSS of the process server's sandbox processes, in bytes.
+func sandboxesPSS(server int) int64 {
 	var sum int64
-	for _, p := range sandboxProcs() {
+	for _, p := range sandboxProcs(server) {
 		if pss, ok := statusField(fmt.Sprintf("/proc/%d/smaps_rollup", p.pid), "Pss:"); ok {
 			sum += pss
 		}

@@ -7,6 +7,12 @@
 //
 //	{"envoy_url":"http://127.0.0.1:…","control_url":"http://127.0.0.1:…","model_url":"…","extproc_addr":"…","api_addr":"…"}
 //
+// Flags change the wiring: -upstream points Envoy at a model of the driver's own instead of the
+// fake model; -front runs no Envoy, for a driver that runs a front of its own at the URL given
+// and hands the server its listeners (descriptors 3 and 4); -start, -max-containers and
+// -max-containers-per-identity set the local sandbox's start mode and the container caps;
+// -envoy, -envoy-config and -log-level choose Envoy's binary, its bootstrap and the log level.
+//
 // It stops everything (Envoy, the server and its sandboxes, the fake model) on SIGTERM or
 // SIGINT, or, when stdin is a pipe or a socket (as a test driver passes it), when stdin reaches
 // its end: the driver closes its end, or dies. It exits 0 only if all of it stopped cleanly and

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -19,8 +20,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/proto"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/internal/app"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
 	"github.com/codeinterp/codeinterp/test/e2e"
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
@@ -28,11 +31,13 @@ import (
 
 // Ready is the line the stack prints on stdout once everything serves.
 type Ready struct {
-	// EnvoyURL is the real Envoy's listener, the base of the clients' URLs ("/v1/...").
+	// EnvoyURL is the real Envoy's listener (or the -front URL), the base of the clients' URLs
+	// ("/v1/...").
 	EnvoyURL string `json:"envoy_url"`
 	// ControlURL is the fake model's control API ([fakemodel.Control]).
 	ControlURL string `json:"control_url"`
-	// ModelURL is the fake model itself, Envoy's upstream.
+	// ModelURL is Envoy's upstream: the fake model itself, or the -upstream URL (the fake model
+	// then gets no call).
 	ModelURL string `json:"model_url"`
 	// ExtProcAddr is the codeinterp server's gRPC address.
 	ExtProcAddr string `json:"extproc_addr"`
@@ -68,12 +73,23 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		envoyBin  = fs.String("envoy", "", "envoy `binary` (default: $ENVOY_BIN, the module's .venv/bin/envoy, or envoy on PATH)")
 		envoyYAML = fs.String("envoy-config", "", "Envoy bootstrap `file` to run (default: the module's envoy/envoy.yaml)")
 		logLevel  = fs.String("log-level", "warn", "log `level` of the server and the stack: debug, info, warn, error")
+		upstream  = fs.String("upstream", "", "base `URL` of the model Envoy routes to (default: the stack's fake model)")
+		start     = fs.String("start", "", "how the local sandbox starts containers, `mode` fork or exec (default: the server's)")
+		maxTotal  = fs.Uint("max-containers", 0, "the server's cap on live containers, `n` (default: the server's)")
+		front     = fs.String("front", "", "base `URL` of a front the driver runs itself: no Envoy is started, the server's follow-up calls go there, and it serves on the listeners inherited as descriptors 3 (ext_proc) and 4 (Containers API)")
+		maxPerID  = fs.Uint("max-containers-per-identity", 0, "the server's cap on one identity's live containers, `n` (default: the server's)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *start != "" && *start != local.StartFork && *start != local.StartExec {
+		return fmt.Errorf("start mode %q: want %s or %s", *start, local.StartFork, local.StartExec)
+	}
+	if *maxTotal > math.MaxUint32 || *maxPerID > math.MaxUint32 {
+		return errors.New("container caps: at most 4294967295")
 	}
 	log, err := newLogger(*logLevel, stderr)
 	if err != nil {
@@ -118,34 +134,52 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		}
 	}()
 
-	// Envoy first, on a listener made for the server: Envoy connects to it on the first
-	// request only, and the server's follow-up calls need Envoy's URL.
-	grpcLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listen for the ext_proc server: %w", err)
-	}
-	defer grpcLis.Close()
-	apiLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listen for the Containers API: %w", err)
-	}
-	defer apiLis.Close()
-	proxy, err := startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), model.URL(),
-		map[string]string{e2e.APICluster: "http://" + apiLis.Addr().String()})
+	grpcLis, apiLis, err := listeners(*front != "")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if serr := proxy.Stop(); serr != nil {
-			err = errors.Join(err, fmt.Errorf("stop envoy: %w\n%s", serr, proxy.Logs()))
+	defer grpcLis.Close()
+	defer apiLis.Close()
+	modelURL := model.URL()
+	if *upstream != "" {
+		modelURL = *upstream
+	}
+	frontURL := *front
+	var proxy *envoyProcess
+	var envoyDone <-chan struct{} // nil, never ready, without Envoy
+	if *front == "" {
+		// Envoy first, on a listener made for the server: Envoy connects to it on the first
+		// request only, and the server's follow-up calls need Envoy's URL.
+		proxy, err = startEnvoy(*envoyBin, *envoyYAML, grpcLis.Addr().String(), modelURL,
+			map[string]string{e2e.APICluster: "http://" + apiLis.Addr().String()})
+		if err != nil {
+			return err
 		}
-	}()
+		defer func() {
+			if serr := proxy.Stop(); serr != nil {
+				err = errors.Join(err, fmt.Errorf("stop envoy: %w\n%s", serr, proxy.Logs()))
+			}
+		}()
+		frontURL, envoyDone = proxy.URL(), proxy.Done()
+	}
 
 	// The server, as test/e2e's Env.Serve wires it.
 	cfg := e2e.DefaultConfig()
 	cfg.Listen = grpcLis.Addr().String()
 	cfg.ApiListen = proto.String(apiLis.Addr().String())
-	cfg.Upstream = proxy.URL()
+	cfg.Upstream = frontURL
+	if *start != "" {
+		if cfg.Sandbox.Local == nil {
+			cfg.Sandbox.Local = &configv1.LocalSandbox{}
+		}
+		cfg.Sandbox.Local.Start = *start
+	}
+	if *maxTotal > 0 {
+		cfg.Sandbox.MaxContainers = uint32(*maxTotal)
+	}
+	if *maxPerID > 0 {
+		cfg.Sandbox.MaxContainersPerIdentity = uint32(*maxPerID)
+	}
 	config.ApplyDefaults(cfg)
 	if err := config.Validate(cfg); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
@@ -173,8 +207,8 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	}()
 
 	line, err := json.Marshal(Ready{
-		EnvoyURL: proxy.URL(), ControlURL: "http://" + controlLis.Addr().String(),
-		ModelURL: model.URL(), ExtProcAddr: grpcLis.Addr().String(), APIAddr: apiLis.Addr().String(),
+		EnvoyURL: frontURL, ControlURL: "http://" + controlLis.Addr().String(),
+		ModelURL: modelURL, ExtProcAddr: grpcLis.Addr().String(), APIAddr: apiLis.Addr().String(),
 	})
 	if err != nil {
 		return fmt.Errorf("encode the ready line: %w", err)
@@ -188,7 +222,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	case <-ctx.Done():
 		log.Info("stopping")
 		return nil
-	case <-proxy.Done():
+	case <-envoyDone:
 		return fmt.Errorf("envoy exited while serving:\n%s", proxy.Logs())
 	case serr := <-served:
 		served <- serr // for the deferred stop
@@ -197,6 +231,44 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		apiServed <- serr // for the deferred stop
 		return fmt.Errorf("the Containers API stopped serving: %v", serr)
 	}
+}
+
+// listeners returns the server's listeners, ext_proc's and the Containers API's: inherited as
+// descriptors 3 and 4 when inherited is set, else new ones on loopback.
+func listeners(inherited bool) (grpcLis, apiLis net.Listener, err error) {
+	if inherited {
+		if grpcLis, err = fileListener(3, "ext_proc"); err != nil {
+			return nil, nil, err
+		}
+		if apiLis, err = fileListener(4, "Containers API"); err != nil {
+			_ = grpcLis.Close()
+			return nil, nil, err
+		}
+		return grpcLis, apiLis, nil
+	}
+	if grpcLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, nil, fmt.Errorf("listen for the ext_proc server: %w", err)
+	}
+	if apiLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		_ = grpcLis.Close()
+		return nil, nil, fmt.Errorf("listen for the Containers API: %w", err)
+	}
+	return grpcLis, apiLis, nil
+}
+
+// fileListener returns the listener inherited as descriptor fd; the descriptor itself is
+// closed (the listener holds a copy).
+func fileListener(fd uintptr, name string) (net.Listener, error) {
+	f := os.NewFile(fd, name+" listener")
+	if f == nil {
+		return nil, fmt.Errorf("the %s listener: no descriptor %d", name, fd)
+	}
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the %s listener (descriptor %d): %w", name, fd, err)
+	}
+	return l, nil
 }
 
 // startEnvoy runs the Envoy binary (found as the e2e tests find it when bin is empty) with the

@@ -119,6 +119,7 @@ func TestStackRefusesArguments(t *testing.T) {
 	}{
 		{name: "extra argument", give: []string{"extra"}, wantErr: "unexpected arguments: extra"},
 		{name: "bad log level", give: []string{"--log-level", "loud"}, wantErr: "log level"},
+		{name: "bad start mode", give: []string{"--start", "spawn"}, wantErr: `start mode "spawn"`},
 		{name: "missing envoy", give: []string{"--envoy", "/nonexistent/envoy"}, wantErr: "/nonexistent/envoy"},
 	}
 	for _, tt := range tests {
