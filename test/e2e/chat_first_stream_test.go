@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,17 +25,6 @@ func TestChatFirstAnswerStreams(t *testing.T) {
 	params := chatStreamParams
 	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 
-	// held returns a release channel closed by the client's first text delta (or, failing
-	// that, by a timer), and reports whether the client closed it.
-	held := func(t *testing.T) (chan struct{}, func(), func() bool) {
-		release := make(chan struct{})
-		var once sync.Once
-		var byClient atomic.Bool
-		timer := time.AfterFunc(15*time.Second, func() { once.Do(func() { close(release) }) })
-		t.Cleanup(func() { timer.Stop() })
-		return release, func() { once.Do(func() { byClient.Store(true); close(release) }) }, byClient.Load
-	}
-
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		client := s.Client("sk-chat-first")
 		t.Run("a code call, then the answer", func(t *testing.T) {
@@ -46,11 +33,11 @@ func TestChatFirstAnswerStreams(t *testing.T) {
 			require.NoError(t, err, "the plain request")
 
 			before := len(s.Model.RequestsTo(chatPath))
-			release, onText, byClient := held(t)
+			held := newLiveRelease(t)
 			s.Model.Enqueue(chatPath,
 				fakemodel.SSE(fakemodel.ChatStream(testModel, firstUsage, "", call)...),
-				fakemodel.SSE(chatSplitDeltas(t, fakemodel.ChatStream(testModel, usage, text), release, 100*time.Millisecond, pieces...)...))
-			got, deltas := readChatStream(t, s, "sk-chat-first", params, onText)
+				fakemodel.SSE(chatSplitDeltas(t, fakemodel.ChatStream(testModel, usage, text), held.ch, 100*time.Millisecond, pieces...)...))
+			got, deltas := readChatStream(t, s, "sk-chat-first", params, held.read)
 
 			reqs := s.Model.RequestsTo(chatPath)
 			require.Len(t, reqs, before+2, "the first call and one follow-up")
@@ -61,7 +48,7 @@ func TestChatFirstAnswerStreams(t *testing.T) {
 				require.NotNil(t, asked.StreamOptions, "request %d has stream_options", i)
 				assert.True(t, asked.StreamOptions.IncludeUsage, "request %d asks for usage", i)
 			}
-			assert.True(t, byClient(), "the client read the first text delta while the model held the rest of its stream")
+			assert.True(t, held.byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
 			assert.Equal(t, pieces, deltas, "the text arrives in the model's deltas")
 			assert.Equal(t, viewChat(*plain), viewChat(got), "the accumulated stream is the plain answer")
 		})
@@ -70,10 +57,10 @@ func TestChatFirstAnswerStreams(t *testing.T) {
 			plain, err := client.Chat.Completions.New(t.Context(), chatStreamParams, withChatTool())
 			require.NoError(t, err, "the plain request")
 
-			release, onText, byClient := held(t)
-			s.Model.Enqueue(chatPath, fakemodel.SSE(chatSplitDeltas(t, fakemodel.ChatStream(testModel, usage, text), release, 100*time.Millisecond, pieces...)...))
-			got, deltas := readChatStream(t, s, "sk-chat-first", params, onText)
-			assert.True(t, byClient(), "the client read the first text delta while the model held the rest of its stream")
+			held := newLiveRelease(t)
+			s.Model.Enqueue(chatPath, fakemodel.SSE(chatSplitDeltas(t, fakemodel.ChatStream(testModel, usage, text), held.ch, 100*time.Millisecond, pieces...)...))
+			got, deltas := readChatStream(t, s, "sk-chat-first", params, held.read)
+			assert.True(t, held.byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
 			assert.Equal(t, pieces, deltas, "the text arrives in the model's deltas")
 			assert.Equal(t, viewChat(*plain), viewChat(got), "the accumulated stream is the plain answer")
 		})

@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,20 +110,13 @@ func TestChatStreamedFollowUp(t *testing.T) {
 		require.Equal(t, text, plain.Choices[0].Message.Content, "the plain answer")
 
 		before := len(s.Model.RequestsTo(chatPath))
-		release := make(chan struct{})
-		var once sync.Once
-		var byClient atomic.Bool
-		// The model holds the rest of its stream until the client has read the first delta; a
-		// loop that did not relay it would be released only by this timer, and fail below.
-		timer := time.AfterFunc(15*time.Second, func() { once.Do(func() { close(release) }) })
-		t.Cleanup(func() { timer.Stop() })
+		// The model holds the rest of its stream until the client has read the first delta.
+		held := newLiveRelease(t)
 		s.Model.Enqueue(chatPath, fakemodel.JSON(first),
-			fakemodel.SSE(chatSplitDeltas(t, fakemodel.ChatStream(testModel, usage, text), release, 100*time.Millisecond, pieces...)...))
+			fakemodel.SSE(chatSplitDeltas(t, fakemodel.ChatStream(testModel, usage, text), held.ch, 100*time.Millisecond, pieces...)...))
 		params := chatStreamParams
 		params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-		got, deltas := readChatStream(t, s, "sk-chat-stream", params, func() {
-			once.Do(func() { byClient.Store(true); close(release) })
-		})
+		got, deltas := readChatStream(t, s, "sk-chat-stream", params, held.read)
 
 		reqs := s.Model.RequestsTo(chatPath)
 		require.Len(t, reqs, before+2, "the first call and one follow-up")
@@ -136,7 +127,7 @@ func TestChatStreamedFollowUp(t *testing.T) {
 			require.NotNil(t, asked.StreamOptions, "request %d has stream_options", i)
 			assert.True(t, asked.StreamOptions.IncludeUsage, "request %d asks for usage", i)
 		}
-		assert.True(t, byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
+		assert.True(t, held.byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
 		assert.Equal(t, pieces, deltas, "the text arrives in the model's deltas")
 		assert.Equal(t, viewChat(*plain), viewChat(got), "the accumulated stream is the plain answer")
 		assert.Equal(t, int64(37), got.Usage.TotalTokens, "usage summed over the rounds")

@@ -3,10 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/stretchr/testify/assert"
@@ -15,19 +12,6 @@ import (
 
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
-
-// heldRelease returns a channel the model's held events wait for, the function that releases
-// it (once), and whether the test released it: if the client never read what it waits for,
-// a timer releases it so the test ends and fails on the returned flag.
-func heldRelease(t *testing.T) (<-chan struct{}, func(), *atomic.Bool) {
-	t.Helper()
-	release := make(chan struct{})
-	var once sync.Once
-	var byClient atomic.Bool
-	timer := time.AfterFunc(15*time.Second, func() { once.Do(func() { close(release) }) })
-	t.Cleanup(func() { timer.Stop() })
-	return release, func() { once.Do(func() { byClient.Store(true); close(release) }) }, &byClient
-}
 
 // TestMessagesFirstAnswerStreams: for a client that streams, the request's own upstream call
 // (the one Envoy makes) asks for a stream, and the model's first answer reaches the client as
@@ -40,20 +24,20 @@ func TestMessagesFirstAnswerStreams(t *testing.T) {
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		t.Run("no code", func(t *testing.T) {
 			mark := len(s.Model.RequestsTo(messagesPath))
-			release, relay, byClient := heldRelease(t)
-			s.Model.Enqueue(messagesPath, fakemodel.SSE(anthropicTextStream(t, "claude-e2e", fakemodel.Usage{Input: 10, Output: 4}, release, pieces...)...))
+			held := newLiveRelease(t)
+			s.Model.Enqueue(messagesPath, fakemodel.SSE(anthropicTextStream(t, "claude-e2e", fakemodel.Usage{Input: 10, Output: 4}, held.ch, pieces...)...))
 			body := `{"model":"claude-e2e","max_tokens":100,"stream":true,"tools":[{"type":"code_execution_20250825","name":"code_execution"}],` +
 				`"messages":[{"role":"user","content":"Hello."}]}`
 			got := readStream(t, s, t.Context(), "sk-ant-first", messagesPath, body, true, func(line string) bool {
 				if strings.HasPrefix(line, `data: {"type":"content_block_delta"`) && strings.Contains(line, `"text":"No "`) {
-					relay()
+					held.read()
 				}
 				return false
 			})
 			sent := s.Model.RequestsTo(messagesPath)[mark:]
 			require.Len(t, sent, 1, "one model call")
 			assert.True(t, gjson.GetBytes(sent[0].Body, "stream").Bool(), "the first call asks the model for a stream")
-			assert.True(t, byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
+			assert.True(t, held.byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
 			var deltas []string
 			for _, a := range got {
 				if strings.HasPrefix(a.line, `data: {"type":"content_block_delta","index":0,`) {
@@ -80,9 +64,9 @@ func TestMessagesFirstAnswerStreams(t *testing.T) {
 				return ev("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": d})
 			}
 			mark := len(s.Model.RequestsTo(messagesPath))
-			release, relay, byClient := heldRelease(t)
+			rel := newLiveRelease(t)
 			held := delta(1, map[string]any{"type": "input_json_delta", "partial_json": `print(6 * 7)"}`})
-			held.Wait = release
+			held.Wait = rel.ch
 			s.Model.Enqueue(messagesPath,
 				fakemodel.SSE(
 					ev("message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_f1", "type": "message", "role": "assistant",
@@ -105,7 +89,7 @@ func TestMessagesFirstAnswerStreams(t *testing.T) {
 				`"messages":[{"role":"user","content":"Six times seven?"}]}`
 			got := readStream(t, s, t.Context(), "sk-ant-first", messagesPath, body, true, func(line string) bool {
 				if strings.Contains(line, `"text":"Let me compute."`) {
-					relay()
+					rel.read()
 				}
 				return false
 			})
@@ -113,7 +97,7 @@ func TestMessagesFirstAnswerStreams(t *testing.T) {
 			require.Len(t, sent, 2, "the first call and one follow-up")
 			assert.True(t, gjson.GetBytes(sent[0].Body, "stream").Bool(), "the first call asks the model for a stream")
 			assert.Contains(t, gjson.GetBytes(sent[1].Body, "messages.@reverse.0.content.0.content").String(), "42", "the streamed call ran")
-			assert.True(t, byClient.Load(), "the client read the model's first text while the model held the rest of its call")
+			assert.True(t, rel.byClient.Load(), "the client read the model's first text while the model held the rest of its call")
 			msg := accumulateMessages(t, got)
 			require.Len(t, msg.Content, 4, "text, server_tool_use, result, text: %s", msg.RawJSON())
 			assert.Equal(t, "Let me compute.", msg.Content[0].Text, "the first text")

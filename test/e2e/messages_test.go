@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -374,18 +373,14 @@ func TestMessagesStreamsAsItHappens(t *testing.T) {
 	pieces := []string{"It ", "slept, ", "then printed."}
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		mark := len(s.Model.RequestsTo(messagesPath))
-		release := make(chan struct{})
-		var once sync.Once
-		var byClient, useBeforeRun atomic.Bool
-		// The model holds the rest of its stream until the client has read the first delta; a
-		// loop that did not relay it would be released only by this timer, and fail below.
-		timer := time.AfterFunc(15*time.Second, func() { once.Do(func() { close(release) }) })
-		t.Cleanup(func() { timer.Stop() })
+		// The model holds the rest of its stream until the client has read the first delta.
+		held := newLiveRelease(t)
+		var useBeforeRun atomic.Bool
 		s.Model.Enqueue(messagesPath,
 			fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
 				fakemodel.Text("Sleeping first."),
 				fakemodel.ToolUse("toolu_p1", "bash_code_execution", map[string]any{"command": "sleep 1; echo done"}))),
-			fakemodel.SSE(anthropicTextStream(t, "claude-e2e", fakemodel.Usage{Input: 20, Output: 6}, release, pieces...)...))
+			fakemodel.SSE(anthropicTextStream(t, "claude-e2e", fakemodel.Usage{Input: 20, Output: 6}, held.ch, pieces...)...))
 		t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
 
 		body := `{"model":"claude-e2e","max_tokens":100,"stream":true,"tools":[{"type":"code_execution_20250825","name":"code_execution"}],` +
@@ -395,7 +390,7 @@ func TestMessagesStreamsAsItHappens(t *testing.T) {
 			case strings.Contains(line, `"content_block":{"type":"server_tool_use"`):
 				useBeforeRun.Store(len(s.Model.RequestsTo(messagesPath)) == mark+1)
 			case strings.HasPrefix(line, `data: {"type":"content_block_delta"`) && strings.Contains(line, `"text":"It "`):
-				once.Do(func() { byClient.Store(true); close(release) })
+				held.read()
 			}
 			return false
 		})
@@ -404,7 +399,7 @@ func TestMessagesStreamsAsItHappens(t *testing.T) {
 		require.Len(t, sent, 2, "the first call and one follow-up")
 		assert.True(t, gjson.GetBytes(sent[1].Body, "stream").Bool(), "the follow-up asks the model for a stream")
 		assert.True(t, useBeforeRun.Load(), "the server_tool_use reached the client before the command had run")
-		assert.True(t, byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
+		assert.True(t, held.byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
 		assert.Less(t, first(t, got, `data: {"type":"content_block_start","index":1,"content_block":{"type":"server_tool_use"`).at,
 			first(t, got, `data: {"type":"content_block_start","index":2,"content_block":{"type":"bash_code_execution_tool_result"`).at, "the call, then its result")
 		var deltas []string

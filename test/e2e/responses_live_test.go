@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,52 +14,15 @@ import (
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
 
-// liveRelease is a point where the fake model holds its stream until the client has read an
-// event: closed by the client's reader when it reads the line, or by a timer, in which case
-// the stream was not live.
-type liveRelease struct {
-	ch       chan struct{}
-	once     sync.Once
-	byClient atomic.Bool
-}
-
-func newLiveRelease(t *testing.T) *liveRelease {
-	r := &liveRelease{ch: make(chan struct{})}
-	timer := time.AfterFunc(15*time.Second, func() { r.once.Do(func() { close(r.ch) }) })
-	t.Cleanup(func() { timer.Stop() })
-	return r
-}
-
-// read is called by the client's reader once it read the line the stream waits for.
-func (r *liveRelease) read() { r.once.Do(func() { r.byClient.Store(true); close(r.ch) }) }
-
 // liveStream returns the events of a ResponsesStream with its function_call_arguments.delta
 // split into a delta per piece (every piece after the first waits for args, then delay) and
 // its response.completed waiting for done.
 func liveStream(t *testing.T, evs []fakemodel.Event, args, done <-chan struct{}, delay time.Duration, pieces ...string) []fakemodel.Event {
 	t.Helper()
-	var out []fakemodel.Event
-	for _, ev := range evs {
-		switch ev.Name {
-		case "response.function_call_arguments.delta":
-			var fields map[string]any
-			require.NoError(t, json.Unmarshal([]byte(ev.Data), &fields))
-			require.Equal(t, strings.Join(pieces, ""), fields["delta"], "the pieces make the arguments")
-			for i, p := range pieces {
-				fields["delta"] = p
-				data, err := json.Marshal(fields)
-				require.NoError(t, err)
-				d := fakemodel.Event{Name: ev.Name, Data: string(data)}
-				if i > 0 {
-					d.Wait, d.Delay = args, delay
-				}
-				out = append(out, d)
-			}
-		case "response.completed":
-			ev.Wait = done
-			out = append(out, ev)
-		default:
-			out = append(out, ev)
+	out := splitDeltas(t, evs, "response.function_call_arguments.delta", args, delay, pieces...)
+	for i := range out {
+		if out[i].Name == "response.completed" {
+			out[i].Wait = done
 		}
 	}
 	return out
@@ -85,8 +46,7 @@ func streamEvents(t *testing.T, got []arrival) []responses.ResponseStreamEventUn
 // output index idx, or -1.
 func firstWith(got []arrival, typ string, idx int) int {
 	for i, a := range got {
-		data, ok := strings.CutPrefix(a.line, "data: ")
-		if ok && gjson.Get(data, "type").String() == typ && gjson.Get(data, "output_index").Int() == int64(idx) {
+		if isLine(a.line, typ, idx) {
 			return i
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +60,25 @@ func readStream(t *testing.T, s *Stack, ctx context.Context, apiKey, path, body 
 	}
 	return out
 }
+
+// liveRelease is a point where the fake model holds its stream until the client has read an
+// event: closed by the client's reader when it reads the line, or by a timer (a stream that was
+// not live is released only by it, and the test fails on byClient).
+type liveRelease struct {
+	ch       chan struct{}
+	once     sync.Once
+	byClient atomic.Bool
+}
+
+func newLiveRelease(t *testing.T) *liveRelease {
+	r := &liveRelease{ch: make(chan struct{})}
+	timer := time.AfterFunc(15*time.Second, func() { r.once.Do(func() { close(r.ch) }) })
+	t.Cleanup(func() { timer.Stop() })
+	return r
+}
+
+// read is called by the client's reader once it read the line the stream waits for.
+func (r *liveRelease) read() { r.once.Do(func() { r.byClient.Store(true); close(r.ch) }) }
 
 // first returns the first arrival whose line has prefix, or fails.
 func first(t *testing.T, got []arrival, prefix string) arrival {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,18 +12,20 @@ import (
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
 
-// splitDeltas returns the events of a ResponsesStream with its one output_text.delta split
-// into a delta per piece; every piece after the first waits for release, then delay.
-func splitDeltas(t *testing.T, evs []fakemodel.Event, release <-chan struct{}, delay time.Duration, pieces ...string) []fakemodel.Event {
+// splitDeltas returns the events of a ResponsesStream with its events named name (a *.delta
+// whose delta the pieces make) each split into a delta per piece; every piece after the first
+// waits for release, then delay.
+func splitDeltas(t *testing.T, evs []fakemodel.Event, name string, release <-chan struct{}, delay time.Duration, pieces ...string) []fakemodel.Event {
 	t.Helper()
 	var out []fakemodel.Event
 	for _, ev := range evs {
-		if ev.Name != "response.output_text.delta" {
+		if ev.Name != name {
 			out = append(out, ev)
 			continue
 		}
 		var fields map[string]any
 		require.NoError(t, json.Unmarshal([]byte(ev.Data), &fields))
+		require.Equal(t, strings.Join(pieces, ""), fields["delta"], "the pieces make the delta")
 		for i, p := range pieces {
 			fields["delta"] = p
 			data, err := json.Marshal(fields)
@@ -50,22 +50,17 @@ func TestStreamedFollowUp(t *testing.T) {
 	text := strings.Join(pieces, "")
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		before := len(s.Model.RequestsTo("/v1/responses"))
-		release := make(chan struct{})
-		var once sync.Once
-		var byClient atomic.Bool
-		// The model holds the rest of its stream until the client has read the first delta; a
-		// loop that did not relay it would be released only by this timer, and fail below.
-		timer := time.AfterFunc(15*time.Second, func() { once.Do(func() { close(release) }) })
-		t.Cleanup(func() { timer.Stop() })
+		// The model holds the rest of its stream until the client has read the first delta.
+		held := newLiveRelease(t)
 		usage := fakemodel.Usage{Input: 10, Output: 3}
 		s.Model.Enqueue("/v1/responses",
 			fakemodel.JSON(fakemodel.Responses(testModel, usage, fakemodel.FunctionCall("code_interpreter", "call_1", `{"code":"print(42)"}`))),
-			fakemodel.SSE(splitDeltas(t, fakemodel.ResponsesStream(testModel, usage, fakemodel.Message(text)), release, 100*time.Millisecond, pieces...)...))
+			fakemodel.SSE(splitDeltas(t, fakemodel.ResponsesStream(testModel, usage, fakemodel.Message(text)), "response.output_text.delta", held.ch, 100*time.Millisecond, pieces...)...))
 		got := readStream(t, s, t.Context(), "sk-upstream-stream", "/v1/responses",
 			`{"model":"m","stream":true,"input":"print 42","tools":[{"type":"code_interpreter","container":{"type":"auto"}}]}`, true,
 			func(line string) bool {
 				if strings.HasPrefix(line, `data: {"type":"response.output_text.delta"`) {
-					once.Do(func() { byClient.Store(true); close(release) })
+					held.read()
 				}
 				return false
 			})
@@ -78,7 +73,7 @@ func TestStreamedFollowUp(t *testing.T) {
 		require.NoError(t, reqs[len(reqs)-1].Decode(&followUp))
 		assert.True(t, followUp.Stream, "the follow-up asks the model for a stream")
 
-		assert.True(t, byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
+		assert.True(t, held.byClient.Load(), "the client read the first text delta while the model held the rest of its stream")
 		var deltas []string
 		for _, a := range got {
 			if strings.HasPrefix(a.line, `data: {"type":"response.output_text.delta"`) {
