@@ -3,8 +3,6 @@ package responses_test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,33 +10,14 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
-	"github.com/codeinterp/codeinterp/pkg/schema/sse"
 )
 
 // streamAnswer feeds the event stream an upstream sends for answer to a new UpstreamStream of
 // x, each event's delta to sink as the given round's EventDelta, and returns the answer the
-// stream ended with and the sink's output after each delta.
+// stream ended with (streamRound, uncut).
 func streamAnswer(t *testing.T, x schema.Exchange, sink schema.Sink, round int, answer []byte) []byte {
 	t.Helper()
-	stream, err := responses.SSE(answer)
-	require.NoError(t, err)
-	us := x.(schema.StreamReader).ReadStream()
-	rd := sse.NewReader(bytes.NewReader(stream), 0, 0)
-	for {
-		ev, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			t.Fatalf("round %d: the stream ended without an answer", round)
-		}
-		require.NoError(t, err)
-		delta, body, err := us.Event(ev.Name, ev.Data)
-		require.NoError(t, err, "round %d: event %s", round, ev.Name)
-		if delta != nil {
-			require.NoError(t, sink.Event(schema.Event{Kind: schema.EventDelta, Round: round, Body: delta}))
-		}
-		if body != nil {
-			return body
-		}
-	}
+	return streamRound(t, x, sink, round, answer, nil, "", func(string) {})
 }
 
 // clientItems is what a client that accumulates a Responses stream gets: the items of the
