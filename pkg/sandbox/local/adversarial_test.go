@@ -6,6 +6,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -92,6 +93,16 @@ func containerPID(c sandbox.Container) int {
 	return lc.cmd.Process.Pid
 }
 
+// containerTree returns the processes of c (see procTree): those under its first process and,
+// for a forked container, those under its driver, which is not its init's child.
+func containerTree(c sandbox.Container) map[int]string {
+	tree := procTree(containerPID(c))
+	if lc := c.(*container); lc.driverPID > 0 {
+		maps.Copy(tree, procTree(lc.driverPID))
+	}
+	return tree
+}
+
 // survivors returns the processes of tree still running (a zombie has ended: it only waits to
 // be reaped by whoever inherited it).
 func survivors(tree map[int]string) []int {
@@ -121,7 +132,7 @@ type containerSnapshot struct {
 func snapshotContainer(t *testing.T, c sandbox.Container) containerSnapshot {
 	t.Helper()
 	lc := c.(*container)
-	s := containerSnapshot{name: lc.name, tree: procTree(containerPID(c))}
+	s := containerSnapshot{name: lc.name, tree: containerTree(c)}
 	require.NotEmpty(t, s.tree, "the container's processes are visible")
 	if lc.cg != nil {
 		s.cgDir = slices.Clone(lc.cg.dirs)
@@ -196,7 +207,7 @@ func testAdversarialForkBomb(t *testing.T) {
 	require.NoError(t, err, "another container during the fork bomb")
 	assert.Equal(t, "fine\n", res.Stdout, "another container works during the fork bomb")
 	require.NoError(t, exec.Command("true").Run(), "the server can start processes during the fork bomb")
-	tree := procTree(containerPID(bomb))
+	tree := containerTree(bomb)
 	// bubblewrap's monitor outside, its init and the interpreter's processes inside.
 	assert.LessOrEqual(t, len(tree), 32+2, "processes of the fork-bombing container")
 	assert.Greater(t, len(tree), 10, "the fork bomb did fork (the test would prove nothing otherwise)")
@@ -204,7 +215,7 @@ func testAdversarialForkBomb(t *testing.T) {
 	assert.ErrorIs(t, runErr, sandbox.ErrTimeout, "the fork bomb's run times out")
 
 	require.NoError(t, bomb.Delete(context.Background()), "delete")
-	assert.Empty(t, survivors(procTree(containerPID(bomb))), "nothing of the container outlives Delete")
+	assert.Empty(t, survivors(containerTree(bomb)), "nothing of the container outlives Delete")
 	assert.Empty(t, survivors(tree), "no forked process outlives Delete")
 	assertHealthy(t, l, bystander)
 }
@@ -326,7 +337,9 @@ def open_family(family, kind=socket.SOCK_STREAM, pair=False):
 	snap := snapshotContainer(t, c)
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertGone(t, snap)
-	assertHealthy(t, l)
+	if !forked(c) { // a Local whose lifeline is closed has no server left to serve
+		assertHealthy(t, l)
+	}
 }
 
 // TestAdversarialMountsShowNoHostPath: /proc/self/mountinfo names, for each mount, the path of
@@ -367,7 +380,9 @@ print(len(lines), [l for l in lines if not neutral(l.split()[3], l.split()[4])])
 	snap := snapshotContainer(t, c)
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertGone(t, snap)
-	assertHealthy(t, l)
+	if !forked(c) { // a Local whose lifeline is closed has no server left to serve
+		assertHealthy(t, l)
+	}
 }
 
 // TestAdversarialInitMemory: the container's init (bubblewrap's PID 1) runs as the code's uid,
@@ -383,6 +398,9 @@ func TestAdversarialInitMemory(t *testing.T) {
 func testAdversarialInitMemory(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
+	if testStart(t) == StartFork {
+		l = newTestLocal(t, Config{}) // its lifeline is closed below, which ends all its containers
+	}
 	c := newTestContainer(t, l, sandbox.Spec{})
 	tests := []struct {
 		name string
@@ -403,8 +421,8 @@ func testAdversarialInitMemory(t *testing.T) {
 	snap := snapshotContainer(t, c)
 	require.GreaterOrEqual(t, len(snap.tree), withMonitor(c, 4), "monitor, init, interpreter and the daemon run")
 	if forked(c) {
-		// The server's end dies as it would with the server: the init's lifeline closes.
-		require.NoError(t, c.(*container).lifeW.Close(), "close the init's lifeline")
+		// The server's end dies as it would with the server: the inits' lifeline closes.
+		require.NoError(t, l.tpl.lifeW.Close(), "close the inits' lifeline")
 	} else {
 		// The server's end dies as it would with the server (its parent-death signal).
 		require.NoError(t, syscall.Kill(containerPID(c), syscall.SIGKILL), "kill bubblewrap's monitor")
@@ -413,13 +431,15 @@ func testAdversarialInitMemory(t *testing.T) {
 		"every process of the container dies with its monitor")
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertGone(t, snap)
-	assertHealthy(t, l)
+	if !forked(c) { // a Local whose lifeline is closed has no server left to serve
+		assertHealthy(t, l)
+	}
 }
 
 // hostUID returns the host uid a container's interpreter runs as.
 func hostUID(t *testing.T, c sandbox.Container) string {
 	t.Helper()
-	for pid := range procTree(containerPID(c)) {
+	for pid := range containerTree(c) {
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if forked(c) {
 			if pid != c.(*container).procs.driver {
@@ -679,7 +699,7 @@ while not os.path.exists('/tmp/up'):
 secret_var = %q`, marker, marker))
 	// The marker process exists (seen from the host), so the check below can fail.
 	found := false
-	for pid := range procTree(containerPID(a)) {
+	for pid := range containerTree(a) {
 		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmd), marker) {
 			found = true
 		}
@@ -1098,7 +1118,7 @@ func testLocalCgroupHoldsEveryProcess(t *testing.T) {
 	c := newTestContainer(t, l, sandbox.Spec{})
 	runIn(t, c, "import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '600'])")
 	cg := c.(*container).cg
-	tree := procTree(containerPID(c))
+	tree := containerTree(c)
 	require.GreaterOrEqual(t, len(tree), withMonitor(c, 4), "monitor, init, interpreter and its child")
 	for pid := range tree {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
@@ -1152,7 +1172,7 @@ func testAdversarialBackgroundProcesses(t *testing.T) {
 	want := slices.Compact(slices.Sorted(slices.Values([]int{containerPID(c), lc.procs.init, lc.procs.driver})))
 	require.NotZero(t, lc.procs.driver, "the driver's pid is known")
 	require.Eventually(t, func() bool {
-		got := survivors(procTree(containerPID(c)))
+		got := survivors(containerTree(c))
 		slices.Sort(got)
 		return slices.Equal(got, slices.Sorted(slices.Values(want)))
 	}, 30*time.Second, 10*time.Millisecond, "only bubblewrap's monitor and init and the interpreter run between runs")

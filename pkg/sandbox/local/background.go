@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,13 +37,16 @@ func pidNamespace(pid int) (nsID, error) {
 	return nsID{dev: st.Dev, ino: st.Ino}, nil
 }
 
-// findProcs notes the container's init (initPID) and its driver, the init's only child once
-// the driver is ready.
-func findProcs(initPID int) (nsProcs, error) {
-	p := nsProcs{init: initPID}
+// findProcs notes the container's init (initPID) and its driver: driverPID where known (a
+// forked driver is not its init's child), else the init's only child once the driver is ready.
+func findProcs(initPID, driverPID int) (nsProcs, error) {
+	p := nsProcs{init: initPID, driver: driverPID}
 	var err error
 	if p.ns, err = pidNamespace(initPID); err != nil {
 		return p, err
+	}
+	if driverPID > 0 {
+		return p, nil
 	}
 	kids := children(initPID)
 	if len(kids) != 1 {
@@ -98,6 +102,9 @@ func (p nsProcs) killBackground() (int, error) {
 	for round := 0; ; round++ {
 		var victims []int
 		stack := children(p.init)
+		if !slices.Contains(stack, p.driver) {
+			stack = append(stack, p.driver) // a forked driver is not its init's child
+		}
 		for len(stack) > 0 {
 			pid := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]

@@ -221,7 +221,7 @@ func BenchmarkIdleWarmContainerMemory(b *testing.B) {
 		}
 		time.Sleep(100 * time.Millisecond) // idle
 		var r, p int64
-		for pid := range procTree(containerPID(c)) {
+		for pid := range containerTree(c) {
 			r += procKiB(pid, "status", "VmRSS:")
 			p += procKiB(pid, "smaps_rollup", "Pss:")
 		}
@@ -333,7 +333,7 @@ func BenchmarkIdleContainerMemory(b *testing.B) {
 				}
 				time.Sleep(100 * time.Millisecond) // idle
 				var r, p int64
-				for pid := range procTree(containerPID(c)) {
+				for pid := range containerTree(c) {
 					r += procKiB(pid, "status", "VmRSS:")
 					p += procKiB(pid, "smaps_rollup", "Pss:")
 				}
@@ -386,7 +386,7 @@ func BenchmarkForkedBurst(b *testing.B) {
 		var pss int64
 		for _, c := range cs {
 			if c != nil {
-				for pid := range procTree(containerPID(c)) {
+				for pid := range containerTree(c) {
 					pss += procKiB(pid, "smaps_rollup", "Pss:")
 				}
 			}

@@ -258,14 +258,33 @@ func (p *cgroupParents) create(name string, memBytes int64, maxPids int, cpus fl
 	return cg, nil
 }
 
-// add moves a process into the cgroup.
-func (cg *containerCgroup) add(pid int) error {
+// add moves processes into the cgroup.
+func (cg *containerCgroup) add(pids ...int) error {
 	for _, d := range cg.dirs {
-		if err := os.WriteFile(d+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644); err != nil {
-			return fmt.Errorf("move process into cgroup: %w", err)
+		for _, pid := range pids {
+			if err := os.WriteFile(d+"/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644); err != nil {
+				return fmt.Errorf("move process into cgroup: %w", err)
+			}
 		}
 	}
 	return nil
+}
+
+// procsFiles opens the cgroup.procs file of each of the cgroup's directories for writing: a
+// process given them moves itself (or another, by pid) into the cgroup. The caller closes them.
+func (cg *containerCgroup) procsFiles() ([]*os.File, error) {
+	var out []*os.File
+	for _, d := range cg.dirs {
+		f, err := os.OpenFile(d+"/cgroup.procs", os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range out {
+				f.Close()
+			}
+			return nil, fmt.Errorf("open cgroup.procs: %w", err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // peakMemory returns the most memory the cgroup used, or 0 if unknown.

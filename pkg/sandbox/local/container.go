@@ -51,12 +51,14 @@ type container struct {
 	// initPID is the host pid of the container's init (0 without isolation); procs, its init,
 	// driver and PID namespace, noted once the driver is ready (init 0 when they could not be).
 	initPID int
-	procs   nsProcs
+	// driverPID is the host pid of a forked container's driver, which is not its init's child
+	// (0 for the others: their driver is found as the init's only child).
+	driverPID int
+	procs     nsProcs
 
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
 	intrW *os.File // interrupts to the driver (its fd 5)
-	lifeW *os.File // forked containers: its init ends when this closes (the server died); else nil
 	outR  *os.File
 	errR  *os.File
 
@@ -553,7 +555,7 @@ func (c *container) waitReady(ctx context.Context) error {
 		}
 		c.log.Debug("container ready", zap.Any("preloaded", f.v["preloaded"]))
 		if c.initPID > 0 && !c.l.cfg.KeepBackgroundProcesses {
-			procs, err := findProcs(c.initPID)
+			procs, err := findProcs(c.initPID, c.driverPID)
 			if err != nil {
 				c.log.Warn("background processes of this container will not be stopped", zap.Error(err))
 			} else {
@@ -992,7 +994,7 @@ func (c *container) giveUID() {
 
 func (c *container) closeParentFiles() {
 	c.closeFiles.Do(func() {
-		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR, c.lifeW} {
+		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR} {
 			if f != nil {
 				f.Close()
 			}

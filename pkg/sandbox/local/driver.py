@@ -553,16 +553,22 @@ def _prepare(preload):
     import resource  # noqa: F401
     sys.meta_path.insert(0, _PyplotHook())
     S.loaded = _preload() if preload else []
+    # matplotlib empties its cache of open fonts in every forked child (os.register_at_fork):
+    # freeing them there would copy on write pages all over the heap (a third of a child's
+    # start). Each child opens the fonts it uses again anyway, so the cache is emptied here.
+    fm = sys.modules.get('matplotlib.font_manager')
+    if fm is not None:
+        fm._get_font.cache_clear()
     S.prepared = False
 
 
 def _reseed():
-    # State a forked child shares with the template and its siblings. random reseeds itself in
-    # os.register_at_fork already (again here: cheap); numpy's global RandomState, tempfile's
-    # name sequence and multiprocessing's authkey do not. Python's str hash secret cannot be
-    # changed in a running interpreter: it stays the template's.
-    import random
-    random.seed()
+    # In the template, before each fork: the state a forked child would share with the template
+    # and its siblings, made new for the next child only (the template calls it again after
+    # every fork, so no two children start with the same). random reseeds itself in each child
+    # (os.register_at_fork); numpy's global RandomState, tempfile's name sequence and
+    # multiprocessing's authkey do not. Python's str hash secret cannot be changed in a running
+    # interpreter: it stays the template's.
     np_random = sys.modules.get('numpy.random')
     if np_random is not None:
         # The global RandomState's MT19937 state itself from the kernel (about a third of the cost
@@ -583,8 +589,7 @@ def _reseed():
 
 def _prepare_child():
     # In a forked child, before its configuration: everything of the start that does not need
-    # it, and what it shares with the template and its siblings made its own.
-    _reseed()
+    # it.
     sys.argv[:] = ['']
     sys.stdin = io.StringIO()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -606,8 +611,12 @@ def _main(cfg=None):
         cfg = marshal.loads(bytes.fromhex(sys.argv[-1]))
         del sys.argv[1:]
         sys.argv[0] = ''
-    elif not S.prepared:
-        _prepare_child()
+    else:
+        # A forked container is isolated already: the server may send the first run now, which
+        # waits in the pipe while what is left of the start below is done.
+        _ready(S.loaded)
+        if not S.prepared:
+            _prepare_child()
     for fd in (R_IN, R_OUT, R_INTR):
         os.set_inheritable(fd, False)
     S.data_dir = cfg['data_dir']
@@ -644,9 +653,11 @@ def _main(cfg=None):
         builtins.display = display
         S.ns = main.__dict__
     S.files = {}
-    _scan_files()
-
-    _send({'op': 'ready', 'python': sys.version.split()[0], 'preloaded': loaded})
+    if not forked:
+        _scan_files()
+    # else: its data directory is a new, empty file system.
+    if not forked:
+        _ready(loaded)
     while True:
         try:
             req = _recv()
@@ -659,6 +670,10 @@ def _main(cfg=None):
         except KeyboardInterrupt:
             res = _error_result(req.get('seq', 0), 'KeyboardInterrupt', '')
         _send_result(res)
+
+
+def _ready(loaded):
+    _send({'op': 'ready', 'python': sys.version.split()[0], 'preloaded': loaded})
 
 
 _DRIVER_FILE = _main.__code__.co_filename

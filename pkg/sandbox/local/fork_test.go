@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -152,8 +153,8 @@ for pid in list(range(1, 4096)) + [%d, %d, %d]:
         pass
     except PermissionError:
         seen.append(-pid)
-print(seen)
-for pid in [1, os.getppid(), %d, %d, %d]:
+print(seen, os.getppid())
+for pid in [1, %d, %d, %d]:
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError:
@@ -164,7 +165,8 @@ except ProcessLookupError:
     pass
 print('alive')`, tpl, bystander.(*container).initPID, bystander.(*container).procs.driver,
 		tpl, bystander.(*container).initPID, bystander.(*container).procs.driver))
-	assert.Regexp(t, `^\[1, 2(, 3)?\]\nalive\n$`, res.Stdout, "the container sees and signals only its init, itself (and its thread)")
+	assert.Regexp(t, `^\[1, 2(, 3)?\] 0\nalive\n$`, res.Stdout,
+		"the container sees and signals only its init, itself (and its thread); its parent is outside")
 	assert.True(t, running(tpl), "the template lives")
 	assert.Equal(t, tpl, l.tpl.pid(), "the template was not replaced")
 	assertHealthy(t, l, bystander, c)
@@ -400,3 +402,106 @@ func TestHurryCgroupMoveMovesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, strings.TrimSpace(string(procs)), "no process in the Local's own cgroup")
 }
+
+// makerAndAhead returns the host pids of l's maker (the template's one child in its own PID
+// namespace) and of the inits it made that no container has claimed yet (its children still
+// root), waiting until there is one made ahead.
+func makerAndAhead(t *testing.T, l *Local) (maker int, ahead []int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		tpl := l.tpl.pid()
+		if tpl == 0 {
+			return false
+		}
+		tplNS, err := pidNamespace(tpl)
+		if err != nil {
+			return false
+		}
+		maker, ahead = 0, nil
+		for _, pid := range children(tpl) {
+			if ns, err := pidNamespace(pid); err == nil && ns == tplNS {
+				maker = pid
+			}
+		}
+		for _, pid := range children(maker) {
+			if procStatus(pid, "Uid:") == "0" {
+				ahead = append(ahead, pid)
+			}
+		}
+		return maker != 0 && len(ahead) == 1
+	}, 30*time.Second, 10*time.Millisecond, "the maker runs and has one init made ahead")
+	return maker, ahead
+}
+
+// procStatus returns the first field of a line of /proc/<pid>/status, or "".
+func procStatus(pid int, key string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return ""
+}
+
+// TestForkedInitMadeAheadIsReplaced: the init made ahead for the next container, killed from
+// outside, is replaced as that container starts: the start neither fails nor falls back to
+// the exec way.
+func TestForkedInitMadeAheadIsReplaced(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	_, ahead := makerAndAhead(t, l)
+	require.NoError(t, syscall.Kill(ahead[0], syscall.SIGKILL), "kill the init made ahead")
+	require.Eventually(t, func() bool { return !running(ahead[0]) }, 10*time.Second, 5*time.Millisecond, "the init is gone")
+	c := newTestContainer(t, l, sandbox.Spec{})
+	assert.True(t, forked(c), "the container is forked")
+	assert.Equal(t, "1\n", runIn(t, c, "print(1)").Stdout, "and works")
+	assert.Zero(t, testutil.ToFloat64(l.metrics.fallbacks), "no container started the exec way")
+}
+
+// TestForkedInitMadeAheadEndsWithItsTemplate: an init made ahead that no container claimed
+// ends when its template does; the ones containers claimed live on with them.
+func TestForkedInitMadeAheadEndsWithItsTemplate(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	c := newTestContainer(t, l, sandbox.Spec{})
+	runIn(t, c, "x = 41")
+	_, ahead := makerAndAhead(t, l)
+	require.NoError(t, syscall.Kill(l.tpl.pid(), syscall.SIGKILL), "kill the template")
+	require.Eventually(t, func() bool { return !running(ahead[0]) }, 10*time.Second, 5*time.Millisecond,
+		"the init made ahead ends with its template")
+	assert.Equal(t, "42", runIn(t, c, "x + 1").Value, "a container of the dead template keeps running")
+}
+
+// TestForkedMakerDeath: the maker killed, the template gives way to a new one (and maker):
+// every Create meanwhile succeeds, and containers are forked again soon.
+func TestForkedMakerDeath(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	maker, _ := makerAndAhead(t, l)
+	old := newTestContainer(t, l, sandbox.Spec{}) // takes the init made ahead
+	require.NoError(t, syscall.Kill(maker, syscall.SIGKILL), "kill the maker")
+	var failed []error // Eventually's condition runs on a goroutine of its own: no require there
+	require.Eventually(t, func() bool {
+		c, err := l.Create(context.Background(), sandbox.Spec{})
+		if err != nil {
+			failed = append(failed, err)
+			return false
+		}
+		defer c.Delete(context.Background())
+		res, err := runTimeout(c, "print(3)", 30*time.Second)
+		if err != nil || res.Stdout != "3\n" {
+			failed = append(failed, fmt.Errorf("run: %q, %v", res.Stdout, err))
+			return false
+		}
+		return forked(c)
+	}, time.Minute, 50*time.Millisecond, "containers are forked again from a new template")
+	assert.Empty(t, failed, "every Create and run succeeded while the template was replaced")
+	assert.Equal(t, "2\n", runIn(t, old, "print(1 + 1)").Stdout, "a container forked before keeps running")
+}
+

@@ -199,7 +199,7 @@ func helperCrash() (crashReport, error) {
 	if lc.cg != nil {
 		rep.Containers = slices.Clone(lc.cg.dirs)
 	}
-	for pid, start := range procTree(containerPID(c)) {
+	for pid, start := range containerTree(c) {
 		rep.Processes = append(rep.Processes, pid)
 		rep.StartTimes = append(rep.StartTimes, start)
 	}

@@ -627,7 +627,7 @@ func TestManagerOverLocal(t *testing.T) {
 	// Killed from outside while idle (as the kernel's OOM killer would): the next run goes to
 	// a fresh container for the same key.
 	oldID := s.ContainerID()
-	tree := procTree(containerPID(used))
+	tree := containerTree(used)
 	require.NoError(t, syscall.Kill(containerPID(used), syscall.SIGKILL), "kill")
 	for used.Alive() {
 		time.Sleep(5 * time.Millisecond)

@@ -1,19 +1,23 @@
 package local
 
 // The fork start mode (Config.Start "fork"): a template process (template.py) that has run the
-// driver's definitions and imported the preloaded libraries once forks each container, which
-// then isolates itself before any of the caller's code runs (see template.py for the sequence).
-// A container so started costs a fork and a few system calls instead of a fresh interpreter and
-// its imports, and shares the template's pages copy on write.
+// driver's definitions and imported the preloaded libraries once forks each container's
+// driver, which then isolates itself before any of the caller's code runs. A container so
+// started costs one fork and a few system calls instead of a fresh interpreter and its imports,
+// and shares the template's pages copy on write. Its init, the other process of a container (pid
+// 1 of its PID namespace, with its mount, network, IPC and UTS namespaces and file systems), is
+// not forked from the template: a small process beside it makes the next container's init while
+// the template forks the current one (template.py has the whole sequence).
 //
 // The template runs under bubblewrap as the server's root, with its capabilities, in a PID
 // namespace of its own (its first child, the keeper, forks the template again when it dies), no
-// network and a read-only system; it never runs any of the caller's code. Each container drops
-// to a host uid of its own before it runs any, and creates its user namespace as that uid. A
-// user namespace of the template's own, owned by one host uid, would have been the parent of
-// every container's: the kernel charges per-user counts (inotify instances, pending signals,
-// message queues) at each level of the user namespace tree, so every container would have
-// shared that uid's counts — one container could then exhaust them for all.
+// network and a read-only system; it never runs any of the caller's code. Each container's
+// processes drop to a host uid of their own before it runs any, and create their user
+// namespaces as that uid. A user namespace of the template's own, owned by one host uid, would
+// have been the parent of every container's: the kernel charges per-user counts (inotify
+// instances, pending signals, message queues) at each level of the user namespace tree, so
+// every container would have shared that uid's counts — one container could then exhaust them
+// for all.
 
 import (
 	"bytes"
@@ -84,6 +88,10 @@ type forkTemplate struct {
 	maxAge   time.Duration // age after which it is replaced
 	rotating bool          // the relaunch in progress replaces a live template
 
+	// lifeR and lifeW are the lifeline: every container's init holds lifeR and ends its
+	// container when the pipe closes, which it does when this process dies (or at close).
+	lifeR, lifeW *os.File
+
 	restarts  atomic.Int64 // templates started again after one died
 	rotations atomic.Int64 // templates replaced after maxForks or maxAge
 	wg        sync.WaitGroup
@@ -118,8 +126,14 @@ func (l *Local) startTemplate() (*forkTemplate, error) {
 		return nil, errors.New("user namespaces are disabled (user.max_user_namespaces is 0)")
 	}
 	t := &forkTemplate{l: l, log: l.log.Named("template"), maxForks: templateMaxForks, maxAge: templateMaxAge}
+	var err error
+	if t.lifeR, t.lifeW, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("lifeline: %w", err)
+	}
 	gen, err := t.launch()
 	if err != nil {
+		t.lifeR.Close()
+		t.lifeW.Close()
 		return nil, err
 	}
 	t.gen = gen
@@ -206,7 +220,8 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 		preload = "1"
 	}
 	args := slices.Concat(l.templateArgs(), []string{"--", l.python, "-E", "-s", "-c", templateBootstrap,
-		hex.EncodeToString([]byte(templateSource)), l.driverCode, seccompHex, preload})
+		hex.EncodeToString([]byte(templateSource)), l.driverCode, seccompHex, preload,
+		strconv.FormatInt(l.cfg.TmpBytes, 10), strconv.FormatInt(l.cfg.DataBytes, 10)})
 	cmd := exec.Command(l.bwrap, args...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
@@ -216,8 +231,8 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 	}
 	defer infoR.Close()
 	defer infoW.Close()
-	// fd 3 the socket, 4 bubblewrap's --info-fd, the shared files from fd 5.
-	cmd.ExtraFiles = append([]*os.File{theirs, infoW}, shared...)
+	// fd 3 the socket, 4 bubblewrap's --info-fd, 5 the lifeline, the shared files from fd 6.
+	cmd.ExtraFiles = append([]*os.File{theirs, infoW, t.lifeR}, shared...)
 	stderr := &limitedBuffer{n: 8 << 10}
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -271,7 +286,7 @@ func (l *Local) templateArgs() []string {
 	a = append(a, "--proc", "/proc", "--dev", "/dev", "--dir", "/dev/shm", "--dir", dataDir,
 		"--size", strconv.FormatInt(l.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
 	for i, f := range l.shared {
-		a = append(a, "--perms", "0444", "--file", strconv.Itoa(5+i), f.dest)
+		a = append(a, "--perms", "0444", "--file", strconv.Itoa(6+i), f.dest)
 	}
 	return append(a, "--chdir", "/", "--remount-ro", "/dev", "--remount-ro", "/")
 }
@@ -358,15 +373,19 @@ func closeAll(fds []int) {
 	}
 }
 
-// fork asks the template for a container of host uid hostUID: req, with the container's ends
-// of its pipes, and calls during (when not nil) while the template forks. It returns a pidfd
-// of the container's init, and during's error. An error matching errTemplateUnavailable means the
-// template is not there: the caller starts the container the exec way.
-func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, during func() error) (int, error) {
+// forkedPids are pidfds of a forked container's init and driver.
+type forkedPids struct{ init, driver int }
+
+// fork asks the template for a container of host uid hostUID: req, with files (the container's
+// ends of its pipes and its cgroup.procs files). It returns pidfds of the container's init and
+// driver. An error matching errTemplateUnavailable means the template is not there: the caller
+// starts the container the exec way. No pidfd is returned with an error.
+func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (forkedPids, error) {
+	none := forkedPids{-1, -1}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return -1, fmt.Errorf("%w: closed", errTemplateUnavailable)
+		return none, fmt.Errorf("%w: closed", errTemplateUnavailable)
 	}
 	gen := t.gen
 	if gen != nil {
@@ -380,7 +399,7 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 	}
 	if gen == nil {
 		t.relaunchLocked()
-		return -1, fmt.Errorf("%w: starting", errTemplateUnavailable)
+		return none, fmt.Errorf("%w: starting", errTemplateUnavailable)
 	}
 	// What arrived since the last fork: a template the keeper forked again after one died says
 	// ready; answers to requests given up on are stale.
@@ -392,7 +411,7 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 		t.noteLocked(gen, msg, rights)
 	}
 	if !gen.ready {
-		return -1, fmt.Errorf("%w: restarting", errTemplateUnavailable)
+		return none, fmt.Errorf("%w: restarting", errTemplateUnavailable)
 	}
 	t.nextID++
 	id := t.nextID
@@ -400,25 +419,21 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 	req["uid"] = int64(hostUID)
 	body, err := marshalEncode(req)
 	if err != nil {
-		return -1, fmt.Errorf("encode fork request: %w", err)
+		return none, fmt.Errorf("encode fork request: %w", err)
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
 	}
 	if err := unix.Sendmsg(gen.sock, body, unix.UnixRights(fds...), nil, 0); err != nil {
-		return -1, fmt.Errorf("%w: send fork request: %w", errTemplateUnavailable, err)
-	}
-	var duringErr error
-	if during != nil {
-		duringErr = during()
+		return none, fmt.Errorf("%w: send fork request: %w", errTemplateUnavailable, err)
 	}
 	wait := templateForkTimeout
 	for {
 		msg, rights, err := gen.recv(wait, gen.exited)
 		if err != nil {
 			gen.ready = false
-			return -1, fmt.Errorf("%w: %w", errTemplateUnavailable, err)
+			return none, fmt.Errorf("%w: %w", errTemplateUnavailable, err)
 		}
 		if msg["op"] == "ready" {
 			// The template died: the one the keeper forked since reads the request if the dead
@@ -428,7 +443,7 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 			continue
 		}
 		if got, _ := msg["id"].(int64); got != id {
-			closeAll(rights) // a stale answer: its container gives up when its block pipe closes
+			discardAnswer(msg, rights) // to a request given up on
 			continue
 		}
 		switch msg["op"] {
@@ -436,21 +451,21 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 			// The template could not fork (it runs a thread, a system call failed): the
 			// container starts the exec way.
 			closeAll(rights)
-			return -1, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
+			return none, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
 		case "forked":
-			if len(rights) != 1 {
+			if len(rights) != 2 {
 				closeAll(rights)
-				return -1, fmt.Errorf("fork: %d descriptors with the answer, want a pidfd", len(rights))
+				return none, fmt.Errorf("fork: %d descriptors with the answer, want two pidfds", len(rights))
 			}
 			gen.forks++
 			if gen.forks >= t.maxForks || time.Since(gen.started) >= t.maxAge {
 				t.rotating = true
 				t.relaunchLocked()
 			}
-			return rights[0], duringErr
+			return forkedPids{init: rights[0], driver: rights[1]}, nil
 		default:
 			closeAll(rights)
-			return -1, fmt.Errorf("fork: an answer %q", msg["op"])
+			return none, fmt.Errorf("fork: an answer %q", msg["op"])
 		}
 	}
 }
@@ -458,10 +473,11 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File, d
 // noteLocked takes in a message of gen's template outside a fork's answer: a template ready
 // (again), with a pidfd of itself, or a stale answer. t.mu is held.
 func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights []int) {
-	defer closeAll(rights)
 	if msg["op"] != "ready" {
+		discardAnswer(msg, rights)
 		return
 	}
+	defer closeAll(rights)
 	// launch took the first ready: this one is from a template the keeper forked again.
 	t.restarts.Add(1)
 	t.log.Warn("the template died; the keeper started a new one")
@@ -470,6 +486,15 @@ func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights [
 	if len(rights) == 1 {
 		gen.pid, _ = pidOfPidfd(rights[0])
 	}
+}
+
+// discardAnswer closes the descriptors of an answer to a fork request given up on; a container
+// forked for it is killed (through its init, which takes its PID namespace with it).
+func discardAnswer(msg map[string]any, rights []int) {
+	if msg["op"] == "forked" && len(rights) > 0 {
+		_ = unix.PidfdSendSignal(rights[0], unix.SIGKILL, nil, 0)
+	}
+	closeAll(rights)
 }
 
 // pid returns the host pid of the template process last known ready, or 0.
@@ -542,6 +567,8 @@ func (t *forkTemplate) close() {
 	if gen != nil {
 		gen.stop(t.log)
 	}
+	t.lifeR.Close()
+	t.lifeW.Close() // ends any init still there
 }
 
 // stop closes the socket, which ends the template and then the keeper and bubblewrap, and
@@ -598,15 +625,15 @@ func pidOfPidfd(fd int) (int, error) {
 func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	c := l.newContainer()
 	c.cancel = func() {}
-	var child []*os.File
-	var blockW *os.File
+	var child []*os.File // the container's ends, and the cgroup.procs files it moves itself with
 	started := false
+	var hurried chan struct{}
 	defer func() {
 		for _, f := range child {
 			f.Close()
 		}
-		if blockW != nil {
-			blockW.Close()
+		if hurried != nil {
+			<-hurried
 		}
 		if err != nil && !started {
 			c.releaseUnstarted()
@@ -615,95 +642,59 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	if _, err := c.takeUID(); err != nil {
 		return nil, err
 	}
-	var ctlInR, ctlOutW, intrR, outW, errW, blockR, lifeR *os.File
+	var ctlInR, ctlOutW, intrR, outW, errW *os.File
 	for _, p := range []struct{ r, w **os.File }{
-		{&ctlInR, &c.ctlW}, {&c.ctlR, &ctlOutW}, {&intrR, &c.intrW}, {&c.outR, &outW},
-		{&c.errR, &errW}, {&blockR, &blockW}, {&lifeR, &c.lifeW},
+		{&ctlInR, &c.ctlW}, {&c.ctlR, &ctlOutW}, {&intrR, &c.intrW}, {&c.outR, &outW}, {&c.errR, &errW},
 	} {
 		if *p.r, *p.w, err = pipe(); err != nil {
 			return nil, err
 		}
 	}
-	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR, blockR, lifeR}
-	// The container's cgroup is made while the template forks (its init waits to be put in
-	// it before it forks the driver).
-	var kicked chan struct{}
-	defer func() {
-		if kicked != nil {
-			<-kicked
-		}
-	}()
-	makeCgroup := func() error {
-		if l.cgroups == nil {
-			return nil
-		}
+	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR}
+	if l.cgroups != nil {
 		memMax, pidsMax := l.cgroupLimits(memBytes)
-		var err error
 		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
-			return fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
-		// The move of the init into the cgroup waits for an RCU grace period (see
-		// hurryCgroupMove): it starts now, while the template forks, instead of once the
-		// init's pid is known.
-		kicked = make(chan struct{})
-		go func() { // owned: startForked waits for kicked
-			defer close(kicked)
+		procs, err := c.cg.procsFiles()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
+		}
+		child = append(child, procs...)
+		// The driver's move into the cgroup waits for an RCU grace period (see
+		// hurryCgroupMove): it starts now, while the template forks.
+		hurried = make(chan struct{})
+		go func() { // owned: startForked waits for hurried
+			defer close(hurried)
 			hurryCgroupMove(c.cg.dirs[0])
 		}()
-		return nil
 	}
 	req := map[string]any{
-		"op":         "fork",
-		"tmp_bytes":  l.cfg.TmpBytes,
-		"data_bytes": l.cfg.DataBytes,
-		"driver":     l.driverConfigMap(memBytes, dataDir),
+		"op":      "fork",
+		"cgroups": int64(len(child) - 5),
+		"driver":  l.driverConfigMap(memBytes, dataDir),
 	}
-	pidfd, err := l.tpl.fork(req, c.uid, child, makeCgroup)
-	if pidfd < 0 {
+	pids, err := l.tpl.fork(req, c.uid, child)
+	if err != nil {
 		if !errors.Is(err, errTemplateUnavailable) && !errors.Is(err, sandbox.ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
 		return nil, err
 	}
-	cgErr := err
 	for _, f := range child {
 		f.Close()
 	}
 	child = nil
 	c.initMu.Lock()
-	c.initFD = pidfd
+	c.initFD = pids.init
 	c.initMu.Unlock()
 	started = true
 	l.track(c)
-	waitFD, err := unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	c.initPID, err = pidOfPidfd(pids.init)
 	if err == nil {
-		err = unix.SetNonblock(waitFD, true)
+		c.driverPID, err = pidOfPidfd(pids.driver)
 	}
-	if err != nil {
-		c.goTracked(func() {
-			_ = waitExited(context.Background(), pidfd)
-			c.waitErr = errors.New("the container's init exited")
-			close(c.exited)
-		})
-	} else {
-		wf := os.NewFile(uintptr(waitFD), "pidfd")
-		c.goTracked(func() {
-			waitPidfd(wf)
-			wf.Close()
-			c.waitErr = errors.New("the container's init exited")
-			close(c.exited)
-		})
-	}
-	err = cgErr
-	if err == nil {
-		c.initPID, err = pidOfPidfd(pidfd)
-	}
-	if err == nil && c.cg != nil {
-		err = c.cg.add(c.initPID)
-	}
-	if err == nil {
-		_, err = blockW.Write([]byte{1})
-	}
+	c.goTracked(func() { c.awaitForked(pids.driver) })
 	if err != nil {
 		c.kill()
 		_ = c.Delete(context.Background())
@@ -713,6 +704,39 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	c.goTracked(func() { c.stderr.readFrom(c.errR) })
 	c.goTracked(c.readFrames)
 	return c, nil
+}
+
+// awaitForked ends a forked container with its driver (whose pidfd it takes): once the driver
+// has exited it kills the init, which ends the container's PID namespace, and waits for the
+// init, which exits only once every process of the namespace is gone.
+func (c *container) awaitForked(driverFD int) {
+	waitProcess(driverFD)
+	unix.Close(driverFD)
+	c.kill()
+	c.initMu.Lock()
+	fd := c.initFD // closed by cleanup, which waits for exited
+	c.initMu.Unlock()
+	waitProcess(fd)
+	c.waitErr = errors.New("the container's driver exited")
+	close(c.exited)
+}
+
+// waitProcess waits until the process of pidfd fd has exited, through the runtime's poller
+// where it can.
+func waitProcess(fd int) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		_ = waitExited(context.Background(), fd)
+		return
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		_ = waitExited(context.Background(), fd)
+		return
+	}
+	f := os.NewFile(uintptr(dup), "pidfd")
+	waitPidfd(f)
+	f.Close()
 }
 
 // hurryCgroupMove starts the RCU grace period that the next move of a process into a cgroup

@@ -2,23 +2,39 @@
 # imported the preloaded libraries once, and forks each container from itself (copy on write).
 #
 # bubblewrap runs it as the server's root, in a PID namespace of its own, with no network and a
-# read-only system (pkg/sandbox/local/template.go starts it); it never runs the caller's code. argv[1] is this program's source, argv[2] the compiled driver (marshalled), argv[3]
-# the seccomp filter of the containers, all in hex, and argv[4] "1" to preload the libraries; fd 3
-# is a SOCK_SEQPACKET socket to the server, which sends marshalled dicts:
-#   {'op': 'fork', 'uid': host uid, 'tmp_bytes', 'data_bytes', 'driver': cfg}
-#       with 7 descriptors: stdout, stderr, ctl-in, ctl-out, intr, block, lifeline
+# read-only system (pkg/sandbox/local/template.go starts it); it never runs the caller's code.
+# argv[1] is this program's source, argv[2] the compiled driver (marshalled), argv[3] the seccomp
+# filter of the containers, all in hex, argv[4] "1" to preload the libraries, argv[5] and argv[6]
+# the sizes of a container's /tmp (and /dev/shm) and /mnt/data. fd 5 is the lifeline: a pipe
+# whose other end only the server holds. fd 3 is a SOCK_SEQPACKET socket to the server, which
+# sends marshalled dicts:
+#   {'op': 'fork', 'uid': host uid, 'cgroups': n, 'driver': cfg}
+#       with 5 + n descriptors: stdout, stderr, ctl-in, ctl-out, intr, then the cgroup.procs
+#       files of the container's n cgroups, opened by the server
 # and gets {'op': 'ready'} with a pidfd of the template once it is up (again after a restart),
-# and per fork {'op': 'forked', 'id'} with a pidfd of the container's init, or {'op': 'error',
-# 'id', 'error': text}.
+# and per fork {'op': 'forked', 'id'} with pidfds of the container's init and driver, or
+# {'op': 'error', 'id', 'error': text}.
 #
-# A container's init (B) is pid 1 of a new PID namespace: it takes its descriptors (1-7, closing
-# everything else), enters new mount, network, IPC and UTS namespaces, mounts its own /proc,
-# /tmp, /dev/shm and /mnt/data, waits on the block pipe until the server has put it in its
-# cgroups, enters a new cgroup namespace, becomes the container's host uid in a nested user namespace that allows no further
-# one, drops every capability, installs the seccomp filter and forks the driver (C), which
-# reseeds every random state it shares with the template and runs the driver's main loop. B
-# then reaps the namespace's orphans and exits when the driver exits or the server's end of the
-# lifeline closes; its exit makes the kernel kill every process left in the container.
+# A container is two processes: its init (I), pid 1 of a PID namespace of its own, and its
+# driver (D), pid 2 there. What a start costs most is forking the template (its page tables,
+# then the copy on write of every page the child writes), so it is forked once per container,
+# for D, and everything else is made ahead:
+#   - Z, the maker, is a small process the template forks before it imports anything big. On
+#     the template's request it forks an init (I) into a new PID namespace; I enters new mount,
+#     network, IPC and UTS namespaces, mounts its /proc, /tmp, /dev/shm and /mnt/data, names
+#     its host, brings up its loopback, and Z hands the template a pidfd of it. The template
+#     asks for the next init as soon as it takes one, so that Z makes it while the template
+#     forks: one init at a time, made ahead of the fork that needs it.
+#   - Per fork the template enters I's PID namespace (setns on the pidfd) and forks D there.
+#     D's parent is the template (outside the namespace: getppid() is 0 in it, as for a process
+#     entered with nsenter). D moves itself and I into the container's cgroups, joins I's other
+#     namespaces, makes its /tmp and /mnt/data the container uid's, enters a new cgroup
+#     namespace, becomes the container's host uid in a nested user namespace that allows no
+#     further one, drops every capability, installs the seccomp filter, closes every descriptor
+#     but its pipes, reseeds every random state it shares with the template and runs the
+#     driver's main loop.
+# I reaps what D's children orphan and ends the namespace (the kernel kills every process in
+# it) when the lifeline closes: the server is gone. The server kills I when D exits.
 
 import os, sys
 
@@ -56,7 +72,7 @@ def _keeper():
 if os.getpid() == 2:
     _keeper()
 
-import ctypes, socket, marshal, select, signal, gc, fcntl, struct
+import ctypes, socket, marshal, select, signal, gc, fcntl, struct, errno, _signal
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -172,23 +188,285 @@ def _threads():
     return len(os.listdir('/proc/self/task'))
 
 
+def _reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _wakeup_on_sigchld():
+    # A pipe that turns readable when a child exits (select wakes on it; read it empty).
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(w)
+    signal.signal(signal.SIGCHLD, lambda *a: None)
+    return r
+
+
+def _drain(fd):
+    try:
+        os.read(fd, 64)
+    except BlockingIOError:
+        pass
+
+
+def _reset_signals():
+    _signal.set_wakeup_fd(-1)
+    for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        _signal.signal(s, _signal.SIG_DFL)
+
+
+_LIFE = 5
+_SECCOMP = _seccomp_prog(bytes.fromhex(sys.argv[3])) if sys.argv[3] else None
+_TMP_BYTES, _DATA_BYTES = int(sys.argv[5]), int(sys.argv[6])
+_NS = ('mnt', 'net', 'ipc', 'uts')
+_OWN_NS = {n: os.stat('/proc/self/ns/' + n).st_ino for n in _NS}
+_MPL_DIR = os.environ.get('MPLCONFIGDIR', '/tmp/.matplotlib')
+
+
+# --- Z, the maker of the containers' inits ---------------------------------------------------
+
+def _maker(sock):
+    # Z. Per request (a byte) it makes an init and answers b'ok' once the init is set up, with a
+    # pidfd of it and its claim (see _init), or b'error: ...'. It ends when the template's end
+    # of its socket closes.
+    try:
+        os.close(_SOCK)  # the server's socket is the template's alone
+        # What Z and an init in the making do is for a container still to come: on a busy host
+        # it must not take the CPU from one starting now. Its process group is Z's, whose
+        # priority the template raises while it waits for the init (_Inits.receive).
+        os.setpgid(0, 0)
+        os.setpriority(os.PRIO_PGRP, 0, _AHEAD)
+        own = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
+        woke = _wakeup_on_sigchld()
+        while True:
+            try:
+                ready, _, _ = select.select([sock, woke], [], [])
+            except InterruptedError:
+                continue
+            if woke in ready:
+                _drain(woke)
+                _reap()
+            if sock not in ready:
+                continue
+            if not sock.recv(16):
+                os._exit(0)
+            try:
+                init = _make_init(own)
+            except Exception as e:
+                sock.send(('error: %s: %s' % (type(e).__name__, e)).encode()[:512])
+                continue
+            try:
+                socket.send_fds(sock, [b'ok'], list(init))
+            finally:
+                for fd in init:
+                    os.close(fd)
+    except BaseException:
+        os._exit(1)
+
+
+def _make_init(own):
+    # Forks an init into a new PID namespace and returns, once it is set up, a pidfd of it and
+    # the write end of its claim.
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    claim_w, claim_r = (s.detach() for s in socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
+    try:
+        _unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os.close(ready_r)
+                os.close(claim_w)
+                _init(ready_w, claim_r)
+        finally:
+            _check(_libc.setns(own, CLONE_NEWPID), 'setns')
+        init = os.pidfd_open(pid)
+        os.close(ready_w)
+        ready_w = -1
+        ok, _, _ = select.select([ready_r], [], [], 10)
+        if ok and os.read(ready_r, 1) == b'\x01':
+            claim, claim_w = claim_w, -1
+            return init, claim
+        signal.pidfd_send_signal(init, signal.SIGKILL)
+        os.close(init)
+        raise RuntimeError('the init did not set up its namespaces')
+    finally:
+        for fd in (ready_r, ready_w, claim_r, claim_w):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _init(ready, claim):
+    # I: pid 1 of a container's PID namespace, holding nothing of the container but the lifeline
+    # (as fd 0). Never returns. Until the template claims it (_claimed, as it forks a driver
+    # into it), it is root and ends when the claim (fd 1) closes: its template is gone.
+    try:
+        _reset_signals()
+        mpl = {}
+        try:
+            for name in os.listdir(_MPL_DIR):  # the template's, before this /tmp hides it
+                with open(os.path.join(_MPL_DIR, name), 'rb') as f:
+                    mpl[name] = f.read()
+        except OSError:
+            pass
+        _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+        _mount(None, '/', None, MS_REC | MS_PRIVATE)
+        _mount('proc', '/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        fl = MS_NOSUID | MS_NODEV
+        # Owned by root until the driver gives /tmp and /mnt/data to the container's uid.
+        _mount('tmpfs', '/tmp', 'tmpfs', fl, 'mode=0755,size=%d' % _TMP_BYTES)
+        _mount('tmpfs', '/dev/shm', 'tmpfs', fl, 'mode=1777,size=%d' % _TMP_BYTES)
+        _mount('tmpfs', '/mnt/data', 'tmpfs', fl, 'mode=0755,size=%d' % _DATA_BYTES)
+        if mpl:
+            # matplotlib's font cache, which the imports wrote to the template's /tmp: each
+            # container gets a copy in its own /tmp, as a container started the exec way has.
+            os.mkdir(_MPL_DIR, 0o755)
+            for name, body in mpl.items():
+                fd = os.open(os.path.join(_MPL_DIR, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+                os.write(fd, body)
+                os.close(fd)
+        name = b'sandbox'
+        _check(_libc.sethostname(name, len(name)), 'sethostname')
+        _lo_up()
+        os.dup2(_LIFE, 0)
+        os.dup2(claim, 1)
+        os.write(ready, b'\x01')
+        _close_range(2)
+        os.setsid()  # out of Z's process group
+        os.setpriority(os.PRIO_PROCESS, 0, 0)  # it sleeps until claimed, then is its container's
+        _prctl(PR_SET_DUMPABLE, 0)  # the code may not read or write this process's memory
+        gc.disable()
+        woke = _wakeup_on_sigchld()
+        watch = [0, 1, woke]
+        while True:
+            _reap()
+            try:
+                ready, _, _ = select.select(watch, [], [])
+            except InterruptedError:
+                continue
+            if 0 in ready:
+                os._exit(0)  # the server is gone
+            if 1 in ready:
+                _claimed()
+                watch = [0, woke]
+            _drain(woke)
+    except BaseException:
+        os._exit(126)
+
+
+def _claimed():
+    # I, claimed: the message is the container's host uid, with a pipe to the driver, then the
+    # cgroup.procs files of the container's cgroups. It moves into them, drops its privileges as
+    # the driver does, and says so on the pipe: the driver runs no code before.
+    msg, fds, _, _ = socket.recv_fds(socket.socket(fileno=1), 64, 16)
+    if not msg:
+        os._exit(0)  # never claimed, and its template is gone
+    for fd in fds[1:]:
+        os.write(fd, b'0')
+        os.close(fd)
+    _unshare(CLONE_NEWCGROUP)
+    _become(marshal.loads(msg))
+    _prctl(PR_SET_DUMPABLE, 0)  # the code may not read or write this process's memory
+    os.write(fds[0], b'\x01')
+    os.close(fds[0])
+
+
+def _become(u):
+    # Makes this process host uid u, uid 1000 in a user namespace of its own that allows no
+    # further one, without any capability, under the seccomp filter.
+    os.setgroups([])
+    os.setresgid(u, u, u)
+    os.setresuid(u, u, u)  # no capability from here on
+    _prctl(PR_SET_DUMPABLE, 1)  # the uid change cleared it: /proc/self is writable again
+    _unshare(CLONE_NEWUSER)
+    _write('/proc/self/uid_map', '1000 %d 1\n' % u)
+    _write('/proc/self/setgroups', 'deny')
+    _write('/proc/self/gid_map', '1000 %d 1\n' % u)
+    _write('/proc/sys/user/max_user_namespaces', '0')  # no user namespace below this one
+    _drop_caps()
+    if _SECCOMP:
+        _install_seccomp(_SECCOMP[0])
+    else:
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+_AHEAD = 19  # the priority (nice) of Z's work while nobody waits for it
+_MAKER, _maker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+_MAKER_PID = os.fork()
+if _MAKER_PID == 0:
+    _MAKER.close()
+    _maker(_maker_end)
+os.setpgid(_MAKER_PID, _MAKER_PID)  # as Z does: whichever runs first
+_maker_end.close()
+_MAKER.settimeout(5)  # less than the server waits for an answer (templateForkTimeout)
+os.close(_LIFE)  # Z and its inits hold it
+
+
+class _Inits:
+    # The template's side of Z: the init in hand for the next fork (a pidfd and its claim), and
+    # whether one was asked for and not yet received.
+    def __init__(self):
+        self.next = None
+        self.asked = False
+        self.error = None
+
+    def ask(self):
+        if self.next is None and not self.asked:
+            try:
+                _MAKER.send(b'm')
+            except OSError:
+                os._exit(1)  # Z is gone: the keeper starts a new template (and Z)
+            self.asked = True
+
+    def receive(self, wait=False):
+        # Takes Z's answer in; wait: the template waits for it, so Z runs at the priority of
+        # the start it holds up meanwhile.
+        try:
+            if wait:
+                os.setpriority(os.PRIO_PGRP, _MAKER_PID, 0)
+            try:
+                msg, fds, _, _ = socket.recv_fds(_MAKER, 512, 2)
+            finally:
+                if wait:
+                    os.setpriority(os.PRIO_PGRP, _MAKER_PID, _AHEAD)
+        except OSError:
+            os._exit(1)  # Z is gone or stuck
+        if not msg:
+            os._exit(1)
+        self.asked = False
+        if msg == b'ok' and len(fds) == 2:
+            self.next, self.error = (fds[0], fds[1]), None
+            return
+        for fd in fds:
+            os.close(fd)
+        self.error = msg.decode(errors='replace')
+
+    def take(self):
+        # The init for the next fork (pidfd, claim), asking for another at once.
+        if self.next is None:
+            self.ask()
+            self.receive(wait=True)
+        init, self.next = self.next, None
+        self.ask()
+        if init is None:
+            raise RuntimeError(self.error or 'no init')
+        return init
+
+
+_INITS = _Inits()
+
+
+# --- the template -----------------------------------------------------------------------------
+
 _DRIVER = {'_FORK_TEMPLATE': True, '__name__': '__codeinterp__', '__builtins__': __builtins__}
 _SERVER = socket.socket(fileno=_SOCK)
-_SECCOMP = _seccomp_prog(bytes.fromhex(sys.argv[3])) if sys.argv[3] else None
 exec(marshal.loads(bytes.fromhex(sys.argv[2])), _DRIVER)
 _DRIVER['_prepare'](sys.argv[4] == '1')
 del sys.argv[1:]
 _OWN_PIDNS = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
-# matplotlib's font cache, which bubblewrap copied into the template's /tmp: each container gets
-# a copy in its own /tmp, as a container started the exec way has.
-_MPL_DIR = os.environ.get('MPLCONFIGDIR', '/tmp/.matplotlib')
-_MPL = {}
-try:
-    for _name in os.listdir(_MPL_DIR):
-        with open(os.path.join(_MPL_DIR, _name), 'rb') as _f:
-            _MPL[_name] = _f.read()
-except OSError:
-    pass
 _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
@@ -205,76 +483,41 @@ def _place(fds):
     _close_range(1 + len(fds))
 
 
-def _container_init(req, fds):
-    # B: pid 1 of the container's PID namespace. Never returns.
+def _container(req, fds, init, claimed):
+    # D: the driver, pid 2 of I's PID namespace (init: a pidfd of I; claimed: the pipe on which
+    # I says it has dropped its privileges). Never returns.
     try:
-        signal.set_wakeup_fd(-1)
-        for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(s, signal.SIG_DFL)
-        _place(fds)  # 1 stdout, 2 stderr, 3 ctl-in, 4 ctl-out, 5 intr, 6 block, 7 lifeline
+        # Into the container's cgroups first: what it writes from here on is charged there.
+        for fd in fds[5:]:
+            os.write(fd, b'0')
+        _check(_libc.setns(init, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), 'setns')
+        for n in _NS:
+            if os.stat('/proc/self/ns/' + n).st_ino == _OWN_NS[n]:
+                raise RuntimeError('still in the template\'s %s namespace' % n)
+        _reset_signals()
+        _place(fds[:5] + [claimed])  # 1 stdout, 2 stderr, 3 ctl-in, 4 ctl-out, 5 intr, 6 claimed
         os.setsid()
         u = req['uid']
-        _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
-        _mount(None, '/', None, MS_REC | MS_PRIVATE)
-        _mount('proc', '/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        fl = MS_NOSUID | MS_NODEV
-        _mount('tmpfs', '/tmp', 'tmpfs', fl, 'mode=0755,uid=%d,gid=%d,size=%d' % (u, u, req['tmp_bytes']))
-        _mount('tmpfs', '/dev/shm', 'tmpfs', fl, 'mode=1777,size=%d' % req['tmp_bytes'])
-        _mount('tmpfs', '/mnt/data', 'tmpfs', fl, 'mode=0755,uid=%d,gid=%d,size=%d' % (u, u, req['data_bytes']))
-        if _MPL:
-            os.mkdir(_MPL_DIR, 0o755)
-            os.chown(_MPL_DIR, u, u)
-            for name, body in _MPL.items():
-                fd = os.open(os.path.join(_MPL_DIR, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-                os.write(fd, body)
-                os.fchown(fd, u, u)
-                os.close(fd)
-        name = b'sandbox'
-        _check(_libc.sethostname(name, len(name)), 'sethostname')
-        _lo_up()
-        # Meanwhile the server has put this process in the container's cgroups: its cgroup
-        # namespace is rooted there.
-        if os.read(6, 1) != b'\x01':
-            os._exit(125)  # the server gave up on this container
-        os.close(6)
+        for d in ('/tmp', '/mnt/data', _MPL_DIR):
+            try:
+                os.chown(d, u, u)
+            except FileNotFoundError:
+                continue
+            if d == _MPL_DIR:
+                for name in os.listdir(d):
+                    os.chown(os.path.join(d, name), u, u)
         _unshare(CLONE_NEWCGROUP)
-        os.setgroups([])
-        os.setresgid(u, u, u)
-        os.setresuid(u, u, u)  # no capability from here on
-        _prctl(PR_SET_DUMPABLE, 1)  # the uid change cleared it: /proc/self is writable again
-        _unshare(CLONE_NEWUSER)  # N: the code is uid 1000 in it
-        _write('/proc/self/uid_map', '1000 %d 1\n' % u)
-        _write('/proc/self/setgroups', 'deny')
-        _write('/proc/self/gid_map', '1000 %d 1\n' % u)
-        _write('/proc/sys/user/max_user_namespaces', '0')  # no user namespace below N
-        _drop_caps()
-        if _SECCOMP:
-            _install_seccomp(_SECCOMP[0])
-        else:
-            _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        driver = os.fork()
-        if driver == 0:
-            _close_range(6)  # the lifeline is the init's alone
-            _run_driver(req)
-        null = os.open('/dev/null', os.O_RDWR)
-        for fd in range(6):  # the protocol's pipes are the driver's alone
-            os.dup2(null, fd, inheritable=False)
-        os.close(null)
-        _prctl(PR_SET_DUMPABLE, 0)  # the code may not read or write this process's memory
-        _init_loop(driver)
+        _become(u)
+        if os.read(6, 1) != b'\x01':
+            raise RuntimeError('the init did not drop its privileges')
+        os.close(6)
     except BaseException:
         try:
             import traceback
             os.write(2, ('container setup failed: ' + traceback.format_exc(limit=3)).encode())
         finally:
             os._exit(126)
-
-
-def _run_driver(req):
-    # C: the driver (pid 2), uid 1000 in N.
     try:
-        _prctl(PR_SET_DUMPABLE, 1)  # its own /proc/self, as in a container started cold
-        _DRIVER['_prepare_child']()
         _DRIVER['_main'](dict(req['driver']))
     except SystemExit:
         pass
@@ -283,85 +526,72 @@ def _run_driver(req):
     os._exit(0)
 
 
-def _init_loop(driver):
-    # B after the fork: reaps what is orphaned in the container; ends it when the driver ends or
-    # the server's end of the lifeline (fd 7) closes.
-    gc.disable()
-    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(w)
-    signal.signal(signal.SIGCHLD, lambda *a: None)
-    while True:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                os._exit(0)
-            if pid == 0:
-                break
-            if pid == driver:
-                os._exit(0)  # the kernel kills every other process of the namespace
-        try:
-            ready, _, _ = select.select([7, r], [], [])
-        except InterruptedError:
-            continue
-        if 7 in ready:
-            os._exit(0)  # the server is gone
-        try:
-            os.read(r, 64)
-        except BlockingIOError:
-            pass
-
-
-def _reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def _fork(req, fds):
-    if len(fds) != 7:
-        raise ValueError('want 7 descriptors, got %d' % len(fds))
+    # Returns pidfds of the container's init and driver.
+    if len(fds) != 5 + req.get('cgroups', 0):
+        raise ValueError('want %d descriptors, got %d' % (5 + req.get('cgroups', 0), len(fds)))
     n = _threads()
     if n != 1:
         raise RuntimeError('the template runs %d threads' % n)
-    # The template may go back to its own PID namespace after forking B into a new one.
-    _unshare(CLONE_NEWPID)
+    for attempt in (0, 1):
+        init, claim = _INITS.take()
+        claimed, claimed_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            cs = socket.socket(fileno=claim)
+            try:
+                socket.send_fds(cs, [marshal.dumps(req['uid'], 2)], [claimed_w] + fds[5:])
+            finally:
+                cs.detach()
+            _check(_libc.setns(init, CLONE_NEWPID), 'setns')
+            break
+        except OSError as e:
+            os.close(init)
+            os.close(claimed)
+            if attempt or e.errno not in (errno.ESRCH, errno.EPIPE, errno.ECONNRESET):
+                raise
+            # The init made ahead has died (killed from outside): the next one is made now.
+        finally:
+            os.close(claim)
+            os.close(claimed_w)
     try:
-        pid = os.fork()
-        if pid == 0:
-            _container_init(req, fds)
+        # The template goes back to its own PID namespace after forking D into I's.
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _container(req, fds, init, claimed)
+        finally:
+            _check(_libc.setns(_OWN_PIDNS, CLONE_NEWPID), 'setns')
+        return init, os.pidfd_open(pid)
+    except BaseException:
+        signal.pidfd_send_signal(init, signal.SIGKILL)
+        os.close(init)
+        raise
     finally:
-        _check(_libc.setns(_OWN_PIDNS, CLONE_NEWPID), 'setns')
-    return os.pidfd_open(pid)
+        os.close(claimed)
 
 
 def _serve():
-    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(w)
-    signal.signal(signal.SIGCHLD, lambda *a: None)
+    woke = _wakeup_on_sigchld()
+    _DRIVER['_reseed']()
     gc.collect()
     gc.freeze()  # the collector never writes to the template's objects in a child
+    _INITS.ask()
     me = os.pidfd_open(os.getpid())
     socket.send_fds(_SERVER, [marshal.dumps({'op': 'ready', 'threads': _threads()}, 2)], [me])
     os.close(me)
     while True:
         try:
-            ready, _, _ = select.select([_SERVER, r], [], [])
+            ready, _, _ = select.select([_SERVER, woke, _MAKER], [], [])
         except InterruptedError:
             continue
-        if r in ready:
-            try:
-                os.read(r, 64)
-            except BlockingIOError:
-                pass
-            _reap()
+        if woke in ready:
+            _drain(woke)
+            _reap()  # the drivers, whose init waits for them to be reaped before it ends
+        if _MAKER in ready:
+            _INITS.receive()  # the init asked for, or Z's end (then the template ends)
         if _SERVER not in ready:
             continue
-        msg, fds, _, _ = socket.recv_fds(_SERVER, 1 << 20, 16)
+        msg, fds, _, _ = socket.recv_fds(_SERVER, 1 << 20, 64)
         if not msg:
             return
         req = None
@@ -369,7 +599,7 @@ def _serve():
             req = marshal.loads(msg)
             if req.get('op') != 'fork':
                 raise ValueError('unknown request')
-            pidfd = _fork(req, fds)
+            pidfds = _fork(req, fds)
         except Exception as e:
             _SERVER.send(marshal.dumps({'op': 'error', 'id': req.get('id') if isinstance(req, dict) else 0,
                                         'error': '%s: %s' % (type(e).__name__, e)}, 2))
@@ -378,9 +608,11 @@ def _serve():
             for fd in fds:
                 os.close(fd)
         try:
-            socket.send_fds(_SERVER, [marshal.dumps({'op': 'forked', 'id': req['id']}, 2)], [pidfd])
+            socket.send_fds(_SERVER, [marshal.dumps({'op': 'forked', 'id': req['id']}, 2)], list(pidfds))
         finally:
-            os.close(pidfd)
+            for fd in pidfds:
+                os.close(fd)
+        _DRIVER['_reseed']()  # for the next child
 
 
 _serve()
