@@ -505,3 +505,22 @@ func TestForkedMakerDeath(t *testing.T) {
 	assert.Equal(t, "2\n", runIn(t, old, "print(1 + 1)").Stdout, "a container forked before keeps running")
 }
 
+// TestForkedTemplateDiesWithARequest: a template that dies holding a fork request (here: its
+// maker stopped, it gives up waiting for an init) costs that one container the exec way; the
+// template the keeper starts instead forks the next.
+func TestForkedTemplateDiesWithARequest(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	maker, _ := makerAndAhead(t, l)
+	require.NoError(t, syscall.Kill(maker, syscall.SIGSTOP), "stop the maker")
+	t.Cleanup(func() { _ = syscall.Kill(maker, syscall.SIGKILL) })
+	a := newTestContainer(t, l, sandbox.Spec{})
+	assert.True(t, forked(a), "the first container takes the init made ahead")
+	b := newTestContainer(t, l, sandbox.Spec{})
+	assert.False(t, forked(b), "the next starts the exec way: its request died with the template")
+	assert.Equal(t, "2\n", runIn(t, b, "print(1 + 1)").Stdout, "and works")
+	c := newTestContainer(t, l, sandbox.Spec{})
+	assert.True(t, forked(c), "the template the keeper started forks the next")
+	assert.Equal(t, "3\n", runIn(t, c, "print(1 + 2)").Stdout, "which works")
+	assert.Equal(t, "4\n", runIn(t, a, "print(2 + 2)").Stdout, "a container of the dead template keeps running")
+}

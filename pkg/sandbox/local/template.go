@@ -92,8 +92,9 @@ type forkTemplate struct {
 	// container when the pipe closes, which it does when this process dies (or at close).
 	lifeR, lifeW *os.File
 
-	restarts  atomic.Int64 // templates started again after one died
-	rotations atomic.Int64 // templates replaced after maxForks or maxAge
+	done      chan struct{} // closed by close
+	restarts  atomic.Int64  // templates started again after one died
+	rotations atomic.Int64  // templates replaced after maxForks or maxAge
 	wg        sync.WaitGroup
 }
 
@@ -125,7 +126,8 @@ func (l *Local) startTemplate() (*forkTemplate, error) {
 	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
 		return nil, errors.New("user namespaces are disabled (user.max_user_namespaces is 0)")
 	}
-	t := &forkTemplate{l: l, log: l.log.Named("template"), maxForks: templateMaxForks, maxAge: templateMaxAge}
+	t := &forkTemplate{l: l, log: l.log.Named("template"), maxForks: templateMaxForks, maxAge: templateMaxAge,
+		done: make(chan struct{})}
 	var err error
 	if t.lifeR, t.lifeW, err = os.Pipe(); err != nil {
 		return nil, fmt.Errorf("lifeline: %w", err)
@@ -429,16 +431,27 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 		return none, fmt.Errorf("%w: send fork request: %w", errTemplateUnavailable, err)
 	}
 	wait := templateForkTimeout
+	restarted := false
 	for {
 		msg, rights, err := gen.recv(wait, gen.exited)
 		if err != nil {
+			if restarted {
+				// The template that had read the request died with it; the one the keeper
+				// started since is ready for the next.
+				return none, fmt.Errorf("%w: the template died with the request", errTemplateUnavailable)
+			}
+			// It does not answer: forks go the exec way until a new template replaces it.
+			t.log.Warn("the template does not answer: starting a new one", zap.Error(err))
 			gen.ready = false
+			t.rotating = true
+			t.relaunchLocked()
 			return none, fmt.Errorf("%w: %w", errTemplateUnavailable, err)
 		}
 		if msg["op"] == "ready" {
 			// The template died: the one the keeper forked since reads the request if the dead
 			// one had not, and answers at once.
 			t.noteLocked(gen, msg, rights)
+			restarted = true
 			wait = 2 * time.Second
 			continue
 		}
@@ -550,7 +563,10 @@ func (t *forkTemplate) retireLocked(old *templateGen) {
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
-		<-old.exited // Local.Close deletes every container before it closes the template
+		select {
+		case <-old.exited:
+		case <-t.done: // Local.Close deleted every container: one that does not end is killed
+		}
 		old.stop(t.log)
 	}()
 }
@@ -563,6 +579,7 @@ func (t *forkTemplate) close() {
 	gen := t.gen
 	t.gen = nil
 	t.mu.Unlock()
+	close(t.done)
 	t.wg.Wait() // a relaunch in progress sees closed and stops what it started
 	if gen != nil {
 		gen.stop(t.log)
