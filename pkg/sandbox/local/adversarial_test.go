@@ -1205,6 +1205,37 @@ func testAdversarialBackgroundProcesses(t *testing.T) {
 	assertClosedClean(t, l)
 }
 
+// TestAdversarialCloneParent: code cannot make a process that is its own sibling
+// (CLONE_PARENT): a forked driver's parent is the template, outside the container's process
+// tree, where the stopping of background processes would not look. clone3, whose flags a
+// seccomp filter cannot read, fails with ENOSYS, and threads and subprocesses (glibc falls back
+// to clone) still work.
+func TestAdversarialCloneParent(t *testing.T) {
+	t.Parallel()
+	inBothStarts(t, testAdversarialCloneParent)
+}
+
+func testAdversarialCloneParent(t *testing.T) {
+	t.Parallel()
+	l := sharedLocal(t)
+	c := newTestContainer(t, l, sandbox.Spec{})
+	res := runIn(t, c, fmt.Sprintf(`import ctypes, errno, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(nr, *args):
+    r = libc.syscall(nr, *args)
+    if r == 0:
+        os.execv('/usr/bin/sleep', ['sleep', '600'])  # the child, had it been made
+    return errno.errorcode.get(ctypes.get_errno(), r) if r < 0 else 'made'
+out = [call(%d, 0x8000 | 17, 0, 0, 0, 0), call(%d, 0, 0)]
+t = threading.Thread(target=out.append, args=('thread',))
+t.start(); t.join()
+out.append(subprocess.run(['/usr/bin/true']).returncode)
+print(out)`, unix.SYS_CLONE, unix.SYS_CLONE3))
+	assert.Equal(t, "['EPERM', 'ENOSYS', 'thread', 0]\n", res.Stdout, "CLONE_PARENT refused, clone3 ENOSYS, threads and subprocesses work")
+	assertHealthy(t, l, c)
+}
+
 // TestAdversarialCPUQuota: the processes of a container share its CPU quota (cgroup cpu
 // controller): two processes spinning in a container allowed a tenth of a core are throttled,
 // each having an RLIMIT_CPU of its own notwithstanding.

@@ -20,10 +20,12 @@ import (
 // code started in the interpreter itself keep running; the cpu cgroup's quota bounds them.
 
 // nsProcs identifies a container's processes on the host: its init and driver, and its PID
-// namespace (a process is the container's only if it is in that namespace).
+// namespace (a process is the container's only if it is in that namespace), and the cgroup
+// directory that holds them all ("" without cgroups).
 type nsProcs struct {
 	init, driver int
 	ns           nsID
+	cgroup       string
 }
 
 type nsID struct{ dev, ino uint64 }
@@ -93,10 +95,11 @@ func running(pid int) bool {
 	return state != 'Z' && state != 'X'
 }
 
-// killBackground kills every running process of the container but its init and driver, until a
-// walk of its process tree finds none (a process may fork while the walk runs), and reports how
-// many it killed. A process is killed through a pidfd opened before its namespace is checked, so
-// a pid reused meanwhile by a process outside the container is never signalled.
+// killBackground kills every running process of the container but its init and driver, until
+// neither a walk of its process tree nor its cgroup finds one (a process may fork while the walk
+// runs), and reports how many it killed. A process is killed through a pidfd opened before its
+// namespace is checked, so a pid reused meanwhile by a process outside the container is never
+// signalled.
 func (p nsProcs) killBackground() (int, error) {
 	killed := 0
 	for round := 0; ; round++ {
@@ -111,6 +114,19 @@ func (p nsProcs) killBackground() (int, error) {
 			stack = append(stack, children(pid)...)
 			if pid != p.driver && running(pid) {
 				victims = append(victims, pid)
+			}
+		}
+		// The cgroup also holds what the tree does not: a process whose parent is outside the
+		// container (bubblewrap's monitor, or the template for a forked driver's siblings, which
+		// the seccomp filter refuses to make) is not in the tree below the init.
+		if p.cgroup != "" {
+			for _, pid := range cgroupPids(p.cgroup) {
+				if pid == p.init || pid == p.driver || slices.Contains(victims, pid) || !running(pid) {
+					continue
+				}
+				if ns, err := pidNamespace(pid); err == nil && ns == p.ns {
+					victims = append(victims, pid) // not bubblewrap's monitor, outside it
+				}
 			}
 		}
 		if len(victims) == 0 {

@@ -559,6 +559,9 @@ func (c *container) waitReady(ctx context.Context) error {
 			if err != nil {
 				c.log.Warn("background processes of this container will not be stopped", zap.Error(err))
 			} else {
+				if c.cg != nil && len(c.cg.dirs) > 0 {
+					procs.cgroup = c.cg.dirs[0]
+				}
 				c.procs = procs
 			}
 		}

@@ -240,10 +240,13 @@ func runSeccomp(t *testing.T, prog []byte, arch uint32, nr int, arg0 uint64) uin
 		case bpfLdWAbs:
 			require.LessOrEqual(t, int(k)+4, len(data), "load at %d inside seccomp_data", k)
 			acc = binary.NativeEndian.Uint32(data[k:])
-		case bpfJeqK, bpfJgeK:
+		case bpfJeqK, bpfJgeK, bpfJsetK:
 			taken := acc == k
-			if code == bpfJgeK {
+			switch code {
+			case bpfJgeK:
 				taken = acc >= k
+			case bpfJsetK:
+				taken = acc&k != 0
 			}
 			if taken {
 				pc += int(jt)
@@ -303,4 +306,21 @@ func TestSeccompProgram(t *testing.T) {
 			assert.Equal(t, f.want, runSeccomp(t, prog, seccompArch, nr, f.family), "call %d with family %s", nr, f.name)
 		}
 	}
+	clones := []struct {
+		name  string
+		flags uint64
+		want  uint32
+	}{
+		{"fork (SIGCHLD)", uint64(unix.SIGCHLD), seccompRetAllow},
+		{"a thread", unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD |
+			unix.CLONE_SYSVSEM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID | unix.CLONE_CHILD_CLEARTID, seccompRetAllow},
+		{"vfork", unix.CLONE_VM | unix.CLONE_VFORK | uint64(unix.SIGCHLD), seccompRetAllow},
+		{"CLONE_PARENT", unix.CLONE_PARENT | uint64(unix.SIGCHLD), eperm},
+		{"CLONE_PARENT with a thread's flags", unix.CLONE_PARENT | unix.CLONE_VM | unix.CLONE_THREAD, eperm},
+	}
+	for _, c := range clones {
+		assert.Equal(t, c.want, runSeccomp(t, prog, seccompArch, unix.SYS_CLONE, c.flags), "clone: %s", c.name)
+	}
+	assert.Equal(t, uint32(seccompRetErrno|uint32(syscall.ENOSYS)), runSeccomp(t, prog, seccompArch, unix.SYS_CLONE3, 0),
+		"clone3 fails with ENOSYS (glibc falls back to clone)")
 }

@@ -15,14 +15,18 @@ import (
 // namespace (AF_UNIX, AF_INET, AF_INET6) and refused with EAFNOSUPPORT for every other one
 // (AF_VSOCK reaches the hypervisor's host, AF_NETLINK and AF_PACKET the kernel's network
 // configuration code; Python falls back where it would use netlink, and numpy, pandas and
-// matplotlib open no socket). Everything else is allowed. A foreign architecture (32-bit compat
-// calls) kills the process.
+// matplotlib open no socket). clone is refused (EPERM) with CLONE_PARENT: a child so made would
+// be its caller's sibling, and a forked driver's parent is the template, outside the container's
+// process tree. clone3 passes its flags in memory a filter cannot read, so it fails with ENOSYS,
+// on which glibc (threads, posix_spawn) falls back to clone. Everything else is allowed. A
+// foreign architecture (32-bit compat calls) kills the process.
 
 // Classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h).
 const (
 	bpfLdWAbs  = 0x20 // BPF_LD | BPF_W | BPF_ABS
 	bpfJeqK    = 0x15 // BPF_JMP | BPF_JEQ | BPF_K
 	bpfJgeK    = 0x35 // BPF_JMP | BPF_JGE | BPF_K
+	bpfJsetK   = 0x45 // BPF_JMP | BPF_JSET | BPF_K
 	bpfRetK    = 0x06 // BPF_RET | BPF_K
 	seccompOff = 0    // offsetof(struct seccomp_data, nr)
 	seccompArc = 4    // offsetof(struct seccomp_data, arch)
@@ -34,6 +38,9 @@ const (
 	seccompRetErrno       = 0x00050000
 	seccompRetAllow       = 0x7fff0000
 )
+
+// cloneParent is CLONE_PARENT (linux/sched.h), in clone's first argument.
+const cloneParent = 0x00008000
 
 // Socket families (linux/socket.h) the filter allows.
 const (
@@ -107,6 +114,8 @@ func seccompProgram() ([]byte, error) {
 	for _, nr := range seccompSocketCalls() {
 		a.jumpIf(bpfJeqK, uint32(nr), "socket")
 	}
+	a.jumpIf(bpfJeqK, uint32(seccompClone), "clone")
+	a.jumpIf(bpfJeqK, uint32(seccompClone3), "clone3")
 	a.label("allow")
 	a.emit(bpfInsn{code: bpfRetK, k: seccompRetAllow})
 	a.label("deny")
@@ -119,6 +128,14 @@ func seccompProgram() ([]byte, error) {
 	a.emit(bpfInsn{code: bpfRetK, k: seccompRetErrno | uint32(syscall.EAFNOSUPPORT)})
 	a.label("socket allow")
 	a.emit(bpfInsn{code: bpfRetK, k: seccompRetAllow})
+	a.label("clone")
+	a.emit(bpfInsn{code: bpfLdWAbs, k: seccompArg0})
+	a.jumpIf(bpfJsetK, cloneParent, "clone deny")
+	a.emit(bpfInsn{code: bpfRetK, k: seccompRetAllow})
+	a.label("clone deny")
+	a.emit(bpfInsn{code: bpfRetK, k: seccompRetErrno | uint32(syscall.EPERM)})
+	a.label("clone3")
+	a.emit(bpfInsn{code: bpfRetK, k: seccompRetErrno | uint32(syscall.ENOSYS)})
 	prog, err := a.assemble()
 	if err != nil {
 		return nil, err

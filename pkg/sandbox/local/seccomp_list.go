@@ -31,5 +31,11 @@ func seccompDeniedCommon() []int {
 	}
 }
 
+// The calls that create processes: clone's first argument is its flags.
+const (
+	seccompClone  = unix.SYS_CLONE
+	seccompClone3 = unix.SYS_CLONE3
+)
+
 // seccompSocketCalls lists the calls whose first argument is a socket family.
 func seccompSocketCalls() []int { return []int{unix.SYS_SOCKET, unix.SYS_SOCKETPAIR} }

@@ -12,3 +12,8 @@ func seccompDenied() []int { return nil }
 func seccompDeniedCommon() []int { return nil }
 
 func seccompSocketCalls() []int { return nil }
+
+const (
+	seccompClone  = 0
+	seccompClone3 = 0
+)
