@@ -337,9 +337,7 @@ def open_family(family, kind=socket.SOCK_STREAM, pair=False):
 	snap := snapshotContainer(t, c)
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertGone(t, snap)
-	if !forked(c) { // a Local whose lifeline is closed has no server left to serve
-		assertHealthy(t, l)
-	}
+	assertHealthy(t, l)
 }
 
 // TestAdversarialMountsShowNoHostPath: /proc/self/mountinfo names, for each mount, the path of
@@ -380,9 +378,7 @@ print(len(lines), [l for l in lines if not neutral(l.split()[3], l.split()[4])])
 	snap := snapshotContainer(t, c)
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertGone(t, snap)
-	if !forked(c) { // a Local whose lifeline is closed has no server left to serve
-		assertHealthy(t, l)
-	}
+	assertHealthy(t, l)
 }
 
 // TestAdversarialInitMemory: the container's init (bubblewrap's PID 1) runs as the code's uid,
@@ -398,9 +394,6 @@ func TestAdversarialInitMemory(t *testing.T) {
 func testAdversarialInitMemory(t *testing.T) {
 	t.Parallel()
 	l := sharedLocal(t)
-	if testStart(t) == StartFork {
-		l = newTestLocal(t, Config{}) // its lifeline is closed below, which ends all its containers
-	}
 	c := newTestContainer(t, l, sandbox.Spec{})
 	tests := []struct {
 		name string
@@ -421,8 +414,8 @@ func testAdversarialInitMemory(t *testing.T) {
 	snap := snapshotContainer(t, c)
 	require.GreaterOrEqual(t, len(snap.tree), withMonitor(c, 4), "monitor, init, interpreter and the daemon run")
 	if forked(c) {
-		// The server's end dies as it would with the server: the inits' lifeline closes.
-		require.NoError(t, l.tpl.lifeW.Close(), "close the inits' lifeline")
+		// The server's end dies as it would with the server: the init's lifeline closes.
+		require.NoError(t, c.(*container).lifeW.Close(), "close the init's lifeline")
 	} else {
 		// The server's end dies as it would with the server (its parent-death signal).
 		require.NoError(t, syscall.Kill(containerPID(c), syscall.SIGKILL), "kill bubblewrap's monitor")
@@ -431,9 +424,7 @@ func testAdversarialInitMemory(t *testing.T) {
 		"every process of the container dies with its monitor")
 	require.NoError(t, c.Delete(context.Background()), "delete")
 	assertGone(t, snap)
-	if !forked(c) { // a Local whose lifeline is closed has no server left to serve
-		assertHealthy(t, l)
-	}
+	assertHealthy(t, l)
 }
 
 // hostUID returns the host uid a container's interpreter runs as.

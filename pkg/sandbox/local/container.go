@@ -59,6 +59,7 @@ type container struct {
 	ctlW  *os.File // requests to the driver (its fd 3)
 	ctlR  *os.File // answers from the driver (its fd 4)
 	intrW *os.File // interrupts to the driver (its fd 5)
+	lifeW *os.File // forked containers: its init ends when this closes (given up, or the server died); else nil
 	outR  *os.File
 	errR  *os.File
 
@@ -997,7 +998,7 @@ func (c *container) giveUID() {
 
 func (c *container) closeParentFiles() {
 	c.closeFiles.Do(func() {
-		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR} {
+		for _, f := range []*os.File{c.ctlW, c.ctlR, c.intrW, c.outR, c.errR, c.lifeW} {
 			if f != nil {
 				f.Close()
 			}

@@ -6,6 +6,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -505,9 +506,30 @@ func TestForkedMakerDeath(t *testing.T) {
 	assert.Equal(t, "2\n", runIn(t, old, "print(1 + 1)").Stdout, "a container forked before keeps running")
 }
 
+// TestForkedSlowMaker: a maker that makes no init in time (here: stopped) costs the start that
+// waits for it the exec way, not the template; the init it makes late serves a later start.
+func TestForkedSlowMaker(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	maker, _ := makerAndAhead(t, l)
+	tpl := l.tpl.pid()
+	require.NoError(t, syscall.Kill(maker, syscall.SIGSTOP), "stop the maker")
+	t.Cleanup(func() { _ = syscall.Kill(maker, syscall.SIGCONT) })
+	a := newTestContainer(t, l, sandbox.Spec{})
+	assert.True(t, forked(a), "the first container takes the init made ahead")
+	b := newTestContainer(t, l, sandbox.Spec{})
+	assert.False(t, forked(b), "the next, for which no init comes in time, starts the exec way")
+	assert.Equal(t, "2\n", runIn(t, b, "print(1 + 1)").Stdout, "and works")
+	require.NoError(t, syscall.Kill(maker, syscall.SIGCONT), "let the maker go on")
+	c := newTestContainer(t, l, sandbox.Spec{})
+	assert.True(t, forked(c), "the init made late serves the next container")
+	assert.Equal(t, "3\n", runIn(t, c, "print(1 + 2)").Stdout, "which works")
+	assert.Equal(t, tpl, l.tpl.pid(), "the same template forked it")
+}
+
 // TestForkedTemplateDiesWithARequest: a template that dies holding a fork request (here: its
-// maker stopped, it gives up waiting for an init) costs that one container the exec way; the
-// template the keeper starts instead forks the next.
+// maker killed while it waits for an init) costs that one container the exec way; the template
+// the keeper starts instead forks the next.
 func TestForkedTemplateDiesWithARequest(t *testing.T) {
 	t.Parallel()
 	l := newForkLocal(t, Config{})
@@ -516,11 +538,63 @@ func TestForkedTemplateDiesWithARequest(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(maker, syscall.SIGKILL) })
 	a := newTestContainer(t, l, sandbox.Spec{})
 	assert.True(t, forked(a), "the first container takes the init made ahead")
-	b := newTestContainer(t, l, sandbox.Spec{})
-	assert.False(t, forked(b), "the next starts the exec way: its request died with the template")
-	assert.Equal(t, "2\n", runIn(t, b, "print(1 + 1)").Stdout, "and works")
+	type created struct {
+		c   sandbox.Container
+		err error
+	}
+	done := make(chan created, 1)
+	go func() {
+		c, err := l.Create(context.Background(), sandbox.Spec{})
+		done <- created{c, err}
+	}()
+	// The template waits (up to 5 s) for the init the stopped maker does not make.
+	time.Sleep(time.Second)
+	require.NoError(t, syscall.Kill(maker, syscall.SIGKILL), "kill the maker")
+	b := <-done
+	require.NoError(t, b.err, "Create")
+	t.Cleanup(func() { assert.NoError(t, b.c.Delete(context.Background()), "delete b") })
+	assert.False(t, forked(b.c), "the container whose request died with the template starts the exec way")
+	assert.Equal(t, "2\n", runIn(t, b.c, "print(1 + 1)").Stdout, "and works")
 	c := newTestContainer(t, l, sandbox.Spec{})
 	assert.True(t, forked(c), "the template the keeper started forks the next")
 	assert.Equal(t, "3\n", runIn(t, c, "print(1 + 2)").Stdout, "which works")
 	assert.Equal(t, "4\n", runIn(t, a, "print(2 + 2)").Stdout, "a container of the dead template keeps running")
+}
+
+// cpuTicks returns the CPU time (user and system, in clock ticks) process pid has used.
+func cpuTicks(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err, "stat of %d", pid)
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	utime, err1 := strconv.Atoi(f[11])
+	stime, err2 := strconv.Atoi(f[12])
+	require.NoError(t, errors.Join(err1, err2), "utime and stime of %d", pid)
+	return utime + stime
+}
+
+// TestForkedStopsDoNotWakeTheTemplate: a forked driver is the template's child, and code may
+// stop and continue it at will; the template (whose CPU is no container's) is woken only when
+// a child exits, not by each stop (SA_NOCLDSTOP).
+func TestForkedStopsDoNotWakeTheTemplate(t *testing.T) {
+	t.Parallel()
+	l := newForkLocal(t, Config{})
+	c := newTestContainer(t, l, sandbox.Spec{})
+	tpl := l.tpl.pid()
+	before := cpuTicks(t, tpl)
+	res := runIn(t, c, `import os, signal, time
+pid = os.fork()
+if pid == 0:
+    for _ in range(4000):
+        os.kill(2, signal.SIGSTOP)
+        time.sleep(0.0002)
+        os.kill(2, signal.SIGCONT)
+        time.sleep(0.0002)
+    os._exit(0)
+os.waitpid(pid, 0)
+print('done')`)
+	require.Equal(t, "done\n", res.Stdout, "the code stopped and continued its driver")
+	// Woken by each stop and continue, the template spent 0.12 s (12 ticks) here; not woken, none.
+	assert.Less(t, cpuTicks(t, tpl)-before, 4, "the template's CPU time, in ticks, while the driver was stopped 4000 times")
 }

@@ -59,6 +59,10 @@ const templateBootstrap = "import sys;exec(compile(bytes.fromhex(sys.argv[1]).de
 // (starting again, dead, or closed): the container is then started the exec way.
 var errTemplateUnavailable = errors.New("fork template unavailable")
 
+// errForkLost marks a fork request given up on without knowing whether a container was forked
+// for it: its lifeline is closed, which ends any, but its uid is not given to another.
+var errForkLost = errors.New("the fork's outcome is unknown")
+
 // Timeouts of the template.
 const (
 	templateReadyTimeout = 2 * time.Minute // a template's start, imports included
@@ -87,10 +91,6 @@ type forkTemplate struct {
 	maxForks int           // forks after which the template is replaced
 	maxAge   time.Duration // age after which it is replaced
 	rotating bool          // the relaunch in progress replaces a live template
-
-	// lifeR and lifeW are the lifeline: every container's init holds lifeR and ends its
-	// container when the pipe closes, which it does when this process dies (or at close).
-	lifeR, lifeW *os.File
 
 	done      chan struct{} // closed by close
 	restarts  atomic.Int64  // templates started again after one died
@@ -128,14 +128,8 @@ func (l *Local) startTemplate() (*forkTemplate, error) {
 	}
 	t := &forkTemplate{l: l, log: l.log.Named("template"), maxForks: templateMaxForks, maxAge: templateMaxAge,
 		done: make(chan struct{})}
-	var err error
-	if t.lifeR, t.lifeW, err = os.Pipe(); err != nil {
-		return nil, fmt.Errorf("lifeline: %w", err)
-	}
 	gen, err := t.launch()
 	if err != nil {
-		t.lifeR.Close()
-		t.lifeW.Close()
 		return nil, err
 	}
 	t.gen = gen
@@ -233,8 +227,8 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 	}
 	defer infoR.Close()
 	defer infoW.Close()
-	// fd 3 the socket, 4 bubblewrap's --info-fd, 5 the lifeline, the shared files from fd 6.
-	cmd.ExtraFiles = append([]*os.File{theirs, infoW, t.lifeR}, shared...)
+	// fd 3 the socket, 4 bubblewrap's --info-fd, the shared files from fd 5.
+	cmd.ExtraFiles = append([]*os.File{theirs, infoW}, shared...)
 	stderr := &limitedBuffer{n: 8 << 10}
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -288,7 +282,7 @@ func (l *Local) templateArgs() []string {
 	a = append(a, "--proc", "/proc", "--dev", "/dev", "--dir", "/dev/shm", "--dir", dataDir,
 		"--size", strconv.FormatInt(l.cfg.TmpBytes, 10), "--tmpfs", "/tmp")
 	for i, f := range l.shared {
-		a = append(a, "--perms", "0444", "--file", strconv.Itoa(6+i), f.dest)
+		a = append(a, "--perms", "0444", "--file", strconv.Itoa(5+i), f.dest)
 	}
 	return append(a, "--chdir", "/", "--remount-ro", "/dev", "--remount-ro", "/")
 }
@@ -438,14 +432,14 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			if restarted {
 				// The template that had read the request died with it; the one the keeper
 				// started since is ready for the next.
-				return none, fmt.Errorf("%w: the template died with the request", errTemplateUnavailable)
+				return none, fmt.Errorf("%w: %w: the template died with the request", errTemplateUnavailable, errForkLost)
 			}
 			// It does not answer: forks go the exec way until a new template replaces it.
 			t.log.Warn("the template does not answer: starting a new one", zap.Error(err))
 			gen.ready = false
 			t.rotating = true
 			t.relaunchLocked()
-			return none, fmt.Errorf("%w: %w", errTemplateUnavailable, err)
+			return none, fmt.Errorf("%w: %w: %w", errTemplateUnavailable, errForkLost, err)
 		}
 		if msg["op"] == "ready" {
 			// The template died: the one the keeper forked since reads the request if the dead
@@ -467,7 +461,7 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			return none, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
 		case "forked":
 			if len(rights) != 2 {
-				closeAll(rights)
+				discardAnswer(msg, rights)
 				return none, fmt.Errorf("fork: %d descriptors with the answer, want two pidfds", len(rights))
 			}
 			gen.forks++
@@ -584,8 +578,6 @@ func (t *forkTemplate) close() {
 	if gen != nil {
 		gen.stop(t.log)
 	}
-	t.lifeR.Close()
-	t.lifeW.Close() // ends any init still there
 }
 
 // stop closes the socket, which ends the template and then the keeper and bubblewrap, and
@@ -659,15 +651,16 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	if _, err := c.takeUID(); err != nil {
 		return nil, err
 	}
-	var ctlInR, ctlOutW, intrR, outW, errW *os.File
+	var ctlInR, ctlOutW, intrR, outW, errW, lifeR *os.File
 	for _, p := range []struct{ r, w **os.File }{
 		{&ctlInR, &c.ctlW}, {&c.ctlR, &ctlOutW}, {&intrR, &c.intrW}, {&c.outR, &outW}, {&c.errR, &errW},
+		{&lifeR, &c.lifeW},
 	} {
 		if *p.r, *p.w, err = pipe(); err != nil {
 			return nil, err
 		}
 	}
-	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR}
+	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR, lifeR}
 	if l.cgroups != nil {
 		memMax, pidsMax := l.cgroupLimits(memBytes)
 		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
@@ -688,10 +681,16 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	}
 	req := map[string]any{
 		"op":      "fork",
-		"cgroups": int64(len(child) - 5),
+		"cgroups": int64(len(child) - 6),
 		"driver":  l.driverConfigMap(memBytes, dataDir),
 	}
 	pids, err := l.tpl.fork(req, c.uid, child)
+	if errors.Is(err, errForkLost) && c.uid >= 0 {
+		// A container may have been forked as this uid: it ends with its lifeline, closed on
+		// release, but the uid is not given to another container.
+		l.log.Warn("container uid not reused: a fork for it may have happened", zap.Int("uid", c.uid))
+		c.uid = -1
+	}
 	if err != nil {
 		if !errors.Is(err, errTemplateUnavailable) && !errors.Is(err, sandbox.ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)

@@ -5,12 +5,12 @@
 # read-only system (pkg/sandbox/local/template.go starts it); it never runs the caller's code.
 # argv[1] is this program's source, argv[2] the compiled driver (marshalled), argv[3] the seccomp
 # filter of the containers, all in hex, argv[4] "1" to preload the libraries, argv[5] and argv[6]
-# the sizes of a container's /tmp (and /dev/shm) and /mnt/data. fd 5 is the lifeline: a pipe
-# whose other end only the server holds. fd 3 is a SOCK_SEQPACKET socket to the server, which
-# sends marshalled dicts:
+# the sizes of a container's /tmp (and /dev/shm) and /mnt/data. fd 3 is a SOCK_SEQPACKET socket
+# to the server, which sends marshalled dicts:
 #   {'op': 'fork', 'uid': host uid, 'cgroups': n, 'driver': cfg}
-#       with 5 + n descriptors: stdout, stderr, ctl-in, ctl-out, intr, then the cgroup.procs
-#       files of the container's n cgroups, opened by the server
+#       with 6 + n descriptors: stdout, stderr, ctl-in, ctl-out, intr, the lifeline (a pipe whose
+#       other end only the server holds), then the cgroup.procs files of the container's n
+#       cgroups, opened by the server
 # and gets {'op': 'ready'} with a pidfd of the template once it is up (again after a restart),
 # and per fork {'op': 'forked', 'id'} with pidfds of the container's init and driver, or
 # {'op': 'error', 'id', 'error': text}.
@@ -34,7 +34,8 @@
 #     but its pipes, reseeds every random state it shares with the template and runs the
 #     driver's main loop.
 # I reaps what D's children orphan and ends the namespace (the kernel kills every process in
-# it) when the lifeline closes: the server is gone. The server kills I when D exits.
+# it) when the lifeline closes: the server is gone, or gave the container up. The server kills I
+# when D exits.
 
 import os, sys
 
@@ -72,7 +73,7 @@ def _keeper():
 if os.getpid() == 2:
     _keeper()
 
-import ctypes, socket, marshal, select, signal, gc, fcntl, struct, errno, _signal
+import ctypes, socket, marshal, select, signal, gc, fcntl, struct, errno, time, _signal
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -219,7 +220,6 @@ def _reset_signals():
         _signal.signal(s, _signal.SIG_DFL)
 
 
-_LIFE = 5
 _SECCOMP = _seccomp_prog(bytes.fromhex(sys.argv[3])) if sys.argv[3] else None
 _TMP_BYTES, _DATA_BYTES = int(sys.argv[5]), int(sys.argv[6])
 _NS = ('mnt', 'net', 'ipc', 'uts')
@@ -236,10 +236,11 @@ def _maker(sock):
     try:
         os.close(_SOCK)  # the server's socket is the template's alone
         # What Z and an init in the making do is for a container still to come: on a busy host
-        # it must not take the CPU from one starting now. Its process group is Z's, whose
-        # priority the template raises while it waits for the init (_Inits.receive).
-        os.setpgid(0, 0)
-        os.setpriority(os.PRIO_PGRP, 0, _AHEAD)
+        # it must not take the CPU from one starting now. Its session (and so its scheduler
+        # autogroup, where the kernel has them, within which alone nice values count) is Z's, at
+        # the lowest priority, which the template raises while it waits for an init.
+        os.setsid()
+        _set_ahead(os.getpid(), _AHEAD)
         own = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
         woke = _wakeup_on_sigchld()
         while True:
@@ -300,9 +301,10 @@ def _make_init(own):
 
 
 def _init(ready, claim):
-    # I: pid 1 of a container's PID namespace, holding nothing of the container but the lifeline
-    # (as fd 0). Never returns. Until the template claims it (_claimed, as it forks a driver
-    # into it), it is root and ends when the claim (fd 1) closes: its template is gone.
+    # I: pid 1 of a container's PID namespace. Never returns. Until the template claims it
+    # (_claimed, as it forks a driver into it), it is root and ends when the claim (fd 1)
+    # closes: its template is gone. Claimed, it holds nothing of the container but the lifeline
+    # (fd 0), and ends when that closes.
     try:
         _reset_signals()
         mpl = {}
@@ -331,7 +333,8 @@ def _init(ready, claim):
         name = b'sandbox'
         _check(_libc.sethostname(name, len(name)), 'sethostname')
         _lo_up()
-        os.dup2(_LIFE, 0)
+        null = os.open('/dev/null', os.O_RDONLY)
+        os.dup2(null, 0)
         os.dup2(claim, 1)
         os.write(ready, b'\x01')
         _close_range(2)
@@ -340,7 +343,7 @@ def _init(ready, claim):
         _prctl(PR_SET_DUMPABLE, 0)  # the code may not read or write this process's memory
         gc.disable()
         woke = _wakeup_on_sigchld()
-        watch = [0, 1, woke]
+        watch = [1, woke]
         while True:
             _reap()
             try:
@@ -348,7 +351,7 @@ def _init(ready, claim):
             except InterruptedError:
                 continue
             if 0 in ready:
-                os._exit(0)  # the server is gone
+                os._exit(0)  # the server is gone, or gave the container up
             if 1 in ready:
                 _claimed()
                 watch = [0, woke]
@@ -358,13 +361,17 @@ def _init(ready, claim):
 
 
 def _claimed():
-    # I, claimed: the message is the container's host uid, with a pipe to the driver, then the
-    # cgroup.procs files of the container's cgroups. It moves into them, drops its privileges as
-    # the driver does, and says so on the pipe: the driver runs no code before.
+    # I, claimed: the message is the container's host uid, with a pipe to the driver, the
+    # lifeline, then the cgroup.procs files of the container's cgroups. It moves into them, drops
+    # its privileges as the driver does, and says so on the pipe: the driver runs no code before.
     msg, fds, _, _ = socket.recv_fds(socket.socket(fileno=1), 64, 16)
     if not msg:
         os._exit(0)  # never claimed, and its template is gone
-    for fd in fds[1:]:
+    if len(fds) < 2:
+        os._exit(126)
+    os.dup2(fds[1], 0)
+    os.close(fds[1])
+    for fd in fds[2:]:
         os.write(fd, b'0')
         os.close(fd)
     _unshare(CLONE_NEWCGROUP)
@@ -394,15 +401,25 @@ def _become(u):
 
 
 _AHEAD = 19  # the priority (nice) of Z's work while nobody waits for it
+
+
+def _set_ahead(pid, nice):
+    # The priority of Z's session (Z and the init it is making): its autogroup's, where the
+    # kernel has them, and its processes'. Raising it needs root (Z and the template are).
+    try:
+        _write('/proc/%d/autogroup' % pid, str(nice))
+    except OSError:
+        pass  # no autogroups: nice values alone count
+    os.setpriority(os.PRIO_PGRP, pid, nice)
+
+
 _MAKER, _maker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 _MAKER_PID = os.fork()
 if _MAKER_PID == 0:
     _MAKER.close()
     _maker(_maker_end)
-os.setpgid(_MAKER_PID, _MAKER_PID)  # as Z does: whichever runs first
 _maker_end.close()
-_MAKER.settimeout(5)  # less than the server waits for an answer (templateForkTimeout)
-os.close(_LIFE)  # Z and its inits hold it
+_MAKER_WAIT = 5  # seconds: less than the server waits for an answer (templateForkTimeout)
 
 
 class _Inits:
@@ -421,19 +438,12 @@ class _Inits:
                 os._exit(1)  # Z is gone: the keeper starts a new template (and Z)
             self.asked = True
 
-    def receive(self, wait=False):
-        # Takes Z's answer in; wait: the template waits for it, so Z runs at the priority of
-        # the start it holds up meanwhile.
+    def receive(self):
+        # Takes Z's answer in (it is there to read).
         try:
-            if wait:
-                os.setpriority(os.PRIO_PGRP, _MAKER_PID, 0)
-            try:
-                msg, fds, _, _ = socket.recv_fds(_MAKER, 512, 2)
-            finally:
-                if wait:
-                    os.setpriority(os.PRIO_PGRP, _MAKER_PID, _AHEAD)
+            msg, fds, _, _ = socket.recv_fds(_MAKER, 512, 2)
         except OSError:
-            os._exit(1)  # Z is gone or stuck
+            os._exit(1)  # Z is gone: the keeper starts a new template (and Z)
         if not msg:
             os._exit(1)
         self.asked = False
@@ -444,11 +454,35 @@ class _Inits:
             os.close(fd)
         self.error = msg.decode(errors='replace')
 
-    def take(self):
+    def wait(self, woke):
+        # Waits at most _MAKER_WAIT for the init asked for, at the priority of the start it
+        # holds up, reaping the drivers that exit meanwhile (their inits wait for that to end).
+        # An init late comes in through _serve, for a later fork.
+        deadline = time.monotonic() + _MAKER_WAIT
+        _set_ahead(_MAKER_PID, 0)
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError('no init made in time')
+                try:
+                    ready, _, _ = select.select([_MAKER, woke], [], [], left)
+                except InterruptedError:
+                    continue
+                if woke in ready:
+                    _drain(woke)
+                    _reap()
+                if _MAKER in ready:
+                    self.receive()
+                    return
+        finally:
+            _set_ahead(_MAKER_PID, _AHEAD)
+
+    def take(self, woke):
         # The init for the next fork (pidfd, claim), asking for another at once.
         if self.next is None:
             self.ask()
-            self.receive(wait=True)
+            self.wait(woke)
         init, self.next = self.next, None
         self.ask()
         if init is None:
@@ -526,52 +560,85 @@ def _container(req, fds, init, claimed):
     os._exit(0)
 
 
-def _fork(req, fds):
+def _fork(req, fds, woke):
     # Returns pidfds of the container's init and driver.
-    if len(fds) != 5 + req.get('cgroups', 0):
-        raise ValueError('want %d descriptors, got %d' % (5 + req.get('cgroups', 0), len(fds)))
-    n = _threads()
-    if n != 1:
-        raise RuntimeError('the template runs %d threads' % n)
+    n = 6 + req.get('cgroups', 0)
+    if len(fds) != n:
+        raise ValueError('want %d descriptors, got %d' % (n, len(fds)))
+    if _threads() != 1:
+        raise RuntimeError('the template runs %d threads' % _threads())
     for attempt in (0, 1):
-        init, claim = _INITS.take()
-        claimed, claimed_w = os.pipe2(os.O_CLOEXEC)
+        init, claim = _INITS.take(woke)
+        claimed = -1
         try:
-            cs = socket.socket(fileno=claim)
+            claimed, claimed_w = os.pipe2(os.O_CLOEXEC)
             try:
-                socket.send_fds(cs, [marshal.dumps(req['uid'], 2)], [claimed_w] + fds[5:])
+                cs = socket.socket(fileno=claim)
+                try:
+                    socket.send_fds(cs, [marshal.dumps(req['uid'], 2)], [claimed_w] + fds[5:])
+                finally:
+                    cs.detach()
             finally:
-                cs.detach()
-            _check(_libc.setns(init, CLONE_NEWPID), 'setns')
+                os.close(claimed_w)
             break
         except OSError as e:
-            os.close(init)
-            os.close(claimed)
-            if attempt or e.errno not in (errno.ESRCH, errno.EPIPE, errno.ECONNRESET):
+            _discard(init, claimed)
+            if attempt or e.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ECONNREFUSED):
                 raise
             # The init made ahead has died (killed from outside): the next one is made now.
+        except BaseException:
+            _discard(init, claimed)
+            raise
         finally:
             os.close(claim)
-            os.close(claimed_w)
     try:
-        # The template goes back to its own PID namespace after forking D into I's.
+        _check(_libc.setns(init, CLONE_NEWPID), 'setns')
         try:
             pid = os.fork()
             if pid == 0:
-                _container(req, fds, init, claimed)
+                _container(req, fds[:5] + fds[6:], init, claimed)  # the lifeline is I's alone
         finally:
+            # The template goes back to its own PID namespace after forking D into I's.
             _check(_libc.setns(_OWN_PIDNS, CLONE_NEWPID), 'setns')
         return init, os.pidfd_open(pid)
     except BaseException:
-        signal.pidfd_send_signal(init, signal.SIGKILL)
-        os.close(init)
+        _discard(init, -1)
         raise
     finally:
         os.close(claimed)
 
 
+def _discard(init, fd):
+    # Kills an init taken for a fork that failed (its PID namespace with it) and closes it, and
+    # fd if not -1.
+    try:
+        signal.pidfd_send_signal(init, signal.SIGKILL)
+    except OSError:
+        pass  # gone already
+    os.close(init)
+    if fd >= 0:
+        os.close(fd)
+
+
+class _Sigaction(ctypes.Structure):
+    # glibc's struct sigaction on 64-bit Linux (x86_64, aarch64).
+    _fields_ = [('handler', ctypes.c_void_p), ('mask', ctypes.c_ulong * 16), ('flags', ctypes.c_int),
+                ('restorer', ctypes.c_void_p)]
+
+
+def _no_stop_signals():
+    # SIGCHLD only when a child exits, not when it stops or continues: a driver's code may stop
+    # and continue its own driver (a child of the template's) at will, and wake the template
+    # each time (SA_NOCLDSTOP on the handler the signal module installed).
+    act = _Sigaction()
+    _check(_libc.sigaction(signal.SIGCHLD, None, ctypes.byref(act)), 'sigaction')
+    act.flags |= 1  # SA_NOCLDSTOP
+    _check(_libc.sigaction(signal.SIGCHLD, ctypes.byref(act), None), 'sigaction')
+
+
 def _serve():
     woke = _wakeup_on_sigchld()
+    _no_stop_signals()
     _DRIVER['_reseed']()
     gc.collect()
     gc.freeze()  # the collector never writes to the template's objects in a child
@@ -599,7 +666,7 @@ def _serve():
             req = marshal.loads(msg)
             if req.get('op') != 'fork':
                 raise ValueError('unknown request')
-            pidfds = _fork(req, fds)
+            pidfds = _fork(req, fds, woke)
         except Exception as e:
             _SERVER.send(marshal.dumps({'op': 'error', 'id': req.get('id') if isinstance(req, dict) else 0,
                                         'error': '%s: %s' % (type(e).__name__, e)}, 2))
