@@ -1221,9 +1221,11 @@ def call(nr, *args):
 out = [call(%d, 0x8000 | 17, 0, 0, 0, 0), call(%d, 0, 0)]
 t = threading.Thread(target=out.append, args=('thread',))
 t.start(); t.join()
-out.append(subprocess.run(['/usr/bin/true']).returncode)
+out.append(subprocess.run(['/usr/bin/true']).returncode)  # vfork
+out.append(os.waitpid(os.posix_spawn('/usr/bin/true', ['true'], {}), 0)[1])  # clone3, then clone
 print(out)`, unix.SYS_CLONE, unix.SYS_CLONE3))
-	assert.Equal(t, "['EPERM', 'ENOSYS', 'thread', 0]\n", res.Stdout, "CLONE_PARENT refused, clone3 ENOSYS, threads and subprocesses work")
+	assert.Equal(t, "['EPERM', 'ENOSYS', 'thread', 0, 0]\n", res.Stdout,
+		"CLONE_PARENT refused, clone3 ENOSYS, threads, subprocesses and posix_spawn work")
 	assertHealthy(t, l, c)
 }
 

@@ -406,7 +406,8 @@ func TestHurryCgroupMoveMovesNothing(t *testing.T) {
 
 // makerAndAhead returns the host pids of l's maker (the template's one child in its own PID
 // namespace) and of the inits it made that no container has claimed yet (its children still
-// root), waiting until there is one made ahead.
+// root, whose pidfd the template holds: one being set up is not handed over yet), waiting until
+// there is one made ahead.
 func makerAndAhead(t *testing.T, l *Local) (maker int, ahead []int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -424,14 +425,36 @@ func makerAndAhead(t *testing.T, l *Local) (maker int, ahead []int) {
 				maker = pid
 			}
 		}
+		held := pidfdsHeld(tpl)
 		for _, pid := range children(maker) {
-			if procStatus(pid, "Uid:") == "0" {
+			if procStatus(pid, "Uid:") == "0" && held[pid] {
 				ahead = append(ahead, pid)
 			}
 		}
 		return maker != 0 && len(ahead) == 1
 	}, 30*time.Second, 10*time.Millisecond, "the maker runs and has one init made ahead")
 	return maker, ahead
+}
+
+// pidfdsHeld returns the (host) pids of the processes whose pidfds process pid holds.
+func pidfdsHeld(pid int) map[int]bool {
+	held := map[int]bool{}
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, err := os.ReadFile(dir + "/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+					held[n] = true
+				}
+			}
+		}
+	}
+	return held
 }
 
 // procStatus returns the first field of a line of /proc/<pid>/status, or "".

@@ -67,7 +67,10 @@ var errForkLost = errors.New("the fork's outcome is unknown")
 const (
 	templateReadyTimeout = 2 * time.Minute // a template's start, imports included
 	templateForkTimeout  = 10 * time.Second
-	templateStopTimeout  = 5 * time.Second
+	// templateInitWait is how long the template waits for an init before it gives a fork up
+	// (less than templateForkTimeout; passed to template.py).
+	templateInitWait    = 5 * time.Second
+	templateStopTimeout = 5 * time.Second
 	// A template is replaced after this many forks or this long: every container of one
 	// template has its address layout (libraries, heap, stack canary, pointer guard) and
 	// str hash secret, which one that learns them knows for all; rotation bounds how many.
@@ -217,7 +220,8 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 	}
 	args := slices.Concat(l.templateArgs(), []string{"--", l.python, "-E", "-s", "-c", templateBootstrap,
 		hex.EncodeToString([]byte(templateSource)), l.driverCode, seccompHex, preload,
-		strconv.FormatInt(l.cfg.TmpBytes, 10), strconv.FormatInt(l.cfg.DataBytes, 10)})
+		strconv.FormatInt(l.cfg.TmpBytes, 10), strconv.FormatInt(l.cfg.DataBytes, 10),
+		strconv.FormatFloat(templateInitWait.Seconds(), 'f', -1, 64)})
 	cmd := exec.Command(l.bwrap, args...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
@@ -443,10 +447,10 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 		}
 		if msg["op"] == "ready" {
 			// The template died: the one the keeper forked since reads the request if the dead
-			// one had not, and answers at once.
+			// one had not, and answers once it has an init.
 			t.noteLocked(gen, msg, rights)
 			restarted = true
-			wait = 2 * time.Second
+			wait = templateInitWait + 2*time.Second
 			continue
 		}
 		if got, _ := msg["id"].(int64); got != id {
@@ -461,8 +465,9 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			return none, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
 		case "forked":
 			if len(rights) != 2 {
+				// Truncated (this process out of descriptors?): a container may run.
 				discardAnswer(msg, rights)
-				return none, fmt.Errorf("fork: %d descriptors with the answer, want two pidfds", len(rights))
+				return none, fmt.Errorf("fork: %w: %d descriptors with the answer, want two pidfds", errForkLost, len(rights))
 			}
 			gen.forks++
 			if gen.forks >= t.maxForks || time.Since(gen.started) >= t.maxAge {
@@ -471,8 +476,8 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			}
 			return forkedPids{init: rights[0], driver: rights[1]}, nil
 		default:
-			closeAll(rights)
-			return none, fmt.Errorf("fork: an answer %q", msg["op"])
+			discardAnswer(msg, rights)
+			return none, fmt.Errorf("fork: %w: an answer %q", errForkLost, msg["op"])
 		}
 	}
 }

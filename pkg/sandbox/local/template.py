@@ -5,7 +5,8 @@
 # read-only system (pkg/sandbox/local/template.go starts it); it never runs the caller's code.
 # argv[1] is this program's source, argv[2] the compiled driver (marshalled), argv[3] the seccomp
 # filter of the containers, all in hex, argv[4] "1" to preload the libraries, argv[5] and argv[6]
-# the sizes of a container's /tmp (and /dev/shm) and /mnt/data. fd 3 is a SOCK_SEQPACKET socket
+# the sizes of a container's /tmp (and /dev/shm) and /mnt/data, argv[7] the seconds a fork waits
+# for an init (less than the server waits for an answer). fd 3 is a SOCK_SEQPACKET socket
 # to the server, which sends marshalled dicts:
 #   {'op': 'fork', 'uid': host uid, 'cgroups': n, 'driver': cfg}
 #       with 6 + n descriptors: stdout, stderr, ctl-in, ctl-out, intr, the lifeline (a pipe whose
@@ -222,6 +223,7 @@ def _reset_signals():
 
 _SECCOMP = _seccomp_prog(bytes.fromhex(sys.argv[3])) if sys.argv[3] else None
 _TMP_BYTES, _DATA_BYTES = int(sys.argv[5]), int(sys.argv[6])
+_MAKER_WAIT = float(sys.argv[7])  # seconds a fork waits for an init
 _NS = ('mnt', 'net', 'ipc', 'uts')
 _OWN_NS = {n: os.stat('/proc/self/ns/' + n).st_ino for n in _NS}
 _MPL_DIR = os.environ.get('MPLCONFIGDIR', '/tmp/.matplotlib')
@@ -235,12 +237,6 @@ def _maker(sock):
     # of its socket closes.
     try:
         os.close(_SOCK)  # the server's socket is the template's alone
-        # What Z and an init in the making do is for a container still to come: on a busy host
-        # it must not take the CPU from one starting now. Its session (and so its scheduler
-        # autogroup, where the kernel has them, within which alone nice values count) is Z's, at
-        # the lowest priority, which the template raises while it waits for an init.
-        os.setsid()
-        _set_ahead(os.getpid(), _AHEAD)
         own = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
         woke = _wakeup_on_sigchld()
         while True:
@@ -272,9 +268,10 @@ def _maker(sock):
 def _make_init(own):
     # Forks an init into a new PID namespace and returns, once it is set up, a pidfd of it and
     # the write end of its claim.
-    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-    claim_w, claim_r = (s.detach() for s in socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
+    ready_r = ready_w = claim_r = claim_w = -1
     try:
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        claim_w, claim_r = (s.detach() for s in socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
         _unshare(CLONE_NEWPID)
         try:
             pid = os.fork()
@@ -338,8 +335,7 @@ def _init(ready, claim):
         os.dup2(claim, 1)
         os.write(ready, b'\x01')
         _close_range(2)
-        os.setsid()  # out of Z's process group
-        os.setpriority(os.PRIO_PROCESS, 0, 0)  # it sleeps until claimed, then is its container's
+        os.setsid()
         _prctl(PR_SET_DUMPABLE, 0)  # the code may not read or write this process's memory
         gc.disable()
         woke = _wakeup_on_sigchld()
@@ -400,26 +396,12 @@ def _become(u):
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-_AHEAD = 19  # the priority (nice) of Z's work while nobody waits for it
-
-
-def _set_ahead(pid, nice):
-    # The priority of Z's session (Z and the init it is making): its autogroup's, where the
-    # kernel has them, and its processes'. Raising it needs root (Z and the template are).
-    try:
-        _write('/proc/%d/autogroup' % pid, str(nice))
-    except OSError:
-        pass  # no autogroups: nice values alone count
-    os.setpriority(os.PRIO_PGRP, pid, nice)
-
-
 _MAKER, _maker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 _MAKER_PID = os.fork()
 if _MAKER_PID == 0:
     _MAKER.close()
     _maker(_maker_end)
 _maker_end.close()
-_MAKER_WAIT = 5  # seconds: less than the server waits for an answer (templateForkTimeout)
 
 
 class _Inits:
@@ -454,35 +436,30 @@ class _Inits:
             os.close(fd)
         self.error = msg.decode(errors='replace')
 
-    def wait(self, woke):
-        # Waits at most _MAKER_WAIT for the init asked for, at the priority of the start it
-        # holds up, reaping the drivers that exit meanwhile (their inits wait for that to end).
-        # An init late comes in through _serve, for a later fork.
-        deadline = time.monotonic() + _MAKER_WAIT
-        _set_ahead(_MAKER_PID, 0)
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RuntimeError('no init made in time')
-                try:
-                    ready, _, _ = select.select([_MAKER, woke], [], [], left)
-                except InterruptedError:
-                    continue
-                if woke in ready:
-                    _drain(woke)
-                    _reap()
-                if _MAKER in ready:
-                    self.receive()
-                    return
-        finally:
-            _set_ahead(_MAKER_PID, _AHEAD)
+    def wait(self, woke, deadline):
+        # Waits until deadline (time.monotonic) for the init asked for, reaping the drivers that
+        # exit meanwhile (their inits wait for that to end). An init late comes in through
+        # _serve, for a later fork.
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError('no init made in time')
+            try:
+                ready, _, _ = select.select([_MAKER, woke], [], [], left)
+            except InterruptedError:
+                continue
+            if woke in ready:
+                _drain(woke)
+                _reap()
+            if _MAKER in ready:
+                self.receive()
+                return
 
-    def take(self, woke):
+    def take(self, woke, deadline):
         # The init for the next fork (pidfd, claim), asking for another at once.
         if self.next is None:
             self.ask()
-            self.wait(woke)
+            self.wait(woke, deadline)
         init, self.next = self.next, None
         self.ask()
         if init is None:
@@ -567,8 +544,9 @@ def _fork(req, fds, woke):
         raise ValueError('want %d descriptors, got %d' % (n, len(fds)))
     if _threads() != 1:
         raise RuntimeError('the template runs %d threads' % _threads())
+    deadline = time.monotonic() + _MAKER_WAIT  # for the init, however many it takes
     for attempt in (0, 1):
-        init, claim = _INITS.take(woke)
+        init, claim = _INITS.take(woke, deadline)
         claimed = -1
         try:
             claimed, claimed_w = os.pipe2(os.O_CLOEXEC)
