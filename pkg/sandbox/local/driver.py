@@ -12,8 +12,8 @@
 #   fd 5  server -> driver  8-byte big-endian run numbers to interrupt (SIGINT, KeyboardInterrupt)
 # This driver arrives compiled: argv[1] is its code object and argv[2] the configuration, both
 # marshalled, in hex. In a fork template (template.py) it is run with _FORK_TEMPLATE set: it then
-# only defines its functions; the template calls _prepare once, and each forked container
-# _prepare_child and _main(cfg).
+# only defines its functions; the template calls _prepare once and _reseed before each fork, and
+# each forked container _main(cfg).
 #
 # It imports nothing slow at start (no json, re, traceback, signal or ast module) to keep cold
 # starts near a bare interpreter's; marshal, select, _signal, _ast and _thread are built in.
@@ -559,7 +559,6 @@ def _prepare(preload):
     fm = sys.modules.get('matplotlib.font_manager')
     if fm is not None:
         fm._get_font.cache_clear()
-    S.prepared = False
 
 
 def _reseed():
@@ -602,7 +601,6 @@ def _prepare_child():
     S.ns = main.__dict__
     # Fault in (copy on write) what the first run touches, now rather than then.
     compile(compile('pass', '<warm>', 'exec', _ast.PyCF_ONLY_AST, dont_inherit=True), '<warm>', 'exec')
-    S.prepared = True
 
 
 def _main(cfg=None):
@@ -615,8 +613,7 @@ def _main(cfg=None):
         # A forked container is isolated already: the server may send the first run now, which
         # waits in the pipe while what is left of the start below is done.
         _ready(S.loaded)
-        if not S.prepared:
-            _prepare_child()
+        _prepare_child()
     for fd in (R_IN, R_OUT, R_INTR):
         os.set_inheritable(fd, False)
     S.data_dir = cfg['data_dir']
@@ -653,10 +650,8 @@ def _main(cfg=None):
         builtins.display = display
         S.ns = main.__dict__
     S.files = {}
-    if not forked:
+    if not forked:  # a forked container's data directory is a new, empty file system
         _scan_files()
-    # else: its data directory is a new, empty file system.
-    if not forked:
         _ready(loaded)
     while True:
         try:

@@ -768,9 +768,9 @@ func waitProcess(fd int) {
 // exit take for reading; a writer waits for an RCU grace period first, unless another writer
 // came within the last one. So this process moves itself into the cgroup it is already in,
 // the parent of the Local's own directory above dir (a move that changes nothing, but takes
-// the semaphore): the init's move that follows waits only for what is left of that grace
+// the semaphore): the container's move that follows waits only for what is left of that grace
 // period. Where the server is not in that cgroup (an explicit cgroup v2 parent), nothing is
-// written; errors are ignored: the init's move then waits for the whole grace period.
+// written; errors are ignored: the container's move then waits for the whole grace period.
 func hurryCgroupMove(dir string) {
 	own := filepath.Dir(filepath.Dir(dir))
 	self, mounts, err := readCgroupInfo()

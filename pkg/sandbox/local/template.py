@@ -542,8 +542,9 @@ def _fork(req, fds, woke):
     n = 6 + req.get('cgroups', 0)
     if len(fds) != n:
         raise ValueError('want %d descriptors, got %d' % (n, len(fds)))
-    if _threads() != 1:
-        raise RuntimeError('the template runs %d threads' % _threads())
+    threads = _threads()
+    if threads != 1:
+        raise RuntimeError('the template runs %d threads' % threads)
     deadline = time.monotonic() + _MAKER_WAIT  # for the init, however many it takes
     for attempt in (0, 1):
         init, claim = _INITS.take(woke, deadline)
