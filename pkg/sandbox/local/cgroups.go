@@ -273,16 +273,13 @@ func (cg *containerCgroup) add(pids ...int) error {
 // procsFiles opens the cgroup.procs file of each of the cgroup's directories for writing: a
 // process given them moves itself (or another, by pid) into the cgroup. The caller closes them.
 func (cg *containerCgroup) procsFiles() ([]*os.File, error) {
-	var out []*os.File
-	for _, d := range cg.dirs {
-		f, err := os.OpenFile(d+"/cgroup.procs", os.O_WRONLY, 0)
-		if err != nil {
-			for _, f := range out {
-				f.Close()
-			}
-			return nil, fmt.Errorf("open cgroup.procs: %w", err)
-		}
-		out = append(out, f)
+	paths := make([]string, len(cg.dirs))
+	for i, d := range cg.dirs {
+		paths[i] = d + "/cgroup.procs"
+	}
+	out, err := openAll(paths, os.O_WRONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open cgroup.procs: %w", err)
 	}
 	return out, nil
 }

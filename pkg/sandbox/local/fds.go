@@ -39,3 +39,20 @@ func closeOnExecByWalk() error {
 	}
 	return nil
 }
+
+// openAll opens each of paths with flag; on an error it closes what it opened. The caller
+// closes the files.
+func openAll(paths []string, flag int) ([]*os.File, error) {
+	out := make([]*os.File, 0, len(paths))
+	for _, p := range paths {
+		f, err := os.OpenFile(p, flag, 0)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

@@ -766,16 +766,13 @@ func (l *Local) listShared() ([]sharedFile, error) {
 
 // openShared opens the shared files for one container start; the caller closes them.
 func (l *Local) openShared() ([]*os.File, error) {
-	out := make([]*os.File, 0, len(l.shared))
-	for _, f := range l.shared {
-		fh, err := os.Open(f.host)
-		if err != nil {
-			for _, o := range out {
-				o.Close()
-			}
-			return nil, fmt.Errorf("open shared file: %w", err)
-		}
-		out = append(out, fh)
+	paths := make([]string, len(l.shared))
+	for i, f := range l.shared {
+		paths[i] = f.host
+	}
+	out, err := openAll(paths, os.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open shared file: %w", err)
 	}
 	return out, nil
 }

@@ -666,13 +666,13 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 		}
 	}
 	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR, lifeR}
+	var procs []*os.File // the cgroup.procs files, after child's pipes in the request
 	if l.cgroups != nil {
 		memMax, pidsMax := l.cgroupLimits(memBytes)
 		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
-		procs, err := c.cg.procsFiles()
-		if err != nil {
+		if procs, err = c.cg.procsFiles(); err != nil {
 			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 		}
 		child = append(child, procs...)
@@ -686,7 +686,7 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 	}
 	req := map[string]any{
 		"op":      "fork",
-		"cgroups": int64(len(child) - 6),
+		"cgroups": int64(len(procs)),
 		"driver":  l.driverConfigMap(memBytes, dataDir),
 	}
 	pids, err := l.tpl.fork(req, c.uid, child)
