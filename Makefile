@@ -29,11 +29,13 @@ deps:
 
 build:
 	$(GO) build -o $(BIN)/extproc ./cmd/extproc
+	$(GO) build -o $(BIN)/demomodel ./cmd/demomodel
 
 ## run: Envoy on 127.0.0.1:10000 (envoy/envoy.yaml, its model cluster pointed at UPSTREAM) and the
-## server beside it; Ctrl-C stops both. UPSTREAM is the model API's base URL, http or https.
+## server beside it; Ctrl-C stops both. UPSTREAM is the model API's base URL, http or https; without
+## it, the built-in demo model (internal/demo: no real model, no key) serves on 127.0.0.1:8080.
 RUN_CONFIG ?= envoy/codeinterp.yaml
-UPSTREAM   ?= http://127.0.0.1:8080
+UPSTREAM   ?=
 run: deps build
 	./scripts/run.sh "$(UPSTREAM)" "$(RUN_CONFIG)" $(ARGS)
 

@@ -2,13 +2,20 @@
 # `make run`: Envoy on 127.0.0.1:10000 with envoy/envoy.yaml (its model cluster pointed at the
 # upstream) and the codeinterp server beside it on 127.0.0.1:50051 (and its Containers API on
 # 127.0.0.1:8081, which Envoy's /v1/containers routes reach). Ctrl-C (or SIGTERM) stops both
-# and waits for them.
+# and waits for them. With an empty UPSTREAM the built-in demo model (bin/demomodel, no real model
+# and no key) serves on $DEMO_LISTEN (127.0.0.1:8080) and is the upstream.
 #   scripts/run.sh UPSTREAM CONFIG [server flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-upstream=${1:?usage: run.sh UPSTREAM CONFIG [flags]}
-config=${2:?usage: run.sh UPSTREAM CONFIG [flags]}
+[ $# -ge 2 ] || { echo "usage: run.sh UPSTREAM CONFIG [flags]" >&2; exit 2; }
+upstream=$1
+config=$2
 shift 2
+demo_listen=""
+if [ -z "$upstream" ]; then
+  demo_listen=${DEMO_LISTEN:-127.0.0.1:8080}
+  upstream="http://$demo_listen"
+fi
 
 envoy_bin=${ENVOY_BIN:-}
 if [ -z "$envoy_bin" ]; then
@@ -26,6 +33,10 @@ stop() {
 }
 trap stop INT TERM EXIT
 
+if [ -n "$demo_listen" ]; then
+  bin/demomodel -listen "$demo_listen" &
+  pids+=($!)
+fi
 bin/extproc --config "$config" "$@" &
 pids+=($!)
 "$envoy_bin" -c bin/envoy-run.json --log-level warn --base-id-path bin/envoy-base-id --use-dynamic-base-id &
