@@ -1,0 +1,130 @@
+// Package docs holds the pages a person reads (README.md links them) and the test that keeps them
+// true: every link resolves, every make target they name exists, every configuration example
+// loads.
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/config"
+)
+
+// pages returns README.md and every page of docs/, by path from the repository root, with
+// their text.
+func pages(t *testing.T) map[string]string {
+	t.Helper()
+	names, err := filepath.Glob("*.md")
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, n := range append(names, "../README.md") {
+		b, err := os.ReadFile(n)
+		require.NoError(t, err)
+		out[filepath.Clean(filepath.Join("docs", n))] = string(b)
+	}
+	require.Greater(t, len(out), 5, "the docs pages")
+	return out
+}
+
+var (
+	link      = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	makeCmd   = regexp.MustCompile("(?m)(?:^|`)make ([a-z][a-z0-9-]*)")
+	target    = regexp.MustCompile(`(?m)^([a-z][a-z0-9-]*):`)
+	heading   = regexp.MustCompile(`(?m)^#+ (.+)$`)
+	yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
+)
+
+// anchor is the GitHub anchor of a heading.
+func anchor(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	var b strings.Builder
+	for _, r := range h {
+		switch {
+		case r == ' ' || r == '-':
+			b.WriteRune('-')
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '_':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestLinks checks that every relative link of the pages names a file of the repository, and
+// an anchor of it when it has one.
+func TestLinks(t *testing.T) {
+	all := pages(t)
+	for page, text := range all {
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "sandbox:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.Clean(filepath.Join(filepath.Dir(page), file))
+				_, err := os.Stat(filepath.Join("..", path))
+				if !assert.NoError(t, err, "%s links %s", page, target) {
+					continue
+				}
+			}
+			if frag == "" || !strings.HasSuffix(path, ".md") {
+				continue
+			}
+			linked, ok := all[path]
+			if !assert.True(t, ok, "%s links %s, a page outside docs/", page, target) {
+				continue
+			}
+			var anchors []string
+			for _, h := range heading.FindAllStringSubmatch(linked, -1) {
+				anchors = append(anchors, anchor(h[1]))
+			}
+			assert.Contains(t, anchors, frag, "%s links %s: no such heading", page, target)
+		}
+	}
+}
+
+// TestMakeTargets checks that every `make TARGET` the pages name is a target of the Makefile.
+func TestMakeTargets(t *testing.T) {
+	mk, err := os.ReadFile("../Makefile")
+	require.NoError(t, err)
+	targets := map[string]bool{}
+	for _, m := range target.FindAllStringSubmatch(string(mk), -1) {
+		targets[m[1]] = true
+	}
+	for page, text := range pages(t) {
+		for _, m := range makeCmd.FindAllStringSubmatch(text, -1) {
+			assert.True(t, targets[m[1]], "%s names `make %s`, which the Makefile does not have", page, m[1])
+		}
+	}
+}
+
+// TestConfigExamples loads every YAML block of the pages that reads as a server configuration
+// (it names `listen:` or `sandbox:` at the top level) as the server would: unknown keys and bad
+// values fail.
+func TestConfigExamples(t *testing.T) {
+	n := 0
+	for page, text := range pages(t) {
+		for _, m := range yamlBlock.FindAllStringSubmatch(text, -1) {
+			block := m[1]
+			if !regexp.MustCompile(`(?m)^(listen|sandbox|default_profile):`).MatchString(block) {
+				continue
+			}
+			n++
+			var cfg configv1.Config
+			if !assert.NoError(t, config.Parse([]byte(block), &cfg), "%s: configuration example:\n%s", page, block) {
+				continue
+			}
+			config.ApplyDefaults(&cfg)
+			assert.NoError(t, config.Validate(&cfg), "%s: configuration example:\n%s", page, block)
+		}
+	}
+	assert.Positive(t, n, "configuration examples found")
+}
