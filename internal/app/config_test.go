@@ -1,12 +1,17 @@
 package app
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/proto"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
@@ -159,4 +164,25 @@ func TestSecretOfMakesARandomOne(t *testing.T) {
 	require.NoError(t, err, "another random secret")
 	assert.Len(t, a, 32, "32 random bytes")
 	assert.NotEqual(t, a, b, "each made anew")
+}
+
+// TestIsolationWarningOnce: a configuration turning isolation off is warned about once, by the
+// backend that runs without it.
+func TestIsolationWarningOnce(t *testing.T) {
+	cfg := &configv1.Config{Sandbox: &configv1.Sandbox{
+		WarmPoolSize: proto.Uint32(0),
+		Local:        &configv1.LocalSandbox{UnsafeNoIsolation: true, Start: config.StartExec, WorkDir: t.TempDir(), StateDir: t.TempDir()},
+	}}
+	config.ApplyDefaults(cfg)
+	core, logs := observer.New(zap.WarnLevel)
+	svc, err := New(Options{Config: cfg, Log: zap.New(core)})
+	require.NoError(t, err, "new app without isolation")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, svc.Shutdown(ctx), "shutdown")
+	var warned []string
+	for _, e := range logs.FilterMessageSnippet("isolation is OFF").All() {
+		warned = append(warned, e.LoggerName+": "+e.Message)
+	}
+	assert.Len(t, warned, 1, "one warning that isolation is off: %q", warned)
 }
