@@ -18,7 +18,7 @@ PYTEST   := $(VENV)/bin/pytest
 # Tests find Envoy in .venv (or $$ENVOY_BIN, or PATH); with this set, a missing Envoy fails them.
 export CODEINTERP_REQUIRE_ENVOY := 1
 
-.PHONY: all deps build run run-server test test-go test-python test-unit test-e2e test-envoy bench fuzz lint proto proto-check tools clean
+.PHONY: all deps build run run-server test test-go test-python test-unit test-e2e test-envoy bench fuzz lint docs docs-check proto proto-check tools clean
 
 all: build
 
@@ -57,7 +57,7 @@ test-python: deps
 	$(PYTEST) -q test/python
 
 test-unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./envoy/...
+	$(GO) test -race -count=1 ./pkg/... ./internal/... ./cmd/... ./envoy/...
 
 test-e2e: deps
 	$(GO) test -race -count=1 ./test/e2e/...
@@ -78,9 +78,22 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-lint:
+## lint: format check, vet, and the configuration reference up to date (docs-check).
+lint: docs-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+## docs: regenerate docs/configuration.md from the comments of the configuration proto.
+docs:
+	$(GO) run ./cmd/configdoc -api api -out docs/configuration.md
+
+## docs-check: fail if docs/configuration.md is not what `make docs` writes.
+docs-check:
+	@tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; \
+	$(GO) run ./cmd/configdoc -api api -out $$tmp; \
+	if ! diff -u docs/configuration.md $$tmp >/dev/null; then \
+	  echo "docs/configuration.md is stale: run 'make docs'"; diff -u docs/configuration.md $$tmp | head -40; exit 1; fi; \
+	echo "docs/configuration.md is up to date"
 
 tools: $(BUF) $(PROTOC_GEN_GO)
 

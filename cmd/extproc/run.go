@@ -35,16 +35,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
-	var secret []byte
-	if f := cfg.GetFollowupSecretFile(); f != "" {
-		if secret, err = os.ReadFile(f); err != nil {
-			return fmt.Errorf("read followup_secret_file: %w", err)
-		}
-		if len(strings.TrimSpace(string(secret))) < 16 {
-			return errors.New("followup_secret_file: the secret must be at least 16 bytes")
-		}
-	}
-
 	// Listen before starting anything that must be stopped, so a busy port fails fast.
 	grpcLis, err := listen(cfg.GetListen())
 	if err != nil {
@@ -65,7 +55,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer apiLis.Close()
 	}
 
-	svc, err := app.New(app.Options{Config: cfg, Secret: secret, Log: log})
+	svc, err := app.New(app.Options{Config: cfg, Log: log})
 	if err != nil {
 		return err
 	}
@@ -177,7 +167,7 @@ func loadConfig(args []string, stderr io.Writer) (*configv1.Config, error) {
 		}
 	})
 	config.ApplyDefaults(cfg)
-	if err := config.Validate(cfg); err != nil {
+	if err := app.Validate(cfg); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return cfg, nil

@@ -1,12 +1,13 @@
 // Package app wires a whole codeinterp server: the sandbox backend and its manager, the loop
 // engine, the ext_proc server and the gRPC server carrying it with gRPC health, the Containers
-// API's HTTP server over the same manager, and the admin HTTP handler. It is the one place that names a concrete sandbox backend or store; cmd/extproc
-// and the end-to-end tests build their servers with it.
+// API's HTTP server over the same manager, and the admin HTTP handler. It is the one place that
+// maps the configuration onto the packages' configs, checks what only the packages know of it
+// ([Validate]), makes the server's secret, and names a concrete sandbox backend or store;
+// cmd/extproc and the end-to-end tests build their servers with it.
 package app
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -35,10 +36,12 @@ import (
 
 // Options configure an App.
 type Options struct {
-	// Config is the server configuration with defaults applied and validated. Required.
+	// Config is the server configuration with defaults applied (config.ApplyDefaults). New
+	// validates it. Required.
 	Config *configv1.Config
 	// Secret keys follow-up signatures and identity hashes (of the ext_proc server and the
-	// Containers API alike); if empty, a random one is made.
+	// Containers API alike). If empty, the contents of Config's followup_secret_file are the
+	// secret, or, without one, New makes a random one.
 	Secret []byte
 	// Log receives the logs. If nil, nothing is logged.
 	Log *zap.Logger
@@ -64,44 +67,36 @@ type App struct {
 	shutdown sync.Once
 }
 
-// New wires an App from o. It starts the sandbox manager (and its warm pool), but serves
-// nothing until Serve.
+// New wires an App from o. It validates o.Config (see [Validate]), starts the sandbox manager
+// (and its warm pool), but serves nothing until Serve.
 func New(o Options) (*App, error) {
 	cfg := o.Config
+	if cfg == nil {
+		return nil, errors.New("new app: Config is required")
+	}
+	if err := Validate(cfg); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
 	log := o.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	// The ext_proc server and the Containers API identify a caller alike: one secret.
-	secret := o.Secret
-	if len(secret) == 0 {
-		secret = make([]byte, 32)
-		if _, err := rand.Read(secret); err != nil {
-			return nil, fmt.Errorf("make secret: %w", err)
-		}
+	secret, err := secretOf(o.Secret, cfg.GetFollowupSecretFile())
+	if err != nil {
+		return nil, err
 	}
 	sb := cfg.GetSandbox()
 	s := &App{log: log}
 	provider := o.Provider
 	if provider == nil {
+		// local.New warns, once, when the configuration turns isolation off.
 		l, err := local.New(localConfig(cfg), log)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
-		if sb.GetLocal().GetUnsafeNoIsolation() {
-			log.Warn("sandbox isolation is OFF (sandbox.local.unsafe_no_isolation): code runs with the server's rights; never use this in production")
-		}
 		s.owned, provider = l, l
 	}
-	s.manager = sandbox.NewManager(provider, sandbox.ManagerConfig{
-		WarmPool:                 int(sb.GetWarmPoolSize()),
-		SessionIdleTTL:           sb.GetSessionIdleTtl().AsDuration(),
-		MaxSessionsPerIdentity:   int(sb.GetMaxSessionsPerIdentity()),
-		MaxContainers:            int(sb.GetMaxContainers()),
-		MaxContainersPerIdentity: int(sb.GetMaxContainersPerIdentity()),
-		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
-		Registry:                 memory.NewRegistry(),
-	}, log)
+	s.manager = sandbox.NewManager(provider, managerConfig(cfg), log)
 	s.api = newAPIServer(cfg, s.manager, secret, log)
 	s.engine = loop.New(s.manager, loop.Config{Log: log})
 	s.metrics = processor.NewMetrics()
@@ -133,37 +128,6 @@ func New(o Options) (*App, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, srv)
 	return s, nil
-}
-
-// localConfig maps the configuration's sandbox section onto the local backend's settings.
-func localConfig(cfg *configv1.Config) local.Config {
-	sb := cfg.GetSandbox()
-	l := sb.GetLocal()
-	return local.Config{
-		Python:             l.GetPython(),
-		Bwrap:              l.GetBwrap(),
-		WorkDir:            l.GetWorkDir(),
-		CPUSeconds:         int(l.GetCpuSeconds()),
-		MaxProcesses:       int(l.GetMaxProcesses()),
-		MaxFileBytes:       int64(l.GetMaxFileBytes()),
-		OutputLimit:        int(sb.GetOutputLimitBytes()),
-		DefaultMemoryLimit: sb.GetDefaultMemoryLimit(),
-		UnsafeNoIsolation:  l.GetUnsafeNoIsolation(),
-		DataBytes:          int64(l.GetDataBytes()),
-		TmpBytes:           int64(l.GetTmpBytes()),
-		Cgroups:            l.GetCgroups(),
-		InterruptGrace:     l.GetInterruptGrace().AsDuration(),
-		ReadOnlyPaths:      l.GetReadOnlyPaths(),
-		Preload:            true,
-
-		MaxMemoryLimit:          sb.GetMaxMemoryLimit(),
-		FirstUID:                int(l.GetFirstUid()),
-		UIDCount:                int(l.GetUidCount()),
-		CPUQuota:                l.GetCpuQuota(),
-		KeepBackgroundProcesses: l.GetKeepBackgroundProcesses(),
-		StateDir:                l.GetStateDir(),
-		Start:                   l.GetStart(),
-	}
 }
 
 // Serve serves ext_proc and gRPC health on lis, reporting SERVING once it accepts streams, until

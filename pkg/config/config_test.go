@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
-	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
 )
 
 func TestLoadFullFile(t *testing.T) {
@@ -66,7 +65,7 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, uint32(DefaultUIDCount), l.GetUidCount(), "uid_count default")
 	assert.Equal(t, DefaultCPUQuota, l.GetCpuQuota(), "cpu_quota default")
 	assert.False(t, l.GetKeepBackgroundProcesses(), "background processes are stopped by default")
-	assert.Equal(t, local.DefaultStart, l.GetStart(), "start default")
+	assert.Equal(t, DefaultStart, l.GetStart(), "start default")
 	assert.Empty(t, cfg.GetSandbox().GetMaxMemoryLimit(), "max_memory_limit: the backend's default (host RAM, at most 64g)")
 	assert.Equal(t, DefaultListen, cfg.GetListen())
 	assert.Equal(t, DefaultAdminListen, cfg.GetAdminListen())
@@ -131,7 +130,6 @@ func TestValidateNamesTheField(t *testing.T) {
 		}, `profiles["p"].loop_deadline:`},
 		{"forward reserved header", func(c *configv1.Config) { c.DefaultProfile.ForwardHeaders = []string{"x-codeinterp-followup"} }, "default_profile.forward_headers[0]:"},
 		{"backend", func(c *configv1.Config) { c.Sandbox.Backend = "e2b" }, "sandbox.backend:"},
-		{"memory", func(c *configv1.Config) { c.Sandbox.DefaultMemoryLimit = "2g" }, "sandbox.default_memory_limit:"},
 		{"python path", func(c *configv1.Config) { c.Sandbox.Local.Python = "python3" }, "sandbox.local.python:"},
 		{"identity cap above the global cap", func(c *configv1.Config) { c.Sandbox.MaxContainersPerIdentity = c.Sandbox.MaxContainers + 1 }, "sandbox.max_containers_per_identity:"},
 		{"session cap above the identity cap", func(c *configv1.Config) { c.Sandbox.MaxSessionsPerIdentity = c.Sandbox.MaxContainersPerIdentity + 1 }, "sandbox.max_sessions_per_identity:"},
@@ -143,8 +141,6 @@ func TestValidateNamesTheField(t *testing.T) {
 		}, `profiles["p"].max_output_bytes:`},
 		{"calls per turn", func(c *configv1.Config) { c.DefaultProfile.MaxCallsPerTurn = 1000 }, "default_profile.max_calls_per_turn:"},
 		{"images", func(c *configv1.Config) { c.DefaultProfile.MaxImages = 5000 }, "default_profile.max_images:"},
-		{"max memory not a size", func(c *configv1.Config) { c.Sandbox.MaxMemoryLimit = "lots" }, "sandbox.max_memory_limit:"},
-		{"max memory below the default", func(c *configv1.Config) { c.Sandbox.MaxMemoryLimit = "512m" }, "sandbox.max_memory_limit:"},
 		{"uid range beyond 32 bits", func(c *configv1.Config) { c.Sandbox.Local.FirstUid = 1<<32 - 100 }, "sandbox.local.first_uid:"},
 		{"uid range smaller than the containers", func(c *configv1.Config) { c.Sandbox.Local.UidCount = c.Sandbox.MaxContainers }, "sandbox.local.uid_count:"},
 		{"cpu quota too small", func(c *configv1.Config) { c.Sandbox.Local.CpuQuota = 0.001 }, "sandbox.local.cpu_quota:"},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/memlimit"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
@@ -326,9 +327,9 @@ func (st *streamState) checkContainer(id string) *extprocv3.ProcessingResponse {
 // checkMemoryLimit returns the client error for a container memory_limit that may not be
 // created: not one of the API's sizes, or above the operator's cap.
 func (st *streamState) checkMemoryLimit(limit string) *schema.RequestError {
-	if !config.ValidMemoryLimit(limit) {
+	if !memlimit.Valid(limit) {
 		return &schema.RequestError{
-			Message: fmt.Sprintf("Invalid memory_limit '%s': expected one of %s.", limit, strings.Join(config.MemoryLimits(), ", ")),
+			Message: fmt.Sprintf("Invalid memory_limit '%s': expected one of %s.", limit, strings.Join(memlimit.Sizes(), ", ")),
 			Param:   "tools",
 			Code:    "invalid_value",
 		}
