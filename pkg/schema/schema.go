@@ -19,6 +19,7 @@ package schema
 import (
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // RequestError is a mistake in the client's request. It becomes an HTTP answer in the API's
@@ -47,4 +48,19 @@ func (e *RequestError) HTTPStatus() int {
 		return http.StatusBadRequest
 	}
 	return e.Status
+}
+
+// UpstreamErrorMessage is the message of the error answer a client gets for an upstream error
+// answer with status and body that is not an error object of the surface's own shape: it names
+// the status and quotes the start of what the upstream said (at most 512 bytes, valid UTF-8).
+func UpstreamErrorMessage(status int, body []byte) string {
+	snippet := strings.TrimSpace(string(body))
+	if len(snippet) > 512 {
+		snippet = strings.ToValidUTF8(snippet[:512], "") + "…"
+	}
+	msg := fmt.Sprintf("The model's upstream answered %d %s.", status, http.StatusText(status))
+	if snippet != "" {
+		msg += " It said: " + snippet
+	}
+	return msg
 }

@@ -96,5 +96,5 @@ var (
 
 // FunctionTool is the function tool that stands in for the code_interpreter tool on s.
 func FunctionTool(s Surface, name, description string) []byte {
-	return (&shared.Dialect{Nested: s == Chat}).FunctionTool(name, description)
+	return (&shared.Dialect{FieldsUnderType: s == Chat}).FunctionTool(name, description)
 }

@@ -290,7 +290,7 @@ func reqFindTools(d *Dialect, b []byte, members []jsonscan.Member, name string) 
 // name, or "".
 func reqToolNameClash(d *Dialect, tool *jsonscan.Object, typ jsonscan.Span, name string) string {
 	b := tool.B
-	if d.Nested {
+	if d.FieldsUnderType {
 		// The name is nested under the type: {"type":"function","function":{"name":…}}.
 		if !typ.OK() || b[typ.Start] != '"' || typ.End-typ.Start == 2 {
 			return ""
@@ -313,7 +313,7 @@ func (d *Dialect) FunctionTool(name, description string) []byte {
 	// length only when they hold characters to escape.
 	out := make([]byte, 0, 192+len(name)+len(description)+len(CodeDescription))
 	out = append(out, `{"type":"function",`...)
-	if d.Nested {
+	if d.FieldsUnderType {
 		out = append(out, `"function":{`...)
 	}
 	out = append(out, `"name":`...)
@@ -323,7 +323,7 @@ func (d *Dialect) FunctionTool(name, description string) []byte {
 	out = append(out, `,"parameters":{"type":"object","properties":{"code":{"type":"string","description":`...)
 	out = jsonscan.AppendString(out, CodeDescription)
 	out = append(out, `}},"required":["code"]}`...)
-	if d.Nested {
+	if d.FieldsUnderType {
 		out = append(out, '}')
 	}
 	return append(out, '}')
@@ -333,7 +333,7 @@ func (d *Dialect) FunctionTool(name, description string) []byte {
 func (d *Dialect) FunctionChoice(name string) []byte {
 	out := make([]byte, 0, 48+len(name))
 	out = append(out, `{"type":"function",`...)
-	if d.Nested {
+	if d.FieldsUnderType {
 		out = append(out, `"function":{"name":`...)
 		out = jsonscan.AppendString(out, name)
 		return append(out, `}}`...)
@@ -374,7 +374,7 @@ func reqRewriteToolChoice(d *Dialect, b []byte, sp jsonscan.Span, name string) (
 	switch typ, _ := jsonscan.Str(b, jsonscan.Field(b, sp.Start, "type")); typ {
 	case "function":
 		path := []string{"name"}
-		if d.Nested {
+		if d.FieldsUnderType {
 			path = []string{"function", "name"}
 		}
 		fn, _ := jsonscan.Str(b, jsonscan.Path(b, sp.Start, path...))
@@ -383,7 +383,7 @@ func reqRewriteToolChoice(d *Dialect, b []byte, sp jsonscan.Span, name string) (
 		// Responses: {"type":"allowed_tools","mode":…,"tools":[…]};
 		// Chat: {"type":"allowed_tools","allowed_tools":{"mode":…,"tools":[…]}}.
 		holder := sp.Start
-		if d.Nested {
+		if d.FieldsUnderType {
 			inner := jsonscan.Field(b, sp.Start, "allowed_tools")
 			if !inner.OK() || b[inner.Start] != '{' {
 				return nil, false, nil
