@@ -537,49 +537,6 @@ func TestFinalErrors(t *testing.T) {
 	}
 }
 
-func TestCodeCallMarshalJSON(t *testing.T) {
-	tests := []struct {
-		name string
-		give schema.CodeCall
-		want string
-	}{
-		{
-			name: "zero value",
-			want: `{"id":"","type":"code_interpreter_call","status":"","code":"","container_id":"","outputs":[]}`,
-		},
-		{
-			name: "logs and image",
-			give: schema.CodeCall{
-				ID: "ci_1", Status: "completed", Code: "print('<a & b>')\n", ContainerID: "cntr_1",
-				Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: "<a & b>\n"}, {Type: schema.CodeOutputImage, URL: "data:image/png;base64,AAA="}},
-			},
-			want: `{"id":"ci_1","type":"code_interpreter_call","status":"completed","code":"print('<a & b>')\n","container_id":"cntr_1",` +
-				`"outputs":[{"type":"logs","logs":"<a & b>\n"},{"type":"image","url":"data:image/png;base64,AAA="}]}`,
-		},
-		{
-			name: "output fields of the other type are not rendered",
-			give: schema.CodeCall{ID: "ci_2", Status: "failed", Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: "x", URL: "u"}}},
-			want: `{"id":"ci_2","type":"code_interpreter_call","status":"failed","code":"","container_id":"",` +
-				`"outputs":[{"type":"logs","logs":"x"}]}`,
-		},
-		{
-			name: "escapes",
-			give: schema.CodeCall{Code: "\"\\\t\x01\u2028\u2029é\xff"},
-			want: `{"id":"","type":"code_interpreter_call","status":"","code":"\"\\\t\u0001\u2028\u2029é\ufffd","container_id":"","outputs":[]}`,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.give.MarshalJSON()
-			require.NoError(t, err, "marshal %+v", tt.give)
-			assert.Equal(t, tt.want, string(got), "marshal %+v", tt.give)
-			viaStdlib, err := json.Marshal(tt.give)
-			require.NoError(t, err, "json.Marshal %+v", tt.give)
-			assert.JSONEq(t, tt.want, string(viaStdlib), "json.Marshal %+v", tt.give)
-		})
-	}
-}
-
 func TestFinalAppendStringMatchesEncodingJSON(t *testing.T) {
 	tests := []struct {
 		name string

@@ -588,43 +588,7 @@ func TestRewriteRequestReplayParsesWithSDK(t *testing.T) {
 		assert.NoError(t, err, "RewriteRequest(responses_replay) input[%d] arguments", i)
 		assert.NotContains(t, code, "\\", "RewriteRequest(responses_replay) input[%d] code", i)
 	}
-	assert.Equal(t, "mean 7.0123\n"+schema.OutputImageNote, items[3].OfFunctionCallOutput.Output.OfString.Value, "RewriteRequest(responses_replay) rendered output")
-}
-
-func TestRenderCodeOutputs(t *testing.T) {
-	outs := []schema.CodeOutput{
-		{Type: schema.CodeOutputLogs, Logs: "a\n"},
-		{Type: schema.CodeOutputImage, URL: "data:image/png;base64,AA=="},
-		{Type: "files"},
-		{Type: schema.CodeOutputLogs},
-		{Type: schema.CodeOutputLogs, Logs: "b"},
-	}
-	assert.Equal(t, "a\n"+schema.OutputImageNote+"\nb", schema.RenderCodeOutputs(outs), "RenderCodeOutputs(%+v)", outs)
-	assert.Empty(t, schema.RenderCodeOutputs(nil), "RenderCodeOutputs(nil)")
-}
-
-func TestRenderOutputs(t *testing.T) {
-	tests := []struct {
-		name string
-		give string
-		want string
-	}{
-		{"null", `null`, ""},
-		{"absent", ``, ""},
-		{"empty", `[]`, ""},
-		{"not a list", `{"type":"logs","logs":"x"}`, ""},
-		{"malformed", `[{"type":"logs","logs":"x"}`, ""},
-		{"one log", `[{"type":"logs","logs":"42"}]`, "42"},
-		{"log then image", `[{"type":"logs","logs":"mean 7"},{"type":"image","url":"data:image/png;base64,AA=="}]`, "mean 7\n" + schema.OutputImageNote},
-		{"image then log ending in a newline", `[{"type":"image","url":"u"},{"type":"logs","logs":"a\n"},{"type":"logs","logs":"b"}]`, schema.OutputImageNote + "\na\nb"},
-		{"escaped log", `[{"type":"logs","logs":"caf\u00e9\t\"q\""}]`, "café\t\"q\""},
-		{"unknown and empty entries skipped", `[{"type":"files"},{"type":"logs","logs":""},7,{"type":"logs","logs":"x"}]`, "x"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, schema.RenderOutputs([]byte(tt.give)), "RenderOutputs(%s)", tt.give)
-		})
-	}
+	assert.Equal(t, "mean 7.0123\n[1 image was shown to the user]", items[3].OfFunctionCallOutput.Output.OfString.Value, "RewriteRequest(responses_replay) rendered output")
 }
 
 // TestScanTopAgreesWithEncodingJSON checks the validator against encoding/json on tricky inputs.

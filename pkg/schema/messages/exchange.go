@@ -252,7 +252,7 @@ func result(c Call, cc schema.CodeCall, key []byte) Result {
 		if c.Kind == Editor {
 			r.ErrorMessage = c.InputErr.Error()
 		}
-	case cc.Status == "incomplete":
+	case cc.Status == schema.CodeCallIncomplete:
 		r.ErrorCode, r.NotRun = ErrTimeExceeded, true
 		if c.Kind == Editor {
 			r.ErrorMessage = "The request's time ran out before the text editor ran."

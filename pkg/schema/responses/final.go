@@ -94,7 +94,7 @@ func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, e
 			if n > 0 {
 				out = append(out, ',')
 			}
-			out, err = r.Calls[k].AppendItem(out, !in.NullOutputs)
+			out, err = appendCodeCall(out, r.Calls[k], !in.NullOutputs)
 			files.add(&r.Calls[k])
 			n++
 			return err == nil
