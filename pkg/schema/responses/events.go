@@ -215,11 +215,7 @@ func (e *events) Event(ev schema.Event) error {
 			return nil // nothing was streamed yet: the client gets the JSON error
 		case ev.Partial == nil:
 			// No answer to show as failed: the stream's own error event.
-			e.ow.Open("error")
-			e.ow.Str("code", code)
-			e.ow.Str("message", message)
-			e.ow.Literal("param", "null")
-			e.ow.Close()
+			sseError(&e.ow, code, message)
 			return e.flush()
 		case !e.started:
 			e.start(ev.Partial)

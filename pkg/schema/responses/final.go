@@ -11,9 +11,9 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// MarkIncomplete marks a final answer as cut short for reason (for example "loop_deadline"):
+// markIncomplete marks a final answer as cut short for reason (for example "loop_deadline"):
 // status "incomplete" with incomplete_details.reason.
-func MarkIncomplete(body []byte, reason string) ([]byte, error) {
+func markIncomplete(body []byte, reason string) ([]byte, error) {
 	var err error
 	if body, err = sjson.SetBytes(body, "status", "incomplete"); err != nil {
 		return nil, fmt.Errorf("mark incomplete: %w", err)
