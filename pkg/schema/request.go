@@ -17,13 +17,6 @@ const DefaultFunctionDescription = "Run Python 3 code in a stateful sandbox, lik
 	"Print what you want to see: the output shows what the code printed and the value of the last " +
 	"expression, and matplotlib figures are captured and shown as images."
 
-// MaxFileIDs bounds the container.file_ids of a code_interpreter tool, as natively.
-const MaxFileIDs = 50
-
-// IncludeCodeOutputs is the include value that asks for the outputs of code_interpreter_call
-// items.
-const IncludeCodeOutputs = "code_interpreter_call.outputs"
-
 // Options tunes the function tool the code_interpreter tool becomes. The zero value uses the
 // defaults.
 type Options struct {
@@ -63,7 +56,7 @@ type Request struct {
 	ContainerID string
 	// MemoryLimit is the tool's container.memory_limit when set.
 	MemoryLimit string
-	// FileIDs are the tool's container.file_ids (at most MaxFileIDs, checked by the rewrite):
+	// FileIDs are the tool's container.file_ids (at most 50, as natively, checked by the rewrite):
 	// the Files API files to copy into the container before the code runs.
 	FileIDs []string
 	// IncludeOutputs reports whether the request's include names
