@@ -420,18 +420,7 @@ func render(res sandbox.Result, limit int) (text, logs string) {
 		add("[output truncated]")
 	}
 	logs = capText(b.String(), limit)
-	text = logs
-	if n := len(res.Images); n > 0 {
-		note := "[1 image was shown to the user]"
-		if n > 1 {
-			note = fmt.Sprintf("[%d images were shown to the user]", n)
-		}
-		if text == "" {
-			text = note
-		} else {
-			text += "\n" + note
-		}
-	}
+	text = schema.RenderRun(logs, len(res.Images))
 	if text == "" {
 		text = TextNoOutput
 	}

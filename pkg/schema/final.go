@@ -1,9 +1,20 @@
 package schema
 
 import (
-	"fmt"
+	"crypto/rand"
+	"encoding/hex"
+)
 
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+// Statuses of a [CodeCall], in the order a call goes through them.
+const (
+	// CodeCallInProgress is a call the model is still writing, or whose run has not started.
+	CodeCallInProgress = "in_progress"
+	// CodeCallCompleted is a call whose code ran to its end.
+	CodeCallCompleted = "completed"
+	// CodeCallFailed is a call whose code could not run, or raised.
+	CodeCallFailed = "failed"
+	// CodeCallIncomplete is a call whose run was cut short (its time limit, the loop's deadline).
+	CodeCallIncomplete = "incomplete"
 )
 
 // Output types of a [CodeOutput].
@@ -20,14 +31,15 @@ const (
 type CodeCall struct {
 	// ID is the item's id ("ci_…").
 	ID string
-	// Status is "completed", "failed" or "incomplete"; it is rendered as given.
+	// Status is [CodeCallCompleted], [CodeCallFailed] or [CodeCallIncomplete] (or, while the
+	// call streams, [CodeCallInProgress]); it is rendered as given.
 	Status string
 	// Code is the Python source that was run.
 	Code string
 	// ContainerID is the id of the container the code ran in ("cntr_…").
 	ContainerID string
-	// Outputs are the run's logs and images. They are rendered as an array, [] when empty;
-	// AppendItem without outputs renders null instead.
+	// Outputs are the run's logs and images. They are rendered as an array, [] when empty, or
+	// as null when the request does not ask for them.
 	Outputs []CodeOutput
 	// Run is what the code's run gave, its streams apart, for the surfaces whose result shows
 	// stdout, stderr and the return code separately (Messages); nil when the code did not run
@@ -75,51 +87,6 @@ type CodeOutput struct {
 	URL string
 }
 
-// MarshalJSON renders exactly the native keys in the native order:
-// {"id","type":"code_interpreter_call","status","code","container_id","outputs"}, each output
-// with only its own keys ({"type","logs"} or {"type","url"}). It fails on an output of another
-// type.
-func (c CodeCall) MarshalJSON() ([]byte, error) {
-	return c.AppendJSON(make([]byte, 0, 128+len(c.Code)))
-}
-
-// AppendJSON appends the item's JSON, as MarshalJSON renders it, to dst.
-func (c CodeCall) AppendJSON(dst []byte) ([]byte, error) { return c.AppendItem(dst, true) }
-
-// AppendItem appends the item's JSON to dst, with its outputs when outputs is set and with
-// "outputs": null otherwise (a request whose include does not ask for them).
-func (c CodeCall) AppendItem(dst []byte, outputs bool) ([]byte, error) {
-	dst = append(dst, `{"id":`...)
-	dst = jsonscan.AppendString(dst, c.ID)
-	dst = append(dst, `,"type":"code_interpreter_call","status":`...)
-	dst = jsonscan.AppendString(dst, c.Status)
-	dst = append(dst, `,"code":`...)
-	dst = jsonscan.AppendString(dst, c.Code)
-	dst = append(dst, `,"container_id":`...)
-	dst = jsonscan.AppendString(dst, c.ContainerID)
-	if !outputs {
-		return append(dst, `,"outputs":null}`...), nil
-	}
-	dst = append(dst, `,"outputs":[`...)
-	for i, o := range c.Outputs {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		switch o.Type {
-		case CodeOutputLogs:
-			dst = append(dst, `{"type":"logs","logs":`...)
-			dst = jsonscan.AppendString(dst, o.Logs)
-		case CodeOutputImage:
-			dst = append(dst, `{"type":"image","url":`...)
-			dst = jsonscan.AppendString(dst, o.URL)
-		default:
-			return nil, fmt.Errorf("marshal code_interpreter_call %q: output %d has unknown type %q", c.ID, i, o.Type)
-		}
-		dst = append(dst, '}')
-	}
-	return append(dst, "]}"...), nil
-}
-
 // Round is one upstream round of the loop.
 type Round struct {
 	// Body is the upstream answer of this round: a complete, non-streaming JSON body.
@@ -147,4 +114,12 @@ type FinalInput struct {
 	// NullOutputs renders every code_interpreter_call item with "outputs": null (Responses: the
 	// request's include did not ask for them); the zero value renders them.
 	NullOutputs bool
+}
+
+// NewItemID returns a new item id: prefix ("ci_") followed by 48 random hex digits, the length
+// of OpenAI's item ids. It is safe for concurrent use.
+func NewItemID(prefix string) string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return prefix + hex.EncodeToString(b)
 }

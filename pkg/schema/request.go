@@ -1,9 +1,8 @@
 package schema
 
 import (
+	"strconv"
 	"strings"
-
-	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
 
 // DefaultFunctionName is the name of the function tool the code_interpreter tool becomes when
@@ -17,16 +16,6 @@ const DefaultFunctionDescription = "Run Python 3 code in a stateful sandbox, lik
 	"Files in /mnt/data persist between calls; save files you create there. There is no internet access. " +
 	"Print what you want to see: the output shows what the code printed and the value of the last " +
 	"expression, and matplotlib figures are captured and shown as images."
-
-// MaxFileIDs bounds the container.file_ids of a code_interpreter tool, as natively.
-const MaxFileIDs = 50
-
-// IncludeCodeOutputs is the include value that asks for the outputs of code_interpreter_call
-// items.
-const IncludeCodeOutputs = "code_interpreter_call.outputs"
-
-// OutputImageNote stands for one image output in the text fed back to the model.
-const OutputImageNote = "[image]"
 
 // Options tunes the function tool the code_interpreter tool becomes. The zero value uses the
 // defaults.
@@ -67,7 +56,7 @@ type Request struct {
 	ContainerID string
 	// MemoryLimit is the tool's container.memory_limit when set.
 	MemoryLimit string
-	// FileIDs are the tool's container.file_ids (at most MaxFileIDs, checked by the rewrite):
+	// FileIDs are the tool's container.file_ids (at most 50, as natively, checked by the rewrite):
 	// the Files API files to copy into the container before the code runs.
 	FileIDs []string
 	// IncludeOutputs reports whether the request's include names
@@ -105,53 +94,52 @@ type Request struct {
 	PreviousResponseID, ConversationID string
 }
 
-// RenderOutputs returns the text fed back to the model for the outputs of a code_interpreter_call
-// item, given as the raw JSON of its "outputs" value: an array of {"type":"logs","logs":…} and
-// {"type":"image","url":…} entries. It renders them as [RenderCodeOutputs] does; null, an empty
-// array or anything that is not a JSON array gives "".
-func RenderOutputs(outputs []byte) string {
-	if _, _, err := jsonscan.ScanTop(outputs); err != nil {
-		return ""
-	}
-	st := jsonscan.SkipWS(outputs, 0)
-	if outputs[st] != '[' {
-		return ""
-	}
-	var outs []CodeOutput
-	jsonscan.EachElem(outputs, st, func(_, es, _ int) bool {
-		if outputs[es] != '{' {
-			return true
-		}
-		var o CodeOutput
-		o.Type, _ = jsonscan.Str(outputs, jsonscan.Field(outputs, es, "type"))
-		o.Logs, _ = jsonscan.Str(outputs, jsonscan.Field(outputs, es, "logs"))
-		outs = append(outs, o)
-		return true
-	})
-	return RenderCodeOutputs(outs)
-}
-
 // RenderCodeOutputs returns the text fed back to the model for a run's outputs: the logs as they
-// are and each image as [OutputImageNote], in order, one per line. Outputs of other types and
-// empty logs are skipped; no outputs give "". The loop and the replay of code_interpreter_call
-// input items both use it, so the model reads the same text for the same run.
+// are, in order, one per line, then one note for the images ([imagesNote]). Outputs of other
+// types and empty logs are skipped; no outputs give "". The replay of a code_interpreter_call
+// input item renders its outputs with it, and the loop renders the run it just made with
+// [RenderRun], which it calls: the model reads the same text for the same run.
 func RenderCodeOutputs(outs []CodeOutput) string {
-	var sb strings.Builder
-	add := func(s string) {
-		if sb.Len() > 0 && !strings.HasSuffix(sb.String(), "\n") {
-			sb.WriteByte('\n')
-		}
-		sb.WriteString(s)
-	}
+	var logs strings.Builder
+	images := 0
 	for _, o := range outs {
 		switch o.Type {
 		case CodeOutputLogs:
-			if o.Logs != "" {
-				add(o.Logs)
+			if o.Logs == "" {
+				continue
 			}
+			if logs.Len() > 0 && !strings.HasSuffix(logs.String(), "\n") {
+				logs.WriteByte('\n')
+			}
+			logs.WriteString(o.Logs)
 		case CodeOutputImage:
-			add(OutputImageNote)
+			images++
 		}
 	}
-	return sb.String()
+	return RenderRun(logs.String(), images)
+}
+
+// RenderRun returns the text fed back to the model for a run whose logs are logs and which
+// showed images images: the logs, then, on a line of their own, [imagesNote]. A run without
+// logs or images gives "".
+func RenderRun(logs string, images int) string {
+	if images == 0 {
+		return logs
+	}
+	if logs == "" {
+		return imagesNote(images)
+	}
+	if !strings.HasSuffix(logs, "\n") {
+		logs += "\n"
+	}
+	return logs + imagesNote(images)
+}
+
+// imagesNote stands for a run's n images in the text fed back to the model:
+// "[1 image was shown to the user]", "[2 images were shown to the user]".
+func imagesNote(n int) string {
+	if n == 1 {
+		return "[1 image was shown to the user]"
+	}
+	return "[" + strconv.Itoa(n) + " images were shown to the user]"
 }

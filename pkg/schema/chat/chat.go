@@ -12,9 +12,9 @@ import (
 
 // dialect is what Chat Completions does its own way among OpenAI's surfaces.
 var dialect = openai.Dialect{
-	Spec:     &openai.RequestSpec,
-	Nested:   true,
-	ReadTurn: turnReadChat,
+	Spec:            &openai.RequestSpec,
+	FieldsUnderType: true,
+	ReadTurn:        turnReadChat,
 	Extend: func(rq, rs jsonscan.TopLevel, outs []schema.CallOutput) ([]jsonscan.Edit, []openai.AddedMember, error) {
 		edits, err := followUpChat(rq, rs, outs)
 		return edits, nil, err

@@ -78,7 +78,7 @@ func (s *events) Event(ev schema.Event) error {
 			// the native stream would have.
 			out = append(append([]byte("data: "), e...), "\n\n"...)
 		} else {
-			out = ErrorSSE(openai.ErrorFields(ev.Body))
+			out = errorSSE(openai.ErrorFields(ev.Body))
 		}
 		s.ended = true
 	default:

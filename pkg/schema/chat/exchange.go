@@ -59,7 +59,7 @@ func (x *exchange) Continue(p store.Continuations, identity func() string) (bool
 	if !slices.ContainsFunc(ids, func(c string) bool { return bytes.Contains(body, []byte(`"`+c+`"`)) }) {
 		return false, nil
 	}
-	out, err := InsertCalls(body, x.FunctionName(), store.MaxContinuationBytes, func(callID string) []store.PendingCall {
+	out, err := insertCalls(body, x.FunctionName(), store.MaxContinuationBytes, func(callID string) []store.PendingCall {
 		return p.Get(id, store.Key{Kind: kindCall, ID: callID})
 	})
 	if err != nil || out == nil {
@@ -84,7 +84,7 @@ func (x *exchange) Remember(p store.Continuations, identity string, _ []byte, pe
 func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
 	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName()})
 	if err == nil && incomplete != "" {
-		body, err = MarkIncomplete(body)
+		body, err = markIncomplete(body)
 	}
 	return body, err
 }

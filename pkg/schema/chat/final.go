@@ -81,9 +81,9 @@ func finalChat(in schema.FinalInput, views []string) ([]byte, error) {
 	return body, nil
 }
 
-// MarkIncomplete marks a final answer as cut short: finish_reason "length" on every choice
+// markIncomplete marks a final answer as cut short: finish_reason "length" on every choice
 // that has none of its own beyond "tool_calls" or "stop".
-func MarkIncomplete(body []byte) ([]byte, error) {
+func markIncomplete(body []byte) ([]byte, error) {
 	var err error
 	n := int(gjson.GetBytes(body, "choices.#").Int())
 	for i := 0; i < n; i++ {

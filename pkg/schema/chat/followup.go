@@ -86,7 +86,7 @@ func followUpAssistant(b []byte, msg jsonscan.Span) []byte {
 	return append(out, '}')
 }
 
-// InsertCalls puts calls of the internal function back into a Chat request's history. For
+// insertCalls puts calls of the internal function back into a Chat request's history. For
 // every assistant message with a tool call for which pending returns calls (pending is asked
 // each tool call id of each assistant message), those calls are appended to the message's
 // tool_calls and a tool message with each one's output is put right after the message. Each
@@ -99,7 +99,7 @@ func followUpAssistant(b []byte, msg jsonscan.Span) []byte {
 // A Chat answer that called the code function and a client function is returned with the
 // client's call only; the client's next request replays that message, and this gives the model
 // back its code call and what it printed.
-func InsertCalls(body []byte, functionName string, limit int, pending func(callID string) []store.PendingCall) ([]byte, error) {
+func insertCalls(body []byte, functionName string, limit int, pending func(callID string) []store.PendingCall) ([]byte, error) {
 	// The same check RewriteRequest makes of a request, not a full one: conversation text is
 	// only scanned for its end.
 	sc, err := jsonscan.Scan(body, &openai.RequestSpec, nil)

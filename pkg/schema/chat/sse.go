@@ -246,10 +246,10 @@ func rest(s string, n int) string {
 	return s[max(n, 0):]
 }
 
-// ErrorSSE encodes a lone stream error: a data line with the API's error body
+// errorSSE encodes a lone stream error: a data line with the API's error body
 // ({"error":{"message","type":"server_error","param":null,"code"}}), which SDKs raise as an
 // error.
-func ErrorSSE(code, message string) []byte {
+func errorSSE(code, message string) []byte {
 	body := openai.ServerErrorBody(http.StatusInternalServerError, message, code)
 	out := make([]byte, 0, len(body)+8)
 	out = append(out, "data: "...)

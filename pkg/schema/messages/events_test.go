@@ -144,7 +144,7 @@ func TestEventsAreTheFinalAnswersStream(t *testing.T) {
 	x := streamExchange(t)
 	got, final := runStream(t, x, false)
 	var replay bytes.Buffer
-	require.NoError(t, WriteSSE(&replay, final), "replay")
+	require.NoError(t, writeSSE(&replay, final), "replay")
 	cut := func(s string) string { return s[strings.Index(s, "event: ping"):] }
 	assert.Equal(t, cut(replay.String()), cut(got), "the events after message_start")
 	assertSameMessage(t, final, accumulate(t, got))

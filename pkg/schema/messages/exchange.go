@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -253,7 +252,7 @@ func result(c Call, cc schema.CodeCall, key []byte) Result {
 		if c.Kind == Editor {
 			r.ErrorMessage = c.InputErr.Error()
 		}
-	case cc.Status == "incomplete":
+	case cc.Status == schema.CodeCallIncomplete:
 		r.ErrorCode, r.NotRun = ErrTimeExceeded, true
 		if c.Kind == Editor {
 			r.ErrorMessage = "The request's time ran out before the text editor ran."
@@ -325,15 +324,7 @@ func (x *exchange) UpstreamErrorBody(status int, body []byte) []byte {
 	if gjson.ValidBytes(body) && gjson.GetBytes(body, "type").String() == "error" && gjson.GetBytes(body, "error").IsObject() {
 		return body
 	}
-	snippet := strings.TrimSpace(string(body))
-	if len(snippet) > 512 {
-		snippet = strings.ToValidUTF8(snippet[:512], "") + "…"
-	}
-	msg := fmt.Sprintf("The model's upstream answered %d %s.", status, http.StatusText(status))
-	if snippet != "" {
-		msg += " It said: " + snippet
-	}
-	return ErrorBody(status, msg)
+	return ErrorBody(status, schema.UpstreamErrorMessage(status, body))
 }
 
 // Events implements [schema.Exchange]: the answer is written to w as the native event stream,

@@ -52,7 +52,7 @@ func FuzzRewrite(f *testing.F) {
 	})
 }
 
-// FuzzWriteSSE: for any final answer, WriteSSE either refuses it or writes events whose data
+// FuzzWriteSSE: for any final answer, writeSSE either refuses it or writes events whose data
 // lines are each valid JSON.
 func FuzzWriteSSE(f *testing.F) {
 	for _, s := range []string{
@@ -63,12 +63,12 @@ func FuzzWriteSSE(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, final []byte) {
 		var buf bytes.Buffer
-		if err := WriteSSE(&buf, final); err != nil {
+		if err := writeSSE(&buf, final); err != nil {
 			return
 		}
 		for _, line := range bytes.Split(buf.Bytes(), []byte("\n")) {
 			if data, ok := bytes.CutPrefix(line, []byte("data: ")); ok && !json.Valid(data) {
-				t.Fatalf("WriteSSE(%q): data line %q is not JSON", final, data)
+				t.Fatalf("writeSSE(%q): data line %q is not JSON", final, data)
 			}
 		}
 	})
@@ -81,7 +81,7 @@ func FuzzWriteSSE(f *testing.F) {
 func FuzzUpstreamStream(f *testing.F) {
 	f.Add([]byte(upstreamSSE))
 	var b bytes.Buffer
-	if err := WriteSSE(&b, []byte(streamAnswer2)); err != nil {
+	if err := writeSSE(&b, []byte(streamAnswer2)); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(b.Bytes())

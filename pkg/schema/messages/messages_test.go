@@ -234,7 +234,7 @@ var eventName = regexp.MustCompile(`(?m)^event: (\S+)$`)
 func TestStream(t *testing.T) {
 	final := finalOf(t)
 	var buf bytes.Buffer
-	require.NoError(t, WriteSSE(&buf, final), "write the stream")
+	require.NoError(t, writeSSE(&buf, final), "write the stream")
 	var names []string
 	for _, m := range eventName.FindAllStringSubmatch(buf.String(), -1) {
 		names = append(names, m[1])
@@ -265,7 +265,7 @@ func TestStream(t *testing.T) {
 	assert.Equal(t, summary(plain), summary(acc), "the accumulated message is the plain one")
 
 	var ebuf bytes.Buffer
-	require.NoError(t, WriteErrorSSE(&ebuf, 529, "busy"), "error event")
+	require.NoError(t, writeErrorSSE(&ebuf, 529, "busy"), "error event")
 	assert.Equal(t, "event: error\ndata: {\"error\":{\"message\":\"busy\",\"type\":\"overloaded_error\"},\"type\":\"error\"}\n\n", ebuf.String(), "error event")
 }
 
@@ -304,4 +304,12 @@ func TestResultForModel(t *testing.T) {
 	r := Result{Kind: Editor, Replace: &Replace{OldStart: 3, OldLines: 1, NewStart: 3, NewLines: 2, Lines: []string{"a", "b"}}}
 	back := resultFromBlock(Editor, gjson.Get(r.Block("srvtoolu_1"), "content"))
 	assert.Equal(t, r, back, "a str_replace result reads back")
+}
+
+// writeErrorSSE writes an error in the middle of a stream as the native API does, and as the
+// event stream writes one: an "error" event with the error body.
+func writeErrorSSE(w io.Writer, status int, message string) error {
+	ew := &eventWriter{w: w}
+	ew.event("error", string(ErrorBody(status, message)))
+	return ew.err
 }

@@ -12,14 +12,14 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// WriteSSE writes a final answer (a Messages API message) to w as the native event stream:
+// writeSSE writes a final answer (a Messages API message) to w as the native event stream:
 // message_start (the message without content, stop_reason null), ping, each content block as
 // content_block_start / content_block_delta / content_block_stop — text as a text_delta, a
 // tool_use or server_tool_use input as an input_json_delta, a result block whole in its
 // content_block_start — then message_delta (stop_reason, stop_sequence, container, usage) and
 // message_stop. The SDKs' message accumulators rebuild the message from it. The progressive
 // stream of a loop (see events) writes the same events as they happen.
-func WriteSSE(w io.Writer, final []byte) error {
+func writeSSE(w io.Writer, final []byte) error {
 	msg := gjson.ParseBytes(final)
 	if !gjson.ValidBytes(final) || !msg.IsObject() {
 		return errors.New("sse: the answer is not a JSON object")
@@ -104,14 +104,6 @@ func writeEnd(ew *eventWriter, msg gjson.Result) {
 	}
 	ew.event("message_delta", `{"type":"message_delta","delta":`+delta+`},"usage":`+rawOr(msg.Get("usage"), "{}")+`}`)
 	ew.event("message_stop", `{"type":"message_stop"}`)
-}
-
-// WriteErrorSSE writes an error in the middle of a stream as the native API does: an "error"
-// event with the error body.
-func WriteErrorSSE(w io.Writer, status int, message string) error {
-	ew := &eventWriter{w: w}
-	ew.event("error", string(ErrorBody(status, message)))
-	return ew.err
 }
 
 func rawOr(r gjson.Result, def string) string {

@@ -50,12 +50,12 @@ func TestUpstreamStream(t *testing.T) {
 	assert.NoError(t, turn.Calls[0].ArgsErr, "its input")
 }
 
-// TestUpstreamStreamOfAnAnswer: the stream WriteSSE makes of an answer reads back as that
+// TestUpstreamStreamOfAnAnswer: the stream writeSSE makes of an answer reads back as that
 // answer's content, stop and usage.
 func TestUpstreamStreamOfAnAnswer(t *testing.T) {
 	final := finalOf(t)
 	var b bytes.Buffer
-	require.NoError(t, WriteSSE(&b, final), "write")
+	require.NoError(t, writeSSE(&b, final), "write")
 	answer, err := schema.ReadEventStream(&b, 1<<20, (&exchange{}).ReadStream(), func([]byte) error { return nil })
 	require.NoError(t, err, "read")
 	for _, k := range []string{"id", "content", "stop_reason", "stop_sequence", "usage"} {

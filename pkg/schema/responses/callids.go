@@ -1,9 +1,6 @@
 package responses
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
@@ -42,9 +39,7 @@ func (x *exchange) streamCallID(round, index int, callID string) string {
 	if x.live.ids == nil {
 		x.live.ids = make(map[liveKey]liveID)
 	}
-	b := make([]byte, 24)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	id := "ci_" + hex.EncodeToString(b)
+	id := schema.NewItemID("ci_")
 	x.live.ids[liveKey{round, index}] = liveID{id: id, callID: callID}
 	return id
 }

@@ -176,10 +176,10 @@ func (e *events) Event(ev schema.Event) error {
 		e.callIdx, e.running = e.idx, nil
 		e.idx++
 		include := e.x.Request().IncludeOutputs
-		added, _ := schema.CodeCall{ID: c.ID, Status: "in_progress", ContainerID: c.ContainerID}.AppendItem(nil, include) // no outputs: cannot fail
+		added, _ := appendCodeCall(nil, schema.CodeCall{ID: c.ID, Status: schema.CodeCallInProgress, ContainerID: c.ContainerID}, include) // no outputs: cannot fail
 		codeCallStart(&e.ow, e.callIdx, c.ID, string(added), c.Code, string(jsonscan.AppendString(nil, c.Code)))
 	case schema.EventCallDone:
-		done, err := ev.Call.AppendItem(nil, e.x.Request().IncludeOutputs)
+		done, err := appendCodeCall(nil, *ev.Call, e.x.Request().IncludeOutputs)
 		if err != nil {
 			return fmt.Errorf("encode responses stream: %w", err)
 		}
@@ -215,11 +215,7 @@ func (e *events) Event(ev schema.Event) error {
 			return nil // nothing was streamed yet: the client gets the JSON error
 		case ev.Partial == nil:
 			// No answer to show as failed: the stream's own error event.
-			e.ow.Open("error")
-			e.ow.Str("code", code)
-			e.ow.Str("message", message)
-			e.ow.Literal("param", "null")
-			e.ow.Close()
+			sseError(&e.ow, code, message)
 			return e.flush()
 		case !e.started:
 			e.start(ev.Partial)
@@ -388,7 +384,7 @@ func (e *events) callAdded(li *liveItem) {
 	if container == "" {
 		container = e.x.Request().ContainerID
 	}
-	added, _ := schema.CodeCall{ID: c.id, Status: "in_progress", ContainerID: container}.AppendItem(nil, e.x.Request().IncludeOutputs) // no outputs: cannot fail
+	added, _ := appendCodeCall(nil, schema.CodeCall{ID: c.id, Status: schema.CodeCallInProgress, ContainerID: container}, e.x.Request().IncludeOutputs) // no outputs: cannot fail
 	sseItemEvent(&e.ow, "response.output_item.added", li.idx, string(added))
 	codeCallProgress(&e.ow, li.idx, c.id, "response.code_interpreter_call.in_progress")
 }
@@ -611,7 +607,7 @@ func (e *events) rest() {
 		case p.live != nil && p.live.call != nil && !p.live.done:
 			// Streamed, but it never ran: it ends incomplete.
 			c := p.live.call
-			item, _ := schema.CodeCall{ID: c.id, Status: "incomplete", Code: c.sent.String(), ContainerID: e.container}.AppendItem(nil, e.x.Request().IncludeOutputs)
+			item, _ := appendCodeCall(nil, schema.CodeCall{ID: c.id, Status: schema.CodeCallIncomplete, Code: c.sent.String(), ContainerID: e.container}, e.x.Request().IncludeOutputs)
 			p.live.done = true
 			sseItemEvent(&e.ow, "response.output_item.done", p.live.idx, string(item))
 		case p.live != nil, finalIsInternalCall(p.item, name):

@@ -94,7 +94,7 @@ func (x *exchange) Continue(p store.Continuations, identity func() string) (bool
 	}
 	changed := false
 	if calls != nil {
-		out, err := PrependCallOutputs(r.Body, calls)
+		out, err := prependCallOutputs(r.Body, calls)
 		if err != nil {
 			return false, err
 		}
@@ -175,7 +175,7 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice,
 		NullOutputs: !r.IncludeOutputs})
 	if err == nil && incomplete != "" {
-		body, err = MarkIncomplete(body, incomplete)
+		body, err = markIncomplete(body, incomplete)
 	}
 	if err == nil && x.clientPrevious != "" {
 		body, err = sjson.SetBytes(body, "previous_response_id", x.clientPrevious)

@@ -11,9 +11,9 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// MarkIncomplete marks a final answer as cut short for reason (for example "loop_deadline"):
+// markIncomplete marks a final answer as cut short for reason (for example "loop_deadline"):
 // status "incomplete" with incomplete_details.reason.
-func MarkIncomplete(body []byte, reason string) ([]byte, error) {
+func markIncomplete(body []byte, reason string) ([]byte, error) {
 	var err error
 	if body, err = sjson.SetBytes(body, "status", "incomplete"); err != nil {
 		return nil, fmt.Errorf("mark incomplete: %w", err)
@@ -94,7 +94,7 @@ func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, e
 			if n > 0 {
 				out = append(out, ',')
 			}
-			out, err = r.Calls[k].AppendItem(out, !in.NullOutputs)
+			out, err = appendCodeCall(out, r.Calls[k], !in.NullOutputs)
 			files.add(&r.Calls[k])
 			n++
 			return err == nil

@@ -123,12 +123,12 @@ func followUpOutputItems(outs []schema.CallOutput) []byte {
 	return items
 }
 
-// PrependCallOutputs puts a function_call_output item for each of calls at the front of a
+// prependCallOutputs puts a function_call_output item for each of calls at the front of a
 // Responses request's input (a string input becomes [outputs…, {"role":"user","content":s}]),
 // every other byte as it was. It answers the calls an earlier answer left pending upstream,
 // which a request continuing from that answer (previous_response_id, conversation) must carry;
 // the upstream holds the calls themselves.
-func PrependCallOutputs(body []byte, calls []store.PendingCall) ([]byte, error) {
+func prependCallOutputs(body []byte, calls []store.PendingCall) ([]byte, error) {
 	if len(calls) == 0 {
 		return body, nil
 	}

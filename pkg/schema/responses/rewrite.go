@@ -3,7 +3,6 @@ package responses
 import (
 	"fmt"
 
-	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
 
@@ -38,7 +37,7 @@ func reqReplayInput(b []byte, sp jsonscan.Span, items []jsonscan.Item, name stri
 		if containerID != "" {
 			containerIDs = append(containerIDs, containerID)
 		}
-		edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: reqCallPair(id, name, code, schema.RenderOutputs(outputs))})
+		edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: reqCallPair(id, name, code, renderOutputs(outputs))})
 	}
 	return edits, containerIDs
 }

@@ -57,27 +57,6 @@ func SSE(final []byte) ([]byte, error) {
 	return w.Buf, nil
 }
 
-// FailedSSE encodes a failed Responses stream: response.created and
-// response.in_progress, then response.failed carrying resp with status "failed", "error":
-// {"code":code,"message":message} and "output": []. Everything else (id, model, tools, usage…)
-// is resp's, so resp should be a body built by [Final], whose tools echo the client's. It fails
-// when resp is not a JSON object.
-func FailedSSE(resp []byte, code, message string) ([]byte, error) {
-	w := openai.Writer{Buf: make([]byte, 0, 3*len(resp)+1024)}
-	s, err := failedResponse(&w, resp, code, message)
-	if err != nil {
-		return nil, err
-	}
-	sseStart(&w, s)
-	w.Open("response.failed")
-	w.Raw("response", s)
-	w.Close()
-	if w.Err != nil {
-		return nil, fmt.Errorf("encode failed responses stream: %w", w.Err)
-	}
-	return w.Buf, nil
-}
-
 // failedResponse returns resp, compacted, as the response of a response.failed event: status
 // "failed", "error": {"code":code,"message":message} and "output": [].
 func failedResponse(w *openai.Writer, resp []byte, code, message string) (string, error) {
@@ -96,10 +75,9 @@ func failedResponse(w *openai.Writer, resp []byte, code, message string) (string
 	return w.Edit(s, "error", string(errObj), true), nil
 }
 
-// ErrorSSE encodes a lone stream error: an `error` event
-// ({"type":"error","sequence_number":0,"code","message","param":null}; code null when empty).
-func ErrorSSE(code, message string) []byte {
-	var w openai.Writer
+// sseError writes a lone stream error: an `error` event
+// ({"type":"error","sequence_number":…,"code","message","param":null}; code null when empty).
+func sseError(w *openai.Writer, code, message string) {
 	w.Open("error")
 	if code == "" {
 		w.Literal("code", "null")
@@ -109,7 +87,6 @@ func ErrorSSE(code, message string) []byte {
 	w.Str("message", message)
 	w.Literal("param", "null")
 	w.Close()
-	return w.Buf
 }
 
 // sseStart writes response.created and response.in_progress for the response s: s with status

@@ -1,15 +1,14 @@
-// Package sse reads and writes server-sent events (the text/event-stream format of the WHATWG
-// HTML standard, §9.2) incrementally: a [Writer] writes each event to an io.Writer as it is
-// produced, and a [Reader] yields each event of a stream as soon as its blank line arrives,
-// with every line bounded, so an upstream that never ends a line cannot grow the reader.
+// Package sse reads server-sent events (the text/event-stream format of the WHATWG HTML
+// standard, https://html.spec.whatwg.org/multipage/server-sent-events.html) incrementally: a
+// [Reader] yields each event of a stream as soon as its blank line arrives, with every line
+// bounded, so an upstream that never ends a line cannot grow the reader. Each surface writes
+// its own event stream (its events have a fixed, compact shape).
 package sse
 
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 )
 
@@ -21,94 +20,6 @@ type Event struct {
 	Data []byte
 	// ID is the "id:" field, if any.
 	ID string
-}
-
-// Writer writes events to an io.Writer. It is not safe for concurrent use.
-type Writer struct {
-	w io.Writer
-	// flush, if set, is called after each event (http.Flusher's Flush), so that the event
-	// leaves at once.
-	flush func()
-	err   error
-}
-
-// NewWriter returns a Writer on w. If w has a Flush() method (an http.ResponseWriter's
-// http.Flusher, a bufio.Writer), it is called after every event.
-func NewWriter(w io.Writer) *Writer {
-	sw := &Writer{w: w}
-	switch f := w.(type) {
-	case interface{ Flush() }:
-		sw.flush = f.Flush
-	case interface{ Flush() error }:
-		sw.flush = func() { _ = f.Flush() }
-	}
-	return sw
-}
-
-// Event writes one event. JSON data that spans lines is compacted to one line; other data is
-// written as one "data:" line per line. After the first error every call returns it.
-func (sw *Writer) Event(name string, data []byte) error {
-	if sw.err != nil {
-		return sw.err
-	}
-	if bytes.ContainsAny(data, "\r\n") && json.Valid(data) {
-		var b bytes.Buffer
-		if err := json.Compact(&b, data); err == nil {
-			data = b.Bytes()
-		}
-	}
-	var b bytes.Buffer
-	b.Grow(len(name) + len(data) + 16)
-	if name != "" {
-		b.WriteString("event: ")
-		b.WriteString(name)
-		b.WriteByte('\n')
-	}
-	for _, line := range splitLines(data) {
-		b.WriteString("data: ")
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	b.WriteByte('\n')
-	return sw.write(b.Bytes())
-}
-
-// Comment writes a comment line (": text"), which clients ignore: a keep-alive.
-func (sw *Writer) Comment(text string) error {
-	if sw.err != nil {
-		return sw.err
-	}
-	return sw.write([]byte(": " + text + "\n\n"))
-}
-
-// Err returns the first error a write met.
-func (sw *Writer) Err() error { return sw.err }
-
-func (sw *Writer) write(p []byte) error {
-	if _, err := sw.w.Write(p); err != nil {
-		sw.err = fmt.Errorf("write event: %w", err)
-		return sw.err
-	}
-	if sw.flush != nil {
-		sw.flush()
-	}
-	return nil
-}
-
-// splitLines splits data at \n, \r\n and \r; empty data is one empty line.
-func splitLines(data []byte) [][]byte {
-	var out [][]byte
-	for {
-		i := bytes.IndexAny(data, "\r\n")
-		if i < 0 {
-			return append(out, data)
-		}
-		out = append(out, data[:i])
-		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
-			i++
-		}
-		data = data[i+1:]
-	}
 }
 
 // ErrLineTooLong is returned by [Reader.Next] for a line longer than the reader's limit.

@@ -14,10 +14,11 @@ type Dialect struct {
 	// Spec is how closely a request is scanned: the members the rewrite reads or edits are
 	// checked byte by byte, and the items Rewrite edits are reported.
 	Spec *jsonscan.Spec
-	// Nested reports whether a typed object nests its fields under a member named after its
-	// type: {"type":"function","function":{"name":…}} and {"type":"allowed_tools",
-	// "allowed_tools":{"mode":…,"tools":[…]}}; otherwise they sit beside "type".
-	Nested bool
+	// FieldsUnderType reports whether a typed object keeps its fields under a member named
+	// after its type, as Chat Completions does: {"type":"function","function":{"name":…}} and
+	// {"type":"allowed_tools","allowed_tools":{"mode":…,"tools":[…]}}; otherwise (Responses)
+	// they sit beside "type".
+	FieldsUnderType bool
 	// Previous and Conversation, when set, name the top-level members that say what a request
 	// continues from: an earlier answer's id, and a conversation (its id, or an object with
 	// "id"). They are read into the Request for every request, one without the hosted tool too.

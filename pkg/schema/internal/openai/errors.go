@@ -2,7 +2,6 @@ package openai
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -74,15 +73,7 @@ func UpstreamErrorBody(status int, body []byte) []byte {
 	if gjson.ValidBytes(body) && gjson.GetBytes(body, "error").IsObject() {
 		return body
 	}
-	snippet := strings.TrimSpace(string(body))
-	if len(snippet) > 512 {
-		snippet = strings.ToValidUTF8(snippet[:512], "") + "…"
-	}
-	msg := fmt.Sprintf("The model's upstream answered %d %s.", status, http.StatusText(status))
-	if snippet != "" {
-		msg += " It said: " + snippet
-	}
-	return ErrorJSON(msg, ErrorType(status), "", "upstream_error")
+	return ErrorJSON(schema.UpstreamErrorMessage(status, body), ErrorType(status), "", "upstream_error")
 }
 
 // ErrorFields returns the code and message of an API error body ({"error":{"code","message"}}); a

@@ -9,6 +9,13 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
 
+// MaxFileIDs bounds the container.file_ids of a code_interpreter tool, as natively.
+const MaxFileIDs = 50
+
+// IncludeCodeOutputs is the include value that asks for the outputs of code_interpreter_call
+// items.
+const IncludeCodeOutputs = "code_interpreter_call.outputs"
+
 // CodeDescription describes the function's only parameter.
 const CodeDescription = "The Python 3 code to run."
 
@@ -95,7 +102,7 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 			}
 		}
 	}
-	r.IncludeOutputs = reqIncludes(body, t.Span("include"), schema.IncludeCodeOutputs)
+	r.IncludeOutputs = reqIncludes(body, t.Span("include"), IncludeCodeOutputs)
 
 	if sp := t.Span("tool_choice"); sp.OK() {
 		e, forced, later := reqRewriteToolChoice(d, body, sp, name)
@@ -159,7 +166,7 @@ type reqTools struct {
 }
 
 // reqFileIDs returns the file_ids of the code_interpreter tool's container object at c (the
-// tool is tools[index]): strings, at most schema.MaxFileIDs of them, as natively.
+// tool is tools[index]): strings, at most MaxFileIDs of them, as natively.
 func reqFileIDs(b []byte, c jsonscan.Span, index int) ([]string, error) {
 	sp := jsonscan.Field(b, c.Start, "file_ids")
 	if !sp.OK() || string(b[sp.Start:sp.End]) == "null" {
@@ -185,7 +192,7 @@ func reqFileIDs(b []byte, c jsonscan.Span, index int) ([]string, error) {
 			bad = i
 			return false
 		}
-		if len(ids) < schema.MaxFileIDs && !slices.Contains(ids, id) {
+		if len(ids) < MaxFileIDs && !slices.Contains(ids, id) {
 			ids = append(ids, id)
 		}
 		return true
@@ -198,9 +205,9 @@ func reqFileIDs(b []byte, c jsonscan.Span, index int) ([]string, error) {
 			Param:   p,
 			Code:    "invalid_type",
 		}
-	case n > schema.MaxFileIDs:
+	case n > MaxFileIDs:
 		return nil, &schema.RequestError{
-			Message: fmt.Sprintf("Invalid '%s': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", param, schema.MaxFileIDs, n),
+			Message: fmt.Sprintf("Invalid '%s': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", param, MaxFileIDs, n),
 			Param:   param,
 			Code:    "array_above_max_length",
 		}
@@ -290,7 +297,7 @@ func reqFindTools(d *Dialect, b []byte, members []jsonscan.Member, name string) 
 // name, or "".
 func reqToolNameClash(d *Dialect, tool *jsonscan.Object, typ jsonscan.Span, name string) string {
 	b := tool.B
-	if d.Nested {
+	if d.FieldsUnderType {
 		// The name is nested under the type: {"type":"function","function":{"name":…}}.
 		if !typ.OK() || b[typ.Start] != '"' || typ.End-typ.Start == 2 {
 			return ""
@@ -313,7 +320,7 @@ func (d *Dialect) FunctionTool(name, description string) []byte {
 	// length only when they hold characters to escape.
 	out := make([]byte, 0, 192+len(name)+len(description)+len(CodeDescription))
 	out = append(out, `{"type":"function",`...)
-	if d.Nested {
+	if d.FieldsUnderType {
 		out = append(out, `"function":{`...)
 	}
 	out = append(out, `"name":`...)
@@ -323,7 +330,7 @@ func (d *Dialect) FunctionTool(name, description string) []byte {
 	out = append(out, `,"parameters":{"type":"object","properties":{"code":{"type":"string","description":`...)
 	out = jsonscan.AppendString(out, CodeDescription)
 	out = append(out, `}},"required":["code"]}`...)
-	if d.Nested {
+	if d.FieldsUnderType {
 		out = append(out, '}')
 	}
 	return append(out, '}')
@@ -333,7 +340,7 @@ func (d *Dialect) FunctionTool(name, description string) []byte {
 func (d *Dialect) FunctionChoice(name string) []byte {
 	out := make([]byte, 0, 48+len(name))
 	out = append(out, `{"type":"function",`...)
-	if d.Nested {
+	if d.FieldsUnderType {
 		out = append(out, `"function":{"name":`...)
 		out = jsonscan.AppendString(out, name)
 		return append(out, `}}`...)
@@ -374,7 +381,7 @@ func reqRewriteToolChoice(d *Dialect, b []byte, sp jsonscan.Span, name string) (
 	switch typ, _ := jsonscan.Str(b, jsonscan.Field(b, sp.Start, "type")); typ {
 	case "function":
 		path := []string{"name"}
-		if d.Nested {
+		if d.FieldsUnderType {
 			path = []string{"function", "name"}
 		}
 		fn, _ := jsonscan.Str(b, jsonscan.Path(b, sp.Start, path...))
@@ -383,7 +390,7 @@ func reqRewriteToolChoice(d *Dialect, b []byte, sp jsonscan.Span, name string) (
 		// Responses: {"type":"allowed_tools","mode":…,"tools":[…]};
 		// Chat: {"type":"allowed_tools","allowed_tools":{"mode":…,"tools":[…]}}.
 		holder := sp.Start
-		if d.Nested {
+		if d.FieldsUnderType {
 			inner := jsonscan.Field(b, sp.Start, "allowed_tools")
 			if !inner.OK() || b[inner.Start] != '{' {
 				return nil, false, nil

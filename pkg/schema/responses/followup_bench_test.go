@@ -1,0 +1,35 @@
+package responses
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// BenchmarkFollowUp measures one round's body work on a 100 KB conversation: reading the model's
+// turn and building the follow-up from the previous request, the turn and the call's output.
+func BenchmarkFollowUp(b *testing.B) {
+	resp := []byte(`{"id":"resp_1","object":"response","status":"completed","output":[` +
+		`{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAAAABo` + strings.Repeat("QUJDRA==", 256) + `"},` +
+		`{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"code_interpreter","arguments":"{\"code\":\"import pandas as pd\\nprint(pd.Series([1,2,3]).mean())\"}"}],` +
+		`"usage":{"input_tokens":25000,"output_tokens":40,"total_tokens":25040}}`)
+	rw, err := RewriteRequest(reqBenchBody(100<<10), schema.Options{})
+	if err != nil {
+		b.Fatalf("RewriteRequest: %v", err)
+	}
+	b.Run("responses/100KB", func(b *testing.B) {
+		b.SetBytes(int64(len(rw.Body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			turn, err := ParseTurn(resp, "")
+			if err != nil || len(turn.Calls) != 1 || turn.Calls[0].ArgsErr != nil {
+				b.Fatalf("ParseTurn: %+v, %v", turn, err)
+			}
+			next, err := FollowUp(rw.Body, resp, []schema.CallOutput{{CallID: turn.Calls[0].CallID, Output: "2.0\n"}}, schema.FollowUpOptions{DropToolChoice: true})
+			if err != nil || len(next) <= len(rw.Body) {
+				b.Fatalf("FollowUp: %d bytes, %v", len(next), err)
+			}
+		}
+	})
+}
