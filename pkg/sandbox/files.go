@@ -45,14 +45,26 @@ type fileEntry struct {
 	modTime time.Time
 }
 
-// fileTable is a container's files, by path and by id, at most MaxFilesPerContainer. The zero
-// value is empty. Guarded by Manager.mu.
+// FileEntryOverhead is what one file of a files table costs the server besides its path's
+// bytes: the entry, its id, and its two index slots, rounded up (TestFileEntryOverhead measures
+// it). A table's cost is the sum of fileCost over its files.
+const FileEntryOverhead = 384
+
+// fileCost is what a file at path p costs its table.
+func fileCost(p string) int64 { return int64(len(p)) + FileEntryOverhead }
+
+// fileTable is a container's files, by path and by id, at most MaxFilesPerContainer files and
+// ManagerConfig.MaxFileTableBytes of cost. The zero value is empty. Guarded by Manager.mu.
 type fileTable struct {
 	byPath map[string]*fileEntry
 	byID   map[string]*fileEntry
 	// reserved counts the writes in progress of files not in the table yet: each holds a
-	// place, so that concurrent uploads cannot take the table past its bound.
+	// place (and its cost in bytes), so that concurrent uploads cannot take the table past
+	// its bounds.
 	reserved int
+	// bytes is the cost of the files and of the reserved places, as charged to the Manager's
+	// budgets (chargeLocked).
+	bytes int64
 }
 
 func (t *fileTable) full() bool { return len(t.byPath)+t.reserved >= MaxFilesPerContainer }
@@ -65,15 +77,53 @@ func (t *fileTable) add(fe *fileEntry) {
 	t.byID[fe.info.ID] = fe
 }
 
-// drop removes fe if the table still holds it.
-func (t *fileTable) drop(fe *fileEntry) {
-	if t.byID[fe.info.ID] == fe {
-		delete(t.byID, fe.info.ID)
-		delete(t.byPath, fe.info.Path)
+// errTableFull is why a file could not be given a place in a files table.
+var errTableFull = errors.New("the container's file table is full")
+
+// takePlaceLocked takes the place of a new file at p in e's table: one of
+// MaxFilesPerContainer, and its cost in the table's, the identity's and the Manager's budgets.
+// It fails with errTableFull, taking nothing, when any bound would be passed.
+func (m *Manager) takePlaceLocked(e *entry, p string) error {
+	n := fileCost(p)
+	id := e.key.identity
+	if e.files.full() || e.files.bytes+n > m.cfg.MaxFileTableBytes ||
+		m.fileBytes[id]+n > m.cfg.MaxFileTableBytesPerIdentity || m.allFileBytes+n > m.cfg.MaxAllFileTableBytes {
+		return errTableFull
+	}
+	e.files.bytes += n
+	m.fileBytes[id] += n
+	m.allFileBytes += n
+	return nil
+}
+
+// refundLocked returns n bytes of e's table's cost to the budgets.
+func (m *Manager) refundLocked(e *entry, n int64) {
+	id := e.key.identity
+	e.files.bytes -= n
+	m.allFileBytes -= n
+	if m.fileBytes[id] -= n; m.fileBytes[id] <= 0 {
+		delete(m.fileBytes, id)
 	}
 }
 
-// newFileLocked adds a new file at path to e's table, first seen at now.
+// dropFileLocked removes fe from e's table if the table still holds it.
+func (m *Manager) dropFileLocked(e *entry, fe *fileEntry) {
+	t := &e.files
+	if t.byID[fe.info.ID] == fe {
+		delete(t.byID, fe.info.ID)
+		delete(t.byPath, fe.info.Path)
+		m.refundLocked(e, fileCost(fe.info.Path))
+	}
+}
+
+// clearFilesLocked empties e's table (e is being removed), places reserved included.
+func (m *Manager) clearFilesLocked(e *entry) {
+	m.refundLocked(e, e.files.bytes)
+	e.files = fileTable{}
+}
+
+// newFileLocked adds a new file at path to e's table, first seen at now, in a place taken
+// with takePlaceLocked.
 func (e *entry) newFileLocked(path, source string, now time.Time) *fileEntry {
 	fe := &fileEntry{info: FileInfo{ID: "cfile_" + randomHex(16), ContainerID: e.id, Path: path, CreatedAt: now, Source: source}}
 	e.files.add(fe)
@@ -146,11 +196,11 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	}
 	m.mu.Lock()
 	reserve := e.files.byPath[p] == nil
-	if reserve && e.files.full() {
-		m.mu.Unlock()
-		return FileInfo{}, fmt.Errorf("%w: the container holds %d files, the most it may", ErrFileTooLarge, MaxFilesPerContainer)
-	}
 	if reserve {
+		if err := m.takePlaceLocked(e, p); err != nil {
+			m.mu.Unlock()
+			return FileInfo{}, m.tableFullErr()
+		}
 		e.files.reserved++
 	}
 	m.mu.Unlock()
@@ -162,6 +212,7 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 		defer m.mu.Unlock()
 		if !e.dead { // a dead entry's table is gone, its reservations with it
 			e.files.reserved--
+			m.refundLocked(e, fileCost(p))
 		}
 	}()
 	c, err := m.startedContainer(ctx, e)
@@ -188,18 +239,28 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	if e.dead {
 		return FileInfo{}, ErrExpiredContainer // deleted meanwhile, and the file with it
 	}
-	if reserve {
-		e.files.reserved-- // the place is taken now, by the file
-		reserve = false
-	}
 	now := time.Now()
 	fe := e.files.byPath[p]
-	if fe == nil {
+	switch {
+	case fe == nil && reserve:
+		e.files.reserved-- // the place is taken now, by the file
+		reserve = false
+		fe = e.newFileLocked(p, source, now)
+	case fe == nil:
+		// The file at p was dropped from the table while this one was written.
+		if err := m.takePlaceLocked(e, p); err != nil {
+			return FileInfo{}, m.tableFullErr()
+		}
 		fe = e.newFileLocked(p, source, now)
 	}
 	fe.info.Bytes, fe.info.Source, fe.modTime = st.Size, source, st.ModTime
 	m.touchLocked(ctx, e, now)
 	return fe.info, nil
+}
+
+// tableFullErr is the error of an upload that finds no place in the files table.
+func (m *Manager) tableFullErr() error {
+	return fmt.Errorf("%w: the container holds as many files as it may", ErrFileTooLarge)
 }
 
 // sourceReader marks the errors of the reader a file is written from, so that they are told
@@ -331,7 +392,7 @@ func (m *Manager) seen(e *entry, fe *fileEntry, st FileStat, gone bool) FileInfo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if gone {
-		e.files.drop(fe)
+		m.dropFileLocked(e, fe)
 		return FileInfo{}
 	}
 	if e.files.byID[fe.info.ID] == fe {
@@ -541,6 +602,7 @@ func (m *Manager) registerRunFiles(ctx context.Context, e *entry, c Container, r
 	}
 	now := time.Now()
 	out := res.Files[:0]
+	unlisted := 0
 	for _, f := range res.Files {
 		fe := e.files.byPath[f.Path]
 		ck := checks[f.Path]
@@ -548,8 +610,9 @@ func (m *Manager) registerRunFiles(ctx context.Context, e *entry, c Container, r
 			continue // the Manager's own write, unchanged
 		}
 		if fe == nil {
-			if e.files.full() {
+			if m.takePlaceLocked(e, f.Path) != nil {
 				out = append(out, f) // listed, without an id
+				unlisted++
 				continue
 			}
 			fe = e.newFileLocked(f.Path, SourceAssistant, now)
@@ -562,4 +625,8 @@ func (m *Manager) registerRunFiles(ctx context.Context, e *entry, c Container, r
 		out = append(out, f)
 	}
 	res.Files = out
+	if unlisted > 0 {
+		res.AddFilesNote(fmt.Sprintf("[%d of the files written have no file id, so they cannot be cited or downloaded: "+
+			"the container's file table is full; delete files to make room]", unlisted))
+	}
 }

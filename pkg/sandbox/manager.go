@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 // ManagerConfig configures a Manager. The zero value works: no warm pool and the defaults below.
@@ -43,11 +47,24 @@ type ManagerConfig struct {
 	RunTimeout time.Duration
 	// DeleteTimeout bounds one background deletion. Default 30s.
 	DeleteTimeout time.Duration
+	// MaxFileTableBytes bounds the server memory one container's files table takes: each file
+	// the Manager knows of costs its path's length and FileEntryOverhead. A file beyond it
+	// (or beyond MaxFilesPerContainer files) is not given an id: a run lists it without one
+	// and says so in its Result's FilesNote; an upload fails with ErrFileTooLarge. Default
+	// 4 MiB: 10,000 files with 100-byte paths, or about 950 with the longest paths Linux allows.
+	MaxFileTableBytes int64
+	// MaxFileTableBytesPerIdentity bounds the bytes of all files tables of one identity's
+	// containers, as MaxFileTableBytes bounds one's, so that one tenant cannot take the whole
+	// of MaxAllFileTableBytes. Default 16 MiB.
+	MaxFileTableBytesPerIdentity int64
+	// MaxAllFileTableBytes bounds the bytes of every files table the Manager keeps. Default
+	// 64 MiB.
+	MaxAllFileTableBytes int64
 	// Registry keeps which identity each container id belongs to, which session key names it
 	// and when it was last used. If nil, the Manager keeps them in a map of its own. A
 	// Registry must not be shared by Managers: each expects to find only its own containers
 	// there (a container id is no use to another Manager, which cannot reach the container).
-	Registry Registry
+	Registry store.Registry
 }
 
 // Defaults of a ManagerConfig's fields, used where a field is zero. The configuration's defaults
@@ -58,6 +75,10 @@ const (
 	DefaultMaxContainers            = 64
 	DefaultMaxContainersPerIdentity = 16
 	DefaultRunTimeout               = 30 * time.Second
+
+	DefaultMaxFileTableBytes            = 4 << 20
+	DefaultMaxFileTableBytesPerIdentity = 16 << 20
+	DefaultMaxAllFileTableBytes         = 64 << 20
 )
 
 // Bounds of what a Manager remembers of containers that expired or were deleted (tombstones),
@@ -94,6 +115,15 @@ func (c *ManagerConfig) setDefaults() {
 	}
 	if c.DeleteTimeout <= 0 {
 		c.DeleteTimeout = 30 * time.Second
+	}
+	if c.MaxFileTableBytes <= 0 {
+		c.MaxFileTableBytes = DefaultMaxFileTableBytes
+	}
+	if c.MaxFileTableBytesPerIdentity <= 0 {
+		c.MaxFileTableBytesPerIdentity = DefaultMaxFileTableBytesPerIdentity
+	}
+	if c.MaxAllFileTableBytes <= 0 {
+		c.MaxAllFileTableBytes = DefaultMaxAllFileTableBytes
 	}
 	if c.WarmPool < 0 {
 		c.WarmPool = 0
@@ -146,7 +176,16 @@ const (
 type sandboxKey struct {
 	kind     keyKind
 	identity string
-	name     string // session name, or a server-minted random name (ephemeral, kept)
+	name     string // SessionKey of the session name, or a server-minted random name (ephemeral, kept)
+}
+
+// SessionKey returns what the Manager and its Registry keep of a session name: a fixed-size hash,
+// so that a client's name of any length costs the same (also in an expired container's
+// registration, kept for TombstoneTTL). Names are compared by it; the name itself is never
+// shown back.
+func SessionKey(session string) string {
+	h := sha256.Sum256([]byte(session))
+	return "sha256:" + hex.EncodeToString(h[:])
 }
 
 // lasting reports whether containers under k live until idle for their expiry.
@@ -190,7 +229,7 @@ type Manager struct {
 	p   Provider
 	cfg ManagerConfig
 	log *zap.Logger
-	reg Registry
+	reg store.Registry
 
 	poolSpec Spec
 
@@ -201,8 +240,13 @@ type Manager struct {
 	minted  map[sandboxKey]*entry // the live entries of server-minted keys (ephemeral, kept), which no other replica needs
 	lasting map[string]int        // live lasting entries (session, kept) per identity
 	owned   map[string]int        // live entries (all kinds) per identity
-	tombs   tombstones
-	pool    []Container
+	// fileBytes and allFileBytes are what the live entries' files tables cost (see fileCost),
+	// per identity and in all: the budgets of ManagerConfig.MaxFileTableBytesPerIdentity and
+	// MaxAllFileTableBytes.
+	fileBytes    map[string]int64
+	allFileBytes int64
+	tombs        tombstones
+	pool         []Container
 
 	metrics managerMetrics
 
@@ -225,21 +269,22 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 	cfg.setDefaults()
 	reg := cfg.Registry
 	if reg == nil {
-		reg = newMapRegistry()
+		reg = memory.NewRegistry()
 	}
 	m := &Manager{
-		p:       p,
-		cfg:     cfg,
-		log:     log.Named("sandbox.manager"),
-		reg:     reg,
-		live:    map[string]*entry{},
-		minted:  map[sandboxKey]*entry{},
-		lasting: map[string]int{},
-		owned:   map[string]int{},
-		tombs:   newTombstones(),
-		refill:  make(chan struct{}, 1),
-		drained: make(chan struct{}),
-		metrics: newManagerMetrics(),
+		p:         p,
+		cfg:       cfg,
+		log:       log.Named("sandbox.manager"),
+		reg:       reg,
+		live:      map[string]*entry{},
+		minted:    map[sandboxKey]*entry{},
+		lasting:   map[string]int{},
+		owned:     map[string]int{},
+		fileBytes: map[string]int64{},
+		tombs:     newTombstones(),
+		refill:    make(chan struct{}, 1),
+		drained:   make(chan struct{}),
+		metrics:   newManagerMetrics(),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
@@ -328,7 +373,7 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 		}
 		m.touchLocked(ctx, e, now)
 	case r.Session != "":
-		k := sandboxKey{kind: kindSession, identity: r.Identity, name: r.Session}
+		k := sandboxKey{kind: kindSession, identity: r.Identity, name: SessionKey(r.Session)}
 		if e, err = m.keyEntryLocked(ctx, k); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -381,16 +426,16 @@ func (m *Manager) Known(identity, containerID string) bool {
 // identity (ok false otherwise), and its live entry, or nil when it has none here. Another
 // identity's id is not told apart from one never issued: the identities are compared in
 // constant time.
-func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (Registration, *entry, bool, error) {
+func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (store.Registration, *entry, bool, error) {
 	if id == "" {
-		return Registration{}, nil, false, nil
+		return store.Registration{}, nil, false, nil
 	}
 	r, ok, err := m.reg.Lookup(ctx, id)
 	if err != nil {
-		return Registration{}, nil, false, fmt.Errorf("look up container: %w", err)
+		return store.Registration{}, nil, false, fmt.Errorf("look up container: %w", err)
 	}
 	if !ok || subtle.ConstantTimeCompare([]byte(r.Identity), []byte(identity)) != 1 {
-		return Registration{}, nil, false, nil
+		return store.Registration{}, nil, false, nil
 	}
 	if e := m.live[id]; e != nil && !e.dead && !r.Expired {
 		return r, e, true, nil
@@ -427,7 +472,7 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 
 // idlePastLocked reports whether lasting entry e, registered as r, has been idle (no lease)
 // past its expiry at now.
-func (m *Manager) idlePastLocked(e *entry, r Registration, now time.Time) bool {
+func (m *Manager) idlePastLocked(e *entry, r store.Registration, now time.Time) bool {
 	if !e.key.lasting() || e.leases > 0 {
 		return false
 	}
@@ -435,7 +480,7 @@ func (m *Manager) idlePastLocked(e *entry, r Registration, now time.Time) bool {
 }
 
 // expiryOf returns r's idle expiry.
-func (m *Manager) expiryOf(r Registration) time.Duration {
+func (m *Manager) expiryOf(r store.Registration) time.Duration {
 	if r.ExpiresAfter > 0 {
 		return r.ExpiresAfter
 	}
@@ -471,11 +516,11 @@ func (m *Manager) touchLocked(ctx context.Context, e *entry, now time.Time) {
 
 // registrationLocked returns e's registration; ok is false when the Registry failed (which is
 // logged). A registration the Registry no longer has counts as unused since the zero time.
-func (m *Manager) registrationLocked(e *entry) (r Registration, ok bool) {
+func (m *Manager) registrationLocked(e *entry) (r store.Registration, ok bool) {
 	r, _, err := m.reg.Lookup(context.Background(), e.id)
 	if err != nil {
 		m.log.Warn("look up container", zap.String("container_id", e.id), zap.Error(err))
-		return Registration{}, false
+		return store.Registration{}, false
 	}
 	return r, true
 }
@@ -505,7 +550,7 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, m
 		sem:  make(chan struct{}, 1),
 	}
 	e.sem <- struct{}{}
-	r := Registration{
+	r := store.Registration{
 		ID: e.id, Identity: k.identity, LastUsed: now,
 		Name: meta.name, CreatedAt: now, ExpiresAfter: meta.expiresAfter, MemoryLimit: m.memoryLimitOf(e.spec),
 	}
@@ -619,7 +664,7 @@ func (m *Manager) removeLocked(e *entry) {
 			delete(m.lasting, e.key.identity)
 		}
 	}
-	e.files = fileTable{}
+	m.clearFilesLocked(e)
 	e.endDownloadsLocked()
 	if e.c != nil {
 		m.deleteLocked(e.c)

@@ -910,20 +910,8 @@ func (c *container) result(v map[string]any, r cell) sandbox.Result {
 			res.Images = append(res.Images, sandbox.Image{PNG: b})
 		}
 	}
-	if files, ok := v["files"].([]any); ok {
-		for _, f := range files {
-			pair, ok := f.([]any)
-			if !ok || len(pair) != 2 {
-				continue
-			}
-			p, _ := pair[0].(string)
-			n, _ := pair[1].(int64)
-			if p == "" || isUploadTemp(p) {
-				continue
-			}
-			res.Files = append(res.Files, sandbox.File{Path: mapPath(p, c.hostDir), Size: n})
-		}
-	}
+	omitted, _ := v["files_omitted"].(int64)
+	reportFiles(&res, v["files"], omitted, c.hostDir)
 	tr, _ := v["truncated"].(bool)
 	res.Truncated = t1 || t2 || t3 || tr
 	return res

@@ -440,7 +440,16 @@ def _scan_files():
                     changed.append((entry.path, st.st_size))
     S.files = new
     changed.sort()
-    return [[p, n] for p, n in changed]
+    # The list is bounded in bytes too (the server refuses a longer answer): the files beyond
+    # it are counted, not listed.
+    listed, size = [], 0
+    for p, n in changed:
+        size += len(p.encode('utf-8', 'surrogateescape'))
+        if size > S.max_file_bytes:
+            break
+        listed.append([p, n])
+    S.files_omitted = len(changed) - len(listed)
+    return listed
 
 
 def _reap_killed():
@@ -498,6 +507,7 @@ def _run(req):
             res['error'] = {'name': 'KeyboardInterrupt', 'value': '', 'traceback': 'KeyboardInterrupt\n'}
     _finish_streams(marker)
     res['files'] = _scan_files()
+    res['files_omitted'] = S.files_omitted
     res['images'] = S.images
     res['truncated'] = S.truncated
     return res
@@ -619,6 +629,8 @@ def _main(cfg=None):
     S.data_dir = cfg['data_dir']
     S.limit = cfg['output_limit']
     S.max_files = cfg['max_files']
+    S.max_file_bytes = cfg['max_file_bytes']
+    S.files_omitted = 0
     S.max_images = cfg['max_images']
     S.saved_out = os.dup(1)
     S.saved_err = os.dup(2)

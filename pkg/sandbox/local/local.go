@@ -37,7 +37,10 @@ const (
 	sandboxUID  = 1000 // the code's uid and gid inside its user namespace
 	sandboxName = "sandbox"
 	maxFiles    = 10000 // directory entries under /mnt/data scanned after each run
-	maxImages   = 1000  // images one run returns; more mark it truncated
+	// maxFileListBytes bounds the bytes of the paths one run lists: 1 MiB, some 250 of the
+	// longest paths, or all maxFiles with 100-byte paths.
+	maxFileListBytes = 1 << 20
+	maxImages        = 1000 // images one run returns; more mark it truncated
 )
 
 // Config configures a Local. The zero value works where bubblewrap and /usr/bin/python3 are
@@ -823,11 +826,12 @@ func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
 // driverConfigMap is the driver's configuration.
 func (l *Local) driverConfigMap(memBytes int64, dir string) map[string]any {
 	return map[string]any{
-		"data_dir":     dir,
-		"output_limit": l.cfg.OutputLimit,
-		"max_files":    maxFiles,
-		"max_images":   maxImages,
-		"preload":      l.cfg.Preload,
+		"data_dir":       dir,
+		"output_limit":   l.cfg.OutputLimit,
+		"max_files":      maxFiles,
+		"max_file_bytes": maxFileListBytes,
+		"max_images":     maxImages,
+		"preload":        l.cfg.Preload,
 		"limits": map[string]any{
 			"as":     memBytes,
 			"cpu":    l.cfg.CPUSeconds,
@@ -936,15 +940,16 @@ func (l *Local) hostDataDir(name string) string {
 	return filepath.Join(l.workDir, "containers", name)
 }
 
-// mapPath turns a path the driver reported into the container's view (/mnt/data/...).
-func mapPath(p, hostDir string) string {
+// mapPath turns a path the driver reported into the container's view (/mnt/data/...); ok is
+// false for a path outside the container's data directory on the host.
+func mapPath(p, hostDir string) (string, bool) {
 	if hostDir == "" {
-		return p
+		return p, true
 	}
 	if rel, ok := strings.CutPrefix(p, hostDir); ok && (rel == "" || rel[0] == '/') {
-		return dataDir + rel
+		return dataDir + rel, true
 	}
-	return p
+	return "", false
 }
 
 // cgroupLimits returns a container's cgroup memory and process limits.
