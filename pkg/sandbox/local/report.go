@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
@@ -75,4 +76,16 @@ func reportedPath(p, hostDir string) (string, bool) {
 		return "", false
 	}
 	return c, true
+}
+
+// mapPath turns a path the driver reported into the container's view (/mnt/data/...); ok is
+// false for a path outside the container's data directory on the host.
+func mapPath(p, hostDir string) (string, bool) {
+	if hostDir == "" {
+		return p, true
+	}
+	if rel, ok := strings.CutPrefix(p, hostDir); ok && (rel == "" || rel[0] == '/') {
+		return dataDir + rel, true
+	}
+	return "", false
 }
