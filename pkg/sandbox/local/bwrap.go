@@ -63,11 +63,12 @@ func (l *Local) containerEnv(mplConfig string) []string {
 // bwrapArgs builds bubblewrap's arguments up to the command. probe makes the font cache
 // directory writable instead of binding its files.
 func (l *Local) bwrapArgs(probe bool) []string {
+	c := l.layout()
 	a := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL",
-		"--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxUID),
-		"--hostname", sandboxName,
+		"--uid", strconv.Itoa(c.uid), "--gid", strconv.Itoa(c.uid),
+		"--hostname", c.hostname,
 		"--clearenv",
 	}
 	a = append(a, l.systemArgs()...)
@@ -79,12 +80,12 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	}
 	size := func(n int64) []string { return []string{"--size", strconv.FormatInt(n, 10)} }
 	a = append(a, "--proc", "/proc", "--dev", "/dev")
-	a = append(a, size(l.cfg.TmpBytes)...)
+	a = append(a, size(c.tmpBytes)...)
 	a = append(a, "--tmpfs", "/dev/shm")
-	a = append(a, size(l.cfg.TmpBytes)...)
+	a = append(a, size(c.tmpBytes)...)
 	a = append(a, "--tmpfs", "/tmp")
-	a = append(a, size(l.cfg.DataBytes)...)
-	a = append(a, "--tmpfs", dataDir)
+	a = append(a, size(c.dataBytes)...)
+	a = append(a, "--tmpfs", c.dataDir)
 	if probe {
 		a = append(a, "--bind", filepath.Join(l.workDir, "mpl"), mplDir)
 	} else {
@@ -97,7 +98,7 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	// code write its memory (/proc/1/mem) and, say, clear its parent-death signal, so that the
 	// container outlived the server. An empty read-only directory hides it.
 	a = append(a, "--tmpfs", "/proc/1", "--remount-ro", "/proc/1")
-	a = append(a, "--chdir", dataDir, "--remount-ro", "/dev", "--remount-ro", "/")
+	a = append(a, "--chdir", c.dataDir, "--remount-ro", "/dev", "--remount-ro", "/")
 	if l.seccomp != nil {
 		a = append(a, "--seccomp", "6")
 	}

@@ -329,7 +329,7 @@ func (c *container) makeDataDir() (string, error) {
 // lives until Delete, not as long as any request: its context is the container's own.
 func (c *container) command(memBytes int64, dir string, runAs int, f *startFiles) (*exec.Cmd, error) {
 	l := c.l
-	cfgHex, err := l.driverConfig(memBytes, dir)
+	cfgHex, err := l.driverArg(memBytes, dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
@@ -486,10 +486,11 @@ func (c *container) waitReady(ctx context.Context) error {
 		if f.err != nil {
 			return fmt.Errorf("driver did not start: %w%s", f.err, c.startOutput())
 		}
-		if op, _ := f.v["op"].(string); op != "ready" {
-			return fmt.Errorf("driver sent %q before ready", op)
+		ready, ok := f.a.(readyAnswer)
+		if !ok {
+			return errors.New("driver sent a result before ready")
 		}
-		c.log.Debug("container ready", zap.Any("preloaded", f.v["preloaded"]))
+		c.log.Debug("container ready", zap.Any("preloaded", ready.preloaded))
 		if c.initPID > 0 && !c.l.cfg.KeepBackgroundProcesses {
 			procs, err := findProcs(c.initPID, c.driverPID)
 			if err != nil {

@@ -64,11 +64,7 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 			hurryCgroupMove(c.cg.dirs[0])
 		}()
 	}
-	req := map[string]any{
-		"op":      "fork",
-		"cgroups": int64(len(procs)),
-		"driver":  l.driverConfigMap(memBytes, dataDir),
-	}
+	req := forkRequest{cgroups: len(procs), driver: l.driverConfig(memBytes, dataDir)}
 	pids, err := l.tpl.fork(req, c.uid, child)
 	if errors.Is(err, errForkLost) && c.uid >= 0 {
 		// A container may have been forked as this uid: it ends with its lifeline, closed on

@@ -624,31 +624,21 @@ func (l *Local) readProbe(report string) error {
 	return nil
 }
 
-// driverConfig is the driver's argv[1].
-func (l *Local) driverConfig(memBytes int64, dir string) (string, error) {
-	b, err := marshalEncode(l.driverConfigMap(memBytes, dir))
+// driverArg is the driver's argv[1]: its configuration, in hex.
+func (l *Local) driverArg(memBytes int64, dir string) (string, error) {
+	b, err := marshalEncode(l.driverConfig(memBytes, dir).encode())
 	if err != nil {
 		return "", fmt.Errorf("encode driver config: %w", err)
 	}
 	return hex.EncodeToString(b), nil
 }
 
-// driverConfigMap is the driver's configuration.
-func (l *Local) driverConfigMap(memBytes int64, dir string) map[string]any {
-	return map[string]any{
-		"data_dir":       dir,
-		"output_limit":   l.cfg.OutputLimit,
-		"max_files":      maxFiles,
-		"max_file_bytes": maxFileListBytes,
-		"max_images":     maxImages,
-		"preload":        l.cfg.Preload,
-		"limits": map[string]any{
-			"as":     memBytes,
-			"cpu":    l.cfg.CPUSeconds,
-			"nproc":  l.cfg.MaxProcesses,
-			"fsize":  l.cfg.MaxFileBytes,
-			"nofile": 1024,
-		},
+// driverConfig is the configuration of a driver of memBytes whose data directory is dir.
+func (l *Local) driverConfig(memBytes int64, dir string) driverConfig {
+	return driverConfig{
+		dataDir: dir, outputLimit: l.cfg.OutputLimit, maxFiles: maxFiles, maxFileBytes: maxFileListBytes,
+		maxImages: maxImages, preload: l.cfg.Preload,
+		as: memBytes, cpu: int64(l.cfg.CPUSeconds), nproc: int64(l.cfg.MaxProcesses), fsize: l.cfg.MaxFileBytes, nofile: 1024,
 	}
 }
 

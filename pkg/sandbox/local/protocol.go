@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
+// frameMsg is a frame of the driver as readFrames delivers it: a decoded answer (readyAnswer,
+// resultAnswer), or why there is none.
 type frameMsg struct {
-	v   map[string]any
+	a   any
 	err error
 }
 
@@ -24,8 +26,12 @@ func (c *container) readFrames() {
 	limit := c.l.maxFrame()
 	for {
 		v, err := readFrame(c.ctlR, limit)
+		f := frameMsg{err: err}
+		if err == nil {
+			f.a, f.err = decodeAnswer(v)
+		}
 		select {
-		case c.frames <- frameMsg{v: v, err: err}:
+		case c.frames <- f:
 		case <-c.stop:
 			return
 		}
@@ -75,33 +81,33 @@ func writeFrame(w io.Writer, v map[string]any) error {
 // send writes a request to the driver. The request is written whole even when ctx ends
 // meanwhile (the run is then interrupted, which the driver honours as the run starts), but a
 // driver that does not read it is given up InterruptGrace after ctx ends.
-func (c *container) send(ctx context.Context, req map[string]any) error {
+func (c *container) send(ctx context.Context, req runRequest) error {
 	_ = c.ctlW.SetWriteDeadline(time.Time{})
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		_ = c.ctlW.SetWriteDeadline(time.Now().Add(c.l.cfg.InterruptGrace))
 		close(fired)
 	})
-	err := writeFrame(c.ctlW, req)
+	err := writeFrame(c.ctlW, req.encode())
 	if !stop() {
 		<-fired
 	}
 	return err
 }
 
-// checkAnswer checks that a frame the driver sent during run seq is that run's result. Each
-// run takes its own answer, so any other frame, of an earlier run or a later one, was forged.
-func checkAnswer(v map[string]any, seq uint64) error {
-	op, _ := v["op"].(string)
-	got, ok := v["seq"].(int64)
-	if op == "result" && ok && got == int64(seq) {
-		return nil
+// checkAnswer returns run seq's result from a frame the driver sent during that run. Each run
+// takes its own answer, so any other frame, of an earlier run or a later one, was forged.
+func checkAnswer(f frameMsg, seq uint64) (resultAnswer, error) {
+	if f.err != nil {
+		return resultAnswer{}, f.err
 	}
-	if len(op) > 32 {
-		op = op[:32]
+	switch a := f.a.(type) {
+	case resultAnswer:
+		if a.seq == int64(seq) {
+			return a, nil
+		}
+		return resultAnswer{}, fmt.Errorf("protocol violation: the answer to run %d is a \"result\" frame of run %d", seq, a.seq)
+	default:
+		return resultAnswer{}, fmt.Errorf("protocol violation: the answer to run %d is a \"ready\" frame", seq)
 	}
-	if !ok {
-		return fmt.Errorf("protocol violation: the answer to run %d is a %q frame with a seq of type %T", seq, op, v["seq"])
-	}
-	return fmt.Errorf("protocol violation: the answer to run %d is a %q frame of run %d", seq, op, got)
 }

@@ -71,11 +71,8 @@ func (c *container) beginCell() cell {
 
 // sendCell sends run r of code to the driver. The caller holds runMu.
 func (c *container) sendCell(ctx context.Context, r cell, code string) error {
-	req := map[string]any{"op": "run", "seq": int64(r.seq), "code": code, "marker": r.marker}
-	if c.killedSince {
-		req["reap"] = true // the driver reaps its children killed after the last run
-		c.killedSince = false
-	}
+	req := runRequest{seq: r.seq, code: code, marker: r.marker, reap: c.killedSince}
+	c.killedSince = false
 	return c.send(ctx, req)
 }
 
@@ -130,10 +127,8 @@ func (c *container) interrupt(seq uint64) {
 // collect makes run r's result of the frame the driver sent, and stops what the run left
 // running in the background; interrupted reports whether ctx had ended the run.
 func (c *container) collect(ctx context.Context, r cell, f frameMsg, interrupted bool) (sandbox.Result, error) {
-	if f.err == nil {
-		f.err = checkAnswer(f.v, r.seq)
-	}
-	if f.err != nil {
+	a, err := checkAnswer(f, r.seq)
+	if err != nil {
 		// The driver broke the protocol, or code running in its process wrote to its pipe:
 		// nothing it sends can be trusted any more.
 		c.kill()
@@ -144,9 +139,9 @@ func (c *container) collect(ctx context.Context, r cell, f frameMsg, interrupted
 		if interrupted {
 			return res, c.stopErr(ctx, true)
 		}
-		return res, fmt.Errorf("%w: %w", sandbox.ErrLost, f.err)
+		return res, fmt.Errorf("%w: %w", sandbox.ErrLost, err)
 	}
-	res := c.result(f.v, r)
+	res := c.result(a, r)
 	c.stopBackground()
 	if interrupted {
 		return res, c.stopErr(ctx, false)
@@ -238,8 +233,8 @@ func waitMarkers(d time.Duration, exited <-chan struct{}, outDone, errDone <-cha
 	}
 }
 
-// result builds run r's Result from the driver's answer v and the streams.
-func (c *container) result(v map[string]any, r cell) sandbox.Result {
+// result builds run r's Result from the driver's answer a and the streams.
+func (c *container) result(a resultAnswer, r cell) sandbox.Result {
 	waitMarkers(markerGrace, c.exited, r.outDone, r.errDone)
 	var res sandbox.Result
 	var t1, t2 bool
@@ -247,35 +242,26 @@ func (c *container) result(v map[string]any, r cell) sandbox.Result {
 	res.Stderr, t2 = c.stderr.end()
 	limit := c.l.cfg.OutputLimit
 	var t3 bool
-	if s, ok := v["value"].(string); ok {
-		res.Value, t3 = cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
+	if a.value != "" {
+		res.Value, t3 = cutText([]byte(a.value), 0, limit+len(truncationNote(1<<62)))
 	}
-	if e, ok := v["error"].(map[string]any); ok {
-		str := func(k string) string {
-			s, _ := e[k].(string)
+	if e := a.err; e != nil {
+		str := func(s string) string {
 			out, _ := cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
 			return out
 		}
-		res.Error = &sandbox.Error{Name: str("name"), Value: str("value"), Traceback: str("traceback")}
+		res.Error = &sandbox.Error{Name: str(e.name), Value: str(e.value), Traceback: str(e.traceback)}
 	}
 	imgBytes := 0
-	if imgs, ok := v["images"].([]any); ok {
-		for _, im := range imgs {
-			b, ok := im.([]byte)
-			if !ok || len(b) == 0 {
-				continue
-			}
-			if imgBytes+len(b) > limit {
-				t3 = true
-				continue
-			}
-			imgBytes += len(b)
-			res.Images = append(res.Images, sandbox.Image{PNG: b})
+	for _, b := range a.images {
+		if imgBytes+len(b) > limit {
+			t3 = true
+			continue
 		}
+		imgBytes += len(b)
+		res.Images = append(res.Images, sandbox.Image{PNG: b})
 	}
-	omitted, _ := v["files_omitted"].(int64)
-	reportFiles(&res, v["files"], omitted, c.hostDir)
-	tr, _ := v["truncated"].(bool)
-	res.Truncated = t1 || t2 || t3 || tr
+	reportFiles(&res, a.files, a.filesOmitted, c.hostDir)
+	res.Truncated = t1 || t2 || t3 || a.truncated
 	return res
 }

@@ -209,18 +209,18 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 			f.Close()
 		}
 	}()
-	var seccompHex string
-	if l.seccomp != nil {
-		seccompHex = hex.EncodeToString(l.seccomp)
+	driver, err := hex.DecodeString(l.driverCode)
+	if err != nil {
+		return nil, fmt.Errorf("start the template: %w", err)
 	}
-	preload := "0"
-	if l.cfg.Preload {
-		preload = "1"
+	cfg, err := marshalEncode(templateConfig{
+		driver: driver, seccomp: l.seccomp, preload: l.cfg.Preload, layout: l.layout(), makerWait: templateInitWait.Seconds(),
+	}.encode())
+	if err != nil {
+		return nil, fmt.Errorf("start the template: %w", err)
 	}
 	args := slices.Concat(l.templateArgs(), []string{"--", l.python, "-E", "-s", "-c", templateBootstrap,
-		hex.EncodeToString([]byte(templateSource)), l.driverCode, seccompHex, preload,
-		strconv.FormatInt(l.cfg.TmpBytes, 10), strconv.FormatInt(l.cfg.DataBytes, 10),
-		strconv.FormatFloat(templateInitWait.Seconds(), 'f', -1, 64)})
+		hex.EncodeToString([]byte(templateSource)), hex.EncodeToString(cfg)})
 	cmd := exec.Command(l.bwrap, args...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
@@ -257,8 +257,8 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 		return nil, fmt.Errorf("start the template: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	defer closeAll(rights)
-	if op, _ := msg["op"].(string); op != "ready" {
-		return nil, fmt.Errorf("start the template: it sent %q before ready", op)
+	if msg.op != templateReady {
+		return nil, fmt.Errorf("start the template: it sent %q before ready", msg.op)
 	}
 	gen.ready = true
 	if len(rights) == 1 {
@@ -314,7 +314,7 @@ func (w *limitedBuffer) Write(p []byte) (int, error) {
 
 // recv reads one message from the template (with the descriptors it carries), waiting at most
 // d, or until exited is closed.
-func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]any, []int, error) {
+func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (templateAnswer, []int, error) {
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(8*4))
@@ -322,16 +322,16 @@ func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]
 		fds := []unix.PollFd{{Fd: int32(g.sock), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, int(min(50*time.Millisecond, max(0, time.Until(deadline)))/time.Millisecond))
 		if err != nil && !errors.Is(err, unix.EINTR) {
-			return nil, nil, fmt.Errorf("poll the template: %w", err)
+			return templateAnswer{}, nil, fmt.Errorf("poll the template: %w", err)
 		}
 		if n == 0 {
 			select {
 			case <-exited:
-				return nil, nil, errors.New("the template exited")
+				return templateAnswer{}, nil, errors.New("the template exited")
 			default:
 			}
 			if time.Now().After(deadline) {
-				return nil, nil, errors.New("the template did not answer in time")
+				return templateAnswer{}, nil, errors.New("the template did not answer in time")
 			}
 			continue
 		}
@@ -340,10 +340,10 @@ func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("read from the template: %w", err)
+			return templateAnswer{}, nil, fmt.Errorf("read from the template: %w", err)
 		}
 		if m == 0 && oobn == 0 {
-			return nil, nil, errors.New("the template closed its socket")
+			return templateAnswer{}, nil, errors.New("the template closed its socket")
 		}
 		var rights []int
 		if oobn > 0 {
@@ -360,9 +360,9 @@ func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]
 		msg, ok := v.(map[string]any)
 		if err != nil || !ok {
 			closeAll(rights)
-			return nil, nil, fmt.Errorf("read from the template: a bad message: %v", err)
+			return templateAnswer{}, nil, fmt.Errorf("read from the template: a bad message: %v", err)
 		}
-		return msg, rights, nil
+		return decodeTemplateAnswer(msg), rights, nil
 	}
 }
 
@@ -379,7 +379,7 @@ type forkedPids struct{ init, driver int }
 // ends of its pipes and its cgroup.procs files). It returns pidfds of the container's init and
 // driver. An error matching errTemplateUnavailable means the template is not there: the caller
 // starts the container the exec way. No pidfd is returned with an error.
-func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (forkedPids, error) {
+func (t *forkTemplate) fork(req forkRequest, hostUID int, files []*os.File) (forkedPids, error) {
 	none := forkedPids{-1, -1}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -414,9 +414,8 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 	}
 	t.nextID++
 	id := t.nextID
-	req["id"] = id
-	req["uid"] = int64(hostUID)
-	body, err := marshalEncode(req)
+	req.id, req.uid = id, int64(hostUID)
+	body, err := marshalEncode(req.encode())
 	if err != nil {
 		return none, fmt.Errorf("encode fork request: %w", err)
 	}
@@ -444,7 +443,7 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			t.relaunchLocked()
 			return none, fmt.Errorf("%w: %w: %w", errTemplateUnavailable, errForkLost, err)
 		}
-		if msg["op"] == "ready" {
+		if msg.op == templateReady {
 			// The template died: the one the keeper forked since reads the request if the dead
 			// one had not, and answers once it has an init.
 			t.noteLocked(gen, msg, rights)
@@ -452,17 +451,17 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			wait = templateInitWait + 2*time.Second
 			continue
 		}
-		if got, _ := msg["id"].(int64); got != id {
+		if msg.id != id {
 			discardAnswer(msg, rights) // to a request given up on
 			continue
 		}
-		switch msg["op"] {
-		case "error":
+		switch msg.op {
+		case templateError:
 			// The template could not fork (it runs a thread, a system call failed): the
 			// container starts the exec way.
 			closeAll(rights)
-			return none, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
-		case "forked":
+			return none, fmt.Errorf("%w: fork: %s", errTemplateUnavailable, msg.err)
+		case templateForked:
 			if len(rights) != 2 {
 				// Truncated (this process out of descriptors?): a container may run.
 				discardAnswer(msg, rights)
@@ -476,15 +475,15 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			return forkedPids{init: rights[0], driver: rights[1]}, nil
 		default:
 			discardAnswer(msg, rights)
-			return none, fmt.Errorf("fork: %w: an answer %q", errForkLost, msg["op"])
+			return none, fmt.Errorf("fork: %w: an answer %q", errForkLost, msg.op)
 		}
 	}
 }
 
 // noteLocked takes in a message of gen's template outside a fork's answer: a template ready
 // (again), with a pidfd of itself, or a stale answer. t.mu is held.
-func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights []int) {
-	if msg["op"] != "ready" {
+func (t *forkTemplate) noteLocked(gen *templateGen, msg templateAnswer, rights []int) {
+	if msg.op != templateReady {
 		discardAnswer(msg, rights)
 		return
 	}
@@ -501,8 +500,8 @@ func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights [
 
 // discardAnswer closes the descriptors of an answer to a fork request given up on; a container
 // forked for it is killed (through its init, which takes its PID namespace with it).
-func discardAnswer(msg map[string]any, rights []int) {
-	if msg["op"] == "forked" && len(rights) > 0 {
+func discardAnswer(msg templateAnswer, rights []int) {
+	if msg.op == templateForked && len(rights) > 0 {
 		_ = unix.PidfdSendSignal(rights[0], unix.SIGKILL, nil, 0)
 	}
 	closeAll(rights)
