@@ -107,7 +107,7 @@ def _send_result(res):
         # Something marshal refuses (the code can reach the driver's state), or no memory left
         # to encode the result: the run fails, the container lives on.
         frame = _frame(_error_result(res.get('seq', 0), type(e).__name__,
-                                     'the result could not be returned: %s' % _cap(str(e))))
+                                     'the result could not be returned: %s' % str(e)))
     _write_all(R_OUT, frame)
 
 
@@ -358,16 +358,17 @@ def _exec_cell(code, fname, res):
 
 
 def _cap(text):
+    # [text, omitted]: the text cut at the output limit, and how many bytes were cut off. The
+    # server makes the cut visible (run.go's result: the one cut of a run's texts), so that
+    # what the answer holds stays bounded but a note is written in one place.
     # repr() and str() may return a str subclass (numpy.str_ is one), which marshal refuses.
     if type(text) is not str:
         text = str.__str__(text)
     data = text.encode('utf-8', 'surrogatepass')
     if len(data) <= S.limit:
-        return text
+        return [text, 0]
     S.truncated = True
-    omitted = len(data) - S.limit
-    return (data[:S.limit].decode('utf-8', 'ignore') +
-            '\n[output truncated: %d more bytes]' % omitted)
+    return [data[:S.limit].decode('utf-8', 'ignore'), len(data) - S.limit]
 
 
 def _format_error(e):

@@ -61,10 +61,32 @@ type readyAnswer struct {
 	preloaded any // the libraries it imported, for the log
 }
 
+// text is a text of a run's result as the driver sends it: [text, omitted], the text cut at the
+// output limit and the bytes cut off (or a plain string, nothing cut).
+type text struct {
+	s       string
+	omitted int64
+}
+
+// decodeText decodes a text of an answer; anything else is the empty text.
+func decodeText(v any) text {
+	switch v := v.(type) {
+	case string:
+		return text{s: v}
+	case []any:
+		if len(v) == 2 {
+			s, _ := v[0].(string)
+			n, _ := v[1].(int64)
+			return text{s: s, omitted: max(n, 0)}
+		}
+	}
+	return text{}
+}
+
 // resultAnswer is a run's result.
 type resultAnswer struct {
 	seq       int64
-	value     string       // the repr of the cell's last expression, cut by the driver
+	value     text         // the repr of the cell's last expression
 	err       *errorAnswer // the exception the code raised, or nil
 	images    [][]byte     // PNG images
 	truncated bool         // the driver cut something (output, images, the file scan)
@@ -76,7 +98,7 @@ type resultAnswer struct {
 
 // errorAnswer is an exception the code raised.
 type errorAnswer struct {
-	name, value, traceback string
+	name, value, traceback text
 }
 
 // decodeAnswer decodes a frame of the driver: a readyAnswer or a resultAnswer. A frame of any
@@ -98,12 +120,9 @@ func decodeAnswer(v map[string]any) (any, error) {
 		return nil, fmt.Errorf("protocol violation: a %q frame with a seq of type %T", op, v["seq"])
 	}
 	a := resultAnswer{seq: seq, files: v["files"]}
-	a.value, _ = v["value"].(string)
+	a.value = decodeText(v["value"])
 	if e, ok := v["error"].(map[string]any); ok {
-		a.err = &errorAnswer{}
-		a.err.name, _ = e["name"].(string)
-		a.err.value, _ = e["value"].(string)
-		a.err.traceback, _ = e["traceback"].(string)
+		a.err = &errorAnswer{name: decodeText(e["name"]), value: decodeText(e["value"]), traceback: decodeText(e["traceback"])}
 	}
 	if imgs, ok := v["images"].([]any); ok {
 		for _, im := range imgs {

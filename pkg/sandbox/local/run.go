@@ -242,12 +242,14 @@ func (c *container) result(a resultAnswer, r cell) sandbox.Result {
 	res.Stderr, t2 = c.stderr.end()
 	limit := c.l.cfg.OutputLimit
 	var t3 bool
-	if a.value != "" {
-		res.Value, t3 = cutText([]byte(a.value), 0, limit+len(truncationNote(1<<62)))
+	// The one cut of the texts: the driver sends each cut at the limit with the bytes it cut
+	// off; the note is added here, and a forged text beyond the limit is cut here.
+	if a.value.s != "" || a.value.omitted > 0 {
+		res.Value, t3 = cutText([]byte(a.value.s), a.value.omitted, limit)
 	}
 	if e := a.err; e != nil {
-		str := func(s string) string {
-			out, _ := cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
+		str := func(t text) string {
+			out, _ := cutText([]byte(t.s), t.omitted, limit)
 			return out
 		}
 		res.Error = &sandbox.Error{Name: str(e.name), Value: str(e.value), Traceback: str(e.traceback)}
