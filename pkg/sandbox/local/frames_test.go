@@ -17,7 +17,7 @@ func TestDecodeAnswer(t *testing.T) {
 		{name: "ready", give: map[string]any{"op": "ready", "preloaded": []any{"numpy"}}, want: readyAnswer{preloaded: []any{"numpy"}}},
 		{name: "a result with cut texts",
 			give: map[string]any{"op": "result", "seq": int64(3), "value": []any{"v", int64(5)}, "truncated": true,
-				"error": map[string]any{"name": []any{"E", int64(0)}, "value": "plain", "traceback": []any{"tb"}},
+				"error":  map[string]any{"name": []any{"E", int64(0)}, "value": "plain", "traceback": []any{"tb"}},
 				"images": []any{[]byte("png"), "not an image", []byte{}}, "files": []any{}, "files_omitted": int64(2)},
 			want: resultAnswer{seq: 3, value: text{s: "v", omitted: 5}, truncated: true,
 				err:    &errorAnswer{name: text{s: "E"}, value: text{s: "plain"}},
