@@ -152,6 +152,8 @@ type AcquireRequest struct {
 	// containers without a session are ephemeral.
 	Identity string
 	// Session is a session name (metadata.session_id or a configured header); "" means none.
+	// The Manager keeps only its SessionKey, a fixed-size hash: a name of any length costs the
+	// same, and is never shown back.
 	Session string
 	// ContainerID is a "cntr_…" id this manager issued earlier; "" means none.
 	ContainerID string

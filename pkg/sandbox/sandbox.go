@@ -7,9 +7,9 @@
 // each container until it has been idle for its expiry, reusable by its id, with its files
 // (uploaded, or written by the code) listed and readable; with caps, LRU eviction, leases, a warm
 // pool and off-request-path deletion. The names it gives containers (owner, session key, last
-// use, expiry, tombstones of expired ones) are kept in a Registry
-// (pkg/store), which replicas could share. Backends are packages of their own: pkg/sandbox/local runs one Python process per container
-// under bubblewrap.
+// use, expiry, tombstones of expired ones) are kept in a Registry (pkg/store), which replicas
+// could share. Backends are packages of their own: pkg/sandbox/local runs one Python process per
+// container under bubblewrap.
 //
 // A run behaves like a notebook cell: the value of a trailing expression is returned as its repr
 // (a trailing semicolon hides it), matplotlib figures left open or shown with plt.show() become PNG
