@@ -396,7 +396,7 @@ def _forked_child_exit(e):
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     elif e is not None:
         try:
-            sys.stderr.write(_format_error(e)['traceback'])
+            sys.stderr.write(_format_error(e)['traceback'][0])  # [text, omitted]: stderr is cut as it is captured
         except BaseException:
             pass
         code = 1
