@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -81,6 +83,15 @@ func TestManagerFilesTableBytes(t *testing.T) {
 			assert.Equal(t, 4, fill(t, m, "bob", b1.ID, 0), "bob is not held back by alice")
 			c1 := create(t, m, sandbox.CreateRequest{Identity: "carol"})
 			assert.Equal(t, 0, fill(t, m, "carol", c1.ID, 0), "the server's budget is spent")
+			reg := prometheus.NewRegistry()
+			for _, c := range m.Collectors() {
+				require.NoError(t, reg.Register(c), "register the manager's metrics")
+			}
+			assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+# HELP codeinterp_sandbox_file_table_bytes Server memory the containers' files tables are charged (ManagerConfig.MaxAllFileTableBytes bounds it).
+# TYPE codeinterp_sandbox_file_table_bytes gauge
+codeinterp_sandbox_file_table_bytes %d
+`, 10*perFile)), "codeinterp_sandbox_file_table_bytes"), "the gauge shows the budget spent")
 			require.NoError(t, m.DeleteContainer(ctx, "alice", a1.ID), "DeleteContainer")
 			assert.Equal(t, 4, fill(t, m, "carol", c1.ID, 0), "a deleted container's bytes come back")
 			assert.Equal(t, 0, fill(t, m, "alice", a2.ID, 200), "alice's budget: 2 files of a2 and no room in all")
