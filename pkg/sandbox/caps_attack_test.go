@@ -13,6 +13,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 // TestManagerGlobalCapSparesLighterTenants: at MaxContainers, a tenant cannot evict the idle
@@ -53,7 +54,7 @@ func TestManagerGlobalCapSparesLighterTenants(t *testing.T) {
 func TestManagerAtCapacity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		reg := &brokenRegistry{Registry: sandbox.NewMemoryRegistry()}
+		reg := &brokenRegistry{Registry: memory.NewRegistry()}
 		p := &sandboxtest.Provider{}
 		m := newTestManager(t, p, sandbox.ManagerConfig{Registry: reg,
 			MaxContainers: 4, MaxContainersPerIdentity: 2, MaxSessionsPerIdentity: 2})

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // Container statuses, as the Containers API shows them.
@@ -46,7 +48,7 @@ type CreateRequest struct {
 }
 
 // infoOf returns what the Containers API shows of the container registered as r.
-func (m *Manager) infoOf(r Registration) ContainerInfo {
+func (m *Manager) infoOf(r store.Registration) ContainerInfo {
 	status := StatusRunning
 	if r.Expired {
 		status = StatusExpired

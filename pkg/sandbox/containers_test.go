@@ -15,6 +15,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 func create(t *testing.T, m *sandbox.Manager, r sandbox.CreateRequest) sandbox.ContainerInfo {
@@ -447,7 +448,7 @@ func TestManagerFilesOfDeadContainer(t *testing.T) {
 func TestManagerCloseForgetsAll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		reg := sandbox.NewMemoryRegistry()
+		reg := memory.NewRegistry()
 		p := &sandboxtest.Provider{}
 		m := newTestManager(t, p, sandbox.ManagerConfig{Registry: reg})
 		live := create(t, m, sandbox.CreateRequest{Identity: "alice"})

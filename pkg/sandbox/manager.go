@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 // ManagerConfig configures a Manager. The zero value works: no warm pool and the defaults below.
@@ -43,11 +47,24 @@ type ManagerConfig struct {
 	RunTimeout time.Duration
 	// DeleteTimeout bounds one background deletion. Default 30s.
 	DeleteTimeout time.Duration
+	// MaxFileTableBytes bounds the server memory one container's files table takes: each file
+	// the Manager knows of costs its path's length and FileEntryOverhead. A file beyond it
+	// (or beyond MaxFilesPerContainer files) is not given an id: a run lists it without one
+	// and says so in its Result's FilesNote; an upload fails with ErrFileTooLarge. Default
+	// 4 MiB: 10,000 files with 100-byte paths, or about 950 with the longest paths Linux allows.
+	MaxFileTableBytes int64
+	// MaxFileTableBytesPerIdentity bounds the bytes of all files tables of one identity's
+	// containers, as MaxFileTableBytes bounds one's, so that one tenant cannot take the whole
+	// of MaxAllFileTableBytes. Default 16 MiB.
+	MaxFileTableBytesPerIdentity int64
+	// MaxAllFileTableBytes bounds the bytes of every files table the Manager keeps. Default
+	// 64 MiB.
+	MaxAllFileTableBytes int64
 	// Registry keeps which identity each container id belongs to, which session key names it
 	// and when it was last used. If nil, the Manager keeps them in a map of its own. A
 	// Registry must not be shared by Managers: each expects to find only its own containers
 	// there (a container id is no use to another Manager, which cannot reach the container).
-	Registry Registry
+	Registry store.Registry
 }
 
 // Defaults of a ManagerConfig's fields, used where a field is zero. The configuration's defaults
@@ -58,6 +75,10 @@ const (
 	DefaultMaxContainers            = 64
 	DefaultMaxContainersPerIdentity = 16
 	DefaultRunTimeout               = 30 * time.Second
+
+	DefaultMaxFileTableBytes            = 4 << 20
+	DefaultMaxFileTableBytesPerIdentity = 16 << 20
+	DefaultMaxAllFileTableBytes         = 64 << 20
 )
 
 // Bounds of what a Manager remembers of containers that expired or were deleted (tombstones),
@@ -70,10 +91,6 @@ const (
 	MaxTombstonesPerIdentity = 100
 	MaxTombstones            = 10000
 )
-
-// MaxFilesPerContainer bounds the files table of one container: the files the Manager knows
-// of (uploaded, or written by the code) and gives ids to.
-const MaxFilesPerContainer = 10000
 
 func (c *ManagerConfig) setDefaults() {
 	if c.SessionIdleTTL <= 0 {
@@ -94,6 +111,15 @@ func (c *ManagerConfig) setDefaults() {
 	}
 	if c.DeleteTimeout <= 0 {
 		c.DeleteTimeout = 30 * time.Second
+	}
+	if c.MaxFileTableBytes <= 0 {
+		c.MaxFileTableBytes = DefaultMaxFileTableBytes
+	}
+	if c.MaxFileTableBytesPerIdentity <= 0 {
+		c.MaxFileTableBytesPerIdentity = DefaultMaxFileTableBytesPerIdentity
+	}
+	if c.MaxAllFileTableBytes <= 0 {
+		c.MaxAllFileTableBytes = DefaultMaxAllFileTableBytes
 	}
 	if c.WarmPool < 0 {
 		c.WarmPool = 0
@@ -126,6 +152,8 @@ type AcquireRequest struct {
 	// containers without a session are ephemeral.
 	Identity string
 	// Session is a session name (metadata.session_id or a configured header); "" means none.
+	// The Manager keeps only its SessionKey, a fixed-size hash: a name of any length costs the
+	// same, and is never shown back.
 	Session string
 	// ContainerID is a "cntr_…" id this manager issued earlier; "" means none.
 	ContainerID string
@@ -146,7 +174,16 @@ const (
 type sandboxKey struct {
 	kind     keyKind
 	identity string
-	name     string // session name, or a server-minted random name (ephemeral, kept)
+	name     string // SessionKey of the session name, or a server-minted random name (ephemeral, kept)
+}
+
+// SessionKey returns what the Manager and its Registry keep of a session name: a fixed-size hash,
+// so that a client's name of any length costs the same (also in an expired container's
+// registration, kept for TombstoneTTL). Names are compared by it; the name itself is never
+// shown back.
+func SessionKey(session string) string {
+	h := sha256.Sum256([]byte(session))
+	return "sha256:" + hex.EncodeToString(h[:])
 }
 
 // lasting reports whether containers under k live until idle for their expiry.
@@ -190,7 +227,7 @@ type Manager struct {
 	p   Provider
 	cfg ManagerConfig
 	log *zap.Logger
-	reg Registry
+	reg store.Registry
 
 	poolSpec Spec
 
@@ -201,8 +238,13 @@ type Manager struct {
 	minted  map[sandboxKey]*entry // the live entries of server-minted keys (ephemeral, kept), which no other replica needs
 	lasting map[string]int        // live lasting entries (session, kept) per identity
 	owned   map[string]int        // live entries (all kinds) per identity
-	tombs   tombstones
-	pool    []Container
+	// fileBytes and allFileBytes are what the live entries' files tables cost (see fileCost),
+	// per identity and in all: the budgets of ManagerConfig.MaxFileTableBytesPerIdentity and
+	// MaxAllFileTableBytes.
+	fileBytes    map[string]int64
+	allFileBytes int64
+	tombs        tombstones
+	pool         []Container
 
 	metrics managerMetrics
 
@@ -225,21 +267,22 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 	cfg.setDefaults()
 	reg := cfg.Registry
 	if reg == nil {
-		reg = newMapRegistry()
+		reg = memory.NewRegistry()
 	}
 	m := &Manager{
-		p:       p,
-		cfg:     cfg,
-		log:     log.Named("sandbox.manager"),
-		reg:     reg,
-		live:    map[string]*entry{},
-		minted:  map[sandboxKey]*entry{},
-		lasting: map[string]int{},
-		owned:   map[string]int{},
-		tombs:   newTombstones(),
-		refill:  make(chan struct{}, 1),
-		drained: make(chan struct{}),
-		metrics: newManagerMetrics(),
+		p:         p,
+		cfg:       cfg,
+		log:       log.Named("sandbox.manager"),
+		reg:       reg,
+		live:      map[string]*entry{},
+		minted:    map[sandboxKey]*entry{},
+		lasting:   map[string]int{},
+		owned:     map[string]int{},
+		fileBytes: map[string]int64{},
+		tombs:     newTombstones(),
+		refill:    make(chan struct{}, 1),
+		drained:   make(chan struct{}),
+		metrics:   newManagerMetrics(),
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
@@ -328,7 +371,7 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 		}
 		m.touchLocked(ctx, e, now)
 	case r.Session != "":
-		k := sandboxKey{kind: kindSession, identity: r.Identity, name: r.Session}
+		k := sandboxKey{kind: kindSession, identity: r.Identity, name: SessionKey(r.Session)}
 		if e, err = m.keyEntryLocked(ctx, k); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -381,16 +424,16 @@ func (m *Manager) Known(identity, containerID string) bool {
 // identity (ok false otherwise), and its live entry, or nil when it has none here. Another
 // identity's id is not told apart from one never issued: the identities are compared in
 // constant time.
-func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (Registration, *entry, bool, error) {
+func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (store.Registration, *entry, bool, error) {
 	if id == "" {
-		return Registration{}, nil, false, nil
+		return store.Registration{}, nil, false, nil
 	}
 	r, ok, err := m.reg.Lookup(ctx, id)
 	if err != nil {
-		return Registration{}, nil, false, fmt.Errorf("look up container: %w", err)
+		return store.Registration{}, nil, false, fmt.Errorf("look up container: %w", err)
 	}
 	if !ok || subtle.ConstantTimeCompare([]byte(r.Identity), []byte(identity)) != 1 {
-		return Registration{}, nil, false, nil
+		return store.Registration{}, nil, false, nil
 	}
 	if e := m.live[id]; e != nil && !e.dead && !r.Expired {
 		return r, e, true, nil
@@ -427,7 +470,7 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 
 // idlePastLocked reports whether lasting entry e, registered as r, has been idle (no lease)
 // past its expiry at now.
-func (m *Manager) idlePastLocked(e *entry, r Registration, now time.Time) bool {
+func (m *Manager) idlePastLocked(e *entry, r store.Registration, now time.Time) bool {
 	if !e.key.lasting() || e.leases > 0 {
 		return false
 	}
@@ -435,7 +478,7 @@ func (m *Manager) idlePastLocked(e *entry, r Registration, now time.Time) bool {
 }
 
 // expiryOf returns r's idle expiry.
-func (m *Manager) expiryOf(r Registration) time.Duration {
+func (m *Manager) expiryOf(r store.Registration) time.Duration {
 	if r.ExpiresAfter > 0 {
 		return r.ExpiresAfter
 	}
@@ -471,11 +514,11 @@ func (m *Manager) touchLocked(ctx context.Context, e *entry, now time.Time) {
 
 // registrationLocked returns e's registration; ok is false when the Registry failed (which is
 // logged). A registration the Registry no longer has counts as unused since the zero time.
-func (m *Manager) registrationLocked(e *entry) (r Registration, ok bool) {
+func (m *Manager) registrationLocked(e *entry) (r store.Registration, ok bool) {
 	r, _, err := m.reg.Lookup(context.Background(), e.id)
 	if err != nil {
 		m.log.Warn("look up container", zap.String("container_id", e.id), zap.Error(err))
-		return Registration{}, false
+		return store.Registration{}, false
 	}
 	return r, true
 }
@@ -505,7 +548,7 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, m
 		sem:  make(chan struct{}, 1),
 	}
 	e.sem <- struct{}{}
-	r := Registration{
+	r := store.Registration{
 		ID: e.id, Identity: k.identity, LastUsed: now,
 		Name: meta.name, CreatedAt: now, ExpiresAfter: meta.expiresAfter, MemoryLimit: m.memoryLimitOf(e.spec),
 	}
@@ -619,7 +662,7 @@ func (m *Manager) removeLocked(e *entry) {
 			delete(m.lasting, e.key.identity)
 		}
 	}
-	e.files = fileTable{}
+	m.clearFilesLocked(e)
 	e.endDownloadsLocked()
 	if e.c != nil {
 		m.deleteLocked(e.c)
@@ -676,344 +719,6 @@ func (m *Manager) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("close sandbox manager: %w", ctx.Err())
 	}
-}
-
-// kick asks the pool filler to top the pool up.
-func (m *Manager) kick() {
-	select {
-	case m.refill <- struct{}{}:
-	default:
-	}
-}
-
-// refillDelay is how long the pool filler waits after a hand-out before it starts a
-// container: the run that took the warm container comes first, and starting one (with its
-// imports) would compete with it for the CPU.
-const refillDelay = 100 * time.Millisecond
-
-// fillPool keeps cfg.WarmPool containers ready, creating one at a time, until Close.
-func (m *Manager) fillPool() {
-	ctx := m.ctx
-	backoff := time.Duration(0)
-	for first := true; ; first = false {
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.refill:
-		}
-		if !first {
-			t := time.NewTimer(refillDelay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		for {
-			m.mu.Lock()
-			need := !m.closed && len(m.pool) < m.cfg.WarmPool
-			m.mu.Unlock()
-			if !need {
-				break
-			}
-			c, err := m.p.Create(ctx, m.poolSpec)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				backoff = min(max(2*backoff, time.Second), 30*time.Second)
-				m.log.Warn("start warm container", zap.Error(err), zap.Duration("retry_in", backoff))
-				t := time.NewTimer(backoff)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				continue
-			}
-			backoff = 0
-			m.mu.Lock()
-			if m.closed {
-				m.mu.Unlock()
-				m.deleteNow(c)
-				return
-			}
-			m.pool = append(m.pool, c)
-			m.mu.Unlock()
-		}
-	}
-}
-
-// takeWarmLocked returns a ready pool container fitting spec, or nil.
-func (m *Manager) takeWarmLocked(spec Spec) Container {
-	if m.cfg.WarmPool == 0 || spec != m.poolSpec {
-		return nil
-	}
-	for len(m.pool) > 0 {
-		c := m.pool[0]
-		m.pool = m.pool[1:]
-		m.kick()
-		if a, ok := c.(aliveChecker); ok && !a.Alive() {
-			m.deleteLocked(c)
-			continue
-		}
-		return c
-	}
-	return nil
-}
-
-// pruneEvery is how often the pruner looks for idle containers past their expiry, at most;
-// a container is expired at most this late (and on its next use, on time).
-const pruneEvery = 10 * time.Second
-
-// prune expires idle lasting containers past their expiry and drops tombstones past
-// TombstoneTTL, until Close.
-func (m *Manager) prune() {
-	every := min(m.cfg.SessionIdleTTL/4, pruneEvery)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case now := <-t.C:
-			m.pruneOnce(now)
-		}
-	}
-}
-
-func (m *Manager) pruneOnce(now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return
-	}
-	for _, e := range m.live {
-		if !e.key.lasting() || e.leases > 0 {
-			continue
-		}
-		if r, ok := m.registrationLocked(e); ok && m.idlePastLocked(e, r, now) {
-			m.log.Debug("deleting idle container", zap.String("container_id", e.id))
-			m.metrics.evictions.WithLabelValues("idle").Inc()
-			m.removeLocked(e)
-		}
-	}
-	for _, id := range m.tombs.older(now.Add(-TombstoneTTL)) {
-		m.forgetLocked(id)
-	}
-}
-
-// Lease is one request's use of a container. It is not for concurrent use by several
-// goroutines; different leases (also on one key) may be used concurrently.
-type Lease struct {
-	m        *Manager
-	key      sandboxKey
-	e        *entry // the entry in use; replaced when it dies
-	released bool
-}
-
-// ContainerID returns the id of the lease's current container: "cntr_" and 128 random bits in
-// hex, opaque. It changes when Run had to replace a lost container.
-func (l *Lease) ContainerID() string {
-	l.m.mu.Lock()
-	defer l.m.mu.Unlock()
-	return l.e.id
-}
-
-// errLeaseReleased is returned by Run on a released lease.
-var errLeaseReleased = errors.New("sandbox lease already released")
-
-// Run runs code in the key's container, one run at a time per container (runs of other leases
-// on the same container queue, bounded by ctx). timeout is the run's wall-clock limit (0 =
-// ManagerConfig.RunTimeout); waiting in the queue and starting the container count against ctx
-// only. If the key's container was lost or evicted since, Run first gets a fresh container for
-// the same key (its state is gone and ContainerID changes). A run that loses its container
-// (ErrLost, alone or with ErrTimeout) evicts it and deletes it, but only if the key still maps
-// to it. Errors: ErrTimeout, ErrLost, ErrUnavailable (no container could be started),
-// ErrClosed, or ctx's error; the Result holds what the run showed, also when it failed.
-func (l *Lease) Run(ctx context.Context, code string, timeout time.Duration) (Result, error) {
-	if l.released {
-		return Result{}, errLeaseReleased
-	}
-	if timeout <= 0 {
-		timeout = l.m.cfg.RunTimeout
-	}
-	for {
-		e, err := l.current()
-		if err != nil {
-			return Result{}, err
-		}
-		select {
-		case <-e.sem:
-		case <-ctx.Done():
-			return Result{}, fmt.Errorf("wait for the container: %w", ctx.Err())
-		}
-		c, err := l.m.ensureStarted(ctx, e)
-		if errors.Is(err, errEntryDead) {
-			e.sem <- struct{}{}
-			continue // replaced while we queued: take the key's current container
-		}
-		if err != nil {
-			e.sem <- struct{}{}
-			return Result{}, err
-		}
-		runCtx, cancel := context.WithTimeout(ctx, timeout)
-		res, err := c.Run(runCtx, code)
-		cancel()
-		if len(res.Files) > 0 {
-			l.m.registerRunFiles(context.WithoutCancel(ctx), e, c, &res)
-		}
-		l.m.afterRun(e, c, err)
-		e.sem <- struct{}{}
-		return res, err
-	}
-}
-
-var errEntryDead = errors.New("sandbox entry gone")
-
-// current returns the lease's entry, moving the lease to the key's live entry (or a new one)
-// if its own has died.
-func (l *Lease) current() (*entry, error) {
-	m := l.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
-	}
-	if !l.e.dead {
-		return l.e, nil
-	}
-	ctx, now := context.Background(), time.Now()
-	e, err := m.keyEntryLocked(ctx, l.key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	if e != nil {
-		m.touchLocked(ctx, e, now)
-	} else if e, err = m.newEntryLocked(ctx, l.key, l.e.spec, l.e.meta, now); err != nil {
-		return nil, err
-	}
-	l.e.leases--
-	e.leases++
-	l.e = e
-	return e, nil
-}
-
-// ensureStarted returns e's container, starting it (from the pool when one fits) on first
-// use. The caller holds e.sem.
-func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error) {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if e.dead {
-		m.mu.Unlock()
-		return nil, errEntryDead
-	}
-	if e.c != nil {
-		c := e.c
-		if a, ok := c.(aliveChecker); ok && !a.Alive() {
-			// Died while idle: the run goes to a fresh container for the key.
-			m.log.Info("container died while idle: replacing it", zap.String("container_id", e.id))
-			m.removeLocked(e)
-			m.mu.Unlock()
-			return nil, errEntryDead
-		}
-		m.mu.Unlock()
-		return c, nil
-	}
-	if c := m.takeWarmLocked(e.spec); c != nil {
-		e.c = c
-		m.mu.Unlock()
-		m.metrics.starts.WithLabelValues("warm").Inc()
-		return c, nil
-	}
-	m.active++ // Close waits for a start in progress
-	m.mu.Unlock()
-	defer m.done()
-	// The start is bounded by the request, and stopped by Close.
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stopOnClose := context.AfterFunc(m.ctx, cancel)
-	defer stopOnClose()
-	c, err := m.p.Create(cctx, e.spec)
-	if err != nil {
-		if m.ctx.Err() != nil && ctx.Err() == nil {
-			return nil, ErrClosed
-		}
-		if !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		return nil, fmt.Errorf("start container: %w", err)
-	}
-	m.mu.Lock()
-	if m.closed || e.dead {
-		// Deleted while it started (by Close, or an eviction of the entry).
-		closed := m.closed
-		m.mu.Unlock()
-		m.deleteNow(c)
-		if closed {
-			return nil, ErrClosed
-		}
-		return nil, errEntryDead
-	}
-	e.c = c
-	m.mu.Unlock()
-	m.metrics.starts.WithLabelValues("cold").Inc()
-	return c, nil
-}
-
-// afterRun evicts e when its run lost the container, if the key still maps to e.
-func (m *Manager) afterRun(e *entry, c Container, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e.dead {
-		return
-	}
-	m.touchLocked(context.Background(), e, time.Now())
-	if err == nil || !errors.Is(err, ErrLost) || e.c != c {
-		return
-	}
-	m.log.Info("container lost: evicting it", zap.String("container_id", e.id), zap.Error(err))
-	m.metrics.evictions.WithLabelValues("lost").Inc()
-	m.removeLocked(e)
-}
-
-// Release ends the lease. An ephemeral container is deleted in the background once no lease
-// holds it; a lasting container stays, idle from now (its expiry counts from here).
-// Idempotent.
-func (l *Lease) Release() {
-	if l.released {
-		return
-	}
-	l.released = true
-	m := l.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.unpinLocked(l.e)
-}
-
-// unpinLocked ends one lease (or Manager call) on e: an ephemeral container no lease holds
-// any more is deleted, a lasting one is idle from now.
-func (m *Manager) unpinLocked(e *entry) {
-	e.leases--
-	switch {
-	case e.dead:
-	case e.key.kind == kindEphemeral && e.leases == 0 && !m.closed:
-		m.removeLocked(e)
-	default:
-		m.touchLocked(context.Background(), e, time.Now())
-	}
-}
-
-// warmCount returns the number of containers ready in the pool.
-func (m *Manager) warmCount() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.pool)
 }
 
 // randomHex returns n random bytes in hex.

@@ -27,7 +27,8 @@ func newManagerMetrics() managerMetrics {
 }
 
 // Collectors returns the Manager's metrics for registration: the counters above and gauges of
-// the containers in use (by kind) and ready in the warm pool, read at scrape time.
+// the containers in use (by kind), ready in the warm pool, and the bytes of the files tables,
+// read at scrape time.
 func (m *Manager) Collectors() []prometheus.Collector {
 	inUse := func(kind keyKind) func() float64 {
 		return func() float64 {
@@ -63,5 +64,13 @@ func (m *Manager) Collectors() []prometheus.Collector {
 			Name: "codeinterp_sandbox_warm_containers",
 			Help: "Started containers ready in the warm pool.",
 		}, func() float64 { return float64(m.warmCount()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "codeinterp_sandbox_file_table_bytes",
+			Help: "Server memory the containers' files tables are charged (ManagerConfig.MaxAllFileTableBytes bounds it).",
+		}, func() float64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return float64(m.allFileBytes)
+		}),
 	}
 }

@@ -12,30 +12,28 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
-
-func TestMapRegistry(t *testing.T) {
-	sandboxtest.TestRegistry(t, sandbox.NewMemoryRegistry)
-}
 
 // brokenRegistry fails Lookup, Session and Touch while broken is set.
 type brokenRegistry struct {
-	sandbox.Registry
+	store.Registry
 	broken atomic.Bool
 }
 
 var errBroken = errors.New("registry down")
 
-func (r *brokenRegistry) Lookup(ctx context.Context, id string) (sandbox.Registration, bool, error) {
+func (r *brokenRegistry) Lookup(ctx context.Context, id string) (store.Registration, bool, error) {
 	if r.broken.Load() {
-		return sandbox.Registration{}, false, errBroken
+		return store.Registration{}, false, errBroken
 	}
 	return r.Registry.Lookup(ctx, id)
 }
 
-func (r *brokenRegistry) Session(ctx context.Context, identity, session string) (sandbox.Registration, bool, error) {
+func (r *brokenRegistry) Session(ctx context.Context, identity, session string) (store.Registration, bool, error) {
 	if r.broken.Load() {
-		return sandbox.Registration{}, false, errBroken
+		return store.Registration{}, false, errBroken
 	}
 	return r.Registry.Session(ctx, identity, session)
 }
@@ -52,7 +50,7 @@ func (r *brokenRegistry) Touch(ctx context.Context, id string, t time.Time) erro
 // idle session whose last use cannot be read is not pruned.
 func TestManagerRegistryFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := &brokenRegistry{Registry: sandbox.NewMemoryRegistry()}
+		reg := &brokenRegistry{Registry: memory.NewRegistry()}
 		p := &sandboxtest.Provider{}
 		m := newTestManager(t, p, sandbox.ManagerConfig{Registry: reg, SessionIdleTTL: time.Minute})
 		held := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "held"})

@@ -7,9 +7,9 @@
 // each container until it has been idle for its expiry, reusable by its id, with its files
 // (uploaded, or written by the code) listed and readable; with caps, LRU eviction, leases, a warm
 // pool and off-request-path deletion. The names it gives containers (owner, session key, last
-// use, expiry, tombstones of expired ones) are kept in a [Registry], which replicas could share.
-// Backends are packages of their own: pkg/sandbox/local runs one Python process per container
-// under bubblewrap.
+// use, expiry, tombstones of expired ones) are kept in a Registry (pkg/store), which replicas
+// could share. Backends are packages of their own: pkg/sandbox/local runs one Python process per
+// container under bubblewrap.
 //
 // A run behaves like a notebook cell: the value of a trailing expression is returned as its repr
 // (a trailing semicolon hides it), matplotlib figures left open or shown with plt.show() become PNG
@@ -109,6 +109,20 @@ type Result struct {
 	// visible note ("[output truncated: N more bytes]"); images beyond the limit, and files
 	// beyond the scan limit, are left out.
 	Truncated bool
+	// FilesNote is a note for the model on files the run wrote that Files leaves out or that
+	// got no id: a path the server refused (only a forged report has one), more files than a
+	// run's list holds, a file table at its bound (see ManagerConfig.MaxFileTableBytes). It
+	// is one or more bracketed sentences ("[3 files written are not listed: …]"), meant to be
+	// shown as Truncated's note is; empty when nothing was left out.
+	FilesNote string
+}
+
+// AddFilesNote appends note to r's FilesNote, on a line of its own.
+func (r *Result) AddFilesNote(note string) {
+	if r.FilesNote != "" {
+		r.FilesNote += "\n"
+	}
+	r.FilesNote += note
 }
 
 // Error is an exception raised by the code.

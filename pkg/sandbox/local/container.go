@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -84,17 +83,6 @@ type container struct {
 	cleanupErr  error // set by cleanupOnce
 	wg          sync.WaitGroup
 	closeFiles  sync.Once
-}
-
-type frameMsg struct {
-	v   map[string]any
-	err error
-}
-
-// maxFrame bounds one answer from the driver: the capped value, error value and traceback,
-// images and file list, base64-free. A longer frame means the driver is not ours any more.
-func (l *Local) maxFrame() int {
-	return 5*l.cfg.OutputLimit + 4<<20
 }
 
 // start launches the process and its reader goroutines; it does not wait for the driver. It
@@ -341,7 +329,7 @@ func (c *container) makeDataDir() (string, error) {
 // lives until Delete, not as long as any request: its context is the container's own.
 func (c *container) command(memBytes int64, dir string, runAs int, f *startFiles) (*exec.Cmd, error) {
 	l := c.l
-	cfgHex, err := l.driverConfig(memBytes, dir)
+	cfgHex, err := l.driverArg(memBytes, dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
@@ -491,59 +479,6 @@ func (c *container) waitInitGone(ctx context.Context) error {
 	return reapInit(ctx, fd)
 }
 
-// readFrames delivers the driver's answers until its pipe ends or Delete.
-func (c *container) readFrames() {
-	limit := c.l.maxFrame()
-	for {
-		v, err := readFrame(c.ctlR, limit)
-		select {
-		case c.frames <- frameMsg{v: v, err: err}:
-		case <-c.stop:
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// readFrame reads one length-prefixed marshal frame; a frame longer than limit is an error
-// and is not read.
-func readFrame(r io.Reader, limit int) (map[string]any, error) {
-	var head [4]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return nil, fmt.Errorf("read frame: %w", err)
-	}
-	n := binary.BigEndian.Uint32(head[:])
-	if int64(n) > int64(limit) {
-		return nil, fmt.Errorf("read frame: %d bytes exceeds the %d-byte limit", n, limit)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, fmt.Errorf("read frame: %w", err)
-	}
-	v, err := marshalDecode(body)
-	if err != nil {
-		return nil, fmt.Errorf("read frame: %w", err)
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("read frame: %w: a %T, not a dict", errMarshal, v)
-	}
-	return m, nil
-}
-
-func writeFrame(w io.Writer, v map[string]any) error {
-	body, err := marshalEncode(v)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 4, 4+len(body))
-	binary.BigEndian.PutUint32(buf, uint32(len(body)))
-	_, err = w.Write(append(buf, body...))
-	return err
-}
-
 // waitReady waits for the driver's first answer.
 func (c *container) waitReady(ctx context.Context) error {
 	select {
@@ -551,10 +486,11 @@ func (c *container) waitReady(ctx context.Context) error {
 		if f.err != nil {
 			return fmt.Errorf("driver did not start: %w%s", f.err, c.startOutput())
 		}
-		if op, _ := f.v["op"].(string); op != "ready" {
-			return fmt.Errorf("driver sent %q before ready", op)
+		ready, ok := f.a.(readyAnswer)
+		if !ok {
+			return errors.New("driver sent a result before ready")
 		}
-		c.log.Debug("container ready", zap.Any("preloaded", f.v["preloaded"]))
+		c.log.Debug("container ready", zap.Any("preloaded", ready.preloaded))
 		if c.initPID > 0 && !c.l.cfg.KeepBackgroundProcesses {
 			procs, err := findProcs(c.initPID, c.driverPID)
 			if err != nil {
@@ -612,321 +548,6 @@ func (c *container) Alive() bool {
 	default:
 		return true
 	}
-}
-
-// Run runs code as the container's next cell. When ctx is done the run is interrupted
-// (KeyboardInterrupt); if it has not stopped InterruptGrace later, the container is killed.
-// A run stopped at ctx's deadline fails with [sandbox.ErrTimeout], also matching
-// [sandbox.ErrLost] if the container was killed; a run stopped by cancellation fails with ctx's
-// error (and ErrLost if killed). A container that died fails the run with ErrLost; a deleted one
-// with [sandbox.ErrClosed]. The Result holds what the run showed, also when it failed.
-func (c *container) Run(ctx context.Context, code string) (sandbox.Result, error) {
-	c.runMu.Lock()
-	defer c.runMu.Unlock()
-	if err := c.runnable(ctx); err != nil {
-		return sandbox.Result{}, err
-	}
-	r := c.beginCell()
-	if err := c.sendCell(ctx, r, code); err != nil {
-		c.kill()
-		res := c.partial(r)
-		if ctx.Err() != nil {
-			return res, c.stopErr(ctx, true)
-		}
-		return res, fmt.Errorf("%w: send code: %w", sandbox.ErrLost, err)
-	}
-	return c.await(ctx, r)
-}
-
-// cell is one run in progress: its sequence number, and the end marker of its output with the
-// channels closed when each stream has shown it.
-type cell struct {
-	seq              uint64
-	marker           []byte
-	outDone, errDone <-chan struct{}
-}
-
-// runnable returns why no run may start now (the container is deleted or dead, or ctx is
-// already done), or nil. The caller holds runMu.
-func (c *container) runnable(ctx context.Context) error {
-	if c.isDeleted() {
-		return sandbox.ErrClosed
-	}
-	select {
-	case <-c.exited:
-		return fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
-	default:
-	}
-	if ctx.Err() != nil {
-		// Nothing was sent: the container is untouched.
-		return c.stopErr(ctx, false)
-	}
-	return nil
-}
-
-// beginCell numbers the next run and starts capturing its output up to a fresh end marker.
-// The caller holds runMu.
-func (c *container) beginCell() cell {
-	c.seq++
-	marker := []byte("\x1e[codeinterp end " + randomHex(16) + "]\x1e")
-	return cell{seq: c.seq, marker: marker, outDone: c.stdout.begin(marker), errDone: c.stderr.begin(marker)}
-}
-
-// sendCell sends run r of code to the driver. The caller holds runMu.
-func (c *container) sendCell(ctx context.Context, r cell, code string) error {
-	req := map[string]any{"op": "run", "seq": int64(r.seq), "code": code, "marker": r.marker}
-	if c.killedSince {
-		req["reap"] = true // the driver reaps its children killed after the last run
-		c.killedSince = false
-	}
-	return c.send(ctx, req)
-}
-
-// await waits for the end of run r: the driver's answer, or the container's death or
-// deletion. When ctx is done it interrupts the run, and kills the container if the run has not
-// stopped InterruptGrace later.
-func (c *container) await(ctx context.Context, r cell) (sandbox.Result, error) {
-	interrupted := false
-	var grace <-chan time.Time
-	for {
-		var done <-chan struct{}
-		if !interrupted {
-			done = ctx.Done()
-		}
-		select {
-		case f := <-c.frames:
-			return c.collect(ctx, r, f, interrupted)
-		case <-done:
-			interrupted = true
-			c.interrupt(r.seq)
-			t := time.NewTimer(c.l.cfg.InterruptGrace)
-			defer t.Stop()
-			grace = t.C
-		case <-grace:
-			c.log.Info("run did not stop when interrupted: killing the container")
-			c.kill()
-			return c.partial(r), c.stopErr(ctx, true)
-		case <-c.exited:
-			res := c.partial(r)
-			if c.isDeleted() {
-				return res, sandbox.ErrClosed
-			}
-			if interrupted {
-				return res, c.stopErr(ctx, true)
-			}
-			return res, fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
-		case <-c.deleted:
-			return c.partial(r), sandbox.ErrClosed
-		}
-	}
-}
-
-// interrupt asks the driver to interrupt run seq (a KeyboardInterrupt in the code). A driver
-// that does not read it is left to the grace that follows.
-func (c *container) interrupt(seq uint64) {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], seq)
-	_ = c.intrW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = c.intrW.Write(b[:])
-}
-
-// collect makes run r's result of the frame the driver sent, and stops what the run left
-// running in the background; interrupted reports whether ctx had ended the run.
-func (c *container) collect(ctx context.Context, r cell, f frameMsg, interrupted bool) (sandbox.Result, error) {
-	if f.err == nil {
-		f.err = checkAnswer(f.v, r.seq)
-	}
-	if f.err != nil {
-		// The driver broke the protocol, or code running in its process wrote to its pipe:
-		// nothing it sends can be trusted any more.
-		c.kill()
-		res := c.partial(r)
-		if c.isDeleted() {
-			return res, sandbox.ErrClosed
-		}
-		if interrupted {
-			return res, c.stopErr(ctx, true)
-		}
-		return res, fmt.Errorf("%w: %w", sandbox.ErrLost, f.err)
-	}
-	res := c.result(f.v, r)
-	c.stopBackground()
-	if interrupted {
-		return res, c.stopErr(ctx, false)
-	}
-	return res, nil
-}
-
-// stopBackground kills what the run left running besides the interpreter (see nsProcs). The
-// caller holds runMu.
-func (c *container) stopBackground() {
-	if c.procs.init == 0 || c.isDeleted() {
-		return // a Delete meanwhile ends every process anyway
-	}
-	if c.cg != nil && c.onlyDriverLeft() {
-		return
-	}
-	n, err := c.procs.killBackground()
-	if n > 0 {
-		c.killedSince = true
-	}
-	if err != nil {
-		c.log.Warn("stop background processes", zap.Error(err))
-	}
-	if n > 0 {
-		c.log.Debug("stopped background processes", zap.Int("processes", n))
-	}
-}
-
-// onlyDriverLeft reports, from the container's cgroup (one read: a zombie is not listed),
-// whether nothing runs in it but bubblewrap's monitor and init and the driver, as after most
-// runs.
-func (c *container) onlyDriverLeft() bool {
-	if len(c.cg.dirs) == 0 {
-		return false
-	}
-	pids := cgroupPids(c.cg.dirs[0])
-	if len(pids) == 0 {
-		return false // unreadable: walk the processes
-	}
-	monitor := 0 // bubblewrap's monitor; forked containers have none
-	if c.cmd != nil {
-		monitor = c.cmd.Process.Pid
-	}
-	for _, pid := range pids {
-		if pid != monitor && pid != c.procs.init && pid != c.procs.driver {
-			return false
-		}
-	}
-	return true
-}
-
-// send writes a request to the driver. The request is written whole even when ctx ends
-// meanwhile (the run is then interrupted, which the driver honours as the run starts), but a
-// driver that does not read it is given up InterruptGrace after ctx ends.
-func (c *container) send(ctx context.Context, req map[string]any) error {
-	_ = c.ctlW.SetWriteDeadline(time.Time{})
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = c.ctlW.SetWriteDeadline(time.Now().Add(c.l.cfg.InterruptGrace))
-		close(fired)
-	})
-	err := writeFrame(c.ctlW, req)
-	if !stop() {
-		<-fired
-	}
-	return err
-}
-
-// checkAnswer checks that a frame the driver sent during run seq is that run's result. Each
-// run takes its own answer, so any other frame, of an earlier run or a later one, was forged.
-func checkAnswer(v map[string]any, seq uint64) error {
-	op, _ := v["op"].(string)
-	got, ok := v["seq"].(int64)
-	if op == "result" && ok && got == int64(seq) {
-		return nil
-	}
-	if len(op) > 32 {
-		op = op[:32]
-	}
-	if !ok {
-		return fmt.Errorf("protocol violation: the answer to run %d is a %q frame with a seq of type %T", seq, op, v["seq"])
-	}
-	return fmt.Errorf("protocol violation: the answer to run %d is a %q frame of run %d", seq, op, got)
-}
-
-// stopErr is the error of a run stopped because ctx is done; killed reports whether the
-// container was killed for it.
-func (c *container) stopErr(ctx context.Context, killed bool) error {
-	var err error = sandbox.ErrTimeout
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		err = ctx.Err()
-	}
-	if killed {
-		return fmt.Errorf("%w: %w", err, sandbox.ErrLost)
-	}
-	return err
-}
-
-// partial collects what the streams delivered of run r, cut short.
-func (c *container) partial(r cell) sandbox.Result {
-	// A dead container's pipes end soon; a live one's output so far is all there is.
-	waitMarkers(markerGrace/4, nil, r.outDone, r.errDone)
-	var res sandbox.Result
-	var t1, t2 bool
-	res.Stdout, t1 = c.stdout.end()
-	res.Stderr, t2 = c.stderr.end()
-	res.Truncated = t1 || t2
-	return res
-}
-
-// waitMarkers waits until both streams have shown the run's end marker or ended, until exited
-// is closed (when not nil), or for d in all.
-func waitMarkers(d time.Duration, exited <-chan struct{}, outDone, errDone <-chan struct{}) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for _, ch := range []<-chan struct{}{outDone, errDone} {
-		select {
-		case <-ch:
-		case <-exited:
-		case <-t.C:
-			return
-		}
-	}
-}
-
-// result builds run r's Result from the driver's answer v and the streams.
-func (c *container) result(v map[string]any, r cell) sandbox.Result {
-	waitMarkers(markerGrace, c.exited, r.outDone, r.errDone)
-	var res sandbox.Result
-	var t1, t2 bool
-	res.Stdout, t1 = c.stdout.end()
-	res.Stderr, t2 = c.stderr.end()
-	limit := c.l.cfg.OutputLimit
-	var t3 bool
-	if s, ok := v["value"].(string); ok {
-		res.Value, t3 = cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
-	}
-	if e, ok := v["error"].(map[string]any); ok {
-		str := func(k string) string {
-			s, _ := e[k].(string)
-			out, _ := cutText([]byte(s), 0, limit+len(truncationNote(1<<62)))
-			return out
-		}
-		res.Error = &sandbox.Error{Name: str("name"), Value: str("value"), Traceback: str("traceback")}
-	}
-	imgBytes := 0
-	if imgs, ok := v["images"].([]any); ok {
-		for _, im := range imgs {
-			b, ok := im.([]byte)
-			if !ok || len(b) == 0 {
-				continue
-			}
-			if imgBytes+len(b) > limit {
-				t3 = true
-				continue
-			}
-			imgBytes += len(b)
-			res.Images = append(res.Images, sandbox.Image{PNG: b})
-		}
-	}
-	if files, ok := v["files"].([]any); ok {
-		for _, f := range files {
-			pair, ok := f.([]any)
-			if !ok || len(pair) != 2 {
-				continue
-			}
-			p, _ := pair[0].(string)
-			n, _ := pair[1].(int64)
-			if p == "" || isUploadTemp(p) {
-				continue
-			}
-			res.Files = append(res.Files, sandbox.File{Path: mapPath(p, c.hostDir), Size: n})
-		}
-	}
-	tr, _ := v["truncated"].(bool)
-	res.Truncated = t1 || t2 || t3 || tr
-	return res
 }
 
 // Delete kills the container and waits for its process and goroutines (bounded by ctx). It is

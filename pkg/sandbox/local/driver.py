@@ -107,7 +107,7 @@ def _send_result(res):
         # Something marshal refuses (the code can reach the driver's state), or no memory left
         # to encode the result: the run fails, the container lives on.
         frame = _frame(_error_result(res.get('seq', 0), type(e).__name__,
-                                     'the result could not be returned: %s' % _cap(str(e))))
+                                     'the result could not be returned: %s' % str(e)))
     _write_all(R_OUT, frame)
 
 
@@ -358,16 +358,17 @@ def _exec_cell(code, fname, res):
 
 
 def _cap(text):
+    # [text, omitted]: the text cut at the output limit, and how many bytes were cut off. The
+    # server makes the cut visible (run.go's result: the one cut of a run's texts), so that
+    # what the answer holds stays bounded but a note is written in one place.
     # repr() and str() may return a str subclass (numpy.str_ is one), which marshal refuses.
     if type(text) is not str:
         text = str.__str__(text)
     data = text.encode('utf-8', 'surrogatepass')
     if len(data) <= S.limit:
-        return text
+        return [text, 0]
     S.truncated = True
-    omitted = len(data) - S.limit
-    return (data[:S.limit].decode('utf-8', 'ignore') +
-            '\n[output truncated: %d more bytes]' % omitted)
+    return [data[:S.limit].decode('utf-8', 'ignore'), len(data) - S.limit]
 
 
 def _format_error(e):
@@ -395,7 +396,7 @@ def _forked_child_exit(e):
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     elif e is not None:
         try:
-            sys.stderr.write(_format_error(e)['traceback'])
+            sys.stderr.write(_format_error(e)['traceback'][0])  # [text, omitted]: stderr is cut as it is captured
         except BaseException:
             pass
         code = 1
@@ -440,7 +441,16 @@ def _scan_files():
                     changed.append((entry.path, st.st_size))
     S.files = new
     changed.sort()
-    return [[p, n] for p, n in changed]
+    # The list is bounded in bytes too (the server refuses a longer answer): the files beyond
+    # it are counted, not listed.
+    listed, size = [], 0
+    for p, n in changed:
+        size += len(p.encode('utf-8', 'surrogateescape'))
+        if size > S.max_file_bytes:
+            break
+        listed.append([p, n])
+    S.files_omitted = len(changed) - len(listed)
+    return listed
 
 
 def _reap_killed():
@@ -498,6 +508,7 @@ def _run(req):
             res['error'] = {'name': 'KeyboardInterrupt', 'value': '', 'traceback': 'KeyboardInterrupt\n'}
     _finish_streams(marker)
     res['files'] = _scan_files()
+    res['files_omitted'] = S.files_omitted
     res['images'] = S.images
     res['truncated'] = S.truncated
     return res
@@ -619,6 +630,8 @@ def _main(cfg=None):
     S.data_dir = cfg['data_dir']
     S.limit = cfg['output_limit']
     S.max_files = cfg['max_files']
+    S.max_file_bytes = cfg['max_file_bytes']
+    S.files_omitted = 0
     S.max_images = cfg['max_images']
     S.saved_out = os.dup(1)
     S.saved_err = os.dup(2)

@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -210,18 +209,18 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 			f.Close()
 		}
 	}()
-	var seccompHex string
-	if l.seccomp != nil {
-		seccompHex = hex.EncodeToString(l.seccomp)
+	driver, err := hex.DecodeString(l.driverCode)
+	if err != nil {
+		return nil, fmt.Errorf("start the template: %w", err)
 	}
-	preload := "0"
-	if l.cfg.Preload {
-		preload = "1"
+	cfg, err := marshalEncode(templateConfig{
+		driver: driver, seccomp: l.seccomp, preload: l.cfg.Preload, layout: l.layout(), makerWait: templateInitWait.Seconds(),
+	}.encode())
+	if err != nil {
+		return nil, fmt.Errorf("start the template: %w", err)
 	}
 	args := slices.Concat(l.templateArgs(), []string{"--", l.python, "-E", "-s", "-c", templateBootstrap,
-		hex.EncodeToString([]byte(templateSource)), l.driverCode, seccompHex, preload,
-		strconv.FormatInt(l.cfg.TmpBytes, 10), strconv.FormatInt(l.cfg.DataBytes, 10),
-		strconv.FormatFloat(templateInitWait.Seconds(), 'f', -1, 64)})
+		hex.EncodeToString([]byte(templateSource)), hex.EncodeToString(cfg)})
 	cmd := exec.Command(l.bwrap, args...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
@@ -258,8 +257,8 @@ func (t *forkTemplate) launch() (_ *templateGen, err error) {
 		return nil, fmt.Errorf("start the template: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	defer closeAll(rights)
-	if op, _ := msg["op"].(string); op != "ready" {
-		return nil, fmt.Errorf("start the template: it sent %q before ready", op)
+	if msg.op != templateReady {
+		return nil, fmt.Errorf("start the template: it sent %q before ready", msg.op)
 	}
 	gen.ready = true
 	if len(rights) == 1 {
@@ -315,7 +314,7 @@ func (w *limitedBuffer) Write(p []byte) (int, error) {
 
 // recv reads one message from the template (with the descriptors it carries), waiting at most
 // d, or until exited is closed.
-func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]any, []int, error) {
+func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (templateAnswer, []int, error) {
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(8*4))
@@ -323,16 +322,16 @@ func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]
 		fds := []unix.PollFd{{Fd: int32(g.sock), Events: unix.POLLIN}}
 		n, err := unix.Poll(fds, int(min(50*time.Millisecond, max(0, time.Until(deadline)))/time.Millisecond))
 		if err != nil && !errors.Is(err, unix.EINTR) {
-			return nil, nil, fmt.Errorf("poll the template: %w", err)
+			return templateAnswer{}, nil, fmt.Errorf("poll the template: %w", err)
 		}
 		if n == 0 {
 			select {
 			case <-exited:
-				return nil, nil, errors.New("the template exited")
+				return templateAnswer{}, nil, errors.New("the template exited")
 			default:
 			}
 			if time.Now().After(deadline) {
-				return nil, nil, errors.New("the template did not answer in time")
+				return templateAnswer{}, nil, errors.New("the template did not answer in time")
 			}
 			continue
 		}
@@ -341,10 +340,10 @@ func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("read from the template: %w", err)
+			return templateAnswer{}, nil, fmt.Errorf("read from the template: %w", err)
 		}
 		if m == 0 && oobn == 0 {
-			return nil, nil, errors.New("the template closed its socket")
+			return templateAnswer{}, nil, errors.New("the template closed its socket")
 		}
 		var rights []int
 		if oobn > 0 {
@@ -361,9 +360,9 @@ func (g *templateGen) recv(d time.Duration, exited <-chan struct{}) (map[string]
 		msg, ok := v.(map[string]any)
 		if err != nil || !ok {
 			closeAll(rights)
-			return nil, nil, fmt.Errorf("read from the template: a bad message: %v", err)
+			return templateAnswer{}, nil, fmt.Errorf("read from the template: a bad message: %v", err)
 		}
-		return msg, rights, nil
+		return decodeTemplateAnswer(msg), rights, nil
 	}
 }
 
@@ -380,7 +379,7 @@ type forkedPids struct{ init, driver int }
 // ends of its pipes and its cgroup.procs files). It returns pidfds of the container's init and
 // driver. An error matching errTemplateUnavailable means the template is not there: the caller
 // starts the container the exec way. No pidfd is returned with an error.
-func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (forkedPids, error) {
+func (t *forkTemplate) fork(req forkRequest, hostUID int, files []*os.File) (forkedPids, error) {
 	none := forkedPids{-1, -1}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -415,9 +414,8 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 	}
 	t.nextID++
 	id := t.nextID
-	req["id"] = id
-	req["uid"] = int64(hostUID)
-	body, err := marshalEncode(req)
+	req.id, req.uid = id, int64(hostUID)
+	body, err := marshalEncode(req.encode())
 	if err != nil {
 		return none, fmt.Errorf("encode fork request: %w", err)
 	}
@@ -445,7 +443,7 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			t.relaunchLocked()
 			return none, fmt.Errorf("%w: %w: %w", errTemplateUnavailable, errForkLost, err)
 		}
-		if msg["op"] == "ready" {
+		if msg.op == templateReady {
 			// The template died: the one the keeper forked since reads the request if the dead
 			// one had not, and answers once it has an init.
 			t.noteLocked(gen, msg, rights)
@@ -453,17 +451,17 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			wait = templateInitWait + 2*time.Second
 			continue
 		}
-		if got, _ := msg["id"].(int64); got != id {
+		if msg.id != id {
 			discardAnswer(msg, rights) // to a request given up on
 			continue
 		}
-		switch msg["op"] {
-		case "error":
+		switch msg.op {
+		case templateError:
 			// The template could not fork (it runs a thread, a system call failed): the
 			// container starts the exec way.
 			closeAll(rights)
-			return none, fmt.Errorf("%w: fork: %v", errTemplateUnavailable, msg["error"])
-		case "forked":
+			return none, fmt.Errorf("%w: fork: %s", errTemplateUnavailable, msg.err)
+		case templateForked:
 			if len(rights) != 2 {
 				// Truncated (this process out of descriptors?): a container may run.
 				discardAnswer(msg, rights)
@@ -477,15 +475,15 @@ func (t *forkTemplate) fork(req map[string]any, hostUID int, files []*os.File) (
 			return forkedPids{init: rights[0], driver: rights[1]}, nil
 		default:
 			discardAnswer(msg, rights)
-			return none, fmt.Errorf("fork: %w: an answer %q", errForkLost, msg["op"])
+			return none, fmt.Errorf("fork: %w: an answer %q", errForkLost, msg.op)
 		}
 	}
 }
 
 // noteLocked takes in a message of gen's template outside a fork's answer: a template ready
 // (again), with a pidfd of itself, or a stale answer. t.mu is held.
-func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights []int) {
-	if msg["op"] != "ready" {
+func (t *forkTemplate) noteLocked(gen *templateGen, msg templateAnswer, rights []int) {
+	if msg.op != templateReady {
 		discardAnswer(msg, rights)
 		return
 	}
@@ -502,8 +500,8 @@ func (t *forkTemplate) noteLocked(gen *templateGen, msg map[string]any, rights [
 
 // discardAnswer closes the descriptors of an answer to a fork request given up on; a container
 // forked for it is killed (through its init, which takes its PID namespace with it).
-func discardAnswer(msg map[string]any, rights []int) {
-	if msg["op"] == "forked" && len(rights) > 0 {
+func discardAnswer(msg templateAnswer, rights []int) {
+	if msg.op == templateForked && len(rights) > 0 {
 		_ = unix.PidfdSendSignal(rights[0], unix.SIGKILL, nil, 0)
 	}
 	closeAll(rights)
@@ -631,177 +629,4 @@ func pidOfPidfd(fd int) (int, error) {
 		}
 	}
 	return 0, errors.New("pidfd info: no pid")
-}
-
-// startForked starts a container forked from the template, with its reader goroutines; it does
-// not wait for the driver. The caller counts the start (l.starts). An error matching
-// errTemplateUnavailable means no process was started.
-func (l *Local) startForked(memBytes int64) (_ *container, err error) {
-	c := l.newContainer()
-	c.cancel = func() {}
-	var child []*os.File // the container's ends, and the cgroup.procs files it moves itself with
-	started := false
-	var hurried chan struct{}
-	defer func() {
-		for _, f := range child {
-			f.Close()
-		}
-		if hurried != nil {
-			<-hurried
-		}
-		if err != nil && !started {
-			c.releaseUnstarted()
-		}
-	}()
-	if _, err := c.takeUID(); err != nil {
-		return nil, err
-	}
-	var ctlInR, ctlOutW, intrR, outW, errW, lifeR *os.File
-	for _, p := range []struct{ r, w **os.File }{
-		{&ctlInR, &c.ctlW}, {&c.ctlR, &ctlOutW}, {&intrR, &c.intrW}, {&c.outR, &outW}, {&c.errR, &errW},
-		{&lifeR, &c.lifeW},
-	} {
-		if *p.r, *p.w, err = pipe(); err != nil {
-			return nil, err
-		}
-	}
-	child = []*os.File{outW, errW, ctlInR, ctlOutW, intrR, lifeR}
-	var procs []*os.File // the cgroup.procs files, after child's pipes in the request
-	if l.cgroups != nil {
-		memMax, pidsMax := l.cgroupLimits(memBytes)
-		if c.cg, err = l.cgroups.create(c.name, memMax, pidsMax, l.cfg.CPUQuota); err != nil {
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-		}
-		if procs, err = c.cg.procsFiles(); err != nil {
-			return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-		}
-		child = append(child, procs...)
-		// The driver's move into the cgroup waits for an RCU grace period (see
-		// hurryCgroupMove): it starts now, while the template forks.
-		hurried = make(chan struct{})
-		go func() { // owned: startForked waits for hurried
-			defer close(hurried)
-			hurryCgroupMove(c.cg.dirs[0])
-		}()
-	}
-	req := map[string]any{
-		"op":      "fork",
-		"cgroups": int64(len(procs)),
-		"driver":  l.driverConfigMap(memBytes, dataDir),
-	}
-	pids, err := l.tpl.fork(req, c.uid, child)
-	if errors.Is(err, errForkLost) && c.uid >= 0 {
-		// A container may have been forked as this uid: it ends with its lifeline, closed on
-		// release, but the uid is not given to another container.
-		l.log.Warn("container uid not reused: a fork for it may have happened", zap.Int("uid", c.uid))
-		c.uid = -1
-	}
-	if err != nil {
-		if !errors.Is(err, errTemplateUnavailable) && !errors.Is(err, sandbox.ErrUnavailable) {
-			err = fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-		}
-		return nil, err
-	}
-	for _, f := range child {
-		f.Close()
-	}
-	child = nil
-	c.initMu.Lock()
-	c.initFD = pids.init
-	c.initMu.Unlock()
-	started = true
-	l.track(c)
-	c.initPID, err = pidOfPidfd(pids.init)
-	if err == nil {
-		c.driverPID, err = pidOfPidfd(pids.driver)
-	}
-	c.goTracked(func() { c.awaitForked(pids.driver) })
-	if err != nil {
-		c.kill()
-		_ = c.Delete(context.Background())
-		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
-	}
-	c.goTracked(func() { c.stdout.readFrom(c.outR) })
-	c.goTracked(func() { c.stderr.readFrom(c.errR) })
-	c.goTracked(c.readFrames)
-	return c, nil
-}
-
-// awaitForked ends a forked container with its driver (whose pidfd it takes): once the driver
-// has exited it kills the init, which ends the container's PID namespace, and waits for the
-// init, which exits only once every process of the namespace is gone.
-func (c *container) awaitForked(driverFD int) {
-	waitProcess(driverFD)
-	unix.Close(driverFD)
-	c.kill()
-	c.initMu.Lock()
-	fd := c.initFD // closed by cleanup, which waits for exited
-	c.initMu.Unlock()
-	waitProcess(fd)
-	c.waitErr = errors.New("the container's driver exited")
-	close(c.exited)
-}
-
-// waitProcess waits until the process of pidfd fd has exited, through the runtime's poller
-// where it can.
-func waitProcess(fd int) {
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		_ = waitExited(context.Background(), fd)
-		return
-	}
-	if err := unix.SetNonblock(dup, true); err != nil {
-		unix.Close(dup)
-		_ = waitExited(context.Background(), fd)
-		return
-	}
-	f := os.NewFile(uintptr(dup), "pidfd")
-	waitPidfd(f)
-	f.Close()
-}
-
-// hurryCgroupMove starts the RCU grace period that the next move of a process into a cgroup
-// waits for, and returns once it has passed (a few milliseconds); dir is a container's cgroup
-// directory.
-//
-// The kernel guards moves between cgroups with a per-cpu read-write semaphore that fork and
-// exit take for reading; a writer waits for an RCU grace period first, unless another writer
-// came within the last one. So this process moves itself into the cgroup it is already in,
-// the parent of the Local's own directory above dir (a move that changes nothing, but takes
-// the semaphore): the container's move that follows waits only for what is left of that grace
-// period. Where the server is not in that cgroup (an explicit cgroup v2 parent), nothing is
-// written; errors are ignored: the container's move then waits for the whole grace period.
-func hurryCgroupMove(dir string) {
-	own := filepath.Dir(filepath.Dir(dir))
-	self, mounts, err := readCgroupInfo()
-	if err != nil {
-		return
-	}
-	mine := false
-	for ctrl, mnt := range mounts.v1 {
-		mine = mine || (self[ctrl] != "" && filepath.Join(mnt, self[ctrl]) == own)
-	}
-	if mounts.v2 != "" && self[""] != "" && filepath.Join(mounts.v2, self[""]) == own {
-		mine = true
-	}
-	if mine {
-		_ = os.WriteFile(own+"/cgroup.procs", []byte(strconv.Itoa(os.Getpid())), 0)
-	}
-}
-
-// waitPidfd waits until the process of the non-blocking pidfd f has exited, through the
-// runtime's poller (a pidfd polls readable once its process has exited).
-func waitPidfd(f *os.File) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		_ = waitExited(context.Background(), int(f.Fd()))
-		return
-	}
-	err = rc.Read(func(fd uintptr) bool {
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-		return err == nil && n > 0
-	})
-	if err != nil {
-		_ = waitExited(context.Background(), int(f.Fd()))
-	}
 }

@@ -3,11 +3,12 @@
 #
 # bubblewrap runs it as the server's root, in a PID namespace of its own, with no network and a
 # read-only system (pkg/sandbox/local/template.go starts it); it never runs the caller's code.
-# argv[1] is this program's source, argv[2] the compiled driver (marshalled), argv[3] the seccomp
-# filter of the containers, all in hex, argv[4] "1" to preload the libraries, argv[5] and argv[6]
-# the sizes of a container's /tmp (and /dev/shm) and /mnt/data, argv[7] the seconds a fork waits
-# for an init (less than the server waits for an answer). fd 3 is a SOCK_SEQPACKET socket
-# to the server, which sends marshalled dicts:
+# argv[1] is this program's source, argv[2] its configuration, a marshalled dict (both in hex;
+# layout.go's templateConfig): the compiled driver, the containers' seccomp filter, 'preload',
+# the containers' 'layout' (hostname, uid, data_dir, tmp_bytes, data_bytes: what bubblewrap
+# makes of the same description in an exec start), this machine's 'syscalls' numbers, and
+# 'maker_wait', the seconds a fork waits for an init (less than the server waits for an
+# answer). fd 3 is a SOCK_SEQPACKET socket to the server, which sends marshalled dicts:
 #   {'op': 'fork', 'uid': host uid, 'cgroups': n, 'driver': cfg}
 #       with 6 + n descriptors: stdout, stderr, ctl-in, ctl-out, intr, the lifeline (a pipe whose
 #       other end only the server holds), then the cgroup.procs files of the container's n
@@ -88,8 +89,9 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 4, 24, 38, 36
-SYS_close_range, SYS_capset, SYS_seccomp = {
-    'x86_64': (436, 126, 317), 'aarch64': (436, 91, 277)}[os.uname().machine]
+_CFG = marshal.loads(bytes.fromhex(sys.argv[2]))
+_LAYOUT = _CFG['layout']
+SYS_close_range, SYS_capset, SYS_seccomp = (_CFG['syscalls'][n] for n in ('close_range', 'capset', 'seccomp'))
 
 
 def _check(r, what):
@@ -221,9 +223,10 @@ def _reset_signals():
         _signal.signal(s, _signal.SIG_DFL)
 
 
-_SECCOMP = _seccomp_prog(bytes.fromhex(sys.argv[3])) if sys.argv[3] else None
-_TMP_BYTES, _DATA_BYTES = int(sys.argv[5]), int(sys.argv[6])
-_MAKER_WAIT = float(sys.argv[7])  # seconds a fork waits for an init
+_SECCOMP = _seccomp_prog(_CFG['seccomp']) if _CFG['seccomp'] else None
+_TMP_BYTES, _DATA_BYTES, _DATA_DIR = _LAYOUT['tmp_bytes'], _LAYOUT['data_bytes'], _LAYOUT['data_dir']
+_UID, _HOSTNAME = _LAYOUT['uid'], _LAYOUT['hostname'].encode()
+_MAKER_WAIT = _CFG['maker_wait']  # seconds a fork waits for an init
 _NS = ('mnt', 'net', 'ipc', 'uts')
 _OWN_NS = {n: os.stat('/proc/self/ns/' + n).st_ino for n in _NS}
 _MPL_DIR = os.environ.get('MPLCONFIGDIR', '/tmp/.matplotlib')
@@ -318,7 +321,7 @@ def _init(ready, claim):
         # Owned by root until the driver gives /tmp and /mnt/data to the container's uid.
         _mount('tmpfs', '/tmp', 'tmpfs', fl, 'mode=0755,size=%d' % _TMP_BYTES)
         _mount('tmpfs', '/dev/shm', 'tmpfs', fl, 'mode=1777,size=%d' % _TMP_BYTES)
-        _mount('tmpfs', '/mnt/data', 'tmpfs', fl, 'mode=0755,size=%d' % _DATA_BYTES)
+        _mount('tmpfs', _DATA_DIR, 'tmpfs', fl, 'mode=0755,size=%d' % _DATA_BYTES)
         if mpl:
             # matplotlib's font cache, which the imports wrote to the template's /tmp: each
             # container gets a copy in its own /tmp, as a container started the exec way has.
@@ -327,8 +330,7 @@ def _init(ready, claim):
                 fd = os.open(os.path.join(_MPL_DIR, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
                 os.write(fd, body)
                 os.close(fd)
-        name = b'sandbox'
-        _check(_libc.sethostname(name, len(name)), 'sethostname')
+        _check(_libc.sethostname(_HOSTNAME, len(_HOSTNAME)), 'sethostname')
         _lo_up()
         null = os.open('/dev/null', os.O_RDONLY)
         os.dup2(null, 0)
@@ -378,16 +380,16 @@ def _claimed():
 
 
 def _become(u):
-    # Makes this process host uid u, uid 1000 in a user namespace of its own that allows no
+    # Makes this process host uid u, the layout's uid in a user namespace of its own that allows no
     # further one, without any capability, under the seccomp filter.
     os.setgroups([])
     os.setresgid(u, u, u)
     os.setresuid(u, u, u)  # no capability from here on
     _prctl(PR_SET_DUMPABLE, 1)  # the uid change cleared it: /proc/self is writable again
     _unshare(CLONE_NEWUSER)
-    _write('/proc/self/uid_map', '1000 %d 1\n' % u)
+    _write('/proc/self/uid_map', '%d %d 1\n' % (_UID, u))
     _write('/proc/self/setgroups', 'deny')
-    _write('/proc/self/gid_map', '1000 %d 1\n' % u)
+    _write('/proc/self/gid_map', '%d %d 1\n' % (_UID, u))
     _write('/proc/sys/user/max_user_namespaces', '0')  # no user namespace below this one
     _drop_caps()
     if _SECCOMP:
@@ -474,8 +476,8 @@ _INITS = _Inits()
 
 _DRIVER = {'_FORK_TEMPLATE': True, '__name__': '__codeinterp__', '__builtins__': __builtins__}
 _SERVER = socket.socket(fileno=_SOCK)
-exec(marshal.loads(bytes.fromhex(sys.argv[2])), _DRIVER)
-_DRIVER['_prepare'](sys.argv[4] == '1')
+exec(marshal.loads(_CFG['driver']), _DRIVER)
+_DRIVER['_prepare'](_CFG['preload'])
 del sys.argv[1:]
 _OWN_PIDNS = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
 _prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -509,7 +511,7 @@ def _container(req, fds, init, claimed):
         _place(fds[:5] + [claimed])  # 1 stdout, 2 stderr, 3 ctl-in, 4 ctl-out, 5 intr, 6 claimed
         os.setsid()
         u = req['uid']
-        for d in ('/tmp', '/mnt/data', _MPL_DIR):
+        for d in ('/tmp', _DATA_DIR, _MPL_DIR):
             try:
                 os.chown(d, u, u)
             except FileNotFoundError:

@@ -12,11 +12,13 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
+	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
+	"github.com/codeinterp/codeinterp/pkg/store/storetest"
 )
 
 func TestRegistry(t *testing.T) {
-	sandboxtest.TestRegistry(t, func() sandbox.Registry { return memory.NewRegistry() })
+	storetest.TestRegistry(t, func() store.Registry { return memory.NewRegistry() })
 }
 
 // TestRegistryUnderManager: the Registry holds the names of what the Manager issued, and
@@ -32,10 +34,10 @@ func TestRegistryUnderManager(t *testing.T) {
 		require.NoError(t, err, "acquire a session")
 		e, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: ""})
 		require.NoError(t, err, "acquire an ephemeral container")
-		got, ok, err := reg.Session(ctx, "alice", "s")
+		got, ok, err := reg.Session(ctx, "alice", sandbox.SessionKey("s"))
 		require.NoError(t, err, "Session")
 		assert.True(t, ok, "the session key is registered")
-		assert.Equal(t, sandbox.Registration{ID: s.ContainerID(), Identity: "alice", Session: "s", LastUsed: time.Now(),
+		assert.Equal(t, store.Registration{ID: s.ContainerID(), Identity: "alice", Session: sandbox.SessionKey("s"), LastUsed: time.Now(),
 			CreatedAt: time.Now(), ExpiresAfter: sandbox.DefaultSessionIdleTTL, MemoryLimit: "1g"}, got,
 			"the session's registration")
 		got, ok, err = reg.Lookup(ctx, e.ContainerID())
@@ -54,7 +56,7 @@ func TestRegistryUnderManager(t *testing.T) {
 		require.NoError(t, err, "Lookup")
 		assert.False(t, ok, "a released ephemeral container is forgotten")
 		require.NoError(t, m.Close(ctx), "close manager")
-		_, ok, err = reg.Session(ctx, "alice", "s")
+		_, ok, err = reg.Session(ctx, "alice", sandbox.SessionKey("s"))
 		require.NoError(t, err, "Session")
 		assert.False(t, ok, "Close forgets every container")
 	})

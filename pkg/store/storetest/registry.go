@@ -1,4 +1,6 @@
-package sandboxtest
+// Package storetest checks implementations of package store's interfaces against their
+// contracts, for the tests of each implementation.
+package storetest
 
 import (
 	"context"
@@ -10,25 +12,25 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // TestRegistry checks that the registries newRegistry returns (a new, empty one per call)
-// behave as [sandbox.Registry] says. A package with a Registry calls it from a test of its own.
-func TestRegistry(t *testing.T, newRegistry func() sandbox.Registry) {
+// behave as [store.Registry] says. A package with a Registry calls it from a test of its own.
+func TestRegistry(t *testing.T, newRegistry func() store.Registry) {
 	t.Helper()
 	ctx := context.Background()
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	alice := sandbox.Registration{ID: "cntr_a", Identity: "alice", Session: "s", LastUsed: t0}
-	ephemeral := sandbox.Registration{ID: "cntr_e", Identity: "alice", LastUsed: t0}
+	alice := store.Registration{ID: "cntr_a", Identity: "alice", Session: "s", LastUsed: t0}
+	ephemeral := store.Registration{ID: "cntr_e", Identity: "alice", LastUsed: t0}
 
-	lookup := func(t *testing.T, r sandbox.Registry, id string) (sandbox.Registration, bool) {
+	lookup := func(t *testing.T, r store.Registry, id string) (store.Registration, bool) {
 		t.Helper()
 		got, ok, err := r.Lookup(ctx, id)
 		require.NoError(t, err, "Lookup(%q)", id)
 		return got, ok
 	}
-	session := func(t *testing.T, r sandbox.Registry, identity, name string) (sandbox.Registration, bool) {
+	session := func(t *testing.T, r store.Registry, identity, name string) (store.Registration, bool) {
 		t.Helper()
 		got, ok, err := r.Session(ctx, identity, name)
 		require.NoError(t, err, "Session(%q, %q)", identity, name)
@@ -88,7 +90,7 @@ func TestRegistry(t *testing.T, newRegistry func() sandbox.Registry) {
 
 	t.Run("a session key names its latest container", func(t *testing.T) {
 		r := newRegistry()
-		next := sandbox.Registration{ID: "cntr_b", Identity: "alice", Session: "s", LastUsed: t0}
+		next := store.Registration{ID: "cntr_b", Identity: "alice", Session: "s", LastUsed: t0}
 		require.NoError(t, r.Add(ctx, alice), "Add %+v", alice)
 		require.NoError(t, r.Add(ctx, next), "Add %+v", next)
 		got, _ := session(t, r, "alice", "s")
@@ -104,20 +106,20 @@ func TestRegistry(t *testing.T, newRegistry func() sandbox.Registry) {
 
 	t.Run("list", func(t *testing.T) {
 		r := newRegistry()
-		bob := sandbox.Registration{ID: "cntr_b", Identity: "bob", LastUsed: t0}
-		for _, reg := range []sandbox.Registration{alice, ephemeral, bob} {
+		bob := store.Registration{ID: "cntr_b", Identity: "bob", LastUsed: t0}
+		for _, reg := range []store.Registration{alice, ephemeral, bob} {
 			require.NoError(t, r.Add(ctx, reg), "Add %+v", reg)
 		}
 		got, err := r.List(ctx, "alice")
 		require.NoError(t, err, "List")
-		assert.ElementsMatch(t, []sandbox.Registration{alice, ephemeral}, got, "List of alice")
+		assert.ElementsMatch(t, []store.Registration{alice, ephemeral}, got, "List of alice")
 		got, err = r.List(ctx, "carol")
 		require.NoError(t, err, "List")
 		assert.Empty(t, got, "List of an identity without containers")
 		require.NoError(t, r.Remove(ctx, alice.ID), "Remove")
 		got, err = r.List(ctx, "alice")
 		require.NoError(t, err, "List")
-		assert.Equal(t, []sandbox.Registration{ephemeral}, got, "List after Remove")
+		assert.Equal(t, []store.Registration{ephemeral}, got, "List after Remove")
 	})
 
 	t.Run("expire", func(t *testing.T) {
@@ -133,12 +135,12 @@ func TestRegistry(t *testing.T, newRegistry func() sandbox.Registry) {
 		assert.False(t, ok, "an expired container's session key is freed")
 		list, err := r.List(ctx, "alice")
 		require.NoError(t, err, "List")
-		assert.Equal(t, []sandbox.Registration{want}, list, "List shows the expired container")
+		assert.Equal(t, []store.Registration{want}, list, "List shows the expired container")
 		assert.NoError(t, r.Expire(ctx, "cntr_none"), "Expire of an id never added")
 		_, ok = lookup(t, r, "cntr_none")
 		assert.False(t, ok, "Expire adds nothing")
 
-		next := sandbox.Registration{ID: "cntr_n", Identity: "alice", Session: "s", LastUsed: t0}
+		next := store.Registration{ID: "cntr_n", Identity: "alice", Session: "s", LastUsed: t0}
 		require.NoError(t, r.Add(ctx, next), "Add %+v", next)
 		require.NoError(t, r.Remove(ctx, alice.ID), "Remove the expired one")
 		got, ok = session(t, r, "alice", "s")
@@ -151,7 +153,7 @@ func TestRegistry(t *testing.T, newRegistry func() sandbox.Registry) {
 		var wg sync.WaitGroup
 		for i := range 8 {
 			wg.Go(func() {
-				reg := sandbox.Registration{ID: fmt.Sprintf("cntr_%d", i), Identity: "alice", Session: fmt.Sprint(i)}
+				reg := store.Registration{ID: fmt.Sprintf("cntr_%d", i), Identity: "alice", Session: fmt.Sprint(i)}
 				for range 50 {
 					assert.NoError(t, r.Add(ctx, reg), "Add %+v", reg)
 					_, _, err := r.Session(ctx, "alice", reg.Session)

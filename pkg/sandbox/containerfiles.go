@@ -37,49 +37,6 @@ type FileInfo struct {
 	Source string
 }
 
-// fileEntry is one file of a container's files table.
-type fileEntry struct {
-	info FileInfo
-	// modTime is the file's modification time as the Manager last saw it: for a file it
-	// wrote, the end of the write, which tells it apart from the code's later rewrite.
-	modTime time.Time
-}
-
-// fileTable is a container's files, by path and by id, at most MaxFilesPerContainer. The zero
-// value is empty. Guarded by Manager.mu.
-type fileTable struct {
-	byPath map[string]*fileEntry
-	byID   map[string]*fileEntry
-	// reserved counts the writes in progress of files not in the table yet: each holds a
-	// place, so that concurrent uploads cannot take the table past its bound.
-	reserved int
-}
-
-func (t *fileTable) full() bool { return len(t.byPath)+t.reserved >= MaxFilesPerContainer }
-
-func (t *fileTable) add(fe *fileEntry) {
-	if t.byPath == nil {
-		t.byPath, t.byID = map[string]*fileEntry{}, map[string]*fileEntry{}
-	}
-	t.byPath[fe.info.Path] = fe
-	t.byID[fe.info.ID] = fe
-}
-
-// drop removes fe if the table still holds it.
-func (t *fileTable) drop(fe *fileEntry) {
-	if t.byID[fe.info.ID] == fe {
-		delete(t.byID, fe.info.ID)
-		delete(t.byPath, fe.info.Path)
-	}
-}
-
-// newFileLocked adds a new file at path to e's table, first seen at now.
-func (e *entry) newFileLocked(path, source string, now time.Time) *fileEntry {
-	fe := &fileEntry{info: FileInfo{ID: "cfile_" + randomHex(16), ContainerID: e.id, Path: path, CreatedAt: now, Source: source}}
-	e.files.add(fe)
-	return fe
-}
-
 // PutFile writes r's bytes (at most limit, when limit > 0) to path in container containerID
 // of identity, starting the container if it has not started, and registers the file with
 // source (SourceUser when empty); a file already at path is replaced and keeps its id. The
@@ -146,11 +103,11 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	}
 	m.mu.Lock()
 	reserve := e.files.byPath[p] == nil
-	if reserve && e.files.full() {
-		m.mu.Unlock()
-		return FileInfo{}, fmt.Errorf("%w: the container holds %d files, the most it may", ErrFileTooLarge, MaxFilesPerContainer)
-	}
 	if reserve {
+		if err := m.takePlaceLocked(e, p); err != nil {
+			m.mu.Unlock()
+			return FileInfo{}, m.tableFullErr()
+		}
 		e.files.reserved++
 	}
 	m.mu.Unlock()
@@ -162,6 +119,7 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 		defer m.mu.Unlock()
 		if !e.dead { // a dead entry's table is gone, its reservations with it
 			e.files.reserved--
+			m.refundLocked(e, fileCost(p))
 		}
 	}()
 	c, err := m.startedContainer(ctx, e)
@@ -188,18 +146,28 @@ func (m *Manager) putFile(ctx context.Context, e *entry, p, source string, r io.
 	if e.dead {
 		return FileInfo{}, ErrExpiredContainer // deleted meanwhile, and the file with it
 	}
-	if reserve {
-		e.files.reserved-- // the place is taken now, by the file
-		reserve = false
-	}
 	now := time.Now()
 	fe := e.files.byPath[p]
-	if fe == nil {
+	switch {
+	case fe == nil && reserve:
+		e.files.reserved-- // the place is taken now, by the file
+		reserve = false
+		fe = e.newFileLocked(p, source, now)
+	case fe == nil:
+		// The file at p was dropped from the table while this one was written.
+		if err := m.takePlaceLocked(e, p); err != nil {
+			return FileInfo{}, m.tableFullErr()
+		}
 		fe = e.newFileLocked(p, source, now)
 	}
 	fe.info.Bytes, fe.info.Source, fe.modTime = st.Size, source, st.ModTime
 	m.touchLocked(ctx, e, now)
 	return fe.info, nil
+}
+
+// tableFullErr is the error of an upload that finds no place in the files table.
+func (m *Manager) tableFullErr() error {
+	return fmt.Errorf("%w: the container holds as many files as it may", ErrFileTooLarge)
 }
 
 // sourceReader marks the errors of the reader a file is written from, so that they are told
@@ -331,7 +299,7 @@ func (m *Manager) seen(e *entry, fe *fileEntry, st FileStat, gone bool) FileInfo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if gone {
-		e.files.drop(fe)
+		m.dropFileLocked(e, fe)
 		return FileInfo{}
 	}
 	if e.files.byID[fe.info.ID] == fe {
@@ -509,57 +477,4 @@ func (m *Manager) DeleteFile(ctx context.Context, identity, containerID, fileID 
 	}
 	m.seen(fc.e, fc.fe, FileStat{}, true)
 	return err
-}
-
-// registerRunFiles registers the files a run of e's container c created or changed
-// (res.Files) in e's table, as written by the code, and gives each its id. A file the Manager
-// wrote that the run did not change (the run's scan saw it only because it was new to the
-// container) is left out of res.Files and keeps its source.
-func (m *Manager) registerRunFiles(ctx context.Context, e *entry, c Container, res *Result) {
-	fa, _ := c.(Files)
-	type check struct {
-		fe *fileEntry
-		st FileStat
-		ok bool
-	}
-	checks := map[string]*check{}
-	m.mu.Lock()
-	for _, f := range res.Files {
-		if fe := e.files.byPath[f.Path]; fe != nil && fe.info.Source == SourceUser && fa != nil {
-			checks[f.Path] = &check{fe: fe}
-		}
-	}
-	m.mu.Unlock()
-	for p, ck := range checks {
-		st, err := fa.StatFile(ctx, p)
-		ck.st, ck.ok = st, err == nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e.dead {
-		return
-	}
-	now := time.Now()
-	out := res.Files[:0]
-	for _, f := range res.Files {
-		fe := e.files.byPath[f.Path]
-		ck := checks[f.Path]
-		if ck != nil && ck.fe == fe && ck.ok && ck.st.Size == fe.info.Bytes && ck.st.ModTime.Equal(fe.modTime) {
-			continue // the Manager's own write, unchanged
-		}
-		if fe == nil {
-			if e.files.full() {
-				out = append(out, f) // listed, without an id
-				continue
-			}
-			fe = e.newFileLocked(f.Path, SourceAssistant, now)
-		}
-		fe.info.Bytes = f.Size
-		if ck != nil && ck.fe == fe && ck.ok {
-			fe.modTime = ck.st.ModTime
-		}
-		f.ID = fe.info.ID
-		out = append(out, f)
-	}
-	res.Files = out
 }

@@ -1,0 +1,214 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Lease is one request's use of a container. It is not for concurrent use by several
+// goroutines; different leases (also on one key) may be used concurrently.
+type Lease struct {
+	m        *Manager
+	key      sandboxKey
+	e        *entry // the entry in use; replaced when it dies
+	released bool
+}
+
+// ContainerID returns the id of the lease's current container: "cntr_" and 128 random bits in
+// hex, opaque. It changes when Run had to replace a lost container.
+func (l *Lease) ContainerID() string {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.e.id
+}
+
+// errLeaseReleased is returned by Run on a released lease.
+var errLeaseReleased = errors.New("sandbox lease already released")
+
+// Run runs code in the key's container, one run at a time per container (runs of other leases
+// on the same container queue, bounded by ctx). timeout is the run's wall-clock limit (0 =
+// ManagerConfig.RunTimeout); waiting in the queue and starting the container count against ctx
+// only. If the key's container was lost or evicted since, Run first gets a fresh container for
+// the same key (its state is gone and ContainerID changes). A run that loses its container
+// (ErrLost, alone or with ErrTimeout) evicts it and deletes it, but only if the key still maps
+// to it. Errors: ErrTimeout, ErrLost, ErrUnavailable (no container could be started),
+// ErrClosed, or ctx's error; the Result holds what the run showed, also when it failed.
+func (l *Lease) Run(ctx context.Context, code string, timeout time.Duration) (Result, error) {
+	if l.released {
+		return Result{}, errLeaseReleased
+	}
+	if timeout <= 0 {
+		timeout = l.m.cfg.RunTimeout
+	}
+	for {
+		e, err := l.current()
+		if err != nil {
+			return Result{}, err
+		}
+		select {
+		case <-e.sem:
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("wait for the container: %w", ctx.Err())
+		}
+		c, err := l.m.ensureStarted(ctx, e)
+		if errors.Is(err, errEntryDead) {
+			e.sem <- struct{}{}
+			continue // replaced while we queued: take the key's current container
+		}
+		if err != nil {
+			e.sem <- struct{}{}
+			return Result{}, err
+		}
+		runCtx, cancel := context.WithTimeout(ctx, timeout)
+		res, err := c.Run(runCtx, code)
+		cancel()
+		if len(res.Files) > 0 {
+			l.m.registerRunFiles(context.WithoutCancel(ctx), e, c, &res)
+		}
+		l.m.afterRun(e, c, err)
+		e.sem <- struct{}{}
+		return res, err
+	}
+}
+
+var errEntryDead = errors.New("sandbox entry gone")
+
+// current returns the lease's entry, moving the lease to the key's live entry (or a new one)
+// if its own has died.
+func (l *Lease) current() (*entry, error) {
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if !l.e.dead {
+		return l.e, nil
+	}
+	ctx, now := context.Background(), time.Now()
+	e, err := m.keyEntryLocked(ctx, l.key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if e != nil {
+		m.touchLocked(ctx, e, now)
+	} else if e, err = m.newEntryLocked(ctx, l.key, l.e.spec, l.e.meta, now); err != nil {
+		return nil, err
+	}
+	l.e.leases--
+	e.leases++
+	l.e = e
+	return e, nil
+}
+
+// ensureStarted returns e's container, starting it (from the pool when one fits) on first
+// use. The caller holds e.sem.
+func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if e.dead {
+		m.mu.Unlock()
+		return nil, errEntryDead
+	}
+	if e.c != nil {
+		c := e.c
+		if a, ok := c.(aliveChecker); ok && !a.Alive() {
+			// Died while idle: the run goes to a fresh container for the key.
+			m.log.Info("container died while idle: replacing it", zap.String("container_id", e.id))
+			m.removeLocked(e)
+			m.mu.Unlock()
+			return nil, errEntryDead
+		}
+		m.mu.Unlock()
+		return c, nil
+	}
+	if c := m.takeWarmLocked(e.spec); c != nil {
+		e.c = c
+		m.mu.Unlock()
+		m.metrics.starts.WithLabelValues("warm").Inc()
+		return c, nil
+	}
+	m.active++ // Close waits for a start in progress
+	m.mu.Unlock()
+	defer m.done()
+	// The start is bounded by the request, and stopped by Close.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopOnClose := context.AfterFunc(m.ctx, cancel)
+	defer stopOnClose()
+	c, err := m.p.Create(cctx, e.spec)
+	if err != nil {
+		if m.ctx.Err() != nil && ctx.Err() == nil {
+			return nil, ErrClosed
+		}
+		if !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	m.mu.Lock()
+	if m.closed || e.dead {
+		// Deleted while it started (by Close, or an eviction of the entry).
+		closed := m.closed
+		m.mu.Unlock()
+		m.deleteNow(c)
+		if closed {
+			return nil, ErrClosed
+		}
+		return nil, errEntryDead
+	}
+	e.c = c
+	m.mu.Unlock()
+	m.metrics.starts.WithLabelValues("cold").Inc()
+	return c, nil
+}
+
+// afterRun evicts e when its run lost the container, if the key still maps to e.
+func (m *Manager) afterRun(e *entry, c Container, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.dead {
+		return
+	}
+	m.touchLocked(context.Background(), e, time.Now())
+	if err == nil || !errors.Is(err, ErrLost) || e.c != c {
+		return
+	}
+	m.log.Info("container lost: evicting it", zap.String("container_id", e.id), zap.Error(err))
+	m.metrics.evictions.WithLabelValues("lost").Inc()
+	m.removeLocked(e)
+}
+
+// Release ends the lease. An ephemeral container is deleted in the background once no lease
+// holds it; a lasting container stays, idle from now (its expiry counts from here).
+// Idempotent.
+func (l *Lease) Release() {
+	if l.released {
+		return
+	}
+	l.released = true
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unpinLocked(l.e)
+}
+
+// unpinLocked ends one lease (or Manager call) on e: an ephemeral container no lease holds
+// any more is deleted, a lasting one is idle from now.
+func (m *Manager) unpinLocked(e *entry) {
+	e.leases--
+	switch {
+	case e.dead:
+	case e.key.kind == kindEphemeral && e.leases == 0 && !m.closed:
+		m.removeLocked(e)
+	default:
+		m.touchLocked(context.Background(), e, time.Now())
+	}
+}
