@@ -170,7 +170,6 @@ func (h *Handler) scoped(prefix string, fn func(c call)) http.HandlerFunc {
 		}
 		// Every body is read with the idle deadline: a JSON body that stalls holds the call too.
 		r.Body = newIdleBody(w, r.Body, h.cfg.UploadIdle)
-		defer r.Body.Close()
 		fn(call{w: w, r: r, identity: identity, prefix: prefix})
 	}
 }
@@ -888,12 +887,15 @@ func errorBody(e *schema.RequestError) []byte { return responses.Surface{}.Error
 // idleBody is a request body read with an idle deadline: each Read must bring a byte within
 // idle of the last one. It sets the connection's read deadline through the ResponseController
 // (a stalled read then fails, the upload leaves nothing, and the call ends); where the
-// connection cannot take deadlines it reads without one.
+// connection cannot take deadlines it reads without one. The deadline is cleared once the body
+// has been read whole, so that a call that works on after its body (a copy from the Files API)
+// is not cut; it stays after a failed read, so that the server's own read of what is left of a
+// stalled body fails at once instead of waiting for it.
 type idleBody struct {
 	io.ReadCloser
 	rc   *http.ResponseController
 	idle time.Duration
-	// off reports that deadlines cannot be set on the connection.
+	// off reports that deadlines cannot be set on the connection, or no longer need to be.
 	off bool
 }
 
@@ -911,16 +913,13 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	switch {
+	case err == io.EOF && !b.off:
+		b.off = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.off = true
 		err = fmt.Errorf("no byte of the body for %s: %w", b.idle, err)
 	}
 	return n, err
-}
-
-// Close clears the deadline, so that the connection's next request is not cut by it.
-func (b *idleBody) Close() error {
-	if !b.off {
-		_ = b.rc.SetReadDeadline(time.Time{})
-	}
-	return b.ReadCloser.Close()
 }
