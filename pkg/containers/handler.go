@@ -237,6 +237,11 @@ func (h *Handler) fail(c call, what string, err error) {
 		c.w.Header().Set("Content-Type", "application/json")
 		c.w.WriteHeader(http.StatusBadGateway)
 		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "The file could not be read from the upstream's Files API.", Code: "files_api_failed"}))
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The body stalled past the idle deadline (which also ends the request's context).
+		c.w.Header().Set("Connection", "close")
+		writeError(c.w, &schema.RequestError{Status: http.StatusRequestTimeout,
+			Message: fmt.Sprintf("The request body stalled: no byte arrived for %s.", h.cfg.UploadIdle), Code: "upload_timeout"})
 	case c.r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.
 	case errors.As(err, &se) && se.Upstream:

@@ -152,8 +152,10 @@ func TestStalledUploadEnds(t *testing.T) {
 	require.NoError(t, err, "send the start of an upload")
 	start := time.Now()
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)), "deadline")
-	answer, _ := io.ReadAll(conn) // the server answers and closes the connection, or just closes it
+	answer, _ := io.ReadAll(conn) // the server answers and closes the connection
 	assert.Less(t, time.Since(start), 5*time.Second, "the stalled upload ended by the idle deadline: %q", answer)
+	assert.True(t, strings.HasPrefix(string(answer), "HTTP/1.1 408 "), "a 408: %q", answer)
+	assert.Contains(t, string(answer), `"upload_timeout"`, "the error's code: %q", answer)
 
 	require.Eventually(t, func() bool {
 		f.handler.mu.Lock()
