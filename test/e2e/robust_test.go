@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/url"
@@ -160,9 +162,13 @@ func TestStalledUploadsEnd(t *testing.T) {
 				ended[i] = time.Since(start)
 			})
 		}
+		// The probe goes to another container: one that got a slot before the four all arrived
+		// must not wait behind their writes into theirs.
+		probe, err := c.Containers.New(t.Context(), openai.ContainerNewParams{Name: "probe"})
+		require.NoError(t, err, "create the probe's container")
 		require.Eventually(t, func() bool {
-			_, err := c.Containers.Files.New(t.Context(), made.ID, openai.ContainerFileNewParams{File: openai.File(strings.NewReader("x"), "x.txt", "text/plain")})
-			return err != nil && apiError(t, err, "a fifth upload").StatusCode == http.StatusTooManyRequests
+			status, _ := uploadRaw(t, s, key, probe.ID, "fifth.txt", "x")
+			return status == http.StatusTooManyRequests
 		}, 25*time.Second, 50*time.Millisecond, "the stalled uploads hold the identity's slots")
 		wg.Wait()
 		for i, d := range ended {
@@ -178,5 +184,32 @@ func TestStalledUploadsEnd(t *testing.T) {
 			assert.NotEqual(t, "/mnt/data/stall.bin", f.Path, "nothing of a stalled upload is left")
 		}
 		require.NoError(t, c.Containers.Delete(t.Context(), made.ID), "delete")
+		require.NoError(t, c.Containers.Delete(t.Context(), probe.ID), "delete the probe's container")
 	})
+}
+
+// uploadRaw uploads content as file name of container id through the front, multipart, with
+// no retry, and returns the status and body.
+func uploadRaw(t *testing.T, s *Stack, key, id, name, content string) (int, string) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	part, err := mw.CreateFormFile("file", name)
+	if err != nil {
+		return 0, err.Error()
+	}
+	_, _ = part.Write([]byte(content))
+	_ = mw.Close()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.Front.URL()+"/v1/containers/"+id+"/files", &b)
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := s.transport.RoundTrip(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
 }
