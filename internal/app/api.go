@@ -39,7 +39,10 @@ type apiServer struct {
 // and (unless verify_api_credentials is off) it must be one the upstream takes.
 func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
-	ids := identity.New(secret)
+	// TODO(lead): map identity.credential_headers, the key check's path, method, body, headers
+	// and accept statuses, and upload_idle / max_uploading_bytes_per_identity from the config
+	// once the proto has them (issue 23); their zero values are the defaults used here.
+	ids := identity.New(secret, identity.Config{})
 	maxUpload := int64(cfg.GetMaxUploadBytes())
 	store := containers.Sandboxes(m, maxUpload)
 	var verify func(context.Context, string, files.Credentials) error
@@ -48,8 +51,9 @@ func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *
 		verify = (&containers.Verifier{Base: def.Upstream}).Verify
 	}
 	h := containers.New(store, store, containers.Config{
-		Verify:   verify,
-		Identify: func(r *http.Request) string { return ids.Of(r.Header.Get, def.IdentityHeader) },
+		Verify:            verify,
+		Identify:          func(r *http.Request) (string, error) { return ids.Of(r.Header.Values, def.IdentityHeader) },
+		CredentialHeaders: ids.CredentialHeaders(),
 		// Through the upstream (Envoy), so the Files API calls are routed and logged like every
 		// other model API call.
 		Fetcher:        filesByPrefix(def.Upstream, cfg.GetPathPrefixes()),
@@ -66,8 +70,9 @@ func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *
 			defer a.handlers.Done()
 			h.ServeHTTP(w, r)
 		}),
-		// No ReadTimeout or WriteTimeout: either would cut a long upload or download. Envoy's
-		// route idle_timeout bounds a transfer that stalls.
+		// No ReadTimeout or WriteTimeout: either would cut a long upload or download. The
+		// handler's idle deadline ends a request body that stalls (one byte now and then
+		// restarts Envoy's idle timer, not the handler's), Envoy's route idle_timeout a download.
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(log.Named("containers.http")),

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -28,8 +29,14 @@ import (
 // works.
 type Config struct {
 	// Identify returns the caller's identity ("" for a caller without a credential, who gets a
-	// 401: anonymous callers have no lasting containers).
-	Identify func(*http.Request) string
+	// 401: anonymous callers have no lasting containers), or an error the client reads for a
+	// request whose identity cannot be told (two credentials, a repeated identity header: a 400;
+	// see package identity).
+	Identify func(*http.Request) (string, error)
+	// CredentialHeaders are headers a credential may come in beyond those files.CredentialsOf
+	// keeps (e.g. x-litellm-api-key): the key check and the Files API get them too. Nil means
+	// none.
+	CredentialHeaders []string
 	// Fetcher, if set, returns the upstream's Files API that the files of a call under prefix
 	// ("" or one of PathPrefixes) are copied in from (file_ids, and container files created by
 	// file_id); without one those are a 400.
@@ -49,6 +56,15 @@ type Config struct {
 	// without a bound a tenant trickling uploads could keep containers from expiring and
 	// hold the server's capacity. Zero means 4.
 	MaxUploadsPerIdentity int
+	// MaxUploadingBytesPerIdentity bounds the bytes one identity's uploads in progress have
+	// written together (each upload is also bounded by MaxUploadBytes); past it the upload is a
+	// 413 and leaves nothing. Zero means MaxUploadBytes: at most one largest file's worth
+	// arrives at once per identity.
+	MaxUploadingBytesPerIdentity int64
+	// UploadIdle ends a call whose body sent no byte for that long (an upload that stalls),
+	// which then leaves nothing and frees its container: without it, an upload trickling one
+	// byte now and then would hold the container in use indefinitely. Zero means 30 seconds.
+	UploadIdle time.Duration
 	// Log receives the handler's logs. If nil, nothing is logged.
 	Log *zap.Logger
 }
@@ -67,9 +83,11 @@ type Handler struct {
 	log   *zap.Logger
 	mux   *http.ServeMux
 
-	// mu guards uploads: the uploads in progress per identity.
-	mu      sync.Mutex
-	uploads map[string]int
+	// mu guards uploads and uploading: the uploads in progress per identity, and the bytes
+	// they have written.
+	mu        sync.Mutex
+	uploads   map[string]int
+	uploading map[string]int64
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -85,7 +103,14 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 	if cfg.MaxUploadsPerIdentity <= 0 {
 		cfg.MaxUploadsPerIdentity = 4
 	}
-	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), uploads: map[string]int{}}
+	if cfg.MaxUploadingBytesPerIdentity <= 0 {
+		cfg.MaxUploadingBytesPerIdentity = cfg.MaxUploadBytes
+	}
+	if cfg.UploadIdle <= 0 {
+		cfg.UploadIdle = 30 * time.Second
+	}
+	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(),
+		uploads: map[string]int{}, uploading: map[string]int64{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -127,20 +152,37 @@ type call struct {
 
 func (h *Handler) scoped(prefix string, fn func(c call)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		identity := h.cfg.Identify(r)
+		identity, err := h.cfg.Identify(r)
+		if err != nil {
+			writeError(w, &schema.RequestError{Message: err.Error(), Code: "invalid_credentials"})
+			return
+		}
 		if identity == "" {
 			writeError(w, &schema.RequestError{Status: http.StatusUnauthorized, Code: "missing_api_key",
 				Message: "You didn't provide an API key. Containers are kept per API key: send it in the Authorization header."})
 			return
 		}
 		if h.cfg.Verify != nil {
-			if err := h.cfg.Verify(r.Context(), identity, files.CredentialsOf(r.Header)); err != nil {
+			if err := h.cfg.Verify(r.Context(), identity, h.credentials(r)); err != nil {
 				h.verifyFailed(w, r, err)
 				return
 			}
 		}
+		// Every body is read with the idle deadline: a JSON body that stalls holds the call too.
+		r.Body = newIdleBody(w, r.Body, h.cfg.UploadIdle)
 		fn(call{w: w, r: r, identity: identity, prefix: prefix})
 	}
+}
+
+// credentials returns the credential headers of r that the key check and the Files API get.
+func (h *Handler) credentials(r *http.Request) files.Credentials {
+	creds := files.CredentialsOf(r.Header)
+	for _, k := range h.cfg.CredentialHeaders {
+		if v := r.Header.Get(k); v != "" {
+			creds[http.CanonicalHeaderKey(k)] = v
+		}
+	}
+	return creds
 }
 
 // verifyFailed answers a credential Verify did not take: a 401 when the upstream refused it, a
@@ -195,6 +237,11 @@ func (h *Handler) fail(c call, what string, err error) {
 		c.w.Header().Set("Content-Type", "application/json")
 		c.w.WriteHeader(http.StatusBadGateway)
 		_, _ = c.w.Write(errorBody(&schema.RequestError{Status: http.StatusBadGateway, Message: "The file could not be read from the upstream's Files API.", Code: "files_api_failed"}))
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The body stalled past the idle deadline (which also ends the request's context).
+		c.w.Header().Set("Connection", "close")
+		writeError(c.w, &schema.RequestError{Status: http.StatusRequestTimeout,
+			Message: fmt.Sprintf("The request body stalled: no byte arrived for %s.", h.cfg.UploadIdle), Code: "upload_timeout"})
 	case c.r.Context().Err() != nil:
 		// The client went away; nobody reads an answer.
 	case errors.As(err, &se) && se.Upstream:
@@ -536,7 +583,7 @@ func (h *Handler) createFileMultipart(c call, id string) (File, error) {
 			if err != nil {
 				return File{}, err
 			}
-			return h.files.Put(c.r.Context(), c.identity, id, name, h.source(part, false))
+			return h.put(c, id, name, part, false)
 		case "file_id":
 			v, err := io.ReadAll(io.LimitReader(part, 257))
 			if err != nil {
@@ -572,7 +619,7 @@ func (h *Handler) stat(c call, fileID, param string) error {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return err
 	}
-	name, size, err := h.cfg.Fetcher(c.prefix).Stat(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	name, size, err := h.cfg.Fetcher(c.prefix).Stat(c.r.Context(), h.credentials(c.r), fileID)
 	if err != nil {
 		return h.fetchError(err, fileID, param)
 	}
@@ -608,7 +655,7 @@ func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return File{}, err
 	}
-	name, content, err := h.cfg.Fetcher(c.prefix).Fetch(c.r.Context(), files.CredentialsOf(c.r.Header), fileID)
+	name, content, err := h.cfg.Fetcher(c.prefix).Fetch(c.r.Context(), h.credentials(c.r), fileID)
 	if err != nil {
 		return File{}, h.fetchError(err, fileID, param)
 	}
@@ -616,7 +663,7 @@ func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
 	if name, err = baseName(name); err != nil {
 		return File{}, err
 	}
-	return h.files.Put(c.r.Context(), c.identity, id, name, h.source(content, true))
+	return h.put(c, id, name, content, true)
 }
 
 func (h *Handler) listFiles(c call) {
@@ -679,10 +726,29 @@ func (h *Handler) fileContent(c call) {
 
 // --- Shared ----------------------------------------------------------------------------------
 
-// source is the reader a file's content r is put from: it fails with ErrTooLarge past the
-// upload limit, and marks r's own errors as a SourceError (upstream: r is the Files API's).
-func (h *Handler) source(r io.Reader, upstream bool) io.Reader {
-	return &limitReader{r: &sourceReader{r: r, upstream: upstream}, left: h.cfg.MaxUploadBytes}
+// put writes file name of container id from r (upstream: r is the Files API's content). The
+// reader Put gets fails with ErrTooLarge past the upload limit or past what the caller's
+// uploads in progress may write together, and marks r's own errors as a SourceError. What the
+// upload counted against the caller is given back when Put returns: the file is then the
+// container's, bounded by its space.
+func (h *Handler) put(c call, id, name string, r io.Reader, upstream bool) (File, error) {
+	l := &limitReader{r: &sourceReader{r: r, upstream: upstream}, left: h.cfg.MaxUploadBytes,
+		charge: func(n int64) bool { return h.chargeUpload(c.identity, n) }}
+	defer func() { h.chargeUpload(c.identity, -l.charged) }()
+	return h.files.Put(c.r.Context(), c.identity, id, name, l)
+}
+
+// chargeUpload counts n more bytes (fewer when negative) written by identity's uploads in
+// progress, and reports whether they stay within MaxUploadingBytesPerIdentity.
+func (h *Handler) chargeUpload(identity string, n int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.uploading[identity] += n
+	if h.uploading[identity] <= 0 {
+		delete(h.uploading, identity)
+		return true
+	}
+	return h.uploading[identity] <= h.cfg.MaxUploadingBytesPerIdentity
 }
 
 // sourceReader marks the errors of r, but io.EOF, as a SourceError. A body past its
@@ -704,10 +770,15 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 type limitReader struct {
 	r    io.Reader
 	left int64
+	// charge counts what was read against a bound shared with other readers, and reports
+	// whether it holds; nil means none. charged is what it counted.
+	charge  func(n int64) bool
+	charged int64
+	over    bool
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
-	if l.left < 0 {
+	if l.left < 0 || l.over {
 		return 0, ErrTooLarge
 	}
 	if int64(len(p)) > l.left+1 {
@@ -715,6 +786,13 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	}
 	n, err := l.r.Read(p)
 	l.left -= int64(n)
+	if l.charge != nil && n > 0 {
+		l.charged += int64(n)
+		if !l.charge(int64(n)) {
+			l.over = true
+			return n, ErrTooLarge
+		}
+	}
 	if l.left < 0 {
 		return n, ErrTooLarge
 	}
@@ -810,3 +888,43 @@ func listJSON[T any](data []T, hasMore bool, id func(T) string) listBody[T] {
 // errorBody is an error answer in OpenAI's error shape, which the Containers API shares with
 // the Responses API it belongs to.
 func errorBody(e *schema.RequestError) []byte { return responses.Surface{}.ErrorBody(e) }
+
+// idleBody is a request body read with an idle deadline: each Read must bring a byte within
+// idle of the last one. It sets the connection's read deadline through the ResponseController
+// (a stalled read then fails, the upload leaves nothing, and the call ends); where the
+// connection cannot take deadlines it reads without one. The deadline is cleared once the body
+// has been read whole, so that a call that works on after its body (a copy from the Files API)
+// is not cut; it stays after a failed read, so that the server's own read of what is left of a
+// stalled body fails at once instead of waiting for it.
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+	// off reports that deadlines cannot be set on the connection, or no longer need to be.
+	off bool
+}
+
+func newIdleBody(w http.ResponseWriter, body io.ReadCloser, idle time.Duration) io.ReadCloser {
+	if body == nil || body == http.NoBody {
+		return body
+	}
+	return &idleBody{ReadCloser: body, rc: http.NewResponseController(w), idle: idle}
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if !b.off {
+		if err := b.rc.SetReadDeadline(time.Now().Add(b.idle)); err != nil {
+			b.off = true
+		}
+	}
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF && !b.off:
+		b.off = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.off = true
+		err = fmt.Errorf("no byte of the body for %s: %w", b.idle, err)
+	}
+	return n, err
+}

@@ -235,7 +235,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	st := newMemStore()
 	if cfg.Identify == nil {
-		cfg.Identify = func(r *http.Request) string { return r.Header.Get("Authorization") }
+		cfg.Identify = func(r *http.Request) (string, error) { return r.Header.Get("Authorization"), nil }
 	}
 	cfg.Log = zaptest.NewLogger(t)
 	h := New(st, st, cfg)
@@ -494,7 +494,7 @@ func TestContainersRefuse(t *testing.T) {
 func TestContainerUploadStreams(t *testing.T) {
 	seen := make(chan struct{})
 	st := &streamCheck{memStore: newMemStore(), seen: seen}
-	srv := httptest.NewServer(New(st, st, Config{Identify: func(*http.Request) string { return "me" }}))
+	srv := httptest.NewServer(New(st, st, Config{Identify: func(*http.Request) (string, error) { return "me", nil }}))
 	t.Cleanup(srv.Close)
 	made, err := st.Create(t.Context(), "me", NewContainer{Name: "x"})
 	require.NoError(t, err, "create")

@@ -33,7 +33,7 @@ func managerFixture(t *testing.T, mcfg sandbox.ManagerConfig, cfg Config) (*fixt
 	m := sandbox.NewManager(p, mcfg, zaptest.NewLogger(t))
 	t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close the manager") })
 	if cfg.Identify == nil {
-		cfg.Identify = func(r *http.Request) string { return r.Header.Get("Authorization") }
+		cfg.Identify = func(r *http.Request) (string, error) { return r.Header.Get("Authorization"), nil }
 	}
 	cfg.Log = zaptest.NewLogger(t)
 	st := Sandboxes(m, cfg.MaxUploadBytes)
@@ -185,7 +185,7 @@ func TestSandboxStoreInvalidSpec(t *testing.T) {
 	m := sandbox.NewManager(capped{&sandboxtest.Provider{}}, sandbox.ManagerConfig{}, zaptest.NewLogger(t))
 	t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close the manager") })
 	st := Sandboxes(m, 0)
-	srv := httptest.NewServer(New(st, st, Config{Identify: func(*http.Request) string { return "me" }}))
+	srv := httptest.NewServer(New(st, st, Config{Identify: func(*http.Request) (string, error) { return "me", nil }}))
 	t.Cleanup(srv.Close)
 	f := &fixture{srv: srv}
 	c := f.client("sk-a")

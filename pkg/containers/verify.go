@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,13 +20,30 @@ import (
 var ErrUnauthorized = errors.New("credential refused by the upstream")
 
 // Verifier checks callers' credentials against the upstream, as the upstream would check them
-// on a model call, so that a credential the upstream refuses gets no container: it asks
-// GET {Base}/v1/models with the caller's credential headers alone (following no redirect), and
-// remembers the verdict per identity for a while. Its zero value (with a Base) works; it is
-// safe for concurrent use.
+// on a model call, so that a credential the upstream refuses gets no container: it sends the
+// configured check (by default GET {Base}/v1/models) with the caller's credential headers alone
+// (following no redirect), and remembers the verdict per identity for a while. The check must
+// be one the upstream answers only for a key it takes: where GET /v1/models is public (llama.cpp's
+// llama-server serves it without its --api-key) every made-up key would pass, so Path, Method
+// and AcceptStatuses name another (docs/security.md lists one per upstream). Its zero value
+// (with a Base) works; it is safe for concurrent use.
 type Verifier struct {
 	// Base is the upstream's base URL, e.g. "http://127.0.0.1:10000".
 	Base string
+	// Path is the path (and query) of the check under Base; "" means "/v1/models".
+	Path string
+	// Method is the check's method; "" means GET.
+	Method string
+	// Body is the check's body, sent as application/json when not empty (a POST check whose
+	// body the upstream refuses only after it took the key, e.g. "{}" with AcceptStatuses 400).
+	Body string
+	// Headers are fixed headers the check also sends (e.g. anthropic-version); a credential
+	// header among them is overridden by the caller's.
+	Headers map[string]string
+	// AcceptStatuses are the statuses that mean the upstream took the key; empty means any
+	// 2xx. 401 and 403 always mean it refused the key; any other status is a check that could
+	// not tell (a 502 to the caller, not remembered).
+	AcceptStatuses []int
 	// Client sends the calls. If nil, a client that follows no redirect.
 	Client files.Doer
 	// Accepted and Refused are how long a verdict is remembered; zero means 5 minutes and 30
@@ -169,18 +187,28 @@ func (v *Verifier) remember(identity string, ok bool, now time.Time) {
 	}
 }
 
-// ask sends GET {Base}/v1/models with credentials and reports whether the upstream took them.
+// ask sends the check with credentials and reports whether the upstream took them.
 func (v *Verifier) ask(ctx context.Context, credentials files.Credentials) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(v.Timeout, 10*time.Second))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(v.Base, "/")+"/v1/models", nil)
+	var body io.Reader
+	if v.Body != "" {
+		body = strings.NewReader(v.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cmp.Or(v.Method, http.MethodGet), strings.TrimSuffix(v.Base, "/")+checkPath(v.Path), body)
 	if err != nil {
 		return false, fmt.Errorf("verify credentials: %w", err)
+	}
+	for k, val := range v.Headers {
+		req.Header.Set(k, val)
 	}
 	for k, val := range credentials {
 		req.Header.Set(k, val)
 	}
 	req.Header.Set("Accept", "application/json")
+	if v.Body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	client := v.Client
 	if client == nil {
 		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -194,11 +222,23 @@ func (v *Verifier) ask(ctx context.Context, credentials files.Credentials) (bool
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return true, nil
 	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
 		return false, nil
+	case len(v.AcceptStatuses) == 0 && resp.StatusCode >= 200 && resp.StatusCode < 300,
+		slices.Contains(v.AcceptStatuses, resp.StatusCode):
+		return true, nil
 	default:
 		return false, fmt.Errorf("verify credentials: status %d", resp.StatusCode)
 	}
+}
+
+// checkPath returns the check's path: p with a leading slash, "/v1/models" when empty.
+func checkPath(p string) string {
+	switch {
+	case p == "":
+		return "/v1/models"
+	case !strings.HasPrefix(p, "/"):
+		return "/" + p
+	}
+	return p
 }

@@ -135,7 +135,7 @@ func TestAutoContainerFromContext(t *testing.T) {
 	var ts *testServer
 	containers := fakeContainers{}
 	ts = newTestServerWith(t, func(o *Options) { o.Pending = pending }, nil, fl, containers)
-	identity := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
+	identity, _ := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
 	containers["cntr_old"] = identity
 	containers["cntr_live"] = identity
 	containers["cntr_replayed"] = identity

@@ -290,7 +290,7 @@ func TestForgedFollowUpIsProcessed(t *testing.T) {
 
 func TestSignedFollowUpPassesThrough(t *testing.T) {
 	ts := newTestServer(t, nil, nil, nil)
-	identity := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
+	identity, _ := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
 	sig := ts.srv.signer.signFollowUp("/v1/responses", identity, time.Now().Add(time.Minute))
 	resp := ts.open(t).send(postHeaders("/v1/responses?x=1", "x-codeinterp-followup", sig))
 	assert.True(t, protoEqual(passThroughMode, resp.GetModeOverride()), "a signed follow-up passes through")
@@ -418,7 +418,7 @@ func TestUnknownContainerIs404(t *testing.T) {
 func TestExpiredContainerIs400(t *testing.T) {
 	containers := fakeContainers{}
 	ts := newTestServer(t, nil, nil, containers)
-	identity := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
+	identity, _ := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
 	containers["cntr_gone"] = "expired:" + identity
 	containers["cntr_theirs"] = "expired:someone-else"
 	tests := []struct {
@@ -563,19 +563,21 @@ func TestIdentity(t *testing.T) {
 	}{
 		{"same bearer", []string{"authorization", "Bearer a"}, []string{"authorization", "Bearer a"}, "", true},
 		{"other bearer", []string{"authorization", "Bearer a"}, []string{"authorization", "Bearer b"}, "", false},
-		{"x-api-key vs bearer of the same value", []string{"x-api-key", "a"}, []string{"authorization", "a"}, "", false},
+		{"one key in x-api-key or authorization is one identity (issue 23)", []string{"x-api-key", "a"}, []string{"authorization", "Bearer a"}, "", true},
 		{"identity header wins over credential", []string{"x-tenant", "t1", "authorization", "Bearer a"}, []string{"x-tenant", "t1", "authorization", "Bearer b"}, "x-tenant", true},
 		{"identity header differs", []string{"x-tenant", "t1"}, []string{"x-tenant", "t2"}, "x-tenant", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := s.identity(newHeaderMap(headerMapOf(tt.a...)), tt.identityHeader)
-			b := s.identity(newHeaderMap(headerMapOf(tt.b...)), tt.identityHeader)
+			a, _ := s.identity(newHeaderMap(headerMapOf(tt.a...)), tt.identityHeader)
+			b, _ := s.identity(newHeaderMap(headerMapOf(tt.b...)), tt.identityHeader)
 			require.NotEmpty(t, a)
 			assert.Equal(t, tt.same, a == b, "identities of %v and %v", tt.a, tt.b)
 		})
 	}
-	assert.Empty(t, s.identity(newHeaderMap(headerMapOf("content-type", "x")), ""), "no credential, no identity")
+	none, err := s.identity(newHeaderMap(headerMapOf("content-type", "x")), "")
+	assert.NoError(t, err, "no credential")
+	assert.Empty(t, none, "no credential, no identity")
 }
 
 func protoEqual(a, b proto.Message) bool { return proto.Equal(a, b) }

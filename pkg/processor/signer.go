@@ -26,7 +26,7 @@ type signer struct {
 func newSigner(secret []byte) signer {
 	return signer{
 		followUpKey: derive(secret, "codeinterp follow-up v1"),
-		identities:  identity.New(secret),
+		identities:  identity.New(secret, identity.Config{}),
 	}
 }
 
@@ -38,9 +38,18 @@ func derive(secret []byte, label string) []byte {
 
 // identity returns the keyed hash that scopes the caller's sandboxes (see [identity.Hasher.Of]):
 // of the identity header when one is configured (set by an authentication filter in front), else
-// of the credential. It returns "" when the request carries neither.
-func (s signer) identity(h headerMap, identityHeader string) string {
-	return s.identities.Of(h.get, identityHeader)
+// of the one credential. It returns "" when the request carries neither, and an error the client
+// reads when it carries two credentials or the identity header twice.
+func (s signer) identity(h headerMap, identityHeader string) (string, error) {
+	return s.identities.Of(func(name string) []string {
+		var vs []string
+		for _, hv := range h {
+			if hv.GetKey() == name {
+				vs = append(vs, value(hv))
+			}
+		}
+		return vs
+	}, identityHeader)
 }
 
 func (s signer) mac(path, identity string, expiry int64) []byte {

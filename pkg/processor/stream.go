@@ -213,6 +213,10 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	}
 	st.kind = kindServed
 	st.surface = surface
+	if _, err := st.srv.signer.identity(st.headers, st.profile.IdentityHeader); err != nil {
+		// One credential, one identity (issue 23): a request the identity cannot be told of.
+		return st.clientError(&schema.RequestError{Message: err.Error(), Code: "invalid_credentials"}, "codeinterp_invalid_credentials", nil)
+	}
 	if st.holdRequest(reserved) {
 		return nil
 	}
@@ -366,7 +370,8 @@ func (st *streamState) serverError(code, message string) *extprocv3.ProcessingRe
 // or identity header), computed once.
 func (st *streamState) callerIdentity() string {
 	if !st.identityKnown {
-		st.identity = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
+		// A served request without one identity was refused at its headers; any other is anonymous.
+		st.identity, _ = st.srv.signer.identity(st.headers, st.profile.IdentityHeader)
 		st.identityKnown = true
 	}
 	return st.identity

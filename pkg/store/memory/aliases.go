@@ -34,12 +34,12 @@ type aliasEntry struct {
 
 // PutAlias implements [store.Aliases].
 func (a *aliases) PutAlias(identity, from, to string) {
-	if from == "" || to == "" {
+	if from == "" || to == "" || len(to) > MaxAliasBytes {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	k := aliasKey{identity, from}
+	k := aliasKey{identity, boundedID(from)}
 	if el, ok := a.byKey[k]; ok {
 		a.order.Remove(el)
 	}
@@ -59,7 +59,7 @@ func (a *aliases) PutAlias(identity, from, to string) {
 func (a *aliases) Alias(identity, from string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	k := aliasKey{identity, from}
+	k := aliasKey{identity, boundedID(from)}
 	el, ok := a.byKey[k]
 	if !ok {
 		return ""

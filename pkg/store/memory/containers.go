@@ -58,7 +58,7 @@ func (c *containers) PutContainers(identity string, ids []string, keys ...store.
 		if key.ID == "" {
 			continue
 		}
-		k := entryKey{identity: identity, key: key}
+		k := boundedKey(identity, key)
 		if el, ok := c.byKey[k]; ok {
 			c.order.Remove(el)
 		}
@@ -81,7 +81,7 @@ func (c *containers) Containers(identity string, key store.Key) []string {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := entryKey{identity: identity, key: key}
+	k := boundedKey(identity, key)
 	el, ok := c.byKey[k]
 	if !ok {
 		return nil

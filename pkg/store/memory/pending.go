@@ -97,7 +97,7 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 		if k.ID == "" {
 			continue
 		}
-		ek := entryKey{identity, k}
+		ek := boundedKey(identity, k)
 		p.removeLocked(ek)
 		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: proto.calls, size: size, expires: now.Add(PendingTTL)})
 		p.bytes += size
@@ -109,10 +109,12 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 		}
 		u.entries++
 		u.bytes += size
-		if u.ids[k.Kind] == nil {
-			u.ids[k.Kind] = make(map[string]struct{})
+		if ek.key.ID == k.ID { // a hashed id cannot be listed back (see MaxKeyBytes)
+			if u.ids[k.Kind] == nil {
+				u.ids[k.Kind] = make(map[string]struct{})
+			}
+			u.ids[k.Kind][k.ID] = struct{}{}
 		}
-		u.ids[k.Kind][k.ID] = struct{}{}
 		// The identity's oldest entries go first when it holds more than its share; a walk from
 		// the front, on the rare path of a turn that left calls pending.
 		for el := p.order.Front(); el != nil && (u.entries > pendingMaxEntriesPerIdentity || u.bytes > PendingMaxBytesPerIdentity); {
@@ -140,14 +142,14 @@ func (p *Pending) Get(identity string, key store.Key) []store.PendingCall {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.getLocked(entryKey{identity, key}, p.now())
+	return p.getLocked(boundedKey(identity, key), p.now())
 }
 
 // Drop implements [store.Pending].
 func (p *Pending) Drop(identity string, key store.Key) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.removeLocked(entryKey{identity, key})
+	p.removeLocked(boundedKey(identity, key))
 }
 
 // IDs implements [store.Pending].
