@@ -39,16 +39,13 @@ type apiServer struct {
 // and (unless verify_api_credentials is off) it must be one the upstream takes.
 func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
-	// TODO(lead): map identity.credential_headers, the key check's path, method, body, headers
-	// and accept statuses, and upload_idle / max_uploading_bytes_per_identity from the config
-	// once the proto has them (issue 23); their zero values are the defaults used here.
-	ids := identity.New(secret, identity.Config{})
+	ids := identity.New(secret, identity.Config{CredentialHeaders: cfg.GetCredentialHeaders()})
 	maxUpload := int64(cfg.GetMaxUploadBytes())
 	store := containers.Sandboxes(m, maxUpload)
 	var verify func(context.Context, string, files.Credentials) error
 	if def.IdentityHeader == "" && cfg.GetVerifyApiCredentials() {
 		// The credential is the identity: check it is one the upstream takes.
-		verify = (&containers.Verifier{Base: def.Upstream}).Verify
+		verify = keyCheck(def.Upstream, cfg.GetApiKeyCheck()).Verify
 	}
 	h := containers.New(store, store, containers.Config{
 		Verify:            verify,
@@ -56,9 +53,11 @@ func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *
 		CredentialHeaders: ids.CredentialHeaders(),
 		// Through the upstream (Envoy), so the Files API calls are routed and logged like every
 		// other model API call.
-		Fetcher:        filesByPrefix(def.Upstream, cfg.GetPathPrefixes()),
-		PathPrefixes:   cfg.GetPathPrefixes(),
-		MaxUploadBytes: maxUpload,
+		Fetcher:                      filesByPrefix(def.Upstream, cfg.GetPathPrefixes()),
+		PathPrefixes:                 cfg.GetPathPrefixes(),
+		MaxUploadBytes:               maxUpload,
+		MaxUploadingBytesPerIdentity: int64(cfg.GetMaxUploadingBytesPerIdentity()),
+		UploadIdle:                   cfg.GetApiUploadIdle().AsDuration(),
 		// As natively, unless the containers live longer here by default.
 		MaxExpiry: max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
 		Log:       log,
@@ -128,4 +127,14 @@ func (a *apiServer) shutdown(ctx context.Context) error {
 		// request context end soon.
 		return fmt.Errorf("shutdown containers api: handlers still running: %w", err)
 	}
+}
+
+// keyCheck is the Verifier of the configured api_key_check at the upstream base; unset fields
+// are the Verifier's defaults.
+func keyCheck(base string, c *configv1.ApiKeyCheck) *containers.Verifier {
+	v := &containers.Verifier{Base: base, Path: c.GetPath(), Method: c.GetMethod(), Body: c.GetBody(), Headers: c.GetHeaders()}
+	for _, st := range c.GetAcceptStatuses() {
+		v.AcceptStatuses = append(v.AcceptStatuses, int(st))
+	}
+	return v
 }

@@ -135,6 +135,12 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"session cap above the identity cap", func(c *configv1.Config) { c.Sandbox.MaxSessionsPerIdentity = c.Sandbox.MaxContainersPerIdentity + 1 }, "sandbox.max_sessions_per_identity:"},
 		{"secret file", func(c *configv1.Config) { c.FollowupSecretFile = "/nonexistent/secret" }, "followup_secret_file:"},
 		{"small response limit", func(c *configv1.Config) { c.MaxResponseBytes = 1024 }, "max_response_bytes:"},
+		{"credential header case", func(c *configv1.Config) { c.CredentialHeaders = []string{"X-Api-Key"} }, "credential_headers[0]:"},
+		{"credential header token", func(c *configv1.Config) { c.CredentialHeaders = []string{"x key"} }, "credential_headers[0]:"},
+		{"key check path", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{Path: "props"} }, "api_key_check.path:"},
+		{"key check method", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{Method: "GET /"} }, "api_key_check.method:"},
+		{"key check refusal status", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{AcceptStatuses: []uint32{401}} }, "api_key_check.accept_statuses[0]:"},
+		{"upload idle", func(c *configv1.Config) { c.ApiUploadIdle = durationpb.New(0) }, "api_upload_idle:"},
 		{"small output budget", func(c *configv1.Config) { c.DefaultProfile.MaxOutputBytes = 1024 }, "default_profile.max_output_bytes:"},
 		{"output budget beyond the send limit", func(c *configv1.Config) {
 			c.Profiles = map[string]*configv1.Profile{"p": {MaxOutputBytes: c.MaxRequestBytes/2 + 1}}

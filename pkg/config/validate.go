@@ -88,8 +88,63 @@ func Validate(cfg *configv1.Config) error {
 				cfg.GetDefaultProfile().GetIdentityHeader(), strings.Join(differ, ", "))
 		}
 	}
+	errs = append(errs, validateCredentials(cfg)...)
 	errs = append(errs, validateSandbox(cfg.Sandbox)...)
 	return errors.Join(errs...)
+}
+
+// maxCredentialHeaders bounds credential_headers.
+const maxCredentialHeaders = 16
+
+// validateCredentials checks credential_headers, api_key_check and the upload bounds.
+func validateCredentials(cfg *configv1.Config) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if n := len(cfg.CredentialHeaders); n > maxCredentialHeaders {
+		bad("credential_headers", "%d headers; at most %d", n, maxCredentialHeaders)
+	}
+	for i, h := range cfg.CredentialHeaders {
+		if !headerName(h) || h != strings.ToLower(h) {
+			bad(fmt.Sprintf("credential_headers[%d]", i), "%q is not a lower-case header name", h)
+		}
+	}
+	if c := cfg.ApiKeyCheck; c != nil {
+		if c.Path != "" && (!strings.HasPrefix(c.Path, "/") || strings.ContainsAny(c.Path, "#\r\n ")) {
+			bad("api_key_check.path", "%q must start with / (for example \"/v1/models\")", c.Path)
+		}
+		if c.Method != "" && !headerName(c.Method) {
+			bad("api_key_check.method", "%q is not an HTTP method", c.Method)
+		}
+		for k := range c.Headers {
+			if !headerName(k) {
+				bad("api_key_check.headers", "%q is not a header name", k)
+			}
+		}
+		for i, st := range c.AcceptStatuses {
+			if st < 100 || st > 599 || st == 401 || st == 403 {
+				bad(fmt.Sprintf("api_key_check.accept_statuses[%d]", i), "%d is not an HTTP status that can mean a credential was taken", st)
+			}
+		}
+	}
+	if d := cfg.ApiUploadIdle.AsDuration(); cfg.ApiUploadIdle != nil && d <= 0 {
+		bad("api_upload_idle", "%v must be positive", d)
+	}
+	return errs
+}
+
+// headerName reports whether s is an HTTP token (a header name or a method).
+func headerName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
 }
 
 func validateProfile(field string, p *configv1.Profile, maxRequestBytes uint64) []error {

@@ -100,8 +100,26 @@ type Config struct {
 	// applies only while default_profile.identity_header is unset: an authentication filter that
 	// sets that header has checked the caller already. Default true.
 	VerifyApiCredentials *bool `protobuf:"varint,16,opt,name=verify_api_credentials,json=verifyApiCredentials,proto3,oneof" json:"verify_api_credentials,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// credential_headers are the request headers that carry a caller's credential, in every
+	// surface and the Containers API. The identity is the keyed hash of the credential alone
+	// (whichever of these headers carries it); a request whose headers carry more than one
+	// distinct credential is refused with a 400 invalid_credentials, so one key is one tenant
+	// whatever header the upstream reads. Default authorization, x-api-key, api-key,
+	// x-litellm-api-key.
+	CredentialHeaders []string `protobuf:"bytes,17,rep,name=credential_headers,json=credentialHeaders,proto3" json:"credential_headers,omitempty"`
+	// api_key_check is how verify_api_credentials asks the upstream whether it takes a
+	// credential. The default, GET /v1/models, is public on some servers (llama.cpp's
+	// llama-server serves it without its --api-key): configure an endpoint that needs the key
+	// there (see docs/security.md).
+	ApiKeyCheck *ApiKeyCheck `protobuf:"bytes,18,opt,name=api_key_check,json=apiKeyCheck,proto3" json:"api_key_check,omitempty"`
+	// api_upload_idle ends a Containers API request body that brings no byte for this long with
+	// a 408 upload_timeout, freeing what it held. Default 30s.
+	ApiUploadIdle *durationpb.Duration `protobuf:"bytes,19,opt,name=api_upload_idle,json=apiUploadIdle,proto3" json:"api_upload_idle,omitempty"`
+	// max_uploading_bytes_per_identity bounds the bytes one identity's uploads in progress write
+	// together; beyond it an upload is a 413. Zero means max_upload_bytes.
+	MaxUploadingBytesPerIdentity uint64 `protobuf:"varint,20,opt,name=max_uploading_bytes_per_identity,json=maxUploadingBytesPerIdentity,proto3" json:"max_uploading_bytes_per_identity,omitempty"`
+	unknownFields                protoimpl.UnknownFields
+	sizeCache                    protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -246,6 +264,119 @@ func (x *Config) GetVerifyApiCredentials() bool {
 	return false
 }
 
+func (x *Config) GetCredentialHeaders() []string {
+	if x != nil {
+		return x.CredentialHeaders
+	}
+	return nil
+}
+
+func (x *Config) GetApiKeyCheck() *ApiKeyCheck {
+	if x != nil {
+		return x.ApiKeyCheck
+	}
+	return nil
+}
+
+func (x *Config) GetApiUploadIdle() *durationpb.Duration {
+	if x != nil {
+		return x.ApiUploadIdle
+	}
+	return nil
+}
+
+func (x *Config) GetMaxUploadingBytesPerIdentity() uint64 {
+	if x != nil {
+		return x.MaxUploadingBytesPerIdentity
+	}
+	return 0
+}
+
+// ApiKeyCheck is the upstream call that tells whether it takes a caller's credential: the
+// credential headers alone are sent with it. A 401 or 403 means the credential was refused, a
+// status of accept_statuses that it was taken, anything else that the check could not tell (a
+// 502 to the caller, not remembered).
+type ApiKeyCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the path under the upstream's base URL. Default /v1/models.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// method is the HTTP method. Default GET.
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// body is sent as the request body (content-type application/json) when set.
+	Body string `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	// headers are added to the call (e.g. anthropic-version for Anthropic's API).
+	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// accept_statuses are the statuses that mean the credential was taken. Default 200.
+	AcceptStatuses []uint32 `protobuf:"varint,5,rep,packed,name=accept_statuses,json=acceptStatuses,proto3" json:"accept_statuses,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ApiKeyCheck) Reset() {
+	*x = ApiKeyCheck{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApiKeyCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApiKeyCheck) ProtoMessage() {}
+
+func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApiKeyCheck.ProtoReflect.Descriptor instead.
+func (*ApiKeyCheck) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ApiKeyCheck) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ApiKeyCheck) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ApiKeyCheck) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *ApiKeyCheck) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *ApiKeyCheck) GetAcceptStatuses() []uint32 {
+	if x != nil {
+		return x.AcceptStatuses
+	}
+	return nil
+}
+
 // Profile is the behaviour of the filter on one route.
 type Profile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -326,7 +457,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +469,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +482,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Profile) GetDisabled() bool {
@@ -521,7 +652,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +664,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +677,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Sandbox) GetBackend() string {
@@ -700,7 +831,7 @@ type LocalSandbox struct {
 
 func (x *LocalSandbox) Reset() {
 	*x = LocalSandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +843,7 @@ func (x *LocalSandbox) String() string {
 func (*LocalSandbox) ProtoMessage() {}
 
 func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +856,7 @@ func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalSandbox.ProtoReflect.Descriptor instead.
 func (*LocalSandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LocalSandbox) GetPython() string {
@@ -858,7 +989,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xf9\x06\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xfa\b\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -877,12 +1008,25 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"api_listen\x18\x0e \x01(\tH\x00R\tapiListen\x88\x01\x01\x12(\n" +
 	"\x10max_upload_bytes\x18\x0f \x01(\x04R\x0emaxUploadBytes\x129\n" +
-	"\x16verify_api_credentials\x18\x10 \x01(\bH\x01R\x14verifyApiCredentials\x88\x01\x01\x1aZ\n" +
+	"\x16verify_api_credentials\x18\x10 \x01(\bH\x01R\x14verifyApiCredentials\x88\x01\x01\x12-\n" +
+	"\x12credential_headers\x18\x11 \x03(\tR\x11credentialHeaders\x12E\n" +
+	"\rapi_key_check\x18\x12 \x01(\v2!.codeinterp.config.v1.ApiKeyCheckR\vapiKeyCheck\x12A\n" +
+	"\x0fapi_upload_idle\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\rapiUploadIdle\x12F\n" +
+	" max_uploading_bytes_per_identity\x18\x14 \x01(\x04R\x1cmaxUploadingBytesPerIdentity\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
 	"\v_api_listenB\x19\n" +
-	"\x17_verify_api_credentials\"\xf7\x05\n" +
+	"\x17_verify_api_credentials\"\xfc\x01\n" +
+	"\vApiKeyCheck\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\tR\x04body\x12H\n" +
+	"\aheaders\x18\x04 \x03(\v2..codeinterp.config.v1.ApiKeyCheck.HeadersEntryR\aheaders\x12'\n" +
+	"\x0faccept_statuses\x18\x05 \x03(\rR\x0eacceptStatuses\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\x05\n" +
 	"\aProfile\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12#\n" +
 	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x121\n" +
@@ -954,32 +1098,37 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
-	(*Profile)(nil),             // 1: codeinterp.config.v1.Profile
-	(*Sandbox)(nil),             // 2: codeinterp.config.v1.Sandbox
-	(*LocalSandbox)(nil),        // 3: codeinterp.config.v1.LocalSandbox
-	nil,                         // 4: codeinterp.config.v1.Config.ProfilesEntry
-	(*durationpb.Duration)(nil), // 5: google.protobuf.Duration
+	(*ApiKeyCheck)(nil),         // 1: codeinterp.config.v1.ApiKeyCheck
+	(*Profile)(nil),             // 2: codeinterp.config.v1.Profile
+	(*Sandbox)(nil),             // 3: codeinterp.config.v1.Sandbox
+	(*LocalSandbox)(nil),        // 4: codeinterp.config.v1.LocalSandbox
+	nil,                         // 5: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 6: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	5,  // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
-	1,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	4,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
-	2,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
-	5,  // 4: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	5,  // 5: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	5,  // 6: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	3,  // 7: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	5,  // 8: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	5,  // 9: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	1,  // 10: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	2,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
+	5,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	3,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
+	1,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
+	7,  // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	6,  // 6: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	7,  // 7: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	7,  // 8: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	7,  // 9: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	4,  // 10: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	7,  // 11: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	7,  // 12: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	2,  // 13: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -988,14 +1137,14 @@ func file_codeinterp_config_v1_config_proto_init() {
 		return
 	}
 	file_codeinterp_config_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[2].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
