@@ -405,8 +405,8 @@ type Profile struct {
 	// metadata.session_id in the body does. Default none.
 	SessionHeader string `protobuf:"bytes,7,opt,name=session_header,json=sessionHeader,proto3" json:"session_header,omitempty"`
 	// identity_header names a header set by an authentication filter in front of this one whose
-	// value identifies the tenant. Default: the credential itself (authorization or x-api-key) is
-	// the identity. Either way only a keyed hash of it is kept.
+	// value identifies the tenant; it must come exactly once. Default: the request's one credential
+	// (see credential_headers) is the identity. Either way only a keyed hash of it is kept.
 	IdentityHeader string `protobuf:"bytes,8,opt,name=identity_header,json=identityHeader,proto3" json:"identity_header,omitempty"`
 	// forward_headers lists the request headers (besides the credentials authorization, x-api-key
 	// and api-key) copied from the client's request to the loop's follow-up calls; an entry ending in
