@@ -254,6 +254,7 @@ func TestRewriteRequestErrors(t *testing.T) {
 			"tools[1].name", "",
 		},
 		{"tools given twice", `{"tools":[],"tools":[{"type":"code_interpreter"}]}`, "tools", ""},
+		{"background with the tool", `{"background":true,"tools":[{"type":"code_interpreter"}],"input":"x"}`, "background", "unsupported_parameter"},
 		{"stream given twice", `{"stream":false,"tools":[{"type":"code_interpreter"}],"stream":true}`, "stream", ""},
 		{"input given twice", `{"input":[],"tools":[{"type":"code_interpreter"}],"input":"x"}`, "input", ""},
 		{"51 file_ids", `{"tools":[{"type":"function","name":"f"},{"type":"code_interpreter","container":{"type":"auto","file_ids":[` +

@@ -794,7 +794,7 @@ func AppendElems(b []byte, closeAt int, elems []byte) Edit {
 }
 
 // KeyCount is how many keys a [Keys] indexes.
-const KeyCount = 12
+const KeyCount = 13
 
 // Keys are the top-level keys a caller looks up often; [Keys.Index] indexes them in one pass
 // so that lookups stay cheap on bodies with very many members. Unused slots are "".

@@ -5,7 +5,7 @@ import "github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 // TopKeys are the top-level keys the rewriter, the turn reader and the follow-up builder look up.
 var TopKeys = jsonscan.Keys{
 	"tools", "tool_choice", "stream", "stream_options", "metadata", "input",
-	"messages", "output", "choices", "store", "conversation", "code",
+	"messages", "output", "choices", "store", "conversation", "code", "background",
 }
 
 // RequestSpec is how closely a request body is checked: the values RewriteRequest reads or

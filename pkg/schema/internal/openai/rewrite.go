@@ -87,6 +87,16 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 	if err := checkRepeats(t); err != nil {
 		return schema.Request{}, nil, err
 	}
+	if sp := t.Span("background"); sp.OK() && string(body[sp.Start:sp.End]) == "true" {
+		// The loop runs while the client's request is open; a background response would need it
+		// to run detached, which is not served yet: refusing beats answering with the model's
+		// raw call of the internal function.
+		return schema.Request{}, nil, &schema.RequestError{
+			Message: "background: true is not supported together with the code_interpreter tool by this gateway; send the request without background.",
+			Param:   "background",
+			Code:    "unsupported_parameter",
+		}
+	}
 
 	r.Found = true
 	r.Tool = bytes.Clone(body[tools.ci.Start:tools.ci.End])
