@@ -12,7 +12,7 @@ import (
 // reservedPrefix starts every header the server owns; clients cannot send them.
 const reservedPrefix = "x-codeinterp-"
 
-// headerMap is one direction's headers as Envoy sent them: lower-case keys (reference §0),
+// headerMap is one direction's headers as Envoy sent them: lower-case keys (see docs/architecture.md, "Envoy's modes"),
 // repeated keys as repeated entries, in order. It reads Envoy's message in place: a request has
 // a dozen or two headers, so a linear scan is cheaper than building a map for every stream.
 type headerMap []*corev3.HeaderValue
@@ -20,7 +20,7 @@ type headerMap []*corev3.HeaderValue
 // newHeaderMap wraps Envoy's header map.
 func newHeaderMap(hm *corev3.HeaderMap) headerMap { return hm.GetHeaders() }
 
-// value returns a header's value: raw_value, which Envoy sends (reference §0), or value for
+// value returns a header's value: raw_value, which Envoy sends, or value for
 // older Envoys.
 func value(h *corev3.HeaderValue) string {
 	if len(h.GetRawValue()) > 0 {

@@ -383,7 +383,7 @@ func TestPlainRequestPassesThrough(t *testing.T) {
 // on the route's processing mode (a route's ExtProcPerRoute may set another): a served path's
 // request_headers answer asks for a BUFFERED request body and response headers, and a rewritten
 // request's response_headers answer for a BUFFERED response body, so that the loop gets the
-// whole answer. Each mode_override merges to the shipped filter mode (reference §2), and
+// whole answer. Each mode_override merges to the shipped filter mode (docs/architecture.md, "Envoy's modes"), and
 // rides on an answer the server sends anyway.
 func TestServedPathAsksForBufferedBodies(t *testing.T) {
 	ts := newTestServer(t, nil, nil, nil)
