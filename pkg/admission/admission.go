@@ -86,18 +86,22 @@ func New(c Containers, p store.Continuations, cfg Config) *Admission {
 	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes}
 }
 
-// Caller is what admission needs to know of a request besides its exchange.
-type Caller struct {
-	// Identity returns the caller's identity ("" for an anonymous caller). It is called only
-	// when needed, at most once per call of an Admission method.
-	Identity func() string
+// Caller is who sent a request, as the processor knows it. Its methods are called only when
+// needed, Identity at most once per Admitted.
+type Caller interface {
+	// Identity returns the caller's identity ("" for an anonymous caller).
+	Identity() string
+	// Credentials returns the caller's credential headers, which the Files API is called
+	// with.
+	Credentials() http.Header
+}
+
+// Request is what admission needs to know of a request besides its exchange and caller.
+type Request struct {
 	// Path is the request's path, with its query: the Files API is found under its prefix.
 	Path string
 	// Upstream is the base URL of the route's model API.
 	Upstream string
-	// Credentials returns the caller's credential headers, which the Files API is called
-	// with; it is called only for a request that names files.
-	Credentials func() http.Header
 	// Session is the value of the route's session header, "" when it has none.
 	Session string
 	// AllowAnonymousSessions reports whether a caller without an identity may name a
@@ -123,7 +127,10 @@ type Admitted struct {
 	a        *Admission
 	x        schema.Exchange
 	caller   Caller
+	req      Request
 	identity string
+	// identified reports that identity was asked of the caller.
+	identified bool
 	// continued reports whether the request's body was changed by its continuation.
 	continued bool
 	// inputFiles are the files of the tool's container.file_ids, as the Files API named them.
@@ -142,8 +149,8 @@ const (
 // the code calls an earlier answer left out (see [schema.Continuation]) and, when the
 // request has the code tool, checks the container it names, its memory limit and its
 // file_ids. A refusal is the answer to send instead of forwarding the request.
-func (a *Admission) Prepare(ctx context.Context, x schema.Exchange, c Caller) (*Admitted, *Refusal) {
-	ad := &Admitted{a: a, x: x, caller: c}
+func (a *Admission) Prepare(ctx context.Context, x schema.Exchange, c Caller, r Request) (*Admitted, *Refusal) {
+	ad := &Admitted{a: a, x: x, caller: c, req: r}
 	if cx, ok := x.(schema.Continuation); ok {
 		continued, err := cx.Continue(a.continuations, ad.callerIdentity)
 		if err != nil {
@@ -179,8 +186,8 @@ func (a *Admission) Prepare(ctx context.Context, x schema.Exchange, c Caller) (*
 
 // callerIdentity returns the caller's identity, asked of the Caller once.
 func (ad *Admitted) callerIdentity() string {
-	if ad.caller.Identity != nil {
-		ad.identity, ad.caller.Identity = ad.caller.Identity(), nil
+	if !ad.identified {
+		ad.identity, ad.identified = ad.caller.Identity(), true
 	}
 	return ad.identity
 }
@@ -222,12 +229,12 @@ func (ad *Admitted) Sandbox() sandbox.AcquireRequest {
 	switch {
 	case rq.ContainerID != "":
 		sb.ContainerID = rq.ContainerID
-	case identity == "" && !ad.caller.AllowAnonymousSessions:
+	case identity == "" && !ad.req.AllowAnonymousSessions:
 		// Without an identity a session name would be shared by every anonymous caller.
 	default:
 		sb.Session = rq.SessionID
-		if ad.caller.Session != "" {
-			sb.Session = ad.caller.Session
+		if ad.req.Session != "" {
+			sb.Session = ad.req.Session
 		}
 		if sb.Session == "" {
 			named := append(slices.Clone(rq.ContextContainerIDs), rq.ReplayedContainerIDs...)
@@ -310,8 +317,8 @@ func (a *Admission) checkMemoryLimit(limit string) *schema.RequestError {
 // before "/v1/" (the prefix the route serves the API under, as the follow-ups keep it): a
 // request to {upstream}/openai/v1/responses reads {upstream}/openai/v1/files/{id}.
 func (ad *Admitted) filesAPI() Files {
-	base := strings.TrimSuffix(ad.caller.Upstream, "/")
-	p := ad.caller.Path
+	base := strings.TrimSuffix(ad.req.Upstream, "/")
+	p := ad.req.Path
 	if i := strings.IndexAny(p, "?#"); i >= 0 {
 		p = p[:i]
 	}

@@ -59,8 +59,15 @@ type passThroughDelivery struct {
 
 // passThrough returns the pass-through delivery of the stream's configured mode.
 func (st *streamState) passThrough() delivery {
-	return &passThroughDelivery{streamed: st.streamedResponse()}
+	if st.streamedResponse() {
+		return &passThroughDelivery{streamed: true}
+	}
+	return continued
 }
+
+// continued is the pass-through delivery of a body that is not FULL_DUPLEX_STREAMED: it keeps
+// no state, so every stream shares it.
+var continued delivery = &passThroughDelivery{}
 
 func (d *passThroughDelivery) body(st *streamState, _ *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) error {
 	if d.streamed {

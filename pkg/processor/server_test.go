@@ -127,9 +127,9 @@ func newTestServer(t *testing.T, mutate func(*configv1.Config), fl *fakeLoop, co
 // testOptions are a test server's Options and the dependencies of its Admission.
 type testOptions struct {
 	Options
-	// NewFiles and Pending are the Admission's Files API and continuations store.
-	NewFiles func(base string) admission.Files
-	Pending  store.Continuations
+	// NewFiles and Continuations are the Admission's Files API and continuations store.
+	NewFiles      func(base string) admission.Files
+	Continuations store.Continuations
 }
 
 // newTestServerWith is newTestServer with the options changed by opts (when set).
@@ -154,12 +154,12 @@ func newTestServerWith(t *testing.T, opts func(*testOptions), mutate func(*confi
 			Loop:            fl, Secret: []byte("test secret"), Log: zaptest.NewLogger(t),
 			Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}},
 		},
-		Pending: memory.NewPending(nil),
+		Continuations: memory.NewPending(nil),
 	}
 	if opts != nil {
 		opts(&o)
 	}
-	o.Admission = admission.New(containers, o.Pending, admission.Config{NewFiles: o.NewFiles, MaxInputFileBytes: int64(cfg.GetMaxUploadBytes())})
+	o.Admission = admission.New(containers, o.Continuations, admission.Config{NewFiles: o.NewFiles, MaxInputFileBytes: int64(cfg.GetMaxUploadBytes())})
 	srv, err := New(o.Options)
 	require.NoError(t, err)
 

@@ -158,7 +158,7 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	surface, served := st.srv.paths[path]
 
 	if sig := st.headers.get(followUpHeader); sig != "" {
-		if st.srv.signer.verifyFollowUp(sig, path, st.callerIdentity(), st.srv.now()) {
+		if st.srv.signer.verifyFollowUp(sig, path, st.Identity(), st.srv.now()) {
 			st.setOutcome("follow_up")
 			return passThrough(reserved)
 		}
@@ -185,11 +185,16 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	}
 }
 
-// callerIdentity returns the identity of the request's caller: a keyed hash of its credential
-// or identity header (see signer.identity).
-func (st *streamState) callerIdentity() string {
+// Identity returns the identity of the request's caller: a keyed hash of its credential or
+// identity header (see signer.identity). It implements [admission.Caller].
+func (st *streamState) Identity() string {
 	return st.srv.signer.identity(st.headers, st.route.IdentityHeader)
 }
+
+var _ admission.Caller = (*streamState)(nil)
+
+// Credentials implements [admission.Caller]: the caller's credential headers.
+func (st *streamState) Credentials() http.Header { return st.headers.forward(nil) }
 
 // rewrite is what the request phase decided of a served request's body: the body to send
 // upstream (nil: the client's, unchanged) and the headers to remove, or the immediate answer
@@ -233,11 +238,9 @@ func (st *streamState) readRequest(body []byte) rewrite {
 		return rewrite{refuse: st.errorAnswer(re, "codeinterp_invalid_request")}
 	}
 	st.exchange = x
-	ad, refused := st.srv.admission.Prepare(st.ctx, x, admission.Caller{
-		Identity:               st.callerIdentity,
+	ad, refused := st.srv.admission.Prepare(st.ctx, x, st, admission.Request{
 		Path:                   st.path,
 		Upstream:               st.route.Upstream,
-		Credentials:            func() http.Header { return st.headers.forward(nil) },
 		Session:                st.sessionHeader(),
 		AllowAnonymousSessions: st.route.AllowAnonymousSessions,
 	})

@@ -135,7 +135,7 @@ func TestAutoContainerFromContext(t *testing.T) {
 	fl := &fakeLoop{resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"resp_2","output":[]}`), Stop: loop.StopDone}}
 	var ts *testServer
 	containers := fakeContainers{}
-	ts = newTestServerWith(t, func(o *testOptions) { o.Pending = pending }, nil, fl, containers)
+	ts = newTestServerWith(t, func(o *testOptions) { o.Continuations = pending }, nil, fl, containers)
 	identity := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
 	containers["cntr_old"] = identity
 	containers["cntr_live"] = identity
