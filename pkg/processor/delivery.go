@@ -62,12 +62,12 @@ func (st *streamState) passThrough() delivery {
 	if st.streamedResponse() {
 		return &passThroughDelivery{streamed: true}
 	}
-	return continued
+	return passOn
 }
 
-// continued is the pass-through delivery of a body that is not FULL_DUPLEX_STREAMED: it keeps
+// passOn is the pass-through delivery of a body that is not FULL_DUPLEX_STREAMED: it keeps
 // no state, so every stream shares it.
-var continued delivery = &passThroughDelivery{}
+var passOn delivery = &passThroughDelivery{}
 
 func (d *passThroughDelivery) body(st *streamState, _ *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) error {
 	if d.streamed {
