@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -28,6 +29,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/admission"
+	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
@@ -100,18 +103,24 @@ func New(o Options) (*App, error) {
 	s.api = newAPIServer(cfg, s.manager, secret, log)
 	s.engine = loop.New(s.manager, loop.Config{Log: log})
 	s.metrics = processor.NewMetrics()
+	// Cross-request state lives in this process; replicas that must share it need a shared
+	// store here.
+	adm := admission.New(s.manager, memory.NewPending(nil), admission.Config{
+		MaxInputFileBytes: int64(min(cfg.GetMaxUploadBytes(), math.MaxInt64)),
+	})
 	srv, err := processor.New(processor.Options{
-		Config:     cfg,
-		Loop:       s.engine,
-		Containers: s.manager,
+		Routes:            processorRoutes(cfg),
+		ProfileKey:        cfg.GetProfileMetadataKey(),
+		PathPrefixes:      cfg.GetPathPrefixes(),
+		CredentialHeaders: cfg.GetCredentialHeaders(),
+		MaxRequestBytes:   int64(min(cfg.GetMaxRequestBytes(), math.MaxInt64)),
+		Loop:              s.engine,
+		Admission:         adm,
 		// The API surfaces served: adding one is a package under pkg/schema and a line here.
 		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}, messages.Surface{ContainerIdle: sb.GetSessionIdleTtl().AsDuration()}},
-		// Cross-request state lives in this process; replicas that must share it need a
-		// shared store here.
-		Pending: memory.NewPending(nil),
-		Secret:  secret,
-		Log:     log,
-		Metrics: s.metrics,
+		Secret:   secret,
+		Log:      log,
+		Metrics:  s.metrics,
 	})
 	if err != nil {
 		s.closeParts()
@@ -128,6 +137,38 @@ func New(o Options) (*App, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, srv)
 	return s, nil
+}
+
+// processorRoutes maps the configuration's profiles (defaults applied) onto the processor's
+// routes.
+func processorRoutes(cfg *configv1.Config) map[string]*processor.Route {
+	out := map[string]*processor.Route{}
+	for name, p := range config.Profiles(cfg) {
+		out[name] = &processor.Route{
+			Name:                   p.Name,
+			Disabled:               p.Disabled,
+			FunctionName:           p.FunctionName,
+			FunctionDescription:    p.FunctionDescription,
+			IdentityHeader:         p.IdentityHeader,
+			SessionHeader:          p.SessionHeader,
+			AllowAnonymousSessions: p.AllowAnonymousSessions,
+			ForwardHeaders:         p.ForwardHeaders,
+			Upstream:               p.Upstream,
+			LoopDeadline:           p.LoopDeadline,
+			LoopMargin:             config.LoopDeadlineMargin,
+			MaxRounds:              p.MaxRounds,
+			RunTimeout:             p.RunTimeout,
+			OutputLimit:            p.OutputLimit,
+			MaxOutputBytes:         p.MaxOutputBytes,
+			MaxImages:              p.MaxImages,
+			MaxCallsPerTurn:        p.MaxCallsPerTurn,
+			Progressive:            p.Progressive,
+			KeepAlive:              p.KeepAlive,
+			MaxResponseBytes:       p.MaxResponseBytes,
+			MaxAnswerBytes:         p.MaxAnswerBytes,
+		}
+	}
+	return out
 }
 
 // Serve serves ext_proc and gRPC health on lis, reporting SERVING once it accepts streams, until

@@ -59,9 +59,6 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 	outputs := make([]schema.CallOutput, 0, len(calls))
 	repeated := false
 	maxCalls := lr.r.MaxCallsPerTurn
-	if maxCalls <= 0 {
-		maxCalls = DefaultMaxCallsPerTurn
-	}
 	for i, c := range calls {
 		item := schema.CodeCall{ID: lr.callID(round, i, c.CallID), Code: c.Code, Status: "in_progress", Outputs: []schema.CodeOutput{}}
 		if lr.r.Sink != nil {
@@ -183,9 +180,6 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	item.ContainerID = lease.ContainerID()
 	item.Files = codeFiles(res.Files)
 	limit := lr.r.OutputLimit
-	if limit <= 0 {
-		limit = DefaultOutputLimit
-	}
 	switch {
 	case err == nil:
 		lr.e.metrics.runs.WithLabelValues("ok").Inc()
@@ -241,9 +235,6 @@ func (lr *loopRun) copyInputs(ctx context.Context, lease *sandbox.Lease) error {
 		return errors.New("copy files: no Files API")
 	}
 	limit := lr.r.MaxInputFileBytes
-	if limit <= 0 {
-		limit = DefaultMaxInputFileBytes
-	}
 	for _, f := range lr.r.InputFiles {
 		name, content, err := lr.r.Files.Fetch(ctx, f.ID)
 		if err != nil {
@@ -307,14 +298,7 @@ const imageURLPrefix = "data:image/png;base64,"
 // budget are cut and images beyond it (or beyond max_images) left out, with a TextOutputBudget
 // marker in the logs and in the model's text.
 func (lr *loopRun) show(res sandbox.Result, limit int, item *schema.CodeCall) string {
-	budget := lr.r.MaxOutputBytes
-	if budget <= 0 {
-		budget = DefaultMaxOutputBytes
-	}
-	maxImages := lr.r.MaxImages
-	if maxImages <= 0 {
-		maxImages = DefaultMaxImages
-	}
+	budget, maxImages := lr.r.MaxOutputBytes, lr.r.MaxImages
 	var shown, hidden []sandbox.Image
 	for _, img := range res.Images {
 		size := len(imageURLPrefix) + base64.StdEncoding.EncodedLen(len(img.PNG))
@@ -366,9 +350,6 @@ func (lr *loopRun) show(res sandbox.Result, limit int, item *schema.CodeCall) st
 // any was cut.
 func (lr *loopRun) chargeLogs(logs string) (string, bool) {
 	budget := lr.r.MaxOutputBytes
-	if budget <= 0 {
-		budget = DefaultMaxOutputBytes
-	}
 	cut := false
 	if n := len(logs); n > 0 && lr.outBytes+n > budget {
 		keep := budget - lr.outBytes

@@ -112,9 +112,49 @@ func (e *Engine) Collectors() []prometheus.Collector { return e.metrics.collecto
 // in the background). ctx bounds the whole loop: its deadline is the loop deadline, and its
 // cancellation (the client or Envoy went away) stops the loop at once.
 func (e *Engine) Run(ctx context.Context, r Request) Response {
-	run := &loopRun{e: e, r: r, seen: map[string]int{}}
+	run := &loopRun{e: e, r: r.withDefaults(e.maxBody), seen: map[string]int{}}
 	defer run.release()
-	return run.run(ctx)
+	res := run.run(ctx)
+	run.endStream(ctx, res)
+	return res
+}
+
+// withDefaults returns r with every bound that is zero set to its default (maxBody for
+// MaxResponseBytes): the loop resolves them once, here.
+func (r Request) withDefaults(maxBody int64) Request {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&r.MaxRounds, DefaultMaxRounds)
+	def(&r.OutputLimit, DefaultOutputLimit)
+	def(&r.MaxOutputBytes, DefaultMaxOutputBytes)
+	def(&r.MaxImages, DefaultMaxImages)
+	def(&r.MaxCallsPerTurn, DefaultMaxCallsPerTurn)
+	if r.MaxResponseBytes <= 0 {
+		r.MaxResponseBytes = maxBody
+	}
+	if r.MaxInputFileBytes <= 0 {
+		r.MaxInputFileBytes = DefaultMaxInputFileBytes
+	}
+	return r
+}
+
+// endStream gives a client's stream that the loop began its last event when the loop ended
+// without one (an answer too large to build, an event that could not be encoded): a failure
+// the client can read, so that every stream the Sink began ends with Done or Failed. A stream
+// nothing was written to, or whose client or Envoy is gone (ctx was cancelled), gets nothing.
+func (lr *loopRun) endStream(ctx context.Context, res Response) {
+	if lr.r.Sink == nil || !lr.begun || lr.ended || errors.Is(ctx.Err(), context.Canceled) {
+		return
+	}
+	lr.e.log.Warn("stream ended without its last event", zap.String("stop", string(res.Stop)), zap.Int("status", res.Status))
+	body := lr.r.Exchange.ErrorBody(&schema.RequestError{Status: http.StatusBadGateway,
+		Message: "codeinterp could not finish the answer's event stream.", Code: "stream_failed"})
+	if err := lr.r.Sink.Event(schema.Event{Kind: schema.EventFailed, Status: http.StatusBadGateway, Body: body}); err != nil {
+		lr.e.log.Debug("end the event stream", zap.Error(err))
+	}
 }
 
 // loopRun is the state of one Run.
@@ -132,6 +172,9 @@ type loopRun struct {
 	pending []store.PendingCall
 	// sinkErr is the first error of the Sink: the client is gone, and the loop stops.
 	sinkErr error
+	// begun reports that the Sink took an event; ended that it took the last one (Done or
+	// Failed) without an error.
+	begun, ended bool
 	// inputsIn is the container the request's InputFiles were copied into, "" before.
 	inputsIn string
 }
@@ -144,7 +187,10 @@ func (lr *loopRun) emit(ev schema.Event) {
 	if err := lr.r.Sink.Event(ev); err != nil {
 		lr.e.log.Debug("event sink failed; stopping the loop", zap.Error(err))
 		lr.sinkErr = err
+		return
 	}
+	lr.begun = true
+	lr.ended = ev.Kind == schema.EventDone || ev.Kind == schema.EventFailed
 }
 
 // stopped returns why the loop must stop now (the context's error, or the Sink's), or nil.
@@ -165,9 +211,6 @@ func (lr *loopRun) release() {
 func (lr *loopRun) run(ctx context.Context) Response {
 	r := lr.r
 	maxRounds := r.MaxRounds
-	if maxRounds <= 0 {
-		maxRounds = DefaultMaxRounds
-	}
 	x := r.Exchange
 	rq := x.Request()
 	resp := r.First
@@ -278,12 +321,7 @@ func (lr *loopRun) readFirst(ctx context.Context) ([]byte, Response) {
 }
 
 // limit is the bound of one upstream answer.
-func (lr *loopRun) limit() int64 {
-	if lr.r.MaxResponseBytes > 0 {
-		return lr.r.MaxResponseBytes
-	}
-	return lr.e.maxBody
-}
+func (lr *loopRun) limit() int64 { return lr.r.MaxResponseBytes }
 
 // keepPending keeps the turn's calls with their outputs for the request that continues from an
 // answer that does not show them: one per call id, as in a follow-up (a call whose id repeats
@@ -314,8 +352,10 @@ func (lr *loopRun) final(stop StopReason) Response {
 	if stop == StopClientCall {
 		res.Pending = lr.pending
 	}
-	if lr.r.Sink != nil {
-		if err := lr.r.Sink.Event(schema.Event{Kind: schema.EventDone, Body: body}); err != nil && lr.sinkErr == nil {
+	if lr.r.Sink != nil && lr.sinkErr == nil {
+		err := lr.r.Sink.Event(schema.Event{Kind: schema.EventDone, Body: body})
+		lr.begun, lr.ended = true, err == nil
+		if err != nil {
 			lr.e.log.Error("encode event stream", zap.Error(err))
 			return Response{
 				Status: http.StatusBadGateway, Header: jsonHeader(), Rounds: res.Rounds, Calls: res.Calls, Stop: stop,
@@ -377,6 +417,10 @@ func (lr *loopRun) errorResponse(status int, message, code string, stop StopReas
 // gets it from the Sink as a failure event, with the answer of the rounds so far, as the native
 // API reports a failure in the middle of an answer.
 func (lr *loopRun) fail(status int, body []byte, stop StopReason) Response {
+	if lr.tooLarge(body) {
+		// An upstream error's body, passed on, may be larger than what may be sent.
+		return lr.answerTooLarge(len(body))
+	}
 	res := Response{Status: status, Header: jsonHeader(), Body: body, Rounds: lr.sandboxRounds(), Calls: lr.calls, Stop: stop}
 	if lr.r.Sink == nil {
 		return res

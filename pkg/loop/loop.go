@@ -116,7 +116,7 @@ type Response struct {
 	// Pending is set when the answer leaves the client's own calls pending (StopClientCall): the
 	// internal calls of that same turn, with their outputs, which the answer does not show as
 	// calls. The request that continues from the answer must carry them again (see
-	// [schema.Exchange.Remember]).
+	// [schema.Continuation.Remember]).
 	Pending []store.PendingCall
 }
 

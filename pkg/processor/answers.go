@@ -24,7 +24,7 @@ import (
 // the whole response body, so that the body can be rewritten and the loop reads the complete
 // answer. It is sent as the mode_override of the request_headers answer of a served path (a
 // request body mode may still change there) and of the response_headers answer of a rewritten
-// request (reference §2). Envoy merges a mode_override into the filter's configured mode:
+// request (a mode_override is honoured on headers answers only). Envoy merges a mode_override into the filter's configured mode:
 // omitted body modes would be NONE, DEFAULT header and trailer modes keep the configured ones.
 // This one merges to the shipped envoy.yaml mode, so that mode is the one to list if the filter
 // sets allowed_override_modes. The request body mode no longer matters on response headers.
@@ -65,9 +65,9 @@ var (
 		ModeOverride: servedMode,
 	}
 	// switchToFullDuplex answers a streaming request's 200 response headers so that the answer
-	// is streamed while the loop runs (reference envoy-full-duplex.md §11): the client gets an
+	// is streamed while the loop runs (see docs/architecture.md, "Envoy's modes"): the client gets an
 	// event stream, the content-length and content-encoding of the upstream's JSON answer go
-	// (Envoy decided on content-length under the old mode, §4), and the response body switches
+	// (Envoy decided on content-length under the old mode), and the response body switches
 	// to FULL_DUPLEX_STREAMED, trailers SEND as that mode wants. Envoy then sends the upstream
 	// body as it arrives and takes the server's chunks at the server's pace.
 	switchToFullDuplex = &extprocv3.ProcessingResponse{
@@ -98,7 +98,7 @@ var (
 
 // passThrough answers request headers so that Envoy sends no bodies and skips the response phase,
 // removing the reserved headers named. An omitted body mode in mode_override means NONE
-// (reference §2).
+// (see docs/architecture.md, "Envoy's modes").
 func passThrough(remove []string) *extprocv3.ProcessingResponse {
 	if len(remove) == 0 {
 		return passThroughPlain
@@ -122,7 +122,7 @@ func passThroughWith(remove []string) *extprocv3.ProcessingResponse {
 }
 
 // continueRequestBody answers a request body, replacing it when body is non-nil (and then setting
-// content-length: Envoy keeps and checks it in BUFFERED mode, reference §3.4).
+// content-length: Envoy keeps and checks it in BUFFERED mode, and a body of another length is a 500).
 func continueRequestBody(body []byte, remove []string) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: bodyMutation(body, nil, remove)},
@@ -131,7 +131,7 @@ func continueRequestBody(body []byte, remove []string) *extprocv3.ProcessingResp
 
 const jsonContentType = "application/json"
 
-// immediate answers the client directly (reference §4.3): Envoy sends the reply with a
+// immediate answers the client directly (an ImmediateResponse): Envoy sends the reply with a
 // content-length of len(body), and drops the upstream's answer if there was one.
 func immediate(code int, contentType string, body []byte, details string) *extprocv3.ProcessingResponse {
 	var set []*corev3.HeaderValueOption
@@ -184,7 +184,7 @@ func bodyMutation(body []byte, set []*corev3.HeaderValueOption, remove []string)
 	return resp
 }
 
-// setHeader replaces a header's value. Envoy reads raw_value only (reference §3.1).
+// setHeader replaces a header's value. Envoy reads raw_value only.
 func setHeader(key, value string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}}
 }

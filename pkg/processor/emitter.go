@@ -4,13 +4,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/codeinterp/codeinterp/pkg/config"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
 // maxChunk bounds one streamed_response body: Envoy recommends chunks of at most 64 KiB
-// (reference envoy-full-duplex.md §2).
+// (see the FULL_DUPLEX_STREAMED notes of
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/extensions/filters/http/ext_proc/v3/processing_mode.proto).
 const maxChunk = 64 << 10
+
+// defaultKeepAlive is the keep-alive interval of a Route that sets none.
+const defaultKeepAlive = 15 * time.Second
 
 // keepAliveComment is the SSE comment a progressive stream sends when it has been silent too
 // long; clients ignore it.
@@ -43,7 +46,7 @@ type emitter struct {
 
 func newEmitter(send func(*extprocv3.ProcessingResponse) error, interval time.Duration, now func() time.Time) *emitter {
 	if interval <= 0 {
-		interval = config.DefaultKeepAliveInterval
+		interval = defaultKeepAlive
 	}
 	return &emitter{send: send, interval: interval, now: now, last: now()}
 }

@@ -12,7 +12,7 @@ import (
 // reservedPrefix starts every header the server owns; clients cannot send them.
 const reservedPrefix = "x-codeinterp-"
 
-// headerMap is one direction's headers as Envoy sent them: lower-case keys (reference §0),
+// headerMap is one direction's headers as Envoy sent them: lower-case keys (see docs/architecture.md, "Envoy's modes"),
 // repeated keys as repeated entries, in order. It reads Envoy's message in place: a request has
 // a dozen or two headers, so a linear scan is cheaper than building a map for every stream.
 type headerMap []*corev3.HeaderValue
@@ -20,7 +20,7 @@ type headerMap []*corev3.HeaderValue
 // newHeaderMap wraps Envoy's header map.
 func newHeaderMap(hm *corev3.HeaderMap) headerMap { return hm.GetHeaders() }
 
-// value returns a header's value: raw_value, which Envoy sends (reference §0), or value for
+// value returns a header's value: raw_value, which Envoy sends, or value for
 // older Envoys.
 func value(h *corev3.HeaderValue) string {
 	if len(h.GetRawValue()) > 0 {
@@ -50,14 +50,11 @@ func (m headerMap) reserved() []string {
 	return out
 }
 
-// credentialHeaders are always carried to follow-up calls: the model API authenticates them.
-var credentialHeaders = []string{"authorization", "x-api-key", "api-key"}
-
-// forward returns the headers a follow-up call carries: the credentials and the headers matched
-// by the allowlist (exact names, or a prefix ending in "*"). Pseudo-headers, hop-by-hop and
+// forward returns the headers a follow-up call carries: the credential headers creds (the model
+// API authenticates them) and the headers matched by the allowlist (exact names, or a prefix ending in "*"). Pseudo-headers, hop-by-hop and
 // framing headers (with those the Connection header names, as net/http/httputil's ReverseProxy
 // drops them), reserved and Envoy-owned headers never are.
-func (m headerMap) forward(allow []string) http.Header {
+func (m headerMap) forward(creds, allow []string) http.Header {
 	var hop []string
 	for _, h := range m {
 		if h.GetKey() == "connection" {
@@ -70,14 +67,14 @@ func (m headerMap) forward(allow []string) http.Header {
 	}
 	out := make(http.Header)
 	for _, h := range m {
-		if k := h.GetKey(); forwardable(k, allow) && !slices.Contains(hop, k) {
+		if k := h.GetKey(); forwardable(k, creds, allow) && !slices.Contains(hop, k) {
 			out[http.CanonicalHeaderKey(k)] = append(out[http.CanonicalHeaderKey(k)], value(h))
 		}
 	}
 	return out
 }
 
-func forwardable(k string, allow []string) bool {
+func forwardable(k string, creds, allow []string) bool {
 	switch {
 	case strings.HasPrefix(k, ":"), strings.HasPrefix(k, reservedPrefix), strings.HasPrefix(k, "x-envoy-"),
 		strings.HasPrefix(k, "x-forwarded-"):
@@ -88,7 +85,7 @@ func forwardable(k string, allow []string) bool {
 		"upgrade", "proxy-connection", "accept-encoding", "expect":
 		return false
 	}
-	if slices.Contains(credentialHeaders, k) {
+	if slices.Contains(creds, k) {
 		return true
 	}
 	for _, a := range allow {

@@ -6,6 +6,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/codeinterp/codeinterp/pkg/identity"
 )
 
 // TestForwardDropsHopByHop: a follow-up carries the credentials and the allowed headers, never
@@ -17,7 +19,7 @@ func TestForwardDropsHopByHop(t *testing.T) {
 		hv("connection", "keep-alive, X-Trace-Hop"), hv("x-trace-hop", "secret"), hv("keep-alive", "5"),
 		hv("content-length", "10"), hv("x-codeinterp-followup", "forged"), hv("x-envoy-internal", "1"),
 	}})
-	got := m.forward([]string{"openai-*", "x-trace-hop", "keep-alive"})
+	got := m.forward(identity.DefaultCredentialHeaders, []string{"openai-*", "x-trace-hop", "keep-alive"})
 	want := http.Header{"Authorization": {"Bearer sk"}, "Openai-Organization": {"org"}}
 	assert.Equal(t, want, got, "forwarded headers")
 }

@@ -24,7 +24,9 @@ func (st *streamState) handleSafely(req *extprocv3.ProcessingRequest) (err error
 	defer func() {
 		if v := recover(); v != nil {
 			st.srv.reportPanic(st.logger(), v)
-			st.closeFirstStream() // a loop of the stream's own stops first
+			if st.delivery != nil {
+				st.delivery.close() // a loop of the stream's own stops first
+			}
 			err = st.answerPanic(req)
 		}
 	}()
@@ -44,7 +46,7 @@ func (s *Server) reportPanic(log *zap.Logger, v any) {
 
 // answerPanic answers the stream whose handling of req panicked (see handleSafely).
 func (st *streamState) answerPanic(req *extprocv3.ProcessingRequest) (err error) {
-	st.outcome = "panic"
+	st.setOutcome("panic")
 	defer func() {
 		// The surface's encoder may be what failed: the stream then just fails.
 		if recover() != nil {
@@ -55,7 +57,7 @@ func (st *streamState) answerPanic(req *extprocv3.ProcessingRequest) (err error)
 	st.live = nil
 	if live != nil && live.em.bytesSent() > 0 {
 		// The client's stream has started: it learns it failed, then it ends.
-		st.fdDone = true
+		st.delivery = spent{}
 		errBody := st.surface.ErrorBody(&schema.RequestError{Status: http.StatusInternalServerError,
 			Message: "codeinterp failed to process the request.", Code: "server_error"})
 		if err := live.sink.Event(schema.Event{Kind: schema.EventFailed, Status: http.StatusInternalServerError, Body: errBody}); err != nil {
@@ -71,8 +73,10 @@ func (st *streamState) answerPanic(req *extprocv3.ProcessingRequest) (err error)
 		// Not a served request's body yet: Envoy fails the request (failure_mode_allow false).
 		return status.Error(codes.Internal, "codeinterp failed to process the request")
 	}
-	st.fdDone = st.fullDuplex
+	if st.delivery != nil {
+		st.delivery = spent{}
+	}
 	resp := st.serverError("server_error", "codeinterp failed to process the request.")
-	st.outcome = "panic"
+	st.setOutcome("panic")
 	return st.send(resp)
 }

@@ -1,7 +1,9 @@
 // Package processor is the Envoy ext_proc server: the only code that touches ext_proc messages. It
-// runs one Recv/Send loop per stream, keeps per-stream state, answers each phase (request headers,
-// request body, response headers, response body) as reference/envoy-ext-proc.md says Envoy expects,
-// and hands the response phase of a code_interpreter request to the loop engine.
+// runs one Recv/Send loop per stream, keeps per-stream state, and answers each phase (request
+// headers, request body, response headers, response body, trailers) as Envoy expects (see
+// docs/architecture.md). A request with the code tool is admitted by pkg/admission; its answer
+// goes out through one delivery chosen at its response headers (buffered, a switched stream, a
+// configured full-duplex body, or pass-through), which hands it to the loop engine.
 package processor
 
 import (
@@ -10,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -21,13 +22,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
-	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/files"
+	"github.com/codeinterp/codeinterp/pkg/admission"
 	"github.com/codeinterp/codeinterp/pkg/loop"
-	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
-	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // Looper runs the agentic loop of one request. *loop.Engine implements it.
@@ -35,41 +32,76 @@ type Looper interface {
 	Run(ctx context.Context, r loop.Request) loop.Response
 }
 
-// Containers tells whether a container id was issued to an identity, and whether a container
-// of a spec may be created. *sandbox.Manager implements it.
-type Containers interface {
-	// Known reports whether containerID was issued to identity and is alive.
-	Known(identity, containerID string) bool
-	// Container returns the container id of identity: sandbox.ErrUnknownContainer when it
-	// was not issued to identity; an expired one is shown with sandbox.StatusExpired (or
-	// fails with sandbox.ErrExpiredContainer).
-	Container(ctx context.Context, identity, id string) (sandbox.ContainerInfo, error)
-	// CheckSpec returns an error matching sandbox.ErrInvalidSpec for a spec no container may
-	// have (a memory limit above the operator's cap).
-	CheckSpec(spec sandbox.Spec) error
+// Route is what the server does on the requests of one route, as the operator configured it
+// (a profile of the configuration, which internal/app maps onto it): the loop's bounds and
+// where its follow-ups go, how callers are identified, how a streamed answer is delivered.
+type Route struct {
+	// Name is the profile's name ("" for the default).
+	Name string
+	// Disabled reports whether the route's requests pass through untouched.
+	Disabled bool
+	// FunctionName and FunctionDescription are the function tool the model calls for code.
+	FunctionName, FunctionDescription string
+	// IdentityHeader, if set, is the header an authentication filter in front sets to the
+	// caller's identity; else the credential identifies the caller.
+	IdentityHeader string
+	// SessionHeader, if set, is the header that names a request's session container.
+	SessionHeader string
+	// AllowAnonymousSessions reports whether a caller without an identity may name a session.
+	AllowAnonymousSessions bool
+	// ForwardHeaders are the request headers, besides the credentials, that follow-up calls
+	// carry: exact names, or a prefix ending in "*".
+	ForwardHeaders []string
+	// Upstream is the base URL of the model API the follow-ups go to.
+	Upstream string
+	// LoopDeadline bounds a loop, of which LoopMargin is kept for sending the answer: the loop
+	// runs for LoopDeadline-LoopMargin, and Envoy's message timer is extended to LoopDeadline.
+	LoopDeadline, LoopMargin time.Duration
+	// MaxRounds, RunTimeout, OutputLimit, MaxOutputBytes, MaxImages and MaxCallsPerTurn are
+	// the loop's bounds (see [loop.Request]; zero is the loop's default).
+	MaxRounds       int
+	RunTimeout      time.Duration
+	OutputLimit     int
+	MaxOutputBytes  int
+	MaxImages       int
+	MaxCallsPerTurn int
+	// Progressive reports whether a streaming answer is switched to FULL_DUPLEX_STREAMED and
+	// sent as it happens; else it is replayed once the loop is over.
+	Progressive bool
+	// KeepAlive is how long a progressive stream may send nothing before it sends an SSE
+	// comment; zero means 15s.
+	KeepAlive time.Duration
+	// MaxResponseBytes bounds one upstream answer.
+	MaxResponseBytes int64
+	// MaxAnswerBytes is the largest answer body the server can send Envoy (its gRPC send
+	// limit less the rest of the message).
+	MaxAnswerBytes int
 }
 
 // Options are the dependencies of a Server.
 type Options struct {
-	// Config is the server configuration with defaults applied and validated. Required.
-	Config *configv1.Config
+	// Routes are the routes' settings by profile name; the default route has the name "" and
+	// is required.
+	Routes map[string]*Route
+	// ProfileKey is the gRPC initial metadata key whose value names a stream's route (set per
+	// route in Envoy with ExtProcPerRoute overrides.grpc_initial_metadata).
+	ProfileKey string
+	// PathPrefixes are the prefixes the surfaces' paths are also served under ("/openai").
+	PathPrefixes []string
+	// CredentialHeaders are the headers a caller's credential is read from (its identity) and
+	// that the loop's follow-up calls carry; nil means the identity package's defaults.
+	CredentialHeaders []string
+	// MaxRequestBytes bounds a request body collected from FULL_DUPLEX_STREAMED chunks
+	// (max_request_bytes, the gRPC receive limit that bounds a BUFFERED one). Required.
+	MaxRequestBytes int64
 	// Loop runs the loop. Required.
 	Loop Looper
-	// Containers checks container ids named by requests. Required.
-	Containers Containers
-	// Surfaces are the API surfaces served, each on its paths (under every configured path
-	// prefix). Required.
-	Surfaces []schema.Surface
-	// Pending keeps the calls an answer left out for the request that continues from it.
+	// Admission admits the requests that have the code tool, and continues earlier answers.
 	// Required.
-	Pending store.Continuations
-	// FilesClient sends the calls to the upstream's Files API that read the files a request's
-	// code_interpreter tool names (container.file_ids). If nil, the files package's own
-	// client, which follows no redirect.
-	FilesClient files.Doer
-	// NewFiles, if set, returns the Files API at a base URL instead of a *files.API (a test
-	// seam).
-	NewFiles func(base string) Files
+	Admission *admission.Admission
+	// Surfaces are the API surfaces served, each on its paths (under every path prefix).
+	// Required.
+	Surfaces []schema.Surface
 	// Secret keys the follow-up signatures and identity hashes. If empty, a random secret is made,
 	// which is right for a single server per Envoy.
 	Secret []byte
@@ -86,21 +118,15 @@ type Options struct {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	profiles   map[string]*config.Profile
+	routes     map[string]*Route
 	profileKey string
-	upstream   string
 	paths      map[string]schema.Surface
 	loop       Looper
-	containers Containers
+	admission  *admission.Admission
 	signer     signer
 	log        *zap.Logger
 	metrics    *Metrics
 	now        func() time.Time
-	pending    store.Continuations
-	files      func(base string) Files
-	// maxInputFile bounds each file of a tool's container.file_ids (max_upload_bytes, as
-	// for the Containers API's uploads).
-	maxInputFile int64
 	// maxRequestBody bounds a request body collected from FULL_DUPLEX_STREAMED chunks
 	// (max_request_bytes, the gRPC receive limit that bounds a BUFFERED one).
 	maxRequestBody int64
@@ -124,10 +150,10 @@ var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 
 // New returns a Server for o.
 func New(o Options) (*Server, error) {
-	if o.Config == nil || o.Loop == nil || o.Containers == nil || len(o.Surfaces) == 0 || o.Pending == nil {
-		return nil, errors.New("new processor: Config, Loop, Containers, Surfaces and Pending are required")
+	if o.Routes[""] == nil || o.MaxRequestBytes <= 0 || o.Loop == nil || o.Admission == nil || len(o.Surfaces) == 0 {
+		return nil, errors.New("new processor: the default route, MaxRequestBytes, Loop, Admission and Surfaces are required")
 	}
-	paths, err := servedPaths(o.Surfaces, o.Config.GetPathPrefixes())
+	paths, err := servedPaths(o.Surfaces, o.PathPrefixes)
 	if err != nil {
 		return nil, fmt.Errorf("new processor: %w", err)
 	}
@@ -146,31 +172,23 @@ func New(o Options) (*Server, error) {
 	if now == nil {
 		now = time.Now
 	}
-	newFiles := o.NewFiles
-	if newFiles == nil {
-		newFiles = defaultFiles(o.FilesClient)
-	}
 	metrics := o.Metrics
 	if metrics == nil {
 		metrics = NewMetrics()
 	}
 	return &Server{
-		profiles:   config.Profiles(o.Config),
-		profileKey: o.Config.GetProfileMetadataKey(),
-		upstream:   o.Config.GetUpstream(),
+		routes:     o.Routes,
+		profileKey: o.ProfileKey,
 		paths:      paths,
 		loop:       o.Loop,
-		containers: o.Containers,
-		signer:     newSigner(secret),
+		admission:  o.Admission,
+		signer:     newSigner(secret, o.CredentialHeaders),
 		log:        log.Named("processor"),
 		metrics:    metrics,
 		now:        now,
-		pending:    o.Pending,
-		files:      newFiles,
 		live:       map[*liveStream]struct{}{},
 
-		maxInputFile:   int64(min(o.Config.GetMaxUploadBytes(), math.MaxInt64)),
-		maxRequestBody: int64(min(o.Config.GetMaxRequestBytes(), math.MaxInt64)),
+		maxRequestBody: o.MaxRequestBytes,
 	}, nil
 }
 
@@ -196,7 +214,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			return stream.Send(r)
 		},
-		profile: s.profileFor(ctx),
+		route: s.routeFor(ctx),
 	}
 	defer st.finish()
 	for {
@@ -290,17 +308,19 @@ func (s *Server) Close() {
 	}
 }
 
-// profileFor returns the profile named by the stream's gRPC initial metadata (set per route in
-// Envoy with ExtProcPerRoute overrides.grpc_initial_metadata), or the default profile.
-func (s *Server) profileFor(ctx context.Context) *config.Profile {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, name := range md.Get(s.profileKey) {
-		if p, ok := s.profiles[name]; ok {
-			return p
+// routeFor returns the route named by the stream's gRPC initial metadata (set per route in
+// Envoy with ExtProcPerRoute overrides.grpc_initial_metadata), or the default route.
+func (s *Server) routeFor(ctx context.Context) *Route {
+	if s.profileKey != "" {
+		md, _ := metadata.FromIncomingContext(ctx)
+		for _, name := range md.Get(s.profileKey) {
+			if r, ok := s.routes[name]; ok {
+				return r
+			}
+			s.log.Warn("unknown profile named by route; using the default", zap.String("profile", name))
 		}
-		s.log.Warn("unknown profile named by route; using the default", zap.String("profile", name))
 	}
-	return s.profiles[""]
+	return s.routes[""]
 }
 
 // servedPaths maps every path a surface serves, under every prefix, to the surface. Two

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/admission"
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
@@ -67,6 +68,11 @@ func (f *fakeLoop) Run(_ context.Context, r loop.Request) loop.Response {
 			_ = r.Sink.Event(schema.Event{Kind: schema.EventRound, Body: r.First})
 		}
 		panic(f.panics)
+	}
+	if max := r.MaxAnswerBytes; max > 0 && len(f.resp.Body) > max {
+		// As the real loop does: an answer beyond what may be sent is a 502 to every client.
+		return loop.Response{Status: http.StatusBadGateway, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: r.Exchange.ErrorBody(loop.AnswerTooLarge(len(f.resp.Body), max)), Stop: loop.StopAnswerTooLarge}
 	}
 	if r.Sink != nil && f.resp.Status == http.StatusOK {
 		_ = r.Sink.Event(schema.Event{Kind: schema.EventDone, Body: f.resp.Body})
@@ -118,8 +124,16 @@ func newTestServer(t *testing.T, mutate func(*configv1.Config), fl *fakeLoop, co
 	return newTestServerWith(t, nil, mutate, fl, containers)
 }
 
-// newTestServerWith is newTestServer with the Options changed by opts (when set).
-func newTestServerWith(t *testing.T, opts func(*Options), mutate func(*configv1.Config), fl *fakeLoop, containers fakeContainers) *testServer {
+// testOptions are a test server's Options and the dependencies of its Admission.
+type testOptions struct {
+	Options
+	// NewFiles and Continuations are the Admission's Files API and continuations store.
+	NewFiles      func(base string) admission.Files
+	Continuations store.Continuations
+}
+
+// newTestServerWith is newTestServer with the options changed by opts (when set).
+func newTestServerWith(t *testing.T, opts func(*testOptions), mutate func(*configv1.Config), fl *fakeLoop, containers fakeContainers) *testServer {
 	t.Helper()
 	cfg := &configv1.Config{PathPrefixes: []string{"/openai"}}
 	config.ApplyDefaults(cfg)
@@ -133,14 +147,20 @@ func newTestServerWith(t *testing.T, opts func(*Options), mutate func(*configv1.
 	if containers == nil {
 		containers = fakeContainers{}
 	}
-	o := Options{
-		Config: cfg, Loop: fl, Containers: containers, Secret: []byte("test secret"), Log: zaptest.NewLogger(t),
-		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}}, Pending: memory.NewPending(nil),
+	o := testOptions{
+		Options: Options{
+			Routes: routesOf(cfg), ProfileKey: cfg.GetProfileMetadataKey(), PathPrefixes: cfg.GetPathPrefixes(),
+			MaxRequestBytes: int64(cfg.GetMaxRequestBytes()),
+			Loop:            fl, Secret: []byte("test secret"), Log: zaptest.NewLogger(t),
+			Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}},
+		},
+		Continuations: memory.NewPending(nil),
 	}
 	if opts != nil {
 		opts(&o)
 	}
-	srv, err := New(o)
+	o.Admission = admission.New(containers, o.Continuations, admission.Config{NewFiles: o.NewFiles, MaxInputFileBytes: int64(cfg.GetMaxUploadBytes())})
+	srv, err := New(o.Options)
 	require.NoError(t, err)
 
 	lis := bufconn.Listen(1 << 20)
@@ -161,6 +181,24 @@ func newTestServerWith(t *testing.T, opts func(*Options), mutate func(*configv1.
 		<-done
 	})
 	return &testServer{srv: srv, client: extprocv3.NewExternalProcessorClient(conn), loop: fl}
+}
+
+// routesOf maps cfg's profiles onto routes, as internal/app does.
+func routesOf(cfg *configv1.Config) map[string]*Route {
+	out := map[string]*Route{}
+	for name, p := range config.Profiles(cfg) {
+		out[name] = &Route{
+			Name: p.Name, Disabled: p.Disabled, FunctionName: p.FunctionName, FunctionDescription: p.FunctionDescription,
+			IdentityHeader: p.IdentityHeader, SessionHeader: p.SessionHeader, AllowAnonymousSessions: p.AllowAnonymousSessions,
+			ForwardHeaders: p.ForwardHeaders, Upstream: p.Upstream,
+			LoopDeadline: p.LoopDeadline, LoopMargin: config.LoopDeadlineMargin,
+			MaxRounds: p.MaxRounds, RunTimeout: p.RunTimeout, OutputLimit: p.OutputLimit,
+			MaxOutputBytes: p.MaxOutputBytes, MaxImages: p.MaxImages, MaxCallsPerTurn: p.MaxCallsPerTurn,
+			Progressive: p.Progressive, KeepAlive: p.KeepAlive,
+			MaxResponseBytes: p.MaxResponseBytes, MaxAnswerBytes: p.MaxAnswerBytes,
+		}
+	}
+	return out
 }
 
 // exchange is one ext_proc stream driven message by message, as Envoy would.
@@ -345,7 +383,7 @@ func TestPlainRequestPassesThrough(t *testing.T) {
 // on the route's processing mode (a route's ExtProcPerRoute may set another): a served path's
 // request_headers answer asks for a BUFFERED request body and response headers, and a rewritten
 // request's response_headers answer for a BUFFERED response body, so that the loop gets the
-// whole answer. Each mode_override merges to the shipped filter mode (reference §2), and
+// whole answer. Each mode_override merges to the shipped filter mode (docs/architecture.md, "Envoy's modes"), and
 // rides on an answer the server sends anyway.
 func TestServedPathAsksForBufferedBodies(t *testing.T) {
 	ts := newTestServer(t, nil, nil, nil)
@@ -554,7 +592,7 @@ func TestDisabledProfilePassesThrough(t *testing.T) {
 }
 
 func TestIdentity(t *testing.T) {
-	s := newSigner([]byte("k"))
+	s := newSigner([]byte("k"), nil)
 	tests := []struct {
 		name           string
 		a, b           []string

@@ -23,10 +23,12 @@ type signer struct {
 	identities  identity.Hasher
 }
 
-func newSigner(secret []byte) signer {
+// newSigner returns the signer of secret; creds are the credential headers (nil: the
+// identity package's defaults).
+func newSigner(secret []byte, creds []string) signer {
 	return signer{
 		followUpKey: derive(secret, "codeinterp follow-up v1"),
-		identities:  identity.New(secret, identity.Config{}),
+		identities:  identity.New(secret, identity.Config{CredentialHeaders: creds}),
 	}
 }
 

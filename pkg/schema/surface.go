@@ -23,22 +23,15 @@ type Surface interface {
 	ErrorBody(e *RequestError) []byte
 }
 
-// Exchange is one request of a Surface from its rewrite to its final answer. It carries what
-// the request's steps learned, so no step reads again what an earlier one read: the rewrite's
-// scan of the request, the last request sent upstream, the last answer parsed. An Exchange is
-// used by one goroutine at a time.
+// Exchange is one request of a Surface from its rewrite to its final answer, as the loop uses
+// it. It carries what the request's steps learned, so no step reads again what an earlier one
+// read: the rewrite's scan of the request, the last request sent upstream, the last answer
+// parsed. An Exchange is used by one goroutine at a time. An Exchange whose surface keeps
+// something between requests is also a [Continuation].
 type Exchange interface {
 	// Request is what the rewrite learned and produced. Its Body is the body to send upstream,
-	// which Continue may replace.
+	// which Continuation.Continue may replace.
 	Request() *Request
-	// Continue puts back into the request the code calls that an answer it continues from
-	// left out (see [store.Pending]), and reports whether it changed Request().Body. identity
-	// returns the caller's identity; it is called only when the store may hold something for
-	// the request.
-	Continue(p store.Continuations, identity func() string) (bool, error)
-	// Accepted is called when the upstream has taken the request (a 2xx answer): what the
-	// store held only until then is dropped.
-	Accepted(p store.Continuations, identity string)
 	// ParseTurn reads an upstream answer: the calls of the function it makes. The answer
 	// becomes the one FollowUp extends.
 	ParseTurn(body []byte) (Turn, error)
@@ -49,10 +42,6 @@ type Exchange interface {
 	// the native API would have returned; a non-empty incomplete marks it as cut short for
 	// that reason ("loop_deadline").
 	Final(rounds []Round, incomplete string) ([]byte, error)
-	// Remember stores, after an answer final that left the client's own calls pending, the
-	// internal calls of that turn which the answer does not show, for the request that
-	// continues from it.
-	Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall)
 	// ErrorBody is the surface's error body for e.
 	ErrorBody(e *RequestError) []byte
 	// UpstreamErrorBody is the body the client gets for an upstream error answer.
@@ -60,6 +49,25 @@ type Exchange interface {
 	// Events returns a Sink that writes the request's answer to w as the surface's event
 	// stream (text/event-stream), for a client that asked for one.
 	Events(w io.Writer) Sink
+}
+
+// Continuation is the part of an [Exchange] that continues from an earlier answer of the same
+// caller, through a store: admission (pkg/admission) calls Continue before the request goes
+// upstream, Accepted once the upstream took it, and Remember after the loop's answer. An
+// Exchange of a surface that keeps nothing between requests need not be one.
+type Continuation interface {
+	// Continue puts back into the request the code calls that an answer it continues from
+	// left out (see [store.Pending]), and reports whether it changed Request().Body. identity
+	// returns the caller's identity; it is called only when the store may hold something for
+	// the request.
+	Continue(p store.Continuations, identity func() string) (bool, error)
+	// Accepted is called when the upstream has taken the request (a 2xx answer): what the
+	// store held only until then is dropped.
+	Accepted(p store.Continuations, identity string)
+	// Remember stores, after an answer final that left the client's own calls pending, the
+	// internal calls of that turn which the answer does not show, for the request that
+	// continues from it.
+	Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall)
 }
 
 // EventKind is what an [Event] reports.

@@ -12,7 +12,10 @@ import (
 // Surface is Chat Completions. Its zero value is ready to use.
 type Surface struct{}
 
-var _ schema.Surface = Surface{}
+var (
+	_ schema.Surface      = Surface{}
+	_ schema.Continuation = (*exchange)(nil)
+)
 
 // Name implements [schema.Surface].
 func (Surface) Name() string { return "chat_completions" }
@@ -44,7 +47,7 @@ type exchange struct {
 	upstreamErr []byte
 }
 
-// Continue implements [schema.Exchange]. The client replays the assistant message with its own
+// Continue implements [schema.Continuation]. The client replays the assistant message with its own
 // tool calls only, in this and every later request; ours are put back next to them so that the
 // model sees its code and what it printed. Entries stay until they expire.
 func (x *exchange) Continue(p store.Continuations, identity func() string) (bool, error) {
@@ -69,10 +72,10 @@ func (x *exchange) Continue(p store.Continuations, identity func() string) (bool
 	return true, nil
 }
 
-// Accepted implements [schema.Exchange]: Chat keeps nothing only until then.
+// Accepted implements [schema.Continuation]: Chat keeps nothing only until then.
 func (x *exchange) Accepted(store.Continuations, string) {}
 
-// Remember implements [schema.Exchange]: the calls are kept for the requests that replay the
+// Remember implements [schema.Continuation]: the calls are kept for the requests that replay the
 // message, found by its first client tool call.
 func (x *exchange) Remember(p store.Continuations, identity string, _ []byte, pending []store.PendingCall) {
 	if ids := x.Turn().ClientCallIDs; len(ids) > 0 {

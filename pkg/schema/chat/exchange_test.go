@@ -63,13 +63,13 @@ func TestExchangeContinuation(t *testing.T) {
 	turn, err := first.ParseTurn(answer)
 	require.NoError(t, err)
 	require.Equal(t, []string{"call_w"}, turn.ClientCallIDs)
-	first.Remember(p, "id-a", answer, []store.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(1)"}`, Output: "1\n"}})
+	first.(schema.Continuation).Remember(p, "id-a", answer, []store.PendingCall{{CallID: "call_1", Arguments: `{"code":"print(1)"}`, Output: "1\n"}})
 
 	replay := `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"call_w","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_w","content":"sunny"}]}`
 	for range 2 {
 		x, err := chat.Surface{}.NewExchange([]byte(replay), schema.Options{})
 		require.NoError(t, err)
-		changed, err := x.Continue(p, func() string { return "id-a" })
+		changed, err := x.(schema.Continuation).Continue(p, func() string { return "id-a" })
 		require.NoError(t, err)
 		require.True(t, changed)
 		assert.Contains(t, string(x.Request().Body), `{"role":"tool","tool_call_id":"call_1","content":"1\n"}`)
@@ -77,11 +77,11 @@ func TestExchangeContinuation(t *testing.T) {
 	x, err := chat.Surface{}.NewExchange([]byte(replay), schema.Options{})
 	require.NoError(t, err)
 	asked := false
-	changed, err := x.Continue(memory.NewPending(nil), func() string { asked = true; return "id-a" })
+	changed, err := x.(schema.Continuation).Continue(memory.NewPending(nil), func() string { asked = true; return "id-a" })
 	require.NoError(t, err)
 	assert.False(t, changed)
 	assert.False(t, asked, "an empty store needs no identity")
-	changed, err = x.Continue(p, func() string { return "id-b" })
+	changed, err = x.(schema.Continuation).Continue(p, func() string { return "id-b" })
 	require.NoError(t, err)
 	assert.False(t, changed, "another identity's request is left as it is")
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
-	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // DefaultContainerIdle is the idle expiry an answer's container.expires_at counts from when
@@ -88,7 +87,11 @@ func newSessionName() string {
 	return "messages-" + hex.EncodeToString(b)
 }
 
-// exchange is one Messages request. It is used by one goroutine at a time.
+// exchange is one Messages request. It is used by one goroutine at a time. It is no
+// [schema.Continuation]: the Messages API keeps nothing between requests; the client sends the
+// whole conversation back, the answer's server_tool_use and result blocks included (an answer
+// that leaves the client's own calls pending shows ours in full), and Rewrite turns them back
+// into the model's tool_use / tool_result pairs.
 type exchange struct {
 	rq  Request
 	req schema.Request
@@ -108,19 +111,6 @@ type exchange struct {
 
 // Request implements [schema.Exchange].
 func (x *exchange) Request() *schema.Request { return &x.req }
-
-// Continue implements [schema.Exchange]. The Messages API keeps nothing between requests: the
-// client sends the whole conversation back, the answer's server_tool_use and result blocks
-// included, and Rewrite turns them back into the model's tool_use / tool_result pairs. So a
-// continuation needs nothing from the store.
-func (x *exchange) Continue(store.Continuations, func() string) (bool, error) { return false, nil }
-
-// Accepted implements [schema.Exchange]: nothing is stored (see Continue).
-func (x *exchange) Accepted(store.Continuations, string) {}
-
-// Remember implements [schema.Exchange]: an answer that leaves the client's own calls pending
-// shows ours in full, and the client replays them (see Continue).
-func (x *exchange) Remember(store.Continuations, string, []byte, []store.PendingCall) {}
 
 // ParseTurn implements [schema.Exchange]: each call of the code_execution tool is a Call whose
 // CallID is its tool_use id.

@@ -17,7 +17,10 @@ import (
 // Surface is the Responses API. Its zero value is ready to use.
 type Surface struct{}
 
-var _ schema.Surface = Surface{}
+var (
+	_ schema.Surface      = Surface{}
+	_ schema.Continuation = (*exchange)(nil)
+)
 
 // Name implements [schema.Surface].
 func (Surface) Name() string { return "responses" }
@@ -62,7 +65,7 @@ type exchange struct {
 	live liveCalls
 }
 
-// Continue implements [schema.Exchange]. The upstream, when it stores responses, holds a turn
+// Continue implements [schema.Continuation]. The upstream, when it stores responses, holds a turn
 // whose internal calls the client never saw unanswered; a request that continues from that
 // answer by previous_response_id, or in the same conversation, carries only the client's
 // outputs, and gets ours prepended, or the upstream would refuse it. Clients that replay the
@@ -134,14 +137,14 @@ func setPrevious(body []byte, id string) ([]byte, error) {
 	return jsonscan.Apply(body, []jsonscan.Edit{{Start: m.ValStart, End: m.ValEnd, Repl: jsonscan.AppendString(nil, id)}})
 }
 
-// Accepted implements [schema.Exchange].
+// Accepted implements [schema.Continuation].
 func (x *exchange) Accepted(p store.Continuations, identity string) {
 	if x.carried {
 		p.Drop(identity, store.Key{Kind: kindConversation, ID: x.Request().ConversationID})
 	}
 }
 
-// Remember implements [schema.Exchange]: the calls are kept for the requests that continue
+// Remember implements [schema.Continuation]: the calls are kept for the requests that continue
 // from the answer's id, and from the request's conversation; so are the containers the calls
 // ran in (with those of the answers the request continued from), which an auto container of
 // such a request reuses.

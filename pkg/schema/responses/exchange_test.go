@@ -63,12 +63,12 @@ func TestExchangeContinuation(t *testing.T) {
 	first, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","conversation":"conv_1","input":"q","tools":[{"type":"code_interpreter"}]}`), schema.Options{})
 	require.NoError(t, err)
 	pending := []store.PendingCall{{CallID: "call_ci", Output: "42\n"}}
-	first.Remember(p, "id-a", []byte(`{"id":"resp_mixed","output":[]}`), pending)
+	first.(schema.Continuation).Remember(p, "id-a", []byte(`{"id":"resp_mixed","output":[]}`), pending)
 
 	continues := func(identity, body string) (schema.Exchange, bool) {
 		x, err := responses.Surface{}.NewExchange([]byte(body), schema.Options{})
 		require.NoError(t, err)
-		changed, err := x.Continue(p, func() string { return identity })
+		changed, err := x.(schema.Continuation).Continue(p, func() string { return identity })
 		require.NoError(t, err)
 		return x, changed
 	}
@@ -82,7 +82,7 @@ func TestExchangeContinuation(t *testing.T) {
 	inConversation := `{"model":"m","conversation":"conv_1","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}]}`
 	x, changed = continues("id-a", inConversation)
 	require.True(t, changed)
-	x.Accepted(p, "id-a")
+	x.(schema.Continuation).Accepted(p, "id-a")
 	_, changed = continues("id-a", inConversation)
 	assert.False(t, changed, "the conversation holds them once the upstream took a request that carried them")
 	_, changed = continues("id-a", byID)
@@ -102,11 +102,11 @@ func TestExchangeStreamedAnswerName(t *testing.T) {
 	final, err := x.Final(rounds, "")
 	require.NoError(t, err)
 	assert.Contains(t, string(final), `"id":"resp_1"`, "the answer keeps the name the stream gave it")
-	x.Remember(p, "id-a", final, nil)
+	x.(schema.Continuation).Remember(p, "id-a", final, nil)
 
 	next, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","previous_response_id":"resp_1","input":"and then?"}`), schema.Options{})
 	require.NoError(t, err)
-	changed, err := next.Continue(p, func() string { return "id-a" })
+	changed, err := next.(schema.Continuation).Continue(p, func() string { return "id-a" })
 	require.NoError(t, err)
 	require.True(t, changed)
 	assert.Equal(t, `{"model":"m","previous_response_id":"resp_2","input":"and then?"}`, string(next.Request().Body))
@@ -164,7 +164,7 @@ func TestExchangeContextContainers(t *testing.T) {
 	run := func(identity, body string, containers ...string) schema.Exchange {
 		x, err := responses.Surface{}.NewExchange([]byte(body), schema.Options{})
 		require.NoError(t, err)
-		_, err = x.Continue(p, func() string { return identity })
+		_, err = x.(schema.Continuation).Continue(p, func() string { return identity })
 		require.NoError(t, err)
 		var calls []schema.CodeCall
 		var items []string
@@ -175,7 +175,7 @@ func TestExchangeContextContainers(t *testing.T) {
 		first := []byte(`{"id":"resp_` + identity + fmt.Sprint(len(containers)) + `","output":[` + join(items) + `]}`)
 		final, err := x.Final([]schema.Round{{Body: first, Calls: calls}}, "")
 		require.NoError(t, err)
-		x.Remember(p, identity, final, nil)
+		x.(schema.Continuation).Remember(p, identity, final, nil)
 		return x
 	}
 	tool := `"tools":[{"type":"code_interpreter","container":{"type":"auto"}}]`

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/admission"
 	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/store"
@@ -29,7 +30,7 @@ type fakeFiles struct {
 	auths []string
 }
 
-func (f *fakeFiles) at(base string) Files {
+func (f *fakeFiles) at(base string) admission.Files {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.bases = append(f.bases, base)
@@ -69,7 +70,7 @@ func TestFileIDs(t *testing.T) {
 	ff := &fakeFiles{names: map[string]string{"file-a": "data.csv", "file-b": "notes.txt"}}
 	final := []byte(`{"id":"resp_1","output":[]}`)
 	fl := &fakeLoop{calls: true, resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: final, Stop: loop.StopDone}}
-	ts := newTestServerWith(t, func(o *Options) { o.NewFiles = ff.at }, nil, fl, nil)
+	ts := newTestServerWith(t, func(o *testOptions) { o.NewFiles = ff.at }, nil, fl, nil)
 
 	tests := []struct {
 		name       string
@@ -134,7 +135,7 @@ func TestAutoContainerFromContext(t *testing.T) {
 	fl := &fakeLoop{resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"resp_2","output":[]}`), Stop: loop.StopDone}}
 	var ts *testServer
 	containers := fakeContainers{}
-	ts = newTestServerWith(t, func(o *Options) { o.Pending = pending }, nil, fl, containers)
+	ts = newTestServerWith(t, func(o *testOptions) { o.Continuations = pending }, nil, fl, containers)
 	identity, _ := ts.srv.signer.identity(newHeaderMap(headerMapOf("authorization", "Bearer sk-one")), "")
 	containers["cntr_old"] = identity
 	containers["cntr_live"] = identity
@@ -170,7 +171,7 @@ func TestFileIDsOverTheUploadLimit(t *testing.T) {
 	ff := &fakeFiles{names: map[string]string{"file-a": "data.csv", "file-b": "notes.txt"}} // 8 and 9 bytes
 	fl := &fakeLoop{calls: true, resp: loop.Response{Status: 200, Header: http.Header{"Content-Type": {"application/json"}},
 		Body: []byte(`{"id":"resp_1","output":[]}`), Stop: loop.StopDone}}
-	ts := newTestServerWith(t, func(o *Options) { o.NewFiles = ff.at }, func(c *configv1.Config) { c.MaxUploadBytes = 8 }, fl, nil)
+	ts := newTestServerWith(t, func(o *testOptions) { o.NewFiles = ff.at }, func(c *configv1.Config) { c.MaxUploadBytes = 8 }, fl, nil)
 
 	ex := ts.open(t)
 	ex.send(postHeaders("/openai/v1/responses"))

@@ -58,7 +58,7 @@ func (l *streamReadingLoop) Run(_ context.Context, r loop.Request) loop.Response
 // the server switches to FULL_DUPLEX_STREAMED.
 func streamedSSE(t *testing.T, l *streamReadingLoop) *exchange {
 	t.Helper()
-	ts := newTestServerWith(t, func(o *Options) { o.Loop = l }, nil, nil, nil)
+	ts := newTestServerWith(t, func(o *testOptions) { o.Loop = l }, nil, nil, nil)
 	ex := ts.open(t)
 	ex.send(postHeaders("/v1/responses"))
 	ex.send(reqBody(streamBody))
