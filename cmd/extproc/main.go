@@ -1,5 +1,5 @@
 // Command extproc is the codeinterp Envoy ext_proc server: it gives OpenAI's hosted
-// code_interpreter tool to any model behind Envoy. See the README for flags and configuration.
+// code_interpreter tool to any model behind Envoy. See docs/operations.md for flags and configuration.
 package main
 
 import (

@@ -17,7 +17,7 @@ import (
 )
 
 // The fixed texts fed to the model instead of a run's output when the run could not happen or
-// did not finish. They are part of the product's documented behaviour (README, "Failures").
+// did not finish. They are part of the product's documented behaviour (docs/surfaces.md, "Failures").
 const (
 	// TextSandboxUnavailable answers a call when no sandbox could be had; the code did not run.
 	TextSandboxUnavailable = "[sandbox unavailable: the code was not run. Answer without running code, or say that code execution is unavailable right now.]"
@@ -397,6 +397,8 @@ func render(res sandbox.Result, limit int) (text, logs string) {
 		}
 		add("[files written: " + strings.Join(names, ", ") + "]")
 	}
+	// What the list leaves out (too many files, a full file table, a refused path) is told too.
+	add(res.FilesNote)
 	if res.Truncated {
 		add("[output truncated]")
 	}

@@ -3,8 +3,6 @@ package loop
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +72,7 @@ func New(sb Sandboxes, cfg Config) *Engine {
 		e.maxBody = DefaultMaxResponseBytes
 	}
 	if e.newID == nil {
-		e.newID = randomID
+		e.newID = schema.NewItemID
 	}
 	if e.client == nil {
 		e.transport = &http.Transport{
@@ -554,11 +552,4 @@ func drain(body io.ReadCloser) {
 	t := time.AfterFunc(drainTime, func() { _ = body.Close() })
 	defer t.Stop()
 	_, _ = io.CopyN(io.Discard, body, drainBytes)
-}
-
-// randomID returns prefix followed by 48 random hex digits, the length of OpenAI's item ids.
-func randomID(prefix string) string {
-	b := make([]byte, 24)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
-	return prefix + hex.EncodeToString(b)
 }

@@ -510,6 +510,8 @@ func TestRenderAndCap(t *testing.T) {
 		{"stderr", sandbox.Result{Stderr: "warn\n"}, "[stderr]\nwarn\n", "[stderr]\nwarn\n"},
 		{"image only", sandbox.Result{Images: []sandbox.Image{{PNG: []byte{1}}}}, "[1 image was shown to the user]", ""},
 		{"files", sandbox.Result{Files: []sandbox.File{{Path: "/mnt/data/a.csv", Size: 3}}}, "[files written: /mnt/data/a.csv (3 bytes)]", "[files written: /mnt/data/a.csv (3 bytes)]"},
+		{"files left out", sandbox.Result{Files: []sandbox.File{{Path: "/mnt/data/a.csv", Size: 3}}, FilesNote: "[2 more files written are not listed]"},
+			"[files written: /mnt/data/a.csv (3 bytes)]\n[2 more files written are not listed]", "[files written: /mnt/data/a.csv (3 bytes)]\n[2 more files written are not listed]"},
 		{"error without traceback", sandbox.Result{Error: &sandbox.Error{Name: "E", Value: "v"}}, "E: v", "E: v"},
 	}
 	for _, tt := range tests {

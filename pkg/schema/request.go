@@ -86,7 +86,7 @@ type Request struct {
 	ReplayedContainerIDs []string
 	// ContextContainerIDs are the containers the code_interpreter_call items of the earlier
 	// answers the request continues from (previous_response_id, conversation) ran in, oldest
-	// first, as the store remembered them; set by Exchange.Continue.
+	// first, as the store remembered them; set by Continuation.Continue.
 	ContextContainerIDs []string
 	// PreviousResponseID is the Responses request's previous_response_id, and ConversationID its
 	// conversation's id (the string, or the object's "id"): the earlier answer the request

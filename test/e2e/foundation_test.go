@@ -44,7 +44,7 @@ func TestFoundation(t *testing.T) {
 }
 
 // TestAllowedOverrideModes runs with the filter's allowed_override_modes set to the list the
-// README gives: every mode_override the server sends must be on it (Envoy silently ignores one
+// docs/envoy.md gives: every mode_override the server sends must be on it (Envoy silently ignores one
 // that is not), so the pass-through paths still cost what they should and the loop still runs.
 func TestAllowedOverrideModes(t *testing.T) {
 	t.Run("listing the streaming mode", func(t *testing.T) { testAllowedOverrideModes(t, true) })

@@ -276,7 +276,7 @@ func checkNativeAnswer(t *testing.T, resp responses.Response, what string) {
 		assert.True(t, bytes.HasPrefix(out, []byte("[")) || string(out) == "null", "%s: outputs of item %d is an array (include) or null, not %s", what, i, keys["outputs"])
 		assert.True(t, strings.HasPrefix(it.ID, "ci_"), "%s: id of item %d", what, i)
 		assert.True(t, strings.HasPrefix(it.ContainerID, "cntr_"),
-			"%s: container_id of item %d is %q: every code_interpreter_call names the container of its request (README, Sandboxes and sessions)", what, i, it.ContainerID)
+			"%s: container_id of item %d is %q: every code_interpreter_call names the container of its request (docs/containers.md)", what, i, it.ContainerID)
 	}
 }
 

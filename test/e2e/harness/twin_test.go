@@ -818,7 +818,7 @@ func onV1(pr *extprocv3.ExtProcPerRoute) func(*FilterConfig) {
 }
 
 // TestTwinServerModes: the modes the codeinterp server asks for (pkg/processor: servedMode,
-// passThrough, skipResponseBody) with allowed_override_modes set as the README says, and on
+// passThrough, skipResponseBody) with allowed_override_modes set as docs/envoy.md says, and on
 // a route whose ExtProcPerRoute sets other body modes: a mode_override merges into the
 // filter's processing_mode, not the route's.
 func TestTwinServerModes(t *testing.T) {
@@ -831,7 +831,7 @@ func TestTwinServerModes(t *testing.T) {
 		ResponseBodyMode: extprocv3.ProcessingMode_NONE,
 	}
 	skipBody := &extprocv3.ProcessingMode{ResponseBodyMode: extprocv3.ProcessingMode_NONE}
-	// The README's list: the filter's own mode and the two pass-through modes, trailers SKIP.
+	// docs/envoy.md's list: the filter's own mode and the two pass-through modes, trailers SKIP.
 	readmeAllowed := func(c *FilterConfig) {
 		pm := c.Filter.GetProcessingMode()
 		c.Filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{
@@ -884,12 +884,12 @@ func TestTwinServerModes(t *testing.T) {
 		}
 	}
 	runTwins(t, []twinCase{
-		{name: "served, README allowed list", config: readmeAllowed, script: overrideOn("request_headers", served), want: passed(fullExchange)},
-		{name: "pass-through, README allowed list", config: readmeAllowed, script: overrideOn("request_headers", passMode), want: passed(fullExchange[:1])},
-		{name: "response body skipped, README allowed list", config: readmeAllowed, script: overrideOn("response_headers", skipBody), want: passed(fullExchange[:3])},
+		{name: "served, documented allowed list", config: readmeAllowed, script: overrideOn("request_headers", served), want: passed(fullExchange)},
+		{name: "pass-through, documented allowed list", config: readmeAllowed, script: overrideOn("request_headers", passMode), want: passed(fullExchange[:1])},
+		{name: "response body skipped, documented allowed list", config: readmeAllowed, script: overrideOn("response_headers", skipBody), want: passed(fullExchange[:3])},
 		{name: "route without bodies", config: noBodies, script: passThrough, want: passed([]string{gotReqHeaders, gotRespHeaders})},
 		{name: "served on a route without bodies", config: noBodies, script: servedTwice, want: passed(fullExchange)},
-		{name: "served on a route without bodies, README allowed list", config: both(noBodies, readmeAllowed), script: servedTwice, want: passed(fullExchange)},
+		{name: "served on a route without bodies, documented allowed list", config: both(noBodies, readmeAllowed), script: servedTwice, want: passed(fullExchange)},
 		{
 			name: "disabled route", path: "/v1/embeddings", script: passThrough,
 			want: func() twinOutcome {
