@@ -106,3 +106,16 @@ proto-check: tools
 
 clean:
 	rm -rf $(BIN) $(VENV)
+
+## image: the container images, built with podman from a debootstrap'd Debian (no registry):
+## codeinterp:dev (server, bubblewrap, Python with numpy, pandas, matplotlib) and codeinterp-gateway:dev
+## (server and CA certificates only, non-root). Installs podman, runc, debootstrap first (scripts/deploy-deps.sh).
+image:
+	@./scripts/deploy-deps.sh
+	GO=$(GO) ./scripts/image.sh
+
+## deploy-test: the deployment tests (test/deploy): the images run in podman with runc under each row of
+## docs/deploy.md's privilege table, and a conversation through Envoy into the image. Fails without podman.
+deploy-test: image
+	@command -v podman >/dev/null || { echo "deploy-test: podman is missing"; exit 1; }
+	CODEINTERP_DEPLOY_TEST=1 $(GO) test -count=1 -p 1 -timeout 20m -v ./test/deploy/...
