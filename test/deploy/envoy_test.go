@@ -53,10 +53,7 @@ func startFront(t *testing.T, listen, grpcAddr, apiAddr string) *front {
 	path := filepath.Join(t.TempDir(), "envoy.json")
 	require.NoError(t, os.WriteFile(path, data, 0o644))
 
-	bin := os.Getenv("ENVOY_BIN")
-	if bin == "" {
-		bin = "../../.venv/bin/envoy"
-	}
+	bin := envoyBin()
 	var logs bytes.Buffer
 	cmd := exec.Command(bin, "-c", path, "--log-level", "warn", "--use-dynamic-base-id",
 		"--base-id-path", filepath.Join(t.TempDir(), "base-id"))
