@@ -59,7 +59,24 @@ func render(t *testing.T, helm string) rendered {
 	want, err := os.ReadFile(golden)
 	require.NoError(t, err, "the golden file (go test -run TestChart ./test/deploy/ -update writes it)")
 	assert.Equal(t, string(want), string(out), "helm template differs from %s (-update rewrites it)", golden)
+	return decode(t, out)
+}
 
+// renderWith runs helm template with the values set (--set each) and decodes the manifests.
+func renderWith(t *testing.T, helm string, set ...string) rendered {
+	t.Helper()
+	args := []string{"template", "test", chart}
+	for _, kv := range set {
+		args = append(args, "--set", kv)
+	}
+	out, err := exec.Command(helm, args...).CombinedOutput()
+	require.NoError(t, err, "helm template: %s", out)
+	return decode(t, out)
+}
+
+// decode decodes each manifest of out strictly into its Kubernetes API type.
+func decode(t *testing.T, out []byte) rendered {
+	t.Helper()
 	var r rendered
 	for _, doc := range strings.Split(string(out), "\n---\n") {
 		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {

@@ -48,6 +48,13 @@ func startFront(t *testing.T, listen, grpcAddr, apiAddr string) *front {
 	b.Admin.Address = socketAddress(t, freeAddr(t))
 	pointStatic(t, b, "codeinterp_ext_proc", grpcAddr)
 	pointStatic(t, b, "codeinterp_api", apiAddr)
+	runEnvoy(t, b, listen)
+	return f
+}
+
+// runEnvoy runs the real Envoy with bootstrap b until t ends, and waits until it listens on listen.
+func runEnvoy(t *testing.T, b *bootstrapv3.Bootstrap, listen string) {
+	t.Helper()
 	data, err := protojson.Marshal(b)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "envoy.json")
@@ -68,12 +75,12 @@ func startFront(t *testing.T, listen, grpcAddr, apiAddr string) *front {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", f.listen, 200*time.Millisecond)
+		c, err := net.DialTimeout("tcp", listen, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return f
+			return
 		}
-		require.True(t, time.Now().Before(deadline), "Envoy did not listen on %s: %s", f.listen, logs.String())
+		require.True(t, time.Now().Before(deadline), "Envoy did not listen on %s: %s", listen, logs.String())
 		time.Sleep(50 * time.Millisecond)
 	}
 }

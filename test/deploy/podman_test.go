@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -77,15 +78,19 @@ func startServer(t *testing.T, img string, give []string, extra ...string) *serv
 		admin: freeAddr(t),
 		api:   freeAddr(t),
 	}
-	args := []string{"run", "-d", "--name", s.name, "--network", "host"}
-	args = append(args, give...)
-	args = append(args, img, "--listen", s.grpc, "--admin-listen", s.admin, "--api-listen", s.api)
-	args = append(args, extra...)
+	s.run(t, slices.Concat(give, []string{img, "--listen", s.grpc, "--admin-listen", s.admin, "--api-listen", s.api}, extra))
+	return s
+}
+
+// run runs podman run -d --name s.name --network host with args, and removes the container when t
+// ends.
+func (s *server) run(t *testing.T, args []string) {
+	t.Helper()
+	args = append([]string{"run", "-d", "--name", s.name, "--network", "host"}, args...)
 	t.Cleanup(func() { s.remove() })
 	s.started = time.Now()
 	out, err := exec.Command("podman", args...).CombinedOutput()
 	require.NoError(t, err, "podman %s: %s", strings.Join(args, " "), out)
-	return s
 }
 
 // wait returns whether the server reports SERVING on gRPC health within timeout (true), or its
