@@ -162,3 +162,38 @@ func (f *front) askSixTimesSeven(t *testing.T) (logs string, took time.Duration)
 	require.Len(t, call.Outputs, 1, "outputs of print(6*7)")
 	return call.Outputs[0].Logs, took
 }
+
+// askMessagesBash sends an Anthropic Messages request with the code_execution_20250825 tool whose
+// user message is a bash block (the demo model runs it) and returns the answer's raw JSON.
+func (f *front) askMessagesBash(t *testing.T, script string) string {
+	t.Helper()
+	msg, err := json.Marshal("```bash\n" + script + "\n```")
+	require.NoError(t, err)
+	body := `{"model":"claude-sonnet-4-5","max_tokens":1024,"tools":[{"type":"code_execution_20250825","name":"code_execution"}],` +
+		`"messages":[{"role":"user","content":` + string(msg) + `}]}`
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.listen+"/v1/messages", bytes.NewBufferString(body))
+	require.NoError(t, err)
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("x-api-key", "demo")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "answer: %s", raw)
+	var answer struct {
+		Content []struct {
+			Type string `json:"type"`
+		} `json:"content"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &answer), "answer: %s", raw)
+	var types []string
+	for _, b := range answer.Content {
+		types = append(types, b.Type)
+	}
+	require.Contains(t, types, "bash_code_execution_tool_result", "answer: %s", raw)
+	return string(raw)
+}

@@ -97,6 +97,8 @@ func TestChartPod(t *testing.T) {
 	f := &front{listen: listen}
 	logs, first := f.askSixTimesSeven(t)
 	assert.Equal(t, "42\n", logs, "the code's logs through the chart's pod")
+	blocks := f.askMessagesBash(t, "echo $((6*7))-from-the-pod")
+	assert.Contains(t, blocks, "42-from-the-pod", "a Messages conversation with bash through the chart's pod")
 	assert.Contains(t, s.logs(t), logForked, "the sidecar's start mode")
 	t.Logf("chart pod: podman run to SERVING %v; first conversation %v", toServing.Round(time.Millisecond), first.Round(time.Millisecond))
 }

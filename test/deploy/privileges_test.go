@@ -101,6 +101,14 @@ func TestPrivileges(t *testing.T) {
 			wantLogs: []string{logNoHostname},
 		},
 		{
+			name:        "user namespace, SYS_ADMIN, unmasked /proc",
+			give:        append(append(userns(t), caps("SYS_ADMIN")...), unmask...),
+			args:        usernsConfig,
+			wantServing: true,
+			wantLogs:    []string{logNoFork, logNoLoopback, logNoStop},
+			wantNotLogs: []string{logForked},
+		},
+		{
 			name:        "user namespace, SYS_ADMIN, NET_ADMIN, SYS_PTRACE, unmasked /proc",
 			give:        append(append(userns(t), caps("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE")...), unmask...),
 			args:        usernsConfig,
