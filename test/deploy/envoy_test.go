@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ func runEnvoy(t *testing.T, b *bootstrapv3.Bootstrap, listen string) {
 	require.NoError(t, os.WriteFile(path, data, 0o644))
 
 	bin := envoyBin()
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	cmd := exec.Command(bin, "-c", path, "--log-level", "warn", "--use-dynamic-base-id",
 		"--base-id-path", filepath.Join(t.TempDir(), "base-id"))
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -80,9 +81,29 @@ func runEnvoy(t *testing.T, b *bootstrapv3.Bootstrap, listen string) {
 			c.Close()
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "Envoy did not listen on %s: %s", listen, logs.String())
+		if time.Now().After(deadline) {
+			t.Fatalf("Envoy did not listen on %s: %s", listen, logs.String())
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a process's output copier writing while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // socketAddress is addr ("127.0.0.1:port") as an Envoy address.

@@ -19,7 +19,6 @@ const (
 	logNoStop     = "background processes of this container will not be stopped"
 	logNoProc     = "Can't mount proc on /newroot/proc: Operation not permitted"
 	logNoLoopback = "loopback: Failed RTM_NEWADDR"
-	logNoSetns    = "setns: Operation not permitted"
 )
 
 // userns returns the podman flags of a user namespace like a Kubernetes pod's with hostUsers:
@@ -84,7 +83,9 @@ func TestPrivileges(t *testing.T) {
 			name:        "SYS_ADMIN, NET_ADMIN, unmasked /proc",
 			give:        append(caps("SYS_ADMIN", "NET_ADMIN"), unmask...),
 			wantServing: true,
-			wantLogs:    []string{logNoFork, logNoSetns, logNoStop},
+			// Why the fork mode fails varies with timing: "setns: Operation not permitted", or the
+			// test container's driver ends before it is ready ("read frame: EOF").
+			wantLogs:    []string{logNoFork, logNoStop},
 			wantNotLogs: []string{logForked},
 		},
 		{
