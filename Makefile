@@ -119,3 +119,23 @@ proto-check: tools
 
 clean:
 	rm -rf $(BIN) $(VENV)
+
+## image: the container images, built with podman from a debootstrap'd Debian (no registry):
+## codeinterp:dev (server, bubblewrap, Python with numpy, pandas, matplotlib) and codeinterp-gateway:dev
+## (server and CA certificates only, non-root). Installs podman, runc, debootstrap first (scripts/deploy-deps.sh).
+.PHONY: image deploy-test
+image:
+	@./scripts/deploy-deps.sh
+	GO=$(GO) ./scripts/image.sh
+
+## deploy-test: the deployment tests (test/deploy): the images run in podman with runc under each row of
+## docs/deploy.md's privilege table, and a conversation through Envoy into the image. Fails without podman.
+## helm (pinned, from the Go module proxy) lints and renders deploy/helm/codeinterp in the same tests.
+HELM_VERSION := v3.22.0
+HELM := $(TOOLS)/helm
+deploy-test: image $(HELM)
+	@command -v podman >/dev/null || { echo "deploy-test: podman is missing"; exit 1; }
+	CODEINTERP_DEPLOY_TEST=1 $(GO) test -count=1 -p 1 -timeout 20m -v ./test/deploy/...
+
+$(HELM):
+	GOBIN=$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
