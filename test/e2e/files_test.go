@@ -37,6 +37,7 @@ func TestFiles(t *testing.T) {
 		for _, sc := range []loopScenario{
 			{name: "a second request names the first answer's container", run: scenarioContainerByID},
 			{name: "a continuation reuses the container of the answer it continues", run: scenarioContainerFromPrevious},
+			{name: "item references to the code calls resolve (issue 24)", run: scenarioItemReference},
 			{name: "outputs are null without include", run: scenarioNoInclude},
 			{name: "the files the code wrote are cited", run: scenarioFilesCited},
 			{name: "file_ids are copied into /mnt/data", run: scenarioFileIDs},
@@ -107,6 +108,52 @@ func scenarioContainerFromPrevious(t *testing.T, x *scene) string {
 	// model echoes none in a plain one.
 	raw, _ := sjson.Delete(second.RawJSON(), "previous_response_id")
 	return normalized("[" + first.RawJSON() + "," + raw + "]")
+}
+
+// scenarioItemReference is the second turn as @ai-sdk/openai sends it with store on (its
+// default): the earlier output items as item references, ours ("ci_…") included, which no
+// upstream can resolve. The server puts back the call the model made and the output it read,
+// and the auto container is the one that call ran in; a reference to another id goes on as it
+// is.
+func scenarioItemReference(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_r1", "kept = 'first'\nprint(6*7)")),
+		responsesReply(usage(1, 1), fakemodel.Message("42.")),
+		responsesReply(usage(1, 1), runCode("call_r2", "print(kept)")),
+		responsesReply(usage(1, 1), fakemodel.Message("first")))
+	first := x.responses(t, "sk-files-ref", ask("compute"))
+	ci := codeCall(t, first, 0)
+	p := ask("what was kept?")
+	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+		responses.ResponseInputItemParamOfMessage("compute", responses.EasyInputMessageRoleUser),
+		{OfItemReference: &responses.ResponseInputItemItemReferenceParam{ID: ci.ID}},
+		{OfItemReference: &responses.ResponseInputItemItemReferenceParam{ID: "msg_upstream_1"}},
+		responses.ResponseInputItemParamOfMessage("what was kept?", responses.EasyInputMessageRoleUser),
+	}}
+	second := x.responses(t, "sk-files-ref", p)
+
+	reqs := x.sent()
+	require.Len(t, reqs, 4, "item references: requests the model got")
+	in := gjson.GetBytes(reqs[2].Body, "input")
+	// openai-go sends easy messages and item references without their "type", as the API allows.
+	assert.Equal(t, []string{"", "function_call", "function_call_output", "", ""},
+		typesOf(in), "item references: the input the model got: %s", in.Raw)
+	assert.Equal(t, ci.ID, in.Get("1.call_id").String(), "item references: the call's id")
+	assert.JSONEq(t, `{"code":"kept = 'first'\nprint(6*7)"}`, in.Get("1.arguments").String(), "item references: the call's code")
+	assert.Equal(t, "42\n", outputOf(t, reqs[2], ci.ID), "item references: the output the model read")
+	assert.Equal(t, "msg_upstream_1", in.Get("3.id").String(), "item references: another id goes on as it is")
+	assert.Equal(t, "first\n", outputOf(t, reqs[3], "call_r2"), "item references: the auto container is the referenced call's")
+	assert.Equal(t, ci.ContainerID, codeCall(t, second, 0).ContainerID, "item references: one container")
+	return normalized("[" + first.RawJSON() + "," + second.RawJSON() + "]")
+}
+
+// typesOf returns the "type" of each element of the array v.
+func typesOf(v gjson.Result) []string {
+	var out []string
+	for _, e := range v.Array() {
+		out = append(out, e.Get("type").String())
+	}
+	return out
 }
 
 func scenarioNoInclude(t *testing.T, x *scene) string {

@@ -61,6 +61,9 @@ type exchange struct {
 	clientPrevious string
 	// ran are the containers the answer's calls ran in, in order, as Final last saw them.
 	ran []string
+	// rounds are the rounds Final last built the answer of: Remember keeps their code calls
+	// for the requests that reference them by id.
+	rounds []schema.Round
 	// live is what the event stream learned as the rounds streamed.
 	live liveCalls
 }
@@ -73,10 +76,45 @@ type exchange struct {
 // from one answer several times, or retry).
 func (x *exchange) Continue(p store.Continuations, identity func() string) (bool, error) {
 	r := x.Request()
-	if r.PreviousResponseID == "" && r.ConversationID == "" {
-		return false, nil
+	expanded := false
+	if r.Found && p.Holds(kindItem) {
+		var err error
+		if expanded, err = x.expandItemRefs(p, identity()); err != nil {
+			return false, err
+		}
 	}
-	id := identity()
+	if r.PreviousResponseID == "" && r.ConversationID == "" {
+		return expanded, nil
+	}
+	changed, err := x.continueFrom(p, identity())
+	return expanded || changed, err
+}
+
+// expandItemRefs replaces the request's references to code calls this server minted by the
+// calls the model saw (see [expandItemRefs]); an auto container reuses their containers as it
+// does those of replayed items.
+func (x *exchange) expandItemRefs(p store.Continuations, identity string) (bool, error) {
+	r := x.Request()
+	t, err := openai.TopKeys.TopObject(r.Body, "expand item references")
+	if err != nil {
+		return false, err
+	}
+	out, containers, changed, err := expandItemRefs(r.Body, t.Span("input"), x.FunctionName(), p, identity)
+	if err != nil || !changed {
+		return false, err
+	}
+	if grown := len(out) - len(r.Body); grown > store.MaxContinuationBytes {
+		return false, fmt.Errorf("expand item references: %w (%d bytes)", schema.ErrRewriteTooLarge, grown)
+	}
+	x.SetBody(out)
+	r.ReplayedContainerIDs = append(r.ReplayedContainerIDs, containers...)
+	return true, nil
+}
+
+// continueFrom is Continue for a request that continues from an answer (previous_response_id)
+// or a conversation.
+func (x *exchange) continueFrom(p store.Continuations, id string) (bool, error) {
+	r := x.Request()
 	if r.Found {
 		// The containers of the answers it continues from: an auto container reuses them.
 		if r.PreviousResponseID != "" {
@@ -149,6 +187,7 @@ func (x *exchange) Accepted(p store.Continuations, identity string) {
 // ran in (with those of the answers the request continued from), which an auto container of
 // such a request reuses.
 func (x *exchange) Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall) {
+	rememberItems(p, identity, x.rounds)
 	if len(pending) > 0 {
 		p.Put(identity, pending,
 			store.Key{Kind: kindResponse, ID: gjson.GetBytes(final, "id").String()},
@@ -168,6 +207,7 @@ func (x *exchange) Remember(p store.Continuations, identity string, final []byte
 func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
 	r := x.Request()
 	x.ran = x.ran[:0]
+	x.rounds = rounds
 	for _, rd := range rounds {
 		for _, c := range rd.Calls {
 			if c.ContainerID != "" && (len(x.ran) == 0 || x.ran[len(x.ran)-1] != c.ContainerID) {

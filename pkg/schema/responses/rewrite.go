@@ -37,20 +37,25 @@ func reqReplayInput(b []byte, sp jsonscan.Span, items []jsonscan.Item, name stri
 		if containerID != "" {
 			containerIDs = append(containerIDs, containerID)
 		}
-		edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: reqCallPair(id, name, code, renderOutputs(outputs))})
+		edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: reqCallPair(id, name, codeArguments(code), renderOutputs(outputs))})
 	}
 	return edits, containerIDs
 }
 
-// reqCallPair returns a function_call item calling the function with code and its
-// function_call_output item, separated by a comma.
-func reqCallPair(callID, name, code, output string) []byte {
+// codeArguments is the function's arguments for code, as the model writes them.
+func codeArguments(code string) string {
+	return string(jsonscan.AppendString([]byte(`{"code":`), code)) + "}"
+}
+
+// reqCallPair returns a function_call item calling the function with arguments (a JSON text)
+// and its function_call_output item, separated by a comma.
+func reqCallPair(callID, name, arguments, output string) []byte {
 	out := []byte(`{"type":"function_call","call_id":`)
 	out = jsonscan.AppendString(out, callID)
 	out = append(out, `,"name":`...)
 	out = jsonscan.AppendString(out, name)
 	out = append(out, `,"arguments":`...)
-	out = jsonscan.AppendString(out, string(jsonscan.AppendString([]byte(`{"code":`), code))+"}")
+	out = jsonscan.AppendString(out, arguments)
 	out = append(out, `},{"type":"function_call_output","call_id":`...)
 	out = jsonscan.AppendString(out, callID)
 	out = append(out, `,"output":`...)
