@@ -22,7 +22,7 @@ func TestExpandItemRefs(t *testing.T) {
 		`{"type":"function_call_output","call_id":"ci_1","output":"1\n"}`
 	tests := []struct {
 		name, identity, give, want string
-		wantContainers            []string
+		wantContainers             []string
 	}{
 		{"typed reference", "id-a", `{"input":[{"type":"item_reference","id":"ci_1"}]}`, `{"input":[` + pair + `]}`, []string{"cntr_a"}},
 		{"untyped reference", "id-a", `{"input":["x",{"id":"ci_1"},{"id":"msg_1"}]}`, `{"input":["x",` + pair + `,{"id":"msg_1"}]}`, []string{"cntr_a"}},
