@@ -107,6 +107,39 @@ func TestMakeTargets(t *testing.T) {
 	}
 }
 
+// TestConfigKeys checks that every dotted configuration key the pages name in backquotes
+// (`sandbox.local.first_uid`, `default_profile.loop_deadline`, `profiles.<name>.run_timeout`)
+// is a field of the configuration.
+func TestConfigKeys(t *testing.T) {
+	key := regexp.MustCompile("`((?:sandbox|default_profile|profiles|api_key_check)\\.[a-z_.<>]+)`")
+	n := 0
+	for page, text := range pages(t) {
+		for _, m := range key.FindAllStringSubmatch(text, -1) {
+			n++
+			md := (&configv1.Config{}).ProtoReflect().Descriptor()
+			parts := strings.Split(m[1], ".")
+			for i := 0; i < len(parts); i++ {
+				if parts[i] == "<name>" {
+					continue
+				}
+				fd := md.Fields().ByName(protoreflect.Name(parts[i]))
+				if !assert.NotNil(t, fd, "%s names `%s`: %q is not a configuration field", page, m[1], parts[i]) {
+					break
+				}
+				if fd.Message() == nil || fd.IsMap() && fd.MapValue().Message() == nil {
+					assert.Equal(t, len(parts)-1, i, "%s names `%s`: %q has no fields", page, m[1], parts[i])
+					break
+				}
+				md = fd.Message()
+				if fd.IsMap() {
+					md = fd.MapValue().Message()
+				}
+			}
+		}
+	}
+	assert.Positive(t, n, "configuration keys found")
+}
+
 // TestConfigExamples loads every YAML block of the pages that reads as a server configuration
 // (its first key is one of the configuration's) as the server would: unknown keys and bad values
 // fail.

@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -16,6 +20,22 @@ import (
 
 	"github.com/codeinterp/codeinterp/internal/demo"
 )
+
+// demoScripts returns the shell blocks of the page (a path from the repository root) that talk
+// to a running `make run`: those naming its listener and not starting it.
+func demoScripts(t *testing.T, page string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", page))
+	require.NoError(t, err, "read %s", page)
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+		if strings.Contains(m[1], "127.0.0.1:10000") && !strings.Contains(m[1], "make run") {
+			out = append(out, m[1])
+		}
+	}
+	require.NotEmpty(t, out, "%s has commands to run against make run", page)
+	return out
+}
 
 // readmeRequest is the body of the README's first example, verbatim.
 const readmeRequest = `{"model":"gpt-4.1","tools":[{"type":"code_interpreter","container":{"type":"auto"}}],"include":["code_interpreter_call.outputs"],"input":"What is 6*7? Use Python."}`
@@ -91,6 +111,24 @@ func TestDemoModel(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, c.Choices, 1)
 			assert.Contains(t, c.Choices[0].Message.Content, "```\n1024\n```")
+		})
+		t.Run("the docs' commands", func(t *testing.T) {
+			for _, page := range []string{"README.md", "docs/getting-started.md"} {
+				for i, script := range demoScripts(t, page) {
+					script = strings.ReplaceAll(script, "http://127.0.0.1:10000", s.Front.URL())
+					cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+					cmd.Dir = filepath.Join("..", "..")
+					out, err := cmd.CombinedOutput()
+					require.NoError(t, err, "%s, block %d:\n%s\n%s", page, i, script, out)
+					assert.Contains(t, string(out), "[demo model]", "%s, block %d: the model's answer", page, i)
+					if strings.Contains(script, "curl") {
+						assert.Contains(t, string(out), `"logs":"42\n"`, "%s, block %d: curl prints the call's logs", page, i)
+					}
+					if strings.Contains(script, "input=\"What is 6*7? Use Python.\"") {
+						assert.Contains(t, string(out), `code_interpreter_call [OutputLogs(logs='42\n', type='logs')]`, "%s, block %d: the SDK prints the call", page, i)
+					}
+				}
+			}
 		})
 		t.Run("messages bash", func(t *testing.T) {
 			ac := s.anthropicClient()
