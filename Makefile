@@ -8,8 +8,9 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 BUF      := $(TOOLS)/buf
 PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go
 
-# Packages whose tests make up `make test` (everything).
-PKGS     := ./...
+# Packages whose Go tests make up `make test-go`: everything but the deployment tests, which
+# `make deploy-test` runs with the images they need.
+PKGS      = $(shell $(GO) list ./... | grep -v /test/deploy)
 BENCH_COUNT ?= 5
 FUZZTIME ?= 2m
 
@@ -45,8 +46,9 @@ run-server: deps build
 	$(BIN)/extproc --config $(RUN_CONFIG) $(ARGS)
 
 ## test: vet, format check, every Go test (unit, adversarial sandbox, Envoy harness, e2e through
-## the harness and a real Envoy) with -race, then the Python SDK suite through a real Envoy.
-test: deps lint test-go test-python
+## the harness and a real Envoy) with -race, the Python SDK suite through a real Envoy, then the
+## deployment tests (the images built and run in podman, the Helm chart).
+test: deps lint test-go test-python deploy-test
 
 # One test binary at a time (-p 1): the e2e, harness and sandbox packages each load the two cores
 # (containers, Envoy, timers of a few hundred milliseconds); side by side they starve each other.
@@ -81,7 +83,7 @@ fuzz:
 ## lint: format check, vet, and the configuration reference up to date (docs-check).
 lint: docs-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	$(GO) vet ./...
 
 ## docs: regenerate docs/configuration.md from the comments of the configuration proto.
 docs:
