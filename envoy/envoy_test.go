@@ -30,7 +30,7 @@ const shipped = "envoy.yaml"
 const apiCluster = "codeinterp_api"
 
 // The server's loop deadline (default config.DefaultLoopDeadline) is announced to Envoy with one
-// override_message_timeout, which Envoy ignores above max_message_timeout (reference §5.2).
+// override_message_timeout, which Envoy ignores above max_message_timeout (docs/envoy-rules.md §5.2).
 const serverLoopDeadline = config.DefaultLoopDeadline
 
 // The server's default gRPC receive limit (Config.max_request_bytes); the buffer limit must not
@@ -116,7 +116,7 @@ func TestBootstrapRejectsBrokenConfigs(t *testing.T) {
 }
 
 // TestShippedBootstrapInvariants checks what the codeinterp server relies on (DESIGN.md,
-// reference envoy-ext-proc.md §1.1, §1.6, §2, §5.2, §5.3).
+// docs/envoy-rules.md §1.1, §1.6, §2, §5.2, §5.3).
 func TestShippedBootstrapInvariants(t *testing.T) {
 	b := loadShipped(t)
 	in, err := FindIngress(b)

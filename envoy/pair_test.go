@@ -44,7 +44,7 @@ func TestServerConfigMatchesBootstrap(t *testing.T) {
 		}
 	}
 	// The switch to FULL_DUPLEX_STREAMED is a mode_override: the filter must allow it, and must
-	// not be configured with a mode that makes Envoy ignore overrides (envoy-full-duplex.md §5).
+	// not be configured with a mode that makes Envoy ignore overrides (docs/envoy-rules.md FD §5).
 	assert.True(t, in.ExtProc.GetAllowModeOverride(), "allow_mode_override")
 	assert.False(t, in.ExtProc.GetSendBodyWithoutWaitingForHeaderResponse(), "send_body_without_waiting_for_header_response disables overrides")
 	assert.NotEqual(t, extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED, in.ExtProc.GetProcessingMode().GetResponseBodyMode(), "a configured FULL_DUPLEX_STREAMED disables overrides")

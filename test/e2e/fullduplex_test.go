@@ -28,8 +28,8 @@ import (
 // content-type of its own and content-length removed, receives the whole upstream body, and
 // then emits body chunks at its own pace; the client gets the headers with the first chunk and
 // each chunk while the server still holds the next; and when the client goes away mid-stream,
-// the server's stream ends (its context is cancelled), so a loop can stop. The reference
-// (envoy-full-duplex.md §5, §13) lists the response-path switch as untested upstream.
+// the server's stream ends (its context is cancelled), so a loop can stop. Envoy's own
+// tests do not cover the response-path switch (docs/envoy-rules.md FD §5, FD §13).
 func TestEnvoyFullDuplexFacts(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

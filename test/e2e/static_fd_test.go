@@ -18,7 +18,7 @@ import (
 )
 
 // TestStaticFullDuplex runs with the filter's own processing_mode FULL_DUPLEX_STREAMED (design
-// A of envoy-full-duplex.md §1): the response body (trailers SEND), and in a second variant the
+// A of docs/envoy-rules.md FD §1): the response body (trailers SEND), and in a second variant the
 // request body too. Envoy then ignores every mode_override, so the server answers each message
 // in that mode's shape: the loop answers plain and streaming clients alike, and everything it
 // does not handle (a request without the tool, a path it does not serve, an upstream error)

@@ -1,6 +1,6 @@
 package fakemodel
 
-// This file builds Anthropic Messages API answers as plain JSON values (api-shapes.md §4,
+// This file builds Anthropic Messages API answers as plain JSON values (https://docs.anthropic.com/en/api/messages,
 // decodable by the anthropic-sdk-go SDK). IDs are derived from the content, so the same answer
 // always has the same IDs.
 

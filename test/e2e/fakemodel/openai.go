@@ -6,9 +6,10 @@ import (
 	"hash/fnv"
 )
 
-// This file builds OpenAI answers as plain JSON values (the shapes of
-// shared/reference/api-shapes.md, decodable by the openai-go SDK). IDs are derived from the
-// content, so the same answer always has the same IDs.
+// This file builds OpenAI answers as plain JSON values (the shapes of OpenAI's API reference,
+// https://platform.openai.com/docs/api-reference/responses and
+// https://platform.openai.com/docs/api-reference/chat, decodable by the openai-go SDK). IDs
+// are derived from the content, so the same answer always has the same IDs.
 
 // createdAt is the fixed timestamp of every answer.
 const createdAt = 1700000000

@@ -301,9 +301,9 @@ func notModelled(f *extprocv3.ExternalProcessor, routes []Route) error {
 
 // bodyModesModelled returns why the harness cannot play m's body modes, or nil:
 // FULL_DUPLEX_STREAMED is modelled for the response, and for the request only as the filter's
-// configured mode (filterLevel), which disables mode_override (envoy-full-duplex.md §5): a
+// configured mode (filterLevel), which disables mode_override (FD §5): a
 // request reaching it by a per-route mode or a mode_override (such as the standalone one of
-// Envoy 1.40, §6) is not modelled. BUFFERED_PARTIAL is not modelled at all.
+// Envoy 1.40, FD §6) is not modelled. BUFFERED_PARTIAL is not modelled at all.
 func bodyModesModelled(m *extprocv3.ProcessingMode, filterLevel bool) error {
 	switch bm := m.GetRequestBodyMode(); {
 	case bm == extprocv3.ProcessingMode_NONE, bm == extprocv3.ProcessingMode_BUFFERED, bm == extprocv3.ProcessingMode_STREAMED:
@@ -320,7 +320,7 @@ func bodyModesModelled(m *extprocv3.ProcessingMode, filterLevel bool) error {
 	return nil
 }
 
-// checkTrailerModes is Envoy's config check (envoy-full-duplex.md §5): a filter-level
+// checkTrailerModes is Envoy's config check (FD §5): a filter-level
 // FULL_DUPLEX_STREAMED body mode needs the direction's trailer mode SEND. Per-route modes and
 // mode_override are not checked.
 func checkTrailerModes(m *extprocv3.ProcessingMode) error {

@@ -410,7 +410,7 @@ func (f *filter) continueProcessing(d *procState) {
 }
 
 // inject is inject{De,En}codedDataToFilterChain: data goes straight to the next stage, after
-// the held headers if they have not gone on yet (headers_continued_, envoy-full-duplex.md §3:
+// the held headers if they have not gone on yet (headers_continued_, FD §3:
 // the first injection releases them, without end of stream). Like any FilterManager data
 // stage it restarts stream_idle_timeout, even for an empty chunk.
 func (f *filter) inject(d *procState, data []byte, eos bool) {

@@ -17,7 +17,7 @@ import (
 
 // This file is the ext_proc filter itself: Envoy's Filter (ext_proc.cc) and ProcessorState
 // (processor_state.cc) ported to Go, with section references to
-// shared/reference/envoy-ext-proc.md. The filter manager around it (what "continue", "buffer"
+// docs/envoy-rules.md. The filter manager around it (what "continue", "buffer"
 // and "inject" mean) and the router and client ends live in exchange.go.
 
 // dataStatus is Http::FilterDataStatus.
@@ -275,7 +275,7 @@ func (f *filter) onData(d *procState, data []byte, eos bool) (dataStatus, []byte
 		case openIgnore:
 			return dataContinue, data
 		}
-		// envoy-full-duplex.md §2: every chunk goes to the server at once, even while the
+		// FD §2: every chunk goes to the server at once, even while the
 		// headers answer is pending (the direction then stays in that state), and is drained:
 		// nothing is queued or passed on; only the server's streamed_response answers are.
 		cb := cbStreamedBody
@@ -453,7 +453,7 @@ func (f *filter) handleHeadersResponse(d *procState, common *extprocsvc.CommonRe
 		case d.complete && d.bodyMode != extprocv3.ProcessingMode_NONE && d.cb == cbStreamedBody:
 			// FULL_DUPLEX_STREAMED with the whole body in: what is held goes as one chunk,
 			// the last; the headers stay held until the server's first streamed_response
-			// is injected (envoy-full-duplex.md §3).
+			// is injected (FD §3).
 			f.sendHeldDataFullDuplex(d, true)
 			return nil
 		case d.complete && d.bodyMode != extprocv3.ProcessingMode_NONE:
@@ -472,10 +472,10 @@ func (f *filter) handleHeadersResponse(d *procState, common *extprocsvc.CommonRe
 			f.continueIfNecessary(d)
 			return nil
 		case d.fullDuplex():
-			// As STREAMED: the held bytes go as one chunk, the headers go on now. The
-			// reference (envoy-full-duplex.md §3, §12) reads the 1.39 source as holding them
-			// until the first injection here too; Envoy 1.40 releases them with this answer
-			// when the body has not arrived whole (verified against Envoy 1.40).
+			// As STREAMED: the held bytes go as one chunk, the headers go on now. A reading
+			// of the 1.39 source held them until the first injection here too (FD §12);
+			// Envoy 1.40 releases them with this answer when the body has not arrived whole
+			// (FD §3, verified against Envoy 1.40).
 			f.sendHeldDataFullDuplex(d, false)
 			f.continueIfNecessary(d)
 			return nil
@@ -542,7 +542,7 @@ func (f *filter) handleBodyResponse(d *procState, common *extprocsvc.CommonRespo
 		case sr != nil:
 			cont = f.handleDuplexStreamedBodyResponse(d, sr)
 		case d.fullDuplex():
-			// A body, clear_body or no mutation at all (envoy-full-duplex.md §3).
+			// A body, clear_body or no mutation at all (FD §3).
 			return spurious("spurious message: Normal body mutation response is received while body_mode_ is FULL_DUPLEX_STREAMED")
 		default:
 			cont = f.handleStreamedBodyResponse(d, common)
@@ -581,7 +581,7 @@ func (f *filter) handleStreamedBodyResponse(d *procState, common *extprocsvc.Com
 }
 
 // handleDuplexStreamedBodyResponse is ProcessorState::handleDuplexStreamedBodyResponse
-// (envoy-full-duplex.md §3): the chunk is injected at once, whatever Envoy sent so far (the
+// (FD §3): the chunk is injected at once, whatever Envoy sent so far (the
 // first one releases the response headers if they are still held); end_of_stream ends the
 // direction, otherwise the direction waits for more. Header mutations are ignored.
 func (f *filter) handleDuplexStreamedBodyResponse(d *procState, sr *extprocsvc.StreamedBodyResponse) bool {

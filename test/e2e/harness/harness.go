@@ -1,7 +1,8 @@
 // Package harness plays Envoy for end-to-end tests: an HTTP/1.1 front door that runs one
 // envoy.filters.http.ext_proc filter against a real ext_proc gRPC server and forwards to an
-// upstream, following shared/reference/envoy-ext-proc.md message for message; where Envoy's
-// behaviour matters, the code cites the reference section (§n) it follows. The twin tests
+// upstream, following docs/envoy-rules.md message for message; where Envoy's behaviour
+// matters, the code cites the section of that page it follows: §n for a section of its part
+// one (the filter), FD §n for one of part two (FULL_DUPLEX_STREAMED). The twin tests
 // (twin*_test.go) run every modelled rule through this package and a real Envoy 1.40
 // ([StartReal]) and assert the same outcome on both; where they disagreed, this package was
 // changed to do what Envoy 1.40 does (the code says "verified against Envoy 1.40" there).
@@ -11,10 +12,10 @@
 // override the few knobs it needs (a short message timeout, a small buffer limit, ...).
 //
 // Modelled: BUFFERED, STREAMED and NONE body modes; FULL_DUPLEX_STREAMED for the response
-// (shared/reference/envoy-full-duplex.md), reached by a mode_override (on either headers
+// (docs/envoy-rules.md, part two), reached by a mode_override (on either headers
 // answer), a per-route processing mode or the filter's own, and for the request as the
 // filter's own (which, like a filter-level one for the response, makes Envoy ignore every
-// mode_override, §5; the HTTP/1 codec hands the filter a body's end as an empty chunk of its
+// mode_override, FD §5; the HTTP/1 codec hands the filter a body's end as an empty chunk of its
 // own, which goes to the server as a message of its own): body chunks go to the server as
 // they arrive, also while the headers answer is pending, without message_timeout; the
 // response headers go on with the headers answer, or, if the whole body was in by then, with

@@ -325,7 +325,7 @@ func applyHeaderMutations(mut *extprocsvc.HeaderMutation, m *headerMap, replacin
 		}
 		// Only raw_value is read (runtime send_header_raw_value, default true): a server that
 		// sets only value produces an empty header value (envoy#31555, §7.1), and one that sets
-		// both gets raw_value (Envoy 1.40; the reference's "both set is an error" is older).
+		// both gets raw_value (Envoy 1.40, §3.1; older versions made that an error).
 		value := string(h.GetRawValue())
 		if !headerNameIsValid(h.GetKey()) || !headerValueIsValid(value) {
 			rejected()

@@ -33,7 +33,7 @@ const (
 )
 
 // chunk is one queued STREAMED body chunk awaiting its response (§1.2). FULL_DUPLEX_STREAMED
-// queues nothing: the data goes to the server and is drained (envoy-full-duplex.md §2).
+// queues nothing: the data goes to the server and is drained (FD §2).
 type chunk struct {
 	data []byte
 	eos  bool
@@ -163,7 +163,7 @@ func (d *procState) fullDuplex() bool {
 
 // canFailOpen is ProcessorState::canFailOpen: once a FULL_DUPLEX_STREAMED direction received
 // body bytes, they are drained (sent to the server, not kept), so the request cannot go on
-// unmodified (envoy-full-duplex.md §5).
+// unmodified (FD §5).
 func (d *procState) canFailOpen() bool {
 	return !d.fullDuplex() || !d.bodyReceived
 }
@@ -180,8 +180,8 @@ func (d *procState) callbackAfterHeaders(common *extprocsvc.CommonResponse) cbSt
 }
 
 // startCall is ProcessorState::onStartProcessorCall: enter cb and (re)start the timer, which
-// FULL_DUPLEX_STREAMED never arms, for any message of the direction (envoy-full-duplex.md §2,
-// §8): a headers message sent before a mode_override to it is timed.
+// FULL_DUPLEX_STREAMED never arms, for any message of the direction (FD §2,
+// FD §8): a headers message sent before a mode_override to it is timed.
 func (d *procState) startCall(cb cbState, timeout time.Duration) {
 	d.cb = cb
 	d.newTimeoutReceived = false

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Twin tests of FULL_DUPLEX_STREAMED (envoy-full-duplex.md) reached the way the codeinterp
-// server reaches it (§11, design B): the filter config is the shipped one (BUFFERED bodies,
+// Twin tests of FULL_DUPLEX_STREAMED (docs/envoy-rules.md, part two) reached the way the codeinterp
+// server reaches it (FD §11, design B): the filter config is the shipped one (BUFFERED bodies,
 // allow_mode_override), and the server answers response_headers with a mode_override to
 // FULL_DUPLEX_STREAMED, a content-type of its own and content-length removed; it then gets the
 // upstream body and emits chunks as streamed_response at its own pace.
@@ -30,7 +30,7 @@ import (
 // once the client has chunk i (a front that held chunks back would stall the case); the
 // script tells a paced upstream when to send its body.
 
-// fdMode is the switch: the response body FULL_DUPLEX_STREAMED, trailers SEND (§5: body modes
+// fdMode is the switch: the response body FULL_DUPLEX_STREAMED, trailers SEND (FD §5: body modes
 // come from the override, so the request body mode becomes NONE; it is past by then).
 var fdMode = &extprocv3.ProcessingMode{
 	ResponseHeaderMode: extprocv3.ProcessingMode_SEND, ResponseBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED,
@@ -222,7 +222,7 @@ func (p fdServer) script() script {
 	})
 }
 
-// afterBody is the codeinterp shape (§11): the switch after hold, then, once the response
+// afterBody is the codeinterp shape (FD §11): the switch after hold, then, once the response
 // body has arrived whole, emit, whose error ends the stream (nil: OK).
 func afterBody(hold time.Duration, mut *extprocsvc.HeaderMutation, emit func(s *procStream) error) script {
 	return fdServer{hold: hold, mut: mut, body: func(s *procStream, req *extprocsvc.ProcessingRequest) (bool, error) {
@@ -405,7 +405,7 @@ func TestTwinFullDuplex(t *testing.T) {
 				gotReqHeaders, gotReqBody, gotRespHeaders, `response_body "upstream "`, `response_body "body"`, `response_body "" eos`),
 		},
 		{
-			// envoy-full-duplex.md §13 left it open: the response ends with the server's end;
+			// FD §13 left it open: the response ends with the server's end;
 			// the HTTP stream is done, so the rest of the upstream body never reaches the
 			// server.
 			name: "end before Envoy's", send: fdClient(evEarly, 0),
@@ -747,7 +747,7 @@ func TestTwinHeadersBeforeBody(t *testing.T) {
 }
 
 // TestTwinStandaloneModeOverride: a ProcessingResponse with only mode_override, before the
-// request_headers answer (the 1.40 API, envoy-full-duplex.md §6). Envoy 1.40 accepts one that
+// request_headers answer (the 1.40 API, FD §6). Envoy 1.40 accepts one that
 // switches a STREAMED request body to FULL_DUPLEX_STREAMED (request trailers SEND): the
 // harness refuses that as request-path FULL_DUPLEX_STREAMED. Any other is spurious, on both
 // fronts, as here (the request body kept BUFFERED, the response skipped).
