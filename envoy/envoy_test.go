@@ -115,7 +115,7 @@ func TestBootstrapRejectsBrokenConfigs(t *testing.T) {
 	}
 }
 
-// TestShippedBootstrapInvariants checks what the codeinterp server relies on (DESIGN.md,
+// TestShippedBootstrapInvariants checks what the codeinterp server relies on (docs/architecture.md "Envoy's modes",
 // docs/envoy-rules.md §1.1, §1.6, §2, §5.2, §5.3).
 func TestShippedBootstrapInvariants(t *testing.T) {
 	b := loadShipped(t)
