@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
@@ -33,8 +34,8 @@ func TestFollowUpGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := reqReadFile(t, "followup/"+tt.name+".req.json")
-			resp := reqReadFile(t, "followup/"+tt.name+".resp.json")
+			req := schematest.ReadFile(t, "followup/"+tt.name+".req.json")
+			resp := schematest.ReadFile(t, "followup/"+tt.name+".resp.json")
 			got, err := FollowUp(req, resp, tt.outputs, tt.opts)
 			require.NoError(t, err, "FollowUp(%s)", tt.name)
 			reqCheckGolden(t, "followup/"+tt.name+".want.json", got)
@@ -47,8 +48,8 @@ func TestFollowUpGolden(t *testing.T) {
 // one output per call.
 func TestFollowUpParsesWithSDK(t *testing.T) {
 	t.Run("chat", func(t *testing.T) {
-		req := reqReadFile(t, "followup/chat_audio_reasoning.req.json")
-		resp := reqReadFile(t, "followup/chat_audio_reasoning.resp.json")
+		req := schematest.ReadFile(t, "followup/chat_audio_reasoning.req.json")
+		resp := schematest.ReadFile(t, "followup/chat_audio_reasoning.resp.json")
 		got, err := FollowUp(req, resp, []schema.CallOutput{{CallID: "call_1", Output: "a"}, {CallID: "call_2", Output: "b"}}, schema.FollowUpOptions{ToolChoiceNone: true})
 		require.NoError(t, err, "FollowUp(chat_audio_reasoning)")
 		var p openai.ChatCompletionNewParams

@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,23 +19,10 @@ import (
 // what the code produces; review the diff before committing it.
 var reqUpdateGolden = flag.Bool("update-rewrite-golden", false, "rewrite the golden want files of RewriteRequest, ParseTurn and FollowUp")
 
-// reqReadFile returns testdata/<path>.
-func reqReadFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", path))
-	require.NoError(t, err, "read testdata/%s", path)
-	return b
-}
-
 // reqCheckGolden compares got with testdata/<path>, or writes it there under -update-rewrite-golden.
 func reqCheckGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if *reqUpdateGolden {
-		require.NoError(t, os.WriteFile(filepath.Join("testdata", path), got, 0o644), "write testdata/%s", path)
-		return
-	}
-	want := reqReadFile(t, path)
-	assert.Equal(t, string(want), string(got), "body differs from testdata/%s", path)
+	schematest.CheckTestdata(t, path, got, *reqUpdateGolden)
 }
 
 const reqTestTool = `{"type":"code_interpreter","container":{"type":"auto"}}`
@@ -85,7 +71,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			give := schematest.ReadFile(t, "request/"+tt.name+".give.json")
 			got, err := RewriteRequest(give, tt.opts)
 			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
 			reqCheckGolden(t, "request/"+tt.name+".want.json", got.Body)
@@ -101,7 +87,7 @@ func TestRewriteRequestUnchanged(t *testing.T) {
 		name string
 		give []byte
 	}{
-		{"chat file, a client function named like ours", reqReadFile(t, "request/chat_no_tool.give.json")},
+		{"chat file, a client function named like ours", schematest.ReadFile(t, "request/chat_no_tool.give.json")},
 		{"tools null", []byte(`{"messages":[],"tools":null}`)},
 		{"top level string", []byte(`"code_interpreter"`)},
 		{"chat surface ignores nothing but tools", []byte("{\n\"messages\" : [ ] ,\"x\":1e5}\n")},
@@ -205,7 +191,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			give := schematest.ReadFile(t, "request/"+tt.name+".give.json")
 			got, err := RewriteRequest(give, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
 			var names []string

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
@@ -46,8 +47,8 @@ func TestFollowUpGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := reqReadFile(t, "followup/"+tt.name+".req.json")
-			resp := reqReadFile(t, "followup/"+tt.name+".resp.json")
+			req := schematest.ReadFile(t, "followup/"+tt.name+".req.json")
+			resp := schematest.ReadFile(t, "followup/"+tt.name+".resp.json")
 			got, err := FollowUp(req, resp, tt.outputs, tt.opts)
 			require.NoError(t, err, "FollowUp(%s)", tt.name)
 			reqCheckGolden(t, "followup/"+tt.name+".want.json", got)
@@ -60,8 +61,8 @@ func TestFollowUpGolden(t *testing.T) {
 // one output per call.
 func TestFollowUpParsesWithSDK(t *testing.T) {
 	t.Run("responses", func(t *testing.T) {
-		req := reqReadFile(t, "followup/responses_list_input.req.json")
-		resp := reqReadFile(t, "followup/responses_list_input.resp.json")
+		req := schematest.ReadFile(t, "followup/responses_list_input.req.json")
+		resp := schematest.ReadFile(t, "followup/responses_list_input.resp.json")
 		got, err := FollowUp(req, resp, []schema.CallOutput{{CallID: "call_1", Output: "42"}}, schema.FollowUpOptions{DropToolChoice: true})
 		require.NoError(t, err, "FollowUp(responses_list_input)")
 		var p responses.ResponseNewParams
@@ -146,10 +147,10 @@ func TestFollowUpErrors(t *testing.T) {
 // TestFollowUpRoundTrip runs the pieces the way the loop does: rewrite, read the turn, follow up,
 // and read the follow-up's own turn again.
 func TestFollowUpRoundTrip(t *testing.T) {
-	give := reqReadFile(t, "request/responses_tool_middle.give.json")
+	give := schematest.ReadFile(t, "request/responses_tool_middle.give.json")
 	rw, err := RewriteRequest(give, schema.Options{})
 	require.NoError(t, err, "RewriteRequest(responses_tool_middle)")
-	resp := reqReadFile(t, "followup/responses_string_input.resp.json")
+	resp := schematest.ReadFile(t, "followup/responses_string_input.resp.json")
 	turn, err := ParseTurn(resp, "")
 	require.NoError(t, err, "ParseTurn(responses_string_input)")
 	var outs []schema.CallOutput

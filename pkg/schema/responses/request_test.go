@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,23 +22,10 @@ import (
 // what the code produces; review the diff before committing it.
 var reqUpdateGolden = flag.Bool("update-rewrite-golden", false, "rewrite the golden want files of RewriteRequest, ParseTurn and FollowUp")
 
-// reqReadFile returns testdata/<path>.
-func reqReadFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", path))
-	require.NoError(t, err, "read testdata/%s", path)
-	return b
-}
-
 // reqCheckGolden compares got with testdata/<path>, or writes it there under -update-rewrite-golden.
 func reqCheckGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if *reqUpdateGolden {
-		require.NoError(t, os.WriteFile(filepath.Join("testdata", path), got, 0o644), "write testdata/%s", path)
-		return
-	}
-	want := reqReadFile(t, path)
-	assert.Equal(t, string(want), string(got), "body differs from testdata/%s", path)
+	schematest.CheckTestdata(t, path, got, *reqUpdateGolden)
 }
 
 const reqTestTool = `{"type":"code_interpreter","container":{"type":"auto"}}`
@@ -150,7 +136,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			give := schematest.ReadFile(t, "request/"+tt.name+".give.json")
 			got, err := RewriteRequest(give, tt.opts)
 			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
 			reqCheckGolden(t, "request/"+tt.name+".want.json", got.Body)
@@ -190,7 +176,7 @@ func TestRewriteRequestUnchanged(t *testing.T) {
 		name string
 		give []byte
 	}{
-		{"responses file, replayed item and hosted choice without the tool", reqReadFile(t, "request/responses_no_tool.give.json")},
+		{"responses file, replayed item and hosted choice without the tool", schematest.ReadFile(t, "request/responses_no_tool.give.json")},
 		{"no tools", []byte(`{"input":"hi","stream":true,"stream_options":{"include_obfuscation":false}}`)},
 		{"tools not a list", []byte(`{"tools":{"type":"code_interpreter"}}`)},
 		{"tool type nested deeper", []byte(`{"tools":[{"function":{"type":"code_interpreter"}}]}`)},
@@ -394,7 +380,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			give := schematest.ReadFile(t, "request/"+tt.name+".give.json")
 			got, err := RewriteRequest(give, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
 			var names []string
@@ -439,7 +425,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 }
 
 func TestRewriteRequestReplayParsesWithSDK(t *testing.T) {
-	got, err := RewriteRequest(reqReadFile(t, "request/responses_replay.give.json"), schema.Options{})
+	got, err := RewriteRequest(schematest.ReadFile(t, "request/responses_replay.give.json"), schema.Options{})
 	require.NoError(t, err, "RewriteRequest(responses_replay)")
 	items := reqSDKInput(t, got.Body)
 	require.Len(t, items, 12, "RewriteRequest(responses_replay) input items")
