@@ -131,42 +131,22 @@ func (d *bufferedDelivery) close() {}
 // with its status (the client has nothing yet). No message timer runs for a
 // FULL_DUPLEX_STREAMED direction: nothing to extend.
 type configuredCollected struct {
-	a         upstreamAnswer
-	collected collector
-	// done reports that the answer was sent: Envoy may send the last chunk again, and nothing
-	// after it is answered.
-	done bool
+	collecting
 }
 
 func (d *configuredCollected) body(st *streamState, _ *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) error {
-	if d.done {
-		return nil
-	}
-	d.collected.add(b.GetBody())
-	if !b.GetEndOfStream() {
-		return nil
-	}
-	return d.end(st, true)
+	return d.collectBody(st, b, d.answer)
 }
 
 func (d *configuredCollected) trailers(st *streamState, _ *extprocv3.ProcessingRequest) (bool, error) {
-	if d.done {
-		return false, nil
-	}
-	return false, d.end(st, false)
+	return false, d.collectTrailers(st, d.answer)
 }
 
 func (d *configuredCollected) close() {}
 
-// end answers the end of the answer (with end, its last chunk; without, its trailers, whose
-// answer follows).
-func (d *configuredCollected) end(st *streamState, end bool) error {
-	d.done = true
-	raw, tooLarge := d.collected.take()
-	body, resp := st.decodeAnswer(d.a, raw, tooLarge)
-	if resp != nil {
-		return st.send(resp)
-	}
+// answer answers the collected answer, body (with end, at its last chunk; without, at its
+// trailers, whose answer follows).
+func (d *configuredCollected) answer(st *streamState, body []byte, end bool) error {
 	ans, err := st.runWhole(d.a, body, false)
 	if err != nil {
 		return err
@@ -179,6 +159,52 @@ func (d *configuredCollected) end(st *streamState, end bool) error {
 		return err
 	}
 	return st.sendBody(false, ans.body, end)
+}
+
+// collecting is what configuredCollected and switchedCollected share: they collect the
+// answer's chunks, then decode the whole answer and answer it at its end (its last chunk or its
+// trailers).
+type collecting struct {
+	a         upstreamAnswer
+	collected collector
+	// done reports that the answer was answered: Envoy may send the last chunk again, and
+	// nothing after it is answered.
+	done bool
+}
+
+// collectBody adds b's chunk, and at the end of the body answers the collected answer (see
+// collectEnd).
+func (c *collecting) collectBody(st *streamState, b *extprocv3.HttpBody, answer func(st *streamState, body []byte, end bool) error) error {
+	if c.done {
+		return nil
+	}
+	c.collected.add(b.GetBody())
+	if !b.GetEndOfStream() {
+		return nil
+	}
+	return c.collectEnd(st, true, answer)
+}
+
+// collectTrailers answers the collected answer at its trailers (see collectEnd), unless it was
+// answered.
+func (c *collecting) collectTrailers(st *streamState, answer func(st *streamState, body []byte, end bool) error) error {
+	if c.done {
+		return nil
+	}
+	return c.collectEnd(st, false, answer)
+}
+
+// collectEnd answers the end of the collected answer (with end, its last chunk; without, its
+// trailers): an answer that does not decode gets the immediate answer decodeAnswer made, any
+// other goes to answer decoded.
+func (c *collecting) collectEnd(st *streamState, end bool, answer func(st *streamState, body []byte, end bool) error) error {
+	c.done = true
+	raw, tooLarge := c.collected.take()
+	body, resp := st.decodeAnswer(c.a, raw, tooLarge)
+	if resp != nil {
+		return st.send(resp)
+	}
+	return answer(st, body, end)
 }
 
 // immediate is the answer as an immediate response.

@@ -368,7 +368,7 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 		if a.eventStream && (a.encoding == "" || a.encoding == "identity") {
 			st.delivery = &switchedLive{}
 		} else {
-			st.delivery = &switchedCollected{a: a, collected: collector{limit: st.route.MaxResponseBytes}}
+			st.delivery = &switchedCollected{collecting{a: a, collected: collector{limit: st.route.MaxResponseBytes}}}
 		}
 		return switchToFullDuplex
 	case st.exchange.Request().Stream:
@@ -378,7 +378,7 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 	if st.streamedResponse() {
 		// The loop needs the answer whole: its chunks are collected, and this answer is held
 		// until the loop is over (see configuredCollected).
-		st.delivery = &configuredCollected{a: a, collected: collector{limit: st.route.MaxResponseBytes}}
+		st.delivery = &configuredCollected{collecting{a: a, collected: collector{limit: st.route.MaxResponseBytes}}}
 		return nil
 	}
 	st.delivery = &bufferedDelivery{a: a}

@@ -97,43 +97,23 @@ func (d *switchedLive) close() {
 // the loop reads it (a JSON answer, or one it must decode first): its chunks are collected,
 // then the loop runs and its events are streamed.
 type switchedCollected struct {
-	a         upstreamAnswer
-	collected collector
-	// done reports that the answer was streamed: Envoy may send the last chunk again, and
-	// nothing after it is answered.
-	done bool
+	collecting
 }
 
 func (d *switchedCollected) body(st *streamState, _ *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) error {
-	if d.done {
-		return nil
-	}
-	d.collected.add(b.GetBody())
-	if !b.GetEndOfStream() {
-		return nil
-	}
-	return d.end(st, true)
+	return d.collectBody(st, b, d.answer)
 }
 
 func (d *switchedCollected) trailers(st *streamState, _ *extprocv3.ProcessingRequest) (bool, error) {
-	if d.done {
-		return false, nil
-	}
-	return false, d.end(st, false)
+	return false, d.collectTrailers(st, d.answer)
 }
 
 func (d *switchedCollected) close() {}
 
-// end answers the end of the collected answer: the loop runs over it and its events are
+// answer answers the collected answer, body: the loop runs over it and its events are
 // streamed; with end, the body's end goes after them (without, the trailers answer that
 // follows ends it).
-func (d *switchedCollected) end(st *streamState, end bool) error {
-	d.done = true
-	raw, tooLarge := d.collected.take()
-	body, resp := st.decodeAnswer(d.a, raw, tooLarge)
-	if resp != nil {
-		return st.send(resp)
-	}
+func (d *switchedCollected) answer(st *streamState, body []byte, end bool) error {
 	var stream io.Reader
 	if d.a.eventStream {
 		body, stream = nil, bytes.NewReader(body)

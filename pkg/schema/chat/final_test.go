@@ -1,15 +1,13 @@
 package chat
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,61 +17,16 @@ import (
 // finalUpdate rewrites the golden files of the final-answer and SSE tests from the current output.
 var finalUpdate = flag.Bool("update-output", false, "rewrite testdata/final and testdata/sse golden files")
 
-// finalCase is the input.json of a testdata/final case.
-type finalCase struct {
-	Surface      string          `json:"surface"`
-	FunctionName string          `json:"function_name"`
-	Tool         json.RawMessage `json:"tool"`
-	ToolChoice   json.RawMessage `json:"tool_choice"`
-	Rounds       []struct {
-		Body  json.RawMessage `json:"body"`
-		Calls []struct {
-			ID          string `json:"id"`
-			Status      string `json:"status"`
-			Code        string `json:"code"`
-			ContainerID string `json:"container_id"`
-			Outputs     []struct {
-				Type string `json:"type"`
-				Logs string `json:"logs"`
-				URL  string `json:"url"`
-			} `json:"outputs"`
-		} `json:"calls"`
-	} `json:"rounds"`
-}
-
 // finalLoadCase reads testdata/final/<name>/input.json as a schema.FinalInput.
 func finalLoadCase(t testing.TB, name string) schema.FinalInput {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "final", name, "input.json"))
-	require.NoError(t, err, "read case %s", name)
-	var c finalCase
-	require.NoError(t, json.Unmarshal(b, &c), "decode case %s", name)
-	in := schema.FinalInput{FunctionName: c.FunctionName, Tool: c.Tool, ToolChoice: c.ToolChoice}
-	require.Equal(t, "chat", c.Surface, "surface of case %s", name)
-	for _, r := range c.Rounds {
-		round := schema.Round{Body: r.Body}
-		for _, cc := range r.Calls {
-			call := schema.CodeCall{ID: cc.ID, Status: cc.Status, Code: cc.Code, ContainerID: cc.ContainerID}
-			for _, o := range cc.Outputs {
-				call.Outputs = append(call.Outputs, schema.CodeOutput{Type: o.Type, Logs: o.Logs, URL: o.URL})
-			}
-			round.Calls = append(round.Calls, call)
-		}
-		in.Rounds = append(in.Rounds, round)
-	}
-	return in
+	return schematest.LoadFinalCase(t, "chat", name)
 }
 
 // finalGolden compares got with the golden file at path (rewriting it with -update-output).
 func finalGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if *finalUpdate {
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755), "mkdir for %s", path)
-		require.NoError(t, os.WriteFile(path, got, 0o644), "write %s", path)
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "read golden %s (run with -update-output to create it)", path)
-	assert.Equal(t, string(want), string(got), "output differs from golden %s", path)
+	schematest.CheckGolden(t, path, got, *finalUpdate)
 }
 
 func TestFinalChatGolden(t *testing.T) {
@@ -144,43 +97,14 @@ func TestFinalChatGolden(t *testing.T) {
 }
 
 func TestFinalKeepsUntouchedBytes(t *testing.T) {
-	tests := []struct {
-		name string
-		give string // case
-	}{
-		{name: "chat one round", give: "chat_one_round"},
+	tests := []schematest.FinalKeepsCase{
+		{Name: "chat one round", Give: "chat_one_round"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			in := finalLoadCase(t, tt.give)
-			got, err := Final(in)
-			require.NoError(t, err, "Final(%s)", tt.give)
-			body := in.Rounds[0].Body
-			// Every top-level member but tools is byte-identical to the upstream body.
-			gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
-				if k.String() == "tools" {
-					return true
-				}
-				assert.Equal(t, v.Raw, gjson.GetBytes(got, k.String()).Raw, "member %s of Final(%s)", k.String(), tt.give)
-				return true
-			})
-		})
-	}
+	schematest.RunFinalKeepsUntouchedBytes(t, Final, "chat", tests)
 }
 
 func TestFinalDoesNotModifyInput(t *testing.T) {
-	for _, name := range []string{"chat_stopped", "chat_mixed_turn"} {
-		in := finalLoadCase(t, name)
-		var before [][]byte
-		for _, r := range in.Rounds {
-			before = append(before, bytes.Clone(r.Body))
-		}
-		_, err := Final(in)
-		require.NoError(t, err, "Final(%s)", name)
-		for i, r := range in.Rounds {
-			assert.Equal(t, string(before[i]), string(r.Body), "round %d body of %s changed by Final", i+1, name)
-		}
-	}
+	schematest.CheckFinalDoesNotModifyInput(t, Final, "chat", []string{"chat_stopped", "chat_mixed_turn"})
 }
 
 func TestFinalChatChoices(t *testing.T) {
@@ -224,23 +148,12 @@ func TestFinalChatChoices(t *testing.T) {
 }
 
 func TestFinalErrors(t *testing.T) {
-	tests := []struct {
-		name    string
-		give    schema.FinalInput
-		wantErr string
-	}{
+	tests := []schematest.FinalErrorCase{
 		{
-			name:    "not an object",
-			give:    schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{Body: []byte(`[]`)}}},
-			wantErr: "round 1: body is not a JSON object",
+			Name:    "not an object",
+			Give:    schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{Body: []byte(`[]`)}}},
+			WantErr: "round 1: body is not a JSON object",
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Final(tt.give)
-			require.Error(t, err, "Final(%s)", tt.name)
-			assert.Contains(t, err.Error(), tt.wantErr, "error of Final(%s)", tt.name)
-			assert.True(t, strings.HasPrefix(err.Error(), "build final answer: "), "error prefix of Final(%s): %v", tt.name, err)
-		})
-	}
+	schematest.RunFinalErrors(t, Final, tests)
 }

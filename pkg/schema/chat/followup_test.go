@@ -2,12 +2,11 @@ package chat
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
@@ -15,40 +14,27 @@ import (
 )
 
 func TestFollowUpGolden(t *testing.T) {
-	tests := []struct {
-		name    string
-		outputs []schema.CallOutput
-		opts    schema.FollowUpOptions
-	}{
+	tests := []schematest.FollowUpCase{
 		{
-			name:    "chat_basic",
-			outputs: []schema.CallOutput{{CallID: "call_x", Output: "1267650600228229401496703205376\n"}},
-			opts:    schema.FollowUpOptions{DropToolChoice: true},
+			Name:    "chat_basic",
+			Outputs: []schema.CallOutput{{CallID: "call_x", Output: "1267650600228229401496703205376\n"}},
+			Opts:    schema.FollowUpOptions{DropToolChoice: true},
 		},
 		{
-			name:    "chat_audio_reasoning",
-			outputs: []schema.CallOutput{{CallID: "call_1", Output: "é\n"}, {CallID: "call_2", Output: "Traceback (most recent call last):\n  NameError: name 'x' is not defined"}},
-			opts:    schema.FollowUpOptions{ToolChoiceNone: true},
+			Name:    "chat_audio_reasoning",
+			Outputs: []schema.CallOutput{{CallID: "call_1", Output: "é\n"}, {CallID: "call_2", Output: "Traceback (most recent call last):\n  NameError: name 'x' is not defined"}},
+			Opts:    schema.FollowUpOptions{ToolChoiceNone: true},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			req := reqReadFile(t, "followup/"+tt.name+".req.json")
-			resp := reqReadFile(t, "followup/"+tt.name+".resp.json")
-			got, err := FollowUp(req, resp, tt.outputs, tt.opts)
-			require.NoError(t, err, "FollowUp(%s)", tt.name)
-			reqCheckGolden(t, "followup/"+tt.name+".want.json", got)
-			assert.True(t, json.Valid(got), "FollowUp(%s) is not valid JSON: %s", tt.name, got)
-		})
-	}
+	schematest.RunFollowUpGolden(t, FollowUp, tests, *reqUpdateGolden)
 }
 
 // TestFollowUpParsesWithSDK checks that follow-ups parse as the SDK's request params and end with
 // one output per call.
 func TestFollowUpParsesWithSDK(t *testing.T) {
 	t.Run("chat", func(t *testing.T) {
-		req := reqReadFile(t, "followup/chat_audio_reasoning.req.json")
-		resp := reqReadFile(t, "followup/chat_audio_reasoning.resp.json")
+		req := schematest.ReadFile(t, "followup/chat_audio_reasoning.req.json")
+		resp := schematest.ReadFile(t, "followup/chat_audio_reasoning.resp.json")
 		got, err := FollowUp(req, resp, []schema.CallOutput{{CallID: "call_1", Output: "a"}, {CallID: "call_2", Output: "b"}}, schema.FollowUpOptions{ToolChoiceNone: true})
 		require.NoError(t, err, "FollowUp(chat_audio_reasoning)")
 		var p openai.ChatCompletionNewParams
@@ -121,46 +107,10 @@ func TestFollowUpErrors(t *testing.T) {
 }
 
 // FuzzFollowUp checks that ParseTurn and FollowUp never panic on arbitrary request and response
-// bodies, and that a follow-up built without error is valid JSON that ParseTurn reads.
+// bodies, and that a follow-up built without error is valid JSON that ParseTurn reads
+// (schematest.FuzzFollowUp).
 func FuzzFollowUp(f *testing.F) {
-	for _, name := range []string{"chat_basic", "chat_audio_reasoning"} {
-		req, err := os.ReadFile(filepath.Join("testdata", "followup", name+".req.json"))
-		if err != nil {
-			f.Fatalf("read %s: %v", name, err)
-		}
-		resp, err := os.ReadFile(filepath.Join("testdata", "followup", name+".resp.json"))
-		if err != nil {
-			f.Fatalf("read %s: %v", name, err)
-		}
-		f.Add(req, resp, byte(0))
-	}
-	f.Fuzz(func(t *testing.T, req, resp []byte, opts byte) {
-		turn, err := ParseTurn(resp, "")
-		if err != nil {
-			return
-		}
-		var outs []schema.CallOutput
-		for _, c := range turn.Calls {
-			outs = append(outs, schema.CallOutput{CallID: c.CallID, Output: "out " + c.CallID})
-		}
-		o := schema.FollowUpOptions{DropToolChoice: opts&1 != 0, ToolChoiceNone: opts&2 != 0}
-		next, err := FollowUp(req, resp, outs, o)
-		if err != nil {
-			return
-		}
-		if !json.Valid(req) {
-			// The request is checked as RewriteRequest checks it: loose bytes inside strings it
-			// does not read pass through (the upstream refuses them), so the output is only as
-			// valid as the input.
-			return
-		}
-		if !json.Valid(next) {
-			t.Fatalf("FollowUp(%q, %q) = %q, not valid JSON", req, resp, next)
-		}
-		if _, err := ParseTurn(next, ""); err != nil {
-			t.Fatalf("ParseTurn(FollowUp(%q, %q)) = %v", req, resp, err)
-		}
-	})
+	schematest.FuzzFollowUp(f, []string{"chat_basic", "chat_audio_reasoning"}, ParseTurn, FollowUp)
 }
 
 func TestInsertChatCalls(t *testing.T) {

@@ -1,16 +1,12 @@
 package chat
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,25 +15,6 @@ import (
 // reqUpdateGolden rewrites the want files of the request, turn and follow-up golden tests from
 // what the code produces; review the diff before committing it.
 var reqUpdateGolden = flag.Bool("update-rewrite-golden", false, "rewrite the golden want files of RewriteRequest, ParseTurn and FollowUp")
-
-// reqReadFile returns testdata/<path>.
-func reqReadFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", path))
-	require.NoError(t, err, "read testdata/%s", path)
-	return b
-}
-
-// reqCheckGolden compares got with testdata/<path>, or writes it there under -update-rewrite-golden.
-func reqCheckGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *reqUpdateGolden {
-		require.NoError(t, os.WriteFile(filepath.Join("testdata", path), got, 0o644), "write testdata/%s", path)
-		return
-	}
-	want := reqReadFile(t, path)
-	assert.Equal(t, string(want), string(got), "body differs from testdata/%s", path)
-}
 
 const reqTestTool = `{"type":"code_interpreter","container":{"type":"auto"}}`
 
@@ -84,15 +61,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
-			got, err := RewriteRequest(give, tt.opts)
-			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
-			reqCheckGolden(t, "request/"+tt.name+".want.json", got.Body)
-			assert.True(t, json.Valid(got.Body), "RewriteRequest(%s) body is not valid JSON", tt.name)
-			got.Body = nil
-			assert.Equal(t, tt.want, got, "RewriteRequest(%s)", tt.name)
-		})
+		schematest.RunRewriteGolden(t, RewriteRequest, tt.name, tt.opts, tt.want, *reqUpdateGolden)
 	}
 }
 
@@ -101,18 +70,13 @@ func TestRewriteRequestUnchanged(t *testing.T) {
 		name string
 		give []byte
 	}{
-		{"chat file, a client function named like ours", reqReadFile(t, "request/chat_no_tool.give.json")},
+		{"chat file, a client function named like ours", schematest.ReadFile(t, "request/chat_no_tool.give.json")},
 		{"tools null", []byte(`{"messages":[],"tools":null}`)},
 		{"top level string", []byte(`"code_interpreter"`)},
 		{"chat surface ignores nothing but tools", []byte("{\n\"messages\" : [ ] ,\"x\":1e5}\n")},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := RewriteRequest(tt.give, schema.Options{})
-			require.NoError(t, err, "RewriteRequest(%s)", tt.give)
-			assert.Equal(t, schema.Request{Body: tt.give}, got, "RewriteRequest(%s)", tt.give)
-			assert.Same(t, &tt.give[0], &got.Body[0], "RewriteRequest(%s) copied the body", tt.give)
-		})
+		schematest.RunRewriteUnchanged(t, RewriteRequest, tt.name, tt.give)
 	}
 }
 
@@ -150,15 +114,7 @@ func TestRewriteRequestErrors(t *testing.T) {
 		{"file id not a string", `{"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":["file-1",2]}}]}`, "tools[0].container.file_ids[1]", "invalid_type"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := RewriteRequest([]byte(tt.give), schema.Options{})
-			var re *schema.RequestError
-			require.True(t, errors.As(err, &re), "RewriteRequest(%q) error = %v, want a *RequestError", tt.give, err)
-			assert.Equal(t, 400, re.HTTPStatus(), "RewriteRequest(%q) status", tt.give)
-			assert.Equal(t, tt.wantParam, re.Param, "RewriteRequest(%q) param", tt.give)
-			assert.Equal(t, tt.wantCode, re.Code, "RewriteRequest(%q) code", tt.give)
-			assert.NotEmpty(t, re.Message, "RewriteRequest(%q) message", tt.give)
-		})
+		schematest.RunRewriteError(t, RewriteRequest, tt.name, tt.give, tt.wantParam, tt.wantCode)
 	}
 }
 
@@ -175,20 +131,7 @@ func TestRewriteRequestLooseStrings(t *testing.T) {
 		{"short unicode escape in a message key", `{"messages":[{"\u12":"x"}],"tools":[TOOL]}`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			give := []byte(strings.Replace(tt.give, "TOOL", tool, 1))
-			require.False(t, json.Valid(give), "%s is valid JSON; the case needs a malformed string", give)
-			want := strings.Replace(tt.give, "TOOL", string(dialect.FunctionTool(schema.DefaultFunctionName, schema.DefaultFunctionDescription)), 1)
-			got, err := RewriteRequest(give, schema.Options{})
-			require.NoError(t, err, "RewriteRequest(%q)", give)
-			assert.True(t, got.Found, "RewriteRequest(%q) found", give)
-			assert.Equal(t, want, string(got.Body), "RewriteRequest(%q)", give)
-
-			withoutTool := bytes.Replace(give, []byte(tool), nil, 1)
-			got, err = RewriteRequest(withoutTool, schema.Options{})
-			require.NoError(t, err, "RewriteRequest(%q)", withoutTool)
-			assert.Equal(t, schema.Request{Body: withoutTool}, got, "RewriteRequest(%q)", withoutTool)
-		})
+		schematest.RunRewriteLooseStrings(t, RewriteRequest, tt.name, tt.give, tool, dialect.FunctionTool(schema.DefaultFunctionName, schema.DefaultFunctionDescription))
 	}
 }
 
@@ -205,7 +148,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			give := schematest.ReadFile(t, "request/"+tt.name+".give.json")
 			got, err := RewriteRequest(give, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
 			var names []string

@@ -8,6 +8,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,14 +80,14 @@ func FuzzChatSSE(f *testing.F) {
 		}
 		stream, err := SSE(final, opts)
 		require.NoError(t, err, "ChatSSE")
-		frames := sseFrames(t, stream, false)
+		frames := schematest.SSEFrames(t, stream, false)
 		require.Equal(t, "[DONE]", frames[len(frames)-1].Data, "last data line")
 		for i, fr := range frames[:len(frames)-1] {
 			require.True(t, json.Valid([]byte(fr.Data)), "chunk %d is not JSON: %.300q", i, fr.Data)
 		}
 
 		var acc openai.ChatCompletionAccumulator
-		for i, c := range sseSDKEvents[openai.ChatCompletionChunk](t, stream) {
+		for i, c := range schematest.SSESDKEvents[openai.ChatCompletionChunk](t, stream) {
 			require.True(t, acc.AddChunk(c), "accumulate chunk %d", i)
 		}
 		require.Len(t, acc.Choices, 1, "accumulated choices")

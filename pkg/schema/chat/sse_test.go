@@ -3,85 +3,19 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 )
-
-// sseTestEvent is one framed SSE event: its event name (empty for Chat) and its data line.
-type sseTestEvent struct {
-	Name string
-	Data string
-}
-
-// sseFrames splits a stream into events, requiring the exact framing: each event is an optional
-// `event: <name>` line (required when named), exactly one `data: <json>` line, and a blank line.
-func sseFrames(t testing.TB, stream []byte, named bool) []sseTestEvent {
-	t.Helper()
-	s := string(stream)
-	require.True(t, strings.HasSuffix(s, "\n\n"), "stream must end with a blank line: %.200q", s)
-	require.NotContains(t, s, "\r", "stream must not contain a carriage return")
-	var events []sseTestEvent
-	for _, block := range strings.Split(strings.TrimSuffix(s, "\n\n"), "\n\n") {
-		lines := strings.Split(block, "\n")
-		var ev sseTestEvent
-		if named {
-			require.Len(t, lines, 2, "event block must be an event line and a data line: %.300q", block)
-			name, ok := strings.CutPrefix(lines[0], "event: ")
-			require.True(t, ok, "first line must be the event line: %.300q", block)
-			ev.Name = name
-			lines = lines[1:]
-		}
-		require.Len(t, lines, 1, "event block must have one data line: %.300q", block)
-		data, ok := strings.CutPrefix(lines[0], "data: ")
-		require.True(t, ok, "line must be a data line: %.300q", lines[0])
-		require.NotContains(t, data, "\u2028", "raw U+2028 in data line")
-		require.NotContains(t, data, "\u2029", "raw U+2029 in data line")
-		ev.Data = data
-		events = append(events, ev)
-	}
-	return events
-}
-
-// sseSDKStream decodes stream with the SDK's SSE decoder, as the real client does.
-func sseSDKStream[T any](stream []byte) *ssestream.Stream[T] {
-	res := &http.Response{
-		StatusCode: http.StatusOK,
-		Header:     http.Header{"Content-Type": []string{"text/event-stream"}},
-		Body:       io.NopCloser(bytes.NewReader(stream)),
-	}
-	return ssestream.NewStream[T](ssestream.NewDecoder(res), nil)
-}
-
-// sseSDKEvents decodes all events of stream with the SDK.
-func sseSDKEvents[T any](t testing.TB, stream []byte) []T {
-	t.Helper()
-	s := sseSDKStream[T](stream)
-	out := make([]T, 0, bytes.Count(stream, []byte("\n\n"))) // events are large: grow once
-	for s.Next() {
-		out = append(out, s.Current())
-	}
-	require.NoError(t, s.Err(), "SDK decode of stream")
-	return out
-}
-
-// sseMap decodes a JSON object into a generic map.
-func sseMap(t testing.TB, raw string) map[string]any {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal([]byte(raw), &m), "decode %.300s", raw)
-	return m
-}
 
 func TestChatSSEErrors(t *testing.T) {
 	tests := []struct {
@@ -103,11 +37,11 @@ func TestChatSSEErrors(t *testing.T) {
 func TestErrorSSE(t *testing.T) {
 	t.Run("chat", func(t *testing.T) {
 		stream := errorSSE("sandbox_unavailable", "no sandbox")
-		frames := sseFrames(t, stream, false)
+		frames := schematest.SSEFrames(t, stream, false)
 		require.Len(t, frames, 1, "events of errorSSE")
 		assert.JSONEq(t, `{"error":{"message":"no sandbox","type":"server_error","param":null,"code":"sandbox_unavailable"}}`,
 			frames[0].Data, "data of errorSSE")
-		s := sseSDKStream[openai.ChatCompletionChunk](stream)
+		s := schematest.SSESDKStream[openai.ChatCompletionChunk](stream)
 		assert.False(t, s.Next(), "SDK stream of errorSSE must stop")
 		var streamErr *ssestream.StreamError
 		require.ErrorAs(t, s.Err(), &streamErr, "SDK error of errorSSE")
@@ -205,7 +139,7 @@ func TestChatSSEReconstructs(t *testing.T) {
 				stream, err := SSE(final, opts)
 				require.NoError(t, err, "SSE(%s)", name)
 				require.True(t, bytes.HasSuffix(stream, []byte("data: [DONE]\n\n")), "stream of %s must end with [DONE]", name)
-				frames := sseFrames(t, stream, false)
+				frames := schematest.SSEFrames(t, stream, false)
 				frames = frames[:len(frames)-1]
 				usageChunks := map[bool]int{true: 1}[tt.wantUsage]
 				var choicesPerChunk []int
@@ -218,7 +152,7 @@ func TestChatSSEReconstructs(t *testing.T) {
 				wantPerChunk := append(slices.Repeat([]int{1}, len(frames)-usageChunks), make([]int, usageChunks)...)
 				assert.Equal(t, wantPerChunk, choicesPerChunk, "choices per chunk of %s (the usage chunk has none)", name)
 
-				chunks := sseSDKEvents[openai.ChatCompletionChunk](t, stream)
+				chunks := schematest.SSESDKEvents[openai.ChatCompletionChunk](t, stream)
 				var acc openai.ChatCompletionAccumulator
 				for i, c := range chunks {
 					require.True(t, acc.AddChunk(c), "accumulate chunk %d of %s", i, name)

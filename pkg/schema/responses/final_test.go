@@ -1,15 +1,14 @@
 package responses
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,61 +18,16 @@ import (
 // finalUpdate rewrites the golden files of the final-answer and SSE tests from the current output.
 var finalUpdate = flag.Bool("update-output", false, "rewrite testdata/final and testdata/sse golden files")
 
-// finalCase is the input.json of a testdata/final case.
-type finalCase struct {
-	Surface      string          `json:"surface"`
-	FunctionName string          `json:"function_name"`
-	Tool         json.RawMessage `json:"tool"`
-	ToolChoice   json.RawMessage `json:"tool_choice"`
-	Rounds       []struct {
-		Body  json.RawMessage `json:"body"`
-		Calls []struct {
-			ID          string `json:"id"`
-			Status      string `json:"status"`
-			Code        string `json:"code"`
-			ContainerID string `json:"container_id"`
-			Outputs     []struct {
-				Type string `json:"type"`
-				Logs string `json:"logs"`
-				URL  string `json:"url"`
-			} `json:"outputs"`
-		} `json:"calls"`
-	} `json:"rounds"`
-}
-
 // finalLoadCase reads testdata/final/<name>/input.json as a schema.FinalInput.
 func finalLoadCase(t testing.TB, name string) schema.FinalInput {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "final", name, "input.json"))
-	require.NoError(t, err, "read case %s", name)
-	var c finalCase
-	require.NoError(t, json.Unmarshal(b, &c), "decode case %s", name)
-	in := schema.FinalInput{FunctionName: c.FunctionName, Tool: c.Tool, ToolChoice: c.ToolChoice}
-	require.Equal(t, "responses", c.Surface, "surface of case %s", name)
-	for _, r := range c.Rounds {
-		round := schema.Round{Body: r.Body}
-		for _, cc := range r.Calls {
-			call := schema.CodeCall{ID: cc.ID, Status: cc.Status, Code: cc.Code, ContainerID: cc.ContainerID}
-			for _, o := range cc.Outputs {
-				call.Outputs = append(call.Outputs, schema.CodeOutput{Type: o.Type, Logs: o.Logs, URL: o.URL})
-			}
-			round.Calls = append(round.Calls, call)
-		}
-		in.Rounds = append(in.Rounds, round)
-	}
-	return in
+	return schematest.LoadFinalCase(t, "responses", name)
 }
 
 // finalGolden compares got with the golden file at path (rewriting it with -update-output).
 func finalGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if *finalUpdate {
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755), "mkdir for %s", path)
-		require.NoError(t, os.WriteFile(path, got, 0o644), "write %s", path)
-	}
-	want, err := os.ReadFile(path)
-	require.NoError(t, err, "read golden %s (run with -update-output to create it)", path)
-	assert.Equal(t, string(want), string(got), "output differs from golden %s", path)
+	schematest.CheckGolden(t, path, got, *finalUpdate)
 }
 
 // finalItemLabels lists a Responses output as "type:id" labels.
@@ -210,43 +164,14 @@ func TestFinalResponsesGolden(t *testing.T) {
 }
 
 func TestFinalKeepsUntouchedBytes(t *testing.T) {
-	tests := []struct {
-		name string
-		give string // case
-	}{
-		{name: "one round, nothing to replace", give: "responses_one_round"},
+	tests := []schematest.FinalKeepsCase{
+		{Name: "one round, nothing to replace", Give: "responses_one_round"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			in := finalLoadCase(t, tt.give)
-			got, err := Final(in)
-			require.NoError(t, err, "Final(%s)", tt.give)
-			body := in.Rounds[0].Body
-			// Every top-level member but tools is byte-identical to the upstream body.
-			gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
-				if k.String() == "tools" {
-					return true
-				}
-				assert.Equal(t, v.Raw, gjson.GetBytes(got, k.String()).Raw, "member %s of Final(%s)", k.String(), tt.give)
-				return true
-			})
-		})
-	}
+	schematest.RunFinalKeepsUntouchedBytes(t, Final, "responses", tests)
 }
 
 func TestFinalDoesNotModifyInput(t *testing.T) {
-	for _, name := range []string{"responses_three_rounds", "responses_tool_choice"} {
-		in := finalLoadCase(t, name)
-		var before [][]byte
-		for _, r := range in.Rounds {
-			before = append(before, bytes.Clone(r.Body))
-		}
-		_, err := Final(in)
-		require.NoError(t, err, "Final(%s)", name)
-		for i, r := range in.Rounds {
-			assert.Equal(t, string(before[i]), string(r.Body), "round %d body of %s changed by Final", i+1, name)
-		}
-	}
+	schematest.CheckFinalDoesNotModifyInput(t, Final, "responses", []string{"responses_three_rounds", "responses_tool_choice"})
 }
 
 // Calls are placed by position among the round's internal calls, so calls that share a call_id
@@ -359,54 +284,43 @@ func TestFinalTools(t *testing.T) {
 
 func TestFinalErrors(t *testing.T) {
 	okRound := schema.Round{Body: []byte(`{"output":[]}`)}
-	tests := []struct {
-		name    string
-		give    schema.FinalInput
-		wantErr string
-	}{
-		{name: "no rounds", give: schema.FinalInput{FunctionName: "f"}, wantErr: "no rounds"},
-		{name: "no function name", give: schema.FinalInput{Rounds: []schema.Round{okRound}}, wantErr: "empty function name"},
+	tests := []schematest.FinalErrorCase{
+		{Name: "no rounds", Give: schema.FinalInput{FunctionName: "f"}, WantErr: "no rounds"},
+		{Name: "no function name", Give: schema.FinalInput{Rounds: []schema.Round{okRound}}, WantErr: "empty function name"},
 		{
-			name:    "invalid JSON",
-			give:    schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{okRound, {Body: []byte(`{"output":[`)}}},
-			wantErr: "round 2: body is not a JSON object",
+			Name:    "invalid JSON",
+			Give:    schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{okRound, {Body: []byte(`{"output":[`)}}},
+			WantErr: "round 2: body is not a JSON object",
 		},
 		{
-			name:    "output not an array",
-			give:    schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{Body: []byte(`{"output":{}}`)}}},
-			wantErr: "round 1: output is not an array",
+			Name:    "output not an array",
+			Give:    schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{Body: []byte(`{"output":{}}`)}}},
+			WantErr: "round 1: output is not an array",
 		},
 		{
-			name: "more calls than internal calls",
-			give: schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{
+			Name: "more calls than internal calls",
+			Give: schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"}]}`),
 				Calls: []schema.CodeCall{{ID: "ci_1"}, {ID: "ci_2"}},
 			}}},
-			wantErr: `round 1: 2 calls for 1 internal function calls`,
+			WantErr: `round 1: 2 calls for 1 internal function calls`,
 		},
 		{
-			name: "fewer calls than internal calls",
-			give: schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{
+			Name: "fewer calls than internal calls",
+			Give: schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"},{"type":"function_call","name":"f","call_id":"b"}]}`),
 				Calls: []schema.CodeCall{{ID: "ci_1"}},
 			}}},
-			wantErr: `round 1: 1 calls for 2 internal function calls`,
+			WantErr: `round 1: 1 calls for 2 internal function calls`,
 		},
 		{
-			name: "unknown output type",
-			give: schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{
+			Name: "unknown output type",
+			Give: schema.FinalInput{FunctionName: "f", Rounds: []schema.Round{{
 				Body:  []byte(`{"output":[{"type":"function_call","name":"f","call_id":"a"}]}`),
 				Calls: []schema.CodeCall{{ID: "ci_1", Outputs: []schema.CodeOutput{{Type: "files"}}}},
 			}}},
-			wantErr: `unknown type "files"`,
+			WantErr: `unknown type "files"`,
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Final(tt.give)
-			require.Error(t, err, "Final(%s)", tt.name)
-			assert.Contains(t, err.Error(), tt.wantErr, "error of Final(%s)", tt.name)
-			assert.True(t, strings.HasPrefix(err.Error(), "build final answer: "), "error prefix of Final(%s): %v", tt.name, err)
-		})
-	}
+	schematest.RunFinalErrors(t, Final, tests)
 }

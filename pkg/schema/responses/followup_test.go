@@ -2,11 +2,10 @@ package responses
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
@@ -14,54 +13,41 @@ import (
 )
 
 func TestFollowUpGolden(t *testing.T) {
-	tests := []struct {
-		name    string
-		outputs []schema.CallOutput
-		opts    schema.FollowUpOptions
-	}{
+	tests := []schematest.FollowUpCase{
 		{
-			name:    "responses_list_input",
-			outputs: []schema.CallOutput{{CallID: "call_1", Output: "2432902008176640000\n"}},
-			opts:    schema.FollowUpOptions{DropToolChoice: true},
+			Name:    "responses_list_input",
+			Outputs: []schema.CallOutput{{CallID: "call_1", Output: "2432902008176640000\n"}},
+			Opts:    schema.FollowUpOptions{DropToolChoice: true},
 		},
 		{
-			name:    "responses_string_input",
-			outputs: []schema.CallOutput{{CallID: "call_a", Output: "2"}, {CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "ignored: a repeat"}},
-			opts:    schema.FollowUpOptions{ToolChoiceNone: true},
+			Name:    "responses_string_input",
+			Outputs: []schema.CallOutput{{CallID: "call_a", Output: "2"}, {CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "ignored: a repeat"}},
+			Opts:    schema.FollowUpOptions{ToolChoiceNone: true},
 		},
 		{
-			name:    "responses_store_false",
-			outputs: []schema.CallOutput{{CallID: "call_1", Output: "1"}},
-			opts:    schema.FollowUpOptions{DropToolChoice: true},
+			Name:    "responses_store_false",
+			Outputs: []schema.CallOutput{{CallID: "call_1", Output: "1"}},
+			Opts:    schema.FollowUpOptions{DropToolChoice: true},
 		},
 		{
-			name:    "responses_conversation",
-			outputs: []schema.CallOutput{{CallID: "call_1", Output: "1"}},
+			Name:    "responses_conversation",
+			Outputs: []schema.CallOutput{{CallID: "call_1", Output: "1"}},
 		},
 		{
-			name:    "responses_no_input",
-			outputs: []schema.CallOutput{{CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "2"}},
-			opts:    schema.FollowUpOptions{ToolChoiceNone: true, DropToolChoice: true},
+			Name:    "responses_no_input",
+			Outputs: []schema.CallOutput{{CallID: "call_b", Output: "4"}, {CallID: "call_a", Output: "2"}},
+			Opts:    schema.FollowUpOptions{ToolChoiceNone: true, DropToolChoice: true},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			req := reqReadFile(t, "followup/"+tt.name+".req.json")
-			resp := reqReadFile(t, "followup/"+tt.name+".resp.json")
-			got, err := FollowUp(req, resp, tt.outputs, tt.opts)
-			require.NoError(t, err, "FollowUp(%s)", tt.name)
-			reqCheckGolden(t, "followup/"+tt.name+".want.json", got)
-			assert.True(t, json.Valid(got), "FollowUp(%s) is not valid JSON: %s", tt.name, got)
-		})
-	}
+	schematest.RunFollowUpGolden(t, FollowUp, tests, *reqUpdateGolden)
 }
 
 // TestFollowUpParsesWithSDK checks that follow-ups parse as the SDK's request params and end with
 // one output per call.
 func TestFollowUpParsesWithSDK(t *testing.T) {
 	t.Run("responses", func(t *testing.T) {
-		req := reqReadFile(t, "followup/responses_list_input.req.json")
-		resp := reqReadFile(t, "followup/responses_list_input.resp.json")
+		req := schematest.ReadFile(t, "followup/responses_list_input.req.json")
+		resp := schematest.ReadFile(t, "followup/responses_list_input.resp.json")
 		got, err := FollowUp(req, resp, []schema.CallOutput{{CallID: "call_1", Output: "42"}}, schema.FollowUpOptions{DropToolChoice: true})
 		require.NoError(t, err, "FollowUp(responses_list_input)")
 		var p responses.ResponseNewParams
@@ -146,10 +132,10 @@ func TestFollowUpErrors(t *testing.T) {
 // TestFollowUpRoundTrip runs the pieces the way the loop does: rewrite, read the turn, follow up,
 // and read the follow-up's own turn again.
 func TestFollowUpRoundTrip(t *testing.T) {
-	give := reqReadFile(t, "request/responses_tool_middle.give.json")
+	give := schematest.ReadFile(t, "request/responses_tool_middle.give.json")
 	rw, err := RewriteRequest(give, schema.Options{})
 	require.NoError(t, err, "RewriteRequest(responses_tool_middle)")
-	resp := reqReadFile(t, "followup/responses_string_input.resp.json")
+	resp := schematest.ReadFile(t, "followup/responses_string_input.resp.json")
 	turn, err := ParseTurn(resp, "")
 	require.NoError(t, err, "ParseTurn(responses_string_input)")
 	var outs []schema.CallOutput
@@ -171,46 +157,10 @@ func TestFollowUpRoundTrip(t *testing.T) {
 }
 
 // FuzzFollowUp checks that ParseTurn and FollowUp never panic on arbitrary request and response
-// bodies, and that a follow-up built without error is valid JSON that ParseTurn reads.
+// bodies, and that a follow-up built without error is valid JSON that ParseTurn reads
+// (schematest.FuzzFollowUp).
 func FuzzFollowUp(f *testing.F) {
-	for _, name := range []string{"responses_list_input", "responses_string_input", "responses_store_false", "responses_conversation", "responses_no_input"} {
-		req, err := os.ReadFile(filepath.Join("testdata", "followup", name+".req.json"))
-		if err != nil {
-			f.Fatalf("read %s: %v", name, err)
-		}
-		resp, err := os.ReadFile(filepath.Join("testdata", "followup", name+".resp.json"))
-		if err != nil {
-			f.Fatalf("read %s: %v", name, err)
-		}
-		f.Add(req, resp, byte(0))
-	}
-	f.Fuzz(func(t *testing.T, req, resp []byte, opts byte) {
-		turn, err := ParseTurn(resp, "")
-		if err != nil {
-			return
-		}
-		var outs []schema.CallOutput
-		for _, c := range turn.Calls {
-			outs = append(outs, schema.CallOutput{CallID: c.CallID, Output: "out " + c.CallID})
-		}
-		o := schema.FollowUpOptions{DropToolChoice: opts&1 != 0, ToolChoiceNone: opts&2 != 0}
-		next, err := FollowUp(req, resp, outs, o)
-		if err != nil {
-			return
-		}
-		if !json.Valid(req) {
-			// The request is checked as RewriteRequest checks it: loose bytes inside strings it
-			// does not read pass through (the upstream refuses them), so the output is only as
-			// valid as the input.
-			return
-		}
-		if !json.Valid(next) {
-			t.Fatalf("FollowUp(%q, %q) = %q, not valid JSON", req, resp, next)
-		}
-		if _, err := ParseTurn(next, ""); err != nil {
-			t.Fatalf("ParseTurn(FollowUp(%q, %q)) = %v", req, resp, err)
-		}
-	})
+	schematest.FuzzFollowUp(f, []string{"responses_list_input", "responses_string_input", "responses_store_false", "responses_conversation", "responses_no_input"}, ParseTurn, FollowUp)
 }
 
 // TestFollowUpAcceptsWhatRewriteAccepts: a request RewriteRequest accepted (a raw control

@@ -1,18 +1,16 @@
 package responses
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,25 +20,6 @@ import (
 // reqUpdateGolden rewrites the want files of the request, turn and follow-up golden tests from
 // what the code produces; review the diff before committing it.
 var reqUpdateGolden = flag.Bool("update-rewrite-golden", false, "rewrite the golden want files of RewriteRequest, ParseTurn and FollowUp")
-
-// reqReadFile returns testdata/<path>.
-func reqReadFile(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", path))
-	require.NoError(t, err, "read testdata/%s", path)
-	return b
-}
-
-// reqCheckGolden compares got with testdata/<path>, or writes it there under -update-rewrite-golden.
-func reqCheckGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *reqUpdateGolden {
-		require.NoError(t, os.WriteFile(filepath.Join("testdata", path), got, 0o644), "write testdata/%s", path)
-		return
-	}
-	want := reqReadFile(t, path)
-	assert.Equal(t, string(want), string(got), "body differs from testdata/%s", path)
-}
 
 const reqTestTool = `{"type":"code_interpreter","container":{"type":"auto"}}`
 
@@ -149,15 +128,7 @@ func TestRewriteRequestGolden(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
-			got, err := RewriteRequest(give, tt.opts)
-			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
-			reqCheckGolden(t, "request/"+tt.name+".want.json", got.Body)
-			assert.True(t, json.Valid(got.Body), "RewriteRequest(%s) body is not valid JSON", tt.name)
-			got.Body = nil
-			assert.Equal(t, tt.want, got, "RewriteRequest(%s)", tt.name)
-		})
+		schematest.RunRewriteGolden(t, RewriteRequest, tt.name, tt.opts, tt.want, *reqUpdateGolden)
 	}
 }
 
@@ -190,7 +161,7 @@ func TestRewriteRequestUnchanged(t *testing.T) {
 		name string
 		give []byte
 	}{
-		{"responses file, replayed item and hosted choice without the tool", reqReadFile(t, "request/responses_no_tool.give.json")},
+		{"responses file, replayed item and hosted choice without the tool", schematest.ReadFile(t, "request/responses_no_tool.give.json")},
 		{"no tools", []byte(`{"input":"hi","stream":true,"stream_options":{"include_obfuscation":false}}`)},
 		{"tools not a list", []byte(`{"tools":{"type":"code_interpreter"}}`)},
 		{"tool type nested deeper", []byte(`{"tools":[{"function":{"type":"code_interpreter"}}]}`)},
@@ -198,12 +169,7 @@ func TestRewriteRequestUnchanged(t *testing.T) {
 		{"top level array", []byte(` [{"tools":[{"type":"code_interpreter"}]}] `)},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := RewriteRequest(tt.give, schema.Options{})
-			require.NoError(t, err, "RewriteRequest(%s)", tt.give)
-			assert.Equal(t, schema.Request{Body: tt.give}, got, "RewriteRequest(%s)", tt.give)
-			assert.Same(t, &tt.give[0], &got.Body[0], "RewriteRequest(%s) copied the body", tt.give)
-		})
+		schematest.RunRewriteUnchanged(t, RewriteRequest, tt.name, tt.give)
 	}
 }
 
@@ -262,15 +228,7 @@ func TestRewriteRequestErrors(t *testing.T) {
 		{"file_ids not an array", `{"tools":[{"type":"code_interpreter","container":{"type":"auto","file_ids":"file-1"}}]}`, "tools[0].container.file_ids", "invalid_type"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := RewriteRequest([]byte(tt.give), schema.Options{})
-			var re *schema.RequestError
-			require.True(t, errors.As(err, &re), "RewriteRequest(%q) error = %v, want a *RequestError", tt.give, err)
-			assert.Equal(t, 400, re.HTTPStatus(), "RewriteRequest(%q) status", tt.give)
-			assert.Equal(t, tt.wantParam, re.Param, "RewriteRequest(%q) param", tt.give)
-			assert.Equal(t, tt.wantCode, re.Code, "RewriteRequest(%q) code", tt.give)
-			assert.NotEmpty(t, re.Message, "RewriteRequest(%q) message", tt.give)
-		})
+		schematest.RunRewriteError(t, RewriteRequest, tt.name, tt.give, tt.wantParam, tt.wantCode)
 	}
 }
 
@@ -290,20 +248,7 @@ func TestRewriteRequestLooseStrings(t *testing.T) {
 		{"escaped quote after a bad escape", `{"input":[{"content":"\q\"\\"}],"tools":[TOOL]}`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			give := []byte(strings.Replace(tt.give, "TOOL", tool, 1))
-			require.False(t, json.Valid(give), "%s is valid JSON; the case needs a malformed string", give)
-			want := strings.Replace(tt.give, "TOOL", string(dialect.FunctionTool(schema.DefaultFunctionName, schema.DefaultFunctionDescription)), 1)
-			got, err := RewriteRequest(give, schema.Options{})
-			require.NoError(t, err, "RewriteRequest(%q)", give)
-			assert.True(t, got.Found, "RewriteRequest(%q) found", give)
-			assert.Equal(t, want, string(got.Body), "RewriteRequest(%q)", give)
-
-			withoutTool := bytes.Replace(give, []byte(tool), nil, 1)
-			got, err = RewriteRequest(withoutTool, schema.Options{})
-			require.NoError(t, err, "RewriteRequest(%q)", withoutTool)
-			assert.Equal(t, schema.Request{Body: withoutTool}, got, "RewriteRequest(%q)", withoutTool)
-		})
+		schematest.RunRewriteLooseStrings(t, RewriteRequest, tt.name, tt.give, tool, dialect.FunctionTool(schema.DefaultFunctionName, schema.DefaultFunctionDescription))
 	}
 }
 
@@ -394,7 +339,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			give := reqReadFile(t, "request/"+tt.name+".give.json")
+			give := schematest.ReadFile(t, "request/"+tt.name+".give.json")
 			got, err := RewriteRequest(give, schema.Options{})
 			require.NoError(t, err, "RewriteRequest(%s)", tt.name)
 			var names []string
@@ -439,7 +384,7 @@ func TestRewriteRequestParsesWithSDK(t *testing.T) {
 }
 
 func TestRewriteRequestReplayParsesWithSDK(t *testing.T) {
-	got, err := RewriteRequest(reqReadFile(t, "request/responses_replay.give.json"), schema.Options{})
+	got, err := RewriteRequest(schematest.ReadFile(t, "request/responses_replay.give.json"), schema.Options{})
 	require.NoError(t, err, "RewriteRequest(responses_replay)")
 	items := reqSDKInput(t, got.Body)
 	require.Len(t, items, 12, "RewriteRequest(responses_replay) input items")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,14 +90,14 @@ func FuzzResponsesSSE(f *testing.F) {
 
 		stream, err := SSE(final)
 		require.NoError(t, err, "ResponsesSSE")
-		frames := sseFrames(t, stream, true)
+		frames := schematest.SSEFrames(t, stream, true)
 		for i, fr := range frames {
 			require.True(t, json.Valid([]byte(fr.Data)), "data of event %d is not JSON: %.300q", i, fr.Data)
 			require.Equal(t, int64(i), gjson.Get(fr.Data, "sequence_number").Int(), "sequence_number of event %d", i)
 			require.Equal(t, fr.Name, gjson.Get(fr.Data, "type").String(), "type of event %d", i)
 		}
 
-		events := sseSDKEvents[responses.ResponseStreamEventUnion](t, stream)
+		events := schematest.SSESDKEvents[responses.ResponseStreamEventUnion](t, stream)
 		require.Len(t, events, len(frames), "SDK events")
 		r := sseReplayResponses(t, events)
 		assert.Equal(t, sseOutputItems(t, final), r.Rebuilt, "items rebuilt from the events")

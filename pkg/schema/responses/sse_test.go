@@ -1,11 +1,8 @@
 package responses
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,77 +10,12 @@ import (
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/openai"
-	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 )
-
-// sseTestEvent is one framed SSE event: its event name (empty for Chat) and its data line.
-type sseTestEvent struct {
-	Name string
-	Data string
-}
-
-// sseFrames splits a stream into events, requiring the exact framing: each event is an optional
-// `event: <name>` line (required when named), exactly one `data: <json>` line, and a blank line.
-func sseFrames(t testing.TB, stream []byte, named bool) []sseTestEvent {
-	t.Helper()
-	s := string(stream)
-	require.True(t, strings.HasSuffix(s, "\n\n"), "stream must end with a blank line: %.200q", s)
-	require.NotContains(t, s, "\r", "stream must not contain a carriage return")
-	var events []sseTestEvent
-	for _, block := range strings.Split(strings.TrimSuffix(s, "\n\n"), "\n\n") {
-		lines := strings.Split(block, "\n")
-		var ev sseTestEvent
-		if named {
-			require.Len(t, lines, 2, "event block must be an event line and a data line: %.300q", block)
-			name, ok := strings.CutPrefix(lines[0], "event: ")
-			require.True(t, ok, "first line must be the event line: %.300q", block)
-			ev.Name = name
-			lines = lines[1:]
-		}
-		require.Len(t, lines, 1, "event block must have one data line: %.300q", block)
-		data, ok := strings.CutPrefix(lines[0], "data: ")
-		require.True(t, ok, "line must be a data line: %.300q", lines[0])
-		require.NotContains(t, data, "\u2028", "raw U+2028 in data line")
-		require.NotContains(t, data, "\u2029", "raw U+2029 in data line")
-		ev.Data = data
-		events = append(events, ev)
-	}
-	return events
-}
-
-// sseSDKStream decodes stream with the SDK's SSE decoder, as the real client does.
-func sseSDKStream[T any](stream []byte) *ssestream.Stream[T] {
-	res := &http.Response{
-		StatusCode: http.StatusOK,
-		Header:     http.Header{"Content-Type": []string{"text/event-stream"}},
-		Body:       io.NopCloser(bytes.NewReader(stream)),
-	}
-	return ssestream.NewStream[T](ssestream.NewDecoder(res), nil)
-}
-
-// sseSDKEvents decodes all events of stream with the SDK.
-func sseSDKEvents[T any](t testing.TB, stream []byte) []T {
-	t.Helper()
-	s := sseSDKStream[T](stream)
-	out := make([]T, 0, bytes.Count(stream, []byte("\n\n"))) // events are large: grow once
-	for s.Next() {
-		out = append(out, s.Current())
-	}
-	require.NoError(t, s.Err(), "SDK decode of stream")
-	return out
-}
-
-// sseMap decodes a JSON object into a generic map.
-func sseMap(t testing.TB, raw string) map[string]any {
-	t.Helper()
-	var m map[string]any
-	require.NoError(t, json.Unmarshal([]byte(raw), &m), "decode %.300s", raw)
-	return m
-}
 
 // sseReplay is a client's view of a Responses stream: the output items rebuilt from the
 // added/delta events, the items of the output_item.done events, and the terminal response.
@@ -121,7 +53,7 @@ func sseReplayResponses(t testing.TB, events []responses.ResponseStreamEventUnio
 		if strings.HasPrefix(ev.Type, "response.") && gjson.Get(raw, "output_index").Exists() {
 			if ev.Type == "response.output_item.added" {
 				require.Equal(t, len(r.Rebuilt), oi, "output_index of %s", raw)
-				r.Rebuilt = append(r.Rebuilt, sseMap(t, gjson.Get(raw, "item").Raw))
+				r.Rebuilt = append(r.Rebuilt, schematest.SSEMap(t, gjson.Get(raw, "item").Raw))
 				r.Done = append(r.Done, nil)
 			}
 			require.Less(t, oi, len(r.Rebuilt), "event %d refers to an item not added: %.300s", k, raw)
@@ -158,7 +90,7 @@ func sseReplayResponses(t testing.TB, events []responses.ResponseStreamEventUnio
 			assert.Equal(t, str(item["input"]), ev.Input, "input.done of item %d", oi)
 		case "response.content_part.added":
 			require.Len(t, list(item, "content"), int(ev.ContentIndex), "content_index of %.300s", raw)
-			item["content"] = append(list(item, "content"), sseMap(t, gjson.Get(raw, "part").Raw))
+			item["content"] = append(list(item, "content"), schematest.SSEMap(t, gjson.Get(raw, "part").Raw))
 		case "response.output_text.delta", "response.refusal.delta":
 			field := strings.TrimSuffix(strings.TrimPrefix(ev.Type, "response.output_"), ".delta")
 			field = strings.TrimPrefix(field, "response.")
@@ -167,7 +99,7 @@ func sseReplayResponses(t testing.TB, events []responses.ResponseStreamEventUnio
 		case "response.output_text.annotation.added":
 			part := list(item, "content")[ev.ContentIndex].(map[string]any)
 			require.Len(t, list(part, "annotations"), int(ev.AnnotationIndex), "annotation_index of %.300s", raw)
-			part["annotations"] = append(list(part, "annotations"), sseMap(t, gjson.Get(raw, "annotation").Raw))
+			part["annotations"] = append(list(part, "annotations"), schematest.SSEMap(t, gjson.Get(raw, "annotation").Raw))
 		case "response.output_text.done":
 			part := list(item, "content")[ev.ContentIndex].(map[string]any)
 			assert.Equal(t, str(part["text"]), ev.Text, "output_text.done of item %d part %d", oi, ev.ContentIndex)
@@ -179,10 +111,10 @@ func sseReplayResponses(t testing.TB, events []responses.ResponseStreamEventUnio
 			assert.Equal(t, str(part["refusal"]), ev.Refusal, "refusal.done of item %d part %d", oi, ev.ContentIndex)
 		case "response.content_part.done":
 			part := list(item, "content")[ev.ContentIndex]
-			assert.Equal(t, sseMap(t, gjson.Get(raw, "part").Raw), part, "content_part.done of item %d part %d", oi, ev.ContentIndex)
+			assert.Equal(t, schematest.SSEMap(t, gjson.Get(raw, "part").Raw), part, "content_part.done of item %d part %d", oi, ev.ContentIndex)
 		case "response.reasoning_summary_part.added":
 			require.Len(t, list(item, "summary"), int(ev.SummaryIndex), "summary_index of %.300s", raw)
-			item["summary"] = append(list(item, "summary"), sseMap(t, gjson.Get(raw, "part").Raw))
+			item["summary"] = append(list(item, "summary"), schematest.SSEMap(t, gjson.Get(raw, "part").Raw))
 		case "response.reasoning_summary_text.delta":
 			part := list(item, "summary")[ev.SummaryIndex].(map[string]any)
 			part["text"] = str(part["text"]) + ev.Delta
@@ -190,7 +122,7 @@ func sseReplayResponses(t testing.TB, events []responses.ResponseStreamEventUnio
 			part := list(item, "summary")[ev.SummaryIndex].(map[string]any)
 			assert.Equal(t, str(part["text"]), ev.Text, "summary text.done of item %d", oi)
 		case "response.reasoning_summary_part.done":
-			assert.Equal(t, sseMap(t, gjson.Get(raw, "part").Raw), list(item, "summary")[ev.SummaryIndex], "summary part.done of item %d", oi)
+			assert.Equal(t, schematest.SSEMap(t, gjson.Get(raw, "part").Raw), list(item, "summary")[ev.SummaryIndex], "summary part.done of item %d", oi)
 		case "response.reasoning_text.delta", "response.reasoning_text.done":
 			content := list(item, "content")
 			if int(ev.ContentIndex) == len(content) {
@@ -204,7 +136,7 @@ func sseReplayResponses(t testing.TB, events []responses.ResponseStreamEventUnio
 				assert.Equal(t, str(part["text"]), ev.Text, "reasoning_text.done of item %d", oi)
 			}
 		case "response.output_item.done":
-			done := sseMap(t, gjson.Get(raw, "item").Raw)
+			done := schematest.SSEMap(t, gjson.Get(raw, "item").Raw)
 			// What no event streams: the final status, and a code call's outputs.
 			if s, ok := done["status"]; ok {
 				item["status"] = s
@@ -262,13 +194,13 @@ func TestResponsesSSEReconstructs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			stream, err := SSE(final)
 			require.NoError(t, err, "SSE(%s)", name)
-			frames := sseFrames(t, stream, true)
+			frames := schematest.SSEFrames(t, stream, true)
 			for i, f := range frames {
 				require.True(t, json.Valid([]byte(f.Data)), "data of event %d of %s is not JSON: %.300s", i, name, f.Data)
 				assert.Equal(t, f.Name, gjson.Get(f.Data, "type").String(), "event line vs type of event %d of %s", i, name)
 			}
 
-			events := sseSDKEvents[responses.ResponseStreamEventUnion](t, stream)
+			events := schematest.SSESDKEvents[responses.ResponseStreamEventUnion](t, stream)
 			require.Len(t, events, len(frames), "SDK events of %s", name)
 			r := sseReplayResponses(t, events)
 
@@ -284,8 +216,8 @@ func TestResponsesSSEReconstructs(t *testing.T) {
 
 			require.Len(t, r.Started, 2, "created and in_progress of %s", name)
 			for i, started := range r.Started {
-				got := sseMap(t, started)
-				wantStart := sseMap(t, string(final))
+				got := schematest.SSEMap(t, started)
+				wantStart := schematest.SSEMap(t, string(final))
 				wantStart["status"], wantStart["output"], wantStart["usage"] = "in_progress", []any{}, nil
 				for _, k := range []string{"completed_at", "error", "incomplete_details"} {
 					if _, ok := wantStart[k]; ok {
@@ -311,7 +243,7 @@ func TestResponsesSSEEventOrderGolden(t *testing.T) {
 	finalGolden(t, filepath.Join("testdata", "sse", "ci_then_message.sse"), stream)
 
 	var order strings.Builder
-	for _, f := range sseFrames(t, stream, true) {
+	for _, f := range schematest.SSEFrames(t, stream, true) {
 		order.WriteString(f.Name)
 		for _, k := range []string{"output_index", "content_index", "annotation_index"} {
 			if v := gjson.Get(f.Data, k); v.Exists() {
@@ -323,7 +255,7 @@ func TestResponsesSSEEventOrderGolden(t *testing.T) {
 	finalGolden(t, filepath.Join("testdata", "sse", "ci_then_message.order.golden"), []byte(order.String()))
 
 	// The golden must show the native order: the call's events, then the message's.
-	types := sseSDKEvents[responses.ResponseStreamEventUnion](t, stream)
+	types := schematest.SSESDKEvents[responses.ResponseStreamEventUnion](t, stream)
 	var compact []string
 	for _, ev := range types {
 		if n := len(compact); n > 0 && compact[n-1] == ev.Type {
@@ -359,7 +291,7 @@ func TestResponsesSSEAddedItems(t *testing.T) {
 	require.NoError(t, err, "SSE(ci_then_message)")
 	var added []string
 	var deltas int
-	for _, f := range sseFrames(t, stream, true) {
+	for _, f := range schematest.SSEFrames(t, stream, true) {
 		switch f.Name {
 		case "response.output_item.added":
 			added = append(added, gjson.Get(f.Data, "item").Raw)
@@ -379,14 +311,14 @@ func TestResponsesFailedSSE(t *testing.T) {
 	require.NoError(t, err, "read responses_two_rounds")
 	stream, err := failedSSE(final, "server_error", "The sandbox is unavailable.\nTry again.")
 	require.NoError(t, err, "ResponsesFailedSSE")
-	frames := sseFrames(t, stream, true)
+	frames := schematest.SSEFrames(t, stream, true)
 	var names []string
 	for _, f := range frames {
 		names = append(names, f.Name)
 	}
 	assert.Equal(t, []string{"response.created", "response.in_progress", "response.failed"}, names, "events of a failed stream")
 
-	events := sseSDKEvents[responses.ResponseStreamEventUnion](t, stream)
+	events := schematest.SSESDKEvents[responses.ResponseStreamEventUnion](t, stream)
 	require.Len(t, events, 3, "SDK events of a failed stream")
 	failed := events[2].AsResponseFailed()
 	assert.Equal(t, int64(2), failed.SequenceNumber, "sequence_number of response.failed")
@@ -423,17 +355,17 @@ func TestResponsesSSEErrors(t *testing.T) {
 func TestErrorSSE(t *testing.T) {
 	t.Run("responses", func(t *testing.T) {
 		stream := errorSSE("sandbox_unavailable", "no sandbox \u2028 now")
-		frames := sseFrames(t, stream, true)
+		frames := schematest.SSEFrames(t, stream, true)
 		require.Len(t, frames, 1, "events of errorSSE")
 		assert.Equal(t, "error", frames[0].Name, "event name of errorSSE")
-		events := sseSDKEvents[responses.ResponseStreamEventUnion](t, stream)
+		events := schematest.SSESDKEvents[responses.ResponseStreamEventUnion](t, stream)
 		require.Len(t, events, 1, "SDK events of errorSSE")
 		e := events[0].AsError()
 		assert.Equal(t, "sandbox_unavailable", e.Code, "code of errorSSE")
 		assert.Equal(t, "no sandbox \u2028 now", e.Message, "message of errorSSE")
 		assert.Equal(t, int64(0), e.SequenceNumber, "sequence_number of errorSSE")
 		assert.Equal(t, "null", gjson.Get(frames[0].Data, "param").Raw, "param of errorSSE")
-		assert.Equal(t, "null", gjson.Get(sseFrames(t, errorSSE("", "m"), true)[0].Data, "code").Raw,
+		assert.Equal(t, "null", gjson.Get(schematest.SSEFrames(t, errorSSE("", "m"), true)[0].Data, "code").Raw,
 			"empty code of errorSSE")
 	})
 }

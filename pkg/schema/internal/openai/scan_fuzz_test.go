@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 )
 
 // requestItemsSpec is the Responses surface's scan of a request: with its replayed
@@ -39,7 +40,7 @@ func scanFuzzAddGolden(f *testing.F) {
 // code_interpreter_call items of each top-level "input" array with their exact spans (every
 // element whose "type" decodes to code_interpreter_call is among them; every one reported has
 // such a "type" member). On malformed JSON the relaxed modes may accept only a body whose
-// sanitized form (reqFuzzSanitize) is valid, with the same view as the sanitized body.
+// sanitized form (schematest.Sanitize) is valid, with the same view as the sanitized body.
 func FuzzScanRequest(f *testing.F) {
 	scanFuzzAddGolden(f)
 	for _, s := range []string{
@@ -69,7 +70,7 @@ func FuzzScanRequest(f *testing.F) {
 				}
 				reqFuzzCheckView(t, body, body, got, mode)
 			default:
-				clean := reqFuzzSanitize(body)
+				clean := schematest.Sanitize(body)
 				if !json.Valid(clean) {
 					t.Fatalf("Scan(%q, %p) accepted a body malformed outside strings (sanitized: %q)", body, mode, clean)
 				}
@@ -203,34 +204,4 @@ func reqFuzzHasCallType(elem []byte) bool {
 		}
 	}
 	return false
-}
-
-// reqFuzzSanitize returns b with what RewriteRequest may let through replaced by spaces, byte
-// for byte: inside strings, raw control characters and the backslash of each malformed escape.
-// It reads b as a JSON parser would, one byte at a time; a valid body comes back unchanged.
-func reqFuzzSanitize(b []byte) []byte {
-	out := bytes.Clone(b)
-	hex := func(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
-	inString := false
-	for i := 0; i < len(out); i++ {
-		c := out[i]
-		switch {
-		case !inString:
-			inString = c == '"'
-		case c == '"':
-			inString = false
-		case c < 0x20:
-			out[i] = ' '
-		case c == '\\':
-			switch {
-			case i+1 < len(out) && bytes.IndexByte([]byte(`"\\/bfnrt`), out[i+1]) >= 0:
-				i++
-			case i+5 < len(out) && out[i+1] == 'u' && hex(out[i+2]) && hex(out[i+3]) && hex(out[i+4]) && hex(out[i+5]):
-				i += 5
-			default:
-				out[i] = ' '
-			}
-		}
-	}
-	return out
 }
