@@ -42,6 +42,6 @@ pids+=($!)
 "$envoy_bin" -c bin/envoy-run.json --log-level warn --base-id-path bin/envoy-base-id --use-dynamic-base-id &
 pids+=($!)
 echo "run: Envoy on http://127.0.0.1:10000 (admin 127.0.0.1:9901) -> $upstream; codeinterp on 127.0.0.1:50051 (admin 127.0.0.1:9090, Containers API 127.0.0.1:8081 behind Envoy's /v1/containers)" >&2
-echo "run: OPENAI_BASE_URL=http://127.0.0.1:10000/v1; Ctrl-C stops both" >&2
+echo "run: OPENAI_BASE_URL=http://127.0.0.1:10000/v1; Ctrl-C stops them all" >&2
 # Either process ending ends the session.
 wait -n "${pids[@]}" || true
