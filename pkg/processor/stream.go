@@ -40,6 +40,8 @@ type streamState struct {
 	path      string
 	headers   headerMap
 	requestID string
+	// callerID is the caller's identity once computed (see Identity), nil before.
+	callerID *string
 	// exchange is the request's exchange on its surface, once its body has been read, and
 	// admitted what admission decided of it.
 	exchange schema.Exchange
@@ -169,12 +171,14 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 	}
 	st.kind = kindServed
 	st.surface = surface
-	if _, err := st.srv.signer.identity(st.headers, st.route.IdentityHeader); err != nil {
+	id, err := st.srv.signer.identity(st.headers, st.route.IdentityHeader)
+	if err != nil {
 		// One credential, one identity: a request carrying two credentials, or the identity
 		// header twice, is refused before it reaches the model.
 		st.logger().Debug("client error", zap.Error(err))
 		return st.errorAnswer(&schema.RequestError{Message: err.Error(), Code: "invalid_credentials"}, "codeinterp_invalid_credentials")
 	}
+	st.callerID = &id
 	if st.streamedRequest() {
 		// The body comes while this answer is pending: it waits for the body (see requestEnd).
 		st.request = &heldRequest{reserved: reserved, body: collector{limit: st.srv.maxRequestBody}}
@@ -194,10 +198,13 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 // Identity returns the identity of the request's caller: a keyed hash of its credential or
 // identity header (see signer.identity). It implements [admission.Caller].
 func (st *streamState) Identity() string {
-	// A request whose identity cannot be told was refused at its headers (see requestHeaders);
-	// anything else without one is anonymous.
-	id, _ := st.srv.signer.identity(st.headers, st.route.IdentityHeader)
-	return id
+	if st.callerID == nil {
+		// A request whose identity cannot be told was refused at its headers (see
+		// requestHeaders); anything else without one is anonymous.
+		id, _ := st.srv.signer.identity(st.headers, st.route.IdentityHeader)
+		st.callerID = &id
+	}
+	return *st.callerID
 }
 
 var _ admission.Caller = (*streamState)(nil)
