@@ -1,29 +1,16 @@
 package chat
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 )
-
-// finalBenchText returns about n bytes of prose with newlines and non-ASCII text.
-func finalBenchText(n int) string {
-	const para = "The sums of two dice cluster around seven — 世界 🎲, as the histogram shows. "
-	var b strings.Builder
-	for i := 0; b.Len() < n; i++ {
-		b.WriteString(para)
-		if i%8 == 7 {
-			b.WriteString("\n\n")
-		}
-	}
-	return b.String()
-}
 
 func BenchmarkFinalChat(b *testing.B) {
 	body := `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4.1","choices":[{"index":0,"message":{` +
-		`"role":"assistant","content":` + string(jsonscan.AppendString(nil, finalBenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
+		`"role":"assistant","content":` + string(jsonscan.AppendString(nil, schematest.BenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`
 	in := schema.FinalInput{FunctionName: "code_interpreter", Rounds: []schema.Round{
 		{Body: []byte(`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`)},
@@ -40,7 +27,7 @@ func BenchmarkFinalChat(b *testing.B) {
 
 func BenchmarkChatSSE(b *testing.B) {
 	final := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4.1","choices":[{"index":0,"message":{` +
-		`"role":"assistant","content":` + string(jsonscan.AppendString(nil, finalBenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
+		`"role":"assistant","content":` + string(jsonscan.AppendString(nil, schematest.BenchText(100<<10))) + `,"refusal":null},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
 	opts := []byte(`{"include_usage":true}`)
 	stream, err := SSE(final, opts)

@@ -7,20 +7,8 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
+	"github.com/codeinterp/codeinterp/pkg/schema/internal/schematest"
 )
-
-// finalBenchText returns about n bytes of prose with newlines and non-ASCII text.
-func finalBenchText(n int) string {
-	const para = "The sums of two dice cluster around seven — 世界 🎲, as the histogram shows. "
-	var b strings.Builder
-	for i := 0; b.Len() < n; i++ {
-		b.WriteString(para)
-		if i%8 == 7 {
-			b.WriteString("\n\n")
-		}
-	}
-	return b.String()
-}
 
 // finalBenchCode returns about n bytes of Python.
 func finalBenchCode(n int) string {
@@ -44,7 +32,7 @@ func finalBenchInput() schema.FinalInput {
 	round2 := `{"id":"resp_2","object":"response","created_at":1757603567,"status":"completed","model":"gpt-5","output":[` +
 		`{"id":"msg_2","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","annotations":[` +
 		`{"type":"container_file_citation","container_id":"cntr_1","file_id":"cfile_1","filename":"rolls.csv","start_index":0,"end_index":10}],` +
-		`"logprobs":[],"text":` + string(jsonscan.AppendString(nil, finalBenchText(60<<10))) + `}]}],` +
+		`"logprobs":[],"text":` + string(jsonscan.AppendString(nil, schematest.BenchText(60<<10))) + `}]}],` +
 		`"tool_choice":"auto","tools":[{"type":"function","name":"code_interpreter","parameters":{"type":"object"}}],` +
 		`"usage":{"input_tokens":7000,"input_tokens_details":{"cached_tokens":1000},"output_tokens":15000,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":22000}}`
 	return schema.FinalInput{
@@ -53,7 +41,7 @@ func finalBenchInput() schema.FinalInput {
 		Rounds: []schema.Round{
 			{Body: []byte(round1), Calls: []schema.CodeCall{{
 				ID: "ci_1", Status: "completed", Code: code, ContainerID: "cntr_1",
-				Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: finalBenchText(10 << 10)}},
+				Outputs: []schema.CodeOutput{{Type: schema.CodeOutputLogs, Logs: schematest.BenchText(10 << 10)}},
 			}}},
 			{Body: []byte(round2)},
 		},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
@@ -137,4 +138,17 @@ func BaselineRewrite(body []byte, fnTool func() []byte) ([]byte, error) {
 	}
 	delete(m, "stream_options")
 	return json.Marshal(m)
+}
+
+// BenchText returns about n bytes of prose with newlines and non-ASCII text.
+func BenchText(n int) string {
+	const para = "The sums of two dice cluster around seven — 世界 🎲, as the histogram shows. "
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		b.WriteString(para)
+		if i%8 == 7 {
+			b.WriteString("\n\n")
+		}
+	}
+	return b.String()
 }
