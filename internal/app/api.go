@@ -37,7 +37,7 @@ type apiServer struct {
 // the default profile's upstream under the call's path prefix, as the ext_proc path reads them
 // for a request under that prefix. Without an identity_header the credential is the identity,
 // and (unless verify_api_credentials is off) it must be one the upstream takes.
-func newAPIServer(cfg *configv1.Config, m *sandbox.Manager, secret []byte, log *zap.Logger) *apiServer {
+func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
 	ids := identity.New(secret, identity.Config{CredentialHeaders: cfg.GetCredentialHeaders()})
 	maxUpload := int64(cfg.GetMaxUploadBytes())

@@ -14,7 +14,7 @@ import (
 // uploaded through the API are the files the code finds under /mnt/data. It is safe for
 // concurrent use.
 type SandboxStore struct {
-	m *sandbox.Manager
+	m sandbox.Service
 	// limit is the largest file Put writes (the sandbox checks it while writing too).
 	limit int64
 }
@@ -26,7 +26,7 @@ var (
 
 // Sandboxes returns the store of m's containers; Put writes files of at most maxFileBytes
 // (zero: no limit but the container's space).
-func Sandboxes(m *sandbox.Manager, maxFileBytes int64) *SandboxStore {
+func Sandboxes(m sandbox.Service, maxFileBytes int64) *SandboxStore {
 	return &SandboxStore{m: m, limit: maxFileBytes}
 }
 

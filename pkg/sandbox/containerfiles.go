@@ -70,11 +70,7 @@ func (m *Manager) PutFile(ctx context.Context, identity, containerID, path, sour
 	return fi, err
 }
 
-// PutFile writes a file into the lease's container as [Manager.PutFile] does, also into an
-// ephemeral container; if the lease's container was lost, the file goes to its replacement,
-// which fails with ErrAtCapacity (which matches ErrUnavailable) when a cap is reached and
-// nothing may be evicted.
-func (l *Lease) PutFile(ctx context.Context, path, source string, r io.Reader, limit int64) (FileInfo, error) {
+func (l *localLease) PutFile(ctx context.Context, path, source string, r io.Reader, limit int64) (FileInfo, error) {
 	if l.released {
 		return FileInfo{}, errLeaseReleased
 	}

@@ -8,7 +8,8 @@ const RefillDelay = refillDelay
 // EvictForTest removes the lease's current container as an eviction while it is idle would,
 // and returns a function reporting a late failure of that container's last run, as a run that
 // ended after the eviction would.
-func (l *Lease) EvictForTest() (lateFailure func(error)) {
+func (ll *Lease) EvictForTest() (lateFailure func(error)) {
+	l := ll.b.(*localLease)
 	m := l.m
 	m.mu.Lock()
 	defer m.mu.Unlock()

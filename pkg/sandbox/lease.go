@@ -4,30 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"go.uber.org/zap"
 )
 
 // Lease is one request's use of a container. It is not for concurrent use by several
-// goroutines; different leases (also on one key) may be used concurrently.
+// goroutines; different leases (also on one key) may be used concurrently. A Manager's leases
+// hold its own containers; [NewLease] makes one over another [LeaseBackend] (a container
+// another node owns).
 type Lease struct {
-	m        *Manager
-	key      sandboxKey
-	e        *entry // the entry in use; replaced when it dies
-	released bool
+	b LeaseBackend
 }
+
+// LeaseBackend is what a [Lease] does: the methods of Lease, with their contracts, for a
+// container a Manager of another process holds (see [NewLease]).
+type LeaseBackend interface {
+	ContainerID() string
+	Run(ctx context.Context, code string, timeout time.Duration) (Result, error)
+	PutFile(ctx context.Context, path, source string, r io.Reader, limit int64) (FileInfo, error)
+	Release()
+}
+
+// NewLease returns a Lease over b.
+func NewLease(b LeaseBackend) *Lease { return &Lease{b: b} }
 
 // ContainerID returns the id of the lease's current container: "cntr_" and 128 random bits in
 // hex, opaque. It changes when Run had to replace a lost container.
-func (l *Lease) ContainerID() string {
-	l.m.mu.Lock()
-	defer l.m.mu.Unlock()
-	return l.e.id
-}
-
-// errLeaseReleased is returned by Run on a released lease.
-var errLeaseReleased = errors.New("sandbox lease already released")
+func (l *Lease) ContainerID() string { return l.b.ContainerID() }
 
 // Run runs code in the key's container, one run at a time per container (runs of other leases
 // on the same container queue, bounded by ctx). timeout is the run's wall-clock limit (0 =
@@ -38,6 +43,40 @@ var errLeaseReleased = errors.New("sandbox lease already released")
 // to it. Errors: ErrTimeout, ErrLost, ErrUnavailable (no container could be started),
 // ErrClosed, or ctx's error; the Result holds what the run showed, also when it failed.
 func (l *Lease) Run(ctx context.Context, code string, timeout time.Duration) (Result, error) {
+	return l.b.Run(ctx, code, timeout)
+}
+
+// PutFile writes a file into the lease's container as [Manager.PutFile] does, also into an
+// ephemeral container; if the lease's container was lost, the file goes to its replacement,
+// which fails with ErrAtCapacity (which matches ErrUnavailable) when a cap is reached and
+// nothing may be evicted.
+func (l *Lease) PutFile(ctx context.Context, path, source string, r io.Reader, limit int64) (FileInfo, error) {
+	return l.b.PutFile(ctx, path, source, r, limit)
+}
+
+// Release ends the lease. An ephemeral container is deleted in the background once no lease
+// holds it; a lasting container stays, idle from now (its expiry counts from here).
+// Idempotent.
+func (l *Lease) Release() { l.b.Release() }
+
+// localLease is a Lease on a container of this Manager.
+type localLease struct {
+	m        *Manager
+	key      sandboxKey
+	e        *entry // the entry in use; replaced when it dies
+	released bool
+}
+
+func (l *localLease) ContainerID() string {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.e.id
+}
+
+// errLeaseReleased is returned by Run on a released lease.
+var errLeaseReleased = errors.New("sandbox lease already released")
+
+func (l *localLease) Run(ctx context.Context, code string, timeout time.Duration) (Result, error) {
 	if l.released {
 		return Result{}, errLeaseReleased
 	}
@@ -79,7 +118,7 @@ var errEntryDead = errors.New("sandbox entry gone")
 
 // current returns the lease's entry, moving the lease to the key's live entry (or a new one)
 // if its own has died.
-func (l *Lease) current() (*entry, error) {
+func (l *localLease) current() (*entry, error) {
 	m := l.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -186,10 +225,7 @@ func (m *Manager) afterRun(e *entry, c Container, err error) {
 	m.removeLocked(e)
 }
 
-// Release ends the lease. An ephemeral container is deleted in the background once no lease
-// holds it; a lasting container stays, idle from now (its expiry counts from here).
-// Idempotent.
-func (l *Lease) Release() {
+func (l *localLease) Release() {
 	if l.released {
 		return
 	}

@@ -392,7 +392,7 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 		}
 	}
 	e.leases++
-	return &Lease{m: m, key: e.key, e: e}, nil
+	return &Lease{b: &localLease{m: m, key: e.key, e: e}}, nil
 }
 
 // CheckSpec reports whether the provider would create a container of spec: an error matching

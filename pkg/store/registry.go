@@ -28,6 +28,9 @@ type Registration struct {
 	ExpiresAfter time.Duration
 	// MemoryLimit is the container's memory as created ("1g").
 	MemoryLimit string
+	// Owner is the node that holds the container's state (see [Nodes]); "" in a single
+	// process.
+	Owner string
 	// Expired reports whether the container expired or was deleted: its state is gone, and the
 	// registration is kept only so that its id is told apart from one never issued.
 	Expired bool
@@ -61,4 +64,28 @@ type Registry interface {
 	// Remove forgets container id, and its session key if that still names it. Removing an id
 	// not recorded does nothing.
 	Remove(ctx context.Context, id string) error
+}
+
+// Node is a sandbox node as it reports itself to the others (see [Nodes]).
+type Node struct {
+	// ID names the node; it is the Owner of the containers the node starts.
+	ID string
+	// Addr is where the node's sandbox service listens ("host:port").
+	Addr string
+	// Containers is how many containers the node holds now.
+	Containers int
+	// Capacity is how many containers the node may hold in all (its max_containers).
+	Capacity int
+}
+
+// Nodes is the directory of the live sandbox nodes: each one reports itself with a heartbeat
+// that lapses after its ttl, so a node that dies leaves the directory without a word.
+// Implementations are safe for concurrent use.
+type Nodes interface {
+	// Heartbeat records n as live for ttl from now, replacing what n.ID reported before.
+	Heartbeat(ctx context.Context, n Node, ttl time.Duration) error
+	// Live returns the nodes whose last heartbeat has not lapsed, in any order.
+	Live(ctx context.Context) ([]Node, error)
+	// Leave removes node id at once (a node shutting down).
+	Leave(ctx context.Context, id string) error
 }
