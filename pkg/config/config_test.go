@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,18 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"key check method", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{Method: "GET /"} }, "api_key_check.method:"},
 		{"key check refusal status", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{AcceptStatuses: []uint32{401}} }, "api_key_check.accept_statuses[0]:"},
 		{"upload idle", func(c *configv1.Config) { c.ApiUploadIdle = durationpb.New(0) }, "api_upload_idle:"},
+		{"store", func(c *configv1.Config) { c.Store = "etcd" }, "store:"},
+		{"role", func(c *configv1.Config) { c.Role = "worker" }, "role:"},
+		{"gateway without redis", func(c *configv1.Config) { c.Role = RoleGateway }, "role:"},
+		{"redis without a secret", func(c *configv1.Config) { c.Store = StoreRedis; c.SandboxListen = "127.0.0.1:7000" }, "fleet_secret_file:"},
+		{"redis all without a sandbox address", func(c *configv1.Config) { c.Store = StoreRedis }, "sandbox_listen:"},
+		{"gateway with a sandbox address", func(c *configv1.Config) {
+			c.Store, c.Role, c.SandboxListen = StoreRedis, RoleGateway, "127.0.0.1:7000"
+		}, "sandbox_listen:"},
+		{"wildcard node address", func(c *configv1.Config) { c.SandboxListen = "0.0.0.0:7000" }, "node_address:"},
+		{"node id", func(c *configv1.Config) { c.NodeId = "node/1" }, "node_id:"},
+		{"redis address", func(c *configv1.Config) { c.Store = StoreRedis; c.Redis.Addresses = []string{"redis"} }, "redis.addresses[0]:"},
+		{"fleet tls", func(c *configv1.Config) { c.FleetTls = &configv1.FleetTLS{CertFile: "/nonexistent"} }, "fleet_tls.key_file:"},
 		{"small output budget", func(c *configv1.Config) { c.DefaultProfile.MaxOutputBytes = 1024 }, "default_profile.max_output_bytes:"},
 		{"output budget beyond the send limit", func(c *configv1.Config) {
 			c.Profiles = map[string]*configv1.Profile{"p": {MaxOutputBytes: c.MaxRequestBytes/2 + 1}}
@@ -242,4 +255,30 @@ func TestOutputBudgetDefaultFitsTheSendLimit(t *testing.T) {
 	ApplyDefaults(cfg)
 	require.NoError(t, Validate(cfg), "validate")
 	assert.Equal(t, uint64((4<<20-AnswerOverheadBytes)/2), cfg.GetDefaultProfile().GetMaxOutputBytes(), "default budget")
+}
+
+func TestValidateAcceptsTheFleetTopologies(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "fleet-secret")
+	require.NoError(t, os.WriteFile(secret, []byte(strings.Repeat("s", MinFleetSecretBytes)), 0o600))
+	tests := []struct {
+		name string
+		give func(*configv1.Config)
+	}{
+		{"one process", func(*configv1.Config) {}},
+		{"replicas sharing redis", func(c *configv1.Config) {
+			c.Store, c.FleetSecretFile, c.SandboxListen, c.NodeAddress = StoreRedis, secret, "0.0.0.0:7000", "pod-0.sandbox:7000"
+		}},
+		{"gateway", func(c *configv1.Config) { c.Store, c.Role, c.FleetSecretFile = StoreRedis, RoleGateway, secret }},
+		{"sandbox node", func(c *configv1.Config) {
+			c.Store, c.Role, c.FleetSecretFile, c.SandboxListen = StoreRedis, RoleSandbox, secret, "127.0.0.1:7000"
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := &configv1.Config{}
+			tt.give(cfg)
+			ApplyDefaults(cfg)
+			assert.NoError(t, Validate(cfg))
+		})
+	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,11 @@ const (
 	DefaultMaxResponseBytes   = 32 << 20
 	DefaultAPIListen          = "127.0.0.1:8081"
 	DefaultMaxUploadBytes     = 512 << 20
+	DefaultStore              = StoreMemory
+	DefaultRole               = RoleAll
+	DefaultRedisAddress       = "127.0.0.1:6379"
+	DefaultRedisKeyPrefix     = "codeinterp:"
+	DefaultRedisTimeout       = 2 * time.Second
 
 	DefaultFunctionName     = "code_interpreter"
 	DefaultMaxRounds        = 8
@@ -60,6 +66,33 @@ const (
 	DefaultFirstUID                 = 1_000_000_000
 	DefaultUIDCount                 = 65536
 	DefaultCPUQuota                 = 1.0
+)
+
+// NodeAddress is the address other replicas dial to reach cfg's sandbox service:
+// node_address, or sandbox_listen when that is unset.
+func NodeAddress(cfg *configv1.Config) string {
+	if a := cfg.GetNodeAddress(); a != "" {
+		return a
+	}
+	return cfg.GetSandboxListen()
+}
+
+// The values of store, as config.proto documents them.
+const (
+	// StoreMemory keeps the cross-request state in this process.
+	StoreMemory = "memory"
+	// StoreRedis keeps it in Redis, shared by the replicas.
+	StoreRedis = "redis"
+)
+
+// The values of role, as config.proto documents them.
+const (
+	// RoleAll serves the API and the sandboxes in one process.
+	RoleAll = "all"
+	// RoleGateway serves the API only; containers run on sandbox nodes.
+	RoleGateway = "gateway"
+	// RoleSandbox serves the sandbox service only.
+	RoleSandbox = "sandbox"
 )
 
 // The values of sandbox.local.start, as config.proto documents them.
@@ -109,6 +142,17 @@ var defaults = []struct {
 	{"max_request_bytes", DefaultMaxRequestBytes},
 	{"max_response_bytes", DefaultMaxResponseBytes},
 	{"shutdown_grace", DefaultShutdownGrace},
+	{"store", DefaultStore},
+	{"role", DefaultRole},
+	{"node_id", derived(func(*configv1.Config) any {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			return h
+		}
+		return "codeinterp"
+	})},
+	{"redis.addresses", []string{DefaultRedisAddress}},
+	{"redis.key_prefix", DefaultRedisKeyPrefix},
+	{"redis.timeout", DefaultRedisTimeout},
 
 	{"default_profile.function_name", DefaultFunctionName},
 	{"default_profile.max_rounds", DefaultMaxRounds},

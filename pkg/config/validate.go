@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -90,7 +91,92 @@ func Validate(cfg *configv1.Config) error {
 	}
 	errs = append(errs, validateCredentials(cfg)...)
 	errs = append(errs, validateSandbox(cfg.Sandbox)...)
+	errs = append(errs, validateFleet(cfg)...)
 	return errors.Join(errs...)
+}
+
+// MinFleetSecretBytes is the shortest fleet secret a fleet may share.
+const MinFleetSecretBytes = 32
+
+// validateFleet checks store, redis, role and the sandbox service's settings.
+func validateFleet(cfg *configv1.Config) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	redis := cfg.GetStore() == StoreRedis
+	switch cfg.GetStore() {
+	case StoreMemory, StoreRedis:
+	default:
+		bad("store", "%q is not one of memory, redis", cfg.GetStore())
+	}
+	switch r := cfg.GetRole(); r {
+	case RoleAll:
+		if redis && cfg.GetSandboxListen() == "" {
+			bad("sandbox_listen", "role all with store redis needs an address: the other replicas reach this node's containers through it")
+		}
+	case RoleGateway, RoleSandbox:
+		if !redis {
+			bad("role", "%q needs store redis (the nodes find each other and their containers there)", r)
+		}
+		if r == RoleSandbox && cfg.GetSandboxListen() == "" {
+			bad("sandbox_listen", "role sandbox needs an address to serve the sandbox service on")
+		}
+		if r == RoleGateway && cfg.GetSandboxListen() != "" {
+			bad("sandbox_listen", "a gateway holds no containers: leave it empty")
+		}
+	default:
+		bad("role", "%q is not one of all, gateway, sandbox", r)
+	}
+	if a := cfg.GetSandboxListen(); a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("sandbox_listen", "%q is not host:port", a)
+		} else if na := NodeAddress(cfg); na != "" {
+			host, _, err := net.SplitHostPort(na)
+			if ip := net.ParseIP(host); err != nil || host == "" || (ip != nil && ip.IsUnspecified()) {
+				bad("node_address", "%q is not an address other replicas can dial (host:port, not a wildcard host): set node_address", na)
+			}
+		}
+	}
+	if id := cfg.GetNodeId(); len(id) == 0 || len(id) > 64 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+		bad("node_id", "%q must be 1-64 characters of a-z, A-Z, 0-9, ., _ or -", id)
+	}
+	if redis {
+		if f := cfg.GetFleetSecretFile(); f == "" {
+			bad("fleet_secret_file", "store redis needs the secret the replicas share")
+		} else if b, err := os.ReadFile(f); err != nil {
+			bad("fleet_secret_file", "%v", err)
+		} else if len(strings.TrimSpace(string(b))) < MinFleetSecretBytes {
+			bad("fleet_secret_file", "the secret has fewer than %d bytes", MinFleetSecretBytes)
+		}
+		rc := cfg.GetRedis()
+		if len(rc.GetAddresses()) == 0 {
+			bad("redis.addresses", "store redis needs at least one address")
+		}
+		for i, a := range rc.GetAddresses() {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				bad(fmt.Sprintf("redis.addresses[%d]", i), "%q is not host:port", a)
+			}
+		}
+		if f := rc.GetPasswordFile(); f != "" {
+			if _, err := os.Stat(f); err != nil {
+				bad("redis.password_file", "%v", err)
+			}
+		}
+		if d := rc.GetTimeout().AsDuration(); rc.GetTimeout() != nil && d <= 0 {
+			bad("redis.timeout", "%v must be positive", d)
+		}
+	}
+	if t := cfg.GetFleetTls(); t != nil {
+		for _, f := range []struct{ name, path string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CaFile}} {
+			if f.path == "" {
+				bad("fleet_tls."+f.name, "mutual TLS needs all of cert_file, key_file and ca_file")
+			} else if _, err := os.Stat(f.path); err != nil {
+				bad("fleet_tls."+f.name, "%v", err)
+			}
+		}
+	}
+	return errs
 }
 
 // maxCredentialHeaders bounds credential_headers.

@@ -118,8 +118,40 @@ type Config struct {
 	// max_uploading_bytes_per_identity bounds the bytes one identity's uploads in progress write
 	// together; beyond it an upload is a 413. Zero means max_upload_bytes.
 	MaxUploadingBytesPerIdentity uint64 `protobuf:"varint,20,opt,name=max_uploading_bytes_per_identity,json=maxUploadingBytesPerIdentity,proto3" json:"max_uploading_bytes_per_identity,omitempty"`
-	unknownFields                protoimpl.UnknownFields
-	sizeCache                    protoimpl.SizeCache
+	// store is where the state one request leaves for a later one lives (the containers'
+	// registry and expired ids, the continuations of answers, the nodes of a fleet): "memory",
+	// this process only, or "redis", shared by every replica through the redis section's server.
+	// Replicas behind one load balancer must share a redis store, or a request that reaches
+	// another replica than the one before loses its container and continuation (see
+	// docs/deploy.md). Default "memory".
+	Store string `protobuf:"bytes,30,opt,name=store,proto3" json:"store,omitempty"`
+	// redis is the Redis server (or Sentinel or Cluster) of store "redis".
+	Redis *Redis `protobuf:"bytes,31,opt,name=redis,proto3" json:"redis,omitempty"`
+	// role is what this process serves: "all" (the ext_proc and Containers API servers and the
+	// sandboxes, one process), "gateway" (the ext_proc and Containers API servers only: every
+	// container runs on a sandbox node, so the process needs no privilege and no sandbox tools) or
+	// "sandbox" (the sandbox service only, for the gateways and other nodes to reach). "gateway" and
+	// "sandbox" need store "redis". Default "all".
+	Role string `protobuf:"bytes,32,opt,name=role,proto3" json:"role,omitempty"`
+	// sandbox_listen is the gRPC address ("host:port") of the sandbox service through which other
+	// replicas run code in, and move files to and from, the containers this process holds. It is
+	// for replicas only, never for clients: every call must carry the fleet secret. Required for
+	// role "sandbox", and for role "all" with store "redis"; "" otherwise.
+	SandboxListen string `protobuf:"bytes,33,opt,name=sandbox_listen,json=sandboxListen,proto3" json:"sandbox_listen,omitempty"`
+	// node_id names this process among the fleet's nodes: the owner of the containers it starts.
+	// It must be unique in the fleet and stable across restarts of the same node (a StatefulSet
+	// pod name). Default the host name.
+	NodeId string `protobuf:"bytes,34,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// node_address is the address ("host:port") other replicas dial to reach sandbox_listen.
+	// Default sandbox_listen, which then must name a host, not a wildcard address.
+	NodeAddress string `protobuf:"bytes,35,opt,name=node_address,json=nodeAddress,proto3" json:"node_address,omitempty"`
+	// fleet_secret_file names a file holding the secret (at least 32 bytes) every replica of a
+	// fleet shares and sends with each sandbox service call. Required with store "redis".
+	FleetSecretFile string `protobuf:"bytes,36,opt,name=fleet_secret_file,json=fleetSecretFile,proto3" json:"fleet_secret_file,omitempty"`
+	// fleet_tls, if set, makes the sandbox service calls between replicas mutual TLS.
+	FleetTls      *FleetTLS `protobuf:"bytes,37,opt,name=fleet_tls,json=fleetTls,proto3" json:"fleet_tls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -292,6 +324,240 @@ func (x *Config) GetMaxUploadingBytesPerIdentity() uint64 {
 	return 0
 }
 
+func (x *Config) GetStore() string {
+	if x != nil {
+		return x.Store
+	}
+	return ""
+}
+
+func (x *Config) GetRedis() *Redis {
+	if x != nil {
+		return x.Redis
+	}
+	return nil
+}
+
+func (x *Config) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Config) GetSandboxListen() string {
+	if x != nil {
+		return x.SandboxListen
+	}
+	return ""
+}
+
+func (x *Config) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Config) GetNodeAddress() string {
+	if x != nil {
+		return x.NodeAddress
+	}
+	return ""
+}
+
+func (x *Config) GetFleetSecretFile() string {
+	if x != nil {
+		return x.FleetSecretFile
+	}
+	return ""
+}
+
+func (x *Config) GetFleetTls() *FleetTLS {
+	if x != nil {
+		return x.FleetTls
+	}
+	return nil
+}
+
+// Redis is a Redis deployment: one server, a Sentinel set or a Cluster (see go-redis's
+// UniversalOptions: more than one address and no master_name is a Cluster, a master_name is a
+// Sentinel set).
+type Redis struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// addresses are "host:port" of the server, the Sentinels or Cluster nodes. Default
+	// "127.0.0.1:6379".
+	Addresses []string `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// master_name is the Sentinel master's name; "" for a server or a Cluster.
+	MasterName string `protobuf:"bytes,2,opt,name=master_name,json=masterName,proto3" json:"master_name,omitempty"`
+	// username is the ACL user; "" for the default user.
+	Username string `protobuf:"bytes,3,opt,name=username,proto3" json:"username,omitempty"`
+	// password_file names a file holding the password; "" for none.
+	PasswordFile string `protobuf:"bytes,4,opt,name=password_file,json=passwordFile,proto3" json:"password_file,omitempty"`
+	// db is the database number (not for a Cluster). Default 0.
+	Db uint32 `protobuf:"varint,5,opt,name=db,proto3" json:"db,omitempty"`
+	// tls connects with TLS, verifying the server against the system's roots. Default false.
+	Tls bool `protobuf:"varint,6,opt,name=tls,proto3" json:"tls,omitempty"`
+	// key_prefix begins every key codeinterp writes. Default "codeinterp:".
+	KeyPrefix string `protobuf:"bytes,7,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
+	// timeout bounds each Redis command; a Redis that does not answer within it fails the request
+	// with a 503. Default 2s.
+	Timeout       *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Redis) Reset() {
+	*x = Redis{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Redis) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Redis) ProtoMessage() {}
+
+func (x *Redis) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Redis.ProtoReflect.Descriptor instead.
+func (*Redis) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Redis) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Redis) GetMasterName() string {
+	if x != nil {
+		return x.MasterName
+	}
+	return ""
+}
+
+func (x *Redis) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *Redis) GetPasswordFile() string {
+	if x != nil {
+		return x.PasswordFile
+	}
+	return ""
+}
+
+func (x *Redis) GetDb() uint32 {
+	if x != nil {
+		return x.Db
+	}
+	return 0
+}
+
+func (x *Redis) GetTls() bool {
+	if x != nil {
+		return x.Tls
+	}
+	return false
+}
+
+func (x *Redis) GetKeyPrefix() string {
+	if x != nil {
+		return x.KeyPrefix
+	}
+	return ""
+}
+
+func (x *Redis) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// FleetTLS is the mutual TLS of the sandbox service between replicas: each side presents
+// cert_file and checks the other's against ca_file.
+type FleetTLS struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cert_file names the PEM certificate this replica presents.
+	CertFile string `protobuf:"bytes,1,opt,name=cert_file,json=certFile,proto3" json:"cert_file,omitempty"`
+	// key_file names the PEM private key of cert_file.
+	KeyFile string `protobuf:"bytes,2,opt,name=key_file,json=keyFile,proto3" json:"key_file,omitempty"`
+	// ca_file names the PEM certificates that sign the other replicas' certificates.
+	CaFile        string `protobuf:"bytes,3,opt,name=ca_file,json=caFile,proto3" json:"ca_file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetTLS) Reset() {
+	*x = FleetTLS{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetTLS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetTLS) ProtoMessage() {}
+
+func (x *FleetTLS) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetTLS.ProtoReflect.Descriptor instead.
+func (*FleetTLS) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FleetTLS) GetCertFile() string {
+	if x != nil {
+		return x.CertFile
+	}
+	return ""
+}
+
+func (x *FleetTLS) GetKeyFile() string {
+	if x != nil {
+		return x.KeyFile
+	}
+	return ""
+}
+
+func (x *FleetTLS) GetCaFile() string {
+	if x != nil {
+		return x.CaFile
+	}
+	return ""
+}
+
 // ApiKeyCheck is the upstream call that tells whether it takes a caller's credential: the
 // credential headers alone are sent with it. A 401 or 403 means the credential was refused, a
 // status of accept_statuses that it was taken, anything else that the check could not tell (a
@@ -314,7 +580,7 @@ type ApiKeyCheck struct {
 
 func (x *ApiKeyCheck) Reset() {
 	*x = ApiKeyCheck{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +592,7 @@ func (x *ApiKeyCheck) String() string {
 func (*ApiKeyCheck) ProtoMessage() {}
 
 func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +605,7 @@ func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyCheck.ProtoReflect.Descriptor instead.
 func (*ApiKeyCheck) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ApiKeyCheck) GetPath() string {
@@ -457,7 +723,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +735,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +748,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Profile) GetDisabled() bool {
@@ -652,7 +918,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +930,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +943,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Sandbox) GetBackend() string {
@@ -831,7 +1097,7 @@ type LocalSandbox struct {
 
 func (x *LocalSandbox) Reset() {
 	*x = LocalSandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1109,7 @@ func (x *LocalSandbox) String() string {
 func (*LocalSandbox) ProtoMessage() {}
 
 func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1122,7 @@ func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalSandbox.ProtoReflect.Descriptor instead.
 func (*LocalSandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LocalSandbox) GetPython() string {
@@ -989,7 +1255,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xfa\b\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa3\v\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1012,12 +1278,35 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x12credential_headers\x18\x11 \x03(\tR\x11credentialHeaders\x12E\n" +
 	"\rapi_key_check\x18\x12 \x01(\v2!.codeinterp.config.v1.ApiKeyCheckR\vapiKeyCheck\x12A\n" +
 	"\x0fapi_upload_idle\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\rapiUploadIdle\x12F\n" +
-	" max_uploading_bytes_per_identity\x18\x14 \x01(\x04R\x1cmaxUploadingBytesPerIdentity\x1aZ\n" +
+	" max_uploading_bytes_per_identity\x18\x14 \x01(\x04R\x1cmaxUploadingBytesPerIdentity\x12\x14\n" +
+	"\x05store\x18\x1e \x01(\tR\x05store\x121\n" +
+	"\x05redis\x18\x1f \x01(\v2\x1b.codeinterp.config.v1.RedisR\x05redis\x12\x12\n" +
+	"\x04role\x18  \x01(\tR\x04role\x12%\n" +
+	"\x0esandbox_listen\x18! \x01(\tR\rsandboxListen\x12\x17\n" +
+	"\anode_id\x18\" \x01(\tR\x06nodeId\x12!\n" +
+	"\fnode_address\x18# \x01(\tR\vnodeAddress\x12*\n" +
+	"\x11fleet_secret_file\x18$ \x01(\tR\x0ffleetSecretFile\x12;\n" +
+	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
 	"\v_api_listenB\x19\n" +
-	"\x17_verify_api_credentials\"\xfc\x01\n" +
+	"\x17_verify_api_credentials\"\xfd\x01\n" +
+	"\x05Redis\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x1f\n" +
+	"\vmaster_name\x18\x02 \x01(\tR\n" +
+	"masterName\x12\x1a\n" +
+	"\busername\x18\x03 \x01(\tR\busername\x12#\n" +
+	"\rpassword_file\x18\x04 \x01(\tR\fpasswordFile\x12\x0e\n" +
+	"\x02db\x18\x05 \x01(\rR\x02db\x12\x10\n" +
+	"\x03tls\x18\x06 \x01(\bR\x03tls\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\a \x01(\tR\tkeyPrefix\x123\n" +
+	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\"[\n" +
+	"\bFleetTLS\x12\x1b\n" +
+	"\tcert_file\x18\x01 \x01(\tR\bcertFile\x12\x19\n" +
+	"\bkey_file\x18\x02 \x01(\tR\akeyFile\x12\x17\n" +
+	"\aca_file\x18\x03 \x01(\tR\x06caFile\"\xfc\x01\n" +
 	"\vApiKeyCheck\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
@@ -1098,37 +1387,42 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
-	(*ApiKeyCheck)(nil),         // 1: codeinterp.config.v1.ApiKeyCheck
-	(*Profile)(nil),             // 2: codeinterp.config.v1.Profile
-	(*Sandbox)(nil),             // 3: codeinterp.config.v1.Sandbox
-	(*LocalSandbox)(nil),        // 4: codeinterp.config.v1.LocalSandbox
-	nil,                         // 5: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 6: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
+	(*Redis)(nil),               // 1: codeinterp.config.v1.Redis
+	(*FleetTLS)(nil),            // 2: codeinterp.config.v1.FleetTLS
+	(*ApiKeyCheck)(nil),         // 3: codeinterp.config.v1.ApiKeyCheck
+	(*Profile)(nil),             // 4: codeinterp.config.v1.Profile
+	(*Sandbox)(nil),             // 5: codeinterp.config.v1.Sandbox
+	(*LocalSandbox)(nil),        // 6: codeinterp.config.v1.LocalSandbox
+	nil,                         // 7: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 8: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	7,  // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
-	2,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	5,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
-	3,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
-	1,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	7,  // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
-	6,  // 6: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	7,  // 7: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	7,  // 8: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	7,  // 9: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	4,  // 10: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	7,  // 11: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	7,  // 12: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	2,  // 13: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	9,  // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	4,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
+	7,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	5,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
+	3,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
+	9,  // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	1,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
+	2,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
+	9,  // 8: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	8,  // 9: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	9,  // 10: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	9,  // 11: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	9,  // 12: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	6,  // 13: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	9,  // 14: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	9,  // 15: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	4,  // 16: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1137,14 +1431,14 @@ func file_codeinterp_config_v1_config_proto_init() {
 		return
 	}
 	file_codeinterp_config_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[3].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
