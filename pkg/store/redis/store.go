@@ -28,7 +28,8 @@ type Options struct {
 	Prefix string
 	// Log receives the errors of the calls that cannot return one; none when nil.
 	Log *zap.Logger
-	// Timeout bounds each call to Redis; DefaultTimeout when zero.
+	// Timeout bounds each call to Redis; DefaultTimeout when zero. It holds only with a client
+	// that honours deadlines (see NewClient).
 	Timeout time.Duration
 	// Now is the clock the entries' deadlines are read from; time.Now when nil.
 	Now func() time.Time
@@ -104,6 +105,20 @@ func New(c goredis.UniversalClient, o Options) *Store {
 		registry: p + "{registry}:", pending: p + "{pending}:", alias: p + "{alias}:",
 		containers: p + "{containers}:", nodes: p + "{nodes}:",
 	}
+}
+
+// NewClient returns the go-redis client o describes (a client, a Sentinel failover client or a
+// Cluster client, as goredis.NewUniversalClient chooses) with what a Store needs of it: it
+// honours the deadline of each call (ContextTimeoutEnabled; without it a hung Redis holds a
+// call for the client's ReadTimeout, 3 s, not the Store's Timeout) and dials once per attempt
+// (DialerRetries 1 unless set), so that a Redis that is down fails a call at once. The caller
+// closes it.
+func NewClient(o goredis.UniversalOptions) goredis.UniversalClient {
+	o.ContextTimeoutEnabled = true
+	if o.DialerRetries == 0 {
+		o.DialerRetries = 1
+	}
+	return goredis.NewUniversalClient(&o)
 }
 
 // call returns a context for one call to Redis, bounded by the Store's timeout.

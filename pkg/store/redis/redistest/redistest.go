@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,12 +61,14 @@ func Start(t testing.TB) *Server {
 func (s *Server) Addr() string { return s.addr }
 
 // Client returns a client of the server, the same one on every call, closed when the test
-// ends. It reconnects on its own after a Restart.
+// ends. It reconnects on its own after a Restart (go-redis probes a server it could not dial
+// once a second). Like the clients of redis.NewClient, it honours each call's deadline and dials
+// once per attempt, so that a stopped or hung server fails a call within its deadline.
 func (s *Server) Client() *goredis.Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.client == nil {
-		s.client = goredis.NewClient(&goredis.Options{Addr: s.addr})
+		s.client = goredis.NewClient(&goredis.Options{Addr: s.addr, DialerRetries: 1, ContextTimeoutEnabled: true})
 		c := s.client
 		s.t.Cleanup(func() { _ = c.Close() })
 	}
@@ -84,6 +87,25 @@ func (s *Server) Stop() {
 	}
 	_ = cmd.Process.Kill()
 	<-done
+}
+
+// Pause stops the server's process (SIGSTOP) without ending it: it accepts connections but
+// answers nothing, as a Redis behind a partition does, until Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("redistest: signal %v: the server is stopped", sig)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v: %v", sig, err)
+	}
 }
 
 // Restart stops the server if it runs, and starts an empty one on the same port.
