@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/redis"
 	"github.com/codeinterp/codeinterp/pkg/store/redis/redistest"
@@ -99,8 +100,8 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// TestTTLs: every key a Store writes has a native TTL, but a live registration and its indexes
-// (removed by their Manager); a tombstone keeps its record for TombstoneTTL at most.
+// TestTTLs: every key a Store writes has a native TTL; a live registration's is its idle
+// expiry and the tombstone TTL, renewed by Touch, and a tombstone's the tombstone TTL.
 func TestTTLs(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
@@ -110,29 +111,27 @@ func TestTTLs(t *testing.T) {
 	s.Put("alice", []store.PendingCall{{CallID: "c", Output: "1"}}, k)
 	s.PutAlias("alice", "resp_1", "resp_up")
 	s.PutContainers("alice", []string{"cntr_1"}, k)
-	reg := store.Registration{ID: "cntr_1", Identity: "alice", Session: "s"}
+	reg := store.Registration{ID: "cntr_1", Identity: "alice", Session: "s", ExpiresAfter: time.Hour}
 	require.NoError(t, s.Add(ctx, reg), "Add")
 	require.NoError(t, s.Heartbeat(ctx, store.Node{ID: "n1"}, time.Second), "Heartbeat")
 
 	keys, err := c.Keys(ctx, "*").Result() // a test may list keys; the Store never does
 	require.NoError(t, err, "KEYS")
-	registry := 0
+	assert.Len(t, keys, 7+2+2+3+2, "the keys of every store (pending, aliases, context containers, registry, nodes): %q", keys)
 	for _, key := range keys {
-		ttl := c.PTTL(ctx, key).Val()
-		switch {
-		case len(key) > len("codeinterp:{registry}:") && key[:len("codeinterp:{registry}:")] == "codeinterp:{registry}:",
-			len(key) > len("codeinterp:{nodes}:") && key[:len("codeinterp:{nodes}:")] == "codeinterp:{nodes}:":
-			registry++
-		default:
-			assert.Positive(t, ttl, "key %q has a TTL", key)
-		}
+		assert.Positive(t, c.PTTL(ctx, key).Val(), "key %q has a TTL", key)
 	}
-	assert.Equal(t, 5, registry, "the registry's record, session key and identity set, and the node directory's two keys: %q", keys)
+	record := "codeinterp:{registry}:c:cntr_1"
+	live := sandbox.TombstoneTTL + time.Hour
+	assert.InDelta(t, live, c.PTTL(ctx, record).Val(), float64(time.Minute), "a live registration's TTL")
+	require.NoError(t, c.PExpire(ctx, record, time.Minute).Err(), "PEXPIRE")
+	require.NoError(t, s.Touch(ctx, reg.ID, time.Now()), "Touch")
+	assert.InDelta(t, live, c.PTTL(ctx, record).Val(), float64(time.Minute), "Touch renews the TTL")
 
 	require.NoError(t, s.Expire(ctx, reg.ID), "Expire")
-	ttl := c.PTTL(ctx, "codeinterp:{registry}:c:cntr_1").Val()
-	assert.Positive(t, ttl, "a tombstone has a TTL")
-	assert.LessOrEqual(t, ttl, 24*time.Hour, "a tombstone lives TombstoneTTL at most")
+	assert.InDelta(t, sandbox.TombstoneTTL, c.PTTL(ctx, record).Val(), float64(time.Minute), "a tombstone's TTL")
+	require.NoError(t, s.Touch(ctx, reg.ID, time.Now()), "Touch of a tombstone")
+	assert.InDelta(t, sandbox.TombstoneTTL, c.PTTL(ctx, record).Val(), float64(time.Minute), "Touch leaves a tombstone's TTL")
 	require.NoError(t, s.Remove(ctx, reg.ID), "Remove")
 	left, err := c.Keys(ctx, "codeinterp:{registry}:*").Result()
 	require.NoError(t, err, "KEYS")

@@ -16,6 +16,8 @@ import (
 //	B live  ZSET node id -> deadline of its last heartbeat (ms)
 //	B info  HASH node id -> the node's JSON
 //
+// Both keys live as long as the longest heartbeat's TTL from when it was sent, so that a
+// directory whose nodes all died empties itself.
 // A script that reads them first forgets the nodes whose deadline has passed.
 
 // nodesSweep is the Lua the node scripts share: sweep forgets the nodes whose deadline is
@@ -31,11 +33,15 @@ local function sweep()
 end
 `
 
-// nodesHeartbeat records node ARGV[3] (JSON ARGV[4]) as live until ARGV[5].
+// nodesHeartbeat records node ARGV[3] (JSON ARGV[4]) as live until ARGV[5], and lets the
+// directory's keys live ARGV[6] ms at least, the heartbeat's TTL.
 var nodesHeartbeat = goredis.NewScript(nodesSweep + `
 sweep()
 redis.call('ZADD', B .. 'live', ARGV[5], ARGV[3])
 redis.call('HSET', B .. 'info', ARGV[3], ARGV[4])
+for _, k in ipairs({B .. 'live', B .. 'info'}) do
+  if redis.call('PTTL', k) < tonumber(ARGV[6]) then redis.call('PEXPIRE', k, ARGV[6]) end
+end
 return 0
 `)
 
@@ -78,7 +84,8 @@ func (s *Store) Heartbeat(ctx context.Context, n store.Node, ttl time.Duration) 
 	if err != nil {
 		return fmt.Errorf("redis nodes heartbeat: %w", err)
 	}
-	return s.runNodes(ctx, "heartbeat", nodesHeartbeat, n.ID, string(b), s.o.Now().Add(ttl).UnixMilli()).Err()
+	ms := max(ttl.Milliseconds(), 1)
+	return s.runNodes(ctx, "heartbeat", nodesHeartbeat, n.ID, string(b), s.o.Now().Add(ttl).UnixMilli(), ms).Err()
 }
 
 // Live implements [store.Nodes]: one script.

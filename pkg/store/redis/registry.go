@@ -13,23 +13,28 @@ import (
 
 // The Registry lives under the {registry} hash tag (B is its prefix):
 //
-//	B c:<id>               HASH of the registration (the fields below); an expired one (a
-//	                       tombstone) has PX TombstoneTTL
+//	B c:<id>               HASH of the registration (the fields below)
 //	B s:<ident><session>   the id the session key names
 //	B i:<ident>            SET of the identity's ids
 //
 // A record also keeps the suffixes of its session and identity keys (_sk, _ik), so that the
-// scripts that know only the id can keep those in step.
+// scripts that know only the id can keep those in step, and its TTL (_ttl). Every key has a
+// native TTL, so that the names of a node that died without a word go in the end: a live
+// record and its session key live for its ExpiresAfter and TombstoneTTL from its last Add or
+// Touch (a Manager removes it long before: a container expires after ExpiresAfter idle, its
+// tombstone after TombstoneTTL); an expired one (a tombstone) for TombstoneTTL; an identity's
+// set as long as the longest of its records.
 
 // Fields of a registration's hash.
 const (
 	fID, fIdentity, fSession, fLastUsed, fName           = "id", "identity", "session", "last_used", "name"
 	fCreatedAt, fExpiresAfter, fMemory, fOwner, fExpired = "created_at", "expires_after", "memory_limit", "owner", "expired"
-	fSessionKey, fIdentityKey                            = "_sk", "_ik"
+	fSessionKey, fIdentityKey, fTTL                      = "_sk", "_ik", "_ttl"
 )
 
 // registryLib is the Lua the registry scripts share: drop frees the session key of record k if
-// it still names the record, forget deletes the record and its index entries.
+// it still names the record, forget deletes the record and its index entries, and keep gives
+// record k (id, session key and identity key in f) the TTL ttl.
 const registryLib = `
 local B = ARGV[1]
 local function drop(k)
@@ -44,10 +49,19 @@ local function forget(k)
   if f[2] then redis.call('SREM', B .. 'i:' .. f[2], f[1]) end
   redis.call('DEL', k)
 end
+local function keep(k, ttl, expired)
+  local f = redis.call('HMGET', k, 'id', '_sk', '_ik')
+  redis.call('PEXPIRE', k, ttl)
+  if not expired and f[2] ~= '' and redis.call('GET', B .. 's:' .. f[2]) == f[1] then
+    redis.call('PEXPIRE', B .. 's:' .. f[2], ttl)
+  end
+  local set = B .. 'i:' .. f[3]
+  if redis.call('PTTL', set) < tonumber(ttl) then redis.call('PEXPIRE', set, ttl) end
+end
 `
 
 // registryAdd records a registration. ARGV: B, id, identity key, session key ("" for none),
-// expired ("1"), tombstone ttl-ms, then field/value pairs.
+// expired ("1"), ttl-ms, then field/value pairs.
 var registryAdd = goredis.NewScript(registryLib + `
 local k = B .. 'c:' .. ARGV[2]
 local old = redis.call('HGET', k, '_ik')
@@ -57,11 +71,9 @@ local fields = {}
 for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', k, unpack(fields))
 redis.call('SADD', B .. 'i:' .. ARGV[3], ARGV[2])
-if ARGV[5] == '1' then
-  redis.call('PEXPIRE', k, ARGV[6])
-elseif ARGV[4] ~= '' then
-  redis.call('SET', B .. 's:' .. ARGV[4], ARGV[2])
-end
+local expired = ARGV[5] == '1'
+if not expired and ARGV[4] ~= '' then redis.call('SET', B .. 's:' .. ARGV[4], ARGV[2]) end
+keep(k, ARGV[6], expired)
 return 0
 `)
 
@@ -73,7 +85,7 @@ return redis.call('HGETALL', B .. 'c:' .. id)
 `)
 
 // registryList returns the records of identity key ARGV[2], forgetting the ids whose record
-// has gone (a tombstone's TTL ran out).
+// has gone (its TTL ran out).
 var registryList = goredis.NewScript(registryLib + `
 local set = B .. 'i:' .. ARGV[2]
 local out = {}
@@ -84,10 +96,14 @@ end
 return out
 `)
 
-// registryTouch sets the last use of record ARGV[2] to ARGV[3], if it is recorded.
-var registryTouch = goredis.NewScript(`
-local k = ARGV[1] .. 'c:' .. ARGV[2]
-if redis.call('EXISTS', k) == 1 then redis.call('HSET', k, 'last_used', ARGV[3]) end
+// registryTouch sets the last use of record ARGV[2] to ARGV[3], if it is recorded, and renews
+// its TTL.
+var registryTouch = goredis.NewScript(registryLib + `
+local k = B .. 'c:' .. ARGV[2]
+local f = redis.call('HMGET', k, '_ttl', 'expired')
+if not f[1] then return 0 end
+redis.call('HSET', k, 'last_used', ARGV[3])
+if f[2] ~= '1' then keep(k, f[1], false) end
 return 0
 `)
 
@@ -97,8 +113,8 @@ var registryExpire = goredis.NewScript(registryLib + `
 local k = B .. 'c:' .. ARGV[2]
 if redis.call('EXISTS', k) == 0 then return 0 end
 drop(k)
-redis.call('HSET', k, 'expired', '1')
-redis.call('PEXPIRE', k, ARGV[3])
+redis.call('HSET', k, 'expired', '1', '_ttl', ARGV[3])
+keep(k, ARGV[3], true)
 return 0
 `)
 
@@ -129,14 +145,14 @@ func (s *Store) Add(ctx context.Context, r store.Registration) error {
 	if r.Session != "" {
 		sk = sessionKey(r.Identity, r.Session)
 	}
-	expired := "0"
+	expired, ttl := "0", r.ExpiresAfter+s.o.TombstoneTTL
 	if r.Expired {
-		expired = "1"
+		expired, ttl = "1", s.o.TombstoneTTL
 	}
-	args := []any{boundedID(r.ID), identityKey(r.Identity), sk, expired, s.o.TombstoneTTL.Milliseconds(),
+	args := []any{boundedID(r.ID), identityKey(r.Identity), sk, expired, ttl.Milliseconds(),
 		fID, r.ID, fIdentity, r.Identity, fSession, r.Session, fLastUsed, formatTime(r.LastUsed), fName, r.Name,
 		fCreatedAt, formatTime(r.CreatedAt), fExpiresAfter, int64(r.ExpiresAfter), fMemory, r.MemoryLimit,
-		fOwner, r.Owner, fExpired, expired, fSessionKey, sk, fIdentityKey, identityKey(r.Identity)}
+		fOwner, r.Owner, fExpired, expired, fSessionKey, sk, fIdentityKey, identityKey(r.Identity), fTTL, ttl.Milliseconds()}
 	return s.run(ctx, "add", registryAdd, args...).Err()
 }
 
@@ -199,7 +215,7 @@ func (s *Store) Touch(ctx context.Context, id string, t time.Time) error {
 }
 
 // Expire implements [store.Registry]: the record is kept for Options.TombstoneTTL at most (the
-// Manager's bounds usually remove it earlier).
+// Manager's bounds may remove it earlier).
 func (s *Store) Expire(ctx context.Context, id string) error {
 	return s.run(ctx, "expire", registryExpire, boundedID(id), s.o.TombstoneTTL.Milliseconds()).Err()
 }
