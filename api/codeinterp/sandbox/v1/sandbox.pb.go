@@ -123,7 +123,10 @@ type Error struct {
 	// kinds are every sentinel the error matches (errors.Is).
 	Kinds []ErrorKind `protobuf:"varint,2,rep,packed,name=kinds,proto3,enum=codeinterp.sandbox.v1.ErrorKind" json:"kinds,omitempty"`
 	// spec is the *sandbox.SpecError it holds, if any.
-	Spec          *SpecError `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	Spec *SpecError `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// source reports whether the error is the failure of an upload's source, which the client
+	// ended with an abort: the client's own error, which it knows and returns itself.
+	Source        bool `protobuf:"varint,4,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -177,6 +180,13 @@ func (x *Error) GetSpec() *SpecError {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *Error) GetSource() bool {
+	if x != nil {
+		return x.Source
+	}
+	return false
 }
 
 // SpecError is a sandbox.SpecError.
@@ -2283,11 +2293,12 @@ var File_codeinterp_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"#codeinterp/sandbox/v1/sandbox.proto\x12\x15codeinterp.sandbox.v1\"\x8f\x01\n" +
+	"#codeinterp/sandbox/v1/sandbox.proto\x12\x15codeinterp.sandbox.v1\"\xa7\x01\n" +
 	"\x05Error\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x126\n" +
 	"\x05kinds\x18\x02 \x03(\x0e2 .codeinterp.sandbox.v1.ErrorKindR\x05kinds\x124\n" +
-	"\x04spec\x18\x03 \x01(\v2 .codeinterp.sandbox.v1.SpecErrorR\x04spec\"O\n" +
+	"\x04spec\x18\x03 \x01(\v2 .codeinterp.sandbox.v1.SpecErrorR\x04spec\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\bR\x06source\"O\n" +
 	"\tSpecError\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
