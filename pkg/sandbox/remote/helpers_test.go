@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -25,7 +26,20 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if l := sharedLocal.l; l != nil {
+		if err := l.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close the shared Local:", err)
+			code = 1
+		}
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // testSecret is the shared secret of the tests' servers and clients.

@@ -86,10 +86,13 @@ func acquire(label string, r sandbox.AcquireRequest, cntr string) step {
 	}}
 }
 
-func run(label, code string, want ...any) step {
+func run(label, code string, want ...any) step { return runT(label, code, 0, want...) }
+
+// runT is run with a run timeout.
+func runT(label, code string, timeout time.Duration, want ...any) step {
 	s := step{name: "run " + label + " " + code, do: func(ctx context.Context, e *env) any {
 		l := e.leases[label]
-		res, err := l.Run(ctx, code, 0)
+		res, err := l.Run(ctx, code, timeout)
 		return runOut{Result: e.n.result(res), Err: e.n.errOf(err), ContainerID: e.n.name(l.ContainerID())}
 	}}
 	if len(want) == 1 {
