@@ -34,7 +34,8 @@ type ClientOptions struct {
 	// ChunkBytes is the size of the chunks an upload is sent in. Default DefaultChunkBytes
 	// (at most MaxChunkBytes).
 	ChunkBytes int
-	// Keepalive and KeepaliveTimeout: see DefaultKeepalive.
+	// Keepalive and KeepaliveTimeout: see DefaultClientKeepalive and DefaultKeepaliveTimeout
+	// (a Keepalive below 10 s is 10 s).
 	Keepalive, KeepaliveTimeout time.Duration
 	// CallTimeout bounds the calls that take no context and a lease's Release. Default
 	// DefaultCallTimeout.
@@ -78,8 +79,8 @@ func Dial(addr string, o ClientOptions) (*Client, error) {
 	if o.ChunkBytes <= 0 || o.ChunkBytes > MaxChunkBytes {
 		o.ChunkBytes = DefaultChunkBytes
 	}
-	if o.Keepalive <= 0 {
-		o.Keepalive = DefaultKeepalive
+	if o.Keepalive < DefaultClientKeepalive {
+		o.Keepalive = DefaultClientKeepalive
 	}
 	if o.KeepaliveTimeout <= 0 {
 		o.KeepaliveTimeout = DefaultKeepaliveTimeout

@@ -342,3 +342,46 @@ func (px *proxy) close() {
 	px.mu.Unlock()
 	px.wg.Wait()
 }
+
+// TestShutdown: Shutdown waits for a run in progress, whose result its holder gets, but not
+// for an idle lease, which it ends (released on the node).
+func TestShutdown(t *testing.T) {
+	p, started, _, unblock := blockingProvider()
+	s := serve(t, newManager(t, p), ServerOptions{}, ClientOptions{})
+	ctx := t.Context()
+	idle, err := s.client.Acquire(ctx, sandbox.AcquireRequest{})
+	require.NoError(t, err, "Acquire")
+	defer idle.Release()
+	_, err = idle.Run(ctx, "x=1", 0)
+	require.NoError(t, err, "Run")
+	busy, err := s.client.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice"})
+	require.NoError(t, err, "Acquire")
+	defer busy.Release()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var res sandbox.Result
+	var runErr error
+	wg.Go(func() { res, runErr = busy.Run(ctx, "block", time.Minute) })
+	<-started
+	shut := make(chan error, 1)
+	wg.Go(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		shut <- s.srv.Shutdown(sctx)
+	})
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned during a run: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(unblock)
+	assert.NoError(t, <-shut, "Shutdown")
+	wg.Wait()
+	assert.NoError(t, runErr, "the run in progress")
+	assert.Equal(t, "done", res.Stdout, "the run in progress")
+	assert.Eventually(t, func() bool { return p.Deleted() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the idle ephemeral lease was ended, and its container deleted")
+	_, err = idle.Run(ctx, "x", 0)
+	assert.Error(t, err, "Run on a lease of a node shut down")
+}

@@ -44,11 +44,18 @@ const (
 	// DefaultMaxConcurrentStreams bounds the streams of one connection (a lease holds one
 	// while it lives).
 	DefaultMaxConcurrentStreams = 4096
-	// DefaultKeepalive is the interval of the keepalive pings each side sends on an idle
-	// connection; a peer that does not answer one within DefaultKeepaliveTimeout is taken for
-	// dead and its connection closed (its leases released, its calls failed).
+	// DefaultKeepalive is the interval of the keepalive pings a Server sends when it has
+	// heard nothing from a client; a client that does not answer one within
+	// DefaultKeepaliveTimeout is taken for dead and its connection closed (its leases
+	// released, its calls ended): a dead holder is seen within 8 s.
 	DefaultKeepalive        = 5 * time.Second
 	DefaultKeepaliveTimeout = 3 * time.Second
+	// DefaultClientKeepalive is the same interval for a Client (gRPC's least for a client):
+	// a dead node is seen within 13 s, or at once when its host refuses the connection.
+	DefaultClientKeepalive = 10 * time.Second
+	// minPingInterval is the shortest interval between a client's pings a Server accepts
+	// (a client pinging more often is cut off): below every client's.
+	minPingInterval = 5 * time.Second
 	// DefaultCallTimeout bounds the calls that take no context (Known, CheckSpec) and a
 	// lease's Release.
 	DefaultCallTimeout = 10 * time.Second

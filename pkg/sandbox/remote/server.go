@@ -59,6 +59,12 @@ type Server struct {
 	secret [sha256.Size]byte
 	gs     *grpc.Server
 
+	// quit is closed by Shutdown: the leases end.
+	quit     chan struct{}
+	quitOnce sync.Once
+	// wg counts the receivers of the Acquire streams, which end with their streams.
+	wg sync.WaitGroup
+
 	// mu guards leases.
 	mu     sync.Mutex
 	leases map[string]*heldLease
@@ -106,14 +112,14 @@ func NewServer(svc sandbox.Service, o ServerOptions) (*Server, error) {
 	}
 	s := &Server{
 		svc: svc, o: o, log: log.Named("sandbox_service"),
-		secret: sha256.Sum256(o.Secret), leases: map[string]*heldLease{},
+		secret: sha256.Sum256(o.Secret), leases: map[string]*heldLease{}, quit: make(chan struct{}),
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(o.MaxMessageBytes),
 		grpc.MaxSendMsgSize(o.MaxMessageBytes),
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: o.Keepalive, Timeout: o.KeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: o.Keepalive / 2, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.authUnary),
 		grpc.StreamInterceptor(s.authStream),
 	}
@@ -137,24 +143,28 @@ func (s *Server) Serve(l net.Listener) error {
 	return nil
 }
 
-// Shutdown stops accepting calls and waits for those in progress, and for the leases held,
-// until ctx is done; then it ends them (their holders' leases are released) and returns
-// ctx's error. The service itself is not closed.
+// Shutdown stops accepting calls, ends the leases held (their holders' next runs fail
+// with ErrLost) once no call of theirs is in progress, and waits for the calls in progress
+// (runs, uploads, downloads, …) until ctx is done; then it closes every connection, ending
+// the calls left, and returns ctx's error. The service itself is not closed.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.quitOnce.Do(func() { close(s.quit) })
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		s.gs.GracefulStop()
 		close(done)
 	})
-	defer wg.Wait()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.gs.Stop()
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	wg.Wait()
+	s.wg.Wait() // no Acquire runs any more: none adds to wg
+	return err
 }
 
 // authenticated returns an Unauthenticated status unless ctx's call carries the secret; a
@@ -215,15 +225,26 @@ func (s *Server) Acquire(st grpc.BidiStreamingServer[sandboxv1.AcquireRequest, s
 	if err := st.Send(&sandboxv1.AcquireResponse{LeaseId: id, ContainerId: l.ContainerID()}); err != nil {
 		return err
 	}
-	for {
-		// The client sends nothing more: it closes its side to release the lease. Its
-		// cancelling, or its connection dying, ends the stream too.
-		if _, err := st.Recv(); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
+	// The client sends nothing more: it closes its side to release the lease. Its
+	// cancelling, or its connection dying, ends the stream too; so does Shutdown (once a call
+	// in progress on the lease is over: the release waits for it).
+	ended := make(chan error, 1)
+	s.wg.Go(func() {
+		for {
+			if _, err := st.Recv(); err != nil {
+				ended <- err
+				return
 			}
-			return err
 		}
+	})
+	select {
+	case err := <-ended:
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	case <-s.quit:
+		return status.Error(codes.Unavailable, "the sandbox node is shutting down")
 	}
 }
 
