@@ -188,6 +188,10 @@ type lease struct {
 
 var _ sandbox.LeaseBackend = (*lease)(nil)
 
+// deadlineGrace is how long after a Run's deadline its client waits for the node's answer
+// (the run stopped at the deadline, with what it showed).
+const deadlineGrace = 2 * time.Second
+
 // errLeaseReleased is returned by a released lease's calls.
 var errLeaseReleased = errors.New("sandbox lease already released")
 
@@ -212,8 +216,23 @@ func (l *lease) Run(ctx context.Context, code string, timeout time.Duration) (sa
 	if l.released {
 		return sandbox.Result{}, errLeaseReleased
 	}
+	req := &sandboxv1.RunRequest{LeaseId: l.id, Code: code, TimeoutNanos: int64(timeout)}
+	cctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		// The node stops the run at ctx's deadline, and answers: wait a little longer for it.
+		req.DeadlineNanos = max(int64(time.Until(dl)), 1)
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(deadlineGrace))
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() {
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				cancel()
+			}
+		})
+		defer stop()
+	}
 	var hdr metadata.MD
-	resp, err := l.c.c.Run(ctx, &sandboxv1.RunRequest{LeaseId: l.id, Code: code, TimeoutNanos: int64(timeout)}, grpc.Header(&hdr))
+	resp, err := l.c.c.Run(cctx, req, grpc.Header(&hdr))
 	if err != nil {
 		return sandbox.Result{}, callError(ctx, "run", err, hdr != nil)
 	}

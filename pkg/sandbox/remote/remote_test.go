@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -211,6 +212,12 @@ var scenarios = []scenario{
 					return sandbox.Result{Stdout: "slow"}, fmt.Errorf("%w (%w): killed at the deadline", sandbox.ErrTimeout, sandbox.ErrLost)
 				case "slow":
 					return sandbox.Result{Stderr: "interrupted"}, fmt.Errorf("%w: interrupted", sandbox.ErrTimeout)
+				case "sleep":
+					<-ctx.Done()
+					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+						return sandbox.Result{Stdout: "zz"}, fmt.Errorf("%w: stopped at the deadline", sandbox.ErrTimeout)
+					}
+					return sandbox.Result{}, ctx.Err()
 				case "boom":
 					return sandbox.Result{Error: &sandbox.Error{Name: "ZeroDivisionError", Value: "division by zero", Traceback: "tb"},
 						Images: []sandbox.Image{{PNG: []byte("\x89PNG")}}, Truncated: true, FilesNote: "[note]"}, nil
@@ -223,6 +230,20 @@ var scenarios = []scenario{
 			run("a", "x=1"),
 			run("a", "boom"),
 			run("a", "slow"),
+			want(call("run to the caller's deadline", func(ctx context.Context, e *env) any {
+				ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				res, err := e.leases["a"].Run(ctx, "sleep", time.Minute)
+				return runOut{Result: e.n.result(res), Err: e.n.errOf(err)}
+			}), runOut{Result: sandbox.Result{Stdout: "zz"}, Err: &errOut{
+				Matches: []string{"timeout"}, Text: "sandbox run timed out: stopped at the deadline",
+			}}),
+			want(call("run cancelled", func(ctx context.Context, e *env) any {
+				ctx, cancel := context.WithCancel(ctx)
+				time.AfterFunc(100*time.Millisecond, cancel)
+				res, err := e.leases["a"].Run(ctx, "sleep", time.Minute)
+				return runOut{Result: e.n.result(res), Err: &errOut{Matches: e.n.errOf(err).Matches}}
+			}), runOut{Err: &errOut{Matches: []string{"canceled"}}}),
 			run("a", "die", runOut{Result: sandbox.Result{Stdout: "partial"},
 				Err: &errOut{Matches: []string{"lost"}, Text: "sandbox lost: killed"}, ContainerID: "cntr#0"}),
 			run("a", "x"),

@@ -275,6 +275,11 @@ func (s *Server) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv1
 		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(err)}, nil
 	}
 	defer hl.mu.Unlock()
+	if d := req.GetDeadlineNanos(); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(d))
+		defer cancel()
+	}
 	res, err := hl.l.Run(ctx, req.GetCode(), time.Duration(req.GetTimeoutNanos()))
 	return &sandboxv1.RunResponse{Result: resultProto(res), Error: errorProto(err), ContainerId: hl.l.ContainerID()}, nil
 }

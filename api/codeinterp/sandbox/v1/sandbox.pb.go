@@ -426,7 +426,11 @@ type RunRequest struct {
 	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	Code    string                 `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
 	// timeout_nanos is the run's wall-clock limit; 0 is the node's default.
-	TimeoutNanos  int64 `protobuf:"varint,3,opt,name=timeout_nanos,json=timeoutNanos,proto3" json:"timeout_nanos,omitempty"`
+	TimeoutNanos int64 `protobuf:"varint,3,opt,name=timeout_nanos,json=timeoutNanos,proto3" json:"timeout_nanos,omitempty"`
+	// deadline_nanos is what was left of the caller's deadline when it sent the call (0: none).
+	// The node stops the run there, failing it with ErrTimeout and its partial Result as the
+	// caller's own Manager would; the call itself is given a little longer, for the answer.
+	DeadlineNanos int64 `protobuf:"varint,4,opt,name=deadline_nanos,json=deadlineNanos,proto3" json:"deadline_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +482,13 @@ func (x *RunRequest) GetCode() string {
 func (x *RunRequest) GetTimeoutNanos() int64 {
 	if x != nil {
 		return x.TimeoutNanos
+	}
+	return 0
+}
+
+func (x *RunRequest) GetDeadlineNanos() int64 {
+	if x != nil {
+		return x.DeadlineNanos
 	}
 	return 0
 }
@@ -2312,12 +2323,13 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04spec\x18\x04 \x01(\v2\x1b.codeinterp.sandbox.v1.SpecR\x04spec\"O\n" +
 	"\x0fAcquireResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12!\n" +
-	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\"`\n" +
+	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\"\x87\x01\n" +
 	"\n" +
 	"RunRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
-	"\rtimeout_nanos\x18\x03 \x01(\x03R\ftimeoutNanos\"\x9b\x01\n" +
+	"\rtimeout_nanos\x18\x03 \x01(\x03R\ftimeoutNanos\x12%\n" +
+	"\x0edeadline_nanos\x18\x04 \x01(\x03R\rdeadlineNanos\"\x9b\x01\n" +
 	"\vRunResponse\x125\n" +
 	"\x06result\x18\x01 \x01(\v2\x1d.codeinterp.sandbox.v1.ResultR\x06result\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1c.codeinterp.sandbox.v1.ErrorR\x05error\x12!\n" +
