@@ -9,7 +9,8 @@
 // without it the call fails with codes.Unauthenticated), and the caller's identity is a field
 // of each request, trusted because the peer is authenticated (the gateway computed it). Bind
 // it to an address clients cannot reach, and add mTLS (the options' certificate files) where
-// the network between replicas is not trusted.
+// the network between replicas is not trusted: without TLS the secret, the code and the files
+// cross it in the clear.
 //
 // A transport failure becomes the Service's error for it: a node that cannot be reached
 // before anything ran fails the call with sandbox.ErrUnavailable; a connection lost during a

@@ -51,8 +51,6 @@ type ServerOptions struct {
 // Server serves a [sandbox.Service] to the other replicas. Serve and Shutdown may be called
 // from any goroutine; every goroutine it starts ends before Shutdown returns.
 type Server struct {
-	sandboxv1.UnimplementedSandboxServiceServer
-
 	svc    sandbox.Service
 	o      ServerOptions
 	log    *zap.Logger
@@ -70,7 +68,13 @@ type Server struct {
 	leases map[string]*heldLease
 }
 
-var _ sandboxv1.SandboxServiceServer = (*Server)(nil)
+// handlers are the Server's RPCs (not exported: the Server's API is Serve and Shutdown).
+type handlers struct {
+	sandboxv1.UnimplementedSandboxServiceServer
+	*Server
+}
+
+var _ sandboxv1.SandboxServiceServer = handlers{}
 
 // heldLease is a lease an Acquire stream holds.
 type heldLease struct {
@@ -131,7 +135,7 @@ func NewServer(svc sandbox.Service, o ServerOptions) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	s.gs = grpc.NewServer(opts...)
-	sandboxv1.RegisterSandboxServiceServer(s.gs, s)
+	sandboxv1.RegisterSandboxServiceServer(s.gs, handlers{Server: s})
 	return s, nil
 }
 
@@ -197,7 +201,7 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 }
 
 // Acquire holds a lease while the stream is open.
-func (s *Server) Acquire(st grpc.BidiStreamingServer[sandboxv1.AcquireRequest, sandboxv1.AcquireResponse]) error {
+func (s handlers) Acquire(st grpc.BidiStreamingServer[sandboxv1.AcquireRequest, sandboxv1.AcquireResponse]) error {
 	req, err := st.Recv()
 	if err != nil {
 		return err
@@ -266,7 +270,7 @@ func (s *Server) lease(id string) (*heldLease, error) {
 
 // Run runs code on a lease. Its header is sent first, so that a client whose connection
 // fails later knows the run reached the node.
-func (s *Server) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv1.RunResponse, error) {
+func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv1.RunResponse, error) {
 	if err := grpc.SendHeader(ctx, metadata.MD{}); err != nil {
 		return nil, err
 	}
@@ -288,7 +292,7 @@ func (s *Server) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv1
 const containerTrailer = "x-codeinterp-container-id"
 
 // LeasePutFile writes a file into a lease's container.
-func (s *Server) LeasePutFile(st grpc.ClientStreamingServer[sandboxv1.LeasePutFileRequest, sandboxv1.LeasePutFileResponse]) error {
+func (s handlers) LeasePutFile(st grpc.ClientStreamingServer[sandboxv1.LeasePutFileRequest, sandboxv1.LeasePutFileResponse]) error {
 	first, err := st.Recv()
 	if err != nil {
 		return err
@@ -315,7 +319,7 @@ func (s *Server) LeasePutFile(st grpc.ClientStreamingServer[sandboxv1.LeasePutFi
 }
 
 // PutFile writes a file into a container.
-func (s *Server) PutFile(st grpc.ClientStreamingServer[sandboxv1.PutFileRequest, sandboxv1.PutFileResponse]) error {
+func (s handlers) PutFile(st grpc.ClientStreamingServer[sandboxv1.PutFileRequest, sandboxv1.PutFileResponse]) error {
 	first, err := st.Recv()
 	if err != nil {
 		return err
@@ -389,7 +393,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 }
 
 // OpenFile streams a container file: its FileInfo, then its content in chunks.
-func (s *Server) OpenFile(req *sandboxv1.OpenFileRequest, st grpc.ServerStreamingServer[sandboxv1.OpenFileResponse]) error {
+func (s handlers) OpenFile(req *sandboxv1.OpenFileRequest, st grpc.ServerStreamingServer[sandboxv1.OpenFileResponse]) error {
 	rc, fi, err := s.svc.OpenFile(st.Context(), req.GetIdentity(), req.GetContainerId(), req.GetFileId())
 	if err != nil {
 		return statusError(err)
@@ -416,7 +420,7 @@ func (s *Server) OpenFile(req *sandboxv1.OpenFileRequest, st grpc.ServerStreamin
 }
 
 // CheckSpec checks a Spec.
-func (s *Server) CheckSpec(_ context.Context, req *sandboxv1.CheckSpecRequest) (*sandboxv1.CheckSpecResponse, error) {
+func (s handlers) CheckSpec(_ context.Context, req *sandboxv1.CheckSpecRequest) (*sandboxv1.CheckSpecResponse, error) {
 	if err := s.svc.CheckSpec(specOf(req.GetSpec())); err != nil {
 		return nil, statusError(err)
 	}
@@ -424,12 +428,12 @@ func (s *Server) CheckSpec(_ context.Context, req *sandboxv1.CheckSpecRequest) (
 }
 
 // Known reports whether a container is known and alive.
-func (s *Server) Known(_ context.Context, req *sandboxv1.KnownRequest) (*sandboxv1.KnownResponse, error) {
+func (s handlers) Known(_ context.Context, req *sandboxv1.KnownRequest) (*sandboxv1.KnownResponse, error) {
 	return &sandboxv1.KnownResponse{Known: s.svc.Known(req.GetIdentity(), req.GetContainerId())}, nil
 }
 
 // Create issues a container.
-func (s *Server) Create(ctx context.Context, req *sandboxv1.CreateRequest) (*sandboxv1.CreateResponse, error) {
+func (s handlers) Create(ctx context.Context, req *sandboxv1.CreateRequest) (*sandboxv1.CreateResponse, error) {
 	ci, err := s.svc.Create(ctx, sandbox.CreateRequest{
 		Identity: req.GetIdentity(), Name: req.GetName(), Spec: specOf(req.GetSpec()),
 		ExpiresAfter: time.Duration(req.GetExpiresAfterNanos()),
@@ -441,7 +445,7 @@ func (s *Server) Create(ctx context.Context, req *sandboxv1.CreateRequest) (*san
 }
 
 // Container shows a container.
-func (s *Server) Container(ctx context.Context, req *sandboxv1.ContainerRequest) (*sandboxv1.ContainerResponse, error) {
+func (s handlers) Container(ctx context.Context, req *sandboxv1.ContainerRequest) (*sandboxv1.ContainerResponse, error) {
 	ci, err := s.svc.Container(ctx, req.GetIdentity(), req.GetContainerId())
 	if err != nil {
 		return nil, statusError(err)
@@ -450,7 +454,7 @@ func (s *Server) Container(ctx context.Context, req *sandboxv1.ContainerRequest)
 }
 
 // Containers lists an identity's containers.
-func (s *Server) Containers(ctx context.Context, req *sandboxv1.ContainersRequest) (*sandboxv1.ContainersResponse, error) {
+func (s handlers) Containers(ctx context.Context, req *sandboxv1.ContainersRequest) (*sandboxv1.ContainersResponse, error) {
 	cis, err := s.svc.Containers(ctx, req.GetIdentity())
 	if err != nil {
 		return nil, statusError(err)
@@ -463,7 +467,7 @@ func (s *Server) Containers(ctx context.Context, req *sandboxv1.ContainersReques
 }
 
 // DeleteContainer deletes a container.
-func (s *Server) DeleteContainer(ctx context.Context, req *sandboxv1.DeleteContainerRequest) (*sandboxv1.DeleteContainerResponse, error) {
+func (s handlers) DeleteContainer(ctx context.Context, req *sandboxv1.DeleteContainerRequest) (*sandboxv1.DeleteContainerResponse, error) {
 	if err := s.svc.DeleteContainer(ctx, req.GetIdentity(), req.GetContainerId()); err != nil {
 		return nil, statusError(err)
 	}
@@ -471,7 +475,7 @@ func (s *Server) DeleteContainer(ctx context.Context, req *sandboxv1.DeleteConta
 }
 
 // Files lists a container's files.
-func (s *Server) Files(ctx context.Context, req *sandboxv1.FilesRequest) (*sandboxv1.FilesResponse, error) {
+func (s handlers) Files(ctx context.Context, req *sandboxv1.FilesRequest) (*sandboxv1.FilesResponse, error) {
 	fis, err := s.svc.Files(ctx, req.GetIdentity(), req.GetContainerId())
 	if err != nil {
 		return nil, statusError(err)
@@ -484,7 +488,7 @@ func (s *Server) Files(ctx context.Context, req *sandboxv1.FilesRequest) (*sandb
 }
 
 // File shows a container file.
-func (s *Server) File(ctx context.Context, req *sandboxv1.FileRequest) (*sandboxv1.FileResponse, error) {
+func (s handlers) File(ctx context.Context, req *sandboxv1.FileRequest) (*sandboxv1.FileResponse, error) {
 	fi, err := s.svc.File(ctx, req.GetIdentity(), req.GetContainerId(), req.GetFileId())
 	if err != nil {
 		return nil, statusError(err)
@@ -493,7 +497,7 @@ func (s *Server) File(ctx context.Context, req *sandboxv1.FileRequest) (*sandbox
 }
 
 // DeleteFile removes a container file.
-func (s *Server) DeleteFile(ctx context.Context, req *sandboxv1.DeleteFileRequest) (*sandboxv1.DeleteFileResponse, error) {
+func (s handlers) DeleteFile(ctx context.Context, req *sandboxv1.DeleteFileRequest) (*sandboxv1.DeleteFileResponse, error) {
 	if err := s.svc.DeleteFile(ctx, req.GetIdentity(), req.GetContainerId(), req.GetFileId()); err != nil {
 		return nil, statusError(err)
 	}
