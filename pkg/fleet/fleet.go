@@ -423,8 +423,8 @@ func (f *Fleet) Known(identity, containerID string) bool {
 }
 
 // Create issues a new container to r.Identity as [sandbox.Manager.Create] does, on the live
-// node with the lowest share of its Capacity in use (counting the containers this Fleet
-// placed there since the node last reported; ties go to this node, then by node id). Nodes
+// node with the lowest share of its Capacity in use (as rank weighs it; ties go to this
+// node, then by node id). Nodes
 // at their Capacity come last: there the node's Manager evicts an idle container, as one
 // process does at its cap, or fails with ErrAtCapacity. A node that fails with
 // ErrUnavailable (unreachable, or at a cap) passes the container to the next. No live node

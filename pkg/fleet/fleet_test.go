@@ -326,3 +326,22 @@ func TestFleetClose(t *testing.T) {
 	_, err := c.fleets[""].Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice", ContainerID: made.ID})
 	assert.ErrorIs(t, err, sandbox.ErrClosed, "acquire after Close")
 }
+
+// TestFleetPlacesOnItself: a node is live to itself before its first heartbeat (or when the
+// directory lapsed it): its Fleet places there and reaches its own containers.
+func TestFleetPlacesOnItself(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 8, 8)
+	require.NoError(t, c.nodes.Leave(ctx, "a"), "a leaves")
+	require.NoError(t, c.nodes.Leave(ctx, "b"), "b leaves")
+	c.clock.Advance(2 * time.Second)
+	l := acquire(t, c.fleets["a"], sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	run(t, l, "x=1")
+	l.Release()
+	assert.Equal(t, "a", c.owner(t, l.ContainerID()), "placed on the node itself")
+	l = acquire(t, c.fleets["a"], sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	assert.Equal(t, "1", run(t, l, "x").Value, "its own session's state")
+	l.Release()
+	_, err := c.fleets[""].Create(ctx, sandbox.CreateRequest{Identity: "alice"})
+	assert.ErrorIs(t, err, sandbox.ErrUnavailable, "a gateway with no live node")
+}

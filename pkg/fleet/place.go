@@ -54,9 +54,18 @@ func (c candidate) full() bool { return c.load >= c.n.Capacity }
 
 // rank returns the nodes that may take a new container (those reporting a Capacity), best
 // first: the nodes below their Capacity before those at it, then by the share of Capacity
-// in use, then this node, then by id. This node's load is the Local Manager's own count.
+// in use, then this node, then by id. The load of another node is what it reported, plus
+// the placements this Fleet made there in the last HeartbeatEvery (which its report may
+// count already: a node just placed on looks busier for a heartbeat, which spreads a burst
+// rather than piling it on the node that reported least). This node is live to itself
+// (also before its first heartbeat) and its load is the Local Manager's own count.
 func (f *Fleet) rank(nodes []store.Node) []store.Node {
 	now := f.cfg.Now()
+	if f.cfg.Local != nil {
+		if _, ok := find(nodes, f.cfg.Self); !ok {
+			nodes = append(slices.Clip(nodes), store.Node{ID: f.cfg.Self, Addr: f.cfg.Addr})
+		}
+	}
 	cands := make([]candidate, 0, len(nodes))
 	f.mu.Lock()
 	for _, n := range nodes {
