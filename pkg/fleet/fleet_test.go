@@ -345,3 +345,55 @@ func TestFleetPlacesOnItself(t *testing.T) {
 	_, err := c.fleets[""].Create(ctx, sandbox.CreateRequest{Identity: "alice"})
 	assert.ErrorIs(t, err, sandbox.ErrUnavailable, "a gateway with no live node")
 }
+
+// TestFleetRoundTrips counts what a call through a gateway's Fleet asks of the shared
+// stores itself (the owner's Manager asks its own on top): one Registry call for a call on
+// an existing container, none for a new one, and one Nodes.Live per liveCacheFor at most.
+func TestFleetRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 8, 8)
+	gw := c.fleets[""]
+	made := create(t, c.fleets["b"], "alice")
+	l := acquire(t, c.fleets["b"], sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	l.Release()
+	type count struct{ registry, live int32 }
+	measure := func(call func()) count {
+		c.view.calls.Store(0)
+		c.nodes.lives.Store(0)
+		call()
+		return count{c.view.calls.Load(), c.nodes.lives.Load()}
+	}
+	byID := func() {
+		l := acquire(t, gw, sandbox.AcquireRequest{Identity: "alice", ContainerID: made.ID})
+		l.Release()
+	}
+	assert.Equal(t, count{1, 1}, measure(byID), "acquire by id, the list of nodes not cached")
+	tests := []struct {
+		name string
+		call func()
+		want count
+	}{
+		{"acquire by id", byID, count{1, 0}},
+		{"acquire by session", func() {
+			l := acquire(t, gw, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+			l.Release()
+		}, count{1, 0}},
+		{"acquire a new container", func() {
+			l := acquire(t, gw, sandbox.AcquireRequest{Identity: "bob"})
+			l.Release()
+		}, count{0, 0}},
+		{"create", func() { create(t, gw, "bob") }, count{0, 0}},
+		{"list", func() {
+			_, err := gw.Containers(ctx, "alice")
+			require.NoError(t, err, "list")
+		}, count{1, 0}},
+		{"list files", func() {
+			_, err := gw.Files(ctx, "alice", made.ID)
+			require.NoError(t, err, "list files")
+		}, count{1, 0}},
+		{"Known", func() { assert.True(t, gw.Known("alice", made.ID), "Known") }, count{1, 0}},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, measure(tt.call), "%s: the Fleet's own calls of the Registry and Nodes.Live", tt.name)
+	}
+}

@@ -29,6 +29,7 @@ type memNodes struct {
 	nodes map[string]memNode
 	fail  atomic.Bool   // every call fails with errDown while set
 	ttl   time.Duration // the last heartbeat's
+	lives atomic.Int32  // calls of Live
 }
 
 type memNode struct {
@@ -52,6 +53,7 @@ func (s *memNodes) Heartbeat(_ context.Context, n store.Node, ttl time.Duration)
 }
 
 func (s *memNodes) Live(context.Context) ([]store.Node, error) {
+	s.lives.Add(1)
 	if s.fail.Load() {
 		return nil, errDown
 	}
@@ -81,12 +83,14 @@ func (s *memNodes) Leave(_ context.Context, id string) error {
 type failingRegistry struct {
 	store.Registry
 	fail atomic.Bool
+	calls atomic.Int32 // calls of the methods below
 	// staleSessions, while above zero, makes Session answer "none" (a replica that looked
 	// before another placed the session), counting down.
 	staleSessions atomic.Int32
 }
 
 func (r *failingRegistry) Add(ctx context.Context, reg store.Registration) error {
+	r.calls.Add(1)
 	if r.fail.Load() {
 		return errDown
 	}
@@ -94,6 +98,7 @@ func (r *failingRegistry) Add(ctx context.Context, reg store.Registration) error
 }
 
 func (r *failingRegistry) Lookup(ctx context.Context, id string) (store.Registration, bool, error) {
+	r.calls.Add(1)
 	if r.fail.Load() {
 		return store.Registration{}, false, errDown
 	}
@@ -101,6 +106,7 @@ func (r *failingRegistry) Lookup(ctx context.Context, id string) (store.Registra
 }
 
 func (r *failingRegistry) Session(ctx context.Context, identity, session string) (store.Registration, bool, error) {
+	r.calls.Add(1)
 	if r.fail.Load() {
 		return store.Registration{}, false, errDown
 	}
@@ -111,6 +117,7 @@ func (r *failingRegistry) Session(ctx context.Context, identity, session string)
 }
 
 func (r *failingRegistry) List(ctx context.Context, identity string) ([]store.Registration, error) {
+	r.calls.Add(1)
 	if r.fail.Load() {
 		return nil, errDown
 	}
@@ -118,6 +125,7 @@ func (r *failingRegistry) List(ctx context.Context, identity string) ([]store.Re
 }
 
 func (r *failingRegistry) Expire(ctx context.Context, id string) error {
+	r.calls.Add(1)
 	if r.fail.Load() {
 		return errDown
 	}
@@ -176,7 +184,7 @@ var errUnreachable = errors.New("connection refused")
 
 // newCluster starts nodes "a", "b", … (one per capacity given: its MaxContainers) and
 // reports each once in the directory.
-func newCluster(t *testing.T, capacities ...int) *cluster {
+func newCluster(t testing.TB, capacities ...int) *cluster {
 	t.Helper()
 	c := &cluster{
 		reg:      &failingRegistry{Registry: memory.NewRegistry()},
@@ -239,7 +247,7 @@ func (c *cluster) dial(n store.Node) (sandbox.Service, error) {
 
 // beat reports every node in the directory with its Manager's load, as Run does, and moves
 // the clock past the Fleets' caches.
-func (c *cluster) beat(t *testing.T) {
+func (c *cluster) beat(t testing.TB) {
 	t.Helper()
 	for id, m := range c.managers {
 		n := store.Node{ID: id, Addr: id + ":7000"}
