@@ -82,7 +82,7 @@ func (s *memNodes) Leave(_ context.Context, id string) error {
 // failingRegistry is a store.Registry whose every call fails with errDown while fail is set.
 type failingRegistry struct {
 	store.Registry
-	fail atomic.Bool
+	fail  atomic.Bool
 	calls atomic.Int32 // calls of the methods below
 	// staleSessions, while above zero, makes Session answer "none" (a replica that looked
 	// before another placed the session), counting down.
