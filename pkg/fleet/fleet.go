@@ -8,7 +8,16 @@
 // (no Local) every call goes to a node through Dial (the sandbox gRPC client). A container
 // whose owner has left the directory is lost, with the native semantics: it is marked
 // expired, an explicit id fails with sandbox.ErrExpiredContainer, a session gets a fresh
-// container placed anew, and a listing shows it expired.
+// container placed anew, and a listing shows it expired. An owner that is listed but cannot
+// be reached makes the calls on its containers fail with sandbox.ErrUnavailable: only the
+// directory decides that a node is gone.
+//
+// Round trips: on top of what the owner's Manager asks of the Registry, a Fleet makes one
+// Registry call per call on an existing container (Lookup, or Session for a session) and
+// none for a new container, and asks the directory for the live nodes at most once a second
+// (and again when a container's owner is missing from a cached list). A lost container
+// marked expired here stays in the Registry until the Registry's own expiry forgets it
+// (its owner, which would have, is gone).
 //
 // Caps: the per-identity caps of ManagerConfig (MaxSessionsPerIdentity,
 // MaxContainersPerIdentity) hold per node, not across the fleet: an identity may hold up to
