@@ -5,8 +5,10 @@ BIN      := bin
 TOOLS    := $(abspath $(BIN)/tools)
 BUF_VERSION          := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF      := $(TOOLS)/buf
 PROTOC_GEN_GO := $(TOOLS)/protoc-gen-go
+PROTOC_GEN_GO_GRPC := $(TOOLS)/protoc-gen-go-grpc
 
 # Packages whose Go tests make up `make test-go`: everything but the deployment tests, which
 # `make deploy-test` runs with the images they need.
@@ -97,13 +99,16 @@ docs-check:
 	  echo "docs/configuration.md is stale: run 'make docs'"; diff -u docs/configuration.md $$tmp | head -40; exit 1; fi; \
 	echo "docs/configuration.md is up to date"
 
-tools: $(BUF) $(PROTOC_GEN_GO)
+tools: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 
 $(BUF):
 	GOBIN=$(TOOLS) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 $(PROTOC_GEN_GO):
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(PROTOC_GEN_GO_GRPC):
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
 ## proto: regenerate api/ Go code from the proto schema.
 proto: tools

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(bubblewrap python3 python3-venv python3-numpy python3-pandas python3-matplotlib ca-certificates)
+APT_PACKAGES=(bubblewrap redis-server python3 python3-venv python3-numpy python3-pandas python3-matplotlib ca-certificates)
 VENV=${VENV:-.venv}
 REQS=test/python/requirements.txt
 

@@ -160,10 +160,13 @@ func (m *Manager) Containers(ctx context.Context, identity string) ([]ContainerI
 		}
 		if !r.Expired {
 			e := m.live[r.ID]
-			if e == nil || e.dead {
-				continue // not held here (see issuedLocked)
-			}
-			if m.idlePastLocked(e, r, now) {
+			switch {
+			case (e == nil || e.dead) && r.Owner != m.cfg.Node:
+				continue // another node's (see issuedLocked)
+			case e == nil || e.dead:
+				m.lostLocked(ctx, r) // this node's, lost (see lookupLocked)
+				r.Expired = true
+			case m.idlePastLocked(e, r, now):
 				m.metrics.evictions.WithLabelValues("idle").Inc()
 				m.removeLocked(e)
 				r.Expired = true

@@ -61,10 +61,15 @@ type ManagerConfig struct {
 	// 64 MiB.
 	MaxAllFileTableBytes int64
 	// Registry keeps which identity each container id belongs to, which session key names it
-	// and when it was last used. If nil, the Manager keeps them in a map of its own. A
-	// Registry must not be shared by Managers: each expects to find only its own containers
-	// there (a container id is no use to another Manager, which cannot reach the container).
+	// and when it was last used. If nil, the Manager keeps them in a map of its own. Managers
+	// may share a Registry (a fleet's, in Redis) only when each has a Node of its own: a
+	// Manager serves only the containers registered with its Node as their Owner, and leaves
+	// the others' to whoever routes calls to their owners (pkg/fleet).
 	Registry store.Registry
+	// Node is the id of the node this Manager runs on, written as the Owner of every
+	// container it registers ("" in a single process). A registration whose Owner is another
+	// node is not this Manager's: calls on it fail with ErrElsewhere.
+	Node string
 }
 
 // Defaults of a ManagerConfig's fields, used where a field is zero. The configuration's defaults
@@ -160,6 +165,12 @@ type AcquireRequest struct {
 	// Spec describes a container created for this request; it does not change an existing one.
 	Spec Spec
 }
+
+// ErrElsewhere means the Registry names another node than the Manager's (ManagerConfig.Node)
+// as the owner of the container or session asked for: the Manager does not hold it, and only
+// a router that knows the nodes (pkg/fleet) may send the call to its owner. It comes with
+// ErrUnknownContainer for a container id, and with ErrUnavailable for a session.
+var ErrElsewhere = errors.New("sandbox: held by another node")
 
 // keyKind tells the sandbox keys apart.
 type keyKind uint8
@@ -423,7 +434,8 @@ func (m *Manager) Known(identity, containerID string) bool {
 // lookupLocked returns the registration of container id if the Registry has it issued to
 // identity (ok false otherwise), and its live entry, or nil when it has none here. Another
 // identity's id is not told apart from one never issued: the identities are compared in
-// constant time.
+// constant time. A registration of this node's with no live entry (the node restarted) is
+// marked expired here: its container is lost.
 func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (store.Registration, *entry, bool, error) {
 	if id == "" {
 		return store.Registration{}, nil, false, nil
@@ -438,7 +450,24 @@ func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (store.
 	if e := m.live[id]; e != nil && !e.dead && !r.Expired {
 		return r, e, true, nil
 	}
+	if !r.Expired && r.Owner == m.cfg.Node {
+		m.lostLocked(ctx, r)
+		r.Expired = true
+	}
 	return r, nil, true, nil
+}
+
+// lostLocked marks container r, registered as this node's but held by no live entry, expired:
+// its state went with the process that held it. It is remembered (a tombstone) as an expired
+// container is.
+func (m *Manager) lostLocked(ctx context.Context, r store.Registration) {
+	if err := m.reg.Expire(ctx, r.ID); err != nil {
+		m.log.Warn("mark lost container expired", zap.String("container_id", r.ID), zap.Error(err))
+		return
+	}
+	for _, id := range m.tombs.add(r.ID, r.Identity, time.Now()) {
+		m.forgetLocked(id)
+	}
 }
 
 // issuedLocked returns the live entry of container id issued to identity. It fails with
@@ -456,9 +485,9 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 	case r.Expired:
 		return nil, ErrExpiredContainer
 	case e == nil:
-		// Issued, not expired, but not live here: the Registry remembers a container this
-		// Manager does not hold (another replica's, or one from before a restart).
-		return nil, ErrUnknownContainer
+		// Issued, not expired, and another node's (see lookupLocked): not this Manager's
+		// to serve.
+		return nil, fmt.Errorf("%w: %w", ErrUnknownContainer, ErrElsewhere)
 	case m.idlePastLocked(e, r, now):
 		m.log.Debug("container expired", zap.String("container_id", e.id))
 		m.metrics.evictions.WithLabelValues("idle").Inc()
@@ -501,6 +530,10 @@ func (m *Manager) keyEntryLocked(ctx context.Context, k sandboxKey) (*entry, err
 	if e := m.live[r.ID]; e != nil && !e.dead {
 		return e, nil
 	}
+	if r.Owner != m.cfg.Node {
+		return nil, fmt.Errorf("session's container %s: %w", r.ID, ErrElsewhere)
+	}
+	m.lostLocked(ctx, r) // this node's, lost: the key gets a fresh container
 	return nil, nil
 }
 
@@ -551,6 +584,7 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, m
 	r := store.Registration{
 		ID: e.id, Identity: k.identity, LastUsed: now,
 		Name: meta.name, CreatedAt: now, ExpiresAfter: meta.expiresAfter, MemoryLimit: m.memoryLimitOf(e.spec),
+		Owner: m.cfg.Node,
 	}
 	if k.kind == kindSession {
 		r.Session = k.name
@@ -719,6 +753,15 @@ func (m *Manager) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("close sandbox manager: %w", ctx.Err())
 	}
+}
+
+// Load returns how many containers the Manager holds now (ephemeral and lasting; the warm
+// pool excluded) and how many it may hold in all (ManagerConfig.MaxContainers): what a sandbox
+// node reports to the fleet (store.Node).
+func (m *Manager) Load() (containers, capacity int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.live), m.cfg.MaxContainers
 }
 
 // randomHex returns n random bytes in hex.

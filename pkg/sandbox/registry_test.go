@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
@@ -77,5 +78,90 @@ func TestManagerRegistryFails(t *testing.T) {
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
 		assert.True(t, p.Container(1).Deleted(), "pruned once the registry answers")
+	})
+}
+
+// TestManagerNodeOwner: Managers sharing a Registry, each with a Node of its own, register
+// their containers with their Node as Owner and serve only those: another node's container id
+// is unknown here and its session is not taken over (both with ErrElsewhere), and a listing
+// leaves it out.
+func TestManagerNodeOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		reg := memory.NewRegistry()
+		a := newTestManager(t, &sandboxtest.Provider{}, sandbox.ManagerConfig{Registry: reg, Node: "a"})
+		b := newTestManager(t, &sandboxtest.Provider{}, sandbox.ManagerConfig{Registry: reg, Node: "b"})
+		l := acquire(t, a, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+		run(t, l, "x=1")
+		id := l.ContainerID()
+		l.Release()
+
+		r, ok, err := reg.Lookup(ctx, id)
+		require.NoError(t, err, "Lookup(%q)", id)
+		require.True(t, ok, "Lookup(%q)", id)
+		assert.Equal(t, "a", r.Owner, "a's container's owner")
+
+		_, err = b.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
+		assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "b acquires a's container by id")
+		assert.ErrorIs(t, err, sandbox.ErrElsewhere, "b acquires a's container by id")
+		_, err = b.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+		assert.ErrorIs(t, err, sandbox.ErrUnavailable, "b acquires a's session")
+		assert.ErrorIs(t, err, sandbox.ErrElsewhere, "b acquires a's session")
+		assert.False(t, b.Known("alice", id), "b knows a's container")
+		_, err = b.Container(ctx, "alice", id)
+		assert.ErrorIs(t, err, sandbox.ErrElsewhere, "b shows a's container")
+		list, err := b.Containers(ctx, "alice")
+		require.NoError(t, err, "b lists alice's containers")
+		assert.Empty(t, list, "b lists a's container")
+
+		again := acquire(t, a, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+		assert.Equal(t, id, again.ContainerID(), "a's session still names a's container")
+		assert.Equal(t, "1", run(t, again, "x").Value, "a's container kept its state")
+		again.Release()
+
+		n, capacity := a.Load()
+		assert.Equal(t, 1, n, "a's Load: containers")
+		assert.Equal(t, sandbox.DefaultMaxContainers, capacity, "a's Load: capacity")
+	})
+}
+
+// TestManagerNodeRestarted: a Manager that finds a container registered as its Node's but
+// holds no live entry for it (the node restarted) treats it as lost: expired by id, listed as
+// expired, and its session gets a fresh container.
+func TestManagerNodeRestarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		reg := memory.NewRegistry()
+		old := sandbox.NewManager(&sandboxtest.Provider{}, sandbox.ManagerConfig{Registry: reg, Node: "a"}, nil)
+		kept := acquire(t, old, sandbox.AcquireRequest{Identity: "alice"})
+		keptID := kept.ContainerID()
+		kept.Release()
+		sess := acquire(t, old, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+		sessID := sess.ContainerID()
+		sess.Release()
+		// A process that dies forgets nothing in a shared Registry: copy what it held.
+		var regs []store.Registration
+		for _, id := range []string{keptID, sessID} {
+			r, _, err := reg.Lookup(ctx, id)
+			require.NoError(t, err, "Lookup(%q)", id)
+			regs = append(regs, r)
+		}
+		require.NoError(t, old.Close(ctx), "close the old manager")
+		for _, r := range regs {
+			require.NoError(t, reg.Add(ctx, r), "re-add %q", r.ID)
+		}
+
+		m := newTestManager(t, &sandboxtest.Provider{}, sandbox.ManagerConfig{Registry: reg, Node: "a"})
+		list, err := m.Containers(ctx, "alice")
+		require.NoError(t, err, "list alice's containers")
+		require.Len(t, list, 2, "alice's containers")
+		for _, c := range list {
+			assert.Equal(t, sandbox.StatusExpired, c.Status, "status of lost container %s", c.ID)
+		}
+		_, err = m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", ContainerID: keptID})
+		assert.ErrorIs(t, err, sandbox.ErrExpiredContainer, "acquire a lost container by id")
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+		assert.NotEqual(t, sessID, l.ContainerID(), "a lost session's container is replaced")
+		l.Release()
 	})
 }

@@ -10,11 +10,11 @@ import (
 // answer, which upstreams keep for weeks (OpenAI: 30 days); a name costs about a hundred bytes.
 const (
 	AliasTTL        = 30 * 24 * time.Hour
-	aliasMaxEntries = 100000
+	AliasMaxEntries = 100000
 )
 
 // aliases is the [store.Aliases] part of Pending: the least recently stored names go first once
-// there are aliasMaxEntries. Unlike pending calls they are kept for the anonymous identity too:
+// there are AliasMaxEntries. Unlike pending calls they are kept for the anonymous identity too:
 // a name is the upstream's unguessable response id, and the upstream still checks the
 // credential of whoever continues from it.
 type aliases struct {
@@ -47,7 +47,7 @@ func (a *aliases) PutAlias(identity, from, to string) {
 	a.byKey[k] = a.order.PushBack(&aliasEntry{key: k, to: to, expires: now.Add(AliasTTL)})
 	for a.order.Len() > 0 {
 		front := a.order.Front().Value.(*aliasEntry)
-		if a.order.Len() <= aliasMaxEntries && !now.After(front.expires) {
+		if a.order.Len() <= AliasMaxEntries && !now.After(front.expires) {
 			break
 		}
 		a.order.Remove(a.order.Front())

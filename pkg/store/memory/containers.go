@@ -14,11 +14,11 @@ import (
 // most store.MaxContainerIDBytes, under a kilobyte.
 const (
 	ContainersTTL        = 24 * time.Hour
-	containersMaxEntries = 100000
+	ContainersMaxEntries = 100000
 )
 
 // containers is the [store.ContextContainers] part of Pending: the least recently stored
-// entries go first once there are containersMaxEntries.
+// entries go first once there are ContainersMaxEntries.
 type containers struct {
 	mu    sync.Mutex
 	now   func() time.Time
@@ -66,7 +66,7 @@ func (c *containers) PutContainers(identity string, ids []string, keys ...store.
 	}
 	for c.order.Len() > 0 {
 		front := c.order.Front().Value.(*containersEntry)
-		if c.order.Len() <= containersMaxEntries && !now.After(front.expires) {
+		if c.order.Len() <= ContainersMaxEntries && !now.After(front.expires) {
 			break
 		}
 		c.order.Remove(c.order.Front())

@@ -12,31 +12,16 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
-// TestLongIDs: a long id finds its entry again (conversation, answer id, alias, context
-// containers) as a short one does; another long id does not; a long Chat call id is not listed.
-func TestLongIDs(t *testing.T) {
+// TestLongIDsCounted: a long id's entry is counted, and no longer once dropped (its behaviour
+// is checked by the contract tests).
+func TestLongIDsCounted(t *testing.T) {
 	p := NewPending(nil)
 	long := strings.Repeat("c", MaxKeyBytes+1)
-	other := strings.Repeat("c", MaxKeyBytes) + "d"
-	outs := []store.PendingCall{{CallID: "call_1", Output: "42\n"}}
-	p.Put("id-a", outs, key("conversation", long))
-	assert.Equal(t, outs, p.Get("id-a", key("conversation", long)), "the long id's entry")
-	assert.Nil(t, p.Get("id-a", key("conversation", other)), "another long id")
-	assert.Nil(t, p.Get("id-b", key("conversation", long)), "another identity")
-	assert.Empty(t, p.IDs("id-a", "conversation"), "a hashed id is not listed")
+	p.Put("id-a", []store.PendingCall{{CallID: "call_1", Output: "42\n"}}, key("conversation", long))
+	assert.Equal(t, 1, p.per["id-a"].entries, "the long id's entry is counted")
+	assert.Empty(t, p.per["id-a"].ids["conversation"], "a hashed id is not listed")
 	p.Drop("id-a", key("conversation", long))
-	assert.Nil(t, p.Get("id-a", key("conversation", long)), "dropped")
 	assert.Empty(t, p.per, "nothing is counted after the drop")
-
-	p.PutContainers("id-a", []string{"cntr_1"}, key("conversation", long))
-	assert.Equal(t, []string{"cntr_1"}, p.Containers("id-a", key("conversation", long)), "context containers of the long id")
-	assert.Nil(t, p.Containers("id-a", key("conversation", other)), "another long id")
-
-	p.PutAlias("id-a", long, "resp_up")
-	assert.Equal(t, "resp_up", p.Alias("id-a", long), "alias of a long answer id")
-	assert.Empty(t, p.Alias("id-a", other), "another long id")
-	p.PutAlias("id-a", "resp_1", strings.Repeat("u", MaxAliasBytes+1))
-	assert.Empty(t, p.Alias("id-a", "resp_1"), "an alias to an over-long id is not kept")
 }
 
 // TestLongIDsLeaveNoHeap (issue 23, item 4): requests with 16 MiB conversation ids and answer

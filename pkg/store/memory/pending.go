@@ -14,9 +14,9 @@ import (
 // others' out.
 const (
 	PendingTTL                   = time.Hour
-	pendingMaxEntries            = 10000
-	pendingMaxBytes              = 16 << 20
-	pendingMaxEntriesPerIdentity = 256
+	PendingMaxEntries            = 10000
+	PendingMaxBytes              = 16 << 20
+	PendingMaxEntriesPerIdentity = 256
 	// PendingMaxBytesPerIdentity bounds what one identity holds; a single Put of more is not
 	// kept.
 	PendingMaxBytesPerIdentity = store.MaxPendingBytesPerIdentity
@@ -117,7 +117,7 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 		}
 		// The identity's oldest entries go first when it holds more than its share; a walk from
 		// the front, on the rare path of a turn that left calls pending.
-		for el := p.order.Front(); el != nil && (u.entries > pendingMaxEntriesPerIdentity || u.bytes > PendingMaxBytesPerIdentity); {
+		for el := p.order.Front(); el != nil && (u.entries > PendingMaxEntriesPerIdentity || u.bytes > PendingMaxBytesPerIdentity); {
 			next := el.Next()
 			if old := el.Value.(*entry); old.key.identity == identity && old.key != ek {
 				p.removeLocked(old.key)
@@ -128,7 +128,7 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 	// Every entry lives PendingTTL from when it was stored, so the expired ones are at the front.
 	for p.order.Len() > 0 {
 		front := p.order.Front().Value.(*entry)
-		if p.bytes <= pendingMaxBytes && p.order.Len() <= pendingMaxEntries && !now.After(front.expires) {
+		if p.bytes <= PendingMaxBytes && p.order.Len() <= PendingMaxEntries && !now.After(front.expires) {
 			break
 		}
 		p.removeLocked(front.key)
