@@ -48,11 +48,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer adminLis.Close()
 
 	var apiLis net.Listener
-	if a := cfg.GetApiListen(); a != "" {
+	// A sandbox node serves the sandbox service only.
+	if a := cfg.GetApiListen(); a != "" && cfg.GetRole() != config.RoleSandbox {
 		if apiLis, err = listen(a); err != nil {
 			return fmt.Errorf("listen api %s: %w", a, err)
 		}
 		defer apiLis.Close()
+	}
+
+	var sandboxLis net.Listener
+	if a := cfg.GetSandboxListen(); a != "" {
+		if sandboxLis, err = net.Listen("tcp", a); err != nil {
+			return fmt.Errorf("listen sandbox service %s: %w", a, err)
+		}
+		defer sandboxLis.Close()
 	}
 
 	svc, err := app.New(app.Options{Config: cfg, Log: log})
@@ -74,11 +83,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if apiServing {
 		go func() { apiDone <- svc.ServeAPI(apiLis) }()
 	}
+	// Without a sandbox listener sandboxDone stays empty, like apiDone.
+	sandboxDone := make(chan error, 1)
+	sandboxServing := sandboxLis != nil
+	if sandboxServing {
+		go func() { sandboxDone <- svc.ServeSandbox(sandboxLis) }()
+	}
 	log.Info("serving",
 		zap.String("listen", cfg.GetListen()),
 		zap.String("admin_listen", cfg.GetAdminListen()),
 		zap.String("api_listen", cfg.GetApiListen()),
 		zap.String("upstream", cfg.GetUpstream()),
+		zap.String("role", cfg.GetRole()),
+		zap.String("store", cfg.GetStore()),
+		zap.String("sandbox_listen", cfg.GetSandboxListen()),
 		zap.String("sandbox", cfg.GetSandbox().GetBackend()))
 
 	var serveErr error
@@ -92,6 +110,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		// ServeAPI returns only on a failure before Shutdown.
 		serveErr = fmt.Errorf("serve containers api: %w", serveErr)
 		apiServing = false
+	case serveErr = <-sandboxDone:
+		// ServeSandbox returns only on a failure before Shutdown.
+		serveErr = fmt.Errorf("serve sandbox service: %w", serveErr)
+		sandboxServing = false
 	}
 
 	grace := cfg.GetShutdownGrace().AsDuration()
@@ -111,6 +133,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if apiServing {
 		if err := <-apiDone; err != nil && serveErr == nil {
 			serveErr = fmt.Errorf("serve containers api: %w", err)
+		}
+	}
+	if sandboxServing {
+		if err := <-sandboxDone; err != nil && serveErr == nil {
+			serveErr = fmt.Errorf("serve sandbox service: %w", err)
 		}
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

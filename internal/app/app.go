@@ -19,7 +19,6 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/schema/chat"
 	"github.com/codeinterp/codeinterp/pkg/schema/messages"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
-	"github.com/codeinterp/codeinterp/pkg/store/memory"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,7 +43,8 @@ type Options struct {
 	Config *configv1.Config
 	// Secret keys follow-up signatures and identity hashes (of the ext_proc server and the
 	// Containers API alike). If empty, the contents of Config's followup_secret_file are the
-	// secret, or, without one, New makes a random one.
+	// secret, or, without one, a key derived from the fleet secret (store redis), or New makes
+	// a random one.
 	Secret []byte
 	// Log receives the logs. If nil, nothing is logged.
 	Log *zap.Logger
@@ -58,16 +58,21 @@ type Options struct {
 // Containers API. Serve it on a listener (and ServeAPI on another); Shutdown stops everything
 // it started and deletes every sandbox.
 type App struct {
-	grpc     *grpc.Server
-	srv      *processor.Server
-	health   *health.Server
-	manager  *sandbox.Manager
-	engine   *loop.Engine
-	metrics  *processor.Metrics
-	api      *apiServer
-	owned    *local.Local // the backend made by New, closed by Shutdown
-	log      *zap.Logger
-	shutdown sync.Once
+	grpc    *grpc.Server
+	srv     *processor.Server
+	health  *health.Server
+	manager *sandbox.Manager // this process's containers; nil on a gateway
+	// sandboxes is what the loop, admission and the Containers API use: the Manager in one
+	// process, the Fleet in a fleet.
+	sandboxes sandbox.Service
+	stores    *stores
+	fleet     *fleetParts // nil with store memory
+	engine    *loop.Engine
+	metrics   *processor.Metrics
+	api       *apiServer
+	owned     *local.Local // the backend made by New, closed by Shutdown
+	log       *zap.Logger
+	shutdown  sync.Once
 }
 
 // New wires an App from o. It validates o.Config (see [Validate]), starts the sandbox manager
@@ -84,28 +89,51 @@ func New(o Options) (*App, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	secret, err := secretOf(o.Secret, cfg.GetFollowupSecretFile())
+	given := o.Secret
+	if len(given) == 0 && cfg.GetFollowupSecretFile() == "" && cfg.GetStore() == config.StoreRedis {
+		// Every replica of a fleet must hash a credential to the same identity (the
+		// containers and continuations in Redis are keyed by it) and may check another's
+		// follow-up signatures: the key comes from the secret they share.
+		key, err := fleetKey(cfg.GetFleetSecretFile())
+		if err != nil {
+			return nil, err
+		}
+		given = key
+	}
+	secret, err := secretOf(given, cfg.GetFollowupSecretFile())
 	if err != nil {
 		return nil, err
 	}
 	sb := cfg.GetSandbox()
 	s := &App{log: log}
-	provider := o.Provider
-	if provider == nil {
-		// local.New warns, once, when the configuration turns isolation off.
-		l, err := local.New(localConfig(cfg), log)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-		s.owned, provider = l, l
+	if s.stores, err = newStores(cfg, log); err != nil {
+		return nil, err
 	}
-	s.manager = sandbox.NewManager(provider, managerConfig(cfg), log)
-	s.api = newAPIServer(cfg, s.manager, secret, log)
-	s.engine = loop.New(s.manager, loop.Config{Log: log})
+	if cfg.GetRole() != config.RoleGateway {
+		provider := o.Provider
+		if provider == nil {
+			// local.New warns, once, when the configuration turns isolation off.
+			l, err := local.New(localConfig(cfg), log)
+			if err != nil {
+				_ = s.closeParts(context.Background())
+				return nil, fmt.Errorf("sandbox: %w", err)
+			}
+			s.owned, provider = l, l
+		}
+		s.manager = sandbox.NewManager(provider, managerConfig(cfg, s.stores.registry), log)
+		s.sandboxes = s.manager
+	}
+	if cfg.GetStore() == config.StoreRedis {
+		if s.fleet, err = newFleet(cfg, s.stores, s.manager, log); err != nil {
+			_ = s.closeParts(context.Background())
+			return nil, err
+		}
+		s.sandboxes = s.fleet.fleet
+	}
+	s.api = newAPIServer(cfg, s.sandboxes, secret, log)
+	s.engine = loop.New(s.sandboxes, loop.Config{Log: log})
 	s.metrics = processor.NewMetrics()
-	// Cross-request state lives in this process; replicas that must share it need a shared
-	// store here.
-	adm := admission.New(s.manager, memory.NewPending(nil), admission.Config{
+	adm := admission.New(s.sandboxes, s.stores.continuations, admission.Config{
 		MaxInputFileBytes: int64(min(cfg.GetMaxUploadBytes(), math.MaxInt64)),
 	})
 	srv, err := processor.New(processor.Options{
@@ -123,7 +151,7 @@ func New(o Options) (*App, error) {
 		Metrics:  s.metrics,
 	})
 	if err != nil {
-		s.closeParts()
+		_ = s.closeParts(context.Background())
 		return nil, err
 	}
 	s.srv = srv
@@ -135,7 +163,10 @@ func New(o Options) (*App, error) {
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	extprocv3.RegisterExternalProcessorServer(s.grpc, srv)
+	if cfg.GetRole() != config.RoleSandbox {
+		// A sandbox node serves the sandbox service (ServeSandbox) and health only.
+		extprocv3.RegisterExternalProcessorServer(s.grpc, srv)
+	}
 	return s, nil
 }
 
@@ -179,6 +210,15 @@ func (s *App) Serve(lis net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// ServeSandbox serves the sandbox service (for the other replicas of a fleet) on lis until
+// Shutdown. It fails at once in a process that holds no containers or is not part of a fleet.
+func (s *App) ServeSandbox(lis net.Listener) error {
+	if s.fleet == nil {
+		return errors.New("serve the sandbox service: only a process with store redis serves one")
+	}
+	return s.fleet.serve(lis)
 }
 
 // Serving reports whether the health service says SERVING.
@@ -241,7 +281,7 @@ func (s *App) shutdownOnce(ctx context.Context) error {
 	if err := <-apiDone; err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.closeParts(); err != nil {
+	if err := s.closeParts(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -300,24 +340,41 @@ func (s *App) stopGracefully(ctx context.Context) bool {
 	return false
 }
 
-// closeParts deletes every sandbox, closes the engine's connections and the owned backend.
-func (s *App) closeParts() error {
+// closeParts stops the fleet's parts (the node leaves the fleet, its sandbox service ends),
+// deletes every sandbox, closes the engine's connections, the owned backend and the stores.
+// It closes what New made so far, so New calls it on a failure half-way. The sandbox
+// service's calls in progress may finish until grace ends (at once when it has ended).
+func (s *App) closeParts(grace context.Context) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
-	if err := s.manager.Close(ctx); err != nil {
-		errs = append(errs, err)
+	if s.fleet != nil {
+		if err := s.fleet.stop(grace); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	s.engine.Close()
+	if s.manager != nil {
+		if err := s.manager.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.engine != nil {
+		s.engine.Close()
+	}
 	if s.owned != nil {
 		if err := s.owned.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close sandbox backend: %w", err))
 		}
 	}
+	if s.stores != nil {
+		if err := s.stores.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
-// Manager returns the App's sandbox manager.
+// Manager returns the App's sandbox manager; nil on a gateway (role gateway).
 func (s *App) Manager() *sandbox.Manager { return s.manager }
 
 // Collectors returns every Prometheus metric of the App, for registration.
@@ -325,7 +382,9 @@ func (s *App) Collectors() []prometheus.Collector {
 	var out []prometheus.Collector
 	out = append(out, s.metrics.Collectors()...)
 	out = append(out, s.engine.Collectors()...)
-	out = append(out, s.manager.Collectors()...)
+	if s.manager != nil {
+		out = append(out, s.manager.Collectors()...)
+	}
 	if s.owned != nil {
 		out = append(out, s.owned.Collectors()...)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/memlimit"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
-	"github.com/codeinterp/codeinterp/pkg/store/memory"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // Validate checks cfg, with defaults applied: everything [config.Validate] checks, and what
@@ -70,7 +70,7 @@ func secretOf(given []byte, path string) ([]byte, error) {
 const minSecretBytes = 16
 
 // managerConfig maps the configuration's sandbox section onto the sandbox manager's settings.
-func managerConfig(cfg *configv1.Config) sandbox.ManagerConfig {
+func managerConfig(cfg *configv1.Config, registry store.Registry) sandbox.ManagerConfig {
 	sb := cfg.GetSandbox()
 	return sandbox.ManagerConfig{
 		WarmPool:                 int(sb.GetWarmPoolSize()),
@@ -79,10 +79,18 @@ func managerConfig(cfg *configv1.Config) sandbox.ManagerConfig {
 		MaxContainers:            int(sb.GetMaxContainers()),
 		MaxContainersPerIdentity: int(sb.GetMaxContainersPerIdentity()),
 		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
-		// Cross-request state lives in this process; replicas that must share it need a
-		// shared registry here.
-		Registry: memory.NewRegistry(),
+		Registry:                 registry,
+		Node:                     nodeOf(cfg),
 	}
+}
+
+// nodeOf is the node id a Manager writes as the owner of its containers: "" in one process
+// (store memory), node_id in a fleet.
+func nodeOf(cfg *configv1.Config) string {
+	if cfg.GetStore() == config.StoreRedis {
+		return cfg.GetNodeId()
+	}
+	return ""
 }
 
 // localConfig maps the configuration's sandbox section onto the local backend's settings.
