@@ -418,7 +418,7 @@ func healthStatus(t *testing.T, c healthpb.HealthClient) healthpb.HealthCheckRes
 // later. The port is below the kernel's ephemeral range: a port from that range (what port 0
 // gives) may be taken meanwhile as the source port of an outgoing connection — Envoy's health
 // checks of the very address, which then connect to themselves — and the server could not bind.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {

@@ -216,7 +216,7 @@ type roundRobin struct {
 	served  []atomic.Int64
 }
 
-func newRoundRobin(t *testing.T, targets []string) *roundRobin {
+func newRoundRobin(t testing.TB, targets []string) *roundRobin {
 	t.Helper()
 	rr := &roundRobin{served: make([]atomic.Int64, len(targets))}
 	for _, s := range targets {
