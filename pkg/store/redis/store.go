@@ -103,6 +103,10 @@ func New(c goredis.UniversalClient, o Options) *Store {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	if !honoursDeadlines(c) {
+		log.Warn("redis client ignores call deadlines: a hung Redis holds a call for the client's read timeout, not the store's (make the client with NewClient)",
+			zap.Duration("timeout", o.Timeout))
+	}
 	p := o.Prefix
 	return &Store{
 		c: c, o: o, log: log,
@@ -123,6 +127,18 @@ func NewClient(o goredis.UniversalOptions) goredis.UniversalClient {
 		o.DialerRetries = 1
 	}
 	return goredis.NewUniversalClient(&o)
+}
+
+// honoursDeadlines reports whether c bounds its network calls by their contexts' deadlines (as
+// far as it can be told: a client of another type is taken to).
+func honoursDeadlines(c goredis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *goredis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // call returns a context for one call to Redis, bounded by the Store's timeout.
