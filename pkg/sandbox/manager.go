@@ -435,7 +435,8 @@ func (m *Manager) Known(identity, containerID string) bool {
 // identity (ok false otherwise), and its live entry, or nil when it has none here. Another
 // identity's id is not told apart from one never issued: the identities are compared in
 // constant time. A registration of this node's with no live entry (the node restarted) is
-// marked expired here: its container is lost.
+// marked expired here: its container is lost; a live entry not in use whose registration is
+// expired (by a replica that took this node for gone) is removed.
 func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (store.Registration, *entry, bool, error) {
 	if id == "" {
 		return store.Registration{}, nil, false, nil
@@ -447,8 +448,16 @@ func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (store.
 	if !ok || subtle.ConstantTimeCompare([]byte(r.Identity), []byte(identity)) != 1 {
 		return store.Registration{}, nil, false, nil
 	}
-	if e := m.live[id]; e != nil && !e.dead && !r.Expired {
+	e := m.live[id]
+	switch {
+	case e != nil && !e.dead && !r.Expired:
 		return r, e, true, nil
+	case e != nil && !e.dead && e.leases == 0:
+		// Marked expired by another replica, which took this node for gone (its heartbeats
+		// lapsed): the container is no one's now, and goes.
+		m.log.Info("container marked expired elsewhere: deleting it", zap.String("container_id", id))
+		m.metrics.evictions.WithLabelValues("lost").Inc()
+		m.removeLocked(e)
 	}
 	if !r.Expired && r.Owner == m.cfg.Node {
 		m.lostLocked(ctx, r)

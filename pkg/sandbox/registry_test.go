@@ -165,3 +165,26 @@ func TestManagerNodeRestarted(t *testing.T) {
 		l.Release()
 	})
 }
+
+// TestManagerExpiredElsewhere: a container not in use that another replica marked expired
+// in the shared Registry (it took the node for gone) is expired here too, and deleted.
+func TestManagerExpiredElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		reg := memory.NewRegistry()
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{Registry: reg, Node: "a"})
+		l := acquire(t, m, sandbox.AcquireRequest{Identity: "alice"})
+		run(t, l, "x=1")
+		id := l.ContainerID()
+		l.Release()
+		require.NoError(t, reg.Expire(ctx, id), "another replica expires %s", id)
+
+		_, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
+		assert.ErrorIs(t, err, sandbox.ErrExpiredContainer, "acquire a container expired elsewhere")
+		synctest.Wait()
+		assert.True(t, p.Container(0).Deleted(), "the container expired elsewhere is deleted")
+		n, _ := m.Load()
+		assert.Zero(t, n, "containers held")
+	})
+}

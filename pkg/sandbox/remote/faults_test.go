@@ -139,6 +139,32 @@ func TestKilledNodeMidRunIsLost(t *testing.T) {
 	assert.Error(t, err, "Run on a lease of a dead node")
 }
 
+// TestRestartedNodeLeaseLost: a lease of a node that restarted is gone with the node's
+// containers: its next run fails with ErrLost, and a new lease works.
+func TestRestartedNodeLeaseLost(t *testing.T) {
+	s := serve(t, newManager(t, &sandboxtest.Provider{}), ServerOptions{}, ClientOptions{})
+	l, err := s.client.Acquire(t.Context(), sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	require.NoError(t, err, "Acquire")
+	defer l.Release()
+	_, err = l.Run(t.Context(), "x=1", 0)
+	require.NoError(t, err, "Run")
+	require.NoError(t, s.stop(), "Serve")
+	s.restart(t, newManager(t, &sandboxtest.Provider{}))
+	var res sandbox.Result
+	require.Eventually(t, func() bool {
+		res, err = l.Run(t.Context(), "x", 0)
+		return !errors.Is(err, sandbox.ErrUnavailable) // until the client has reconnected
+	}, 5*time.Second, 20*time.Millisecond, "the client reconnects")
+	assert.ErrorIs(t, err, sandbox.ErrLost, "Run on a lease of the node before it restarted")
+	assert.Equal(t, sandbox.Result{}, res, "nothing ran")
+	l2, err := s.client.Acquire(t.Context(), sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	require.NoError(t, err, "Acquire on the restarted node")
+	defer l2.Release()
+	res, err = l2.Run(t.Context(), "x", 0)
+	assert.NoError(t, err, "Run on the restarted node")
+	assert.Equal(t, sandbox.Result{}, res, "a fresh container: x is unset")
+}
+
 // TestUnreachableNodeIsUnavailable: a node nobody listens for fails every call with
 // ErrUnavailable, before anything ran.
 func TestUnreachableNodeIsUnavailable(t *testing.T) {

@@ -82,6 +82,20 @@ func serve(t testing.TB, svc sandbox.Service, so ServerOptions, co ClientOptions
 	return s
 }
 
+// restart serves svc at s's address, as a node restarted, and returns it; it stops with the
+// test. s must be stopped.
+func (s *served) restart(t testing.TB, svc sandbox.Service) *served {
+	t.Helper()
+	srv, err := NewServer(svc, ServerOptions{Secret: testSecret, Log: zaptest.NewLogger(t)})
+	require.NoError(t, err, "NewServer")
+	l, err := net.Listen("tcp", s.addr)
+	require.NoError(t, err, "listen again at %s", s.addr)
+	r := &served{srv: srv, client: s.client, addr: s.addr, done: make(chan error, 1)}
+	go func() { r.done <- srv.Serve(l) }()
+	t.Cleanup(func() { assert.NoError(t, r.stop(), "Serve") })
+	return r
+}
+
 // stop stops the server at once, as a node that dies, and waits for Serve, whose error it
 // returns. Idempotent, and safe for concurrent use.
 func (s *served) stop() error {

@@ -35,8 +35,9 @@ const MinSecretBytes = 32
 
 // Defaults of the options' zero fields.
 const (
-	// DefaultMaxMessageBytes bounds one gRPC message either way: a Run's Result (its output
-	// and images) is the largest.
+	// DefaultMaxMessageBytes bounds one gRPC message either way. A Run's Result is the
+	// largest: with pkg/sandbox/local's OutputLimit L, at most some 6 L + 2 MiB (8 MiB at the
+	// default L); a Result beyond the bound fails its run as a lost connection would.
 	DefaultMaxMessageBytes = 64 << 20
 	// DefaultChunkBytes is the size of the chunks a file is streamed in.
 	DefaultChunkBytes = 64 << 10

@@ -79,6 +79,11 @@ func BenchmarkStore(b *testing.B) {
 			b.ReportMetric(float64(rt.n.Load()-before)/float64(i), "roundtrips/op")
 		})
 	}
+	bench("PING", func(int) { // the floor: one round trip doing nothing
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatalf("PING: %v", err)
+		}
+	})
 	bench("Lookup", func(int) {
 		if _, ok, err := s.Lookup(ctx, reg.ID); err != nil || !ok {
 			b.Fatalf("Lookup: %v, %v", ok, err)

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 
@@ -58,7 +59,7 @@ func (s *Store) getBounded(op, b, entry string) (string, bool) {
 	defer cancel()
 	v, err := s.c.Get(ctx, b+"e:"+entry).Result()
 	if err != nil {
-		if err != goredis.Nil {
+		if !errors.Is(err, goredis.Nil) {
 			s.logError(op, err)
 		}
 		return "", false

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -136,4 +137,17 @@ func TestTTLs(t *testing.T) {
 	left, err := c.Keys(ctx, "codeinterp:{registry}:*").Result()
 	require.NoError(t, err, "KEYS")
 	assert.Empty(t, left, "Remove of the last container leaves nothing of the registry")
+}
+
+// TestDeadlinesWarned: a Store over a client that ignores call deadlines says so once, at New.
+func TestDeadlinesWarned(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer func() { _ = c.Close() }()
+	redis.New(c, redis.Options{Log: zap.New(core)})
+	assert.Equal(t, 1, logs.FilterMessageSnippet("ignores call deadlines").Len(), "the warning for a default client")
+	nc := redis.NewClient(goredis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer func() { _ = nc.Close() }()
+	redis.New(nc, redis.Options{Log: zap.New(core)})
+	assert.Equal(t, 1, logs.FilterMessageSnippet("ignores call deadlines").Len(), "no warning for NewClient's client")
 }

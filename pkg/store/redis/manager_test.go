@@ -15,6 +15,10 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/store/redis/redistest"
 )
 
+func TestDefaultTombstoneTTL(t *testing.T) {
+	assert.Equal(t, sandbox.TombstoneTTL, redis.DefaultTombstoneTTL, "a tombstone lives as long in Redis as the Manager keeps it")
+}
+
 // TestRegistryUnderManager: a sandbox Manager keeps the names of what it issued in Redis, where
 // another Store on the same Redis (another replica) finds them, and forgets them with the
 // containers.

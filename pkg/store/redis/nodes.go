@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -72,7 +73,7 @@ func (s *Store) runNodes(ctx context.Context, op string, sc *goredis.Script, arg
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	cmd := sc.Run(ctx, s.c, []string{s.nodes}, append([]any{s.nodes, s.nowMS()}, args...)...)
-	if err := cmd.Err(); err != nil && err != goredis.Nil {
+	if err := cmd.Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		cmd.SetErr(fmt.Errorf("redis nodes %s: %w", op, err))
 	}
 	return cmd

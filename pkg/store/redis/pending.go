@@ -2,6 +2,7 @@ package redis
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -160,7 +161,7 @@ func (s *Store) Get(identity string, key store.Key) []store.PendingCall {
 	defer cancel()
 	v, err := s.c.Get(ctx, s.pending+"e:"+entryID(identity, key)).Result()
 	if err != nil {
-		if err != goredis.Nil {
+		if !errors.Is(err, goredis.Nil) {
 			s.logError("pending get", err)
 		}
 		return nil

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -133,7 +134,7 @@ func (s *Store) run(ctx context.Context, op string, sc *goredis.Script, args ...
 	ctx, cancel := s.call(ctx)
 	defer cancel()
 	cmd := sc.Run(ctx, s.c, []string{s.registry}, append([]any{s.registry}, args...)...)
-	if err := cmd.Err(); err != nil && err != goredis.Nil {
+	if err := cmd.Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		cmd.SetErr(fmt.Errorf("redis registry %s: %w", op, err))
 	}
 	return cmd

@@ -10,13 +10,17 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 // DefaultPrefix starts every key a Store keeps when Options.Prefix is empty.
 const DefaultPrefix = "codeinterp:"
+
+// DefaultTombstoneTTL is how long an expired registration is kept when Options.TombstoneTTL is
+// zero: sandbox.TombstoneTTL, which this package does not import (a store does not depend on
+// its callers; a test checks that the two agree).
+const DefaultTombstoneTTL = 24 * time.Hour
 
 // DefaultTimeout bounds each call to Redis when Options.Timeout is zero.
 const DefaultTimeout = 2 * time.Second
@@ -34,7 +38,7 @@ type Options struct {
 	// Now is the clock the entries' deadlines are read from; time.Now when nil.
 	Now func() time.Time
 
-	// The lifetimes of what is stored; those of package memory (and sandbox.TombstoneTTL) when
+	// The lifetimes of what is stored; those of package memory (and DefaultTombstoneTTL) when
 	// zero.
 	PendingTTL, AliasTTL, ContainersTTL, TombstoneTTL time.Duration
 	// The bounds of the pending calls, in all and per identity, and of the aliases and the
@@ -88,7 +92,7 @@ func New(c goredis.UniversalClient, o Options) *Store {
 	def(&o.PendingTTL, memory.PendingTTL)
 	def(&o.AliasTTL, memory.AliasTTL)
 	def(&o.ContainersTTL, memory.ContainersTTL)
-	def(&o.TombstoneTTL, sandbox.TombstoneTTL)
+	def(&o.TombstoneTTL, DefaultTombstoneTTL)
 	defInt(&o.PendingMaxEntries, memory.PendingMaxEntries)
 	defInt(&o.PendingMaxBytes, memory.PendingMaxBytes)
 	defInt(&o.PendingMaxEntriesPerIdentity, memory.PendingMaxEntriesPerIdentity)
@@ -98,6 +102,10 @@ func New(c goredis.UniversalClient, o Options) *Store {
 	log := o.Log
 	if log == nil {
 		log = zap.NewNop()
+	}
+	if !honoursDeadlines(c) {
+		log.Warn("redis client ignores call deadlines: a hung Redis holds a call for the client's read timeout, not the store's (make the client with NewClient)",
+			zap.Duration("timeout", o.Timeout))
 	}
 	p := o.Prefix
 	return &Store{
@@ -119,6 +127,18 @@ func NewClient(o goredis.UniversalOptions) goredis.UniversalClient {
 		o.DialerRetries = 1
 	}
 	return goredis.NewUniversalClient(&o)
+}
+
+// honoursDeadlines reports whether c bounds its network calls by their contexts' deadlines (as
+// far as it can be told: a client of another type is taken to).
+func honoursDeadlines(c goredis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *goredis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // call returns a context for one call to Redis, bounded by the Store's timeout.

@@ -61,3 +61,24 @@ func TestNodes(t *testing.T) {
 	newStore := stores(t)
 	storetest.TestNodes(t, func(t *testing.T, now func() time.Time) store.Nodes { return newStore(t, now) })
 }
+
+// TestCluster runs the contract tests through a Redis Cluster client: every command and script
+// reaches the slot of its store's hash tag.
+func TestCluster(t *testing.T) {
+	srv := redistest.StartCluster(t)
+	newStore := func(t *testing.T, now func() time.Time) *redis.Store {
+		return redis.New(srv.ClusterClient(), redis.Options{
+			Prefix: "t" + strconv.FormatInt(prefixes.Add(1), 10) + ":", Now: now, Log: zaptest.NewLogger(t),
+		})
+	}
+	newContinuations := func(t *testing.T, now func() time.Time) store.Continuations { return newStore(t, now) }
+	t.Run("registry", func(t *testing.T) {
+		storetest.TestRegistry(t, func() store.Registry { return newStore(t, nil) })
+	})
+	t.Run("pending", func(t *testing.T) { storetest.TestPending(t, limits, newContinuations) })
+	t.Run("aliases", func(t *testing.T) { storetest.TestAliases(t, limits, newContinuations) })
+	t.Run("context containers", func(t *testing.T) { storetest.TestContextContainers(t, limits, newContinuations) })
+	t.Run("nodes", func(t *testing.T) {
+		storetest.TestNodes(t, func(t *testing.T, now func() time.Time) store.Nodes { return newStore(t, now) })
+	})
+}

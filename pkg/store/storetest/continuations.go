@@ -166,6 +166,24 @@ func TestPending(t *testing.T, l Limits, newStore NewContinuations) {
 		assert.False(t, p.Holds("conversation"), "nothing is held after the drop")
 	})
 
+	// Concurrent Puts of one identity keep its bound, as sequential ones do.
+	t.Run("bounds under concurrent use", func(t *testing.T) {
+		p := newStore(t, newClock().Now)
+		small := []store.PendingCall{{CallID: "c", Output: "1"}}
+		const writers = 8
+		per := l.PendingMaxEntriesPerIdentity/writers + 16
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for i := range per {
+					p.Put("many", small, key("response", fmt.Sprintf("resp_%d_%d", w, i)))
+				}
+			})
+		}
+		wg.Wait()
+		assert.Len(t, p.IDs("many", "response"), l.PendingMaxEntriesPerIdentity, "entries kept for one identity after %d concurrent Puts", writers*per)
+	})
+
 	t.Run("concurrent use", func(t *testing.T) {
 		p := newStore(t, newClock().Now)
 		var wg sync.WaitGroup

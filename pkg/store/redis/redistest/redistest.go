@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,19 +27,34 @@ const Binary = "redis-server"
 // the test's temporary directory, persisting nothing. It is stopped when the test ends. Safe
 // for concurrent use.
 type Server struct {
-	t    testing.TB
-	addr string
-	dir  string
+	t       testing.TB
+	addr    string
+	dir     string
+	cluster bool
 
-	mu     sync.Mutex // guards cmd and done
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when cmd has exited
-	client *goredis.Client
+	mu      sync.Mutex // guards cmd and done
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when cmd has exited
+	client  *goredis.Client
+	cclient *goredis.ClusterClient
 }
 
 // Start runs a redis-server for t and returns once it answers PING. A missing binary fails the
 // test, saying how to install it: nothing is skipped.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return start(t, false)
+}
+
+// StartCluster runs a redis-server in cluster mode for t, a cluster of one node holding every
+// slot, and returns once the cluster is up: for the tests of what must work on Redis Cluster
+// (see ClusterClient).
+func StartCluster(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, cluster bool) *Server {
 	t.Helper()
 	if _, err := exec.LookPath(Binary); err != nil {
 		t.Fatalf("redistest: %s not found (%v): install Debian's redis-server (make deps, or apt-get install redis-server)", Binary, err)
@@ -51,7 +67,7 @@ func Start(t testing.TB) *Server {
 	if err := l.Close(); err != nil {
 		t.Fatalf("redistest: free port %s: %v", addr, err)
 	}
-	s := &Server{t: t, addr: addr, dir: t.TempDir()}
+	s := &Server{t: t, addr: addr, dir: t.TempDir(), cluster: cluster}
 	t.Cleanup(s.Stop)
 	s.start()
 	return s
@@ -73,6 +89,22 @@ func (s *Server) Client() *goredis.Client {
 		s.t.Cleanup(func() { _ = c.Close() })
 	}
 	return s.client
+}
+
+// ClusterClient returns a Redis Cluster client of a server StartCluster started, the same one
+// on every call, closed when the test ends; set like Client.
+func (s *Server) ClusterClient() *goredis.ClusterClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.cluster {
+		s.t.Fatalf("redistest: ClusterClient of a server Start started (use StartCluster)")
+	}
+	if s.cclient == nil {
+		s.cclient = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{s.addr}, DialerRetries: 1, ContextTimeoutEnabled: true})
+		c := s.cclient
+		s.t.Cleanup(func() { _ = c.Close() })
+	}
+	return s.cclient
 }
 
 // Stop kills the server and waits until it has exited; the data it held is lost. Stopping a
@@ -119,9 +151,12 @@ func (s *Server) Restart() {
 func (s *Server) start() {
 	s.t.Helper()
 	_, port, _ := net.SplitHostPort(s.addr)
-	cmd := exec.Command(Binary,
-		"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
-		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "warning")
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--protected-mode", "yes", "--loglevel", "warning"}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	}
+	cmd := exec.Command(Binary, args...)
 	log, err := os.Create(s.dir + "/redis-" + strconv.FormatInt(time.Now().UnixNano(), 36) + ".log")
 	if err != nil {
 		s.t.Fatalf("redistest: create log: %v", err)
@@ -139,7 +174,11 @@ func (s *Server) start() {
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	if err := waitPing(s.addr, done); err != nil {
+	err = waitPing(s.addr, done)
+	if err == nil && s.cluster {
+		err = waitCluster(s.addr)
+	}
+	if err != nil {
 		s.Stop()
 		out, _ := os.ReadFile(log.Name())
 		s.t.Fatalf("redistest: %s on %s: %v\n%s", Binary, s.addr, err, out)
@@ -168,5 +207,34 @@ func waitPing(addr string, exited <-chan struct{}) error {
 			return fmt.Errorf("no answer to PING: %w", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitCluster gives the one-node cluster at addr every slot (unless its configuration file kept
+// them from a run before a Restart) and returns once the cluster is up, or an error after 10 s.
+func waitCluster(addr string) error {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("CLUSTER INFO: %w", err)
+	}
+	if strings.Contains(info, "cluster_slots_assigned:0") {
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+			return fmt.Errorf("CLUSTER ADDSLOTSRANGE: %w", err)
+		}
+	}
+	for {
+		info, err = c.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not up: %q, %v", info, err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

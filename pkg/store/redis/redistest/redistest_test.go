@@ -38,3 +38,15 @@ func TestServer(t *testing.T) {
 	s.Resume()
 	require.NoError(t, c.Ping(ctx).Err(), "PING after Resume")
 }
+
+func TestCluster(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.StartCluster(t)
+	c := s.ClusterClient()
+	require.NoError(t, c.Set(ctx, "{a}k", "v", 0).Err(), "SET through the cluster client")
+	assert.Equal(t, "v", c.Get(ctx, "{a}k").Val(), "GET through the cluster client")
+	s.Restart()
+	require.Eventually(t, func() bool { return c.Ping(ctx).Err() == nil }, 5*time.Second, 50*time.Millisecond,
+		"the cluster client reaches the restarted node")
+	require.NoError(t, c.Set(ctx, "{b}k", "v", 0).Err(), "SET after the restart: the node holds every slot again")
+}
