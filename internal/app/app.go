@@ -66,6 +66,7 @@ type App struct {
 	metrics  *processor.Metrics
 	api      *apiServer
 	owned    *local.Local // the backend made by New, closed by Shutdown
+	tracing  *tracing     // the OpenTelemetry export, nil when off (tracing.go)
 	log      *zap.Logger
 	shutdown sync.Once
 }
@@ -90,6 +91,9 @@ func New(o Options) (*App, error) {
 	}
 	sb := cfg.GetSandbox()
 	s := &App{log: log}
+	if s.tracing, err = startTracing(cfg.GetTracing(), log); err != nil {
+		return nil, err
+	}
 	provider := o.Provider
 	if provider == nil {
 		// local.New warns, once, when the configuration turns isolation off.
@@ -101,7 +105,7 @@ func New(o Options) (*App, error) {
 	}
 	s.manager = sandbox.NewManager(provider, managerConfig(cfg), log)
 	s.api = newAPIServer(cfg, s.manager, secret, log)
-	s.engine = loop.New(s.manager, loop.Config{Log: log})
+	s.engine = loop.New(s.manager, loop.Config{Log: log, Telemetry: s.tracing.genAI()})
 	s.metrics = processor.NewMetrics()
 	// Cross-request state lives in this process; replicas that must share it need a shared
 	// store here.
@@ -116,6 +120,7 @@ func New(o Options) (*App, error) {
 		MaxRequestBytes:   int64(min(cfg.GetMaxRequestBytes(), math.MaxInt64)),
 		Loop:              s.engine,
 		Admission:         adm,
+		Telemetry:         s.tracing.genAI(),
 		// The API surfaces served: adding one is a package under pkg/schema and a line here.
 		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}, messages.Surface{ContainerIdle: sb.GetSessionIdleTtl().AsDuration()}},
 		Secret:   secret,
@@ -309,6 +314,7 @@ func (s *App) closeParts() error {
 		errs = append(errs, err)
 	}
 	s.engine.Close()
+	errs = append(errs, s.tracing.shutdown())
 	if s.owned != nil {
 		if err := s.owned.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close sandbox backend: %w", err))
