@@ -62,7 +62,8 @@ type Config struct {
 	ServiceName string
 	// Metrics reports whether the GenAI metrics are exported too (every MetricInterval).
 	Metrics bool
-	// MetricInterval is how often metrics are exported; zero means a minute.
+	// MetricInterval is how often metrics are exported; zero means OTEL_METRIC_EXPORT_INTERVAL,
+	// else a minute.
 	MetricInterval time.Duration
 	// CaptureContent reports whether spans carry content: the code a tool call runs and the
 	// text it returned, truncated at MaxContentBytes. Off by default: content is the tenant's.
@@ -107,12 +108,12 @@ func Start(ctx context.Context, cfg Config) (*Providers, error) {
 			_ = p.tracer.Shutdown(ctx)
 			return nil, err
 		}
-		interval := cfg.MetricInterval
-		if interval <= 0 {
-			interval = time.Minute
+		var ropts []sdkmetric.PeriodicReaderOption
+		if cfg.MetricInterval > 0 {
+			ropts = append(ropts, sdkmetric.WithInterval(cfg.MetricInterval))
 		}
 		p.meter = sdkmetric.NewMeterProvider(sdkmetric.WithResource(res),
-			sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics, sdkmetric.WithInterval(interval))))
+			sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics, ropts...)))
 	}
 	var mp metric.MeterProvider // nil, not a nil *MeterProvider, when metrics are off
 	if p.meter != nil {
