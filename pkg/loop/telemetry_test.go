@@ -93,4 +93,3 @@ func TestTelemetryOffAddsNoHeader(t *testing.T) {
 	require.Len(t, f.model.headers, 1)
 	assert.Empty(t, f.model.headers[0].Get("Traceparent"), "no traceparent when telemetry is off")
 }
-
