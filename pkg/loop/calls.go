@@ -217,8 +217,13 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 		lr.e.metrics.runs.WithLabelValues("ok").Inc()
 		item.Run = codeRun(res, limit, false)
 		errType := ""
-		if res.Error != nil {
+		switch {
+		case res.Error != nil && res.Error.Name == "MemoryError":
+			errType = telemetry.ToolErrorOOM
+		case res.Error != nil:
 			errType = telemetry.ToolErrorException
+		case res.Truncated:
+			errType = telemetry.ToolErrorOutputLimit
 		}
 		return lr.show(res, limit, item), true, errType
 	case errors.Is(err, sandbox.ErrTimeout):

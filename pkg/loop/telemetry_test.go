@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -92,4 +93,51 @@ func TestTelemetryOffAddsNoHeader(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.Status)
 	require.Len(t, f.model.headers, 1)
 	assert.Empty(t, f.model.headers[0].Get("Traceparent"), "no traceparent when telemetry is off")
+}
+
+// The execute_tool span's error.type follows the run's outcome.
+func TestTelemetryToolErrorTypes(t *testing.T) {
+	tests := []struct {
+		name string
+		res  sandbox.Result
+		err  error
+		want string
+	}{
+		{"ok", sandbox.Result{Stdout: "1\n"}, nil, ""},
+		{"raised", sandbox.Result{Error: &sandbox.Error{Name: "ValueError"}}, nil, telemetry.ToolErrorException},
+		{"out of memory", sandbox.Result{Error: &sandbox.Error{Name: "MemoryError"}}, nil, telemetry.ToolErrorOOM},
+		{"output cut", sandbox.Result{Stdout: "1\n", Truncated: true}, nil, telemetry.ToolErrorOutputLimit},
+		{"timed out", sandbox.Result{}, sandbox.ErrTimeout, telemetry.ToolErrorTimeout},
+		{"lost", sandbox.Result{}, sandbox.ErrLost, telemetry.ToolErrorLost},
+		{"failed", sandbox.Result{}, errors.New("backend down"), telemetry.ToolErrorUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spans := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, false, 0)
+			require.NoError(t, err)
+			f := newFixture(t, scripted{status: 200, body: respText("2", "done")})
+			f.provider.run = func(string) (sandbox.Result, error) { return tt.res, tt.err }
+			e := New(f.manager, Config{Log: zaptest.NewLogger(t), Telemetry: g})
+			t.Cleanup(e.Close)
+			res := e.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10)))
+			require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+			var got []string
+			for _, s := range spans.Ended() {
+				if s.Name() != "execute_tool code_interpreter" {
+					continue
+				}
+				errType := ""
+				for _, kv := range s.Attributes() {
+					if kv.Key == "error.type" {
+						errType = kv.Value.AsString()
+					}
+				}
+				got = append(got, errType)
+			}
+			assert.Equal(t, []string{tt.want}, got, "error.type of a run that %s", tt.name)
+		})
+	}
 }

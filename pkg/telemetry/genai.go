@@ -48,6 +48,11 @@ const (
 	ToolErrorFiles       = "files_unavailable"
 	ToolErrorInvalidArgs = "invalid_arguments"
 	ToolErrorCallLimit   = "call_limit"
+	// ToolErrorException: the code raised; ToolErrorOOM: it raised MemoryError (the
+	// container's memory limit); ToolErrorOutputLimit: it ran, but its output was cut at the
+	// sandbox's output limit.
+	ToolErrorOOM         = "oom"
+	ToolErrorOutputLimit = "output_limit"
 	ToolErrorRepeated    = "repeated"
 	ToolErrorException   = "exception"
 )
