@@ -409,8 +409,8 @@ func (t *Tool) End(containerID, errType, result string) {
 
 // The steps of a loop that get a span of their own.
 const (
-	StepAcquire   = "sandbox.acquire"
-	StepCopyFiles = "sandbox.copy_files"
+	StepAcquire   = "acquire_sandbox"
+	StepCopyFiles = "copy_files"
 )
 
 // Step is the span of one step of the loop (StepAcquire, StepCopyFiles). Not safe for

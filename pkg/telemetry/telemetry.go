@@ -8,8 +8,8 @@
 //
 //	invoke_agent codeinterp        INTERNAL  (child of Envoy's ext_proc span, from the stream's traceparent)
 //	 ├─ chat {model}               CLIENT    one per upstream round; follow-ups carry its traceparent
-//	 ├─ sandbox.acquire            INTERNAL
-//	 ├─ sandbox.copy_files         INTERNAL
+//	 ├─ acquire_sandbox            INTERNAL
+//	 ├─ copy_files                 INTERNAL
 //	 └─ execute_tool {tool}        INTERNAL  one per code run
 package telemetry
 
