@@ -127,3 +127,25 @@ func TestStartExportsOverOTLP(t *testing.T) {
 		})
 	}
 }
+
+func TestServiceName(t *testing.T) {
+	tests := []struct {
+		name string
+		env  string
+		give string
+		want string
+	}{
+		{"default", "", "", "codeinterp"},
+		{"OTEL_SERVICE_NAME", "from-env", "", "from-env"},
+		{"configured wins", "from-env", "configured", "configured"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OTEL_SERVICE_NAME", tt.env)
+			res, err := newResource(context.Background(), tt.give)
+			require.NoError(t, err)
+			got, _ := res.Set().Value("service.name")
+			assert.Equal(t, tt.want, got.AsString(), "service.name with OTEL_SERVICE_NAME=%q and %q configured", tt.env, tt.give)
+		})
+	}
+}

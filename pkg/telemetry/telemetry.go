@@ -84,14 +84,9 @@ type Providers struct {
 // Start builds the exporters and providers of cfg. It connects lazily: a collector that is
 // down loses spans (the batch exporter drops them), never requests.
 func Start(ctx context.Context, cfg Config) (*Providers, error) {
-	res, err := resource.New(ctx, resource.WithFromEnv(), resource.WithTelemetrySDK(),
-		resource.WithAttributes(semconv.ServiceName(serviceName(cfg.ServiceName))))
-	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
-		return nil, fmt.Errorf("telemetry resource: %w", err)
-	}
-	if cfg.ServiceName != "" {
-		// The configured name wins over OTEL_SERVICE_NAME.
-		res, _ = resource.Merge(res, resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName)))
+	res, err := newResource(ctx, cfg.ServiceName)
+	if err != nil {
+		return nil, err
 	}
 	spans, err := traceExporter(ctx, cfg)
 	if err != nil {
@@ -137,11 +132,19 @@ func (p *Providers) Shutdown(ctx context.Context) error {
 	return err
 }
 
-func serviceName(name string) string {
-	if name == "" {
-		return "codeinterp"
+// newResource describes the process: service.name is name, else OTEL_SERVICE_NAME, else
+// "codeinterp"; OTEL_RESOURCE_ATTRIBUTES and the SDK's attributes are added. (Of resource.New's
+// detectors, a later one wins.)
+func newResource(ctx context.Context, name string) (*resource.Resource, error) {
+	opts := []resource.Option{resource.WithAttributes(semconv.ServiceName("codeinterp")), resource.WithFromEnv(), resource.WithTelemetrySDK()}
+	if name != "" {
+		opts = append(opts, resource.WithAttributes(semconv.ServiceName(name)))
 	}
-	return name
+	res, err := resource.New(ctx, opts...)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	return res, nil
 }
 
 // endpoint splits cfg.Endpoint into what the exporters take: the URL, and whether it is plain
