@@ -71,6 +71,7 @@ type App struct {
 	metrics   *processor.Metrics
 	api       *apiServer
 	owned     *local.Local // the backend made by New, closed by Shutdown
+	tracing   *tracing     // the OpenTelemetry export, nil when off (tracing.go)
 	log       *zap.Logger
 	shutdown  sync.Once
 }
@@ -106,7 +107,11 @@ func New(o Options) (*App, error) {
 	}
 	sb := cfg.GetSandbox()
 	s := &App{log: log}
+	if s.tracing, err = startTracing(cfg.GetTracing(), log); err != nil {
+		return nil, err
+	}
 	if s.stores, err = newStores(cfg, log); err != nil {
+		_ = s.closeParts(context.Background())
 		return nil, err
 	}
 	if cfg.GetRole() != config.RoleGateway {
@@ -131,7 +136,7 @@ func New(o Options) (*App, error) {
 		s.sandboxes = s.fleet.fleet
 	}
 	s.api = newAPIServer(cfg, s.sandboxes, secret, log)
-	s.engine = loop.New(s.sandboxes, loop.Config{Log: log})
+	s.engine = loop.New(s.sandboxes, loop.Config{Log: log, Telemetry: s.tracing.genAI()})
 	s.metrics = processor.NewMetrics()
 	adm := admission.New(s.sandboxes, s.stores.continuations, admission.Config{
 		MaxInputFileBytes: int64(min(cfg.GetMaxUploadBytes(), math.MaxInt64)),
@@ -144,6 +149,7 @@ func New(o Options) (*App, error) {
 		MaxRequestBytes:   int64(min(cfg.GetMaxRequestBytes(), math.MaxInt64)),
 		Loop:              s.engine,
 		Admission:         adm,
+		Telemetry:         s.tracing.genAI(),
 		// The API surfaces served: adding one is a package under pkg/schema and a line here.
 		Surfaces: []schema.Surface{responses.Surface{}, chat.Surface{}, messages.Surface{ContainerIdle: sb.GetSessionIdleTtl().AsDuration()}},
 		Secret:   secret,
@@ -361,6 +367,7 @@ func (s *App) closeParts(grace context.Context) error {
 	if s.engine != nil {
 		s.engine.Close()
 	}
+	errs = append(errs, s.tracing.shutdown())
 	if s.owned != nil {
 		if err := s.owned.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close sandbox backend: %w", err))

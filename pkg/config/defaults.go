@@ -66,6 +66,15 @@ const (
 	DefaultFirstUID                 = 1_000_000_000
 	DefaultUIDCount                 = 65536
 	DefaultCPUQuota                 = 1.0
+
+	// DefaultMaxContentBytes bounds a span's content attribute (tracing.capture_content).
+	DefaultMaxContentBytes = 4096
+)
+
+// The values of tracing.protocol, as config.proto documents them.
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http/protobuf"
 )
 
 // NodeAddress is the address other replicas dial to reach cfg's sandbox service:
@@ -197,6 +206,9 @@ var defaults = []struct {
 	{"sandbox.local.uid_count", DefaultUIDCount},
 	{"sandbox.local.cpu_quota", DefaultCPUQuota},
 	{"sandbox.local.interrupt_grace", DefaultInterruptGrace},
+
+	{"tracing.metrics", true},
+	{"tracing.max_content_bytes", DefaultMaxContentBytes},
 }
 
 // ApplyDefaults fills every unset field of cfg with its documented default, creating the

@@ -63,6 +63,7 @@ func Validate(cfg *configv1.Config) error {
 	if cfg.ProfileMetadataKey != strings.ToLower(cfg.ProfileMetadataKey) {
 		bad("profile_metadata_key", "%q must be lower case (gRPC metadata keys are)", cfg.ProfileMetadataKey)
 	}
+	errs = append(errs, validateTracing(cfg.GetTracing())...)
 	errs = append(errs, validateProfile("default_profile", cfg.DefaultProfile, cfg.MaxRequestBytes)...)
 	for name, p := range cfg.Profiles {
 		field := fmt.Sprintf("profiles[%q]", name)
@@ -384,6 +385,37 @@ func checkAddr(a string) error {
 		return fmt.Errorf("%q is not host:port or unix:///path", a)
 	}
 	return nil
+}
+
+// validateTracing checks the tracing section (also when tracing is off: a mistake shows before
+// someone turns it on).
+func validateTracing(t *configv1.Tracing) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("tracing.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if t.GetEndpoint() != "" {
+		if err := checkUpstream(t.GetEndpoint()); err != nil {
+			bad("endpoint", "%v", err)
+		}
+	}
+	switch t.GetProtocol() {
+	case "", TracingGRPC, TracingHTTP:
+	default:
+		bad("protocol", "%q is not %q or %q", t.GetProtocol(), TracingGRPC, TracingHTTP)
+	}
+	if t.SampleRatio != nil && (t.GetSampleRatio() < 0 || t.GetSampleRatio() > 1) {
+		bad("sample_ratio", "%v is not between 0 and 1", t.GetSampleRatio())
+	}
+	for k := range t.GetHeaders() {
+		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
+			bad("headers", "%q is not a header name", k)
+		}
+	}
+	if t.GetCaptureContent() && t.GetMaxContentBytes() == 0 {
+		bad("max_content_bytes", "must be above 0 when capture_content is on")
+	}
+	return errs
 }
 
 func checkUpstream(u string) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/telemetry"
 )
 
 // The fixed texts fed to the model instead of a run's output when the run could not happen or
@@ -61,6 +62,8 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 	maxCalls := lr.r.MaxCallsPerTurn
 	for i, c := range calls {
 		item := schema.CodeCall{ID: lr.callID(round, i, c.CallID), Code: c.Code, Status: "in_progress", Outputs: []schema.CodeOutput{}}
+		ctx, tool := lr.agent.StartTool(ctx, c.CallID, c.Code)
+		errType := ""
 		if lr.r.Sink != nil {
 			// The item names its container from the start: acquiring only names it, the
 			// container starts on the first run.
@@ -75,23 +78,27 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		switch {
 		case i >= maxCalls:
 			item.Status, text = statusFailed, fmt.Sprintf(TextCallLimit, maxCalls)
+			errType = telemetry.ToolErrorCallLimit
 			lr.e.metrics.runs.WithLabelValues("call_limit").Inc()
 		case c.ArgsErr != nil:
 			item.Status, text = statusFailed, TextInvalidArguments
+			errType = telemetry.ToolErrorInvalidArgs
 			lr.e.metrics.runs.WithLabelValues("invalid_arguments").Inc()
 		case lr.stopped(ctx) != nil:
 			// The loop is over (deadline or client gone): the call is left unanswered and its
 			// item incomplete.
 			item.Status, text = "incomplete", ""
+			errType = ctxErrType(ctx)
 		default:
 			if _, ok := lr.seen[c.Code]; ok {
 				item.Status, text = statusFailed, TextRepeated
+				errType = telemetry.ToolErrorRepeated
 				repeated = true
 				lr.e.metrics.runs.WithLabelValues("repeat").Inc()
 				break
 			}
 			var ran bool
-			if text, ran = lr.runOne(ctx, &item); ran {
+			if text, ran, errType = lr.runOne(ctx, &item); ran {
 				// Code that could not run (no sandbox, or it was lost) may be sent again.
 				lr.seen[c.Code] = round
 			}
@@ -108,6 +115,7 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		if text != "" && item.Status != statusCompleted && len(item.Outputs) == 0 {
 			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: text})
 		}
+		tool.End(item.ContainerID, errType, text)
 		items = append(items, item)
 		outputs = append(outputs, schema.CallOutput{CallID: c.CallID, Output: text})
 		done := item
@@ -133,36 +141,60 @@ func (lr *loopRun) ensureLease(ctx context.Context) (*sandbox.Lease, error) {
 	if lr.lease != nil {
 		return lr.lease, nil
 	}
+	ctx, step := lr.agent.StartStep(ctx, telemetry.StepAcquire)
 	lease, err := lr.e.sandboxes.Acquire(ctx, lr.r.Sandbox)
+	step.End(err)
 	if err != nil {
 		return nil, err
 	}
 	lr.lease = lease
+	if lr.agent != nil {
+		source := "new"
+		switch {
+		case lr.r.Sandbox.ContainerID != "":
+			source = "container_id"
+		case lr.r.Sandbox.Session != "":
+			source = "session"
+		}
+		lr.agent.Conversation(lease.ContainerID(), source)
+	}
 	return lease, nil
 }
 
+// ctxErrType is the error.type of a tool call the loop's end left unanswered.
+func ctxErrType(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "deadline"
+	}
+	return "canceled"
+}
+
 // runOne runs one call's code in the request's sandbox and fills item; it returns the text fed
-// back to the model and whether the code ran to a result (finished or timed out) rather than
-// not at all or in a sandbox that was lost.
-func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, bool) {
+// back to the model, whether the code ran to a result (finished or timed out) rather than
+// not at all or in a sandbox that was lost, and the run's error type for telemetry ("" when
+// it succeeded; see the telemetry.ToolError* values).
+func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, bool, string) {
 	lease, err := lr.ensureLease(ctx)
 	if err != nil {
 		lr.e.log.Warn("acquire sandbox", zap.Error(err))
 		lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
 		item.Status = statusFailed
-		return TextSandboxUnavailable, false
+		return TextSandboxUnavailable, false, telemetry.ToolErrorUnavailable
 	}
 	if len(lr.r.InputFiles) > 0 && lr.inputsIn != lease.ContainerID() {
 		// First run, or the container was lost and replaced by a fresh one.
-		if err := lr.copyInputs(ctx, lease); err != nil {
+		sctx, step := lr.agent.StartStep(ctx, telemetry.StepCopyFiles)
+		err := lr.copyInputs(sctx, lease)
+		step.End(err)
+		if err != nil {
 			if ctx.Err() != nil {
 				item.Status = "incomplete"
-				return "", false
+				return "", false, ctxErrType(ctx)
 			}
 			lr.e.log.Warn("copy container.file_ids into the container", zap.Error(err))
 			lr.e.metrics.runs.WithLabelValues("files_unavailable").Inc()
 			item.Status = statusFailed
-			return TextFilesUnavailable, false
+			return TextFilesUnavailable, false, telemetry.ToolErrorFiles
 		}
 		lr.inputsIn = lease.ContainerID()
 	}
@@ -184,7 +216,16 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	case err == nil:
 		lr.e.metrics.runs.WithLabelValues("ok").Inc()
 		item.Run = codeRun(res, limit, false)
-		return lr.show(res, limit, item), true
+		errType := ""
+		switch {
+		case res.Error != nil && res.Error.Name == "MemoryError":
+			errType = telemetry.ToolErrorOOM
+		case res.Error != nil:
+			errType = telemetry.ToolErrorException
+		case res.Truncated:
+			errType = telemetry.ToolErrorOutputLimit
+		}
+		return lr.show(res, limit, item), true, errType
 	case errors.Is(err, sandbox.ErrTimeout):
 		lr.e.metrics.runs.WithLabelValues("timeout").Inc()
 		item.Status = statusFailed
@@ -210,19 +251,19 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 			}
 		}
 		item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: logs})
-		return text, true
+		return text, true, telemetry.ToolErrorTimeout
 	case errors.Is(err, sandbox.ErrLost):
 		lr.e.metrics.runs.WithLabelValues("lost").Inc()
 		item.Status = statusFailed
-		return TextSandboxLost, false
+		return TextSandboxLost, false, telemetry.ToolErrorLost
 	case ctx.Err() != nil:
 		item.Status = "incomplete"
-		return "", false
+		return "", false, ctxErrType(ctx)
 	default:
 		lr.e.log.Warn("code run failed", zap.Error(err))
 		lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
 		item.Status = statusFailed
-		return TextSandboxUnavailable, false
+		return TextSandboxUnavailable, false, telemetry.ToolErrorUnavailable
 	}
 }
 

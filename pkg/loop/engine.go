@@ -19,6 +19,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/telemetry"
 )
 
 // Sandboxes hands out the sandbox a request's code runs in. *sandbox.Manager implements it.
@@ -41,6 +42,9 @@ type Config struct {
 	MaxResponseBytes int64
 	// NewID, if set, returns a new item id with the given prefix (a test seam).
 	NewID func(prefix string) string
+	// Telemetry, if set, makes the GenAI spans and metrics of each loop (an invoke_agent span,
+	// a chat span per upstream round, an execute_tool span per call); nil is off, at no cost.
+	Telemetry *telemetry.GenAI
 }
 
 // Engine runs loops. It is safe for concurrent use; each Run is independent.
@@ -52,6 +56,7 @@ type Engine struct {
 	maxBody   int64
 	newID     func(prefix string) string
 	metrics   engineMetrics
+	tel       *telemetry.GenAI
 }
 
 // New returns an Engine that runs code in sb.
@@ -63,6 +68,7 @@ func New(sb Sandboxes, cfg Config) *Engine {
 		maxBody:   cfg.MaxResponseBytes,
 		newID:     cfg.NewID,
 		metrics:   newEngineMetrics(),
+		tel:       cfg.Telemetry,
 	}
 	if e.log == nil {
 		e.log = zap.NewNop()
@@ -111,9 +117,13 @@ func (e *Engine) Collectors() []prometheus.Collector { return e.metrics.collecto
 // cancellation (the client or Envoy went away) stops the loop at once.
 func (e *Engine) Run(ctx context.Context, r Request) Response {
 	run := &loopRun{e: e, r: r.withDefaults(e.maxBody), seen: map[string]int{}}
+	if e.tel != nil {
+		ctx, run.agent = e.tel.StartAgent(ctx, r.Surface, r.Exchange.Request().Body)
+	}
 	defer run.release()
 	res := run.run(ctx)
 	run.endStream(ctx, res)
+	run.agent.End(string(res.Stop), res.Status, res.Rounds, res.Calls)
 	return res
 }
 
@@ -175,6 +185,10 @@ type loopRun struct {
 	begun, ended bool
 	// inputsIn is the container the request's InputFiles were copied into, "" before.
 	inputsIn string
+	// agent is the loop's invoke_agent span, nil when telemetry is off; chat is the span of
+	// the upstream round in progress.
+	agent *telemetry.Agent
+	chat  *telemetry.Chat
 }
 
 // emit reports ev to the request's Sink, if it has one.
@@ -212,12 +226,16 @@ func (lr *loopRun) run(ctx context.Context) Response {
 	x := r.Exchange
 	rq := x.Request()
 	resp := r.First
+	// The first round's call was Envoy's: its span starts when the request went upstream.
+	_, lr.chat = lr.agent.StartChat(ctx, 0, r.FirstSent, r.FirstStream != nil)
 	if r.FirstStream != nil {
 		var res Response
 		if resp, res = lr.readFirst(ctx); resp == nil {
+			lr.chat.End(0, nil, errFirstAnswer)
 			return res
 		}
 	}
+	lr.chat.End(http.StatusOK, resp, nil)
 	turn, err := x.ParseTurn(resp)
 	if err != nil {
 		return lr.upstreamGarbage(err)
@@ -257,7 +275,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			lr.e.log.Error("build follow-up", zap.Error(err))
 			return lr.errorResponse(http.StatusBadGateway, "codeinterp could not build the follow-up request from the model's answer.", "followup_failed", StopUpstreamError)
 		}
-		status, header, body, err := lr.post(ctx, next, round+1)
+		status, header, body, err := lr.post(ctx, next, round+1, rq.Stream && canStream)
 		if err != nil {
 			if stopErr := lr.stopped(ctx); stopErr != nil {
 				stop = ctxStop(stopErr)
@@ -300,7 +318,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 // readFirst reads the first answer from Request.FirstStream: the answer, or nil and the
 // client's answer when it could not be read.
 func (lr *loopRun) readFirst(ctx context.Context) ([]byte, Response) {
-	body, err := lr.readStream(lr.r.FirstStream, lr.limit(), 0)
+	body, err := lr.readStream(lr.firstChunk(lr.r.FirstStream), lr.limit(), 0)
 	switch {
 	case err == nil:
 		return body, Response{}
@@ -465,7 +483,9 @@ const followUpAttempts = 3
 // written is retried by the transport itself; one that was written whole is not sent again:
 // with a conversation or store:true the upstream may have kept it, and a second send would
 // append the outputs twice.
-func (lr *loopRun) post(ctx context.Context, body []byte, round int) (int, http.Header, []byte, error) {
+func (lr *loopRun) post(ctx context.Context, body []byte, round int, stream bool) (status int, header http.Header, out []byte, err error) {
+	ctx, lr.chat = lr.agent.StartChat(ctx, round, time.Time{}, stream)
+	defer func() { lr.chat.End(status, out, err) }()
 	for attempt := 1; ; attempt++ {
 		status, header, out, err := lr.postOnce(ctx, body, round)
 		if err == nil || attempt == followUpAttempts || !dialFailed(err) || ctx.Err() != nil {
@@ -507,6 +527,8 @@ func (lr *loopRun) postOnce(ctx context.Context, body []byte, round int) (int, h
 	// net/http would send one that carries such a key again after it was written whole.
 	req.Header.Del("Idempotency-Key")
 	req.Header.Del("X-Idempotency-Key")
+	// The call continues the trace under its chat span (Envoy's and the model's spans hang there).
+	lr.chat.Inject(req.Header)
 	resp, err := lr.e.client.Do(req)
 	if err != nil {
 		lr.e.metrics.followUps.WithLabelValues("error").Inc()
@@ -515,7 +537,7 @@ func (lr *loopRun) postOnce(ctx context.Context, body []byte, round int) (int, h
 	defer resp.Body.Close()
 	limit := lr.limit()
 	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
-		out, err := lr.readStream(resp.Body, limit, round)
+		out, err := lr.readStream(lr.firstChunk(resp.Body), limit, round)
 		if err != nil {
 			lr.e.metrics.followUps.WithLabelValues("error").Inc()
 			return 0, nil, nil, err
@@ -552,4 +574,30 @@ func drain(body io.ReadCloser) {
 	t := time.AfterFunc(drainTime, func() { _ = body.Close() })
 	defer t.Stop()
 	_, _ = io.CopyN(io.Discard, body, drainBytes)
+}
+
+// errFirstAnswer stands for a first answer that could not be read, in its chat span.
+var errFirstAnswer = errors.New("first answer not read")
+
+// firstChunk returns r, which notes the first chunk it reads in the round's chat span (the
+// time to first chunk of a streamed answer); r itself when telemetry is off.
+func (lr *loopRun) firstChunk(r io.Reader) io.Reader {
+	if lr.chat == nil {
+		return r
+	}
+	return &chunkReader{r: r, chat: lr.chat}
+}
+
+// chunkReader tells its chat span when the first bytes arrive.
+type chunkReader struct {
+	r    io.Reader
+	chat *telemetry.Chat
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.chat.FirstChunk()
+	}
+	return n, err
 }

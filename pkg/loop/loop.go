@@ -81,6 +81,12 @@ type Request struct {
 	// OnLoop, if set, is called once, before the first code run, when the answer does need the
 	// loop (the processor extends Envoy's message timeout there).
 	OnLoop func()
+	// Surface names the request's API surface ([schema.Surface.Name]), for telemetry: the
+	// provider and tool names of its spans.
+	Surface string
+	// FirstSent is when the request went upstream (its first round), for telemetry: the first
+	// round's chat span starts there. Zero means when Run starts.
+	FirstSent time.Time
 }
 
 // InputFile is a Files API file a request copies into its container.

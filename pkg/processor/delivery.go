@@ -294,6 +294,9 @@ func (st *streamState) loopRequest(first []byte) loop.Request {
 		MaxImages:        r.MaxImages,
 		MaxCallsPerTurn:  r.MaxCallsPerTurn,
 		MaxAnswerBytes:   r.MaxAnswerBytes,
+
+		Surface:   st.surface.Name(),
+		FirstSent: st.sentAt,
 	}
 	st.admitted.Apply(&req)
 	return req

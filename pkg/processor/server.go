@@ -25,6 +25,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/admission"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/telemetry"
 )
 
 // Looper runs the agentic loop of one request. *loop.Engine implements it.
@@ -111,6 +112,10 @@ type Options struct {
 	Metrics *Metrics
 	// Now, if set, replaces time.Now (a test seam).
 	Now func() time.Time
+	// Telemetry, if set, continues the trace Envoy's tracer hands each stream (its traceparent
+	// in the stream's gRPC metadata): the loop's spans become children of Envoy's ext_proc
+	// span. Nil is off.
+	Telemetry *telemetry.GenAI
 }
 
 // Server is the ext_proc service. It is safe for concurrent use: every stream has its own state.
@@ -127,6 +132,7 @@ type Server struct {
 	log        *zap.Logger
 	metrics    *Metrics
 	now        func() time.Time
+	tel        *telemetry.GenAI
 	// maxRequestBody bounds a request body collected from FULL_DUPLEX_STREAMED chunks
 	// (max_request_bytes, the gRPC receive limit that bounds a BUFFERED one).
 	maxRequestBody int64
@@ -186,6 +192,7 @@ func New(o Options) (*Server, error) {
 		log:        log.Named("processor"),
 		metrics:    metrics,
 		now:        now,
+		tel:        o.Telemetry,
 		live:       map[*liveStream]struct{}{},
 
 		maxRequestBody: o.MaxRequestBytes,
@@ -197,7 +204,7 @@ func New(o Options) (*Server, error) {
 // [Server.Close] ends (or that opens after it) fails with codes.Unavailable, so Envoy fails the
 // request (failure_mode_allow false) instead of taking a half-done loop for an answer.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	ctx, cancel := context.WithCancelCause(stream.Context())
+	ctx, cancel := context.WithCancelCause(s.tel.FromIncoming(stream.Context()))
 	defer cancel(nil)
 	ls := &liveStream{cancel: cancel}
 	if !s.track(ls) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -60,6 +61,9 @@ type streamState struct {
 	live *liveAnswer
 	// outcome is the stream's outcome, as the metrics count it; see setOutcome.
 	outcome string
+	// sentAt is when the rewritten request went upstream (the loop's first round, for
+	// telemetry).
+	sentAt time.Time
 }
 
 // liveAnswer is a client's stream that a loop is writing: how it reaches Envoy, and the
@@ -285,6 +289,7 @@ func (st *streamState) readRequest(body []byte) rewrite {
 		return rewrite{refuse: st.serverError("mode_unsupported", "codeinterp cannot run code_interpreter on this route: its processing mode does not send the model's answer whole.")}
 	}
 	st.kind = kindRewritten
+	st.sentAt = st.srv.now()
 	st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
 	// The upstream must answer uncompressed: the loop reads the answer and rewrites it.
 	return rewrite{body: rq.Body, remove: []string{"accept-encoding"}}

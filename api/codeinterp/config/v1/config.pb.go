@@ -149,7 +149,12 @@ type Config struct {
 	// fleet shares and sends with each sandbox service call. Required with store "redis".
 	FleetSecretFile string `protobuf:"bytes,36,opt,name=fleet_secret_file,json=fleetSecretFile,proto3" json:"fleet_secret_file,omitempty"`
 	// fleet_tls, if set, makes the sandbox service calls between replicas mutual TLS.
-	FleetTls      *FleetTLS `protobuf:"bytes,37,opt,name=fleet_tls,json=fleetTls,proto3" json:"fleet_tls,omitempty"`
+	FleetTls *FleetTLS `protobuf:"bytes,37,opt,name=fleet_tls,json=fleetTls,proto3" json:"fleet_tls,omitempty"`
+	// tracing exports OpenTelemetry traces, and the GenAI metrics, of every request the loop
+	// runs: an invoke_agent span, a chat span per model round, an execute_tool span per code
+	// run, joined to the trace Envoy's tracer started (docs/operations.md, "Tracing"). Off by
+	// default.
+	Tracing       *Tracing `protobuf:"bytes,40,opt,name=tracing,proto3" json:"tracing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +385,13 @@ func (x *Config) GetFleetTls() *FleetTLS {
 	return nil
 }
 
+func (x *Config) GetTracing() *Tracing {
+	if x != nil {
+		return x.Tracing
+	}
+	return nil
+}
+
 // Redis is a Redis deployment: one server, a Sentinel set or a Cluster (see go-redis's
 // UniversalOptions: more than one address and no master_name is a Cluster, a master_name is a
 // Sentinel set).
@@ -558,6 +570,140 @@ func (x *FleetTLS) GetCaFile() string {
 	return ""
 }
 
+// Tracing configures the OpenTelemetry export. What is left unset here comes from the
+// standard OTEL_* environment variables (OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS, _PROTOCOL,
+// OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), then from the
+// OpenTelemetry defaults.
+type Tracing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// enabled turns tracing on. Default false: no span is made and nothing is exported.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// endpoint is the OTLP receiver's URL, for example "http://otel-collector:4317" (gRPC) or
+	// "https://otlp.example.com:4318" (HTTP; /v1/traces and /v1/metrics are added when the URL
+	// has no path). An http URL is sent in plain text. Default OTEL_EXPORTER_OTLP_ENDPOINT, else
+	// localhost on the protocol's port.
+	Endpoint string `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// protocol is "grpc" or "http/protobuf". Default OTEL_EXPORTER_OTLP_PROTOCOL, else "grpc".
+	Protocol string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// headers are sent with every export (a hosted backend's API key). Default
+	// OTEL_EXPORTER_OTLP_HEADERS.
+	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// sample_ratio is the share of the traces starting at codeinterp that are sampled, from 0
+	// to 1; a request whose trace Envoy started follows Envoy's decision. Default
+	// OTEL_TRACES_SAMPLER, else every trace (parent-based always-on).
+	SampleRatio *float64 `protobuf:"fixed64,5,opt,name=sample_ratio,json=sampleRatio,proto3,oneof" json:"sample_ratio,omitempty"`
+	// service_name is the service.name of the spans. Default OTEL_SERVICE_NAME, else
+	// "codeinterp".
+	ServiceName string `protobuf:"bytes,6,opt,name=service_name,json=serviceName,proto3" json:"service_name,omitempty"`
+	// metrics exports the GenAI metrics (gen_ai.client.token.usage,
+	// gen_ai.client.operation.duration, gen_ai.execute_tool.duration) and the sandbox acquire
+	// and file-copy durations over the same OTLP endpoint, besides the Prometheus metrics of
+	// admin_listen. Default true.
+	Metrics *bool `protobuf:"varint,7,opt,name=metrics,proto3,oneof" json:"metrics,omitempty"`
+	// capture_content puts content on the spans: the code each execute_tool span ran
+	// (gen_ai.tool.call.arguments) and the text fed back to the model
+	// (gen_ai.tool.call.result), each cut at max_content_bytes. It is the tenants' data: leave
+	// it off unless the trace backend may hold it. Default false.
+	CaptureContent bool `protobuf:"varint,8,opt,name=capture_content,json=captureContent,proto3" json:"capture_content,omitempty"`
+	// max_content_bytes bounds each content attribute when capture_content is on. Default 4096.
+	MaxContentBytes uint32 `protobuf:"varint,9,opt,name=max_content_bytes,json=maxContentBytes,proto3" json:"max_content_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Tracing) Reset() {
+	*x = Tracing{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tracing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tracing) ProtoMessage() {}
+
+func (x *Tracing) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tracing.ProtoReflect.Descriptor instead.
+func (*Tracing) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Tracing) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Tracing) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *Tracing) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *Tracing) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *Tracing) GetSampleRatio() float64 {
+	if x != nil && x.SampleRatio != nil {
+		return *x.SampleRatio
+	}
+	return 0
+}
+
+func (x *Tracing) GetServiceName() string {
+	if x != nil {
+		return x.ServiceName
+	}
+	return ""
+}
+
+func (x *Tracing) GetMetrics() bool {
+	if x != nil && x.Metrics != nil {
+		return *x.Metrics
+	}
+	return false
+}
+
+func (x *Tracing) GetCaptureContent() bool {
+	if x != nil {
+		return x.CaptureContent
+	}
+	return false
+}
+
+func (x *Tracing) GetMaxContentBytes() uint32 {
+	if x != nil {
+		return x.MaxContentBytes
+	}
+	return 0
+}
+
 // ApiKeyCheck is the upstream call that tells whether it takes a caller's credential: the
 // credential headers alone are sent with it. A 401 or 403 means the credential was refused, a
 // status of accept_statuses that it was taken, anything else that the check could not tell (a
@@ -580,7 +726,7 @@ type ApiKeyCheck struct {
 
 func (x *ApiKeyCheck) Reset() {
 	*x = ApiKeyCheck{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +738,7 @@ func (x *ApiKeyCheck) String() string {
 func (*ApiKeyCheck) ProtoMessage() {}
 
 func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +751,7 @@ func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyCheck.ProtoReflect.Descriptor instead.
 func (*ApiKeyCheck) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ApiKeyCheck) GetPath() string {
@@ -723,7 +869,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +881,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +894,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Profile) GetDisabled() bool {
@@ -918,7 +1064,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1076,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1089,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Sandbox) GetBackend() string {
@@ -1097,7 +1243,7 @@ type LocalSandbox struct {
 
 func (x *LocalSandbox) Reset() {
 	*x = LocalSandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1255,7 @@ func (x *LocalSandbox) String() string {
 func (*LocalSandbox) ProtoMessage() {}
 
 func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1268,7 @@ func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalSandbox.ProtoReflect.Descriptor instead.
 func (*LocalSandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LocalSandbox) GetPython() string {
@@ -1255,7 +1401,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa3\v\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xdc\v\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1286,7 +1432,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\anode_id\x18\" \x01(\tR\x06nodeId\x12!\n" +
 	"\fnode_address\x18# \x01(\tR\vnodeAddress\x12*\n" +
 	"\x11fleet_secret_file\x18$ \x01(\tR\x0ffleetSecretFile\x12;\n" +
-	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x1aZ\n" +
+	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x127\n" +
+	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -1306,7 +1453,23 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\bFleetTLS\x12\x1b\n" +
 	"\tcert_file\x18\x01 \x01(\tR\bcertFile\x12\x19\n" +
 	"\bkey_file\x18\x02 \x01(\tR\akeyFile\x12\x17\n" +
-	"\aca_file\x18\x03 \x01(\tR\x06caFile\"\xfc\x01\n" +
+	"\aca_file\x18\x03 \x01(\tR\x06caFile\"\xb9\x03\n" +
+	"\aTracing\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12D\n" +
+	"\aheaders\x18\x04 \x03(\v2*.codeinterp.config.v1.Tracing.HeadersEntryR\aheaders\x12&\n" +
+	"\fsample_ratio\x18\x05 \x01(\x01H\x00R\vsampleRatio\x88\x01\x01\x12!\n" +
+	"\fservice_name\x18\x06 \x01(\tR\vserviceName\x12\x1d\n" +
+	"\ametrics\x18\a \x01(\bH\x01R\ametrics\x88\x01\x01\x12'\n" +
+	"\x0fcapture_content\x18\b \x01(\bR\x0ecaptureContent\x12*\n" +
+	"\x11max_content_bytes\x18\t \x01(\rR\x0fmaxContentBytes\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
+	"\r_sample_ratioB\n" +
+	"\n" +
+	"\b_metrics\"\xfc\x01\n" +
 	"\vApiKeyCheck\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
@@ -1387,42 +1550,46 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*Redis)(nil),               // 1: codeinterp.config.v1.Redis
 	(*FleetTLS)(nil),            // 2: codeinterp.config.v1.FleetTLS
-	(*ApiKeyCheck)(nil),         // 3: codeinterp.config.v1.ApiKeyCheck
-	(*Profile)(nil),             // 4: codeinterp.config.v1.Profile
-	(*Sandbox)(nil),             // 5: codeinterp.config.v1.Sandbox
-	(*LocalSandbox)(nil),        // 6: codeinterp.config.v1.LocalSandbox
-	nil,                         // 7: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 8: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
+	(*Tracing)(nil),             // 3: codeinterp.config.v1.Tracing
+	(*ApiKeyCheck)(nil),         // 4: codeinterp.config.v1.ApiKeyCheck
+	(*Profile)(nil),             // 5: codeinterp.config.v1.Profile
+	(*Sandbox)(nil),             // 6: codeinterp.config.v1.Sandbox
+	(*LocalSandbox)(nil),        // 7: codeinterp.config.v1.LocalSandbox
+	nil,                         // 8: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 9: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 10: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	9,  // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
-	4,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	7,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
-	5,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
-	3,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	9,  // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	11, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	5,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
+	8,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	6,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
+	4,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
+	11, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
 	1,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
 	2,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
-	9,  // 8: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	8,  // 9: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	9,  // 10: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	9,  // 11: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	9,  // 12: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	6,  // 13: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	9,  // 14: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	9,  // 15: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	4,  // 16: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
+	11, // 9: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	9,  // 10: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	10, // 11: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	11, // 12: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	11, // 13: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	11, // 14: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	7,  // 15: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	11, // 16: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	11, // 17: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	5,  // 18: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1431,14 +1598,15 @@ func file_codeinterp_config_v1_config_proto_init() {
 		return
 	}
 	file_codeinterp_config_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[5].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[3].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
