@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"slices"
@@ -33,11 +34,27 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return openai.ErrorBod
 
 // NewExchange implements [schema.Surface].
 func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
-	x, err := dialect.NewExchange(body, o)
+	body, sh, err := rewriteShell(body)
 	if err != nil {
 		return nil, err
 	}
-	return &exchange{Exchange: x}, nil
+	d := &dialect
+	if sh != nil {
+		d = &shellDialect
+	}
+	x, err := d.NewExchange(body, o)
+	if err != nil {
+		return nil, err
+	}
+	ex := &exchange{Exchange: x}
+	if sh != nil {
+		if err := sh.apply(x.Request()); err != nil {
+			return nil, err
+		}
+		ex.shell = &shellFinal{tool: sh.tool, key: make([]byte, 16)}
+		_, _ = rand.Read(ex.shell.key) // crypto/rand.Read never fails
+	}
+	return ex, nil
 }
 
 // The kinds of [store.Key] a Responses request continues from.
@@ -66,6 +83,10 @@ type exchange struct {
 	rounds []schema.Round
 	// live is what the event stream learned as the rounds streamed.
 	live liveCalls
+	// shell is set when the request has the hosted shell tool; shellCalls then holds the
+	// actions of the shell calls of the answer last parsed, by call id.
+	shell      *shellFinal
+	shellCalls map[string]shellCallArgs
 }
 
 // Continue implements [schema.Continuation]. The upstream, when it stores responses, holds a turn
@@ -215,8 +236,13 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 			}
 		}
 	}
-	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice,
-		NullOutputs: !r.IncludeOutputs})
+	in := schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice,
+		NullOutputs: !r.IncludeOutputs}
+	views, err := openai.Views(in)
+	var body []byte
+	if err == nil {
+		body, err = finalResponses(in, views, x.shell)
+	}
 	if err == nil && incomplete != "" {
 		body, err = markIncomplete(body, incomplete)
 	}

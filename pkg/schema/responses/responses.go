@@ -21,6 +21,16 @@ var dialect = openai.Dialect{
 	KeepStream:   true,
 }
 
+// shellDialect is dialect for a request with the hosted shell tool, which rewriteShell rewrote
+// first: the request is served also without a code_interpreter tool, and the calls of the shell
+// function are read too.
+var shellDialect = func() openai.Dialect {
+	d := dialect
+	d.OwnHosted = true
+	d.ReadTurn = turnReadShell
+	return d
+}()
+
 // RewriteRequest rewrites a client request body for the upstream model: the code_interpreter
 // tool becomes a function tool in the same position, a tool_choice naming it names the
 // function, stream:true stays (the upstream's answer streams through) without stream_options, and replayed
@@ -83,5 +93,5 @@ func Final(in schema.FinalInput) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return finalResponses(in, views)
+	return finalResponses(in, views, nil)
 }
