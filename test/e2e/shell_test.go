@@ -217,7 +217,7 @@ func scenarioShellThenCode(t *testing.T, x *scene) string {
 func scenarioShellCommands(t *testing.T, x *scene) string {
 	x.m.script(responsesPath,
 		responsesReply(usage(10, 5), runShell("call_1", map[string]any{
-			"commands": []string{"echo out; echo err >&2; exit 3", "printf 0123456789", "sleep 5; echo never"},
+			"commands":   []string{"echo out; echo err >&2; exit 3", "printf 0123456789", "sleep 5; echo never"},
 			"timeout_ms": 700, "max_output_length": 8,
 		})),
 		responsesReply(usage(20, 7), fakemodel.Message("ok")))

@@ -1,0 +1,267 @@
+package responses_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/responses"
+)
+
+const shellClient = `{"model":"m","stream":true,"input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","memory_limit":"4g","file_ids":["file-1"]}},{"type":"function","name":"w","parameters":{}}]}`
+
+func shellCallItem(id, arguments string) string {
+	return `{"type":"function_call","id":"fc_` + id + `","call_id":"call_` + id + `","name":"shell","arguments":` + strings.ReplaceAll(string(mustQuote(arguments)), "\n", `\n`) + `,"status":"completed"}`
+}
+
+// shellAnswer is an upstream answer with items that echoes the tools of x's upstream request,
+// as the API does.
+func shellAnswer(x schema.Exchange, id string, items ...string) []byte {
+	b := answer(id, items...)
+	out, _ := sjson.SetRawBytes(b, "tools", []byte(gjson.GetBytes(x.Request().Body, "tools").Raw))
+	return out
+}
+
+// collapsed is the event lines with each run of one delta type as one line.
+func collapsed(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		if len(out) > 0 && out[len(out)-1] == l && strings.Contains(l, ".delta ") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func mustQuote(s string) []byte {
+	b := []byte{'"'}
+	b = append(b, strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s)...)
+	return append(b, '"')
+}
+
+// The request's hosted shell tool becomes the shell function; everything about it that the
+// loop needs is read; what it cannot serve is refused, and a local shell is not ours.
+func TestShellRewrite(t *testing.T) {
+	tests := []struct {
+		name, give string
+		// wantTools and wantChoice are the upstream's tools and tool_choice (gjson paths
+		// #.type/#.name joined), wantErr the param of a refusal.
+		wantTools, wantChoice, wantErr string
+		wantFound                      bool
+		wantContainer, wantMemory      string
+		wantFiles                      []string
+	}{
+		{
+			name:      "container_auto",
+			give:      `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","memory_limit":"4g","file_ids":["file-1"]}}]}`,
+			wantTools: `function:shell`, wantFound: true, wantMemory: "4g", wantFiles: []string{"file-1"},
+		},
+		{
+			name:      "container_reference and code_interpreter share its container",
+			give:      `{"model":"m","input":"q","tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"shell","environment":{"type":"container_reference","container_id":"cntr_x"}}]}`,
+			wantTools: `function:code_interpreter,function:shell`, wantFound: true, wantContainer: "cntr_x",
+		},
+		{
+			name:      "tool_choice shell",
+			give:      `{"model":"m","input":"q","tool_choice":{"type":"shell"},"tools":[{"type":"shell","environment":{"type":"container_auto"}}]}`,
+			wantTools: `function:shell`, wantChoice: `{"type":"function","name":"shell"}`, wantFound: true,
+		},
+		{
+			name:      "a local shell is the client's",
+			give:      `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"local"}},{"type":"shell"}]}`,
+			wantTools: `shell:,shell:`,
+		},
+		{
+			name:    "two hosted shells",
+			give:    `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto"}},{"type":"shell","environment":{"type":"container_auto"}}]}`,
+			wantErr: "tools[1]",
+		},
+		{
+			name:    "a client function named shell",
+			give:    `{"model":"m","input":"q","tools":[{"type":"function","name":"shell","parameters":{}},{"type":"shell","environment":{"type":"container_auto"}}]}`,
+			wantErr: "tools[0].name",
+		},
+		{
+			name:    "a container_reference without its id",
+			give:    `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_reference"}}]}`,
+			wantErr: "tools[0].environment.container_id",
+		},
+		{
+			name:    "skills (not served yet)",
+			give:    `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","skills":[{"type":"skill_reference","skill_id":"skill_1"}]}}]}`,
+			wantErr: "tools[0].environment.skills",
+		},
+		{
+			name:    "two containers",
+			give:    `{"model":"m","input":"q","tools":[{"type":"code_interpreter","container":"cntr_a"},{"type":"shell","environment":{"type":"container_reference","container_id":"cntr_b"}}]}`,
+			wantErr: "tools",
+		},
+		{
+			name:    "too many file_ids",
+			give:    `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","file_ids":[` + strings.Repeat(`"f",`, 50) + `"f"]}}]}`,
+			wantErr: "tools[0].environment.file_ids",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x, err := responses.Surface{}.NewExchange([]byte(tt.give), schema.Options{})
+			if tt.wantErr != "" {
+				var re *schema.RequestError
+				require.True(t, errors.As(err, &re), "%s: a request error, got %v", tt.give, err)
+				assert.Equal(t, tt.wantErr, re.Param, "%s: param", tt.give)
+				return
+			}
+			require.NoError(t, err, tt.give)
+			r := x.Request()
+			assert.Equal(t, tt.wantFound, r.Found, "%s: found", tt.give)
+			var tools []string
+			gjson.GetBytes(r.Body, "tools").ForEach(func(_, v gjson.Result) bool {
+				tools = append(tools, v.Get("type").String()+":"+v.Get("name").String())
+				return true
+			})
+			assert.Equal(t, tt.wantTools, strings.Join(tools, ","), "%s: upstream tools", tt.give)
+			if tt.wantChoice != "" {
+				assert.JSONEq(t, tt.wantChoice, gjson.GetBytes(r.Body, "tool_choice").Raw, "%s: upstream tool_choice", tt.give)
+				assert.True(t, r.ForcedChoice, "%s: the first round is forced", tt.give)
+				assert.Equal(t, `{"type":"shell"}`, string(r.ToolChoice), "%s: the client's choice is echoed", tt.give)
+			}
+			if !tt.wantFound {
+				assert.Equal(t, tt.give, string(r.Body), "%s: untouched", tt.give)
+			}
+			assert.Equal(t, tt.wantContainer, r.ContainerID, "%s: container", tt.give)
+			assert.Equal(t, tt.wantMemory, r.MemoryLimit, "%s: memory_limit", tt.give)
+			assert.Equal(t, tt.wantFiles, r.FileIDs, "%s: file_ids", tt.give)
+		})
+	}
+}
+
+// Replayed shell items become the function call pair the model saw: the call's action as its
+// arguments, the outputs rendered as the loop renders a run, and the call's container reused.
+func TestShellReplay(t *testing.T) {
+	body := `{"model":"m","tools":[{"type":"shell","environment":{"type":"container_auto"}}],"input":[` +
+		`{"type":"shell_call","call_id":"call_1","id":"sh_1","status":"completed","action":{"commands":["ls","false"],"timeout_ms":1000,"max_output_length":null},"environment":{"type":"container_reference","container_id":"cntr_r"}},` +
+		`{"type":"shell_call_output","call_id":"call_1","output":[{"stdout":"a\n","stderr":"","outcome":{"type":"exit","exit_code":0}},{"stdout":"","stderr":"no","outcome":{"type":"timeout"}}]}]}`
+	x, err := responses.Surface{}.NewExchange([]byte(body), schema.Options{})
+	require.NoError(t, err)
+	in := gjson.GetBytes(x.Request().Body, "input")
+	assert.JSONEq(t, `[{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{\"commands\":[\"ls\",\"false\"],\"timeout_ms\":1000,\"max_output_length\":null}"},`+
+		`{"type":"function_call_output","call_id":"call_1","output":"[command 1: exit code 0]\na\n[command 2: timed out]\n[stderr]\nno"}]`, in.Raw, "the replayed items")
+	assert.Equal(t, []string{"cntr_r"}, x.Request().ReplayedContainerIDs, "the replayed call's container")
+
+	_, err = responses.Surface{}.NewExchange([]byte(`{"model":"m","tools":[{"type":"shell","environment":{"type":"container_auto"}}],"input":[{"type":"shell_call","call_id":"c","action":{}}]}`), schema.Options{})
+	var re *schema.RequestError
+	require.True(t, errors.As(err, &re), "a shell_call without commands is refused: %v", err)
+	assert.Equal(t, "input[0].action", re.Param)
+}
+
+// runPython runs code with the host's python3 in dir and returns its stdout.
+func runPython(t *testing.T, dir, code string) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 on this host")
+	}
+	cmd := exec.Command(py, "-c", code)
+	cmd.Dir = dir
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Run(), "the program runs: %s", errOut.String())
+	return out.String()
+}
+
+// A loop of a streamed answer with text, a shell call and text, run as the loop runs it (the
+// program in python3), then a last answer: the shell call is never relayed as the function
+// call it is upstream; the stream carries the native shell events; a client that accumulates
+// it gets the plain answer; the model reads the commands' outputs.
+func TestShellLoopStreamed(t *testing.T) {
+	x, err := responses.Surface{}.NewExchange([]byte(shellClient), schema.Options{})
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	sink := x.Events(&buf)
+	emit := func(ev schema.Event) { require.NoError(t, sink.Event(ev), "event %v", ev.Kind) }
+
+	round0 := shellAnswer(x, "1", message("msg_1", "Let me look."), shellCallItem("s", `{"commands":["echo hi","echo oops >&2; exit 2"]}`), message("msg_1b", "Ran."))
+	body := streamRound(t, x, sink, 0, round0, rand.New(rand.NewPCG(3, 4)), "", func(string) {})
+	relayed := buf.String()
+	assert.NotContains(t, relayed, `"name":"shell"`, "the shell function call is not relayed")
+	assert.Contains(t, relayed, "Let me look.", "the text before it streams")
+	assert.NotContains(t, relayed, "Ran.", "the items after it wait for the answer")
+
+	turn, err := x.ParseTurn(body)
+	require.NoError(t, err)
+	emit(schema.Event{Kind: schema.EventRound, Round: 0, Body: body})
+	require.Len(t, turn.Calls, 1, "the shell call is a call the loop runs")
+	c := turn.Calls[0]
+	require.NoError(t, c.ArgsErr)
+	id := x.(schema.CallIDs).CodeCallID(0, 0, c.CallID)
+	assert.True(t, strings.HasPrefix(id, "sh_"), "the call's item id %q", id)
+	started := schema.CodeCall{ID: id, Status: schema.CodeCallInProgress, ContainerID: "cntr_1", Outputs: []schema.CodeOutput{}}
+	emit(schema.Event{Kind: schema.EventCallStarted, Round: 0, Call: &started})
+	stdout := runPython(t, t.TempDir(), c.Code)
+	run := schema.CodeCall{ID: id, Status: schema.CodeCallCompleted, Code: c.Code, ContainerID: "cntr_1",
+		Outputs: []schema.CodeOutput{{Type: "logs", Logs: stdout}}, Run: &schema.CodeRun{Stdout: stdout}}
+	emit(schema.Event{Kind: schema.EventCallDone, Round: 0, Call: &run})
+
+	follow, err := x.FollowUp([]schema.CallOutput{{CallID: c.CallID, Output: stdout}}, schema.FollowUpOptions{Stream: true})
+	require.NoError(t, err)
+	assert.Equal(t, "[command 1: exit code 0]\nhi\n[command 2: exit code 2]\n[stderr]\noops\n",
+		gjson.GetBytes(follow, `input.#(type=="function_call_output").output`).String(), "what the model reads")
+
+	round1 := shellAnswer(x, "2", message("msg_2", "Done."))
+	body1 := streamRound(t, x, sink, 1, round1, nil, "", func(string) {})
+	_, err = x.ParseTurn(body1)
+	require.NoError(t, err)
+	emit(schema.Event{Kind: schema.EventRound, Round: 1, Body: body1})
+	final, err := x.Final([]schema.Round{{Body: body, Calls: []schema.CodeCall{run}}, {Body: body1}}, "")
+	require.NoError(t, err)
+	emit(schema.Event{Kind: schema.EventDone, Body: final})
+
+	checkWhole(t, buf.Bytes(), final)
+	out := gjson.GetBytes(final, "output")
+	assert.Equal(t, `["message","shell_call","shell_call_output","message","message"]`, out.Get("#.type").Raw, "the answer's items")
+	assert.JSONEq(t, `{"id":"`+id+`","type":"shell_call","status":"completed","call_id":"call_s","action":{"commands":["echo hi","echo oops >&2; exit 2"],"max_output_length":null,"timeout_ms":null},"environment":{"type":"container_reference","container_id":"cntr_1"},"caller":{"type":"direct"}}`,
+		out.Get("1").Raw, "the shell_call")
+	assert.JSONEq(t, `{"id":"sho_`+strings.TrimPrefix(id, "sh_")+`","type":"shell_call_output","status":"completed","call_id":"call_s","max_output_length":null,"output":[`+
+		`{"stdout":"hi\n","stderr":"","outcome":{"type":"exit","exit_code":0}},{"stdout":"","stderr":"oops\n","outcome":{"type":"exit","exit_code":2}}],"caller":null}`,
+		out.Get("2").Raw, "the shell_call_output")
+	assert.JSONEq(t, `[{"type":"shell","environment":{"type":"container_auto","memory_limit":"4g","file_ids":["file-1"]}},{"type":"function","name":"w","parameters":{}}]`,
+		gjson.GetBytes(final, "tools").Raw, "the client's tools echoed")
+
+	// The replay of the answer as a stream (the fallback) is the stream the loop wrote, item
+	// for item.
+	replay, err := responses.SSE(final)
+	require.NoError(t, err)
+	a, b := accumulate(t, buf.Bytes()), accumulate(t, replay)
+	assert.Equal(t, collapsed(b.types[2:]), collapsed(a.types[2:]), "the replayed stream's events are the live one's")
+}
+
+// A shell call whose arguments are not an action does not run: the model reads why, and the
+// client sees the call with an incomplete output.
+func TestShellInvalidArguments(t *testing.T) {
+	x, err := responses.Surface{}.NewExchange([]byte(shellClient), schema.Options{})
+	require.NoError(t, err)
+	body := answer("1", shellCallItem("s", `{"commands":"ls"}`))
+	turn, err := x.ParseTurn(body)
+	require.NoError(t, err)
+	require.Len(t, turn.Calls, 1)
+	require.Error(t, turn.Calls[0].ArgsErr, "invalid arguments")
+	follow, err := x.FollowUp([]schema.CallOutput{{CallID: "call_s", Output: "[invalid tool arguments]"}}, schema.FollowUpOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, gjson.GetBytes(follow, `input.#(type=="function_call_output").output`).String(), "[invalid shell call: ",
+		"the model reads why")
+	final, err := x.Final([]schema.Round{{Body: body, Calls: []schema.CodeCall{{ID: "sh_1", Status: schema.CodeCallFailed,
+		Outputs: []schema.CodeOutput{{Type: "logs", Logs: "[invalid tool arguments]"}}}}}}, "")
+	require.NoError(t, err)
+	assert.Equal(t, "incomplete", gjson.GetBytes(final, "output.1.status").String(), "the output is incomplete")
+	assert.Equal(t, "[invalid tool arguments]", gjson.GetBytes(final, "output.1.output.0.stderr").String(), "the reason is its stderr")
+}
