@@ -41,6 +41,9 @@ func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, erro
 	d := &dialect
 	if sh != nil {
 		d = &shellDialect
+		if !sh.codeTool {
+			o.FunctionName = noCodeFunction
+		}
 	}
 	x, err := d.NewExchange(body, o)
 	if err != nil {
@@ -209,6 +212,17 @@ func (x *exchange) Accepted(p store.Continuations, identity string) {
 // such a request reuses.
 func (x *exchange) Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall) {
 	rememberItems(p, identity, x.rounds)
+	if len(pending) > 0 && x.shell != nil {
+		// The shell calls' outputs as the model reads them, not as their programs printed them.
+		outs := make([]schema.CallOutput, len(pending))
+		for i, c := range pending {
+			outs[i] = schema.CallOutput{CallID: c.CallID, Output: c.Output}
+		}
+		pending = slices.Clone(pending)
+		for i, o := range x.shellOutputs(outs) {
+			pending[i].Output = o.Output
+		}
+	}
 	if len(pending) > 0 {
 		p.Put(identity, pending,
 			store.Key{Kind: kindResponse, ID: gjson.GetBytes(final, "id").String()},

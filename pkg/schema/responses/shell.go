@@ -59,7 +59,14 @@ type shellRequest struct {
 	choice []byte
 	// replayed are the container ids of the replayed shell_call items, in input order.
 	replayed []string
+	// codeTool reports whether the request has a code_interpreter tool too.
+	codeTool bool
 }
+
+// noCodeFunction is the code function's name in a request with the shell tool and no
+// code_interpreter tool: not valid UTF-8, so no function of a JSON body has it, and a client's
+// function that has the configured name stays the client's.
+const noCodeFunction = "\xff(no code_interpreter tool)"
 
 // shellAction is a shell call's action: what the model asked to run.
 type shellAction struct {
@@ -93,11 +100,12 @@ func rewriteShell(body []byte) ([]byte, *shellRequest, error) {
 		return body, nil, nil
 	}
 	var (
-		sh     *shellRequest
-		edits  []jsonscan.Edit
-		clash  = -1
-		rqErr  error
-		second = -1
+		sh       *shellRequest
+		edits    []jsonscan.Edit
+		clash    = -1
+		rqErr    error
+		second   = -1
+		codeTool bool
 	)
 	jsonscan.EachElem(body, tools.Start, func(i, st, en int) bool {
 		if body[st] != '{' {
@@ -107,6 +115,7 @@ func rewriteShell(body []byte) ([]byte, *shellRequest, error) {
 		if typ == "function" && jsonscan.FieldIs(body, st, "name", ShellFunctionName) {
 			clash = i
 		}
+		codeTool = codeTool || typ == "code_interpreter"
 		if typ != "shell" {
 			return true
 		}
@@ -140,6 +149,7 @@ func rewriteShell(body []byte) ([]byte, *shellRequest, error) {
 			Param:   fmt.Sprintf("tools[%d].name", clash),
 		}
 	}
+	sh.codeTool = codeTool
 	if tc := t.Span("tool_choice"); tc.OK() && body[tc.Start] == '{' && jsonscan.FieldIs(body, tc.Start, "type", "shell") {
 		sh.choice = bytes.Clone(body[tc.Start:tc.End])
 		edits = append(edits, jsonscan.Edit{Start: tc.Start, End: tc.End, Repl: shellFunctionChoice})

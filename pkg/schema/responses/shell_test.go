@@ -15,6 +15,8 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 const shellClient = `{"model":"m","stream":true,"input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","memory_limit":"4g","file_ids":["file-1"]}},{"type":"function","name":"w","parameters":{}}]}`
@@ -264,4 +266,45 @@ func TestShellInvalidArguments(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "incomplete", gjson.GetBytes(final, "output.1.status").String(), "the output is incomplete")
 	assert.Equal(t, "[invalid tool arguments]", gjson.GetBytes(final, "output.1.output.0.stderr").String(), "the reason is its stderr")
+}
+
+// A turn with a shell call and a client call: the request that continues from the answer gets
+// the shell call's output as the model reads it, not as its program printed it.
+func TestShellContinuation(t *testing.T) {
+	p := memory.NewPending(nil)
+	x, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto"}},{"type":"function","name":"w","parameters":{}}]}`), schema.Options{})
+	require.NoError(t, err)
+	body := shellAnswer(x, "mixed", shellCallItem("s", `{"commands":["echo hi"]}`),
+		`{"type":"function_call","id":"fc_w","call_id":"call_w","name":"w","arguments":"{}","status":"completed"}`)
+	turn, err := x.ParseTurn(body)
+	require.NoError(t, err)
+	require.Len(t, turn.Calls, 1)
+	assert.Equal(t, 1, turn.ClientCalls, "the client's call is pending")
+	stdout := runPython(t, t.TempDir(), turn.Calls[0].Code)
+	x.(schema.Continuation).Remember(p, "id-a", []byte(`{"id":"resp_mixed","output":[]}`),
+		[]store.PendingCall{{CallID: "call_s", Arguments: turn.Calls[0].Arguments, Output: stdout}})
+
+	next, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","previous_response_id":"resp_mixed","input":[{"type":"function_call_output","call_id":"call_w","output":"sunny"}],"tools":[{"type":"shell","environment":{"type":"container_auto"}}]}`), schema.Options{})
+	require.NoError(t, err)
+	changed, err := next.(schema.Continuation).Continue(p, func() string { return "id-a" })
+	require.NoError(t, err)
+	require.True(t, changed)
+	assert.Equal(t, "[command 1: exit code 0]\nhi\n", gjson.GetBytes(next.Request().Body, `input.#(call_id=="call_s").output`).String(),
+		"the shell call's output as the model reads it")
+}
+
+// In a request with the shell tool and no code_interpreter tool, a client's function named as
+// the code function would be is the client's: its calls are not run, and its tool is echoed.
+func TestShellWithoutCodeInterpreter(t *testing.T) {
+	x, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto"}},{"type":"function","name":"code_interpreter","parameters":{}}]}`), schema.Options{})
+	require.NoError(t, err)
+	body := shellAnswer(x, "1", `{"type":"function_call","id":"fc_c","call_id":"call_c","name":"code_interpreter","arguments":"{\"code\":\"1\"}","status":"completed"}`)
+	turn, err := x.ParseTurn(body)
+	require.NoError(t, err)
+	assert.Empty(t, turn.Calls, "no call the loop runs")
+	assert.Equal(t, 1, turn.ClientCalls, "the client's call")
+	final, err := x.Final([]schema.Round{{Body: body}}, "")
+	require.NoError(t, err)
+	assert.Equal(t, `["function_call"]`, gjson.GetBytes(final, "output.#.type").Raw, "the client's call is shown")
+	assert.Equal(t, `["shell","function"]`, gjson.GetBytes(final, "tools.#.type").Raw, "the client's tools echoed")
 }
