@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -307,4 +308,20 @@ func TestShellWithoutCodeInterpreter(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `["function_call"]`, gjson.GetBytes(final, "output.#.type").Raw, "the client's call is shown")
 	assert.Equal(t, `["shell","function"]`, gjson.GetBytes(final, "tools.#.type").Raw, "the client's tools echoed")
+}
+
+// The event stream of an answer with a shell call, from the shape of OpenAI's recorded traffic
+// (docs/surfaces.md; the reference's openai-shell-skills fixture): the shell_call added in
+// progress without commands, each command added, streamed and done, the call done before its
+// output; the output added completed and empty, each command's content delta and done, the
+// output done. The golden file is that stream, event for event.
+func TestShellEventsGolden(t *testing.T) {
+	final := `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[` +
+		`{"id":"sh_0493","type":"shell_call","status":"completed","call_id":"call_ck","action":{"commands":["ls -R /mnt/data","echo done >&2"],"max_output_length":null,"timeout_ms":null},"environment":{"type":"container_reference","container_id":"cntr_698f"},"caller":{"type":"direct"}},` +
+		`{"id":"sho_0493","type":"shell_call_output","status":"completed","call_id":"call_ck","max_output_length":null,"output":[{"stdout":"/mnt/data:\nSKILL.md\n","stderr":"","outcome":{"type":"exit","exit_code":0}},{"stdout":"","stderr":"done\n","outcome":{"type":"exit","exit_code":0}}],"caller":null},` +
+		message("msg_1", "Listed.") + `],"tools":[{"type":"shell","environment":{"type":"container_auto"}}],"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`
+	stream, err := responses.SSE([]byte(final))
+	require.NoError(t, err)
+	checkWhole(t, stream, []byte(final))
+	golden(t, filepath.Join("testdata", "shell_events.golden"), stream)
 }
