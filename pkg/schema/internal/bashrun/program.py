@@ -69,7 +69,8 @@ def shell(a):
     # equal share of the budget, and keeps at most max_chars characters of stdout and stderr
     # together (stdout first).
     cmds = a['commands']
-    share = max(256, budget // max(1, len(cmds)))
+    # Each entry's own JSON (keys, base64) costs about 48 bytes of the result line.
+    share = max(64, (budget - 48 * len(cmds)) // max(1, len(cmds)))
     res = []
     for c in cmds:
         r = bash({'command': c, 'timeout': a.get('timeout'), 'budget': share, 'cut_only': True})
