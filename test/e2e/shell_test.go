@@ -52,6 +52,7 @@ var shellScenarios = []loopScenario{
 	{name: "a container_reference environment", run: scenarioShellContainerReference},
 	{name: "a replayed conversation and tool_choice shell", run: scenarioShellReplay},
 	{name: "a local shell passes through", run: scenarioShellLocal},
+	{name: "item references to shell items", run: scenarioShellItemReferences},
 }
 
 // shellIDs are the ids of shell items we mint.
@@ -330,4 +331,45 @@ func scenarioShellLocal(t *testing.T, x *scene) string {
 	require.Len(t, reqs, 1, "local: requests the model got")
 	assert.JSONEq(t, `[{"type":"shell","environment":{"type":"local"}}]`, gjson.GetBytes(reqs[0].Body, "tools").Raw, "local: the tool reaches the model untouched")
 	return resp.RawJSON()
+}
+
+func scenarioShellItemReferences(t *testing.T, x *scene) string {
+	x.m.script(responsesPath,
+		responsesReply(usage(10, 5), runShell("call_1", map[string]any{"commands": []string{"echo ref > /mnt/data/ref.txt; echo wrote"}})),
+		responsesReply(usage(20, 7), fakemodel.Message("wrote")),
+		responsesReply(usage(10, 5), runShell("call_2", map[string]any{"commands": []string{"cat ref.txt"}})),
+		responsesReply(usage(20, 7), fakemodel.Message("read")))
+	key := "sk-shell-refs-" + x.v.String()
+	p := responses.ResponseNewParams{
+		Model: testModel,
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("write")},
+		Tools: []responses.ToolUnionParam{autoShell()},
+	}
+	first := x.responses(t, key, p)
+	call, out := shellItems(t, first, 0)
+
+	// As the Vercel AI SDK replays it with store on: the call by reference, its output rebuilt.
+	p.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+		responses.ResponseInputItemParamOfMessage("write", responses.EasyInputMessageRoleUser),
+		responses.ResponseInputItemParamOfItemReference(call.ID),
+		responses.ResponseInputItemParamOfShellCallOutput(call.CallID, []responses.ResponseFunctionShellCallOutputContentParam{{
+			Stdout: out.Output[0].Stdout, Stderr: out.Output[0].Stderr,
+			Outcome: responses.ResponseFunctionShellCallOutputContentOutcomeUnionParam{
+				OfExit: &responses.ResponseFunctionShellCallOutputContentOutcomeExitParam{ExitCode: out.Output[0].Outcome.ExitCode},
+			},
+		}}),
+		responses.ResponseInputItemParamOfMessage("read it", responses.EasyInputMessageRoleUser),
+	}}
+	second := x.responses(t, key, p)
+	reqs := x.sent()
+	require.Len(t, reqs, 4, "item references: requests the model got")
+	in := gjson.GetBytes(reqs[2].Body, "input")
+	assert.Equal(t, "function_call", in.Get("1.type").String(), "item references: the reference is the function call the model made")
+	assert.Equal(t, "call_1", in.Get("1.call_id").String(), "item references: its call id")
+	assert.Equal(t, "[command 1: exit code 0]\nwrote\n", in.Get("2.output").String(), "item references: the rebuilt output")
+	call2, out2 := shellItems(t, second, 0)
+	assert.Equal(t, call.Environment.ContainerID, call2.Environment.ContainerID, "item references: the referenced call's container is reused")
+	require.Len(t, out2.Output, 1)
+	assert.Equal(t, "ref\n", out2.Output[0].Stdout, "item references: the file is there")
+	return "[" + first.RawJSON() + "," + second.RawJSON() + "]"
 }

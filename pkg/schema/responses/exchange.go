@@ -212,6 +212,7 @@ func (x *exchange) Accepted(p store.Continuations, identity string) {
 // such a request reuses.
 func (x *exchange) Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall) {
 	rememberItems(p, identity, x.rounds)
+	x.rememberShellItems(p, identity)
 	if len(pending) > 0 && x.shell != nil {
 		// The shell calls' outputs as the model reads them, not as their programs printed them.
 		outs := make([]schema.CallOutput, len(pending))

@@ -325,3 +325,44 @@ func TestShellEventsGolden(t *testing.T) {
 	checkWhole(t, stream, []byte(final))
 	golden(t, filepath.Join("testdata", "shell_events.golden"), stream)
 }
+
+// A later request that references the answer's shell items by id (as the Vercel AI SDK does
+// with store on) gets them back as the function call and output the model saw, and reuses
+// their container.
+func TestShellItemReferences(t *testing.T) {
+	p := memory.NewPending(nil)
+	x, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto"}}]}`), schema.Options{})
+	require.NoError(t, err)
+	body := shellAnswer(x, "1", shellCallItem("s", `{"commands":["echo hi"]}`))
+	turn, err := x.ParseTurn(body)
+	require.NoError(t, err)
+	require.Len(t, turn.Calls, 1)
+	id := x.(schema.CallIDs).CodeCallID(0, 0, "call_s")
+	stdout := runPython(t, t.TempDir(), turn.Calls[0].Code)
+	run := schema.CodeCall{ID: id, Status: schema.CodeCallCompleted, ContainerID: "cntr_r", Run: &schema.CodeRun{Stdout: stdout}}
+	final, err := x.Final([]schema.Round{{Body: body, Calls: []schema.CodeCall{run}}, {Body: shellAnswer(x, "2", message("msg_2", "ok"))}}, "")
+	require.NoError(t, err)
+	x.(schema.Continuation).Remember(p, "id-a", final, nil)
+
+	refs := `{"model":"m","tools":[{"type":"shell","environment":{"type":"container_auto"}}],"input":[{"type":"item_reference","id":"` + id + `"},` +
+		`{"type":"shell_call_output","call_id":"call_s","output":[{"stdout":"hi\n","stderr":"","outcome":{"type":"exit","exit_code":0}}]},` +
+		`{"type":"item_reference","id":"` + id + `"},{"type":"item_reference","id":"sho_` + strings.TrimPrefix(id, "sh_") + `"},{"type":"item_reference","id":"sh_other"}]}`
+	next, err := responses.Surface{}.NewExchange([]byte(refs), schema.Options{})
+	require.NoError(t, err)
+	changed, err := next.(schema.Continuation).Continue(p, func() string { return "id-a" })
+	require.NoError(t, err)
+	require.True(t, changed)
+	in := gjson.GetBytes(next.Request().Body, "input")
+	assert.JSONEq(t, `[{"type":"function_call","call_id":"call_s","name":"shell","arguments":"{\"commands\":[\"echo hi\"],\"timeout_ms\":null,\"max_output_length\":null}"},`+
+		`{"type":"function_call_output","call_id":"call_s","output":"[command 1: exit code 0]\nhi\n"},`+
+		`{"type":"function_call","call_id":"call_s","name":"shell","arguments":"{\"commands\":[\"echo hi\"],\"timeout_ms\":null,\"max_output_length\":null}"},`+
+		`{"type":"function_call_output","call_id":"call_s","output":"[command 1: exit code 0]\nhi\n"},`+
+		`{"type":"item_reference","id":"sh_other"}]`, in.Raw, "the references expanded, an unknown one left as it is")
+	assert.Contains(t, next.Request().ReplayedContainerIDs, "cntr_r", "the container of the referenced call is reused")
+
+	other, err := responses.Surface{}.NewExchange([]byte(refs), schema.Options{})
+	require.NoError(t, err)
+	changed, err = other.(schema.Continuation).Continue(p, func() string { return "id-b" })
+	require.NoError(t, err)
+	assert.False(t, changed, "another identity's references are left as they are")
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/bashrun"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // shellCallArgs is a shell call of the answer last parsed: its action, or why its arguments
@@ -86,4 +87,34 @@ func (x *exchange) shellItem(item gjson.Result) bool {
 // or of the shell function.
 func (x *exchange) internalCall(item gjson.Result) bool {
 	return finalIsInternalCall(item, x.FunctionName()) || x.shellItem(item)
+}
+
+// rememberShellItems keeps, for identity, the shell calls of the answer's rounds by their item
+// ids (see rememberItems): the shell_call's as the function call the model made, the
+// shell_call_output's as the output it read, each with the container it ran in.
+func (x *exchange) rememberShellItems(p store.Continuations, identity string) {
+	if x.shell == nil {
+		return
+	}
+	for _, rd := range x.rounds {
+		internal := 0
+		gjson.GetBytes(rd.Body, "output").ForEach(func(_, item gjson.Result) bool {
+			if !x.internalCall(item) {
+				return true
+			}
+			k := internal
+			internal++
+			if !x.shellItem(item) || k >= len(rd.Calls) || !strings.HasPrefix(rd.Calls[k].ID, shellCallPrefix) {
+				return true
+			}
+			sc := shellCallOf(item, rd.Calls[k], x.shell.key)
+			call, out := store.Key{Kind: kindItem, ID: sc.id}, store.Key{Kind: kindItem, ID: shellOutputID(sc.id)}
+			p.Put(identity, []store.PendingCall{{CallID: sc.callID, Arguments: sc.action.arguments()}}, call)
+			p.Put(identity, []store.PendingCall{{CallID: sc.callID, Output: renderShell(sc.outputs)}}, out)
+			if sc.containerID != "" {
+				p.PutContainers(identity, []string{sc.containerID}, call, out)
+			}
+			return true
+		})
+	}
 }
