@@ -2,6 +2,7 @@ package responses_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"os/exec"
@@ -365,4 +366,54 @@ func TestShellItemReferences(t *testing.T) {
 	changed, err = other.(schema.Continuation).Continue(p, func() string { return "id-b" })
 	require.NoError(t, err)
 	assert.False(t, changed, "another identity's references are left as they are")
+}
+
+// FuzzShellRewrite checks the shell rewrite's promises on arbitrary bodies: it never panics or
+// modifies its input, every error is a *RequestError, and a request it rewrote has no hosted
+// shell tool left, nor, when it had one, a shell_call or shell_call_output input item.
+func FuzzShellRewrite(f *testing.F) {
+	for _, s := range []string{
+		shellClient,
+		`{"model":"m","tool_choice":{"type":"shell"},"tools":[{"type":"shell","environment":{"type":"container_reference","container_id":"c"}},{"type":"code_interpreter","container":"c"}],"input":[{"type":"shell_call","call_id":"a","action":{"commands":["ls"]}},{"type":"shell_call_output","call_id":"a","output":[{"stdout":"x","stderr":"","outcome":{"type":"timeout"}}]},{"type":"shell_call_output","output":7}]}`,
+		`{"tools":[{"type":"shell","environment":{"type":"local"}},{"type":"shell","environment":{"type":"container_auto","file_ids":null,"memory_limit":null,"skills":[]}}],"input":"shell"}`,
+		`{"tools":[{"type":"shell","environment":{"type":"container_auto"}}],"input":[{"type":"shell_call","action":{"commands":[1]}}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in := bytes.Clone(body)
+		x, err := responses.Surface{}.NewExchange(body, schema.Options{})
+		require.Equal(t, in, body, "the input is not modified")
+		if err != nil {
+			var re *schema.RequestError
+			require.True(t, errors.As(err, &re), "NewExchange(%q): %v is a *RequestError", body, err)
+			return
+		}
+		r := x.Request()
+		if !r.Found {
+			return
+		}
+		// As a JSON parser reads them (the last of repeated keys wins).
+		var before, after struct {
+			Tools []map[string]any `json:"tools"`
+			Input []map[string]any `json:"input"`
+		}
+		hostedIn := func(tools []map[string]any) bool {
+			for _, tool := range tools {
+				env, _ := tool["environment"].(map[string]any)
+				if tool["type"] == "shell" && env != nil && (env["type"] == "container_auto" || env["type"] == "container_reference") {
+					return true
+				}
+			}
+			return false
+		}
+		_ = json.Unmarshal(body, &before)
+		if json.Unmarshal(r.Body, &after) != nil || !hostedIn(before.Tools) {
+			return // shell items without the hosted tool are the client's
+		}
+		assert.False(t, hostedIn(after.Tools), "NewExchange(%q) = %q: a hosted shell tool left", body, r.Body)
+		for _, item := range after.Input {
+			assert.False(t, item["type"] == "shell_call" || item["type"] == "shell_call_output", "NewExchange(%q) = %q: a shell item left", body, r.Body)
+		}
+	})
 }
