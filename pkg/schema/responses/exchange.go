@@ -32,7 +32,8 @@ func (Surface) Paths() []string { return []string{"/v1/responses"} }
 // ErrorBody implements [schema.Surface]: OpenAI's error shape.
 func (Surface) ErrorBody(e *schema.RequestError) []byte { return openai.ErrorBody(e) }
 
-// NewExchange implements [schema.Surface].
+// NewExchange implements [schema.Surface]. A request with the hosted shell tool (container_auto
+// or container_reference) is served too, with or without a code_interpreter tool: see shell.go.
 func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
 	body, sh, err := rewriteShell(body)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package responses is OpenAI's Responses API surface (POST /v1/responses): the rewrite of its
 // requests, the reading of its answers' function calls, its follow-up requests, its final
-// answers with code_interpreter_call items, its event streams and its continuations
+// answers with code_interpreter_call items (and shell_call and shell_call_output items for the
+// hosted shell tool, see shell.go), its event streams and its continuations
 // (previous_response_id, conversations).
 package responses
 
@@ -37,7 +38,8 @@ var shellDialect = func() openai.Dialect {
 // code_interpreter_call input items become function_call and function_call_output pairs.
 // Every other byte stays as the client sent it. A body without a code_interpreter tool comes
 // back unchanged with Found false; previous_response_id and the conversation are read either
-// way. See [openai.Dialect.RewriteRequest] for what is checked.
+// way. See [openai.Dialect.RewriteRequest] for what is checked. The hosted shell tool is
+// rewritten by [Surface.NewExchange] only.
 func RewriteRequest(body []byte, o schema.Options) (schema.Request, error) {
 	return dialect.RewriteRequest(body, o)
 }

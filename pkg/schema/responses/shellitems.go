@@ -69,8 +69,8 @@ func shellCallOf(item gjson.Result, c schema.CodeCall, key []byte) shellCall {
 	return sc
 }
 
-// appendShellCall appends the shell_call item to dst, with the native keys in the native order;
-// with pending, as the stream first shows it (in progress, no commands yet).
+// appendCall appends the shell_call item to dst, with the native keys in the native order; with
+// pending, as the stream first shows it (in progress, no commands yet).
 func (sc *shellCall) appendCall(dst []byte, pending bool) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = jsonscan.AppendString(dst, sc.id)
