@@ -26,6 +26,10 @@ type liveID struct{ id, callID string }
 
 // CodeCallID implements [schema.CallIDs].
 func (x *exchange) CodeCallID(round, index int, callID string) string {
+	if _, ok := x.shellCalls[callID]; ok {
+		// A shell call: its items are named "sh_…" and "sho_…".
+		return schema.NewItemID(shellCallPrefix)
+	}
 	v, ok := x.live.ids[liveKey{round, index}]
 	if !ok || v.callID != callID {
 		return ""
@@ -52,7 +56,7 @@ func (x *exchange) textOnlyRound(round int) bool {
 
 // FollowUp implements [schema.Exchange].
 func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOptions) ([]byte, error) {
-	body, err := x.Exchange.FollowUp(outputs, o)
+	body, err := x.Exchange.FollowUp(x.shellOutputs(outputs), o)
 	if err == nil {
 		x.live.followUps++
 		x.live.textOnly = o.ToolChoiceNone

@@ -48,6 +48,8 @@ type events struct {
 	// container is the container the last call ran in: a call streamed before it runs names
 	// it.
 	container string
+	// shellRun is the model's call of the shell function that is running, when one is.
+	shellRun gjson.Result
 }
 
 // pendingItem is an output item of the current round's answer not handled yet, with what
@@ -157,7 +159,7 @@ func (e *events) Event(ev schema.Event) error {
 		}
 		e.untilCall()
 	case schema.EventCallStarted:
-		if len(e.items) == 0 || !finalIsInternalCall(e.items[0].item, e.x.FunctionName()) {
+		if len(e.items) == 0 || !e.x.internalCall(e.items[0].item) {
 			return errors.New("encode responses stream: a code call started that the answer does not hold")
 		}
 		p := e.items[0]
@@ -165,6 +167,14 @@ func (e *events) Event(ev schema.Event) error {
 		c := ev.Call
 		if c.ContainerID != "" {
 			e.container = c.ContainerID
+		}
+		if e.x.shellItem(p.item) {
+			// A shell call: its shell_call item is done before it runs; its output follows.
+			sc := shellCallOf(p.item, *c, e.x.shell.key)
+			e.callIdx, e.running, e.shellRun = e.idx, nil, p.item
+			e.idx += 2
+			sseShellCall(&e.ow, e.callIdx, string(sc.appendCall(nil, true)), string(sc.appendCall(nil, false)), sc.action.Commands)
+			break
 		}
 		if p.live != nil && p.live.call != nil {
 			// Streamed while the model wrote it: its code is done, and it runs now.
@@ -179,6 +189,17 @@ func (e *events) Event(ev schema.Event) error {
 		added, _ := appendCodeCall(nil, schema.CodeCall{ID: c.ID, Status: schema.CodeCallInProgress, ContainerID: c.ContainerID}, include) // no outputs: cannot fail
 		codeCallStart(&e.ow, e.callIdx, c.ID, string(added), c.Code, string(jsonscan.AppendString(nil, c.Code)))
 	case schema.EventCallDone:
+		if e.shellRun.Exists() {
+			sc := shellCallOf(e.shellRun, *ev.Call, e.x.shell.key)
+			e.shellRun = gjson.Result{}
+			e.files.add(ev.Call)
+			if ev.Call.ContainerID != "" {
+				e.container = ev.Call.ContainerID
+			}
+			sseShellOutput(&e.ow, e.callIdx+1, shellOutputID(sc.id), string(sc.appendOutput(nil, true)), string(sc.appendOutput(nil, false)), sc.outputs)
+			e.untilCall()
+			break
+		}
 		done, err := appendCodeCall(nil, *ev.Call, e.x.Request().IncludeOutputs)
 		if err != nil {
 			return fmt.Errorf("encode responses stream: %w", err)
@@ -267,6 +288,12 @@ func (e *events) delta(ev schema.Event) error {
 	switch {
 	case typ == "response.output_item.added" && u == len(l.items):
 		item := data.Get("item")
+		if e.x.shellItem(item) {
+			// A shell call streams as its items once it runs: it and every later item wait
+			// for the round's answer.
+			l.blocked = true
+			return nil
+		}
 		li := &liveItem{idx: e.idx, after: l.shown, message: item.Get("type").String() == "message"}
 		l.items = append(l.items, li)
 		if finalIsInternalCall(item, e.x.FunctionName()) {
@@ -583,8 +610,7 @@ func (e *events) start(first []byte) {
 // untilCall writes the current round's items up to its next call of the internal function;
 // those relayed while the answer streamed were written then.
 func (e *events) untilCall() {
-	name := e.x.FunctionName()
-	for len(e.items) > 0 && !finalIsInternalCall(e.items[0].item, name) {
+	for len(e.items) > 0 && !e.x.internalCall(e.items[0].item) {
 		if e.items[0].live == nil {
 			sseItem(&e.ow, e.idx, e.cited(e.items[0].item))
 			e.idx++
@@ -601,7 +627,6 @@ func (e *events) rest() {
 	if l := e.live; l != nil && l.answered {
 		e.release(l, true)
 	}
-	name := e.x.FunctionName()
 	for _, p := range e.items {
 		switch {
 		case p.live != nil && p.live.call != nil && !p.live.done:
@@ -610,7 +635,7 @@ func (e *events) rest() {
 			item, _ := appendCodeCall(nil, schema.CodeCall{ID: c.id, Status: schema.CodeCallIncomplete, Code: c.sent.String(), ContainerID: e.container}, e.x.Request().IncludeOutputs)
 			p.live.done = true
 			sseItemEvent(&e.ow, "response.output_item.done", p.live.idx, string(item))
-		case p.live != nil, finalIsInternalCall(p.item, name):
+		case p.live != nil, e.x.internalCall(p.item):
 		default:
 			sseItem(&e.ow, e.idx, e.cited(p.item))
 			e.idx++

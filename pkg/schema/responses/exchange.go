@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"slices"
@@ -31,13 +32,33 @@ func (Surface) Paths() []string { return []string{"/v1/responses"} }
 // ErrorBody implements [schema.Surface]: OpenAI's error shape.
 func (Surface) ErrorBody(e *schema.RequestError) []byte { return openai.ErrorBody(e) }
 
-// NewExchange implements [schema.Surface].
+// NewExchange implements [schema.Surface]. A request with the hosted shell tool (container_auto
+// or container_reference) is served too, with or without a code_interpreter tool: see shell.go.
 func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
-	x, err := dialect.NewExchange(body, o)
+	body, sh, err := rewriteShell(body)
 	if err != nil {
 		return nil, err
 	}
-	return &exchange{Exchange: x}, nil
+	d := &dialect
+	if sh != nil {
+		d = &shellDialect
+		if !sh.codeTool {
+			o.FunctionName = noCodeFunction
+		}
+	}
+	x, err := d.NewExchange(body, o)
+	if err != nil {
+		return nil, err
+	}
+	ex := &exchange{Exchange: x}
+	if sh != nil {
+		if err := sh.apply(x.Request()); err != nil {
+			return nil, err
+		}
+		ex.shell = &shellFinal{tool: sh.tool, key: make([]byte, 16)}
+		_, _ = rand.Read(ex.shell.key) // crypto/rand.Read never fails
+	}
+	return ex, nil
 }
 
 // The kinds of [store.Key] a Responses request continues from.
@@ -66,6 +87,10 @@ type exchange struct {
 	rounds []schema.Round
 	// live is what the event stream learned as the rounds streamed.
 	live liveCalls
+	// shell is set when the request has the hosted shell tool; shellCalls then holds the
+	// actions of the shell calls of the answer last parsed, by call id.
+	shell      *shellFinal
+	shellCalls map[string]shellCallArgs
 }
 
 // Continue implements [schema.Continuation]. The upstream, when it stores responses, holds a turn
@@ -188,6 +213,18 @@ func (x *exchange) Accepted(p store.Continuations, identity string) {
 // such a request reuses.
 func (x *exchange) Remember(p store.Continuations, identity string, final []byte, pending []store.PendingCall) {
 	rememberItems(p, identity, x.rounds)
+	x.rememberShellItems(p, identity)
+	if len(pending) > 0 && x.shell != nil {
+		// The shell calls' outputs as the model reads them, not as their programs printed them.
+		outs := make([]schema.CallOutput, len(pending))
+		for i, c := range pending {
+			outs[i] = schema.CallOutput{CallID: c.CallID, Output: c.Output}
+		}
+		pending = slices.Clone(pending)
+		for i, o := range x.shellOutputs(outs) {
+			pending[i].Output = o.Output
+		}
+	}
 	if len(pending) > 0 {
 		p.Put(identity, pending,
 			store.Key{Kind: kindResponse, ID: gjson.GetBytes(final, "id").String()},
@@ -215,8 +252,13 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 			}
 		}
 	}
-	body, err := Final(schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice,
-		NullOutputs: !r.IncludeOutputs})
+	in := schema.FinalInput{Rounds: rounds, FunctionName: x.FunctionName(), Tool: r.Tool, ToolChoice: r.ToolChoice,
+		NullOutputs: !r.IncludeOutputs}
+	views, err := openai.Views(in)
+	var body []byte
+	if err == nil {
+		body, err = finalResponses(in, views, x.shell)
+	}
 	if err == nil && incomplete != "" {
 		body, err = markIncomplete(body, incomplete)
 	}

@@ -24,9 +24,16 @@ func markIncomplete(body []byte, reason string) ([]byte, error) {
 	return body, nil
 }
 
-func finalResponses(in schema.FinalInput, views []string) ([]byte, error) {
+// shellFinal is what the final answer needs of a request with the hosted shell tool: the
+// client's tool, echoed in tools where the shell function was, and the key of the markers of
+// its programs' results.
+type shellFinal struct {
+	tool, key []byte
+}
+
+func finalResponses(in schema.FinalInput, views []string, sh *shellFinal) ([]byte, error) {
 	last := views[len(views)-1]
-	output, changed, err := finalResponsesOutput(in, views)
+	output, changed, err := finalResponsesOutput(in, views, sh)
 	if err != nil {
 		return nil, err
 	}
@@ -43,14 +50,23 @@ func finalResponses(in schema.FinalInput, views []string) ([]byte, error) {
 	if choice := finalResponsesToolChoice(last, in.ToolChoice); choice != nil {
 		edits = append(edits, openai.FinalEdit{Path: "tool_choice", Value: choice})
 	}
-	return openai.FinalApply(in.Rounds[len(views)-1].Body, last, edits)
+	body, err := openai.FinalApply(in.Rounds[len(views)-1].Body, last, edits)
+	if err != nil || sh == nil {
+		return body, err
+	}
+	// The shell function's tool, in a pass of its own: the code_interpreter tool's edit may
+	// have rebuilt the whole tools array.
+	if e, ok := finalResponsesTools(openai.View(body), ShellFunctionName, sh.tool); ok {
+		return openai.FinalApply(body, openai.View(body), []openai.FinalEdit{e})
+	}
+	return body, nil
 }
 
 // finalResponsesOutput returns the concatenated output array of all rounds and whether it
 // differs from the concatenation of the rounds' items (an internal call was replaced or
 // removed, a message got citations). The output_text of a message after calls that wrote
 // files gets a container_file_citation for each link to, or mention of, one of those files.
-func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, error) {
+func finalResponsesOutput(in schema.FinalInput, views []string, sh *shellFinal) ([]byte, bool, error) {
 	size := 2
 	for _, v := range views {
 		size += len(v)
@@ -70,7 +86,8 @@ func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, e
 		internal := 0 // internal function calls of this round seen so far
 		var err error
 		output.ForEach(func(_, item gjson.Result) bool {
-			if !finalIsInternalCall(item, in.FunctionName) {
+			shell := sh != nil && finalIsInternalCall(item, ShellFunctionName)
+			if !shell && !finalIsInternalCall(item, in.FunctionName) {
 				if n > 0 {
 					out = append(out, ',')
 				}
@@ -94,7 +111,14 @@ func finalResponsesOutput(in schema.FinalInput, views []string) ([]byte, bool, e
 			if n > 0 {
 				out = append(out, ',')
 			}
-			out, err = appendCodeCall(out, r.Calls[k], !in.NullOutputs)
+			if shell {
+				sc := shellCallOf(item, r.Calls[k], sh.key)
+				out = append(sc.appendCall(out, false), ',')
+				out = sc.appendOutput(out, false)
+				n++
+			} else {
+				out, err = appendCodeCall(out, r.Calls[k], !in.NullOutputs)
+			}
 			files.add(&r.Calls[k])
 			n++
 			return err == nil

@@ -42,7 +42,7 @@ func rememberItems(p store.Continuations, identity string, rounds []schema.Round
 // containers those calls ran in, in input order. A reference to any other id is left as it is,
 // for the upstream to resolve. It reports whether it changed body.
 func expandItemRefs(body []byte, input jsonscan.Span, name string, p store.Continuations, identity string) ([]byte, []string, bool, error) {
-	if !input.OK() || body[input.Start] != '[' || !bytes.Contains(body[input.Start:input.End], []byte(`"`+itemRefPrefix)) {
+	if !input.OK() || body[input.Start] != '[' || !mayReference(body[input.Start:input.End]) {
 		return body, nil, false, nil
 	}
 	var edits []jsonscan.Edit
@@ -58,7 +58,16 @@ func expandItemRefs(body []byte, input jsonscan.Span, name string, p store.Conti
 			return true
 		}
 		c := calls[0]
-		edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: reqCallPair(c.CallID, name, c.Arguments, c.Output)})
+		repl := reqCallPair(c.CallID, name, c.Arguments, c.Output)
+		switch {
+		case strings.HasPrefix(id, shellCallPrefix):
+			// A shell call's two items are referenced one by one (the Vercel AI SDK references
+			// the call and rebuilds its output): each becomes its half of the pair.
+			repl = functionCallItem(c.CallID, ShellFunctionName, c.Arguments)
+		case strings.HasPrefix(id, shellOutputPrefix):
+			repl = functionCallOutputItem(c.CallID, c.Output)
+		}
+		edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: repl})
 		containers = append(containers, p.Containers(identity, key)...)
 		return true
 	})
@@ -92,5 +101,17 @@ func itemRef(b []byte, st int) (string, bool) {
 		}
 		return ok
 	})
-	return id, ok && strings.HasPrefix(id, itemRefPrefix)
+	return id, ok && minted(id)
+}
+
+// minted reports whether id may be the id of an item this server minted: a code call's
+// ("ci_…"), or a shell call's ("sh_…") or its output's ("sho_…").
+func minted(id string) bool {
+	return strings.HasPrefix(id, itemRefPrefix) || strings.HasPrefix(id, shellCallPrefix) || strings.HasPrefix(id, shellOutputPrefix)
+}
+
+// mayReference reports whether the input b may reference an item this server minted.
+func mayReference(b []byte) bool {
+	return bytes.Contains(b, []byte(`"`+itemRefPrefix)) || bytes.Contains(b, []byte(`"`+shellCallPrefix)) ||
+		bytes.Contains(b, []byte(`"`+shellOutputPrefix))
 }

@@ -1,6 +1,7 @@
 // Package responses is OpenAI's Responses API surface (POST /v1/responses): the rewrite of its
 // requests, the reading of its answers' function calls, its follow-up requests, its final
-// answers with code_interpreter_call items, its event streams and its continuations
+// answers with code_interpreter_call items (and shell_call and shell_call_output items for the
+// hosted shell tool, see shell.go), its event streams and its continuations
 // (previous_response_id, conversations).
 package responses
 
@@ -21,13 +22,24 @@ var dialect = openai.Dialect{
 	KeepStream:   true,
 }
 
+// shellDialect is dialect for a request with the hosted shell tool, which rewriteShell rewrote
+// first: the request is served also without a code_interpreter tool, and the calls of the shell
+// function are read too.
+var shellDialect = func() openai.Dialect {
+	d := dialect
+	d.OwnHosted = true
+	d.ReadTurn = turnReadShell
+	return d
+}()
+
 // RewriteRequest rewrites a client request body for the upstream model: the code_interpreter
 // tool becomes a function tool in the same position, a tool_choice naming it names the
 // function, stream:true stays (the upstream's answer streams through) without stream_options, and replayed
 // code_interpreter_call input items become function_call and function_call_output pairs.
 // Every other byte stays as the client sent it. A body without a code_interpreter tool comes
 // back unchanged with Found false; previous_response_id and the conversation are read either
-// way. See [openai.Dialect.RewriteRequest] for what is checked.
+// way. See [openai.Dialect.RewriteRequest] for what is checked. The hosted shell tool is
+// rewritten by [Surface.NewExchange] only.
 func RewriteRequest(body []byte, o schema.Options) (schema.Request, error) {
 	return dialect.RewriteRequest(body, o)
 }
@@ -83,5 +95,5 @@ func Final(in schema.FinalInput) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return finalResponses(in, views)
+	return finalResponses(in, views, nil)
 }

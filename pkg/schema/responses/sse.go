@@ -131,6 +131,10 @@ func sseItem(w *openai.Writer, idx int, item gjson.Result) {
 		sseToolInput(w, idx, id, item, "input", "response.custom_tool_call_input")
 	case "reasoning":
 		sseReasoning(w, idx, id, item)
+	case "shell_call":
+		sseShellCallItem(w, idx, item)
+	case "shell_call_output":
+		sseShellOutputItem(w, idx, item)
 	default:
 		sseItemEvent(w, "response.output_item.added", idx, w.Edit(item.Raw, "status", `"in_progress"`, false))
 		sseItemEvent(w, "response.output_item.done", idx, item.Raw)

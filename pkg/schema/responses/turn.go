@@ -21,6 +21,20 @@ func turnIsClientCall(typ string) bool {
 
 // turnReadResponses reads the function calls among the items of a Responses "output".
 func turnReadResponses(t jsonscan.TopLevel, name string) schema.Turn {
+	return turnRead(t, name, false)
+}
+
+// turnReadShell reads the function calls among the items of a Responses "output" of a request
+// with the hosted shell tool: the calls of the shell function are calls too, whose Arguments
+// are read by parseShellArguments; the exchange gives them their programs (see
+// exchange.ParseTurn).
+func turnReadShell(t jsonscan.TopLevel, name string) schema.Turn {
+	return turnRead(t, name, true)
+}
+
+// turnRead reads the function calls named name, and with shell those of the shell function,
+// among the items of a Responses "output".
+func turnRead(t jsonscan.TopLevel, name string, shell bool) schema.Turn {
 	var turn schema.Turn
 	b := t.B
 	out := t.Span("output")
@@ -56,6 +70,13 @@ func turnReadResponses(t jsonscan.TopLevel, name string) schema.Turn {
 		switch {
 		case typ == "function_call" && fn == name:
 			turn.Calls = append(turn.Calls, openai.NewCall(b, itemID, callID, args))
+		case shell && typ == "function_call" && fn == ShellFunctionName:
+			c := openai.NewCall(b, itemID, callID, args)
+			if args.OK() {
+				c.Code = ""
+				_, c.ArgsErr = parseShellArguments(c.Arguments)
+			}
+			turn.Calls = append(turn.Calls, c)
 		case turnIsClientCall(typ):
 			if callID == "" {
 				callID = itemID

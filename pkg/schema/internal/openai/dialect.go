@@ -40,4 +40,10 @@ type Dialect struct {
 	// StreamOptions, when KeepStream, is the stream_options a streamed request is sent
 	// upstream with instead of the client's (nil: none).
 	StreamOptions []byte
+	// OwnHosted reports that the request has a hosted tool of the surface's own, which the
+	// surface rewrote into its function tool before this rewrite (Responses' shell): a request
+	// without a code_interpreter tool is then rewritten too (Found, stream, tool_choice,
+	// metadata, replays), without what only the code_interpreter tool gives (Tool, its
+	// container).
+	OwnHosted bool
 }

@@ -81,7 +81,7 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 			r.ConversationID, _ = jsonscan.Str(body, sp)
 		}
 	}
-	if !tools.found {
+	if !tools.found && !d.OwnHosted {
 		return r, nil, nil
 	}
 	if err := checkRepeats(t); err != nil {
@@ -99,16 +99,20 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 	}
 
 	r.Found = true
-	r.Tool = bytes.Clone(body[tools.ci.Start:tools.ci.End])
-	edits := make([]jsonscan.Edit, 1, 8) // the tool, the choice, stream, stream_options, a few replays
-	edits[0] = jsonscan.Edit{Start: tools.ci.Start, End: tools.ci.End, Repl: d.FunctionTool(name, o.Description())}
-	if c := jsonscan.Field(body, tools.ci.Start, "container"); c.OK() {
-		if id, ok := jsonscan.Str(body, c); ok {
-			r.ContainerID = id
-		} else if body[c.Start] == '{' {
-			r.MemoryLimit, _ = jsonscan.Str(body, jsonscan.Field(body, c.Start, "memory_limit"))
-			if r.FileIDs, err = reqFileIDs(body, c, tools.index); err != nil {
-				return schema.Request{}, nil, err
+	edits := make([]jsonscan.Edit, 0, 8) // the tool, the choice, stream, stream_options, a few replays
+	if tools.found {
+		r.Tool = bytes.Clone(body[tools.ci.Start:tools.ci.End])
+		edits = append(edits, jsonscan.Edit{Start: tools.ci.Start, End: tools.ci.End, Repl: d.FunctionTool(name, o.Description())})
+	}
+	if tools.found {
+		if c := jsonscan.Field(body, tools.ci.Start, "container"); c.OK() {
+			if id, ok := jsonscan.Str(body, c); ok {
+				r.ContainerID = id
+			} else if body[c.Start] == '{' {
+				r.MemoryLimit, _ = jsonscan.Str(body, jsonscan.Field(body, c.Start, "memory_limit"))
+				if r.FileIDs, err = ReqFileIDs(body, c, fmt.Sprintf("tools[%d].container.file_ids", tools.index)); err != nil {
+					return schema.Request{}, nil, err
+				}
 			}
 		}
 	}
@@ -175,14 +179,14 @@ type reqTools struct {
 	index int           // its index in its tools array
 }
 
-// reqFileIDs returns the file_ids of the code_interpreter tool's container object at c (the
-// tool is tools[index]): strings, at most MaxFileIDs of them, as natively.
-func reqFileIDs(b []byte, c jsonscan.Span, index int) ([]string, error) {
+// ReqFileIDs returns the file_ids of the container object at c (a code_interpreter tool's
+// container, a shell tool's environment), whose file_ids member is named param in errors:
+// strings, at most MaxFileIDs of them, as natively.
+func ReqFileIDs(b []byte, c jsonscan.Span, param string) ([]string, error) {
 	sp := jsonscan.Field(b, c.Start, "file_ids")
 	if !sp.OK() || string(b[sp.Start:sp.End]) == "null" {
 		return nil, nil
 	}
-	param := fmt.Sprintf("tools[%d].container.file_ids", index)
 	if b[sp.Start] != '[' {
 		return nil, &schema.RequestError{
 			Message: fmt.Sprintf("Invalid type for '%s': expected an array of strings.", param),

@@ -1,5 +1,5 @@
-# The functions of the program a bash or text editor call runs in the container (see
-# program.go). They run inside the program's own function, indented into it, where the program
+# The functions of the program a bash, shell or text editor call runs in the container (see
+# bashrun.go). They run inside the program's own function, indented into it, where the program
 # defines a (the call's input), budget, output_max, view_max and SESSION (bash_session.sh).
 
 def cut(s, n):
@@ -35,7 +35,7 @@ def bash(a):
         except OSError as e:
             return fail('invalid_tool_input', 'The command could not be started: %s' % (e.strerror or e))
         try:
-            (out, nout), (err, nerr) = drain(p, budget)
+            (out, nout), (err, nerr), to = drain(p, a.get('budget') or budget, a.get('timeout'))
         except BaseException:
             try:
                 os.killpg(p.pid, 9)
@@ -54,19 +54,47 @@ def bash(a):
             pass
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    if nout + nerr > output_max:
+    if nout + nerr > output_max and not a.get('cut_only'):
         return fail('output_file_too_large', 'The command wrote %d bytes of output, more than the %d the tool returns. '
                     'Write the output to a file and look at parts of it.' % (nout + nerr, output_max))
     rc = p.returncode if p.returncode >= 0 else 128 - p.returncode
     # stderr gets a quarter of the budget, or what stdout leaves of it; stdout the rest.
+    b = a.get('budget') or budget
     ob, eb = len(out.encode('utf-8', 'replace')), len(err.encode('utf-8', 'replace'))
-    ecap = min(eb, max(budget // 4, budget - ob))
-    return {'k': 'bash', 'rc': rc, 'out': cut(out, budget - ecap), 'err': cut(err, ecap)}
-def drain(p, keep):
+    ecap = min(eb, max(b // 4, b - ob))
+    return {'k': 'bash', 'rc': rc, 'out': cut(out, b - ecap), 'err': cut(err, ecap), 'to': to}
+def shell(a):
+    # The commands of one shell call, one after the other in the container's shell session,
+    # each within the call's time limit; a command that times out ends the call. Each gets an
+    # equal share of the budget, and keeps at most max_chars characters of stdout and stderr
+    # together (stdout first).
+    cmds = a['commands']
+    # Each entry's own JSON (keys, base64) costs about 48 bytes of the result line.
+    share = max(64, (budget - 48 * len(cmds)) // max(1, len(cmds)))
+    res = []
+    for c in cmds:
+        r = bash({'command': c, 'timeout': a.get('timeout'), 'budget': share, 'cut_only': True})
+        if r['k'] != 'bash':
+            r = {'rc': 127, 'out': '', 'err': r['msg'], 'to': False}
+        out, err = r['out'], r['err']
+        n = a.get('max_chars')
+        if n is not None and len(out) + len(err) > n:
+            out = out[:n]
+            err = err[:n - len(out)]
+        res.append({'rc': r['rc'], 'out': out, 'err': err, 'to': r['to']})
+        if r['to']:
+            break
+    return {'k': 'shell', 'r': res}
+def drain(p, keep, timeout=None):
     # Reads the command's stdout and stderr to their end, keeping the head and the tail of
     # each (keep bytes each at most) and counting the rest, so that a command that prints a
-    # lot does not fill the container's memory.
-    import selectors
+    # lot does not fill the container's memory. With a timeout (seconds), the command's
+    # process group is killed when it has not ended by then, and what it wrote is read for at
+    # most a second more (a process that left the group may hold the pipes). It returns
+    # (stdout, bytes), (stderr, bytes) and whether the command timed out.
+    import selectors, time
+    deadline = None if timeout is None else time.monotonic() + timeout
+    to = False
     sel = selectors.DefaultSelector()
     got = {}
     for f in (p.stdout, p.stderr):
@@ -74,7 +102,18 @@ def drain(p, keep):
         sel.register(f.fileno(), selectors.EVENT_READ)
     left = 2
     while left:
-        for key, _ in sel.select():
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            if to:
+                break
+            to = True
+            try:
+                os.killpg(p.pid, 9)
+            except OSError:
+                pass
+            deadline = time.monotonic() + 1
+            continue
+        for key, _ in sel.select(wait):
             b = os.read(key.fd, 65536)
             if not b:
                 sel.unregister(key.fd)
@@ -90,6 +129,11 @@ def drain(p, keep):
             if len(g[1]) > 2 * keep:
                 del g[1][:len(g[1]) - keep]
     sel.close()
+    if to:
+        try:
+            os.killpg(p.pid, 9)
+        except OSError:
+            pass
     p.wait()
     out = []
     for f in (p.stdout, p.stderr):
@@ -101,7 +145,7 @@ def drain(p, keep):
         else:
             text = (head + tail).decode('utf-8', 'replace')
         out.append((text, n))
-    return out
+    return out[0], out[1], to
 def filetype(full):
     # An image or a PDF, by its first bytes, as the native view reports them; '' for text.
     with open(full, 'rb') as f:
