@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -154,4 +155,35 @@ func canonicalDomain(d string) (string, string) {
 		return "", "an IP address, not a domain"
 	}
 	return d, ""
+}
+
+// CheckWithin reports whether every rule of domains is within the operator's allowlist org:
+// an exact name org allows (listed, or under a wildcard listed), or a wildcard under one of
+// org's (the same wildcard or a deeper one). An empty org allows every valid rule. An error
+// is a *RuleError (or ErrTooManyDomains), the client's mistake; org must be valid (an
+// invalid org rule fails too).
+func CheckWithin(domains, org []string) error {
+	if _, err := compile(domains); err != nil {
+		return err
+	}
+	if len(org) == 0 {
+		return nil
+	}
+	o, err := compile(org)
+	if err != nil {
+		return fmt.Errorf("operator's allowed domains: %w", err)
+	}
+	for _, d := range domains {
+		norm, wildcard, _ := ParseRule(d) // compiled above
+		within := o.allows(norm)
+		if wildcard {
+			// Every name under norm is under one of org's wildcards: norm is that wildcard's
+			// domain or under it.
+			within = slices.ContainsFunc(o.suffixes, func(s string) bool { return "."+norm == s || strings.HasSuffix(norm, s) })
+		}
+		if !within {
+			return &RuleError{Rule: d, Reason: "outside the allowed domains of this server"}
+		}
+	}
+	return nil
 }

@@ -142,3 +142,26 @@ func FuzzParseRule(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckWithin(t *testing.T) {
+	org := []string{"api.example.com", "*.corp.example"}
+	tests := []struct {
+		give []string
+		org  []string
+		want bool
+	}{
+		{[]string{"api.example.com"}, org, true},
+		{[]string{"API.example.com."}, org, true},
+		{[]string{"a.corp.example", "*.b.corp.example", "*.corp.example"}, org, true},
+		{[]string{"example.com"}, org, false},
+		{[]string{"*.example.com"}, org, false},
+		{[]string{"corp.example"}, org, false},
+		{[]string{"api.example.com", "evil.test"}, org, false},
+		{[]string{"anything.test", "*.wild.test"}, nil, true},
+		{[]string{"10.0.0.1"}, nil, false},
+	}
+	for _, tt := range tests {
+		err := CheckWithin(tt.give, tt.org)
+		assert.Equal(t, tt.want, err == nil, "domains %v within %v: %v", tt.give, tt.org, err)
+	}
+}

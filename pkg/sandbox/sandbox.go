@@ -161,6 +161,18 @@ type Spec struct {
 	// MemoryLimit is the container's memory: "1g", "4g", "16g" or "64g". Empty means the
 	// provider's default.
 	MemoryLimit string
+	// NetworkPolicy, when set, gives the container a way out: HTTP and HTTPS to the policy's
+	// allowed domains only, through a proxy the backend owns (package egress). Nil means no
+	// network at all. A pointer, so that a Spec stays comparable; a policy given to a Spec
+	// must not change afterwards.
+	NetworkPolicy *NetworkPolicy
+}
+
+// NetworkPolicy is a container's network_policy of type allowlist, as the native API has it.
+type NetworkPolicy struct {
+	// AllowedDomains are the domains the code may reach: exact names, or wildcards
+	// ("*.example.com") as package egress documents.
+	AllowedDomains []string
 }
 
 // Provider creates containers. Implementations are safe for concurrent use.

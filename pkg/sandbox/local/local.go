@@ -127,6 +127,8 @@ type Config struct {
 	// container failing), New says so in the log and the codeinterp_sandbox_local_start_mode
 	// metric, and containers start the exec way.
 	Start string
+	// Network is the operator's say on network policies: refused unless Network.Enabled.
+	Network NetworkConfig
 }
 
 // Local is the local backend: each container is one persistent Python process driven over
@@ -423,10 +425,13 @@ func (l *Local) ResolveSpec(spec sandbox.Spec) sandbox.Spec {
 }
 
 // CheckSpec reports whether a container of spec may be created: its memory limit must be a
-// size within MaxMemoryLimit. An error matches [sandbox.ErrInvalidSpec].
+// size within MaxMemoryLimit, and a network policy enabled (Network) and within the
+// operator's allowlist. An error matches [sandbox.ErrInvalidSpec].
 func (l *Local) CheckSpec(spec sandbox.Spec) error {
-	_, err := l.memoryOf(spec)
-	return err
+	if _, err := l.memoryOf(spec); err != nil {
+		return err
+	}
+	return l.checkNetwork(spec.NetworkPolicy)
 }
 
 // memoryOf returns the memory of a container of spec.
@@ -625,8 +630,10 @@ func (l *Local) readProbe(report string) error {
 }
 
 // driverArg is the driver's argv[1]: its configuration, in hex.
-func (l *Local) driverArg(memBytes int64, dir string) (string, error) {
-	b, err := marshalEncode(l.driverConfig(memBytes, dir).encode())
+func (l *Local) driverArg(memBytes int64, dir string, env map[string]string) (string, error) {
+	cfg := l.driverConfig(memBytes, dir)
+	cfg.env = env
+	b, err := marshalEncode(cfg.encode())
 	if err != nil {
 		return "", fmt.Errorf("encode driver config: %w", err)
 	}
@@ -651,13 +658,27 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Containe
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	c, err := l.start(memBytes)
+	if err := l.checkNetwork(spec.NetworkPolicy); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	var env map[string]string
+	if spec.NetworkPolicy != nil {
+		env = proxyEnv()
+	}
+	c, err := l.start(memBytes, env)
 	if err != nil {
 		return nil, err
 	}
 	if err := c.waitReady(ctx); err != nil {
 		_ = c.Delete(context.Background())
 		return nil, fmt.Errorf("%w: start container: %w", sandbox.ErrUnavailable, err)
+	}
+	// The code runs once Create has returned: its proxy is listening by then.
+	if spec.NetworkPolicy != nil {
+		if err := c.startEgress(spec.NetworkPolicy); err != nil {
+			_ = c.Delete(context.Background())
+			return nil, fmt.Errorf("%w: %w: %w", sandbox.ErrUnavailable, errNoEgress, err)
+		}
 	}
 	return c, nil
 }
