@@ -30,6 +30,8 @@ type Policy struct {
 	// without case and without a trailing dot. IP addresses are not domains: a request to an
 	// address is refused.
 	AllowedDomains []string
+	// Secrets are the domain secrets: each for a domain the allowlist allows.
+	Secrets []Secret
 }
 
 // maxDomains bounds a policy's allowlist.
@@ -55,7 +57,11 @@ type rules struct {
 // CheckPolicy reports whether p is a valid policy: an error is a *RuleError (or
 // ErrTooManyDomains), the client's mistake.
 func CheckPolicy(p Policy) error {
-	_, err := compile(p.AllowedDomains)
+	r, err := compile(p.AllowedDomains)
+	if err != nil {
+		return err
+	}
+	_, err = compileSecrets(p.Secrets, r)
 	return err
 }
 

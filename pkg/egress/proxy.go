@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,12 @@ type Options struct {
 	// Resolve resolves a name to its addresses. Default: the system resolver. A test hook
 	// (a name resolving to a loopback test server, or DNS rebinding to a private address).
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// UpstreamRoots are the roots the proxy verifies a secret's domain's server with, when
+	// it opens the code's HTTPS to put the secret in. Default: the system's. A test hook.
+	UpstreamRoots *x509.CertPool
+	// HandshakeTimeout bounds the TLS handshakes of an intercepted connection (the code's and
+	// the server's). Default 10s.
+	HandshakeTimeout time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -77,6 +84,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 10 * time.Second
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
@@ -103,9 +113,11 @@ type Stats struct {
 // Proxy is one container's forward proxy. Safe for concurrent use. It owns every goroutine and
 // connection it starts: Close ends them all and waits.
 type Proxy struct {
-	rules rules
-	opts  Options
-	log   *zap.Logger
+	rules   rules
+	secrets []secret
+	ca      *authority // nil without secrets
+	opts    Options
+	log     *zap.Logger
 
 	ctx    context.Context // canceled by Close: dials in progress stop
 	cancel context.CancelFunc
@@ -130,13 +142,23 @@ func New(policy Policy, opts Options, log *zap.Logger) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new egress proxy: %w", err)
 	}
+	secrets, err := compileSecrets(policy.Secrets, r)
+	if err != nil {
+		return nil, fmt.Errorf("new egress proxy: %w", err)
+	}
+	var ca *authority
+	if len(secrets) > 0 {
+		if ca, err = newAuthority(secrets); err != nil {
+			return nil, fmt.Errorf("new egress proxy: make its CA: %w", err)
+		}
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
 	opts.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Proxy{
-		rules: r, opts: opts, log: log.Named("egress"), ctx: ctx, cancel: cancel,
+		rules: r, secrets: secrets, ca: ca, opts: opts, log: log.Named("egress"), ctx: ctx, cancel: cancel,
 		listeners: map[net.Listener]struct{}{}, open: map[net.Conn]struct{}{},
 	}, nil
 }
@@ -326,6 +348,10 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
+	if secrets := p.secretsFor(host); len(secrets) > 0 {
+		p.intercept(&bufConn{Conn: c, r: br}, upc, host, secrets)
+		return
+	}
 	if n := br.Buffered(); n > 0 {
 		early, _ := br.Peek(n)
 		if _, err := upc.Write(early); err != nil {
@@ -403,6 +429,11 @@ func (p *Proxy) forward(c net.Conn, req *http.Request) {
 	host, port, rf := p.target(req.URL.Host, 80)
 	if rf != nil {
 		p.refuse(c, req.URL.Host, rf)
+		return
+	}
+	if s, ok := misplaced(req, p.secrets, nil); ok {
+		p.refuse(c, req.URL.Host, &refusal{http.StatusForbidden, fmt.Sprintf(
+			"the request carries the placeholder of domain secret %s, which is put in only in HTTPS requests to %s", s.Name, s.Domain)})
 		return
 	}
 	up, rf := p.dial(host, port)

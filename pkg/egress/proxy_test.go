@@ -25,11 +25,12 @@ import (
 
 // names is the test resolver: every name of the tests and what it resolves to.
 var names = map[string][]netip.Addr{
-	"allowed.test":  {netip.MustParseAddr("127.0.0.1")},
-	"other.test":    {netip.MustParseAddr("127.0.0.1")},
-	"a.wild.test":   {netip.MustParseAddr("127.0.0.1")},
-	"metadata.test": {netip.MustParseAddr("169.254.169.254")},
-	"mixed.test":    {netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("127.0.0.1")},
+	"allowed.test":    {netip.MustParseAddr("127.0.0.1")},
+	"api.secret.test": {netip.MustParseAddr("127.0.0.1")},
+	"other.test":      {netip.MustParseAddr("127.0.0.1")},
+	"a.wild.test":     {netip.MustParseAddr("127.0.0.1")},
+	"metadata.test":   {netip.MustParseAddr("169.254.169.254")},
+	"mixed.test":      {netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("127.0.0.1")},
 }
 
 func testResolve(_ context.Context, host string) ([]netip.Addr, error) {
@@ -386,3 +387,5 @@ func (c *fuzzConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 func (c *fuzzConn) SetDeadline(time.Time) error      { return nil }
 func (c *fuzzConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *fuzzConn) SetWriteDeadline(time.Time) error { return nil }
+
+func localListener() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
