@@ -173,7 +173,20 @@ type NetworkPolicy struct {
 	// AllowedDomains are the domains the code may reach: exact names, or wildcards
 	// ("*.example.com") as package egress documents.
 	AllowedDomains []string
+	// DomainSecrets are credentials the code may use without holding them: it sees a
+	// placeholder in the variable Name, which the proxy replaces with Value in HTTPS requests
+	// to Domain only.
+	DomainSecrets []DomainSecret
 }
+
+// DomainSecret is one of a NetworkPolicy's domain secrets. Its Value never enters the
+// container, a log line or an answer.
+type DomainSecret struct {
+	Domain, Name, Value string
+}
+
+// String names the secret without its value, so that printing one leaks nothing.
+func (s DomainSecret) String() string { return "secret " + s.Name + " for " + s.Domain }
 
 // Provider creates containers. Implementations are safe for concurrent use.
 type Provider interface {

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/codeinterp/codeinterp/pkg/egress"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
@@ -661,9 +662,18 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Containe
 	if err := l.checkNetwork(spec.NetworkPolicy); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
+	var proxy *egress.Proxy // the container's, once started; closed here until then
 	var env map[string]string
 	if spec.NetworkPolicy != nil {
-		env = proxyEnv()
+		if proxy, err = egress.New(egressPolicy(spec.NetworkPolicy), l.cfg.Network.Proxy, l.log); err != nil {
+			return nil, fmt.Errorf("create container: %w", err)
+		}
+		defer func() {
+			if proxy != nil {
+				_ = proxy.Close()
+			}
+		}()
+		env = networkEnv(proxy)
 	}
 	c, err := l.start(memBytes, env)
 	if err != nil {
@@ -674,11 +684,12 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Containe
 		return nil, fmt.Errorf("%w: start container: %w", sandbox.ErrUnavailable, err)
 	}
 	// The code runs once Create has returned: its proxy is listening by then.
-	if spec.NetworkPolicy != nil {
-		if err := c.startEgress(spec.NetworkPolicy); err != nil {
+	if proxy != nil {
+		if err := c.startEgress(proxy); err != nil {
 			_ = c.Delete(context.Background())
 			return nil, fmt.Errorf("%w: %w: %w", sandbox.ErrUnavailable, errNoEgress, err)
 		}
+		proxy = nil // the container's now
 	}
 	return c, nil
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +44,15 @@ func proxyEnv() map[string]string {
 	}
 }
 
+// egressPolicy is the proxy's policy of a container's.
+func egressPolicy(p *sandbox.NetworkPolicy) egress.Policy {
+	out := egress.Policy{AllowedDomains: p.AllowedDomains}
+	for _, s := range p.DomainSecrets {
+		out.Secrets = append(out.Secrets, egress.Secret{Domain: s.Domain, Name: s.Name, Value: s.Value})
+	}
+	return out
+}
+
 // checkNetwork reports whether a container of policy may be created here.
 func (l *Local) checkNetwork(p *sandbox.NetworkPolicy) error {
 	if p == nil {
@@ -61,18 +72,40 @@ func (l *Local) checkNetwork(p *sandbox.NetworkPolicy) error {
 	if err := egress.CheckWithin(p.AllowedDomains, l.cfg.Network.AllowedDomains); err != nil {
 		return spec(err.Error())
 	}
+	if err := egress.CheckPolicy(egressPolicy(p)); err != nil {
+		return spec(err.Error()) // a SecretError names a secret, never its value
+	}
 	return nil
 }
 
-// startEgress gives a started container its proxy: a listener at proxyAddr in its network
-// namespace, served by a proxy enforcing policy until Delete.
-func (c *container) startEgress(policy *sandbox.NetworkPolicy) error {
-	p, err := egress.New(egress.Policy{AllowedDomains: policy.AllowedDomains}, c.l.cfg.Network.Proxy, c.log)
-	if err != nil {
-		return err
+// caBundle is where a container with a network policy finds the certificates it trusts: the
+// host's, and its proxy's CA when it has domain secrets. The container sees no /etc/ssl.
+const caBundle = "/tmp/.codeinterp-ca.pem"
+
+// hostBundles are where hosts keep their trusted certificates, the first found is used.
+var hostBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// networkEnv is the environment a container of proxy p gets: the proxy variables, the
+// placeholders of its secrets, and the trust store variables of Python's ssl (urllib, httpx),
+// requests, pip, curl and Node.
+func networkEnv(p *egress.Proxy) map[string]string {
+	env := proxyEnv()
+	for k, v := range p.Placeholders() {
+		env[k] = v
 	}
+	for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS"} {
+		env[k] = caBundle
+	}
+	return env
+}
+
+// startEgress gives a started container (whose code has not run yet) its proxy: the trust
+// bundle in its /tmp, a listener at proxyAddr in its network namespace, served by p until
+// Delete.
+func (c *container) startEgress(p *egress.Proxy) error {
 	c.initMu.Lock()
 	fd := -1
+	var err error
 	if c.initFD >= 0 {
 		fd, err = unix.Dup(c.initFD)
 	}
@@ -81,6 +114,9 @@ func (c *container) startEgress(policy *sandbox.NetworkPolicy) error {
 		return fmt.Errorf("no pidfd of the container's init to reach its network namespace: %v", err)
 	}
 	defer unix.Close(fd)
+	if err := c.writeBundle(p.CACertPEM()); err != nil {
+		return err
+	}
 	ln, err := listenInNetns(fd, proxyAddr)
 	if err != nil {
 		return err
@@ -93,6 +129,42 @@ func (c *container) startEgress(policy *sandbox.NetworkPolicy) error {
 	}
 	c.egress = p
 	c.goTracked(func() { _ = p.Serve(ln) }) // ends when Delete closes p
+	return nil
+}
+
+// writeBundle writes the host's trusted certificates and ca (if any) to the container's
+// caBundle, through its init's root (/proc/PID/root): no code has run in it yet, so nothing
+// there is planted, and the file is created, never opened through a link.
+func (c *container) writeBundle(ca []byte) error {
+	var bundle []byte
+	for _, p := range hostBundles {
+		if b, err := os.ReadFile(p); err == nil {
+			bundle = b
+			break
+		}
+	}
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	bundle = append(bundle, ca...)
+	path := "/proc/" + strconv.Itoa(c.initPID) + "/root" + caBundle
+	var f *os.File
+	// As the code's user: root's uid means nothing in the container's user namespace (its
+	// tmpfs refuses a file root would own).
+	err := c.asCodeUser(func() (err error) {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o444)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write the container's trust bundle: %w", err)
+	}
+	_, err = f.Write(bundle)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write the container's trust bundle: %w", err)
+	}
 	return nil
 }
 

@@ -2,8 +2,15 @@ package local
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -11,6 +18,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,7 +31,7 @@ import (
 // loopback test servers, metadata.test to the metadata address.
 func netTestResolve(_ context.Context, host string) ([]netip.Addr, error) {
 	switch host {
-	case "allowed.test", "other.test":
+	case "allowed.test", "other.test", "api.secret.test":
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 	case "metadata.test":
 		return []netip.Addr{netip.MustParseAddr("169.254.169.254")}, nil
@@ -34,13 +42,19 @@ func netTestResolve(_ context.Context, host string) ([]netip.Addr, error) {
 // netTestLocal returns a Local whose containers may have network policies reaching the
 // loopback test servers on ports.
 func netTestLocal(t *testing.T, ports ...int) *Local {
+	return netTestLocalRoots(t, nil, ports...)
+}
+
+// netTestLocalRoots is netTestLocal whose proxies trust roots for the secrets' servers.
+func netTestLocalRoots(t *testing.T, roots *x509.CertPool, ports ...int) *Local {
 	return newTestLocal(t, Config{Network: NetworkConfig{
 		Enabled:        true,
-		AllowedDomains: []string{"allowed.test", "other.test", "metadata.test"},
+		AllowedDomains: []string{"allowed.test", "other.test", "metadata.test", "api.secret.test"},
 		Proxy: egress.Options{
 			Resolve:       netTestResolve,
 			AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 			Ports:         ports,
+			UpstreamRoots: roots,
 		},
 	}})
 }
@@ -172,4 +186,74 @@ func TestLocalNetworkPolicyRefused(t *testing.T) {
 		assert.ErrorIs(t, on.CheckSpec(tt.give), sandbox.ErrInvalidSpec, tt.name)
 	}
 	assert.NoError(t, on.CheckSpec(policy("allowed.test")))
+}
+
+// secretTestServer is an HTTPS server for api.secret.test, its certificate from a test CA
+// (returned as a pool), that records the Authorization header it gets and echoes it.
+func secretTestServer(t *testing.T) (*httptest.Server, *x509.CertPool, chan string) {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		return k
+	}
+	caKey, key := newKey(), newKey()
+	now := time.Now()
+	caTpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), DNSNames: []string{"api.secret.test"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	seen := make(chan string, 16)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Authorization")
+		fmt.Fprintf(w, "you sent %s", r.Header.Get("Authorization"))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return srv, pool, seen
+}
+
+const testSecret = "sk-test-REAL-VALUE-4242"
+
+// TestLocalDomainSecret: the code uses a domain secret through its placeholder, over HTTPS
+// verified with the trust bundle it was given (urllib and curl, no verification turned off):
+// the server gets the value, the code never sees it.
+func TestLocalDomainSecret(t *testing.T) { inBothStarts(t, testLocalDomainSecret) }
+
+func testLocalDomainSecret(t *testing.T) {
+	srv, roots, seen := secretTestServer(t)
+	port := serverPort(t, srv)
+	l := netTestLocalRoots(t, roots, port)
+	c := newTestContainer(t, l, sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{
+		AllowedDomains: []string{"api.secret.test"},
+		DomainSecrets:  []sandbox.DomainSecret{{Domain: "api.secret.test", Name: "API_TOKEN", Value: testSecret}},
+	}})
+	res, err := c.Run(context.Background(), fmt.Sprintf(`
+import os, subprocess, urllib.request
+token = os.environ['API_TOKEN']
+print('token', token)
+req = urllib.request.Request('https://api.secret.test:%[1]d/v1', headers={'Authorization': 'Bearer ' + token})
+with urllib.request.urlopen(req, timeout=10) as r:
+    print('urllib', r.read().decode())
+print('curl', subprocess.run(['sh', '-c', 'curl -sS -H "Authorization: Bearer $API_TOKEN" https://api.secret.test:%[1]d/curl'],
+    capture_output=True, text=True))
+print(open('/proc/self/environ').read())
+`, port))
+	require.NoError(t, err)
+	require.Nil(t, res.Error, "run: %+v", res.Error)
+	assert.NotContains(t, res.Stdout+res.Stderr, testSecret, "the code saw the secret")
+	assert.Contains(t, res.Stdout, "token codeinterp_secret_")
+	assert.Contains(t, res.Stdout, "urllib you sent Bearer codeinterp_secret_", "urllib verified the proxy's certificate")
+	assert.Contains(t, res.Stdout, "stdout='you sent Bearer codeinterp_secret_", "curl verified the proxy's certificate")
+	assert.Equal(t, "Bearer "+testSecret, <-seen, "the server got the secret (urllib)")
+	assert.Equal(t, "Bearer "+testSecret, <-seen, "the server got the secret (curl)")
 }
