@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,3 +390,46 @@ func (c *fuzzConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *fuzzConn) SetWriteDeadline(time.Time) error { return nil }
 
 func localListener() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// BenchmarkProxyRequest measures what the proxy adds to one plain HTTP request on loopback
+// (a new connection each, as through the proxy): direct, then through the proxy, back to
+// back; the medians are reported.
+func BenchmarkProxyRequest(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(hello))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	p, err := New(Policy{AllowedDomains: []string{"allowed.test"}}, Options{Resolve: testResolve, Ports: []int{port},
+		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := localListener()
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(l) }()
+	defer func() { p.Close(); <-done }()
+	direct := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	proxied := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: l.Addr().String()})}}
+	fetch := func(c *http.Client, u string) time.Duration {
+		start := time.Now()
+		resp, err := c.Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return time.Since(start)
+	}
+	var d, pr []time.Duration
+	for b.Loop() {
+		d = append(d, fetch(direct, srv.URL+"/"))
+		pr = append(pr, fetch(proxied, fmt.Sprintf("http://allowed.test:%d/", port)))
+	}
+	slices.Sort(d)
+	slices.Sort(pr)
+	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "µs-direct")
+	b.ReportMetric(float64(pr[len(pr)/2].Microseconds()), "µs-proxied")
+}

@@ -257,3 +257,32 @@ print(open('/proc/self/environ').read())
 	assert.Equal(t, "Bearer "+testSecret, <-seen, "the server got the secret (urllib)")
 	assert.Equal(t, "Bearer "+testSecret, <-seen, "the server got the secret (curl)")
 }
+
+// BenchmarkNetworkPolicyStart measures what a network policy adds to a container's start
+// (forked): the proxy, its listener in the container's namespace, the trust bundle. Each op
+// is one start with a policy and one without, back to back; the medians are reported.
+func BenchmarkNetworkPolicyStart(b *testing.B) {
+	l := benchLocal(b, Config{Start: StartFork, Network: NetworkConfig{Enabled: true}})
+	spec := sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{AllowedDomains: []string{"example.com"},
+		DomainSecrets: []sandbox.DomainSecret{{Domain: "example.com", Name: "TOKEN", Value: "secret"}}}}
+	ctx := context.Background()
+	var with, without []time.Duration
+	for b.Loop() {
+		for _, s := range []sandbox.Spec{{}, spec} {
+			start := time.Now()
+			c, err := l.Create(ctx, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := time.Since(start)
+			_ = c.Delete(ctx)
+			if s.NetworkPolicy == nil {
+				without = append(without, d)
+			} else {
+				with = append(with, d)
+			}
+		}
+	}
+	b.ReportMetric(float64(median(without).Microseconds()), "µs-start-no-policy")
+	b.ReportMetric(float64(median(with).Microseconds()), "µs-start-policy")
+}
