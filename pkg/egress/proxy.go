@@ -286,12 +286,19 @@ type refusal struct {
 }
 
 // writeRefusal answers a request the proxy refuses, closing the connection afterwards. The
-// body names what the code asked for and why it is refused, never an address the proxy
-// resolved.
+// body, and the reason phrase (all a client shows of a refused CONNECT: Python's "Tunnel
+// connection failed: 403 …"), name what the code asked for and why it is refused, never an
+// address the proxy resolved.
 func writeRefusal(w io.Writer, r *refusal) {
 	body := "codeinterp egress proxy: refused: " + r.reason + "\n"
+	phrase := strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f {
+			return ' '
+		}
+		return c
+	}, http.StatusText(r.status)+" (codeinterp egress proxy: "+r.reason+")")
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"+
-		"Connection: close\r\nX-Codeinterp-Egress: refused\r\n\r\n%s", r.status, http.StatusText(r.status), len(body), body)
+		"Connection: close\r\nX-Codeinterp-Egress: refused\r\n\r\n%s", r.status, phrase, len(body), body)
 }
 
 // serveConn serves one client connection: one request (a CONNECT tunnel, or one plain HTTP

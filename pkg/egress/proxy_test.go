@@ -193,7 +193,7 @@ func TestProxyConnectRefused(t *testing.T) {
 	_, pu := startProxy(t, Policy{AllowedDomains: []string{"allowed.test"}}, Options{Ports: []int{port}})
 	_, _, err := get(t, client(t, pu, srv), fmt.Sprintf("https://allowed.test:%d/", port))
 	require.Error(t, err, "a loopback destination without AllowNetworks")
-	assert.Contains(t, err.Error(), "Forbidden")
+	assert.Contains(t, err.Error(), "Forbidden (codeinterp egress proxy: \"allowed.test\" resolves to a private")
 
 	c, err := net.Dial("tcp", pu.Host)
 	require.NoError(t, err)

@@ -104,7 +104,7 @@ def fetch(u, **kw):
     except urllib.error.HTTPError as e:
         return '%%d %%s' %% (e.code, e.read().decode().strip())
     except Exception as e:
-        return 'error %%s' %% type(e).__name__
+        return 'error %%s: %%s' %% (type(e).__name__, e)
 insecure = ssl._create_unverified_context()
 print('proxy', os.environ.get('HTTPS_PROXY'))
 print('http', fetch('http://allowed.test:%[1]d/plain'))
@@ -130,7 +130,8 @@ for addr in [('127.0.0.1', %[1]d), ('1.1.1.1', 80)]:
 	assert.Contains(t, out, "https 200 hello from /secure", "HTTPS (CONNECT) to an allowed domain")
 	assert.Contains(t, out, "curl hello from /curl", "curl through https_proxy")
 	assert.Contains(t, out, `other 403 codeinterp egress proxy: refused: domain "other.test" is not on this container's allowed_domains`)
-	assert.Contains(t, out, "other-https error", "CONNECT to a domain not on the list")
+	assert.Contains(t, out, `other-https error URLError: <urlopen error Tunnel connection failed: 403 Forbidden (codeinterp egress proxy: domain "other.test" is not on this container's allowed_domains)>`,
+		"CONNECT to a domain not on the list")
 	assert.Contains(t, out, `redirect 403 codeinterp egress proxy: refused: domain "other.test"`, "a redirect to a domain not on the list")
 	assert.Contains(t, out, "metadata 403 codeinterp egress proxy: refused", "the metadata address")
 	assert.Contains(t, out, "raw 127.0.0.1 refused", "a raw socket to the host's loopback")
