@@ -433,3 +433,22 @@ func BenchmarkProxyRequest(b *testing.B) {
 	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "µs-direct")
 	b.ReportMetric(float64(pr[len(pr)/2].Microseconds()), "µs-proxied")
 }
+
+// TestProxyHostFromURL: the Host header a request forges does not pick the server's virtual
+// host: the upstream sees the host the proxy checked.
+func TestProxyHostFromURL(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Host }))
+	defer srv.Close()
+	port := portOf(t, srv.URL)
+	_, pu := startProxy(t, Policy{AllowedDomains: []string{"allowed.test"}}, loopbackOpts(port))
+	c, err := net.Dial("tcp", pu.Host)
+	require.NoError(t, err)
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://allowed.test:%d/x HTTP/1.1\r\nHost: evil.test\r\n\r\n", port)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, fmt.Sprintf("allowed.test:%d", port), <-got)
+}
