@@ -10,6 +10,14 @@
 // into the cluster reaches nothing. It bounds each container's concurrent connections and the
 // bytes it moves. Redirects are the client's to follow: each new request is checked again.
 //
+// Domain secrets (Policy.Secrets) let the code use a credential it never holds: it sees a
+// placeholder (Proxy.Placeholders); in an HTTPS request to the secret's domain the proxy ends
+// the code's TLS with a certificate of its own CA (Proxy.CACertPEM, name-constrained to the
+// secrets' domains, its key never leaving the proxy), puts the value in place of the
+// placeholder in the request line and headers, sends the request over its own verified TLS
+// connection, and scrubs the value back to the placeholder in the answer. A placeholder in
+// any other request is refused.
+//
 // What it cannot see: inside a CONNECT tunnel the TLS handshake is the code's, so a TLS server
 // name other than the CONNECT host (domain fronting on a shared CDN address) is not refused.
 package egress

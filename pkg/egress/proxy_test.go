@@ -66,7 +66,7 @@ func loopbackOpts(port int) Options {
 	return Options{AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Ports: []int{port}}
 }
 
-func portOf(t *testing.T, u string) int {
+func portOf(t testing.TB, u string) int {
 	t.Helper()
 	pu, err := url.Parse(u)
 	require.NoError(t, err)

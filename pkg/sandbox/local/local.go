@@ -200,6 +200,9 @@ func New(cfg Config, log *zap.Logger) (*Local, error) {
 		return nil, fmt.Errorf("new local sandbox: uid range %d+%d: want a first uid above 0 and a count above 0 within 32 bits",
 			cfg.FirstUID, cfg.UIDCount)
 	}
+	if err := egress.CheckPolicy(egress.Policy{AllowedDomains: cfg.Network.AllowedDomains}); err != nil {
+		return nil, fmt.Errorf("new local sandbox: network allowed domains: %w", err)
+	}
 	if cfg.CPUQuota < 0.01 {
 		return nil, fmt.Errorf("new local sandbox: cpu quota %v is below 0.01 of a core", cfg.CPUQuota)
 	}

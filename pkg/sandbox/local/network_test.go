@@ -287,3 +287,8 @@ func BenchmarkNetworkPolicyStart(b *testing.B) {
 	b.ReportMetric(float64(median(without).Microseconds()), "µs-start-no-policy")
 	b.ReportMetric(float64(median(with).Microseconds()), "µs-start-policy")
 }
+
+func TestNewRefusesAnInvalidOperatorAllowlist(t *testing.T) {
+	_, err := New(Config{UnsafeNoIsolation: true, Network: NetworkConfig{AllowedDomains: []string{"10.0.0.0/8"}}}, nil)
+	assert.ErrorContains(t, err, "network allowed domains")
+}
