@@ -203,6 +203,11 @@ func New(cfg Config, log *zap.Logger) (*Local, error) {
 	if err := egress.CheckPolicy(egress.Policy{AllowedDomains: cfg.Network.AllowedDomains}); err != nil {
 		return nil, fmt.Errorf("new local sandbox: network allowed domains: %w", err)
 	}
+	if cfg.Network.Enabled && (cfg.UnsafeNoIsolation || os.Geteuid() != 0) {
+		// The proxy listens inside each container's network namespace (setns: CAP_SYS_ADMIN);
+		// without isolation the code has the host's network and nothing to enforce.
+		return nil, errors.New("new local sandbox: network policies need sandbox isolation and a server running as root")
+	}
 	if cfg.CPUQuota < 0.01 {
 		return nil, fmt.Errorf("new local sandbox: cpu quota %v is below 0.01 of a core", cfg.CPUQuota)
 	}

@@ -19,7 +19,9 @@ import (
 // value refuses them: every container has no network at all.
 type NetworkConfig struct {
 	// Enabled lets a container have a network policy. When false (the default), a Spec with
-	// a NetworkPolicy is refused ([sandbox.ErrInvalidSpec], field network_policy).
+	// a NetworkPolicy is refused ([sandbox.ErrInvalidSpec], field network_policy). It needs
+	// isolation and a server running as root (New fails otherwise): the server opens each
+	// container's proxy listener inside the container's network namespace.
 	Enabled bool
 	// AllowedDomains is the operator's allowlist, which a container's can only narrow: each of
 	// a policy's allowed domains must be within it (see [egress.CheckWithin]), else the Spec

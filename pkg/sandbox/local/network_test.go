@@ -292,3 +292,8 @@ func TestNewRefusesAnInvalidOperatorAllowlist(t *testing.T) {
 	_, err := New(Config{UnsafeNoIsolation: true, Network: NetworkConfig{AllowedDomains: []string{"10.0.0.0/8"}}}, nil)
 	assert.ErrorContains(t, err, "network allowed domains")
 }
+
+func TestNewRefusesNetworkWithoutIsolation(t *testing.T) {
+	_, err := New(Config{UnsafeNoIsolation: true, Network: NetworkConfig{Enabled: true}}, nil)
+	assert.ErrorContains(t, err, "network policies need sandbox isolation")
+}
