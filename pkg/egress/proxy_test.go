@@ -452,3 +452,32 @@ func TestProxyHostFromURL(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, fmt.Sprintf("allowed.test:%d", port), <-got)
 }
+
+// FuzzTarget: whatever authority a request names, the proxy accepts it only for a domain on
+// its allowlist and a port it allows, in canonical form.
+func FuzzTarget(f *testing.F) {
+	for _, s := range []string{"allowed.test:443", "ALLOWED.test.:443", "a.wild.test:80", "127.0.0.1:443", "[::1]:443",
+		"allowed.test", "allowed.test:0", "allowed.test:+443", "allowed.test:443:1", "evil.test%00allowed.test:443", "x.wild.test.:8080"} {
+		f.Add(s)
+	}
+	p, err := New(Policy{AllowedDomains: []string{"allowed.test", "*.wild.test"}}, Options{}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer p.Close()
+	f.Fuzz(func(t *testing.T, authority string) {
+		host, port, rf := p.target(authority, 80)
+		if rf != nil {
+			return
+		}
+		if host != "allowed.test" && !strings.HasSuffix(host, ".wild.test") {
+			t.Fatalf("%q accepted as host %q", authority, host)
+		}
+		if !slices.Contains(DefaultPorts, port) {
+			t.Fatalf("%q accepted with port %d", authority, port)
+		}
+		if _, err := CanonicalHost(host); err != nil {
+			t.Fatalf("%q accepted as a host that is not canonical: %q", authority, host)
+		}
+	})
+}
