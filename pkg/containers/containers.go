@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/codeinterp/codeinterp/pkg/files"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // Container is a container as the API shows it.
@@ -32,6 +33,9 @@ type Container struct {
 	ExpiresAfter time.Duration
 	// MemoryLimit is "1g", "4g", "16g" or "64g".
 	MemoryLimit string
+	// AllowedDomains is its network_policy's allowlist; nil when its network is disabled. Its
+	// domain secrets are never shown.
+	AllowedDomains []string
 	// Expired reports whether it expired (it may still be listed for a while, as natively).
 	Expired bool
 }
@@ -61,6 +65,9 @@ type NewContainer struct {
 	ExpiresAfter time.Duration
 	// MemoryLimit is the memory limit asked for; empty means the store's default.
 	MemoryLimit string
+	// NetworkPolicy is the network_policy of type allowlist asked for; nil for none (no
+	// network). The store refuses it where the operator has not enabled network access.
+	NetworkPolicy *sandbox.NetworkPolicy
 }
 
 // Store keeps the containers. Its methods are scoped by identity, never empty; a container of

@@ -20,6 +20,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/memlimit"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
 )
@@ -293,7 +294,8 @@ type expiryJSON struct {
 }
 
 type networkJSON struct {
-	Type string `json:"type"`
+	Type           string   `json:"type"`
+	AllowedDomains []string `json:"allowed_domains,omitempty"`
 }
 
 func toJSON(c Container) containerJSON {
@@ -306,9 +308,16 @@ func toJSON(c Container) containerJSON {
 		LastActiveAt: c.LastActiveAt.Unix(),
 		ExpiresAfter: expiryJSON{Anchor: "last_active_at", Minutes: int64((c.ExpiresAfter + time.Minute - 1) / time.Minute)},
 		MemoryLimit:  c.MemoryLimit,
-		// A container has no network at all.
-		Network: &networkJSON{Type: "disabled"},
+		Network:      networkOf(c),
 	}
+}
+
+// networkOf is a container's network_policy as shown: its allowlist, never its secrets.
+func networkOf(c Container) *networkJSON {
+	if c.AllowedDomains == nil {
+		return &networkJSON{Type: "disabled"}
+	}
+	return &networkJSON{Type: "allowlist", AllowedDomains: c.AllowedDomains}
 }
 
 // createBody is POST /v1/containers.
@@ -318,14 +327,10 @@ type createBody struct {
 		Anchor  string `json:"anchor"`
 		Minutes *int64 `json:"minutes"`
 	} `json:"expires_after"`
-	FileIDs       []string `json:"file_ids"`
-	MemoryLimit   *string  `json:"memory_limit"`
-	NetworkPolicy *struct {
-		Type           string          `json:"type"`
-		AllowedDomains json.RawMessage `json:"allowed_domains"`
-		DomainSecrets  json.RawMessage `json:"domain_secrets"`
-	} `json:"network_policy"`
-	Skills []json.RawMessage `json:"skills"`
+	FileIDs       []string           `json:"file_ids"`
+	MemoryLimit   *string            `json:"memory_limit"`
+	NetworkPolicy *networkPolicyBody `json:"network_policy"`
+	Skills        []json.RawMessage  `json:"skills"`
 }
 
 func (h *Handler) createContainer(c call) {
@@ -407,8 +412,12 @@ func (h *Handler) newContainer(b createBody) (NewContainer, error) {
 		}
 		nc.MemoryLimit = *b.MemoryLimit
 	}
-	if n := b.NetworkPolicy; n != nil && n.Type != "disabled" {
-		return nc, &schema.RequestError{Message: "Invalid 'network_policy.type': containers have no network here; only 'disabled' is supported.", Param: "network_policy.type", Code: "invalid_value"}
+	if b.NetworkPolicy != nil {
+		policy, err := b.NetworkPolicy.policy()
+		if err != nil {
+			return nc, err
+		}
+		nc.NetworkPolicy = policy
 	}
 	if len(b.Skills) > 0 {
 		return nc, &schema.RequestError{Message: "Invalid 'skills': skills are not supported.", Param: "skills", Code: "invalid_value"}
@@ -599,4 +608,49 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		err = fmt.Errorf("no byte of the body for %s: %w", b.idle, err)
 	}
 	return n, err
+}
+
+// networkPolicyBody is network_policy: {"type":"disabled"} or {"type":"allowlist",
+// "allowed_domains":[…], "domain_secrets":[{"domain","name","value"}]}.
+type networkPolicyBody struct {
+	Type           string   `json:"type"`
+	AllowedDomains []string `json:"allowed_domains"`
+	DomainSecrets  []struct {
+		Domain *string `json:"domain"`
+		Name   *string `json:"name"`
+		Value  *string `json:"value"`
+	} `json:"domain_secrets"`
+}
+
+// policy checks the body's shape and returns the policy it asks for: nil for disabled. Whether
+// the server allows it (network access enabled, the domains within the operator's allowlist,
+// valid rules and secrets) is the store's to say.
+func (n *networkPolicyBody) policy() (*sandbox.NetworkPolicy, error) {
+	switch n.Type {
+	case "disabled":
+		return nil, nil
+	case "allowlist":
+	case "":
+		return nil, &schema.RequestError{Message: "Missing required parameter: 'network_policy.type'.", Param: "network_policy.type", Code: "missing_required_parameter"}
+	default:
+		return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid 'network_policy.type': expected one of 'disabled', 'allowlist', got '%s'.", n.Type),
+			Param: "network_policy.type", Code: "invalid_value"}
+	}
+	if len(n.AllowedDomains) == 0 {
+		return nil, &schema.RequestError{Message: "Missing required parameter: 'network_policy.allowed_domains'.", Param: "network_policy.allowed_domains", Code: "missing_required_parameter"}
+	}
+	p := &sandbox.NetworkPolicy{AllowedDomains: n.AllowedDomains}
+	for i, s := range n.DomainSecrets {
+		for _, f := range []struct {
+			name string
+			v    *string
+		}{{"domain", s.Domain}, {"name", s.Name}, {"value", s.Value}} {
+			if f.v == nil {
+				param := fmt.Sprintf("network_policy.domain_secrets[%d].%s", i, f.name)
+				return nil, &schema.RequestError{Message: "Missing required parameter: '" + param + "'.", Param: param, Code: "missing_required_parameter"}
+			}
+		}
+		p.DomainSecrets = append(p.DomainSecrets, sandbox.DomainSecret{Domain: *s.Domain, Name: *s.Name, Value: *s.Value})
+	}
+	return p, nil
 }

@@ -70,6 +70,10 @@ func (s *memStore) Create(_ context.Context, identity string, nc NewContainer) (
 	if nc.MemoryLimit == "2g" {
 		return Container{}, &InvalidError{Param: "memory_limit", Message: "Invalid 'memory_limit': expected one of 1g, 4g, 16g, 64g."}
 	}
+	if nc.NetworkPolicy != nil {
+		// As a server that has not enabled network access.
+		return Container{}, &InvalidError{Param: "network_policy", Message: "Invalid 'network_policy': network access is not enabled on this server."}
+	}
 	if nc.ExpiresAfter == 0 {
 		nc.ExpiresAfter = 20 * time.Minute
 	}
@@ -460,6 +464,11 @@ func TestContainersRefuse(t *testing.T) {
 		{"expiry anchor", "/v1/containers", "application/json", `{"name":"x","expires_after":{"anchor":"created_at","minutes":2}}`, 400, "invalid_value"},
 		{"unknown field", "/v1/containers", "application/json", `{"name":"x","colour":"red"}`, 400, "unknown_parameter"},
 		{"network", "/v1/containers", "application/json", `{"name":"x","network_policy":{"type":"allowlist","allowed_domains":["a.b"]}}`, 400, "invalid_value"},
+		{"network type", "/v1/containers", "application/json", `{"name":"x","network_policy":{"type":"open"}}`, 400, "invalid_value"},
+		{"network without a type", "/v1/containers", "application/json", `{"name":"x","network_policy":{}}`, 400, "missing_required_parameter"},
+		{"allowlist without domains", "/v1/containers", "application/json", `{"name":"x","network_policy":{"type":"allowlist"}}`, 400, "missing_required_parameter"},
+		{"secret without value", "/v1/containers", "application/json", `{"name":"x","network_policy":{"type":"allowlist","allowed_domains":["a.b"],"domain_secrets":[{"domain":"a.b","name":"T"}]}}`, 400, "missing_required_parameter"},
+		{"network unknown field", "/v1/containers", "application/json", `{"name":"x","network_policy":{"type":"allowlist","allowed_domains":["a.b"],"ports":[1]}}`, 400, "unknown_parameter"},
 		{"memory limit", "/v1/containers", "application/json", `{"name":"x","memory_limit":"2g"}`, 400, "invalid_value"},
 		{"not JSON", "/v1/containers", "application/json", `{"name":`, 400, "invalid_json"},
 		{"file id without fetcher", "/v1/containers/" + made.ID + "/files", "application/json", `{"file_id":"file-1"}`, 400, "invalid_value"},

@@ -35,13 +35,19 @@ func (s *SandboxStore) Create(ctx context.Context, identity string, c NewContain
 	info, err := s.m.Create(ctx, sandbox.CreateRequest{
 		Identity:     identity,
 		Name:         c.Name,
-		Spec:         sandbox.Spec{MemoryLimit: c.MemoryLimit},
+		Spec:         sandbox.Spec{MemoryLimit: c.MemoryLimit, NetworkPolicy: c.NetworkPolicy},
 		ExpiresAfter: c.ExpiresAfter,
 	})
 	if err != nil {
 		return Container{}, storeError(err)
 	}
-	return container(info), nil
+	ct := container(info)
+	// TODO(egress): Get and List show the allowlist once sandbox.ContainerInfo carries it
+	// (kept in the registry beside MemoryLimit, without the secrets).
+	if c.NetworkPolicy != nil {
+		ct.AllowedDomains = c.NetworkPolicy.AllowedDomains
+	}
+	return ct, nil
 }
 
 // List returns identity's containers, the expired ones the Manager still remembers included.

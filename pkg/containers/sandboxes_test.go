@@ -272,3 +272,38 @@ func TestUnavailableIsNotFull(t *testing.T) {
 	assert.Equal(t, "The container could not be started. Try again later.", gjson.Get(body, "error.message").String(), "message: %s", body)
 	assert.NotContains(t, body, "/var/lib", "no internals")
 }
+
+// TestSandboxStoreNetworkPolicy: an allowlist reaches the container's Spec whole, secrets
+// included, and the container object echoes the allowlist without them.
+func TestSandboxStoreNetworkPolicy(t *testing.T) {
+	f, _, p := managerFixture(t, sandbox.ManagerConfig{}, Config{})
+	const value = "sk-the-real-value"
+	status, body := post(t, f, "sk-a", "/v1/containers", "application/json",
+		`{"name":"x","network_policy":{"type":"allowlist","allowed_domains":["api.example.com"],`+
+			`"domain_secrets":[{"domain":"api.example.com","name":"API_TOKEN","value":"`+value+`"}]}}`)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, "allowlist", gjson.Get(body, "network_policy.type").String(), body)
+	assert.Equal(t, `["api.example.com"]`, gjson.Get(body, "network_policy.allowed_domains").Raw, body)
+	assert.False(t, gjson.Get(body, "network_policy.domain_secrets").Exists(), "secrets are never echoed: %s", body)
+	assert.NotContains(t, body, value)
+
+	// The container starts on first use: a file written into it.
+	id := gjson.Get(body, "id").String()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fw, err := mw.CreateFormFile("file", "a.txt")
+	require.NoError(t, err)
+	_, _ = fw.Write([]byte("x"))
+	require.NoError(t, mw.Close())
+	status, body = post(t, f, "sk-a", "/v1/containers/"+id+"/files", mw.FormDataContentType(), buf.String())
+	require.Equal(t, http.StatusOK, status, body)
+	specs := p.Specs()
+	require.Len(t, specs, 1)
+	require.NotNil(t, specs[0].NetworkPolicy)
+	assert.Equal(t, []string{"api.example.com"}, specs[0].NetworkPolicy.AllowedDomains)
+	assert.Equal(t, []sandbox.DomainSecret{{Domain: "api.example.com", Name: "API_TOKEN", Value: value}}, specs[0].NetworkPolicy.DomainSecrets)
+
+	status, body = post(t, f, "sk-a", "/v1/containers", "application/json", `{"name":"y","network_policy":{"type":"disabled"}}`)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, `{"type":"disabled"}`, gjson.Get(body, "network_policy").Raw)
+}

@@ -161,7 +161,32 @@ type Spec struct {
 	// MemoryLimit is the container's memory: "1g", "4g", "16g" or "64g". Empty means the
 	// provider's default.
 	MemoryLimit string
+	// NetworkPolicy, when set, gives the container a way out: HTTP and HTTPS to the policy's
+	// allowed domains only, through a proxy the backend owns (package egress). Nil means no
+	// network at all. A pointer, so that a Spec stays comparable; a policy given to a Spec
+	// must not change afterwards.
+	NetworkPolicy *NetworkPolicy
 }
+
+// NetworkPolicy is a container's network_policy of type allowlist, as the native API has it.
+type NetworkPolicy struct {
+	// AllowedDomains are the domains the code may reach: exact names, or wildcards
+	// ("*.example.com") as package egress documents.
+	AllowedDomains []string
+	// DomainSecrets are credentials the code may use without holding them: it sees a
+	// placeholder in the variable Name, which the proxy replaces with Value in HTTPS requests
+	// to Domain only.
+	DomainSecrets []DomainSecret
+}
+
+// DomainSecret is one of a NetworkPolicy's domain secrets. Its Value never enters the
+// container, a log line or an answer.
+type DomainSecret struct {
+	Domain, Name, Value string
+}
+
+// String names the secret without its value, so that printing one leaks nothing.
+func (s DomainSecret) String() string { return "secret " + s.Name + " for " + s.Domain }
 
 // Provider creates containers. Implementations are safe for concurrent use.
 type Provider interface {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/codeinterp/codeinterp/pkg/egress"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
@@ -35,8 +36,13 @@ type container struct {
 	log     *zap.Logger
 	name    string // random, names its cgroup
 	cmd     *exec.Cmd
-	hostDir string // the data directory on the host, without isolation only
-	cancel  context.CancelFunc
+	hostDir string            // the data directory on the host, without isolation only
+	env     map[string]string // variables the driver adds for the code (the proxy's); nil for none
+	// egressMu guards egress: the container's proxy, its only way out, when its Spec has a
+	// network policy; nil for none. Delete closes it.
+	egressMu sync.Mutex
+	egress   *egress.Proxy
+	cancel   context.CancelFunc
 	// initMu guards initFD: a pidfd of the container's PID-namespace init (bubblewrap's
 	// reaper), or -1. Killing it kills every process of the container; it exits only once they
 	// are all gone.
@@ -87,13 +93,13 @@ type container struct {
 
 // start launches the process and its reader goroutines; it does not wait for the driver. It
 // fails with [sandbox.ErrClosed] after Close, which waits for the starts in progress.
-func (l *Local) start(memBytes int64) (_ *container, err error) {
+func (l *Local) start(memBytes int64, env map[string]string) (_ *container, err error) {
 	if err := l.beginStart(); err != nil {
 		return nil, err
 	}
 	defer l.starts.Done()
 	if l.tpl != nil {
-		c, err := l.startForked(memBytes)
+		c, err := l.startForked(memBytes, env)
 		if !errors.Is(err, errTemplateUnavailable) {
 			return c, err
 		}
@@ -101,6 +107,7 @@ func (l *Local) start(memBytes int64) (_ *container, err error) {
 		l.log.Info("container starts the exec way: the fork template is unavailable", zap.Error(err))
 	}
 	c := l.newContainer()
+	c.env = env
 	var files startFiles
 	started := false // the process started: Delete releases what the container holds
 	defer func() {
@@ -329,7 +336,7 @@ func (c *container) makeDataDir() (string, error) {
 // lives until Delete, not as long as any request: its context is the container's own.
 func (c *container) command(memBytes int64, dir string, runAs int, f *startFiles) (*exec.Cmd, error) {
 	l := c.l
-	cfgHex, err := l.driverArg(memBytes, dir)
+	cfgHex, err := l.driverArg(memBytes, dir, c.env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
@@ -557,6 +564,11 @@ func (c *container) Delete(ctx context.Context) error {
 	c.deleteOnce.Do(func() {
 		close(c.deleted)
 		close(c.stop)
+		c.egressMu.Lock()
+		if c.egress != nil {
+			_ = c.egress.Close() // its Serve goroutine, tracked in wg, returns
+		}
+		c.egressMu.Unlock()
 		c.kill()
 		c.closeHeld()
 	})

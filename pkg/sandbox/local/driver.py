@@ -652,6 +652,8 @@ def _main(cfg=None):
         sys.meta_path.insert(0, _PyplotHook())
         loaded = _preload() if cfg.get('preload') else []
     _set_limits(cfg.get('limits', {}))
+    # The proxy's variables, for a container with a network policy: before any run.
+    os.environ.update(cfg.get('env') or {})
     _thread.start_new_thread(_interrupt_loop, (_thread.get_ident(),))
     if not forked:
         S.pid = os.getpid()

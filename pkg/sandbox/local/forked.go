@@ -16,8 +16,9 @@ import (
 // startForked starts a container forked from the template, with its reader goroutines; it does
 // not wait for the driver. The caller counts the start (l.starts). An error matching
 // errTemplateUnavailable means no process was started.
-func (l *Local) startForked(memBytes int64) (_ *container, err error) {
+func (l *Local) startForked(memBytes int64, env map[string]string) (_ *container, err error) {
 	c := l.newContainer()
+	c.env = env
 	c.cancel = func() {}
 	var child []*os.File // the container's ends, and the cgroup.procs files it moves itself with
 	started := false
@@ -65,6 +66,7 @@ func (l *Local) startForked(memBytes int64) (_ *container, err error) {
 		}()
 	}
 	req := forkRequest{cgroups: len(procs), driver: l.driverConfig(memBytes, dataDir)}
+	req.driver.env = env
 	pids, err := l.tpl.fork(req, c.uid, child)
 	if errors.Is(err, errForkLost) && c.uid >= 0 {
 		// A container may have been forked as this uid: it ends with its lifeline, closed on

@@ -40,9 +40,16 @@ type driverConfig struct {
 	// The rlimits the driver sets on itself: address space, CPU seconds, processes, file
 	// size, open files.
 	as, cpu, nproc, fsize, nofile int64
+	// env are variables the driver adds to its environment before any run (the proxy's,
+	// for a container with a network policy); nil for none.
+	env map[string]string
 }
 
 func (c driverConfig) encode() map[string]any {
+	env := map[string]any{}
+	for k, v := range c.env {
+		env[k] = v
+	}
 	return map[string]any{
 		"data_dir":       c.dataDir,
 		"output_limit":   c.outputLimit,
@@ -53,6 +60,7 @@ func (c driverConfig) encode() map[string]any {
 		"limits": map[string]any{
 			"as": c.as, "cpu": c.cpu, "nproc": c.nproc, "fsize": c.fsize, "nofile": c.nofile,
 		},
+		"env": env,
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/codeinterp/codeinterp/pkg/egress"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
@@ -127,6 +128,8 @@ type Config struct {
 	// container failing), New says so in the log and the codeinterp_sandbox_local_start_mode
 	// metric, and containers start the exec way.
 	Start string
+	// Network is the operator's say on network policies: refused unless Network.Enabled.
+	Network NetworkConfig
 }
 
 // Local is the local backend: each container is one persistent Python process driven over
@@ -196,6 +199,14 @@ func New(cfg Config, log *zap.Logger) (*Local, error) {
 	if cfg.FirstUID <= 0 || cfg.UIDCount <= 0 || int64(cfg.FirstUID)+int64(cfg.UIDCount) > 1<<32-2 {
 		return nil, fmt.Errorf("new local sandbox: uid range %d+%d: want a first uid above 0 and a count above 0 within 32 bits",
 			cfg.FirstUID, cfg.UIDCount)
+	}
+	if err := egress.CheckPolicy(egress.Policy{AllowedDomains: cfg.Network.AllowedDomains}); err != nil {
+		return nil, fmt.Errorf("new local sandbox: network allowed domains: %w", err)
+	}
+	if cfg.Network.Enabled && (cfg.UnsafeNoIsolation || os.Geteuid() != 0) {
+		// The proxy listens inside each container's network namespace (setns: CAP_SYS_ADMIN);
+		// without isolation the code has the host's network and nothing to enforce.
+		return nil, errors.New("new local sandbox: network policies need sandbox isolation and a server running as root")
 	}
 	if cfg.CPUQuota < 0.01 {
 		return nil, fmt.Errorf("new local sandbox: cpu quota %v is below 0.01 of a core", cfg.CPUQuota)
@@ -423,10 +434,13 @@ func (l *Local) ResolveSpec(spec sandbox.Spec) sandbox.Spec {
 }
 
 // CheckSpec reports whether a container of spec may be created: its memory limit must be a
-// size within MaxMemoryLimit. An error matches [sandbox.ErrInvalidSpec].
+// size within MaxMemoryLimit, and a network policy enabled (Network) and within the
+// operator's allowlist. An error matches [sandbox.ErrInvalidSpec].
 func (l *Local) CheckSpec(spec sandbox.Spec) error {
-	_, err := l.memoryOf(spec)
-	return err
+	if _, err := l.memoryOf(spec); err != nil {
+		return err
+	}
+	return l.checkNetwork(spec.NetworkPolicy)
 }
 
 // memoryOf returns the memory of a container of spec.
@@ -625,8 +639,10 @@ func (l *Local) readProbe(report string) error {
 }
 
 // driverArg is the driver's argv[1]: its configuration, in hex.
-func (l *Local) driverArg(memBytes int64, dir string) (string, error) {
-	b, err := marshalEncode(l.driverConfig(memBytes, dir).encode())
+func (l *Local) driverArg(memBytes int64, dir string, env map[string]string) (string, error) {
+	cfg := l.driverConfig(memBytes, dir)
+	cfg.env = env
+	b, err := marshalEncode(cfg.encode())
 	if err != nil {
 		return "", fmt.Errorf("encode driver config: %w", err)
 	}
@@ -651,13 +667,37 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Containe
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	c, err := l.start(memBytes)
+	if err := l.checkNetwork(spec.NetworkPolicy); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	var proxy *egress.Proxy // the container's, once started; closed here until then
+	var env map[string]string
+	if spec.NetworkPolicy != nil {
+		if proxy, err = egress.New(egressPolicy(spec.NetworkPolicy), l.cfg.Network.Proxy, l.log); err != nil {
+			return nil, fmt.Errorf("create container: %w", err)
+		}
+		defer func() {
+			if proxy != nil {
+				_ = proxy.Close()
+			}
+		}()
+		env = networkEnv(proxy)
+	}
+	c, err := l.start(memBytes, env)
 	if err != nil {
 		return nil, err
 	}
 	if err := c.waitReady(ctx); err != nil {
 		_ = c.Delete(context.Background())
 		return nil, fmt.Errorf("%w: start container: %w", sandbox.ErrUnavailable, err)
+	}
+	// The code runs once Create has returned: its proxy is listening by then.
+	if proxy != nil {
+		if err := c.startEgress(proxy); err != nil {
+			_ = c.Delete(context.Background())
+			return nil, fmt.Errorf("%w: %w: %w", sandbox.ErrUnavailable, errNoEgress, err)
+		}
+		proxy = nil // the container's now
 	}
 	return c, nil
 }

@@ -152,7 +152,7 @@ func (t *forkTemplate) selfTest() error {
 	if err != nil {
 		return err
 	}
-	c, err := t.l.startForked(mem)
+	c, err := t.l.startForked(mem, nil)
 	if err != nil {
 		return err
 	}
