@@ -28,7 +28,7 @@ export CODEINTERP_REQUIRE_ENVOY := 1
 # missing one fails it. test-go builds it first (`make otelcol`).
 export CODEINTERP_REQUIRE_OTELCOL := 1
 
-.PHONY: all deps build run run-server test test-go test-python test-unit test-e2e test-envoy test-tracing bench fuzz lint docs docs-check proto proto-check tools otelcol clean
+.PHONY: all deps build run run-server test test-go test-python test-unit test-e2e test-envoy test-tracing bench fleet-bench fuzz lint docs docs-check proto proto-check tools otelcol clean
 
 all: build
 
@@ -85,6 +85,12 @@ test-envoy: deps
 ## conversations at once per start mode and front) alone takes several minutes per run, hence the timeout.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -timeout 120m ./pkg/... ./test/e2e/... | tee $(BIN)/bench.txt
+
+## fleet-bench: BenchmarkFleetLoad alone (issue 25: 3 gateways behind real Envoys, 2 sandbox nodes and
+## redis-server as processes of their own, FLEET_CONVERSATIONS conversations at once).
+FLEET_CONVERSATIONS ?= 1000
+fleet-bench: deps
+	CODEINTERP_LOAD_CONVERSATIONS=$(FLEET_CONVERSATIONS) $(GO) test -run '^$$' -bench 'BenchmarkFleetLoad$$' -count $(BENCH_COUNT) -timeout 60m ./test/e2e/ | tee $(BIN)/fleet-bench.txt
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:

@@ -27,7 +27,7 @@ import (
 // error, wall ≤ 20 s.
 const fleetBenchConversations = 1000
 
-// BenchmarkFleetLoad (`make fleet-bench`; not in `make bench`, which it would double): the
+// BenchmarkFleetLoad (`make fleet-bench` alone; `make bench` runs it too): the
 // fleet of issue 25 as processes of their own — 3 gateways (bin/extproc, role gateway), each
 // behind its own real Envoy, 2 sandbox nodes (role sandbox), one redis-server — and this
 // process's fake model (loadModel) and clients, which send each conversation (TestLoad's: one
@@ -39,7 +39,9 @@ const fleetBenchConversations = 1000
 // errors as BenchmarkLoad's; gateway-peak-MiB (the largest of the 3 gateways' peak resident
 // memory, VmHWM reset before the iteration), node-peak-MiB (the same of the 2 sandbox nodes'
 // own processes), sandboxes-peak-MiB (the sandbox processes of both nodes, summed PSS, sampled),
-// redis-peak-MiB, test-process-peak-MiB (the clients, the fake model and the round robin).
+// redis-peak-MiB, test-process-peak-MiB (the clients, the fake model and the round robin), and
+// redis-cmds/conversation: the commands Redis processed during the load (INFO stats; the nodes'
+// heartbeats included) per conversation.
 func BenchmarkFleetLoad(b *testing.B) {
 	n := loadCount(b, fleetBenchConversations)
 	harness.RequireEnvoy(b)
@@ -100,7 +102,7 @@ func BenchmarkFleetLoad(b *testing.B) {
 	}
 	redisPID := redisProcessID(b, rds)
 
-	var walls, p50s, p99s, gw, nd, sbx, rd, test []float64
+	var walls, p50s, p99s, gw, nd, sbx, rd, test, perConv []float64
 	errs := 0
 	b.ResetTimer()
 	for range b.N {
@@ -114,9 +116,11 @@ func BenchmarkFleetLoad(b *testing.B) {
 		for i, p := range nodes {
 			samplers[i] = sampleMemory(p.pid)
 		}
+		cmds := redisCommands(b, rds)
 		b.StartTimer()
 		res := runLoad(s, n, key)
 		b.StopTimer()
+		perConv = append(perConv, float64(redisCommands(b, rds)-cmds)/float64(n))
 		var sandboxes int64
 		for _, m := range samplers {
 			sandboxes += m.stop().sandboxes
@@ -146,6 +150,7 @@ func BenchmarkFleetLoad(b *testing.B) {
 	}{
 		{"wall-s", walls}, {"p50-s", p50s}, {"p99-s", p99s}, {"gateway-peak-MiB", gw}, {"node-peak-MiB", nd},
 		{"sandboxes-peak-MiB", sbx}, {"redis-peak-MiB", rd}, {"test-process-peak-MiB", test},
+		{"redis-cmds/conversation", perConv},
 	} {
 		b.ReportMetric(medianOf(m.v), m.name)
 	}
@@ -233,22 +238,34 @@ func maxPeak(b *testing.B, ps []*fleetProc) int64 {
 
 func mib(v int64) float64 { return float64(v) / (1 << 20) }
 
+// redisCommands is how many commands the redis-server has processed (INFO stats).
+func redisCommands(b *testing.B, rds *redistest.Server) int64 {
+	b.Helper()
+	return redisInfo(b, rds, "stats", "total_commands_processed:")
+}
+
 // redisProcessID is the redis-server's process id, as it reports it (INFO server).
 func redisProcessID(b *testing.B, rds *redistest.Server) int {
 	b.Helper()
-	info, err := rds.Client().Info(b.Context(), "server").Result()
+	return int(redisInfo(b, rds, "server", "process_id:"))
+}
+
+// redisInfo is the whole number field of the redis-server's INFO section.
+func redisInfo(b *testing.B, rds *redistest.Server, section, field string) int64 {
+	b.Helper()
+	info, err := rds.Client().Info(b.Context(), section).Result()
 	if err != nil {
-		b.Fatalf("redis INFO: %v", err)
+		b.Fatalf("redis INFO %s: %v", section, err)
 	}
 	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid, err := strconv.Atoi(v)
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				b.Fatalf("redis process_id %q: %v", v, err)
+				b.Fatalf("redis %s %q: %v", field, v, err)
 			}
-			return pid
+			return n
 		}
 	}
-	b.Fatalf("redis INFO server has no process_id")
+	b.Fatalf("redis INFO %s has no %s", section, field)
 	return 0
 }

@@ -44,6 +44,10 @@ func TestFleet(t *testing.T) {
 			})
 		}
 	}
+	// Messages: a conversation continued in its container, and a bash session carried over,
+	// each request on another gateway.
+	t.Run("messages continued in its container", func(t *testing.T) { testMessagesToolsContinued(t, s) })
+	t.Run("messages bash session", func(t *testing.T) { testMessagesBashSession(t, s) })
 	for i, n := range f.Served() {
 		assert.NotZero(t, n, "gateway %d served requests", i)
 	}
