@@ -190,3 +190,51 @@ func fleetPOST(t *testing.T, url, key, body string) (*http.Response, string) {
 	req.Header.Set("Content-Type", "application/json")
 	return fleetDo(t, req, key)
 }
+
+// TestFleetGatewayKilledMidStream: a gateway dies while it streams an answer whose code is
+// running; that client's stream ends (as Envoy ends it), and another conversation, through
+// another gateway, is not disturbed — nor is the next request of the first one.
+func TestFleetGatewayKilledMidStream(t *testing.T) {
+	f := NewFleet(t, fleetFaultOptions)
+	m := newModel(t, f.Model)
+	m.script(responsesPath,
+		responsesReply(usage(1, 1), runCode("call_slow", "import time\ntime.sleep(30)")),
+		// The other conversation's request, through gateway 1.
+		responsesReply(usage(1, 1), runCode("call_other", "print(6 * 7)")),
+		responsesReply(usage(1, 1), fakemodel.Message("42.")))
+	g0 := &Stack{Front: fixedFront(f.Gateways[0].Envoy.URL()), Model: f.Model, transport: &http.Transport{}}
+	g1 := &Stack{Front: fixedFront(f.Gateways[1].Envoy.URL()), Model: f.Model, transport: &http.Transport{}}
+
+	ended := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		c := g0.Client("sk-fleet-gw")
+		stream := c.Responses.NewStreaming(context.Background(), ask("run slowly"))
+		defer stream.Close()
+		once := false
+		for stream.Next() {
+			if !once {
+				once = true
+				close(started)
+			}
+		}
+		if !once {
+			close(started)
+		}
+		ended <- stream.Err()
+	}()
+	<-started
+	f.holder(t) // the slow code runs on a node
+	f.Gateways[0].Kill()
+	select {
+	case err := <-ended:
+		// Envoy resets the stream: the client does not get a completed answer.
+		assert.Error(t, err, "the stream through the killed gateway ends in an error")
+	case <-time.After(60 * time.Second):
+		t.Fatal("the stream through the killed gateway did not end")
+	}
+
+	x := &scene{s: g1, m: m, v: variants[1], mark: len(m.Requests())}
+	got := x.responses(t, "sk-fleet-gw-other", ask("compute"))
+	assert.Equal(t, "42.", got.OutputText(), "another conversation through another gateway")
+}
