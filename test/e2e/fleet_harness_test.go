@@ -33,6 +33,10 @@ type FleetOptions struct {
 	Gateways int
 	// SandboxNodes is the number of sandbox nodes; default 2.
 	SandboxNodes int
+	// Replicas, if set, makes the fleet replicas of role all sharing Redis (each runs its own
+	// sandboxes and serves the sandbox service to the others) instead of gateways and sandbox
+	// nodes: SandboxNodes is then ignored.
+	Replicas bool
 	// Configure, if set, edits every process's configuration after [DefaultConfig] and the
 	// fleet settings, before defaults are applied.
 	Configure func(*configv1.Config)
@@ -101,6 +105,9 @@ func NewFleet(t *testing.T, o FleetOptions) *Fleet {
 		t.Fatalf("fleet: write the secret: %v", err)
 	}
 	for i := range o.SandboxNodes {
+		if o.Replicas {
+			break
+		}
 		f.Nodes = append(f.Nodes, f.startNode(t, o, i))
 	}
 	var urls []string
@@ -160,12 +167,21 @@ func (f *Fleet) startGateway(t *testing.T, o FleetOptions, i int) *FleetProcess 
 		Upstream:    f.Model.URL(),
 		Clusters:    map[string]string{APICluster: "http://" + apiLis.Addr().String()},
 	})
-	cfg := f.config(o, config.RoleGateway, "gateway-"+string(rune('a'+i)))
+	role, name := config.RoleGateway, "gateway-"+string(rune('a'+i))
+	var sbLis net.Listener
+	if o.Replicas {
+		role, name = config.RoleAll, "replica-"+string(rune('a'+i))
+		sbLis = listenLoopback(t)
+	}
+	cfg := f.config(o, role, name)
 	cfg.Listen = grpcLis.Addr().String()
 	cfg.ApiListen = proto.String(apiLis.Addr().String())
 	cfg.Upstream = envoy.URL()
+	if sbLis != nil {
+		cfg.SandboxListen = sbLis.Addr().String()
+	}
 	p := &FleetProcess{Config: cfg, Envoy: envoy}
-	p.App, p.stop = serveFleetProcess(t, cfg, "gateway "+cfg.NodeId, grpcLis, apiLis, nil)
+	p.App, p.stop = serveFleetProcess(t, cfg, role+" "+cfg.NodeId, grpcLis, apiLis, sbLis)
 	t.Cleanup(p.Stop)
 	return p
 }

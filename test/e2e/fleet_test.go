@@ -31,7 +31,18 @@ var fleetScenarios = []loopScenario{
 // 2 sandbox nodes sharing one real Redis (issue 25): each request of a conversation goes to
 // the next gateway, plain and streamed.
 func TestFleet(t *testing.T) {
-	f := NewFleet(t, FleetOptions{})
+	testFleet(t, FleetOptions{})
+}
+
+// TestFleetReplicas runs the same conversations through 3 replicas of role all sharing one
+// Redis: each runs the containers it started, and the others reach them through its sandbox
+// service.
+func TestFleetReplicas(t *testing.T) {
+	testFleet(t, FleetOptions{Replicas: true})
+}
+
+func testFleet(t *testing.T, o FleetOptions) {
+	f := NewFleet(t, o)
 	s := f.Stack()
 	m := newModel(t, s.Model)
 	for _, sc := range fleetScenarios {
