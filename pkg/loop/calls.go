@@ -62,7 +62,7 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 	maxCalls := lr.r.MaxCallsPerTurn
 	for i, c := range calls {
 		item := schema.CodeCall{ID: lr.callID(round, i, c.CallID), Code: c.Code, Status: "in_progress", Outputs: []schema.CodeOutput{}}
-		ctx, tool := lr.agent.StartTool(ctx, c.CallID, c.Code)
+		ctx, tool := lr.agent.StartTool(ctx, c.CallID, c.Tool, c.Code)
 		errType := ""
 		if lr.r.Sink != nil {
 			// The item names its container from the start: acquiring only names it, the

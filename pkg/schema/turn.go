@@ -34,6 +34,9 @@ type Call struct {
 	Arguments string
 	// Code is the "code" argument; it is meaningful only when ArgsErr is nil.
 	Code string
+	// Tool is the hosted tool's name as the client knows it ("bash_code_execution", "shell"),
+	// for telemetry; "" for the surface's code tool (code_interpreter, code_execution).
+	Tool string
 	// ArgsErr is non-nil when the call must not run: its Arguments are not a JSON object with a
 	// string "code" (*ArgumentsError, trailing data included), or its call id is empty
 	// (ErrMissingCallID) or repeats an earlier call's (ErrDuplicateCallID).

@@ -354,15 +354,20 @@ func (c *Chat) End(status int, body []byte, err error) {
 type Tool struct {
 	a     *Agent
 	span  trace.Span
+	name  string
 	start time.Time
 }
 
-// StartTool starts the execute_tool span of the call callID, which runs code.
-func (a *Agent) StartTool(ctx context.Context, callID, code string) (context.Context, *Tool) {
+// StartTool starts the execute_tool span of the call callID of the hosted tool named tool
+// ("" for the surface's code tool, see ToolName), which runs code.
+func (a *Agent) StartTool(ctx context.Context, callID, tool, code string) (context.Context, *Tool) {
 	if a == nil {
 		return ctx, nil
 	}
-	name := ToolName(a.surface)
+	name := tool
+	if name == "" {
+		name = ToolName(a.surface)
+	}
 	attrs := []attribute.KeyValue{
 		semconv.GenAIOperationNameExecuteTool,
 		semconv.GenAIToolName(name),
@@ -374,7 +379,7 @@ func (a *Agent) StartTool(ctx context.Context, callID, code string) (context.Con
 	if a.g.content {
 		attrs = append(attrs, semconv.GenAIToolCallArgumentsKey.String(a.g.cut(code)))
 	}
-	t := &Tool{a: a, start: time.Now()}
+	t := &Tool{a: a, name: name, start: time.Now()}
 	ctx, t.span = a.g.tracer.Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	return ctx, t
 }
@@ -399,7 +404,7 @@ func (t *Tool) End(containerID, errType, result string) {
 	}
 	t.span.End()
 	if t.a.g.metrics {
-		attrs := []attribute.KeyValue{semconv.GenAIToolName(ToolName(t.a.surface)), semconv.GenAIToolTypeKey.String("extension")}
+		attrs := []attribute.KeyValue{semconv.GenAIToolName(t.name), semconv.GenAIToolTypeKey.String("extension")}
 		if errType != "" {
 			attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
 		}

@@ -83,7 +83,7 @@ func TestGenAISpanTree(t *testing.T) {
 	step.End(nil)
 	_ = sctx
 	agent.Conversation("cntr_1", "new")
-	_, tool := agent.StartTool(ctx, "call_1", "print(secret)")
+	_, tool := agent.StartTool(ctx, "call_1", "", "print(secret)")
 	tool.End("cntr_1", ToolErrorTimeout, "the output")
 	cctx, chat1 := agent.StartChat(ctx, 1, time.Time{}, true)
 	h := http.Header{}
@@ -175,9 +175,13 @@ func TestGenAISpanTree(t *testing.T) {
 func TestGenAIContent(t *testing.T) {
 	r := newRecorded(t, true, 8)
 	ctx, agent := r.g.StartAgent(context.Background(), "messages", nil)
-	_, tool := agent.StartTool(ctx, "srvtoolu_1", "print('héllo world')")
+	_, tool := agent.StartTool(ctx, "srvtoolu_1", "", "print('héllo world')")
 	tool.End("cntr_1", "", "héllo world")
+	_, bash := agent.StartTool(ctx, "srvtoolu_2", "bash_code_execution", "ls")
+	bash.End("cntr_1", "", "")
 	agent.End("done", http.StatusOK, 1, 1)
+	assert.Equal(t, "bash_code_execution", attrs(byName(t, r.spans.Ended(), "execute_tool bash_code_execution"))["gen_ai.tool.name"].AsString(),
+		"a call of another hosted tool is named after it")
 	tl := byName(t, r.spans.Ended(), "execute_tool code_execution")
 	a := attrs(tl)
 	assert.Equal(t, "print('h…", a["gen_ai.tool.call.arguments"].AsString(), "code cut at 8 bytes on a rune boundary")
@@ -200,7 +204,7 @@ func TestGenAIOff(t *testing.T) {
 	chat.Inject(h)
 	chat.FirstChunk()
 	chat.End(http.StatusOK, nil, nil)
-	_, tool := agent.StartTool(ctx, "c", "code")
+	_, tool := agent.StartTool(ctx, "c", "", "code")
 	tool.End("", "", "")
 	_, step := agent.StartStep(ctx, StepAcquire)
 	step.End(nil)

@@ -109,7 +109,7 @@ func TestStartExportsOverOTLP(t *testing.T) {
 				Headers: map[string]string{"authorization": "Bearer collector-key"}, SampleRatio: &ratio, ServiceName: "ci-test"})
 			require.NoError(t, err, "Start over %s", tt.protocol)
 			ctx, agent := p.GenAI.StartAgent(context.Background(), "chat_completions", []byte(`{"model":"m"}`))
-			_, tool := agent.StartTool(ctx, "call_1", "print(1)")
+			_, tool := agent.StartTool(ctx, "call_1", "", "print(1)")
 			tool.End("cntr_1", "", "1")
 			agent.End("done", http.StatusOK, 1, 1)
 			require.NoError(t, p.Shutdown(context.Background()), "Shutdown flushes over %s", tt.protocol)

@@ -123,7 +123,7 @@ func (x *exchange) ParseTurn(body []byte) (schema.Turn, error) {
 	out := schema.Turn{ClientCalls: len(t.ClientCallIDs), ClientCallIDs: t.ClientCallIDs}
 	seen := make(map[string]bool, len(t.Calls))
 	for _, c := range t.Calls {
-		sc := schema.Call{ItemID: c.ID, CallID: c.ID, Arguments: string(c.Input), Code: c.Code}
+		sc := schema.Call{ItemID: c.ID, CallID: c.ID, Arguments: string(c.Input), Code: c.Code, Tool: c.Kind.nativeName()}
 		if c.Kind != Python && c.InputErr == nil {
 			sc.Code = program(c, marker(x.key, c.ID))
 		}

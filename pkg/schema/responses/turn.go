@@ -72,6 +72,7 @@ func turnRead(t jsonscan.TopLevel, name string, shell bool) schema.Turn {
 			turn.Calls = append(turn.Calls, openai.NewCall(b, itemID, callID, args))
 		case shell && typ == "function_call" && fn == ShellFunctionName:
 			c := openai.NewCall(b, itemID, callID, args)
+			c.Tool = "shell"
 			if args.OK() {
 				c.Code = ""
 				_, c.ArgsErr = parseShellArguments(c.Arguments)
