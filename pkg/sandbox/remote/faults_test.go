@@ -49,6 +49,8 @@ func TestErrorsTravel(t *testing.T) {
 		{"spec", fmt.Errorf("create container: %w", &sandbox.SpecError{Field: "memory_limit", Value: "99g", Reason: "above 16g"})},
 		{"canceled", fmt.Errorf("wait for the container: %w", context.Canceled)},
 		{"deadline", fmt.Errorf("acquire sandbox: %w", context.DeadlineExceeded)},
+		{"elsewhere by id", fmt.Errorf("%w: %w", sandbox.ErrUnknownContainer, sandbox.ErrElsewhere)},
+		{"elsewhere by session", fmt.Errorf("session's container cntr_1: %w: %w", sandbox.ErrUnavailable, sandbox.ErrElsewhere)},
 		{"other", errors.New("something else")},
 	}
 	for _, tt := range tests {
