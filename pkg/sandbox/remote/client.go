@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -40,6 +42,10 @@ type ClientOptions struct {
 	// CallTimeout bounds the calls that take no context and a lease's Release. Default
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// TracerProvider makes a span of each call, a child of the span in the call's ctx. If
+	// nil, no span is made. Either way the call carries the W3C trace context of its ctx
+	// (traceparent), so that the node's spans join the caller's trace.
+	TracerProvider trace.TracerProvider
 	// Log receives what Known cannot return (a node that does not answer). If nil, nothing is
 	// logged.
 	Log *zap.Logger
@@ -102,6 +108,7 @@ func Dial(addr string, o ClientOptions) (*Client, error) {
 	}
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(tc),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelOptions(o.TracerProvider)...)),
 		grpc.WithPerRPCCredentials(secretCreds{md: map[string]string{secretHeader: secretToken(o.Secret)}, tls: o.TLS.enabled()}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.Keepalive, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/codeinterp/codeinterp/api/codeinterp/sandbox/v1"
@@ -43,6 +46,11 @@ type ServerOptions struct {
 	MaxConcurrentStreams uint32
 	// Keepalive and KeepaliveTimeout: see DefaultKeepalive.
 	Keepalive, KeepaliveTimeout time.Duration
+	// TracerProvider makes a span of each call served, a child of the caller's span (the W3C
+	// trace context it sent) so that the node's work joins the caller's trace; a call without
+	// the secret gets a new trace, linked to what it sent. If nil, no span is made, and the
+	// caller's trace context is still what the Service's calls see in their ctx.
+	TracerProvider trace.TracerProvider
 	// Log receives the refused calls (never the secret) and the server's failures. If nil,
 	// nothing is logged.
 	Log *zap.Logger
@@ -126,6 +134,8 @@ func NewServer(svc sandbox.Service, o ServerOptions) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.authUnary),
 		grpc.StreamInterceptor(s.authStream),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(append(otelOptions(o.TracerProvider),
+			otelgrpc.WithPublicEndpointFn(func(ctx context.Context, _ *stats.RPCTagInfo) bool { return !s.carriesSecret(ctx) }))...)),
 	}
 	if o.TLS.enabled() {
 		tc, err := o.TLS.config(true)
@@ -174,8 +184,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // authenticated returns an Unauthenticated status unless ctx's call carries the secret; a
 // refused call is logged with its method and peer, never what it carried.
 func (s *Server) authenticated(ctx context.Context, method string) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(secretHeader); len(v) == 1 && secretMatches(v[0], s.secret) {
+	if s.carriesSecret(ctx) {
 		return nil
 	}
 	addr := ""
@@ -184,6 +193,13 @@ func (s *Server) authenticated(ctx context.Context, method string) error {
 	}
 	s.log.Warn("sandbox service call refused: no valid shared secret", zap.String("method", method), zap.String("peer", addr))
 	return status.Error(codes.Unauthenticated, "the sandbox service needs the deployment's shared secret")
+}
+
+// carriesSecret reports whether ctx's call carries the secret.
+func (s *Server) carriesSecret(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(secretHeader)
+	return len(v) == 1 && secretMatches(v[0], s.secret)
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
