@@ -188,9 +188,13 @@ type lease struct {
 	id       string
 	released bool
 
-	// mu guards containerID.
+	// mu guards the fields below.
 	mu          sync.Mutex
 	containerID string
+	// unsure reports whether a call that may have changed the lease's container (replacing a
+	// lost one) ended without the node's answer, because its caller stopped waiting:
+	// ContainerID asks the node.
+	unsure bool
 }
 
 var _ sandbox.LeaseBackend = (*lease)(nil)
@@ -202,9 +206,21 @@ const deadlineGrace = 2 * time.Second
 // errLeaseReleased is returned by a released lease's calls.
 var errLeaseReleased = errors.New("sandbox lease already released")
 
+// ContainerID returns the id of the lease's container, as the node last told it. After a
+// call its caller stopped waiting for, the node may have replaced a lost container without
+// saying so: ContainerID then asks the node (at most CallTimeout; the id known so far if it
+// cannot tell).
 func (l *lease) ContainerID() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.unsure {
+		l.unsure = false
+		ctx, cancel := context.WithTimeout(context.Background(), l.c.o.CallTimeout)
+		defer cancel()
+		if resp, err := l.c.c.LeaseContainer(ctx, &sandboxv1.LeaseContainerRequest{LeaseId: l.id}); err == nil && resp.GetContainerId() != "" {
+			l.containerID = resp.GetContainerId()
+		}
+	}
 	return l.containerID
 }
 
@@ -213,8 +229,23 @@ func (l *lease) setContainerID(id string) {
 		return
 	}
 	l.mu.Lock()
-	l.containerID = id
+	l.containerID, l.unsure = id, false
 	l.mu.Unlock()
+}
+
+// afterCall notes what a lease's call that failed with err (its node's answer lost) tells of
+// the container: the id in its trailer; or, when ctx ended it, that the node may have
+// replaced the container without saying so.
+func (l *lease) afterCall(ctx context.Context, trailer metadata.MD) {
+	if v := trailer.Get(containerTrailer); len(v) == 1 {
+		l.setContainerID(v[0])
+		return
+	}
+	if ctx.Err() != nil {
+		l.mu.Lock()
+		l.unsure = true
+		l.mu.Unlock()
+	}
 }
 
 // Run runs code on the node. A connection lost once the node had the run fails it with
@@ -238,9 +269,10 @@ func (l *lease) Run(ctx context.Context, code string, timeout time.Duration) (sa
 		})
 		defer stop()
 	}
-	var hdr metadata.MD
-	resp, err := l.c.c.Run(cctx, req, grpc.Header(&hdr))
+	var hdr, trailer metadata.MD
+	resp, err := l.c.c.Run(cctx, req, grpc.Header(&hdr), grpc.Trailer(&trailer))
 	if err != nil {
+		l.afterCall(ctx, trailer)
 		return sandbox.Result{}, callError(ctx, "run", err, hdr != nil)
 	}
 	l.setContainerID(resp.GetContainerId())
@@ -254,6 +286,7 @@ func (l *lease) PutFile(ctx context.Context, path, source string, r io.Reader, l
 	}
 	st, err := l.c.c.LeasePutFile(ctx)
 	if err != nil {
+		l.afterCall(ctx, nil)
 		return sandbox.FileInfo{}, callError(ctx, "write container file", err, false)
 	}
 	h := &sandboxv1.FileHeader{Path: path, Source: source, Limit: limit}
@@ -265,10 +298,8 @@ func (l *lease) PutFile(ctx context.Context, path, source string, r io.Reader, l
 		return m
 	})
 	resp, err := st.CloseAndRecv()
-	if t := st.Trailer(); len(t.Get(containerTrailer)) == 1 {
-		l.setContainerID(t.Get(containerTrailer)[0])
-	}
 	if err != nil {
+		l.afterCall(ctx, st.Trailer())
 		return sandbox.FileInfo{}, uploadCallError(ctx, err, srcErr)
 	}
 	l.setContainerID(resp.GetContainerId())

@@ -285,7 +285,8 @@ func (s *Server) lease(id string) (*heldLease, error) {
 }
 
 // Run runs code on a lease. Its header is sent first, so that a client whose connection
-// fails later knows the run reached the node.
+// fails later knows the run reached the node; its trailer names the lease's container after
+// the run, also when the answer fails to go out (a Result beyond MaxMessageBytes).
 func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv1.RunResponse, error) {
 	if err := grpc.SendHeader(ctx, metadata.MD{}); err != nil {
 		return nil, err
@@ -295,6 +296,12 @@ func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv
 		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(err)}, nil
 	}
 	defer hl.mu.Unlock()
+	defer func() { _ = grpc.SetTrailer(ctx, metadata.Pairs(containerTrailer, hl.l.ContainerID())) }()
+	if err := ctx.Err(); err != nil {
+		// The caller stopped waiting before the run began: the lease stays as it was (a run
+		// would replace a lost container even so), as its LeaseContainer, asked next, says.
+		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(fmt.Errorf("run: %w", err)), ContainerId: hl.l.ContainerID()}, nil
+	}
 	if d := req.GetDeadlineNanos(); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(d))
@@ -304,7 +311,17 @@ func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv
 	return &sandboxv1.RunResponse{Result: resultProto(res), Error: errorProto(err), ContainerId: hl.l.ContainerID()}, nil
 }
 
-// containerTrailer names the lease's container after an upload, in the trailer.
+// LeaseContainer names a lease's container, once the lease's call in progress is over.
+func (s handlers) LeaseContainer(_ context.Context, req *sandboxv1.LeaseContainerRequest) (*sandboxv1.LeaseContainerResponse, error) {
+	hl, err := s.lease(req.GetLeaseId())
+	if err != nil {
+		return nil, statusError(err)
+	}
+	defer hl.mu.Unlock()
+	return &sandboxv1.LeaseContainerResponse{ContainerId: hl.l.ContainerID()}, nil
+}
+
+// containerTrailer names the lease's container after a run or an upload, in the trailer.
 const containerTrailer = "x-codeinterp-container-id"
 
 // LeasePutFile writes a file into a lease's container.
@@ -323,6 +340,9 @@ func (s handlers) LeasePutFile(st grpc.ClientStreamingServer[sandboxv1.LeasePutF
 	}
 	defer hl.mu.Unlock()
 	defer func() { st.SetTrailer(metadata.Pairs(containerTrailer, hl.l.ContainerID())) }()
+	if err := st.Context().Err(); err != nil {
+		return statusError(fmt.Errorf("write container file: %w", err)) // as Run: the lease stays as it was
+	}
 	r := &chunkReader{buf: first.GetChunk(), abort: first.GetAbort(), recv: func() ([]byte, string, error) {
 		m, err := st.Recv()
 		return m.GetChunk(), m.GetAbort(), err

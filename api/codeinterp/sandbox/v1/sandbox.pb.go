@@ -685,6 +685,96 @@ func (x *RunResponse) GetContainerId() string {
 	return ""
 }
 
+// LeaseContainerRequest names a lease.
+type LeaseContainerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseContainerRequest) Reset() {
+	*x = LeaseContainerRequest{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseContainerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseContainerRequest) ProtoMessage() {}
+
+func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseContainerRequest.ProtoReflect.Descriptor instead.
+func (*LeaseContainerRequest) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LeaseContainerRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+// LeaseContainerResponse names the lease's container.
+type LeaseContainerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId   string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseContainerResponse) Reset() {
+	*x = LeaseContainerResponse{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseContainerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseContainerResponse) ProtoMessage() {}
+
+func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseContainerResponse.ProtoReflect.Descriptor instead.
+func (*LeaseContainerResponse) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LeaseContainerResponse) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
 // Result is a sandbox.Result.
 type Result struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -702,7 +792,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +804,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +817,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Result) GetStdout() string {
@@ -798,7 +888,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +900,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +913,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunError) GetName() string {
@@ -857,7 +947,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +959,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +972,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Image) GetPng() []byte {
@@ -904,7 +994,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1006,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1019,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *File) GetId() string {
@@ -969,7 +1059,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1071,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1084,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FileInfo) GetId() string {
@@ -1055,7 +1145,7 @@ type ContainerInfo struct {
 
 func (x *ContainerInfo) Reset() {
 	*x = ContainerInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1157,7 @@ func (x *ContainerInfo) String() string {
 func (*ContainerInfo) ProtoMessage() {}
 
 func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1170,7 @@ func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerInfo.ProtoReflect.Descriptor instead.
 func (*ContainerInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ContainerInfo) GetId() string {
@@ -1145,7 +1235,7 @@ type FileHeader struct {
 
 func (x *FileHeader) Reset() {
 	*x = FileHeader{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1247,7 @@ func (x *FileHeader) String() string {
 func (*FileHeader) ProtoMessage() {}
 
 func (x *FileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1260,7 @@ func (x *FileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
 func (*FileHeader) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FileHeader) GetPath() string {
@@ -1208,7 +1298,7 @@ type LeasePutFileRequest struct {
 
 func (x *LeasePutFileRequest) Reset() {
 	*x = LeasePutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1310,7 @@ func (x *LeasePutFileRequest) String() string {
 func (*LeasePutFileRequest) ProtoMessage() {}
 
 func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1323,7 @@ func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileRequest.ProtoReflect.Descriptor instead.
 func (*LeasePutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeasePutFileRequest) GetLeaseId() string {
@@ -1276,7 +1366,7 @@ type LeasePutFileResponse struct {
 
 func (x *LeasePutFileResponse) Reset() {
 	*x = LeasePutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1378,7 @@ func (x *LeasePutFileResponse) String() string {
 func (*LeasePutFileResponse) ProtoMessage() {}
 
 func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1391,7 @@ func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileResponse.ProtoReflect.Descriptor instead.
 func (*LeasePutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeasePutFileResponse) GetFile() *FileInfo {
@@ -1333,7 +1423,7 @@ type PutFileRequest struct {
 
 func (x *PutFileRequest) Reset() {
 	*x = PutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1435,7 @@ func (x *PutFileRequest) String() string {
 func (*PutFileRequest) ProtoMessage() {}
 
 func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1448,7 @@ func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileRequest.ProtoReflect.Descriptor instead.
 func (*PutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutFileRequest) GetIdentity() string {
@@ -1406,7 +1496,7 @@ type PutFileResponse struct {
 
 func (x *PutFileResponse) Reset() {
 	*x = PutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1508,7 @@ func (x *PutFileResponse) String() string {
 func (*PutFileResponse) ProtoMessage() {}
 
 func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1521,7 @@ func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileResponse.ProtoReflect.Descriptor instead.
 func (*PutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutFileResponse) GetFile() *FileInfo {
@@ -1453,7 +1543,7 @@ type OpenFileRequest struct {
 
 func (x *OpenFileRequest) Reset() {
 	*x = OpenFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1555,7 @@ func (x *OpenFileRequest) String() string {
 func (*OpenFileRequest) ProtoMessage() {}
 
 func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1568,7 @@ func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileRequest.ProtoReflect.Descriptor instead.
 func (*OpenFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OpenFileRequest) GetIdentity() string {
@@ -1513,7 +1603,7 @@ type OpenFileResponse struct {
 
 func (x *OpenFileResponse) Reset() {
 	*x = OpenFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1615,7 @@ func (x *OpenFileResponse) String() string {
 func (*OpenFileResponse) ProtoMessage() {}
 
 func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1628,7 @@ func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileResponse.ProtoReflect.Descriptor instead.
 func (*OpenFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OpenFileResponse) GetFile() *FileInfo {
@@ -1565,7 +1655,7 @@ type CheckSpecRequest struct {
 
 func (x *CheckSpecRequest) Reset() {
 	*x = CheckSpecRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1667,7 @@ func (x *CheckSpecRequest) String() string {
 func (*CheckSpecRequest) ProtoMessage() {}
 
 func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1680,7 @@ func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecRequest.ProtoReflect.Descriptor instead.
 func (*CheckSpecRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckSpecRequest) GetSpec() *Spec {
@@ -1609,7 +1699,7 @@ type CheckSpecResponse struct {
 
 func (x *CheckSpecResponse) Reset() {
 	*x = CheckSpecResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1711,7 @@ func (x *CheckSpecResponse) String() string {
 func (*CheckSpecResponse) ProtoMessage() {}
 
 func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1724,7 @@ func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecResponse.ProtoReflect.Descriptor instead.
 func (*CheckSpecResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 // KnownRequest names a container.
@@ -1648,7 +1738,7 @@ type KnownRequest struct {
 
 func (x *KnownRequest) Reset() {
 	*x = KnownRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1750,7 @@ func (x *KnownRequest) String() string {
 func (*KnownRequest) ProtoMessage() {}
 
 func (x *KnownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1763,7 @@ func (x *KnownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownRequest.ProtoReflect.Descriptor instead.
 func (*KnownRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KnownRequest) GetIdentity() string {
@@ -1700,7 +1790,7 @@ type KnownResponse struct {
 
 func (x *KnownResponse) Reset() {
 	*x = KnownResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1802,7 @@ func (x *KnownResponse) String() string {
 func (*KnownResponse) ProtoMessage() {}
 
 func (x *KnownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1815,7 @@ func (x *KnownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownResponse.ProtoReflect.Descriptor instead.
 func (*KnownResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KnownResponse) GetKnown() bool {
@@ -1748,7 +1838,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1850,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1863,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateRequest) GetIdentity() string {
@@ -1814,7 +1904,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1916,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1929,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateResponse) GetContainer() *ContainerInfo {
@@ -1860,7 +1950,7 @@ type ContainerRequest struct {
 
 func (x *ContainerRequest) Reset() {
 	*x = ContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1962,7 @@ func (x *ContainerRequest) String() string {
 func (*ContainerRequest) ProtoMessage() {}
 
 func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1975,7 @@ func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRequest.ProtoReflect.Descriptor instead.
 func (*ContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ContainerRequest) GetIdentity() string {
@@ -1912,7 +2002,7 @@ type ContainerResponse struct {
 
 func (x *ContainerResponse) Reset() {
 	*x = ContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2014,7 @@ func (x *ContainerResponse) String() string {
 func (*ContainerResponse) ProtoMessage() {}
 
 func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2027,7 @@ func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerResponse.ProtoReflect.Descriptor instead.
 func (*ContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ContainerResponse) GetContainer() *ContainerInfo {
@@ -1957,7 +2047,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2059,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2072,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ContainersRequest) GetIdentity() string {
@@ -2002,7 +2092,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2104,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2117,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ContainersResponse) GetContainers() []*ContainerInfo {
@@ -2048,7 +2138,7 @@ type DeleteContainerRequest struct {
 
 func (x *DeleteContainerRequest) Reset() {
 	*x = DeleteContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2150,7 @@ func (x *DeleteContainerRequest) String() string {
 func (*DeleteContainerRequest) ProtoMessage() {}
 
 func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2163,7 @@ func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteContainerRequest) GetIdentity() string {
@@ -2099,7 +2189,7 @@ type DeleteContainerResponse struct {
 
 func (x *DeleteContainerResponse) Reset() {
 	*x = DeleteContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2201,7 @@ func (x *DeleteContainerResponse) String() string {
 func (*DeleteContainerResponse) ProtoMessage() {}
 
 func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2214,7 @@ func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 // FilesRequest names a container.
@@ -2138,7 +2228,7 @@ type FilesRequest struct {
 
 func (x *FilesRequest) Reset() {
 	*x = FilesRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2240,7 @@ func (x *FilesRequest) String() string {
 func (*FilesRequest) ProtoMessage() {}
 
 func (x *FilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2253,7 @@ func (x *FilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesRequest.ProtoReflect.Descriptor instead.
 func (*FilesRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FilesRequest) GetIdentity() string {
@@ -2190,7 +2280,7 @@ type FilesResponse struct {
 
 func (x *FilesResponse) Reset() {
 	*x = FilesResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2292,7 @@ func (x *FilesResponse) String() string {
 func (*FilesResponse) ProtoMessage() {}
 
 func (x *FilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2305,7 @@ func (x *FilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesResponse.ProtoReflect.Descriptor instead.
 func (*FilesResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FilesResponse) GetFiles() []*FileInfo {
@@ -2237,7 +2327,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2339,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2352,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FileRequest) GetIdentity() string {
@@ -2296,7 +2386,7 @@ type FileResponse struct {
 
 func (x *FileResponse) Reset() {
 	*x = FileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2398,7 @@ func (x *FileResponse) String() string {
 func (*FileResponse) ProtoMessage() {}
 
 func (x *FileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2411,7 @@ func (x *FileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileResponse.ProtoReflect.Descriptor instead.
 func (*FileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FileResponse) GetFile() *FileInfo {
@@ -2343,7 +2433,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2445,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2458,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteFileRequest) GetIdentity() string {
@@ -2401,7 +2491,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2503,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2516,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 var File_codeinterp_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -2470,7 +2560,11 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vRunResponse\x125\n" +
 	"\x06result\x18\x01 \x01(\v2\x1d.codeinterp.sandbox.v1.ResultR\x06result\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1c.codeinterp.sandbox.v1.ErrorR\x05error\x12!\n" +
-	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\"\xab\x02\n" +
+	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\"2\n" +
+	"\x15LeaseContainerRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\";\n" +
+	"\x16LeaseContainerResponse\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"\xab\x02\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\tR\x06stderr\x12\x14\n" +
@@ -2597,11 +2691,11 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17ERROR_KIND_INVALID_SPEC\x10\f\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\r\x12 \n" +
 	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\x0e\x12\x18\n" +
-	"\x14ERROR_KIND_ELSEWHERE\x10\x0f2\xaa\n" +
-	"\n" +
+	"\x14ERROR_KIND_ELSEWHERE\x10\x0f2\x99\v\n" +
 	"\x0eSandboxService\x12\\\n" +
 	"\aAcquire\x12%.codeinterp.sandbox.v1.AcquireRequest\x1a&.codeinterp.sandbox.v1.AcquireResponse(\x010\x01\x12L\n" +
-	"\x03Run\x12!.codeinterp.sandbox.v1.RunRequest\x1a\".codeinterp.sandbox.v1.RunResponse\x12i\n" +
+	"\x03Run\x12!.codeinterp.sandbox.v1.RunRequest\x1a\".codeinterp.sandbox.v1.RunResponse\x12m\n" +
+	"\x0eLeaseContainer\x12,.codeinterp.sandbox.v1.LeaseContainerRequest\x1a-.codeinterp.sandbox.v1.LeaseContainerResponse\x12i\n" +
 	"\fLeasePutFile\x12*.codeinterp.sandbox.v1.LeasePutFileRequest\x1a+.codeinterp.sandbox.v1.LeasePutFileResponse(\x01\x12Z\n" +
 	"\aPutFile\x12%.codeinterp.sandbox.v1.PutFileRequest\x1a&.codeinterp.sandbox.v1.PutFileResponse(\x01\x12]\n" +
 	"\bOpenFile\x12&.codeinterp.sandbox.v1.OpenFileRequest\x1a'.codeinterp.sandbox.v1.OpenFileResponse0\x01\x12^\n" +
@@ -2630,7 +2724,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_codeinterp_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: codeinterp.sandbox.v1.ErrorKind
 	(*Error)(nil),                   // 1: codeinterp.sandbox.v1.Error
@@ -2642,37 +2736,39 @@ var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*AcquireResponse)(nil),         // 7: codeinterp.sandbox.v1.AcquireResponse
 	(*RunRequest)(nil),              // 8: codeinterp.sandbox.v1.RunRequest
 	(*RunResponse)(nil),             // 9: codeinterp.sandbox.v1.RunResponse
-	(*Result)(nil),                  // 10: codeinterp.sandbox.v1.Result
-	(*RunError)(nil),                // 11: codeinterp.sandbox.v1.RunError
-	(*Image)(nil),                   // 12: codeinterp.sandbox.v1.Image
-	(*File)(nil),                    // 13: codeinterp.sandbox.v1.File
-	(*FileInfo)(nil),                // 14: codeinterp.sandbox.v1.FileInfo
-	(*ContainerInfo)(nil),           // 15: codeinterp.sandbox.v1.ContainerInfo
-	(*FileHeader)(nil),              // 16: codeinterp.sandbox.v1.FileHeader
-	(*LeasePutFileRequest)(nil),     // 17: codeinterp.sandbox.v1.LeasePutFileRequest
-	(*LeasePutFileResponse)(nil),    // 18: codeinterp.sandbox.v1.LeasePutFileResponse
-	(*PutFileRequest)(nil),          // 19: codeinterp.sandbox.v1.PutFileRequest
-	(*PutFileResponse)(nil),         // 20: codeinterp.sandbox.v1.PutFileResponse
-	(*OpenFileRequest)(nil),         // 21: codeinterp.sandbox.v1.OpenFileRequest
-	(*OpenFileResponse)(nil),        // 22: codeinterp.sandbox.v1.OpenFileResponse
-	(*CheckSpecRequest)(nil),        // 23: codeinterp.sandbox.v1.CheckSpecRequest
-	(*CheckSpecResponse)(nil),       // 24: codeinterp.sandbox.v1.CheckSpecResponse
-	(*KnownRequest)(nil),            // 25: codeinterp.sandbox.v1.KnownRequest
-	(*KnownResponse)(nil),           // 26: codeinterp.sandbox.v1.KnownResponse
-	(*CreateRequest)(nil),           // 27: codeinterp.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),          // 28: codeinterp.sandbox.v1.CreateResponse
-	(*ContainerRequest)(nil),        // 29: codeinterp.sandbox.v1.ContainerRequest
-	(*ContainerResponse)(nil),       // 30: codeinterp.sandbox.v1.ContainerResponse
-	(*ContainersRequest)(nil),       // 31: codeinterp.sandbox.v1.ContainersRequest
-	(*ContainersResponse)(nil),      // 32: codeinterp.sandbox.v1.ContainersResponse
-	(*DeleteContainerRequest)(nil),  // 33: codeinterp.sandbox.v1.DeleteContainerRequest
-	(*DeleteContainerResponse)(nil), // 34: codeinterp.sandbox.v1.DeleteContainerResponse
-	(*FilesRequest)(nil),            // 35: codeinterp.sandbox.v1.FilesRequest
-	(*FilesResponse)(nil),           // 36: codeinterp.sandbox.v1.FilesResponse
-	(*FileRequest)(nil),             // 37: codeinterp.sandbox.v1.FileRequest
-	(*FileResponse)(nil),            // 38: codeinterp.sandbox.v1.FileResponse
-	(*DeleteFileRequest)(nil),       // 39: codeinterp.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),      // 40: codeinterp.sandbox.v1.DeleteFileResponse
+	(*LeaseContainerRequest)(nil),   // 10: codeinterp.sandbox.v1.LeaseContainerRequest
+	(*LeaseContainerResponse)(nil),  // 11: codeinterp.sandbox.v1.LeaseContainerResponse
+	(*Result)(nil),                  // 12: codeinterp.sandbox.v1.Result
+	(*RunError)(nil),                // 13: codeinterp.sandbox.v1.RunError
+	(*Image)(nil),                   // 14: codeinterp.sandbox.v1.Image
+	(*File)(nil),                    // 15: codeinterp.sandbox.v1.File
+	(*FileInfo)(nil),                // 16: codeinterp.sandbox.v1.FileInfo
+	(*ContainerInfo)(nil),           // 17: codeinterp.sandbox.v1.ContainerInfo
+	(*FileHeader)(nil),              // 18: codeinterp.sandbox.v1.FileHeader
+	(*LeasePutFileRequest)(nil),     // 19: codeinterp.sandbox.v1.LeasePutFileRequest
+	(*LeasePutFileResponse)(nil),    // 20: codeinterp.sandbox.v1.LeasePutFileResponse
+	(*PutFileRequest)(nil),          // 21: codeinterp.sandbox.v1.PutFileRequest
+	(*PutFileResponse)(nil),         // 22: codeinterp.sandbox.v1.PutFileResponse
+	(*OpenFileRequest)(nil),         // 23: codeinterp.sandbox.v1.OpenFileRequest
+	(*OpenFileResponse)(nil),        // 24: codeinterp.sandbox.v1.OpenFileResponse
+	(*CheckSpecRequest)(nil),        // 25: codeinterp.sandbox.v1.CheckSpecRequest
+	(*CheckSpecResponse)(nil),       // 26: codeinterp.sandbox.v1.CheckSpecResponse
+	(*KnownRequest)(nil),            // 27: codeinterp.sandbox.v1.KnownRequest
+	(*KnownResponse)(nil),           // 28: codeinterp.sandbox.v1.KnownResponse
+	(*CreateRequest)(nil),           // 29: codeinterp.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),          // 30: codeinterp.sandbox.v1.CreateResponse
+	(*ContainerRequest)(nil),        // 31: codeinterp.sandbox.v1.ContainerRequest
+	(*ContainerResponse)(nil),       // 32: codeinterp.sandbox.v1.ContainerResponse
+	(*ContainersRequest)(nil),       // 33: codeinterp.sandbox.v1.ContainersRequest
+	(*ContainersResponse)(nil),      // 34: codeinterp.sandbox.v1.ContainersResponse
+	(*DeleteContainerRequest)(nil),  // 35: codeinterp.sandbox.v1.DeleteContainerRequest
+	(*DeleteContainerResponse)(nil), // 36: codeinterp.sandbox.v1.DeleteContainerResponse
+	(*FilesRequest)(nil),            // 37: codeinterp.sandbox.v1.FilesRequest
+	(*FilesResponse)(nil),           // 38: codeinterp.sandbox.v1.FilesResponse
+	(*FileRequest)(nil),             // 39: codeinterp.sandbox.v1.FileRequest
+	(*FileResponse)(nil),            // 40: codeinterp.sandbox.v1.FileResponse
+	(*DeleteFileRequest)(nil),       // 41: codeinterp.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),      // 42: codeinterp.sandbox.v1.DeleteFileResponse
 }
 var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: codeinterp.sandbox.v1.Error.kinds:type_name -> codeinterp.sandbox.v1.ErrorKind
@@ -2680,53 +2776,55 @@ var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	4,  // 2: codeinterp.sandbox.v1.Spec.network_policy:type_name -> codeinterp.sandbox.v1.NetworkPolicy
 	5,  // 3: codeinterp.sandbox.v1.NetworkPolicy.domain_secrets:type_name -> codeinterp.sandbox.v1.DomainSecret
 	3,  // 4: codeinterp.sandbox.v1.AcquireRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	10, // 5: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
+	12, // 5: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
 	1,  // 6: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
-	11, // 7: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
-	12, // 8: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
-	13, // 9: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
-	16, // 10: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	14, // 11: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	16, // 12: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	14, // 13: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	14, // 14: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	13, // 7: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
+	14, // 8: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
+	15, // 9: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
+	18, // 10: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	16, // 11: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	18, // 12: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	16, // 13: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	16, // 14: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
 	3,  // 15: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
 	3,  // 16: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	15, // 17: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	15, // 18: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	15, // 19: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	14, // 20: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
-	14, // 21: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	17, // 17: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	17, // 18: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	17, // 19: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	16, // 20: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
+	16, // 21: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
 	6,  // 22: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
 	8,  // 23: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
-	17, // 24: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
-	19, // 25: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
-	21, // 26: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
-	23, // 27: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
-	25, // 28: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
-	27, // 29: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
-	29, // 30: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
-	31, // 31: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
-	33, // 32: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
-	35, // 33: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
-	37, // 34: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
-	39, // 35: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
-	7,  // 36: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
-	9,  // 37: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
-	18, // 38: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
-	20, // 39: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
-	22, // 40: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
-	24, // 41: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
-	26, // 42: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
-	28, // 43: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
-	30, // 44: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
-	32, // 45: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
-	34, // 46: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
-	36, // 47: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
-	38, // 48: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
-	40, // 49: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
-	36, // [36:50] is the sub-list for method output_type
-	22, // [22:36] is the sub-list for method input_type
+	10, // 24: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
+	19, // 25: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
+	21, // 26: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
+	23, // 27: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
+	25, // 28: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
+	27, // 29: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
+	29, // 30: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
+	31, // 31: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
+	33, // 32: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
+	35, // 33: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
+	37, // 34: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
+	39, // 35: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
+	41, // 36: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
+	7,  // 37: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
+	9,  // 38: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
+	11, // 39: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
+	20, // 40: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
+	22, // 41: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
+	24, // 42: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
+	26, // 43: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
+	28, // 44: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
+	30, // 45: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
+	32, // 46: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
+	34, // 47: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
+	36, // 48: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
+	38, // 49: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
+	40, // 50: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
+	42, // 51: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
+	37, // [37:52] is the sub-list for method output_type
+	22, // [22:37] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name
@@ -2743,7 +2841,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc), len(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
