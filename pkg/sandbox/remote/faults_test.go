@@ -195,6 +195,24 @@ func TestUnreachableNodeIsUnavailable(t *testing.T) {
 	assert.False(t, c.Known("alice", neverIssued), "Known")
 }
 
+// TestKnownThroughANodeDown: Known of a container whose node went down is false, as the
+// Manager's is when its Registry fails: at once (a refused connection does not wait for the
+// CallTimeout), with a warning naming the failure.
+func TestKnownThroughANodeDown(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	s := serve(t, newManager(t, &sandboxtest.Provider{}), ServerOptions{}, ClientOptions{Log: zap.New(core)})
+	ci, err := s.client.Create(t.Context(), sandbox.CreateRequest{Identity: "alice"})
+	require.NoError(t, err, "Create")
+	require.True(t, s.client.Known("alice", ci.ID), "Known while the node is up")
+	require.Zero(t, logs.Len(), "no warning while the node is up")
+	require.NoError(t, s.stop(), "Serve")
+	start := time.Now()
+	assert.False(t, s.client.Known("alice", ci.ID), "Known through a node that is down")
+	assert.Less(t, time.Since(start), DefaultCallTimeout/2, "Known through a node that is down answers at once")
+	require.Equal(t, 1, logs.Len(), "a warning")
+	assert.ErrorIs(t, logs.All()[0].Context[0].Interface.(error), sandbox.ErrUnavailable, "the warning's error")
+}
+
 // TestClientGoneReleasesLease: a lease whose holder goes away (its connection closed, as
 // when its process dies) is released on the node: an ephemeral container is deleted.
 func TestClientGoneReleasesLease(t *testing.T) {
