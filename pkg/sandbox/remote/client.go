@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -40,6 +42,10 @@ type ClientOptions struct {
 	// CallTimeout bounds the calls that take no context and a lease's Release. Default
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// TracerProvider makes a span of each call, a child of the span in the call's ctx. If
+	// nil, no span is made. Either way the call carries the W3C trace context of its ctx
+	// (traceparent), so that the node's spans join the caller's trace.
+	TracerProvider trace.TracerProvider
 	// Log receives what Known cannot return (a node that does not answer). If nil, nothing is
 	// logged.
 	Log *zap.Logger
@@ -102,6 +108,7 @@ func Dial(addr string, o ClientOptions) (*Client, error) {
 	}
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(tc),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelOptions(o.TracerProvider)...)),
 		grpc.WithPerRPCCredentials(secretCreds{md: map[string]string{secretHeader: secretToken(o.Secret)}, tls: o.TLS.enabled()}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.Keepalive, Timeout: o.KeepaliveTimeout, PermitWithoutStream: true}),
@@ -181,9 +188,13 @@ type lease struct {
 	id       string
 	released bool
 
-	// mu guards containerID.
+	// mu guards the fields below.
 	mu          sync.Mutex
 	containerID string
+	// unsure reports whether a call that may have changed the lease's container (replacing a
+	// lost one) ended without the node's answer, because its caller stopped waiting:
+	// ContainerID asks the node.
+	unsure bool
 }
 
 var _ sandbox.LeaseBackend = (*lease)(nil)
@@ -195,9 +206,21 @@ const deadlineGrace = 2 * time.Second
 // errLeaseReleased is returned by a released lease's calls.
 var errLeaseReleased = errors.New("sandbox lease already released")
 
+// ContainerID returns the id of the lease's container, as the node last told it. After a
+// call its caller stopped waiting for, the node may have replaced a lost container without
+// saying so: ContainerID then asks the node (at most CallTimeout; the id known so far if it
+// cannot tell).
 func (l *lease) ContainerID() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.unsure {
+		l.unsure = false
+		ctx, cancel := context.WithTimeout(context.Background(), l.c.o.CallTimeout)
+		defer cancel()
+		if resp, err := l.c.c.LeaseContainer(ctx, &sandboxv1.LeaseContainerRequest{LeaseId: l.id}); err == nil && resp.GetContainerId() != "" {
+			l.containerID = resp.GetContainerId()
+		}
+	}
 	return l.containerID
 }
 
@@ -206,8 +229,23 @@ func (l *lease) setContainerID(id string) {
 		return
 	}
 	l.mu.Lock()
-	l.containerID = id
+	l.containerID, l.unsure = id, false
 	l.mu.Unlock()
+}
+
+// afterCall notes what a lease's call that failed with err (its node's answer lost) tells of
+// the container: the id in its trailer; or, when ctx ended it, that the node may have
+// replaced the container without saying so.
+func (l *lease) afterCall(ctx context.Context, trailer metadata.MD) {
+	if v := trailer.Get(containerTrailer); len(v) == 1 {
+		l.setContainerID(v[0])
+		return
+	}
+	if ctx.Err() != nil {
+		l.mu.Lock()
+		l.unsure = true
+		l.mu.Unlock()
+	}
 }
 
 // Run runs code on the node. A connection lost once the node had the run fails it with
@@ -231,9 +269,10 @@ func (l *lease) Run(ctx context.Context, code string, timeout time.Duration) (sa
 		})
 		defer stop()
 	}
-	var hdr metadata.MD
-	resp, err := l.c.c.Run(cctx, req, grpc.Header(&hdr))
+	var hdr, trailer metadata.MD
+	resp, err := l.c.c.Run(cctx, req, grpc.Header(&hdr), grpc.Trailer(&trailer))
 	if err != nil {
+		l.afterCall(ctx, trailer)
 		return sandbox.Result{}, callError(ctx, "run", err, hdr != nil)
 	}
 	l.setContainerID(resp.GetContainerId())
@@ -247,6 +286,7 @@ func (l *lease) PutFile(ctx context.Context, path, source string, r io.Reader, l
 	}
 	st, err := l.c.c.LeasePutFile(ctx)
 	if err != nil {
+		l.afterCall(ctx, nil)
 		return sandbox.FileInfo{}, callError(ctx, "write container file", err, false)
 	}
 	h := &sandboxv1.FileHeader{Path: path, Source: source, Limit: limit}
@@ -258,10 +298,8 @@ func (l *lease) PutFile(ctx context.Context, path, source string, r io.Reader, l
 		return m
 	})
 	resp, err := st.CloseAndRecv()
-	if t := st.Trailer(); len(t.Get(containerTrailer)) == 1 {
-		l.setContainerID(t.Get(containerTrailer)[0])
-	}
 	if err != nil {
+		l.afterCall(ctx, st.Trailer())
 		return sandbox.FileInfo{}, uploadCallError(ctx, err, srcErr)
 	}
 	l.setContainerID(resp.GetContainerId())

@@ -12,8 +12,9 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
-// kinds are the sentinels an error may match, as they travel. ErrAtCapacity comes before
-// ErrUnavailable, which it also matches.
+// kinds are the sentinels an error may match, as they travel (every sentinel of package
+// sandbox: a new one needs its ErrorKind here). ErrAtCapacity comes before ErrUnavailable,
+// which it also matches.
 var kinds = []struct {
 	kind sandboxv1.ErrorKind
 	err  error
@@ -30,6 +31,7 @@ var kinds = []struct {
 	{sandboxv1.ErrorKind_ERROR_KIND_NO_FILE_ACCESS, sandbox.ErrNoFileAccess},
 	{sandboxv1.ErrorKind_ERROR_KIND_CLOSED, sandbox.ErrClosed},
 	{sandboxv1.ErrorKind_ERROR_KIND_INVALID_SPEC, sandbox.ErrInvalidSpec},
+	{sandboxv1.ErrorKind_ERROR_KIND_ELSEWHERE, sandbox.ErrElsewhere},
 	{sandboxv1.ErrorKind_ERROR_KIND_CANCELED, context.Canceled},
 	{sandboxv1.ErrorKind_ERROR_KIND_DEADLINE_EXCEEDED, context.DeadlineExceeded},
 }
@@ -114,9 +116,36 @@ func statusError(err error) error {
 	return st.Err()
 }
 
-func specProto(s sandbox.Spec) *sandboxv1.Spec { return &sandboxv1.Spec{MemoryLimit: s.MemoryLimit} }
+// specProto is s as it travels, its network policy's secret values included: the message
+// must not be logged.
+func specProto(s sandbox.Spec) *sandboxv1.Spec {
+	ps := &sandboxv1.Spec{MemoryLimit: s.MemoryLimit}
+	if np := s.NetworkPolicy; np != nil {
+		ps.NetworkPolicy = &sandboxv1.NetworkPolicy{AllowedDomains: np.AllowedDomains}
+		for _, ds := range np.DomainSecrets {
+			ps.NetworkPolicy.DomainSecrets = append(ps.NetworkPolicy.DomainSecrets,
+				&sandboxv1.DomainSecret{Domain: ds.Domain, Name: ds.Name, Value: ds.Value})
+		}
+	}
+	return ps
+}
 
-func specOf(s *sandboxv1.Spec) sandbox.Spec { return sandbox.Spec{MemoryLimit: s.GetMemoryLimit()} }
+// specOf is the Spec ps describes: a policy present (even empty) is a policy, absent is none.
+func specOf(ps *sandboxv1.Spec) sandbox.Spec {
+	s := sandbox.Spec{MemoryLimit: ps.GetMemoryLimit()}
+	if pn := ps.GetNetworkPolicy(); pn != nil {
+		np := &sandbox.NetworkPolicy{}
+		if ds := pn.GetAllowedDomains(); len(ds) > 0 {
+			np.AllowedDomains = ds
+		}
+		for _, ds := range pn.GetDomainSecrets() {
+			np.DomainSecrets = append(np.DomainSecrets,
+				sandbox.DomainSecret{Domain: ds.GetDomain(), Name: ds.GetName(), Value: ds.GetValue()})
+		}
+		s.NetworkPolicy = np
+	}
+	return s
+}
 
 // unixNanos is t in Unix nanoseconds, 0 for the zero time.
 func unixNanos(t time.Time) int64 {

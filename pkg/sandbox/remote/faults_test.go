@@ -49,6 +49,8 @@ func TestErrorsTravel(t *testing.T) {
 		{"spec", fmt.Errorf("create container: %w", &sandbox.SpecError{Field: "memory_limit", Value: "99g", Reason: "above 16g"})},
 		{"canceled", fmt.Errorf("wait for the container: %w", context.Canceled)},
 		{"deadline", fmt.Errorf("acquire sandbox: %w", context.DeadlineExceeded)},
+		{"elsewhere by id", fmt.Errorf("%w: %w", sandbox.ErrUnknownContainer, sandbox.ErrElsewhere)},
+		{"elsewhere by session", fmt.Errorf("session's container cntr_1: %w: %w", sandbox.ErrUnavailable, sandbox.ErrElsewhere)},
 		{"other", errors.New("something else")},
 	}
 	for _, tt := range tests {
@@ -191,6 +193,24 @@ func TestUnreachableNodeIsUnavailable(t *testing.T) {
 	assert.ErrorIs(t, err, sandbox.ErrUnavailable, "OpenFile")
 	assert.ErrorIs(t, c.CheckSpec(sandbox.Spec{}), sandbox.ErrUnavailable, "CheckSpec")
 	assert.False(t, c.Known("alice", neverIssued), "Known")
+}
+
+// TestKnownThroughANodeDown: Known of a container whose node went down is false, as the
+// Manager's is when its Registry fails: at once (a refused connection does not wait for the
+// CallTimeout), with a warning naming the failure.
+func TestKnownThroughANodeDown(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	s := serve(t, newManager(t, &sandboxtest.Provider{}), ServerOptions{}, ClientOptions{Log: zap.New(core)})
+	ci, err := s.client.Create(t.Context(), sandbox.CreateRequest{Identity: "alice"})
+	require.NoError(t, err, "Create")
+	require.True(t, s.client.Known("alice", ci.ID), "Known while the node is up")
+	require.Zero(t, logs.Len(), "no warning while the node is up")
+	require.NoError(t, s.stop(), "Serve")
+	start := time.Now()
+	assert.False(t, s.client.Known("alice", ci.ID), "Known through a node that is down")
+	assert.Less(t, time.Since(start), DefaultCallTimeout/2, "Known through a node that is down answers at once")
+	require.Equal(t, 1, logs.Len(), "a warning")
+	assert.ErrorIs(t, logs.All()[0].Context[0].Interface.(error), sandbox.ErrUnavailable, "the warning's error")
 }
 
 // TestClientGoneReleasesLease: a lease whose holder goes away (its connection closed, as

@@ -146,7 +146,7 @@ var sentinels = []struct {
 	{"invalid_path", sandbox.ErrInvalidPath}, {"no_file_access", sandbox.ErrNoFileAccess},
 	{"closed", sandbox.ErrClosed}, {"invalid_spec", sandbox.ErrInvalidSpec},
 	{"canceled", context.Canceled}, {"deadline", context.DeadlineExceeded},
-	{"source", errSource},
+	{"elsewhere", sandbox.ErrElsewhere}, {"source", errSource},
 }
 
 // errSource is the failure of a test's upload source.

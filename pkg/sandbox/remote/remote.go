@@ -16,6 +16,11 @@
 // before anything ran fails the call with sandbox.ErrUnavailable; a connection lost during a
 // Run fails it with sandbox.ErrLost (the code may have run, the container is out of reach); a
 // download cut midway fails its reader.
+//
+// Each call carries the W3C trace context of its ctx (traceparent metadata), and the node's
+// Service sees it in the ctx of the call served: a run forwarded to a node joins the trace of
+// the loop that made it (with the options' TracerProviders, each side adds a span of the
+// call).
 package remote
 
 import (
@@ -28,6 +33,12 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // MinSecretBytes is the shortest shared secret accepted.
@@ -131,4 +142,18 @@ func secretMatches(token string, want [sha256.Size]byte) bool {
 	}
 	h := sha256.Sum256(got)
 	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
+}
+
+// otelOptions are the options of the service's OpenTelemetry stats handlers: spans of tp (a
+// nil tp makes none, but a noop span still carries its parent's context, so that the trace
+// context propagates), the W3C trace context, and no metrics; never OTel's globals.
+func otelOptions(tp trace.TracerProvider) []otelgrpc.Option {
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	return []otelgrpc.Option{
+		otelgrpc.WithTracerProvider(tp),
+		otelgrpc.WithPropagators(propagation.TraceContext{}),
+		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+	}
 }

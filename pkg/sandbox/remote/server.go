@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	sandboxv1 "github.com/codeinterp/codeinterp/api/codeinterp/sandbox/v1"
@@ -43,6 +46,11 @@ type ServerOptions struct {
 	MaxConcurrentStreams uint32
 	// Keepalive and KeepaliveTimeout: see DefaultKeepalive.
 	Keepalive, KeepaliveTimeout time.Duration
+	// TracerProvider makes a span of each call served, a child of the caller's span (the W3C
+	// trace context it sent) so that the node's work joins the caller's trace; a call without
+	// the secret gets a new trace, linked to what it sent. If nil, no span is made, and the
+	// caller's trace context is still what the Service's calls see in their ctx.
+	TracerProvider trace.TracerProvider
 	// Log receives the refused calls (never the secret) and the server's failures. If nil,
 	// nothing is logged.
 	Log *zap.Logger
@@ -126,6 +134,8 @@ func NewServer(svc sandbox.Service, o ServerOptions) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.UnaryInterceptor(s.authUnary),
 		grpc.StreamInterceptor(s.authStream),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(append(otelOptions(o.TracerProvider),
+			otelgrpc.WithPublicEndpointFn(func(ctx context.Context, _ *stats.RPCTagInfo) bool { return !s.carriesSecret(ctx) }))...)),
 	}
 	if o.TLS.enabled() {
 		tc, err := o.TLS.config(true)
@@ -174,8 +184,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // authenticated returns an Unauthenticated status unless ctx's call carries the secret; a
 // refused call is logged with its method and peer, never what it carried.
 func (s *Server) authenticated(ctx context.Context, method string) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(secretHeader); len(v) == 1 && secretMatches(v[0], s.secret) {
+	if s.carriesSecret(ctx) {
 		return nil
 	}
 	addr := ""
@@ -184,6 +193,13 @@ func (s *Server) authenticated(ctx context.Context, method string) error {
 	}
 	s.log.Warn("sandbox service call refused: no valid shared secret", zap.String("method", method), zap.String("peer", addr))
 	return status.Error(codes.Unauthenticated, "the sandbox service needs the deployment's shared secret")
+}
+
+// carriesSecret reports whether ctx's call carries the secret.
+func (s *Server) carriesSecret(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(secretHeader)
+	return len(v) == 1 && secretMatches(v[0], s.secret)
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -269,7 +285,8 @@ func (s *Server) lease(id string) (*heldLease, error) {
 }
 
 // Run runs code on a lease. Its header is sent first, so that a client whose connection
-// fails later knows the run reached the node.
+// fails later knows the run reached the node; its trailer names the lease's container after
+// the run, also when the answer fails to go out (a Result beyond MaxMessageBytes).
 func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv1.RunResponse, error) {
 	if err := grpc.SendHeader(ctx, metadata.MD{}); err != nil {
 		return nil, err
@@ -279,6 +296,12 @@ func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv
 		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(err)}, nil
 	}
 	defer hl.mu.Unlock()
+	defer func() { _ = grpc.SetTrailer(ctx, metadata.Pairs(containerTrailer, hl.l.ContainerID())) }()
+	if err := ctx.Err(); err != nil {
+		// The caller stopped waiting before the run began: the lease stays as it was (a run
+		// would replace a lost container even so), as its LeaseContainer, asked next, says.
+		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(fmt.Errorf("run: %w", err)), ContainerId: hl.l.ContainerID()}, nil
+	}
 	if d := req.GetDeadlineNanos(); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(d))
@@ -288,7 +311,17 @@ func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv
 	return &sandboxv1.RunResponse{Result: resultProto(res), Error: errorProto(err), ContainerId: hl.l.ContainerID()}, nil
 }
 
-// containerTrailer names the lease's container after an upload, in the trailer.
+// LeaseContainer names a lease's container, once the lease's call in progress is over.
+func (s handlers) LeaseContainer(_ context.Context, req *sandboxv1.LeaseContainerRequest) (*sandboxv1.LeaseContainerResponse, error) {
+	hl, err := s.lease(req.GetLeaseId())
+	if err != nil {
+		return nil, statusError(err)
+	}
+	defer hl.mu.Unlock()
+	return &sandboxv1.LeaseContainerResponse{ContainerId: hl.l.ContainerID()}, nil
+}
+
+// containerTrailer names the lease's container after a run or an upload, in the trailer.
 const containerTrailer = "x-codeinterp-container-id"
 
 // LeasePutFile writes a file into a lease's container.
@@ -307,6 +340,9 @@ func (s handlers) LeasePutFile(st grpc.ClientStreamingServer[sandboxv1.LeasePutF
 	}
 	defer hl.mu.Unlock()
 	defer func() { st.SetTrailer(metadata.Pairs(containerTrailer, hl.l.ContainerID())) }()
+	if err := st.Context().Err(); err != nil {
+		return statusError(fmt.Errorf("write container file: %w", err)) // as Run: the lease stays as it was
+	}
 	r := &chunkReader{buf: first.GetChunk(), abort: first.GetAbort(), recv: func() ([]byte, string, error) {
 		m, err := st.Recv()
 		return m.GetChunk(), m.GetAbort(), err

@@ -48,6 +48,8 @@ const (
 	ErrorKind_ERROR_KIND_INVALID_SPEC      ErrorKind = 12
 	ErrorKind_ERROR_KIND_CANCELED          ErrorKind = 13
 	ErrorKind_ERROR_KIND_DEADLINE_EXCEEDED ErrorKind = 14
+	// ELSEWHERE: the node's registry names another node as the owner (sandbox.ErrElsewhere).
+	ErrorKind_ERROR_KIND_ELSEWHERE ErrorKind = 15
 )
 
 // Enum value maps for ErrorKind.
@@ -68,6 +70,7 @@ var (
 		12: "ERROR_KIND_INVALID_SPEC",
 		13: "ERROR_KIND_CANCELED",
 		14: "ERROR_KIND_DEADLINE_EXCEEDED",
+		15: "ERROR_KIND_ELSEWHERE",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":       0,
@@ -85,6 +88,7 @@ var (
 		"ERROR_KIND_INVALID_SPEC":      12,
 		"ERROR_KIND_CANCELED":          13,
 		"ERROR_KIND_DEADLINE_EXCEEDED": 14,
+		"ERROR_KIND_ELSEWHERE":         15,
 	}
 )
 
@@ -250,10 +254,14 @@ func (x *SpecError) GetReason() string {
 	return ""
 }
 
-// Spec is a sandbox.Spec.
+// Spec is a sandbox.Spec. It may hold domain secrets with their values: a message carrying
+// one crosses only the authenticated channel between replicas, and is never logged (its
+// String prints the values).
 type Spec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MemoryLimit   string                 `protobuf:"bytes,1,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MemoryLimit string                 `protobuf:"bytes,1,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
+	// network_policy is the container's way out; unset means no network at all.
+	NetworkPolicy *NetworkPolicy `protobuf:"bytes,2,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +303,127 @@ func (x *Spec) GetMemoryLimit() string {
 	return ""
 }
 
+func (x *Spec) GetNetworkPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
+}
+
+// NetworkPolicy is a sandbox.NetworkPolicy: an allowlist.
+type NetworkPolicy struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AllowedDomains []string               `protobuf:"bytes,1,rep,name=allowed_domains,json=allowedDomains,proto3" json:"allowed_domains,omitempty"`
+	DomainSecrets  []*DomainSecret        `protobuf:"bytes,2,rep,name=domain_secrets,json=domainSecrets,proto3" json:"domain_secrets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *NetworkPolicy) Reset() {
+	*x = NetworkPolicy{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkPolicy) ProtoMessage() {}
+
+func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
+func (*NetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NetworkPolicy) GetAllowedDomains() []string {
+	if x != nil {
+		return x.AllowedDomains
+	}
+	return nil
+}
+
+func (x *NetworkPolicy) GetDomainSecrets() []*DomainSecret {
+	if x != nil {
+		return x.DomainSecrets
+	}
+	return nil
+}
+
+// DomainSecret is a sandbox.DomainSecret, with its value.
+type DomainSecret struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DomainSecret) Reset() {
+	*x = DomainSecret{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DomainSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DomainSecret) ProtoMessage() {}
+
+func (x *DomainSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DomainSecret.ProtoReflect.Descriptor instead.
+func (*DomainSecret) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DomainSecret) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *DomainSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DomainSecret) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // AcquireRequest is a sandbox.AcquireRequest; the identity is the one the calling replica
 // computed, trusted as an authenticated peer's.
 type AcquireRequest struct {
@@ -309,7 +438,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +450,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +463,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AcquireRequest) GetIdentity() string {
@@ -378,7 +507,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +519,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +532,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AcquireResponse) GetLeaseId() string {
@@ -437,7 +566,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +578,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +591,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunRequest) GetLeaseId() string {
@@ -507,7 +636,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +648,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +661,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunResponse) GetResult() *Result {
@@ -556,6 +685,96 @@ func (x *RunResponse) GetContainerId() string {
 	return ""
 }
 
+// LeaseContainerRequest names a lease.
+type LeaseContainerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseContainerRequest) Reset() {
+	*x = LeaseContainerRequest{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseContainerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseContainerRequest) ProtoMessage() {}
+
+func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseContainerRequest.ProtoReflect.Descriptor instead.
+func (*LeaseContainerRequest) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LeaseContainerRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+// LeaseContainerResponse names the lease's container.
+type LeaseContainerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId   string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseContainerResponse) Reset() {
+	*x = LeaseContainerResponse{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseContainerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseContainerResponse) ProtoMessage() {}
+
+func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseContainerResponse.ProtoReflect.Descriptor instead.
+func (*LeaseContainerResponse) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LeaseContainerResponse) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
 // Result is a sandbox.Result.
 type Result struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -573,7 +792,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +804,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +817,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Result) GetStdout() string {
@@ -669,7 +888,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +900,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +913,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunError) GetName() string {
@@ -728,7 +947,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +959,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +972,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Image) GetPng() []byte {
@@ -775,7 +994,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1006,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1019,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *File) GetId() string {
@@ -840,7 +1059,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1071,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1084,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FileInfo) GetId() string {
@@ -926,7 +1145,7 @@ type ContainerInfo struct {
 
 func (x *ContainerInfo) Reset() {
 	*x = ContainerInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1157,7 @@ func (x *ContainerInfo) String() string {
 func (*ContainerInfo) ProtoMessage() {}
 
 func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1170,7 @@ func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerInfo.ProtoReflect.Descriptor instead.
 func (*ContainerInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ContainerInfo) GetId() string {
@@ -1016,7 +1235,7 @@ type FileHeader struct {
 
 func (x *FileHeader) Reset() {
 	*x = FileHeader{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1247,7 @@ func (x *FileHeader) String() string {
 func (*FileHeader) ProtoMessage() {}
 
 func (x *FileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1260,7 @@ func (x *FileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
 func (*FileHeader) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FileHeader) GetPath() string {
@@ -1079,7 +1298,7 @@ type LeasePutFileRequest struct {
 
 func (x *LeasePutFileRequest) Reset() {
 	*x = LeasePutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1310,7 @@ func (x *LeasePutFileRequest) String() string {
 func (*LeasePutFileRequest) ProtoMessage() {}
 
 func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1323,7 @@ func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileRequest.ProtoReflect.Descriptor instead.
 func (*LeasePutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeasePutFileRequest) GetLeaseId() string {
@@ -1147,7 +1366,7 @@ type LeasePutFileResponse struct {
 
 func (x *LeasePutFileResponse) Reset() {
 	*x = LeasePutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1378,7 @@ func (x *LeasePutFileResponse) String() string {
 func (*LeasePutFileResponse) ProtoMessage() {}
 
 func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1391,7 @@ func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileResponse.ProtoReflect.Descriptor instead.
 func (*LeasePutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeasePutFileResponse) GetFile() *FileInfo {
@@ -1204,7 +1423,7 @@ type PutFileRequest struct {
 
 func (x *PutFileRequest) Reset() {
 	*x = PutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1435,7 @@ func (x *PutFileRequest) String() string {
 func (*PutFileRequest) ProtoMessage() {}
 
 func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1448,7 @@ func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileRequest.ProtoReflect.Descriptor instead.
 func (*PutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutFileRequest) GetIdentity() string {
@@ -1277,7 +1496,7 @@ type PutFileResponse struct {
 
 func (x *PutFileResponse) Reset() {
 	*x = PutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1508,7 @@ func (x *PutFileResponse) String() string {
 func (*PutFileResponse) ProtoMessage() {}
 
 func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1521,7 @@ func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileResponse.ProtoReflect.Descriptor instead.
 func (*PutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutFileResponse) GetFile() *FileInfo {
@@ -1324,7 +1543,7 @@ type OpenFileRequest struct {
 
 func (x *OpenFileRequest) Reset() {
 	*x = OpenFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1555,7 @@ func (x *OpenFileRequest) String() string {
 func (*OpenFileRequest) ProtoMessage() {}
 
 func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1568,7 @@ func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileRequest.ProtoReflect.Descriptor instead.
 func (*OpenFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OpenFileRequest) GetIdentity() string {
@@ -1384,7 +1603,7 @@ type OpenFileResponse struct {
 
 func (x *OpenFileResponse) Reset() {
 	*x = OpenFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1615,7 @@ func (x *OpenFileResponse) String() string {
 func (*OpenFileResponse) ProtoMessage() {}
 
 func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1628,7 @@ func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileResponse.ProtoReflect.Descriptor instead.
 func (*OpenFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OpenFileResponse) GetFile() *FileInfo {
@@ -1436,7 +1655,7 @@ type CheckSpecRequest struct {
 
 func (x *CheckSpecRequest) Reset() {
 	*x = CheckSpecRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1667,7 @@ func (x *CheckSpecRequest) String() string {
 func (*CheckSpecRequest) ProtoMessage() {}
 
 func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1680,7 @@ func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecRequest.ProtoReflect.Descriptor instead.
 func (*CheckSpecRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckSpecRequest) GetSpec() *Spec {
@@ -1480,7 +1699,7 @@ type CheckSpecResponse struct {
 
 func (x *CheckSpecResponse) Reset() {
 	*x = CheckSpecResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1711,7 @@ func (x *CheckSpecResponse) String() string {
 func (*CheckSpecResponse) ProtoMessage() {}
 
 func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1724,7 @@ func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecResponse.ProtoReflect.Descriptor instead.
 func (*CheckSpecResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 // KnownRequest names a container.
@@ -1519,7 +1738,7 @@ type KnownRequest struct {
 
 func (x *KnownRequest) Reset() {
 	*x = KnownRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1750,7 @@ func (x *KnownRequest) String() string {
 func (*KnownRequest) ProtoMessage() {}
 
 func (x *KnownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1763,7 @@ func (x *KnownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownRequest.ProtoReflect.Descriptor instead.
 func (*KnownRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KnownRequest) GetIdentity() string {
@@ -1571,7 +1790,7 @@ type KnownResponse struct {
 
 func (x *KnownResponse) Reset() {
 	*x = KnownResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1802,7 @@ func (x *KnownResponse) String() string {
 func (*KnownResponse) ProtoMessage() {}
 
 func (x *KnownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1815,7 @@ func (x *KnownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownResponse.ProtoReflect.Descriptor instead.
 func (*KnownResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KnownResponse) GetKnown() bool {
@@ -1619,7 +1838,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1850,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1863,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateRequest) GetIdentity() string {
@@ -1685,7 +1904,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1916,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1929,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateResponse) GetContainer() *ContainerInfo {
@@ -1731,7 +1950,7 @@ type ContainerRequest struct {
 
 func (x *ContainerRequest) Reset() {
 	*x = ContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1962,7 @@ func (x *ContainerRequest) String() string {
 func (*ContainerRequest) ProtoMessage() {}
 
 func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1975,7 @@ func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRequest.ProtoReflect.Descriptor instead.
 func (*ContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ContainerRequest) GetIdentity() string {
@@ -1783,7 +2002,7 @@ type ContainerResponse struct {
 
 func (x *ContainerResponse) Reset() {
 	*x = ContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2014,7 @@ func (x *ContainerResponse) String() string {
 func (*ContainerResponse) ProtoMessage() {}
 
 func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2027,7 @@ func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerResponse.ProtoReflect.Descriptor instead.
 func (*ContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ContainerResponse) GetContainer() *ContainerInfo {
@@ -1828,7 +2047,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2059,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2072,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ContainersRequest) GetIdentity() string {
@@ -1873,7 +2092,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2104,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2117,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ContainersResponse) GetContainers() []*ContainerInfo {
@@ -1919,7 +2138,7 @@ type DeleteContainerRequest struct {
 
 func (x *DeleteContainerRequest) Reset() {
 	*x = DeleteContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2150,7 @@ func (x *DeleteContainerRequest) String() string {
 func (*DeleteContainerRequest) ProtoMessage() {}
 
 func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2163,7 @@ func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteContainerRequest) GetIdentity() string {
@@ -1970,7 +2189,7 @@ type DeleteContainerResponse struct {
 
 func (x *DeleteContainerResponse) Reset() {
 	*x = DeleteContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2201,7 @@ func (x *DeleteContainerResponse) String() string {
 func (*DeleteContainerResponse) ProtoMessage() {}
 
 func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2214,7 @@ func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 // FilesRequest names a container.
@@ -2009,7 +2228,7 @@ type FilesRequest struct {
 
 func (x *FilesRequest) Reset() {
 	*x = FilesRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2240,7 @@ func (x *FilesRequest) String() string {
 func (*FilesRequest) ProtoMessage() {}
 
 func (x *FilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2253,7 @@ func (x *FilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesRequest.ProtoReflect.Descriptor instead.
 func (*FilesRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FilesRequest) GetIdentity() string {
@@ -2061,7 +2280,7 @@ type FilesResponse struct {
 
 func (x *FilesResponse) Reset() {
 	*x = FilesResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2292,7 @@ func (x *FilesResponse) String() string {
 func (*FilesResponse) ProtoMessage() {}
 
 func (x *FilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2305,7 @@ func (x *FilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesResponse.ProtoReflect.Descriptor instead.
 func (*FilesResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FilesResponse) GetFiles() []*FileInfo {
@@ -2108,7 +2327,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2339,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2352,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FileRequest) GetIdentity() string {
@@ -2167,7 +2386,7 @@ type FileResponse struct {
 
 func (x *FileResponse) Reset() {
 	*x = FileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2398,7 @@ func (x *FileResponse) String() string {
 func (*FileResponse) ProtoMessage() {}
 
 func (x *FileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2411,7 @@ func (x *FileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileResponse.ProtoReflect.Descriptor instead.
 func (*FileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FileResponse) GetFile() *FileInfo {
@@ -2214,7 +2433,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2445,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2458,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteFileRequest) GetIdentity() string {
@@ -2272,7 +2491,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2503,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2516,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 var File_codeinterp_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -2313,9 +2532,17 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tSpecError\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\")\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"v\n" +
 	"\x04Spec\x12!\n" +
-	"\fmemory_limit\x18\x01 \x01(\tR\vmemoryLimit\"\x9a\x01\n" +
+	"\fmemory_limit\x18\x01 \x01(\tR\vmemoryLimit\x12K\n" +
+	"\x0enetwork_policy\x18\x02 \x01(\v2$.codeinterp.sandbox.v1.NetworkPolicyR\rnetworkPolicy\"\x84\x01\n" +
+	"\rNetworkPolicy\x12'\n" +
+	"\x0fallowed_domains\x18\x01 \x03(\tR\x0eallowedDomains\x12J\n" +
+	"\x0edomain_secrets\x18\x02 \x03(\v2#.codeinterp.sandbox.v1.DomainSecretR\rdomainSecrets\"P\n" +
+	"\fDomainSecret\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\x9a\x01\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12!\n" +
@@ -2333,7 +2560,11 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vRunResponse\x125\n" +
 	"\x06result\x18\x01 \x01(\v2\x1d.codeinterp.sandbox.v1.ResultR\x06result\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1c.codeinterp.sandbox.v1.ErrorR\x05error\x12!\n" +
-	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\"\xab\x02\n" +
+	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\"2\n" +
+	"\x15LeaseContainerRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\";\n" +
+	"\x16LeaseContainerResponse\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"\xab\x02\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\tR\x06stderr\x12\x14\n" +
@@ -2442,7 +2673,7 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x12\x17\n" +
 	"\afile_id\x18\x03 \x01(\tR\x06fileId\"\x14\n" +
-	"\x12DeleteFileResponse*\xb9\x03\n" +
+	"\x12DeleteFileResponse*\xd3\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ERROR_KIND_UNAVAILABLE\x10\x01\x12\x1a\n" +
@@ -2459,11 +2690,12 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11ERROR_KIND_CLOSED\x10\v\x12\x1b\n" +
 	"\x17ERROR_KIND_INVALID_SPEC\x10\f\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\r\x12 \n" +
-	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\x0e2\xaa\n" +
-	"\n" +
+	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\x0e\x12\x18\n" +
+	"\x14ERROR_KIND_ELSEWHERE\x10\x0f2\x99\v\n" +
 	"\x0eSandboxService\x12\\\n" +
 	"\aAcquire\x12%.codeinterp.sandbox.v1.AcquireRequest\x1a&.codeinterp.sandbox.v1.AcquireResponse(\x010\x01\x12L\n" +
-	"\x03Run\x12!.codeinterp.sandbox.v1.RunRequest\x1a\".codeinterp.sandbox.v1.RunResponse\x12i\n" +
+	"\x03Run\x12!.codeinterp.sandbox.v1.RunRequest\x1a\".codeinterp.sandbox.v1.RunResponse\x12m\n" +
+	"\x0eLeaseContainer\x12,.codeinterp.sandbox.v1.LeaseContainerRequest\x1a-.codeinterp.sandbox.v1.LeaseContainerResponse\x12i\n" +
 	"\fLeasePutFile\x12*.codeinterp.sandbox.v1.LeasePutFileRequest\x1a+.codeinterp.sandbox.v1.LeasePutFileResponse(\x01\x12Z\n" +
 	"\aPutFile\x12%.codeinterp.sandbox.v1.PutFileRequest\x1a&.codeinterp.sandbox.v1.PutFileResponse(\x01\x12]\n" +
 	"\bOpenFile\x12&.codeinterp.sandbox.v1.OpenFileRequest\x1a'.codeinterp.sandbox.v1.OpenFileResponse0\x01\x12^\n" +
@@ -2492,102 +2724,110 @@ func file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_codeinterp_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: codeinterp.sandbox.v1.ErrorKind
 	(*Error)(nil),                   // 1: codeinterp.sandbox.v1.Error
 	(*SpecError)(nil),               // 2: codeinterp.sandbox.v1.SpecError
 	(*Spec)(nil),                    // 3: codeinterp.sandbox.v1.Spec
-	(*AcquireRequest)(nil),          // 4: codeinterp.sandbox.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 5: codeinterp.sandbox.v1.AcquireResponse
-	(*RunRequest)(nil),              // 6: codeinterp.sandbox.v1.RunRequest
-	(*RunResponse)(nil),             // 7: codeinterp.sandbox.v1.RunResponse
-	(*Result)(nil),                  // 8: codeinterp.sandbox.v1.Result
-	(*RunError)(nil),                // 9: codeinterp.sandbox.v1.RunError
-	(*Image)(nil),                   // 10: codeinterp.sandbox.v1.Image
-	(*File)(nil),                    // 11: codeinterp.sandbox.v1.File
-	(*FileInfo)(nil),                // 12: codeinterp.sandbox.v1.FileInfo
-	(*ContainerInfo)(nil),           // 13: codeinterp.sandbox.v1.ContainerInfo
-	(*FileHeader)(nil),              // 14: codeinterp.sandbox.v1.FileHeader
-	(*LeasePutFileRequest)(nil),     // 15: codeinterp.sandbox.v1.LeasePutFileRequest
-	(*LeasePutFileResponse)(nil),    // 16: codeinterp.sandbox.v1.LeasePutFileResponse
-	(*PutFileRequest)(nil),          // 17: codeinterp.sandbox.v1.PutFileRequest
-	(*PutFileResponse)(nil),         // 18: codeinterp.sandbox.v1.PutFileResponse
-	(*OpenFileRequest)(nil),         // 19: codeinterp.sandbox.v1.OpenFileRequest
-	(*OpenFileResponse)(nil),        // 20: codeinterp.sandbox.v1.OpenFileResponse
-	(*CheckSpecRequest)(nil),        // 21: codeinterp.sandbox.v1.CheckSpecRequest
-	(*CheckSpecResponse)(nil),       // 22: codeinterp.sandbox.v1.CheckSpecResponse
-	(*KnownRequest)(nil),            // 23: codeinterp.sandbox.v1.KnownRequest
-	(*KnownResponse)(nil),           // 24: codeinterp.sandbox.v1.KnownResponse
-	(*CreateRequest)(nil),           // 25: codeinterp.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),          // 26: codeinterp.sandbox.v1.CreateResponse
-	(*ContainerRequest)(nil),        // 27: codeinterp.sandbox.v1.ContainerRequest
-	(*ContainerResponse)(nil),       // 28: codeinterp.sandbox.v1.ContainerResponse
-	(*ContainersRequest)(nil),       // 29: codeinterp.sandbox.v1.ContainersRequest
-	(*ContainersResponse)(nil),      // 30: codeinterp.sandbox.v1.ContainersResponse
-	(*DeleteContainerRequest)(nil),  // 31: codeinterp.sandbox.v1.DeleteContainerRequest
-	(*DeleteContainerResponse)(nil), // 32: codeinterp.sandbox.v1.DeleteContainerResponse
-	(*FilesRequest)(nil),            // 33: codeinterp.sandbox.v1.FilesRequest
-	(*FilesResponse)(nil),           // 34: codeinterp.sandbox.v1.FilesResponse
-	(*FileRequest)(nil),             // 35: codeinterp.sandbox.v1.FileRequest
-	(*FileResponse)(nil),            // 36: codeinterp.sandbox.v1.FileResponse
-	(*DeleteFileRequest)(nil),       // 37: codeinterp.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),      // 38: codeinterp.sandbox.v1.DeleteFileResponse
+	(*NetworkPolicy)(nil),           // 4: codeinterp.sandbox.v1.NetworkPolicy
+	(*DomainSecret)(nil),            // 5: codeinterp.sandbox.v1.DomainSecret
+	(*AcquireRequest)(nil),          // 6: codeinterp.sandbox.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 7: codeinterp.sandbox.v1.AcquireResponse
+	(*RunRequest)(nil),              // 8: codeinterp.sandbox.v1.RunRequest
+	(*RunResponse)(nil),             // 9: codeinterp.sandbox.v1.RunResponse
+	(*LeaseContainerRequest)(nil),   // 10: codeinterp.sandbox.v1.LeaseContainerRequest
+	(*LeaseContainerResponse)(nil),  // 11: codeinterp.sandbox.v1.LeaseContainerResponse
+	(*Result)(nil),                  // 12: codeinterp.sandbox.v1.Result
+	(*RunError)(nil),                // 13: codeinterp.sandbox.v1.RunError
+	(*Image)(nil),                   // 14: codeinterp.sandbox.v1.Image
+	(*File)(nil),                    // 15: codeinterp.sandbox.v1.File
+	(*FileInfo)(nil),                // 16: codeinterp.sandbox.v1.FileInfo
+	(*ContainerInfo)(nil),           // 17: codeinterp.sandbox.v1.ContainerInfo
+	(*FileHeader)(nil),              // 18: codeinterp.sandbox.v1.FileHeader
+	(*LeasePutFileRequest)(nil),     // 19: codeinterp.sandbox.v1.LeasePutFileRequest
+	(*LeasePutFileResponse)(nil),    // 20: codeinterp.sandbox.v1.LeasePutFileResponse
+	(*PutFileRequest)(nil),          // 21: codeinterp.sandbox.v1.PutFileRequest
+	(*PutFileResponse)(nil),         // 22: codeinterp.sandbox.v1.PutFileResponse
+	(*OpenFileRequest)(nil),         // 23: codeinterp.sandbox.v1.OpenFileRequest
+	(*OpenFileResponse)(nil),        // 24: codeinterp.sandbox.v1.OpenFileResponse
+	(*CheckSpecRequest)(nil),        // 25: codeinterp.sandbox.v1.CheckSpecRequest
+	(*CheckSpecResponse)(nil),       // 26: codeinterp.sandbox.v1.CheckSpecResponse
+	(*KnownRequest)(nil),            // 27: codeinterp.sandbox.v1.KnownRequest
+	(*KnownResponse)(nil),           // 28: codeinterp.sandbox.v1.KnownResponse
+	(*CreateRequest)(nil),           // 29: codeinterp.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),          // 30: codeinterp.sandbox.v1.CreateResponse
+	(*ContainerRequest)(nil),        // 31: codeinterp.sandbox.v1.ContainerRequest
+	(*ContainerResponse)(nil),       // 32: codeinterp.sandbox.v1.ContainerResponse
+	(*ContainersRequest)(nil),       // 33: codeinterp.sandbox.v1.ContainersRequest
+	(*ContainersResponse)(nil),      // 34: codeinterp.sandbox.v1.ContainersResponse
+	(*DeleteContainerRequest)(nil),  // 35: codeinterp.sandbox.v1.DeleteContainerRequest
+	(*DeleteContainerResponse)(nil), // 36: codeinterp.sandbox.v1.DeleteContainerResponse
+	(*FilesRequest)(nil),            // 37: codeinterp.sandbox.v1.FilesRequest
+	(*FilesResponse)(nil),           // 38: codeinterp.sandbox.v1.FilesResponse
+	(*FileRequest)(nil),             // 39: codeinterp.sandbox.v1.FileRequest
+	(*FileResponse)(nil),            // 40: codeinterp.sandbox.v1.FileResponse
+	(*DeleteFileRequest)(nil),       // 41: codeinterp.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),      // 42: codeinterp.sandbox.v1.DeleteFileResponse
 }
 var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: codeinterp.sandbox.v1.Error.kinds:type_name -> codeinterp.sandbox.v1.ErrorKind
 	2,  // 1: codeinterp.sandbox.v1.Error.spec:type_name -> codeinterp.sandbox.v1.SpecError
-	3,  // 2: codeinterp.sandbox.v1.AcquireRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	8,  // 3: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
-	1,  // 4: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
-	9,  // 5: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
-	10, // 6: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
-	11, // 7: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
-	14, // 8: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	12, // 9: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	14, // 10: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	12, // 11: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	12, // 12: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	3,  // 13: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	3,  // 14: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	13, // 15: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	13, // 16: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	13, // 17: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	12, // 18: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
-	12, // 19: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	4,  // 20: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
-	6,  // 21: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
-	15, // 22: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
-	17, // 23: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
-	19, // 24: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
-	21, // 25: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
-	23, // 26: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
-	25, // 27: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
-	27, // 28: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
-	29, // 29: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
-	31, // 30: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
-	33, // 31: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
-	35, // 32: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
-	37, // 33: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
-	5,  // 34: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
-	7,  // 35: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
-	16, // 36: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
-	18, // 37: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
-	20, // 38: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
-	22, // 39: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
-	24, // 40: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
-	26, // 41: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
-	28, // 42: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
-	30, // 43: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
-	32, // 44: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
-	34, // 45: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
-	36, // 46: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
-	38, // 47: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
-	34, // [34:48] is the sub-list for method output_type
-	20, // [20:34] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 2: codeinterp.sandbox.v1.Spec.network_policy:type_name -> codeinterp.sandbox.v1.NetworkPolicy
+	5,  // 3: codeinterp.sandbox.v1.NetworkPolicy.domain_secrets:type_name -> codeinterp.sandbox.v1.DomainSecret
+	3,  // 4: codeinterp.sandbox.v1.AcquireRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	12, // 5: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
+	1,  // 6: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
+	13, // 7: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
+	14, // 8: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
+	15, // 9: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
+	18, // 10: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	16, // 11: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	18, // 12: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	16, // 13: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	16, // 14: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	3,  // 15: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	3,  // 16: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	17, // 17: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	17, // 18: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	17, // 19: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	16, // 20: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
+	16, // 21: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	6,  // 22: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
+	8,  // 23: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
+	10, // 24: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
+	19, // 25: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
+	21, // 26: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
+	23, // 27: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
+	25, // 28: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
+	27, // 29: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
+	29, // 30: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
+	31, // 31: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
+	33, // 32: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
+	35, // 33: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
+	37, // 34: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
+	39, // 35: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
+	41, // 36: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
+	7,  // 37: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
+	9,  // 38: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
+	11, // 39: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
+	20, // 40: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
+	22, // 41: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
+	24, // 42: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
+	26, // 43: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
+	28, // 44: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
+	30, // 45: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
+	32, // 46: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
+	34, // 47: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
+	36, // 48: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
+	38, // 49: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
+	40, // 50: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
+	42, // 51: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
+	37, // [37:52] is the sub-list for method output_type
+	22, // [22:37] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_sandbox_v1_sandbox_proto_init() }
@@ -2601,7 +2841,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc), len(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	SandboxService_Acquire_FullMethodName         = "/codeinterp.sandbox.v1.SandboxService/Acquire"
 	SandboxService_Run_FullMethodName             = "/codeinterp.sandbox.v1.SandboxService/Run"
+	SandboxService_LeaseContainer_FullMethodName  = "/codeinterp.sandbox.v1.SandboxService/LeaseContainer"
 	SandboxService_LeasePutFile_FullMethodName    = "/codeinterp.sandbox.v1.SandboxService/LeasePutFile"
 	SandboxService_PutFile_FullMethodName         = "/codeinterp.sandbox.v1.SandboxService/PutFile"
 	SandboxService_OpenFile_FullMethodName        = "/codeinterp.sandbox.v1.SandboxService/OpenFile"
@@ -54,8 +55,12 @@ type SandboxServiceClient interface {
 	// releases the lease when the stream ends for any reason (the client closing its side,
 	// cancelling, or its connection dying).
 	Acquire(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AcquireRequest, AcquireResponse], error)
-	// Run runs code on a lease's container.
+	// Run runs code on a lease's container. Its trailer names the lease's container after the
+	// run, also when the run fails with a status rather than a RunResponse.
 	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (*RunResponse, error)
+	// LeaseContainer names a lease's container now, once the lease's call in progress (if any)
+	// is over: what a caller that stopped waiting for a Run or LeasePutFile asks.
+	LeaseContainer(ctx context.Context, in *LeaseContainerRequest, opts ...grpc.CallOption) (*LeaseContainerResponse, error)
 	// LeasePutFile writes a file into a lease's container: a header, then chunks.
 	LeasePutFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[LeasePutFileRequest, LeasePutFileResponse], error)
 	// PutFile writes a file into a container: a header, then chunks.
@@ -107,6 +112,16 @@ func (c *sandboxServiceClient) Run(ctx context.Context, in *RunRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunResponse)
 	err := c.cc.Invoke(ctx, SandboxService_Run_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) LeaseContainer(ctx context.Context, in *LeaseContainerRequest, opts ...grpc.CallOption) (*LeaseContainerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseContainerResponse)
+	err := c.cc.Invoke(ctx, SandboxService_LeaseContainer_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -259,8 +274,12 @@ type SandboxServiceServer interface {
 	// releases the lease when the stream ends for any reason (the client closing its side,
 	// cancelling, or its connection dying).
 	Acquire(grpc.BidiStreamingServer[AcquireRequest, AcquireResponse]) error
-	// Run runs code on a lease's container.
+	// Run runs code on a lease's container. Its trailer names the lease's container after the
+	// run, also when the run fails with a status rather than a RunResponse.
 	Run(context.Context, *RunRequest) (*RunResponse, error)
+	// LeaseContainer names a lease's container now, once the lease's call in progress (if any)
+	// is over: what a caller that stopped waiting for a Run or LeasePutFile asks.
+	LeaseContainer(context.Context, *LeaseContainerRequest) (*LeaseContainerResponse, error)
 	// LeasePutFile writes a file into a lease's container: a header, then chunks.
 	LeasePutFile(grpc.ClientStreamingServer[LeasePutFileRequest, LeasePutFileResponse]) error
 	// PutFile writes a file into a container: a header, then chunks.
@@ -300,6 +319,9 @@ func (UnimplementedSandboxServiceServer) Acquire(grpc.BidiStreamingServer[Acquir
 }
 func (UnimplementedSandboxServiceServer) Run(context.Context, *RunRequest) (*RunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Run not implemented")
+}
+func (UnimplementedSandboxServiceServer) LeaseContainer(context.Context, *LeaseContainerRequest) (*LeaseContainerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaseContainer not implemented")
 }
 func (UnimplementedSandboxServiceServer) LeasePutFile(grpc.ClientStreamingServer[LeasePutFileRequest, LeasePutFileResponse]) error {
 	return status.Error(codes.Unimplemented, "method LeasePutFile not implemented")
@@ -379,6 +401,24 @@ func _SandboxService_Run_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).Run(ctx, req.(*RunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_LeaseContainer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseContainerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).LeaseContainer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_LeaseContainer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).LeaseContainer(ctx, req.(*LeaseContainerRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -580,6 +620,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Run",
 			Handler:    _SandboxService_Run_Handler,
+		},
+		{
+			MethodName: "LeaseContainer",
+			Handler:    _SandboxService_LeaseContainer_Handler,
 		},
 		{
 			MethodName: "CheckSpec",

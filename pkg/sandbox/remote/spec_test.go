@@ -1,0 +1,94 @@
+package remote
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
+)
+
+// checkingProvider is a fake Provider that also checks Specs, recording each it is asked about.
+type checkingProvider struct {
+	*sandboxtest.Provider
+
+	// mu guards checked.
+	mu      sync.Mutex
+	checked []sandbox.Spec
+}
+
+func (p *checkingProvider) CheckSpec(s sandbox.Spec) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.checked = append(p.checked, s)
+	return nil
+}
+
+func (p *checkingProvider) specs() []sandbox.Spec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]sandbox.Spec(nil), p.checked...)
+}
+
+// secretValue is the value of the test's domain secret: it must reach the node, and no log.
+const secretValue = "sk-live-0123456789-never-logged"
+
+// TestSpecTravels: a Spec's network policy, its domain secrets' values included, reaches the
+// node in Acquire, Create and CheckSpec; no log line of either side holds a secret's value.
+func TestSpecTravels(t *testing.T) {
+	tests := []struct {
+		name string
+		give sandbox.Spec
+	}{
+		{"no policy", sandbox.Spec{MemoryLimit: "4g"}},
+		{"empty policy", sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{}}},
+		{"allowlist", sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{AllowedDomains: []string{"pypi.org", "*.example.com"}}}},
+		{"secrets", sandbox.Spec{MemoryLimit: "1g", NetworkPolicy: &sandbox.NetworkPolicy{
+			AllowedDomains: []string{"api.example.com"},
+			DomainSecrets: []sandbox.DomainSecret{
+				{Domain: "api.example.com", Name: "API_KEY", Value: secretValue},
+				{Domain: "api.example.com", Name: "OTHER", Value: secretValue + "-2"},
+			},
+		}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			core, logs := observer.New(zapcore.DebugLevel)
+			p := &checkingProvider{Provider: &sandboxtest.Provider{}}
+			m := sandbox.NewManager(p, sandbox.ManagerConfig{}, zap.New(core))
+			t.Cleanup(func() { _ = m.Close(context.Background()) })
+			s := serve(t, m, ServerOptions{Log: zap.New(core).Named("server")}, ClientOptions{Log: zap.New(core).Named("client")})
+
+			require.NoError(t, s.client.CheckSpec(tt.give), "CheckSpec of %v", tt.name)
+			// The Manager starts a container at its first run: of the lease's, and of the one created.
+			l, err := s.client.Acquire(t.Context(), sandbox.AcquireRequest{Identity: "alice", Spec: tt.give})
+			require.NoError(t, err, "Acquire with %v", tt.name)
+			_, err = l.Run(t.Context(), "x = 1", 0)
+			require.NoError(t, err, "Run on the lease")
+			l.Release()
+			ci, err := s.client.Create(t.Context(), sandbox.CreateRequest{Identity: "alice", Name: "c", Spec: tt.give})
+			require.NoError(t, err, "Create with %v", tt.name)
+			l, err = s.client.Acquire(t.Context(), sandbox.AcquireRequest{Identity: "alice", ContainerID: ci.ID})
+			require.NoError(t, err, "Acquire the container created")
+			_, err = l.Run(t.Context(), "x = 1", 0)
+			require.NoError(t, err, "Run on the container created")
+			l.Release()
+
+			assert.Equal(t, []sandbox.Spec{tt.give, tt.give}, p.Specs(), "the specs of Acquire and Create on the node")
+			assert.Equal(t, []sandbox.Spec{tt.give, tt.give}, p.specs(), "the specs CheckSpec checked on the node (CheckSpec, Create)")
+			for _, e := range logs.All() {
+				line, err := zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()).EncodeEntry(e.Entry, e.Context)
+				require.NoError(t, err, "encode a log entry")
+				assert.False(t, strings.Contains(line.String(), secretValue), "a log line holds a secret's value: %s", line.String())
+			}
+		})
+	}
+}
