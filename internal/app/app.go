@@ -129,7 +129,7 @@ func New(o Options) (*App, error) {
 		s.sandboxes = s.manager
 	}
 	if cfg.GetStore() == config.StoreRedis {
-		if s.fleet, err = newFleet(cfg, s.stores, s.manager, log); err != nil {
+		if s.fleet, err = newFleet(cfg, s.stores, s.manager, s.tracing.tracerProvider(), log); err != nil {
 			_ = s.closeParts(context.Background())
 			return nil, err
 		}

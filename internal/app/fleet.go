@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
@@ -105,8 +106,9 @@ type fleetParts struct {
 }
 
 // newFleet wires the fleet parts of cfg (store "redis") around the local Manager (nil on a
-// gateway) and starts the heartbeats.
-func newFleet(cfg *configv1.Config, st *stores, local *sandbox.Manager, log *zap.Logger) (*fleetParts, error) {
+// gateway) and starts the heartbeats. tp, if not nil, records the spans of the sandbox
+// service's calls (the trace context crosses them either way).
+func newFleet(cfg *configv1.Config, st *stores, local *sandbox.Manager, tp trace.TracerProvider, log *zap.Logger) (*fleetParts, error) {
 	secret, err := fleetSecret(cfg.GetFleetSecretFile())
 	if err != nil {
 		return nil, err
@@ -119,14 +121,14 @@ func newFleet(cfg *configv1.Config, st *stores, local *sandbox.Manager, log *zap
 		Registry: st.registry,
 		Nodes:    st.nodes,
 		Dial: func(n store.Node) (sandbox.Service, error) {
-			return remote.Dial(n.Addr, remote.ClientOptions{Secret: secret, TLS: tlsFiles, Log: log.Named("sandbox-client")})
+			return remote.Dial(n.Addr, remote.ClientOptions{Secret: secret, TLS: tlsFiles, TracerProvider: tp, Log: log.Named("sandbox-client")})
 		},
 		Log: log,
 	}
 	p := &fleetParts{done: make(chan struct{})}
 	if local != nil {
 		fc.Self, fc.Addr, fc.Local = cfg.GetNodeId(), config.NodeAddress(cfg), local
-		svc, err := remote.NewServer(local, remote.ServerOptions{Secret: secret, TLS: tlsFiles, Log: log.Named("sandbox-service")})
+		svc, err := remote.NewServer(local, remote.ServerOptions{Secret: secret, TLS: tlsFiles, TracerProvider: tp, Log: log.Named("sandbox-service")})
 		if err != nil {
 			return nil, fmt.Errorf("sandbox service: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
@@ -68,6 +69,14 @@ func (t *tracing) genAI() *telemetry.GenAI {
 		return nil
 	}
 	return t.providers.GenAI
+}
+
+// tracerProvider is the tracer provider of the spans, nil when tracing is off.
+func (t *tracing) tracerProvider() trace.TracerProvider {
+	if t == nil {
+		return nil
+	}
+	return t.providers.TracerProvider()
 }
 
 // shutdown exports what is left and stops the export, within tracingFlush.

@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The OTLP protocols an exporter speaks.
@@ -79,6 +80,15 @@ type Providers struct {
 	GenAI  *GenAI
 	tracer *sdktrace.TracerProvider
 	meter  *sdkmetric.MeterProvider
+}
+
+// TracerProvider is the tracer provider the spans are made with, for the instrumentation of
+// other parts (the sandbox service's gRPC calls); nil on a nil Providers.
+func (p *Providers) TracerProvider() trace.TracerProvider {
+	if p == nil {
+		return nil
+	}
+	return p.tracer
 }
 
 // Start builds the exporters and providers of cfg. It connects lazily: a collector that is
