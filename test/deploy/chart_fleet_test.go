@@ -1,11 +1,14 @@
 package deploy_test
 
 import (
+	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/envoy"
+	"github.com/codeinterp/codeinterp/internal/demo"
 	"github.com/codeinterp/codeinterp/pkg/config"
 )
 
@@ -94,7 +99,7 @@ func TestChartFleet(t *testing.T) {
 	assert.Equal(t, "$(POD_NAME)."+ss.Spec.ServiceName+".$(POD_NAMESPACE).svc:7070", env["NODE_ADDRESS"],
 		"each node's address is its stable name under the headless Service")
 	assert.Contains(t, strings.Join(nc.Command, " "), `s|@NODE_ADDRESS@|$NODE_ADDRESS|`, "the node writes its address into its configuration")
-	assert.Contains(t, strings.Join(nc.Command, " "), "exec /usr/local/bin/codeinterp --config /run/codeinterp/sandbox.yaml")
+	assert.Contains(t, strings.Join(nc.Command, " "), "exec /usr/local/bin/codeinterp --config /etc/codeinterp/node/sandbox.yaml")
 
 	// The fleet secret: the Secret both pods mount.
 	assert.GreaterOrEqual(t, len(r.secret.Data["secret"]), config.MinFleetSecretBytes, "the fleet secret's length")
@@ -202,4 +207,146 @@ func TestChartValues(t *testing.T) {
 	assert.Nil(t, r.secret, "no Secret of the chart's own")
 	assert.Equal(t, "mine", r.statefulSet.Spec.Template.Spec.Volumes[2].Secret.SecretName)
 	assert.Nil(t, r.serviceMonitor, "the ServiceMonitor is off by default")
+}
+
+// podmanFlags translates the securityContext of container c of pod into podman run flags, as
+// TestChartPod does (hostUsers: false → a user namespace from host uid usernsBase; procMount:
+// Unmasked → unmask=ALL; capabilities → --cap-add/--cap-drop; runAsUser → --user;
+// readOnlyRootFilesystem → --read-only; allowPrivilegeEscalation: false → no-new-privileges), and
+// its volume mounts into -v flags from the host paths of src (by volume name).
+func podmanFlags(t *testing.T, pod corev1.PodSpec, c corev1.Container, src map[string]string) []string {
+	t.Helper()
+	var args []string
+	if pod.HostUsers != nil && !*pod.HostUsers {
+		idmap := fmt.Sprintf("0:%d:65536", usernsBase)
+		args = append(args, "--uidmap", idmap, "--gidmap", idmap)
+	}
+	uid := pod.SecurityContext.RunAsUser
+	sc := c.SecurityContext
+	require.NotNil(t, sc, "%s's securityContext", c.Name)
+	if sc.RunAsUser != nil {
+		uid = sc.RunAsUser
+	}
+	if uid != nil {
+		args = append(args, "--user", fmt.Sprintf("%d:%d", *uid, *uid))
+	}
+	if sc.ProcMount != nil && *sc.ProcMount == corev1.UnmaskedProcMount {
+		args = append(args, "--security-opt", "unmask=ALL")
+	}
+	if sc.Capabilities != nil {
+		for _, d := range sc.Capabilities.Drop {
+			args = append(args, "--cap-drop", string(d))
+		}
+		for _, a := range sc.Capabilities.Add {
+			args = append(args, "--cap-add", string(a))
+		}
+	}
+	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+		args = append(args, "--read-only")
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		args = append(args, "--security-opt", "no-new-privileges")
+	}
+	for _, m := range c.VolumeMounts {
+		path, ok := src[m.Name]
+		require.True(t, ok, "volume %s of %s", m.Name, c.Name)
+		if path == "" { // an emptyDir of the container's own
+			args = append(args, "--tmpfs", m.MountPath)
+			continue
+		}
+		opt := ""
+		if m.ReadOnly {
+			opt = ":ro"
+		}
+		args = append(args, "-v", path+":"+m.MountPath+opt)
+	}
+	return args
+}
+
+// TestChartFleetPods runs the fleet the chart renders, as the equivalent podman runs (see
+// TestChartPod for why not podman kube play): Redis; a sandbox node from the StatefulSet's pod (its
+// rendered command, which writes its address into its configuration, and its securityContext
+// translated), NODE_ADDRESS standing for its name under the headless Service; a gateway from the
+// Deployment's pod (the gateway image, non-root, read-only root, no capability), its sockets in a
+// host directory standing for the emptyDir; and Envoy (the real Envoy 1.40 on the host) with the
+// rendered bootstrap in front of the demo model. A Responses and a Messages conversation run code
+// through them; the code runs on the node, whose processes include bubblewrap, and the gateway's do
+// not.
+func TestChartFleetPods(t *testing.T) {
+	helm := requireHelm(t)
+	requirePodman(t)
+	redis := startRedis(t)
+	model := httptest.NewServer(&demo.Model{})
+	t.Cleanup(model.Close)
+	modelHost, modelPort, ok := strings.Cut(strings.TrimPrefix(model.URL, "http://"), ":")
+	require.True(t, ok, "demo model URL %s", model.URL)
+	listen, envoyAdmin, gwAdmin := freeAddr(t), freeAddr(t), freeAddr(t)
+	sandboxAddr, nodeHealth, nodeAdmin := freeAddr(t), freeAddr(t), freeAddr(t)
+	r := renderWith(t, helm, "topology=fleet",
+		"fleet.redis.addresses={"+redis+"}", "fleet.secret.value=a fleet secret of the chart pods test",
+		"model.host="+modelHost, "model.port="+modelPort, "model.tls=false",
+		"envoy.port="+port(listen), "envoy.adminPort="+port(envoyAdmin),
+		"codeinterp.config.admin_listen="+gwAdmin,
+		"fleet.sandbox.port="+port(sandboxAddr),
+		// On the host's network, the node listens on loopback (the pod's 0.0.0.0 is its own).
+		"fleet.sandbox.config.sandbox_listen="+sandboxAddr,
+		"fleet.sandbox.config.listen="+nodeHealth, "fleet.sandbox.config.admin_listen="+nodeAdmin)
+
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config")
+	secret := filepath.Join(dir, "secret")
+	sockets := filepath.Join(dir, "sockets")
+	require.NoError(t, os.Mkdir(config, 0o755))
+	for k, v := range r.configMap.Data {
+		require.NoError(t, os.WriteFile(filepath.Join(config, k), []byte(v), 0o644))
+	}
+	require.NoError(t, os.Mkdir(secret, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(secret, "secret"), r.secret.Data["secret"], 0o644))
+	require.NoError(t, os.Mkdir(sockets, 0o755))
+	gwPod := r.deployment.Spec.Template.Spec
+	require.NoError(t, os.Chown(sockets, int(*gwPod.SecurityContext.RunAsUser), int(*gwPod.SecurityContext.RunAsUser)),
+		"the emptyDir is writable by the pod's uid (fsGroup-like)")
+
+	start := time.Now()
+	nodePod := r.statefulSet.Spec.Template.Spec
+	nc := nodePod.Containers[0]
+	nodeArgs := podmanFlags(t, nodePod, nc, map[string]string{"node-config": "", "config": config, "fleet-secret": secret})
+	nodeArgs = append(nodeArgs, "--env", "NODE_ADDRESS="+sandboxAddr, "--entrypoint", nc.Command[0], image)
+	node := &server{name: "codeinterp-deploy-test-node-" + port(sandboxAddr), grpc: nodeHealth}
+	node.run(t, append(nodeArgs, nc.Command[1:]...))
+	serving, _ := node.wait(t, 60*time.Second)
+	require.True(t, serving, "the sandbox node serves; logs:\n%s", node.logs(t))
+
+	gc := gwPod.InitContainers[0]
+	gwArgs := podmanFlags(t, gwPod, gc, map[string]string{"sockets": sockets, "config": config, "fleet-secret": secret})
+	gwArgs = append(gwArgs, "--entrypoint", gc.Command[0], gatewayImage)
+	gw := &server{name: "codeinterp-deploy-test-gw-" + port(listen), grpc: "unix://" + filepath.Join(sockets, "extproc.sock")}
+	gw.run(t, append(gwArgs, gc.Command[1:]...))
+	serving, _ = gw.wait(t, 30*time.Second)
+	require.True(t, serving, "the gateway serves; logs:\n%s", gw.logs(t))
+	toServing := time.Since(start)
+
+	b, err := envoy.Parse([]byte(r.configMap.Data["envoy.yaml"]))
+	require.NoError(t, err)
+	for _, c := range b.GetStaticResources().GetClusters() {
+		for _, le := range c.GetLoadAssignment().GetEndpoints() {
+			for _, ep := range le.GetLbEndpoints() {
+				if pipe := ep.GetEndpoint().GetAddress().GetPipe(); pipe != nil {
+					pipe.Path = filepath.Join(sockets, filepath.Base(pipe.Path))
+				}
+			}
+		}
+	}
+	runEnvoy(t, b, listen)
+	f := &front{listen: listen}
+	logs, first := f.askSixTimesSeven(t)
+	assert.Equal(t, "42\n", logs, "the code's logs through the chart's fleet")
+	blocks := f.askMessagesBash(t, "echo $((6*7))-from-the-fleet")
+	assert.Contains(t, blocks, "42-from-the-fleet", "a Messages conversation with bash through the chart's fleet")
+	for _, p := range processes(t, gw.name) {
+		assert.NotContains(t, p, "bwrap", "a process of the gateway")
+	}
+	assert.Contains(t, strings.Join(processes(t, node.name), "\n"), "bwrap", "the node runs the containers")
+	assert.Contains(t, node.logs(t), logForked, "the node's start mode")
+	t.Logf("chart fleet: podman runs (node, then gateway) to SERVING %v; first conversation %v", toServing.Round(time.Millisecond), first.Round(time.Millisecond))
 }
