@@ -13,7 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/envoy"
@@ -74,6 +77,14 @@ func TestChartFleet(t *testing.T) {
 		assert.Nil(t, sc.ProcMount, c.Name)
 		assert.Nil(t, sc.RunAsUser, "%s's uid is the pod's", c.Name)
 	}
+
+	// The Pod Security Admission's own verdicts: the gateway pod is restricted; the sandbox pod,
+	// with SYS_ADMIN, is not even baseline (the privileged level, on nodes of its own).
+	allowed, detail := podSecurity(t, api.LevelRestricted, gw.ObjectMeta, pod)
+	assert.True(t, allowed, "the gateway pod at the restricted level: %s", detail)
+	allowed, detail = podSecurity(t, api.LevelBaseline, r.statefulSet.Spec.Template.ObjectMeta, r.statefulSet.Spec.Template.Spec)
+	assert.False(t, allowed, "the sandbox pod at the baseline level")
+	assert.Contains(t, detail, "SYS_ADMIN", "why the sandbox pod is privileged")
 
 	// The sandbox nodes: the measured privileges (docs/deploy.md, row 9), and no more.
 	ss := r.statefulSet
@@ -207,6 +218,16 @@ func TestChartValues(t *testing.T) {
 	assert.Nil(t, r.secret, "no Secret of the chart's own")
 	assert.Equal(t, "mine", r.statefulSet.Spec.Template.Spec.Volumes[2].Secret.SecretName)
 	assert.Nil(t, r.serviceMonitor, "the ServiceMonitor is off by default")
+}
+
+// podSecurity evaluates a pod with the Pod Security Admission's checks at level (the latest
+// version) and reports whether it is allowed, and if not, why.
+func podSecurity(t *testing.T, level api.Level, meta metav1.ObjectMeta, spec corev1.PodSpec) (bool, string) {
+	t.Helper()
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	require.NoError(t, err)
+	res := policy.AggregateCheckResults(eval.EvaluatePod(api.LevelVersion{Level: level, Version: api.LatestVersion()}, &meta, &spec))
+	return res.Allowed, res.ForbiddenDetail()
 }
 
 // podmanFlags translates the securityContext of container c of pod into podman run flags, as

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/pod-security-admission/api"
 	"sigs.k8s.io/yaml"
 
 	"github.com/codeinterp/codeinterp/envoy"
@@ -181,6 +182,8 @@ func TestChart(t *testing.T) {
 	assert.True(t, *ev.SecurityContext.ReadOnlyRootFilesystem, "Envoy's root filesystem is read-only")
 	require.NotNil(t, pod.SecurityContext.SeccompProfile)
 	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, pod.SecurityContext.SeccompProfile.Type)
+	allowed, _ := podSecurity(t, api.LevelBaseline, r.deployment.Spec.Template.ObjectMeta, pod)
+	assert.False(t, allowed, "the sidecar pod (SYS_ADMIN) is at the privileged level")
 
 	dir := t.TempDir()
 	server := filepath.Join(dir, "codeinterp.yaml")
