@@ -109,7 +109,12 @@ func TestChartFleet(t *testing.T) {
 	}
 	assert.Equal(t, "$(POD_NAME)."+ss.Spec.ServiceName+".$(POD_NAMESPACE).svc:7070", env["NODE_ADDRESS"],
 		"each node's address is its stable name under the headless Service")
-	assert.Contains(t, strings.Join(nc.Command, " "), `s|@NODE_ADDRESS@|$NODE_ADDRESS|`, "the node writes its address into its configuration")
+	assert.Contains(t, strings.Join(nc.Command, " "), `-e "s|@NODE_ID@|$POD_NAME|" -e "s|@NODE_ADDRESS@|$NODE_ADDRESS|"`,
+		"the node writes its name and address into its configuration")
+	require.NotEmpty(t, nc.Env)
+	require.NotNil(t, nc.Env[0].ValueFrom)
+	assert.Equal(t, "POD_NAME", nc.Env[0].Name)
+	assert.Equal(t, "metadata.name", nc.Env[0].ValueFrom.FieldRef.FieldPath, "the node's name is its pod's")
 	assert.Contains(t, strings.Join(nc.Command, " "), "exec /usr/local/bin/codeinterp --config /etc/codeinterp/node/sandbox.yaml")
 
 	// The fleet secret: the Secret both pods mount.
@@ -181,7 +186,9 @@ func TestChartFleet(t *testing.T) {
 	assert.Equal(t, config.RoleGateway, gcfg.GetRole())
 	assert.Equal(t, config.StoreRedis, gcfg.GetStore())
 	assert.Equal(t, []string{"redis.codeinterp.svc:6379"}, gcfg.GetRedis().GetAddresses())
-	ncfg := load("sandbox.yaml", "@NODE_ADDRESS@", "test-codeinterp-sandbox-0.test-codeinterp-sandbox.ns.svc:7070")
+	ncfg := load("sandbox.yaml", "@NODE_ADDRESS@", "test-codeinterp-sandbox-0.test-codeinterp-sandbox.ns.svc:7070",
+		"@NODE_ID@", "test-codeinterp-sandbox-0")
+	assert.Equal(t, "test-codeinterp-sandbox-0", ncfg.GetNodeId())
 	assert.Equal(t, config.RoleSandbox, ncfg.GetRole())
 	assert.Equal(t, "0.0.0.0:7070", ncfg.GetSandboxListen())
 	assert.Equal(t, "test-codeinterp-sandbox-0.test-codeinterp-sandbox.ns.svc:7070", ncfg.GetNodeAddress())
@@ -332,7 +339,7 @@ func TestChartFleetPods(t *testing.T) {
 	nodePod := r.statefulSet.Spec.Template.Spec
 	nc := nodePod.Containers[0]
 	nodeArgs := podmanFlags(t, nodePod, nc, map[string]string{"node-config": "", "config": config, "fleet-secret": secret})
-	nodeArgs = append(nodeArgs, "--env", "NODE_ADDRESS="+sandboxAddr, "--entrypoint", nc.Command[0], image)
+	nodeArgs = append(nodeArgs, "--env", "POD_NAME=test-codeinterp-sandbox-0", "--env", "NODE_ADDRESS="+sandboxAddr, "--entrypoint", nc.Command[0], image)
 	node := &server{name: "codeinterp-deploy-test-node-" + port(sandboxAddr), grpc: nodeHealth}
 	node.run(t, append(nodeArgs, nc.Command[1:]...))
 	serving, _ := node.wait(t, 60*time.Second)
@@ -369,5 +376,9 @@ func TestChartFleetPods(t *testing.T) {
 	}
 	assert.Contains(t, strings.Join(processes(t, node.name), "\n"), "bwrap", "the node runs the containers")
 	assert.Contains(t, node.logs(t), logForked, "the node's start mode")
+	// The node directory (pkg/store/redis): node id → the node's JSON, with its address.
+	info, err := execOutput("redis-cli", "-p", port(redis), "HGET", "codeinterp:{nodes}:info", "test-codeinterp-sandbox-0")
+	require.NoError(t, err)
+	assert.Contains(t, info, sandboxAddr, "the node registered in Redis under its pod's name, with its address")
 	t.Logf("chart fleet: podman runs (node, then gateway) to SERVING %v; first conversation %v", toServing.Round(time.Millisecond), first.Round(time.Millisecond))
 }
