@@ -146,15 +146,18 @@ clean:
 
 ## image: the container images, built with podman from a debootstrap'd Debian (no registry):
 ## codeinterp:dev (server, bubblewrap, Python with numpy, pandas, matplotlib) and codeinterp-gateway:dev
-## (server and CA certificates only, non-root). Installs podman, runc, debootstrap first (scripts/deploy-deps.sh).
+## (server and CA certificates only, role gateway, non-root). Installs podman, runc, debootstrap, redis-server
+## first (scripts/deploy-deps.sh).
 .PHONY: image deploy-test
 image:
 	@./scripts/deploy-deps.sh
 	GO=$(GO) ./scripts/image.sh
 
 ## deploy-test: the deployment tests (test/deploy): the images run in podman with runc under each row of
-## docs/deploy.md's privilege table, and a conversation through Envoy into the image. Fails without podman.
-## helm (pinned, from the Go module proxy) lints and renders deploy/helm/codeinterp in the same tests.
+## docs/deploy.md's privilege table, a conversation through Envoy into the image and through the fleet
+## (Redis, a sandbox node, an unprivileged gateway). Fails without podman. helm (pinned, from the Go
+## module proxy) lints and renders deploy/helm/codeinterp (both topologies, whose pods run in podman);
+## the Istio EnvoyFilters of deploy/istio are decoded, merged and validated by the real Envoy.
 HELM_VERSION := v3.22.0
 HELM := $(TOOLS)/helm
 deploy-test: image $(HELM)

@@ -1,13 +1,14 @@
 #!/bin/sh
 # deploy-deps.sh installs what the deployment targets (make image, make deploy-test) need: Debian's podman,
-# runc and debootstrap, and a containers.conf that makes podman work on these machines (runc, because crun
+# runc, debootstrap and redis-server (the fleet test runs Debian's redis-server in the sandbox image), and a
+# containers.conf that makes podman work on these machines (runc, because crun
 # refuses the hybrid cgroup layout; explicit ulimits, because the default nofile/nproc are refused).
 # Idempotent: it installs only what is missing and writes containers.conf only when it differs.
 # make deps does not run it, so CI time stays as it is.
 set -eu
 
 missing=""
-for pair in podman:podman runc:runc debootstrap:debootstrap /usr/lib/cni/host-local:containernetworking-plugins; do
+for pair in podman:podman runc:runc debootstrap:debootstrap /usr/lib/cni/host-local:containernetworking-plugins redis-server:redis-server; do
 	cmd=${pair%%:*}
 	pkg=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || missing="$missing $pkg"

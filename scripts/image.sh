@@ -2,7 +2,7 @@
 # image.sh builds the container images with podman, pulling nothing from a registry:
 #   localhost/codeinterp-base:bookworm  Debian bookworm from debootstrap --variant=minbase (cached in bin/image)
 #   codeinterp:dev                      the server, bubblewrap, Python with numpy, pandas, matplotlib
-#   codeinterp-gateway:dev              the server and the CA certificates only (non-root, no Python)
+#   codeinterp-gateway:dev              the server and the CA certificates only (role gateway, non-root, no Python)
 # It prints each image's size and the build time. Run scripts/deploy-deps.sh first (make image does).
 # MIRROR overrides the Debian mirror debootstrap uses.
 set -eu
@@ -35,6 +35,7 @@ rm -rf "$ctx"
 mkdir -p "$ctx"
 CGO_ENABLED=0 $GO build -trimpath -o "$ctx/extproc" ./cmd/extproc
 cp envoy/codeinterp.yaml "$ctx/codeinterp.yaml"
+cat envoy/codeinterp.yaml deploy/image/gateway.yaml >"$ctx/gateway.yaml"
 
 # --network host: the build's apt-get reaches the Debian mirror without a CNI network.
 podman build --network host -q -f deploy/image/Containerfile -t codeinterp:dev "$ctx" >/dev/null

@@ -9,18 +9,21 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/pod-security-admission/api"
 	"sigs.k8s.io/yaml"
 
 	"github.com/codeinterp/codeinterp/envoy"
 	"github.com/codeinterp/codeinterp/pkg/config"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/chart.golden.yaml from helm template")
+var update = flag.Bool("update", false, "rewrite testdata/chart*.golden.yaml from helm template")
 
 const chart = "../../deploy/helm/codeinterp"
 
@@ -38,21 +41,30 @@ func requireHelm(t *testing.T) string {
 	return helm
 }
 
-// rendered is the chart's manifests, each decoded strictly into its Kubernetes API type.
+// rendered is the chart's manifests, each decoded strictly into its Kubernetes API type (the
+// ServiceMonitor into the Prometheus Operator's). Kinds a chart renders more than once are by name.
 type rendered struct {
-	deployment *appsv1.Deployment
-	configMap  *corev1.ConfigMap
-	service    *corev1.Service
-	pdb        *policyv1.PodDisruptionBudget
+	deployment     *appsv1.Deployment
+	statefulSet    *appsv1.StatefulSet // fleet
+	configMap      *corev1.ConfigMap
+	secret         *corev1.Secret // fleet
+	services       map[string]*corev1.Service
+	pdbs           map[string]*policyv1.PodDisruptionBudget
+	networkPolicy  *networkingv1.NetworkPolicy  // fleet
+	serviceMonitor *monitoringv1.ServiceMonitor // serviceMonitor.enabled
 }
 
-// render runs helm template on the chart with the default values, compares the output with the
-// golden file and decodes every manifest strictly (an unknown field is an error).
-func render(t *testing.T, helm string) rendered {
+// render runs helm template on the chart with the default values and the values files given,
+// compares the output with the golden file and decodes every manifest strictly (an unknown field
+// is an error).
+func render(t *testing.T, helm, golden string, values ...string) rendered {
 	t.Helper()
-	out, err := exec.Command(helm, "template", "test", chart).CombinedOutput()
+	args := []string{"template", "test", chart}
+	for _, v := range values {
+		args = append(args, "-f", v)
+	}
+	out, err := exec.Command(helm, args...).CombinedOutput()
 	require.NoError(t, err, "helm template: %s", out)
-	golden := "testdata/chart.golden.yaml"
 	if *update {
 		require.NoError(t, os.WriteFile(golden, out, 0o644))
 	}
@@ -77,29 +89,51 @@ func renderWith(t *testing.T, helm string, set ...string) rendered {
 // decode decodes each manifest of out strictly into its Kubernetes API type.
 func decode(t *testing.T, out []byte) rendered {
 	t.Helper()
-	var r rendered
+	r := rendered{services: map[string]*corev1.Service{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}}
 	for _, doc := range strings.Split(string(out), "\n---\n") {
 		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
 			continue
 		}
 		var meta struct {
-			Kind string `json:"kind"`
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
 		}
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
 		var into any
 		switch meta.Kind {
 		case "Deployment":
+			require.Nil(t, r.deployment, "one Deployment")
 			r.deployment = &appsv1.Deployment{}
 			into = r.deployment
+		case "StatefulSet":
+			require.Nil(t, r.statefulSet, "one StatefulSet")
+			r.statefulSet = &appsv1.StatefulSet{}
+			into = r.statefulSet
+		case "Secret":
+			require.Nil(t, r.secret, "one Secret")
+			r.secret = &corev1.Secret{}
+			into = r.secret
+		case "NetworkPolicy":
+			require.Nil(t, r.networkPolicy, "one NetworkPolicy")
+			r.networkPolicy = &networkingv1.NetworkPolicy{}
+			into = r.networkPolicy
+		case "ServiceMonitor":
+			require.Nil(t, r.serviceMonitor, "one ServiceMonitor")
+			r.serviceMonitor = &monitoringv1.ServiceMonitor{}
+			into = r.serviceMonitor
 		case "ConfigMap":
 			r.configMap = &corev1.ConfigMap{}
 			into = r.configMap
 		case "Service":
-			r.service = &corev1.Service{}
-			into = r.service
+			svc := &corev1.Service{}
+			r.services[meta.Metadata.Name] = svc
+			into = svc
 		case "PodDisruptionBudget":
-			r.pdb = &policyv1.PodDisruptionBudget{}
-			into = r.pdb
+			pdb := &policyv1.PodDisruptionBudget{}
+			r.pdbs[meta.Metadata.Name] = pdb
+			into = pdb
 		default:
 			t.Fatalf("unexpected kind %q in:\n%s", meta.Kind, doc)
 		}
@@ -107,8 +141,8 @@ func decode(t *testing.T, out []byte) rendered {
 	}
 	require.NotNil(t, r.deployment, "a Deployment")
 	require.NotNil(t, r.configMap, "a ConfigMap")
-	require.NotNil(t, r.service, "a Service")
-	require.NotNil(t, r.pdb, "a PodDisruptionBudget")
+	require.NotNil(t, r.services["test-codeinterp"], "Envoy's Service")
+	require.NotNil(t, r.pdbs["test-codeinterp"], "the Envoy pods' PodDisruptionBudget")
 	return r
 }
 
@@ -120,7 +154,9 @@ func TestChart(t *testing.T) {
 	helm := requireHelm(t)
 	out, err := exec.Command(helm, "lint", "--strict", chart).CombinedOutput()
 	require.NoError(t, err, "helm lint: %s", out)
-	r := render(t, helm)
+	r := render(t, helm, "testdata/chart.golden.yaml")
+	assert.Nil(t, r.serviceMonitor, "a ServiceMonitor only when enabled")
+	assert.Nil(t, r.statefulSet, "sandbox nodes only in a fleet")
 
 	pod := r.deployment.Spec.Template.Spec
 	require.NotNil(t, pod.HostUsers, "hostUsers")
@@ -146,6 +182,8 @@ func TestChart(t *testing.T) {
 	assert.True(t, *ev.SecurityContext.ReadOnlyRootFilesystem, "Envoy's root filesystem is read-only")
 	require.NotNil(t, pod.SecurityContext.SeccompProfile)
 	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, pod.SecurityContext.SeccompProfile.Type)
+	allowed, _ := podSecurity(t, api.LevelBaseline, r.deployment.Spec.Template.ObjectMeta, pod)
+	assert.False(t, allowed, "the sidecar pod (SYS_ADMIN) is at the privileged level")
 
 	dir := t.TempDir()
 	server := filepath.Join(dir, "codeinterp.yaml")
@@ -155,13 +193,19 @@ func TestChart(t *testing.T) {
 	config.ApplyDefaults(cfg)
 	require.NoError(t, config.Validate(cfg), "the chart's server configuration")
 	assert.Equal(t, "unix:///var/run/codeinterp/extproc.sock", cfg.GetListen())
+	validateEnvoy(t, r)
+}
 
+// validateEnvoy checks the chart's Envoy bootstrap with the project's checks and with the real
+// Envoy 1.40 (--mode validate).
+func validateEnvoy(t *testing.T, r rendered) {
+	t.Helper()
 	b, err := envoy.Parse([]byte(r.configMap.Data["envoy.yaml"]))
 	require.NoError(t, err, "the chart's Envoy bootstrap")
 	require.NoError(t, envoy.Validate(b))
 	_, err = envoy.FindIngress(b)
 	require.NoError(t, err)
-	bootstrap := filepath.Join(dir, "envoy.yaml")
+	bootstrap := filepath.Join(t.TempDir(), "envoy.yaml")
 	require.NoError(t, os.WriteFile(bootstrap, []byte(r.configMap.Data["envoy.yaml"]), 0o644))
 	var logs bytes.Buffer
 	cmd := exec.Command(envoyBin(), "--mode", "validate", "-c", bootstrap)

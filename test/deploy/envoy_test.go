@@ -29,6 +29,7 @@ import (
 // of the demo model, its ext_proc filter pointed at a codeinterp container's address.
 type front struct {
 	listen string // the Envoy listener the clients call
+	host   string // the requests' Host header; "" is listen
 }
 
 // startFront starts the demo model and Envoy listening on listen, its ext_proc and Containers API
@@ -157,6 +158,9 @@ func (f *front) ask(t *testing.T, input string) (codeCall, time.Duration) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+f.listen+"/v1/responses", bytes.NewBufferString(body))
 	require.NoError(t, err)
 	req.Header.Set("content-type", "application/json")
+	if f.host != "" {
+		req.Host = f.host
+	}
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

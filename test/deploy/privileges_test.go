@@ -3,7 +3,7 @@ package deploy_test
 import (
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,6 +52,8 @@ func TestPrivileges(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
+		img         string   // the image; "" is the sandbox image
+		fleet       bool     // a gateway: run with Redis and a sandbox node (row 9)
 		give        []string // podman run flags
 		args        []string // server flags
 		wantServing bool
@@ -124,11 +126,30 @@ func TestPrivileges(t *testing.T) {
 			wantLogs:    []string{logForked},
 			wantNotLogs: []string{logNoFork, logNoStop},
 		},
+		{
+			name:        "gateway image, role gateway, non-root, read-only root, no capabilities, no-new-privileges",
+			img:         gatewayImage,
+			fleet:       true,
+			give:        unprivileged,
+			wantServing: true,
+			wantLogs:    []string{`"role":"gateway"`},
+			wantNotLogs: []string{"bwrap", logForked, logNoFork},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			listen := freeAddr(t)
-			s := startServer(t, image, tt.give, append(tt.args, "--upstream", "http://"+listen)...)
+			img, give, args := image, tt.give, tt.args
+			if tt.img != "" {
+				img = tt.img
+			}
+			if tt.fleet {
+				fl := newFleet(t, startRedis(t))
+				startNode(t, fl)
+				g, a := fl.config(t, "gateway.yaml", "role: gateway\n")
+				give, args = slices.Concat(give, g), slices.Concat(args, a)
+			}
+			s := startServer(t, img, give, append(args, "--upstream", "http://"+listen)...)
 			serving, took := s.wait(t, 60*time.Second)
 			require.Equal(t, tt.wantServing, serving, "serves under %q; logs:\n%s", tt.give, s.logs(t))
 			if serving {
@@ -148,20 +169,4 @@ func TestPrivileges(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestGatewayImage checks what the gateway-only image does today: it runs as a non-root uid on a
-// read-only root filesystem with every capability dropped, and — since the server's only sandbox
-// is the local one until the fleet issue's gateway role lands (#25) — it exits at start-up because
-// the image has no Python.
-func TestGatewayImage(t *testing.T) {
-	requirePodman(t)
-	s := startServer(t, gatewayImage, []string{"--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"})
-	serving, _ := s.wait(t, 30*time.Second)
-	logs := s.logs(t)
-	require.False(t, serving, "the gateway image serves without a sandbox; logs:\n%s", logs)
-	assert.Contains(t, logs, `new local sandbox: find python "/usr/bin/python3"`, "why it exits")
-	out, err := execOutput("podman", "inspect", "--format", "{{.Config.User}}", s.name)
-	require.NoError(t, err)
-	assert.Equal(t, "65532:65532", strings.TrimSpace(out), "the image's user")
 }
