@@ -97,6 +97,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		zap.String("role", cfg.GetRole()),
 		zap.String("store", cfg.GetStore()),
 		zap.String("sandbox_listen", cfg.GetSandboxListen()),
+		zap.String("node_id", cfg.GetNodeId()),
+		zap.String("node_address", config.NodeAddress(cfg)),
 		zap.String("sandbox", cfg.GetSandbox().GetBackend()))
 
 	var serveErr error
