@@ -140,6 +140,9 @@ func TestConfigKeys(t *testing.T) {
 	assert.Positive(t, n, "configuration keys found")
 }
 
+// fileKey matches a configuration line naming a file (fleet_secret_file: /etc/…).
+var fileKey = regexp.MustCompile(`(?m)^(\s*[a-z_]+_file:\s*)\S+\s*$`)
+
 // TestConfigExamples loads every YAML block of the pages that reads as a server configuration
 // (its first key is one of the configuration's) as the server would: unknown keys and bad values
 // fail.
@@ -153,6 +156,11 @@ func TestConfigExamples(t *testing.T) {
 				continue
 			}
 			n++
+			// A file an example names (a secret, a password) is one of the reader's machine:
+			// give it one.
+			secret := filepath.Join(t.TempDir(), "secret")
+			require.NoError(t, os.WriteFile(secret, []byte(strings.Repeat("s", 64)), 0o600))
+			block = fileKey.ReplaceAllString(block, "${1}"+secret)
 			var cfg configv1.Config
 			if !assert.NoError(t, config.Parse([]byte(block), &cfg), "%s: configuration example:\n%s", page, block) {
 				continue
