@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
 )
@@ -110,6 +113,11 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 				r.ContainerID = id
 			} else if body[c.Start] == '{' {
 				r.MemoryLimit, _ = jsonscan.Str(body, jsonscan.Field(body, c.Start, "memory_limit"))
+				if np := jsonscan.Field(body, c.Start, "network_policy"); np.OK() {
+					r.NetworkPolicy = bytes.Clone(body[np.Start:np.End])
+					r.NetworkPolicyParam = fmt.Sprintf("tools[%d].container.network_policy", tools.index)
+					r.Tool = WithoutSecrets(r.Tool, "container")
+				}
 				if r.FileIDs, err = ReqFileIDs(body, c, fmt.Sprintf("tools[%d].container.file_ids", tools.index)); err != nil {
 					return schema.Request{}, nil, err
 				}
@@ -451,4 +459,21 @@ func checkRepeats(t jsonscan.TopLevel) error {
 		}
 	}
 	return nil
+}
+
+// WithoutSecrets returns tool, a hosted tool object echoed in answers, without the domain
+// secrets of the network_policy of its member container (a code_interpreter tool's
+// "container", a shell tool's "environment"): the echo keeps the policy's type and allowlist,
+// as the native container object does, and never a secret's value. tool is returned as it is
+// when it has none.
+func WithoutSecrets(tool []byte, container string) []byte {
+	path := container + ".network_policy.domain_secrets"
+	if !gjson.GetBytes(tool, path).Exists() {
+		return tool
+	}
+	out, err := sjson.DeleteBytes(tool, path)
+	if err != nil { // tool is valid JSON, the request's own member
+		return tool
+	}
+	return out
 }
