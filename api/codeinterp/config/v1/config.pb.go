@@ -1417,6 +1417,7 @@ type Network struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// enabled lets a request give its container a network_policy of type allowlist. Default
 	// false: every container has no network at all, and a request asking for one is refused.
+	// Not yet with store "redis": the sandbox service between replicas does not carry policies.
 	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	// allowed_domains is the operator's allowlist, which a request's can only narrow: a
 	// request's allowed domain outside it is refused with a 400. Exact names ("api.example.com")
