@@ -192,6 +192,45 @@ except OSError as e:
 	})
 }
 
+// TestNetworkPolicyOff: a server that has not enabled network access (the default) refuses a
+// code_interpreter tool asking for an allowlist with a native 400 naming the member, before
+// anything reaches the model; a disabled policy is no policy.
+func TestNetworkPolicyOff(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		m := newModel(t, s.Model)
+		c := s.Client("sk-net-off-" + s.Front.Name())
+		ask := func(policy responses.ResponseToolSearchOutputItemParamToolCodeInterpreterContainerCodeInterpreterToolAutoNetworkPolicyUnion) (*responses.Response, error) {
+			return c.Responses.New(t.Context(), responses.ResponseNewParams{
+				Model: testModel,
+				Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("fetch it")},
+				Tools: []responses.ToolUnionParam{{OfCodeInterpreter: &responses.ToolCodeInterpreterParam{
+					Container: responses.ToolCodeInterpreterContainerUnionParam{OfCodeInterpreterToolAuto: &responses.ToolCodeInterpreterContainerCodeInterpreterContainerAutoParam{
+						NetworkPolicy: policy,
+					}},
+				}}},
+			})
+		}
+		before := len(s.Model.Requests())
+		_, err := ask(responses.ResponseToolSearchOutputItemParamToolCodeInterpreterContainerCodeInterpreterToolAutoNetworkPolicyUnion{
+			OfAllowlist: &responses.ContainerNetworkPolicyAllowlistParam{AllowedDomains: []string{"api.example.com"}},
+		})
+		var apiErr *openai.Error
+		require.True(t, errors.As(err, &apiErr), "an API error: %v", err)
+		assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status: %s", apiErr.RawJSON())
+		assert.Equal(t, "tools[0].container.network_policy", apiErr.Param, "param: %s", apiErr.RawJSON())
+		assert.Contains(t, apiErr.Message, "network access is not enabled on this server", "message: %s", apiErr.RawJSON())
+		assert.Equal(t, before, len(s.Model.Requests()), "nothing went to the model")
+
+		m.script(responsesPath, responsesReply(usage(10, 5), fakemodel.Message("No code needed.")))
+		resp, err := ask(responses.ResponseToolSearchOutputItemParamToolCodeInterpreterContainerCodeInterpreterToolAutoNetworkPolicyUnion{
+			OfDisabled: &responses.ContainerNetworkPolicyDisabledParam{},
+		})
+		require.NoError(t, err, "a disabled policy is served")
+		assert.Equal(t, "No code needed.", resp.OutputText(), "the answer")
+	})
+}
+
 // loopbackResolve is the proxies' resolver in TestNetworkPolicy: the test servers' names are
 // on loopback, and nothing else exists.
 func loopbackResolve(_ context.Context, host string) ([]netip.Addr, error) {
