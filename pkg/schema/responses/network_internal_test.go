@@ -44,3 +44,29 @@ func TestNetworkPolicyRead(t *testing.T) {
 		})
 	}
 }
+
+// Repeated members carry no secret past the echo: whichever member counts, none of the
+// secrets is echoed.
+func TestNetworkPolicyEchoRepeatedMembers(t *testing.T) {
+	const secrets = `"domain_secrets":[{"domain":"a.example","name":"T","value":"s3cr3t-value"}]`
+	tests := []struct {
+		name string
+		give string
+	}{
+		{"container twice", `{"type":"code_interpreter","container":{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["a.example"],` + secrets + `}},` +
+			`"container":{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["a.example"]}}}`},
+		{"network_policy twice", `{"type":"code_interpreter","container":{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["a.example"],` + secrets + `},` +
+			`"network_policy":{"type":"allowlist","allowed_domains":["a.example"],` + secrets + `}}}`},
+		{"domain_secrets twice", `{"type":"code_interpreter","container":{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["a.example"],` + secrets + `,` + secrets + `}}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"model":"m","input":"x","tools":[` + tt.give + `]}`
+			sx, err := Surface{}.NewExchange([]byte(body), schema.Options{})
+			require.NoError(t, err, "exchange of %s", body)
+			echo := sx.Request().Tool
+			assert.NotContains(t, string(echo), "s3cr3t-value", "the echo of %s", tt.give)
+			assert.Equal(t, "code_interpreter", gjson.GetBytes(echo, "type").String(), "the echo keeps the tool: %s", echo)
+		})
+	}
+}

@@ -2,11 +2,11 @@ package openai
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
@@ -464,16 +464,31 @@ func checkRepeats(t jsonscan.TopLevel) error {
 // WithoutSecrets returns tool, a hosted tool object echoed in answers, without the domain
 // secrets of the network_policy of its member container (a code_interpreter tool's
 // "container", a shell tool's "environment"): the echo keeps the policy's type and allowlist,
-// as the native container object does, and never a secret's value. tool is returned as it is
-// when it has none.
+// as the native container object does, and never a secret's value. A tool with a policy is
+// decoded and encoded again (members in key order), so that a repeated member (the last
+// counts, as for jsonscan.Field) cannot carry secrets past it; one that cannot be is
+// echoed as the type alone.
 func WithoutSecrets(tool []byte, container string) []byte {
-	path := container + ".network_policy.domain_secrets"
-	if !gjson.GetBytes(tool, path).Exists() {
-		return tool
+	var t map[string]any
+	dec := json.NewDecoder(bytes.NewReader(tool))
+	dec.UseNumber()
+	if dec.Decode(&t) != nil {
+		return wholeToolType(tool)
 	}
-	out, err := sjson.DeleteBytes(tool, path)
-	if err != nil { // tool is valid JSON, the request's own member
-		return tool
+	if c, ok := t[container].(map[string]any); ok {
+		if np, ok := c["network_policy"].(map[string]any); ok {
+			delete(np, "domain_secrets")
+		}
+	}
+	out, err := json.Marshal(t)
+	if err != nil {
+		return wholeToolType(tool)
 	}
 	return out
+}
+
+// wholeToolType is the echo of a tool WithoutSecrets could not read: its type alone.
+func wholeToolType(tool []byte) []byte {
+	b, _ := json.Marshal(map[string]any{"type": gjson.GetBytes(tool, "type").String()})
+	return b
 }
