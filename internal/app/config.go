@@ -4,11 +4,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/egress"
 	"github.com/codeinterp/codeinterp/pkg/memlimit"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/local"
@@ -18,7 +20,8 @@ import (
 // Validate checks cfg, with defaults applied: everything [config.Validate] checks, and what
 // only the packages know, which the configuration package (a leaf) cannot: that
 // sandbox.default_memory_limit is a size a container may be asked for ([memlimit.Valid]), and
-// that sandbox.max_memory_limit is a size ([sandbox.ParseMemory]) not below it. The error lists
+// that sandbox.max_memory_limit is a size ([sandbox.ParseMemory]) not below it, and that
+// network.allowed_domains are domain rules ([egress.CheckPolicy]). The error lists
 // every problem found, each naming its field. [New] calls it.
 func Validate(cfg *configv1.Config) error {
 	errs := []error{config.Validate(cfg)}
@@ -37,6 +40,9 @@ func Validate(cfg *configv1.Config) error {
 		} else if n, err := sandbox.ParseMemory(def); err == nil && n > most {
 			bad("sandbox.max_memory_limit", "%q is below default_memory_limit %q", m, def)
 		}
+	}
+	if err := egress.CheckPolicy(egress.Policy{AllowedDomains: cfg.GetNetwork().GetAllowedDomains()}); err != nil {
+		bad("network.allowed_domains", "%v", err)
 	}
 	return errors.Join(errs...)
 }
@@ -121,5 +127,31 @@ func localConfig(cfg *configv1.Config) local.Config {
 		KeepBackgroundProcesses: l.GetKeepBackgroundProcesses(),
 		StateDir:                l.GetStateDir(),
 		Start:                   l.GetStart(),
+		Network:                 networkConfig(cfg.GetNetwork()),
 	}
+}
+
+// networkConfig is the local backend's network settings of the network section. Validate
+// checked the networks and ports.
+func networkConfig(n *configv1.Network) local.NetworkConfig {
+	nc := local.NetworkConfig{
+		Enabled:        n.GetEnabled(),
+		AllowedDomains: n.GetAllowedDomains(),
+		Proxy: egress.Options{
+			MaxConns:       int(n.GetMaxConnections()),
+			MaxBytes:       int64(n.GetMaxBytes()),
+			MaxHeaderBytes: int(n.GetMaxHeaderBytes()),
+			DialTimeout:    n.GetDialTimeout().AsDuration(),
+			IdleTimeout:    n.GetIdleTimeout().AsDuration(),
+		},
+	}
+	for _, c := range n.GetAllowNetworks() {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			nc.Proxy.AllowNetworks = append(nc.Proxy.AllowNetworks, p)
+		}
+	}
+	for _, p := range n.GetPorts() {
+		nc.Proxy.Ports = append(nc.Proxy.Ports, int(p))
+	}
+	return nc
 }

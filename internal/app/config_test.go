@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/egress"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/memlimit"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
@@ -58,6 +60,11 @@ func TestConfigDefaultsAreThePackages(t *testing.T) {
 		{"sandbox.local.uid_count", config.DefaultUIDCount, local.DefaultUIDCount},
 		{"sandbox.local.cpu_quota", config.DefaultCPUQuota, local.DefaultCPUQuota},
 		{"sandbox.local.interrupt_grace", config.DefaultInterruptGrace, local.DefaultInterruptGrace},
+		{"network.max_connections", config.DefaultNetworkMaxConnections, egress.DefaultMaxConns},
+		{"network.max_bytes", config.DefaultNetworkMaxBytes, egress.DefaultMaxBytes},
+		{"network.max_header_bytes", config.DefaultNetworkMaxHeaderBytes, egress.DefaultMaxHeaderBytes},
+		{"network.dial_timeout", config.DefaultNetworkDialTimeout, egress.DefaultDialTimeout},
+		{"network.idle_timeout", config.DefaultNetworkIdleTimeout, egress.DefaultIdleTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +86,7 @@ func TestValidateNamesThePackageFields(t *testing.T) {
 		{"max memory not a size", func(c *configv1.Config) { c.Sandbox.MaxMemoryLimit = "lots" }, "sandbox.max_memory_limit:"},
 		{"max memory below the default", func(c *configv1.Config) { c.Sandbox.MaxMemoryLimit = "512m" }, "sandbox.max_memory_limit:"},
 		{"a field config checks", func(c *configv1.Config) { c.LogLevel = "loud" }, "log_level:"},
+		{"allowed domain", func(c *configv1.Config) { c.Network.AllowedDomains = []string{"10.0.0.1"} }, "network.allowed_domains:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,4 +193,21 @@ func TestIsolationWarningOnce(t *testing.T) {
 		warned = append(warned, e.LoggerName+": "+e.Message)
 	}
 	assert.Len(t, warned, 1, "one warning that isolation is off: %q", warned)
+}
+
+// TestNetworkConfig: the network section becomes the local backend's network settings.
+func TestNetworkConfig(t *testing.T) {
+	cfg := &configv1.Config{Network: &configv1.Network{
+		Enabled: true, AllowedDomains: []string{"api.example.com"}, AllowNetworks: []string{"10.20.0.0/16"},
+		Ports: []uint32{443}, MaxConnections: 4, MaxBytes: 1 << 20, MaxHeaderBytes: 4096,
+	}}
+	config.ApplyDefaults(cfg)
+	require.NoError(t, Validate(cfg), "the configuration is valid")
+	got := localConfig(cfg).Network
+	want := local.NetworkConfig{Enabled: true, AllowedDomains: []string{"api.example.com"}, Proxy: egress.Options{
+		AllowNetworks: []netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}, Ports: []int{443},
+		MaxConns: 4, MaxBytes: 1 << 20, MaxHeaderBytes: 4096,
+		DialTimeout: config.DefaultNetworkDialTimeout, IdleTimeout: config.DefaultNetworkIdleTimeout,
+	}}
+	assert.Equal(t, want, got, "the network settings of %v", cfg.Network)
 }

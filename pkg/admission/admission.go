@@ -1,6 +1,6 @@
 // Package admission decides, between the processor and the loop, whether and where a
-// request's code may run: the container it names, its memory limit, the Files API files it
-// copies in, the container it reuses (its own id, a session, or the last live container of the
+// request's code may run: the container it names, its memory limit and network policy, the
+// Files API files it copies in, the container it reuses (its own id, a session, or the last live container of the
 // answers it continues from), and the continuation of an earlier answer (the code calls that
 // answer left out, kept in a [store.Continuations]). It knows nothing of Envoy: the processor
 // hands it the request's exchange and caller, and turns a refusal into the client's answer.
@@ -20,6 +20,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/memlimit"
+	"github.com/codeinterp/codeinterp/pkg/netpolicy"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/store"
@@ -135,6 +136,8 @@ type Admitted struct {
 	continued bool
 	// inputFiles are the files of the tool's container.file_ids, as the Files API named them.
 	inputFiles []loop.InputFile
+	// network is the tool's container network_policy of type allowlist; nil for none.
+	network *sandbox.NetworkPolicy
 }
 
 // Bounds of the look-up of a request's file_ids, done before anything goes upstream: it holds
@@ -175,6 +178,13 @@ func (a *Admission) Prepare(ctx context.Context, x schema.Exchange, c Caller, r 
 		if re := a.checkMemoryLimit(rq.MemoryLimit); re != nil {
 			return nil, &Refusal{Err: re, Details: "codeinterp_invalid_request"}
 		}
+	}
+	if rq.NetworkPolicy != nil {
+		p, re := a.checkNetwork(rq.NetworkPolicy, rq.NetworkPolicyParam)
+		if re != nil {
+			return nil, &Refusal{Err: re, Details: "codeinterp_invalid_request"}
+		}
+		ad.network = p
 	}
 	if len(rq.FileIDs) > 0 {
 		if r := ad.statFiles(ctx, rq.FileIDs); r != nil {
@@ -225,7 +235,7 @@ func (ad *Admitted) Answered(res loop.Response) {
 func (ad *Admitted) Sandbox() sandbox.AcquireRequest {
 	rq := ad.x.Request()
 	identity := ad.callerIdentity()
-	sb := sandbox.AcquireRequest{Identity: identity, Spec: sandbox.Spec{MemoryLimit: rq.MemoryLimit}}
+	sb := sandbox.AcquireRequest{Identity: identity, Spec: sandbox.Spec{MemoryLimit: rq.MemoryLimit, NetworkPolicy: ad.network}}
 	switch {
 	case rq.ContainerID != "":
 		sb.ContainerID = rq.ContainerID
@@ -311,6 +321,30 @@ func (a *Admission) checkMemoryLimit(limit string) *schema.RequestError {
 		}
 	}
 	return nil
+}
+
+// checkNetwork returns the policy of the tool's container network_policy raw (named param):
+// nil for type disabled; a client error for one that is malformed, or that may not be
+// created here (network access off, a domain outside the operator's allowlist, an invalid
+// rule or secret). No error holds a secret's value.
+func (a *Admission) checkNetwork(raw []byte, param string) (*sandbox.NetworkPolicy, *schema.RequestError) {
+	p, err := netpolicy.Parse(raw, param)
+	var re *schema.RequestError
+	if errors.As(err, &re) {
+		return nil, re
+	}
+	if p == nil {
+		return nil, nil
+	}
+	var se *sandbox.SpecError
+	if err := a.containers.CheckSpec(sandbox.Spec{NetworkPolicy: p}); errors.As(err, &se) {
+		return nil, &schema.RequestError{
+			Message: fmt.Sprintf("Invalid '%s': %s.", param, se.Reason),
+			Param:   param,
+			Code:    "invalid_value",
+		}
+	}
+	return p, nil
 }
 
 // filesAPI returns the Files API of the route: the upstream, under the request path's prefix

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,6 +43,9 @@ func (c containers) Container(_ context.Context, identity, id string) (sandbox.C
 func (containers) CheckSpec(spec sandbox.Spec) error {
 	if spec.MemoryLimit == "64g" {
 		return &sandbox.SpecError{Field: "memory_limit", Value: spec.MemoryLimit, Reason: "above 16g"}
+	}
+	if p := spec.NetworkPolicy; p != nil && slices.Contains(p.AllowedDomains, "refused.example") {
+		return &sandbox.SpecError{Field: "network_policy", Value: "refused.example", Reason: "network access is not enabled on this server"}
 	}
 	return nil
 }
@@ -113,6 +117,8 @@ func TestPrepareRefuses(t *testing.T) {
 		{name: "missing file", give: `{"type":"auto","file_ids":["file-a","file-none"]}`, wantStatus: 400, wantCode: "file_not_found", wantDetails: "codeinterp_file_not_found", wantCause: true},
 		{name: "file too large", give: `{"type":"auto","file_ids":["file-big"]}`, wantStatus: 400, wantCode: "file_too_large", wantDetails: "codeinterp_file_too_large"},
 		{name: "files api down", give: `{"type":"auto","file_ids":["file-broken"]}`, wantStatus: 502, wantCode: "files_api_failed", wantDetails: "codeinterp_files_api_failed", wantCause: true},
+		{name: "network policy refused by the sandboxes", give: `{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["refused.example"]}}`, wantStatus: 400, wantCode: "invalid_value", wantDetails: "codeinterp_invalid_request"},
+		{name: "network policy malformed", give: `{"type":"auto","network_policy":{"type":"allowlist"}}`, wantStatus: 400, wantCode: "missing_required_parameter", wantDetails: "codeinterp_invalid_request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,6 +170,13 @@ func TestSandboxChoice(t *testing.T) {
 			want: sandbox.AcquireRequest{Identity: "id-a", ContainerID: "cntr_old"}},
 		{name: "auto: the memory limit kept", identity: "id-a", body: `{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","memory_limit":"4g"}}]}`,
 			want: sandbox.AcquireRequest{Identity: "id-a", Spec: sandbox.Spec{MemoryLimit: "4g"}}},
+		{name: "auto: the network policy kept", identity: "id-a", body: `{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["api.example.com"],"domain_secrets":[{"domain":"api.example.com","name":"T","value":"v"}]}}}]}`,
+			want: sandbox.AcquireRequest{Identity: "id-a", Spec: sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{AllowedDomains: []string{"api.example.com"},
+				DomainSecrets: []sandbox.DomainSecret{{Domain: "api.example.com", Name: "T", Value: "v"}}}}}},
+		{name: "auto: a disabled network policy is none", identity: "id-a", body: `{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":{"type":"auto","network_policy":{"type":"disabled"}}}]}`,
+			want: sandbox.AcquireRequest{Identity: "id-a"}},
+		{name: "shell: the container_auto network policy kept", identity: "id-a", body: `{"model":"m","input":"x","tools":[{"type":"shell","environment":{"type":"container_auto","network_policy":{"type":"allowlist","allowed_domains":["api.example.com"]}}}]}`,
+			want: sandbox.AcquireRequest{Identity: "id-a", Spec: sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{AllowedDomains: []string{"api.example.com"}}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,4 +209,16 @@ func TestApplyInputFiles(t *testing.T) {
 	require.NoError(t, err, "fetch")
 	assert.Equal(t, "a.csv", name, "fetched")
 	assert.Equal(t, int64(32), req.MaxInputFileBytes, "bound")
+}
+
+// The refusal of a network policy names the tool's member, and says why without a secret.
+func TestPrepareRefusesANetworkPolicyByName(t *testing.T) {
+	const body = `{"model":"m","input":"x","tools":[{"type":"web_search"},{"type":"code_interpreter","container":{"type":"auto","network_policy":` +
+		`{"type":"allowlist","allowed_domains":["refused.example"],"domain_secrets":[{"domain":"refused.example","name":"T","value":"s3cr3t-value"}]}}}]}`
+	ad, r := newAdmission(nil, memory.NewPending(nil)).Prepare(t.Context(), exchange(t, body), &caller{id: "id-a"}, admission.Request{})
+	require.NotNil(t, r, "refused")
+	assert.Nil(t, ad, "nothing admitted")
+	assert.Equal(t, "tools[1].container.network_policy", r.Err.Param, "the param")
+	assert.Contains(t, r.Err.Message, "network access is not enabled on this server", "the reason")
+	assert.NotContains(t, r.Err.Message, "s3cr3t-value", "no secret in the message")
 }

@@ -69,7 +69,17 @@ const (
 
 	// DefaultMaxContentBytes bounds a span's content attribute (tracing.capture_content).
 	DefaultMaxContentBytes = 4096
+
+	// The bounds of each container's egress proxy (network), as package egress has them.
+	DefaultNetworkMaxConnections = 32
+	DefaultNetworkMaxBytes       = 1 << 30
+	DefaultNetworkMaxHeaderBytes = 64 << 10
+	DefaultNetworkDialTimeout    = 10 * time.Second
+	DefaultNetworkIdleTimeout    = 2 * time.Minute
 )
+
+// DefaultNetworkPorts are the destination ports a container may reach (network.ports).
+var DefaultNetworkPorts = []uint32{80, 443, 8080, 8443}
 
 // The values of tracing.protocol, as config.proto documents them.
 const (
@@ -209,6 +219,13 @@ var defaults = []struct {
 
 	{"tracing.metrics", true},
 	{"tracing.max_content_bytes", DefaultMaxContentBytes},
+
+	{"network.ports", DefaultNetworkPorts},
+	{"network.max_connections", DefaultNetworkMaxConnections},
+	{"network.max_bytes", DefaultNetworkMaxBytes},
+	{"network.max_header_bytes", DefaultNetworkMaxHeaderBytes},
+	{"network.dial_timeout", DefaultNetworkDialTimeout},
+	{"network.idle_timeout", DefaultNetworkIdleTimeout},
 }
 
 // ApplyDefaults fills every unset field of cfg with its documented default, creating the
@@ -254,13 +271,24 @@ func protoValue(m protoreflect.Message, fd protoreflect.FieldDescriptor, path st
 		return fmt.Sprintf("config: default of %s: %T does not fit a %s field", path, v, fd.Kind())
 	}
 	if fd.IsList() {
-		strs, ok := v.([]string)
-		if !ok || fd.Kind() != protoreflect.StringKind {
-			panic(wrong())
-		}
 		list := m.NewField(fd).List()
-		for _, s := range strs {
-			list.Append(protoreflect.ValueOfString(s))
+		switch vs := v.(type) {
+		case []string:
+			if fd.Kind() != protoreflect.StringKind {
+				panic(wrong())
+			}
+			for _, s := range vs {
+				list.Append(protoreflect.ValueOfString(s))
+			}
+		case []uint32:
+			if fd.Kind() != protoreflect.Uint32Kind {
+				panic(wrong())
+			}
+			for _, n := range vs {
+				list.Append(protoreflect.ValueOfUint32(n))
+			}
+		default:
+			panic(wrong())
 		}
 		return protoreflect.ValueOfList(list)
 	}

@@ -46,6 +46,9 @@ func TestApplyDefaultsKeepsSetFields(t *testing.T) {
 
 // setValue returns a value of fd's type that no default has.
 func setValue(fd protoreflect.FieldDescriptor) any {
+	if fd.IsList() && fd.Kind() == protoreflect.Uint32Kind {
+		return []uint32{7}
+	}
 	if fd.IsList() {
 		return []string{"x-set"}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -92,6 +93,12 @@ func Validate(cfg *configv1.Config) error {
 	}
 	errs = append(errs, validateCredentials(cfg)...)
 	errs = append(errs, validateSandbox(cfg.Sandbox)...)
+	errs = append(errs, validateNetwork(cfg.GetNetwork(), cfg.GetSandbox())...)
+	if cfg.GetNetwork().GetEnabled() && cfg.GetStore() == StoreRedis {
+		// The sandbox service between replicas does not carry a container's policy yet: a
+		// container another replica made for it would have no network, silently.
+		bad("network.enabled", "not supported with store %q (a fleet) yet", StoreRedis)
+	}
 	errs = append(errs, validateFleet(cfg)...)
 	return errors.Join(errs...)
 }
@@ -433,4 +440,41 @@ func checkUpstream(u string) error {
 		return fmt.Errorf("%q must not have a query or fragment", u)
 	}
 	return nil
+}
+
+// validateNetwork checks the network section (also when it is off: a mistake shows before
+// someone turns it on). Turned on, it needs the local sandbox with isolation: the proxy
+// listens in each container's own network namespace. The allowed domains are internal/app's
+// to check (package egress knows the rules).
+func validateNetwork(n *configv1.Network, s *configv1.Sandbox) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("network.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if n.GetEnabled() && s.GetBackend() != DefaultSandboxBackend {
+		bad("enabled", "needs the %q sandbox backend", DefaultSandboxBackend)
+	}
+	if n.GetEnabled() && s.GetLocal().GetUnsafeNoIsolation() {
+		bad("enabled", "needs sandbox isolation: sandbox.local.unsafe_no_isolation is set")
+	}
+	for i, c := range n.GetAllowNetworks() {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			bad(fmt.Sprintf("allow_networks[%d]", i), "%q is not a CIDR such as 10.20.0.0/16", c)
+		}
+	}
+	for i, p := range n.GetPorts() {
+		if p < 1 || p > 65535 {
+			bad(fmt.Sprintf("ports[%d]", i), "%d is not a port (1-65535)", p)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    interface{ AsDuration() time.Duration }
+		set  bool
+	}{{"dial_timeout", n.GetDialTimeout(), n.GetDialTimeout() != nil}, {"idle_timeout", n.GetIdleTimeout(), n.GetIdleTimeout() != nil}} {
+		if d.set && d.v.AsDuration() <= 0 {
+			bad(d.name, "%v must be positive", d.v.AsDuration())
+		}
+	}
+	return errs
 }

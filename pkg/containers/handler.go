@@ -20,7 +20,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/memlimit"
-	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/netpolicy"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
 )
@@ -277,25 +277,20 @@ func writeJSON(w http.ResponseWriter, v any) {
 // --- Containers ------------------------------------------------------------------------------
 
 type containerJSON struct {
-	ID           string       `json:"id"`
-	Object       string       `json:"object"`
-	Name         string       `json:"name"`
-	CreatedAt    int64        `json:"created_at"`
-	Status       string       `json:"status"`
-	LastActiveAt int64        `json:"last_active_at"`
-	ExpiresAfter expiryJSON   `json:"expires_after"`
-	MemoryLimit  string       `json:"memory_limit,omitempty"`
-	Network      *networkJSON `json:"network_policy,omitempty"`
+	ID           string          `json:"id"`
+	Object       string          `json:"object"`
+	Name         string          `json:"name"`
+	CreatedAt    int64           `json:"created_at"`
+	Status       string          `json:"status"`
+	LastActiveAt int64           `json:"last_active_at"`
+	ExpiresAfter expiryJSON      `json:"expires_after"`
+	MemoryLimit  string          `json:"memory_limit,omitempty"`
+	Network      netpolicy.Shown `json:"network_policy"`
 }
 
 type expiryJSON struct {
 	Anchor  string `json:"anchor"`
 	Minutes int64  `json:"minutes"`
-}
-
-type networkJSON struct {
-	Type           string   `json:"type"`
-	AllowedDomains []string `json:"allowed_domains,omitempty"`
 }
 
 func toJSON(c Container) containerJSON {
@@ -308,16 +303,8 @@ func toJSON(c Container) containerJSON {
 		LastActiveAt: c.LastActiveAt.Unix(),
 		ExpiresAfter: expiryJSON{Anchor: "last_active_at", Minutes: int64((c.ExpiresAfter + time.Minute - 1) / time.Minute)},
 		MemoryLimit:  c.MemoryLimit,
-		Network:      networkOf(c),
+		Network:      netpolicy.Show(c.AllowedDomains),
 	}
-}
-
-// networkOf is a container's network_policy as shown: its allowlist, never its secrets.
-func networkOf(c Container) *networkJSON {
-	if c.AllowedDomains == nil {
-		return &networkJSON{Type: "disabled"}
-	}
-	return &networkJSON{Type: "allowlist", AllowedDomains: c.AllowedDomains}
 }
 
 // createBody is POST /v1/containers.
@@ -327,10 +314,10 @@ type createBody struct {
 		Anchor  string `json:"anchor"`
 		Minutes *int64 `json:"minutes"`
 	} `json:"expires_after"`
-	FileIDs       []string           `json:"file_ids"`
-	MemoryLimit   *string            `json:"memory_limit"`
-	NetworkPolicy *networkPolicyBody `json:"network_policy"`
-	Skills        []json.RawMessage  `json:"skills"`
+	FileIDs       []string          `json:"file_ids"`
+	MemoryLimit   *string           `json:"memory_limit"`
+	NetworkPolicy json.RawMessage   `json:"network_policy"`
+	Skills        []json.RawMessage `json:"skills"`
 }
 
 func (h *Handler) createContainer(c call) {
@@ -413,7 +400,7 @@ func (h *Handler) newContainer(b createBody) (NewContainer, error) {
 		nc.MemoryLimit = *b.MemoryLimit
 	}
 	if b.NetworkPolicy != nil {
-		policy, err := b.NetworkPolicy.policy()
+		policy, err := netpolicy.Parse(b.NetworkPolicy, "network_policy")
 		if err != nil {
 			return nc, err
 		}
@@ -608,49 +595,4 @@ func (b *idleBody) Read(p []byte) (int, error) {
 		err = fmt.Errorf("no byte of the body for %s: %w", b.idle, err)
 	}
 	return n, err
-}
-
-// networkPolicyBody is network_policy: {"type":"disabled"} or {"type":"allowlist",
-// "allowed_domains":[…], "domain_secrets":[{"domain","name","value"}]}.
-type networkPolicyBody struct {
-	Type           string   `json:"type"`
-	AllowedDomains []string `json:"allowed_domains"`
-	DomainSecrets  []struct {
-		Domain *string `json:"domain"`
-		Name   *string `json:"name"`
-		Value  *string `json:"value"`
-	} `json:"domain_secrets"`
-}
-
-// policy checks the body's shape and returns the policy it asks for: nil for disabled. Whether
-// the server allows it (network access enabled, the domains within the operator's allowlist,
-// valid rules and secrets) is the store's to say.
-func (n *networkPolicyBody) policy() (*sandbox.NetworkPolicy, error) {
-	switch n.Type {
-	case "disabled":
-		return nil, nil
-	case "allowlist":
-	case "":
-		return nil, &schema.RequestError{Message: "Missing required parameter: 'network_policy.type'.", Param: "network_policy.type", Code: "missing_required_parameter"}
-	default:
-		return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid 'network_policy.type': expected one of 'disabled', 'allowlist', got '%s'.", n.Type),
-			Param: "network_policy.type", Code: "invalid_value"}
-	}
-	if len(n.AllowedDomains) == 0 {
-		return nil, &schema.RequestError{Message: "Missing required parameter: 'network_policy.allowed_domains'.", Param: "network_policy.allowed_domains", Code: "missing_required_parameter"}
-	}
-	p := &sandbox.NetworkPolicy{AllowedDomains: n.AllowedDomains}
-	for i, s := range n.DomainSecrets {
-		for _, f := range []struct {
-			name string
-			v    *string
-		}{{"domain", s.Domain}, {"name", s.Name}, {"value", s.Value}} {
-			if f.v == nil {
-				param := fmt.Sprintf("network_policy.domain_secrets[%d].%s", i, f.name)
-				return nil, &schema.RequestError{Message: "Missing required parameter: '" + param + "'.", Param: param, Code: "missing_required_parameter"}
-			}
-		}
-		p.DomainSecrets = append(p.DomainSecrets, sandbox.DomainSecret{Domain: *s.Domain, Name: *s.Name, Value: *s.Value})
-	}
-	return p, nil
 }

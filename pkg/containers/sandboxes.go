@@ -41,13 +41,7 @@ func (s *SandboxStore) Create(ctx context.Context, identity string, c NewContain
 	if err != nil {
 		return Container{}, storeError(err)
 	}
-	ct := container(info)
-	// TODO(egress): Get and List show the allowlist once sandbox.ContainerInfo carries it
-	// (kept in the registry beside MemoryLimit, without the secrets).
-	if c.NetworkPolicy != nil {
-		ct.AllowedDomains = c.NetworkPolicy.AllowedDomains
-	}
-	return ct, nil
+	return container(info), nil
 }
 
 // List returns identity's containers, the expired ones the Manager still remembers included.
@@ -127,7 +121,8 @@ func (s *SandboxStore) Remove(ctx context.Context, identity, id, fileID string) 
 func container(info sandbox.ContainerInfo) Container {
 	return Container{
 		ID: info.ID, Name: info.Name, CreatedAt: info.CreatedAt, LastActiveAt: info.LastActiveAt,
-		ExpiresAfter: info.ExpiresAfter, MemoryLimit: info.MemoryLimit, Expired: info.Status == "expired",
+		ExpiresAfter: info.ExpiresAfter, MemoryLimit: info.MemoryLimit, AllowedDomains: info.AllowedDomains,
+		Expired: info.Status == "expired",
 	}
 }
 

@@ -30,6 +30,9 @@ type ContainerInfo struct {
 	ExpiresAfter time.Duration
 	// MemoryLimit is its memory as created: the provider's default ("1g") when none was asked.
 	MemoryLimit string
+	// AllowedDomains is its network_policy's allowlist; nil when its network is disabled. Its
+	// domain secrets are never shown.
+	AllowedDomains []string
 	// Status is StatusRunning while it is live, StatusExpired once it expired or was deleted.
 	Status string
 }
@@ -59,7 +62,7 @@ func (m *Manager) infoOf(r store.Registration) ContainerInfo {
 	}
 	return ContainerInfo{
 		ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt, LastActiveAt: r.LastUsed,
-		ExpiresAfter: m.expiryOf(r), MemoryLimit: mem, Status: status,
+		ExpiresAfter: m.expiryOf(r), MemoryLimit: mem, AllowedDomains: r.AllowedDomains, Status: status,
 	}
 }
 

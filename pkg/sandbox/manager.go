@@ -595,6 +595,9 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, m
 		Name: meta.name, CreatedAt: now, ExpiresAfter: meta.expiresAfter, MemoryLimit: m.memoryLimitOf(e.spec),
 		Owner: m.cfg.Node,
 	}
+	if p := e.spec.NetworkPolicy; p != nil {
+		r.AllowedDomains = p.AllowedDomains // never its secrets
+	}
 	if k.kind == kindSession {
 		r.Session = k.name
 	}

@@ -56,6 +56,12 @@ type Request struct {
 	ContainerID string
 	// MemoryLimit is the tool's container.memory_limit when set.
 	MemoryLimit string
+	// NetworkPolicy is the tool's container.network_policy (or the shell tool's container_auto
+	// environment's), raw, as sent, secrets included: for admission to parse
+	// (package netpolicy); nil when there is none. NetworkPolicyParam names it in errors
+	// ("tools[0].container.network_policy"). Tool no longer holds its secrets.
+	NetworkPolicy      []byte
+	NetworkPolicyParam string
 	// FileIDs are the tool's container.file_ids (at most 50, as natively, checked by the rewrite):
 	// the Files API files to copy into the container before the code runs.
 	FileIDs []string

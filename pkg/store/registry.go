@@ -28,6 +28,10 @@ type Registration struct {
 	ExpiresAfter time.Duration
 	// MemoryLimit is the container's memory as created ("1g").
 	MemoryLimit string
+	// AllowedDomains is the allowlist of the container's network_policy, as the Containers API
+	// shows it; nil when its network is disabled. The policy's domain secrets are never kept
+	// here.
+	AllowedDomains []string
 	// Owner is the node that holds the container's state (see [Nodes]); "" in a single
 	// process.
 	Owner string

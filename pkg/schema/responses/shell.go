@@ -55,6 +55,10 @@ type shellRequest struct {
 	// are a container_auto environment's.
 	containerID, memoryLimit string
 	fileIDs                  []string
+	// networkPolicy is a container_auto environment's network_policy, raw, secrets included
+	// (tool has them removed), and networkParam its name in errors.
+	networkPolicy []byte
+	networkParam  string
 	// choice is the client's tool_choice when it names the shell tool ({"type":"shell"}).
 	choice []byte
 	// replayed are the container ids of the replayed shell_call items, in input order.
@@ -186,6 +190,10 @@ func (sh *shellRequest) readEnvironment(b []byte, env jsonscan.Span, typ string,
 	}
 	if ml := jsonscan.Field(b, env.Start, "memory_limit"); ml.OK() {
 		sh.memoryLimit, _ = jsonscan.Str(b, ml)
+	}
+	if np := jsonscan.Field(b, env.Start, "network_policy"); np.OK() {
+		sh.networkPolicy, sh.networkParam = bytes.Clone(b[np.Start:np.End]), param+".network_policy"
+		sh.tool = openai.WithoutSecrets(sh.tool, "environment")
 	}
 	var err error
 	sh.fileIDs, err = openai.ReqFileIDs(b, env, param+".file_ids")
@@ -392,6 +400,9 @@ func (sh *shellRequest) apply(r *schema.Request) error {
 	}
 	if r.MemoryLimit == "" {
 		r.MemoryLimit = sh.memoryLimit
+	}
+	if r.NetworkPolicy == nil {
+		r.NetworkPolicy, r.NetworkPolicyParam = sh.networkPolicy, sh.networkParam
 	}
 	for _, id := range sh.fileIDs {
 		if len(r.FileIDs) < openai.MaxFileIDs && !slices.Contains(r.FileIDs, id) {

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -31,6 +32,7 @@ const (
 	fID, fIdentity, fSession, fLastUsed, fName           = "id", "identity", "session", "last_used", "name"
 	fCreatedAt, fExpiresAfter, fMemory, fOwner, fExpired = "created_at", "expires_after", "memory_limit", "owner", "expired"
 	fSessionKey, fIdentityKey, fTTL                      = "_sk", "_ik", "_ttl"
+	fAllowedDomains                                      = "allowed_domains" // a JSON array; "" for none
 )
 
 // registryLib is the Lua the registry scripts share: drop frees the session key of record k if
@@ -153,7 +155,8 @@ func (s *Store) Add(ctx context.Context, r store.Registration) error {
 	args := []any{boundedID(r.ID), identityKey(r.Identity), sk, expired, ttl.Milliseconds(),
 		fID, r.ID, fIdentity, r.Identity, fSession, r.Session, fLastUsed, formatTime(r.LastUsed), fName, r.Name,
 		fCreatedAt, formatTime(r.CreatedAt), fExpiresAfter, int64(r.ExpiresAfter), fMemory, r.MemoryLimit,
-		fOwner, r.Owner, fExpired, expired, fSessionKey, sk, fIdentityKey, identityKey(r.Identity), fTTL, ttl.Milliseconds()}
+		fOwner, r.Owner, fExpired, expired, fSessionKey, sk, fIdentityKey, identityKey(r.Identity), fTTL, ttl.Milliseconds(),
+		fAllowedDomains, allowedDomains(r.AllowedDomains)}
 	return s.run(ctx, "add", registryAdd, args...).Err()
 }
 
@@ -268,10 +271,28 @@ func parseRegistration(m map[string]string) (store.Registration, bool, error) {
 	if r.CreatedAt, err = parseTime(m[fCreatedAt]); err != nil {
 		return store.Registration{}, false, fmt.Errorf("redis registry: record %q: creation: %w", r.ID, err)
 	}
+	if v := m[fAllowedDomains]; v != "" {
+		if err := json.Unmarshal([]byte(v), &r.AllowedDomains); err != nil {
+			return store.Registration{}, false, fmt.Errorf("redis registry: record %q: allowed domains: %w", r.ID, err)
+		}
+	}
 	n, err := strconv.ParseInt(m[fExpiresAfter], 10, 64)
 	if err != nil {
 		return store.Registration{}, false, fmt.Errorf("redis registry: record %q: expiry: %w", r.ID, err)
 	}
 	r.ExpiresAfter = time.Duration(n)
 	return r, true, nil
+}
+
+// allowedDomains is a registration's allowlist as its hash keeps it: a JSON array, "" for
+// none (a container without network).
+func allowedDomains(d []string) string {
+	if d == nil {
+		return ""
+	}
+	b, err := json.Marshal(d)
+	if err != nil { // strings always marshal
+		return ""
+	}
+	return string(b)
 }

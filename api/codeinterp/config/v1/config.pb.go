@@ -154,7 +154,13 @@ type Config struct {
 	// runs: an invoke_agent span, a chat span per model round, an execute_tool span per code
 	// run, joined to the trace Envoy's tracer started (docs/operations.md, "Tracing"). Off by
 	// default.
-	Tracing       *Tracing `protobuf:"bytes,40,opt,name=tracing,proto3" json:"tracing,omitempty"`
+	Tracing *Tracing `protobuf:"bytes,40,opt,name=tracing,proto3" json:"tracing,omitempty"`
+	// network lets containers reach the network the native way: a container created with a
+	// network_policy of type allowlist (POST /v1/containers, the code_interpreter tool's auto
+	// container, the shell tool's container_auto) reaches its allowed domains, over HTTP and
+	// HTTPS only, through a proxy the server owns (docs/security.md, "Network access"). Off by
+	// default: a network_policy other than disabled is refused with a 400.
+	Network       *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +394,13 @@ func (x *Config) GetFleetTls() *FleetTLS {
 func (x *Config) GetTracing() *Tracing {
 	if x != nil {
 		return x.Tracing
+	}
+	return nil
+}
+
+func (x *Config) GetNetwork() *Network {
+	if x != nil {
+		return x.Network
 	}
 	return nil
 }
@@ -1397,11 +1410,144 @@ func (x *LocalSandbox) GetStart() string {
 	return ""
 }
 
+// Network is the operator's say on the containers' network policies. It needs the local
+// sandbox with isolation, and a server running as root (each container's proxy listens inside
+// the container's network namespace).
+type Network struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// enabled lets a request give its container a network_policy of type allowlist. Default
+	// false: every container has no network at all, and a request asking for one is refused.
+	// Not yet with store "redis": the sandbox service between replicas does not carry policies.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// allowed_domains is the operator's allowlist, which a request's can only narrow: a
+	// request's allowed domain outside it is refused with a 400. Exact names ("api.example.com")
+	// or wildcards of one or more labels ("*.example.com", not example.com itself). Empty: any
+	// domain resolving to public addresses.
+	AllowedDomains []string `protobuf:"bytes,2,rep,name=allowed_domains,json=allowedDomains,proto3" json:"allowed_domains,omitempty"`
+	// allow_networks are the networks (CIDRs, "10.20.0.0/16") a container's proxy may connect
+	// to beyond public addresses: a company API inside the cluster. By default private,
+	// loopback, link-local and other special addresses are refused (no request into the
+	// cluster); the cloud metadata addresses stay refused whatever is listed here.
+	AllowNetworks []string `protobuf:"bytes,3,rep,name=allow_networks,json=allowNetworks,proto3" json:"allow_networks,omitempty"`
+	// ports are the destination ports a container may reach. Default 80, 443, 8080, 8443.
+	Ports []uint32 `protobuf:"varint,4,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	// max_connections caps the connections through a container's proxy open at once. Default
+	// 32.
+	MaxConnections uint32 `protobuf:"varint,5,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	// max_bytes caps the bytes a container sends and receives through its proxy in all, over
+	// its life. Default 1073741824 (1 GiB).
+	MaxBytes uint64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_header_bytes caps the header of each request the code sends through its proxy.
+	// Default 65536 (64 KiB).
+	MaxHeaderBytes uint32 `protobuf:"varint,7,opt,name=max_header_bytes,json=maxHeaderBytes,proto3" json:"max_header_bytes,omitempty"`
+	// dial_timeout bounds the proxy's connection to a destination, name resolution included.
+	// Default 10s.
+	DialTimeout *durationpb.Duration `protobuf:"bytes,8,opt,name=dial_timeout,json=dialTimeout,proto3" json:"dial_timeout,omitempty"`
+	// idle_timeout closes a connection through the proxy that carried no byte for this long.
+	// Default 2m.
+	IdleTimeout   *durationpb.Duration `protobuf:"bytes,9,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Network) Reset() {
+	*x = Network{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Network) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Network) ProtoMessage() {}
+
+func (x *Network) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Network.ProtoReflect.Descriptor instead.
+func (*Network) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Network) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Network) GetAllowedDomains() []string {
+	if x != nil {
+		return x.AllowedDomains
+	}
+	return nil
+}
+
+func (x *Network) GetAllowNetworks() []string {
+	if x != nil {
+		return x.AllowNetworks
+	}
+	return nil
+}
+
+func (x *Network) GetPorts() []uint32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *Network) GetMaxConnections() uint32 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *Network) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *Network) GetMaxHeaderBytes() uint32 {
+	if x != nil {
+		return x.MaxHeaderBytes
+	}
+	return 0
+}
+
+func (x *Network) GetDialTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.DialTimeout
+	}
+	return nil
+}
+
+func (x *Network) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xdc\v\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x95\f\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1433,7 +1579,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\fnode_address\x18# \x01(\tR\vnodeAddress\x12*\n" +
 	"\x11fleet_secret_file\x18$ \x01(\tR\x0ffleetSecretFile\x12;\n" +
 	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x127\n" +
-	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x1aZ\n" +
+	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x127\n" +
+	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -1536,7 +1683,17 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\tcpu_quota\x18\x0f \x01(\x01R\bcpuQuota\x12:\n" +
 	"\x19keep_background_processes\x18\x10 \x01(\bR\x17keepBackgroundProcesses\x12\x1b\n" +
 	"\tstate_dir\x18\x11 \x01(\tR\bstateDir\x12\x14\n" +
-	"\x05start\x18\x12 \x01(\tR\x05startBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\x05start\x18\x12 \x01(\tR\x05start\"\xf5\x02\n" +
+	"\aNetwork\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12'\n" +
+	"\x0fallowed_domains\x18\x02 \x03(\tR\x0eallowedDomains\x12%\n" +
+	"\x0eallow_networks\x18\x03 \x03(\tR\rallowNetworks\x12\x14\n" +
+	"\x05ports\x18\x04 \x03(\rR\x05ports\x12'\n" +
+	"\x0fmax_connections\x18\x05 \x01(\rR\x0emaxConnections\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\x04R\bmaxBytes\x12(\n" +
+	"\x10max_header_bytes\x18\a \x01(\rR\x0emaxHeaderBytes\x12<\n" +
+	"\fdial_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vdialTimeout\x12<\n" +
+	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeoutBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
@@ -1550,7 +1707,7 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*Redis)(nil),               // 1: codeinterp.config.v1.Redis
@@ -1560,36 +1717,40 @@ var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Profile)(nil),             // 5: codeinterp.config.v1.Profile
 	(*Sandbox)(nil),             // 6: codeinterp.config.v1.Sandbox
 	(*LocalSandbox)(nil),        // 7: codeinterp.config.v1.LocalSandbox
-	nil,                         // 8: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 9: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 10: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
+	(*Network)(nil),             // 8: codeinterp.config.v1.Network
+	nil,                         // 9: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 10: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 11: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	11, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	12, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
 	5,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	8,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	9,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
 	6,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
 	4,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	11, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	12, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
 	1,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
 	2,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
 	3,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
-	11, // 9: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	9,  // 10: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	10, // 11: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	11, // 12: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	11, // 13: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	11, // 14: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	7,  // 15: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	11, // 16: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	11, // 17: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	5,  // 18: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	8,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
+	12, // 10: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	10, // 11: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	11, // 12: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	12, // 13: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	12, // 14: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	12, // 15: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	7,  // 16: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	12, // 17: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	12, // 18: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	12, // 19: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	12, // 20: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	5,  // 21: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1606,7 +1767,7 @@ func file_codeinterp_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2,8 +2,11 @@ package openai
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/internal/jsonscan"
@@ -110,6 +113,11 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 				r.ContainerID = id
 			} else if body[c.Start] == '{' {
 				r.MemoryLimit, _ = jsonscan.Str(body, jsonscan.Field(body, c.Start, "memory_limit"))
+				if np := jsonscan.Field(body, c.Start, "network_policy"); np.OK() {
+					r.NetworkPolicy = bytes.Clone(body[np.Start:np.End])
+					r.NetworkPolicyParam = fmt.Sprintf("tools[%d].container.network_policy", tools.index)
+					r.Tool = WithoutSecrets(r.Tool, "container")
+				}
 				if r.FileIDs, err = ReqFileIDs(body, c, fmt.Sprintf("tools[%d].container.file_ids", tools.index)); err != nil {
 					return schema.Request{}, nil, err
 				}
@@ -451,4 +459,36 @@ func checkRepeats(t jsonscan.TopLevel) error {
 		}
 	}
 	return nil
+}
+
+// WithoutSecrets returns tool, a hosted tool object echoed in answers, without the domain
+// secrets of the network_policy of its member container (a code_interpreter tool's
+// "container", a shell tool's "environment"): the echo keeps the policy's type and allowlist,
+// as the native container object does, and never a secret's value. A tool with a policy is
+// decoded and encoded again (members in key order), so that a repeated member (the last
+// counts, as for jsonscan.Field) cannot carry secrets past it; one that cannot be is
+// echoed as the type alone.
+func WithoutSecrets(tool []byte, container string) []byte {
+	var t map[string]any
+	dec := json.NewDecoder(bytes.NewReader(tool))
+	dec.UseNumber()
+	if dec.Decode(&t) != nil {
+		return wholeToolType(tool)
+	}
+	if c, ok := t[container].(map[string]any); ok {
+		if np, ok := c["network_policy"].(map[string]any); ok {
+			delete(np, "domain_secrets")
+		}
+	}
+	out, err := json.Marshal(t)
+	if err != nil {
+		return wholeToolType(tool)
+	}
+	return out
+}
+
+// wholeToolType is the echo of a tool WithoutSecrets could not read: its type alone.
+func wholeToolType(tool []byte) []byte {
+	b, _ := json.Marshal(map[string]any{"type": gjson.GetBytes(tool, "type").String()})
+	return b
 }
