@@ -54,7 +54,6 @@ func TestValidateNetworkRefuses(t *testing.T) {
 		give func(*configv1.Config)
 		want string
 	}{
-		{"a fleet", func(c *configv1.Config) { c.Network.Enabled, c.Store = true, StoreRedis }, "network.enabled:"},
 		{"no isolation", func(c *configv1.Config) { c.Network.Enabled, c.Sandbox.Local.UnsafeNoIsolation = true, true }, "network.enabled:"},
 		{"cidr", func(c *configv1.Config) { c.Network.AllowNetworks = []string{"10.20.0.0"} }, "network.allow_networks[0]:"},
 		{"port zero", func(c *configv1.Config) { c.Network.Ports = []uint32{443, 0} }, "network.ports[1]:"},

@@ -94,11 +94,6 @@ func Validate(cfg *configv1.Config) error {
 	errs = append(errs, validateCredentials(cfg)...)
 	errs = append(errs, validateSandbox(cfg.Sandbox)...)
 	errs = append(errs, validateNetwork(cfg.GetNetwork(), cfg.GetSandbox())...)
-	if cfg.GetNetwork().GetEnabled() && cfg.GetStore() == StoreRedis {
-		// The sandbox service between replicas does not carry a container's policy yet: a
-		// container another replica made for it would have no network, silently.
-		bad("network.enabled", "not supported with store %q (a fleet) yet", StoreRedis)
-	}
 	errs = append(errs, validateFleet(cfg)...)
 	return errors.Join(errs...)
 }

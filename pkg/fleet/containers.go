@@ -77,6 +77,6 @@ func infoOf(r store.Registration) sandbox.ContainerInfo {
 	}
 	return sandbox.ContainerInfo{
 		ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt, LastActiveAt: r.LastUsed,
-		ExpiresAfter: expiryOf(r), MemoryLimit: mem, Status: status,
+		ExpiresAfter: expiryOf(r), MemoryLimit: mem, Status: status, AllowedDomains: r.AllowedDomains,
 	}
 }

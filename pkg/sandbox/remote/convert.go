@@ -222,6 +222,7 @@ func containerInfoProto(ci sandbox.ContainerInfo) *sandboxv1.ContainerInfo {
 		Id: ci.ID, Name: ci.Name,
 		CreatedAtUnixNanos: unixNanos(ci.CreatedAt), LastActiveAtUnixNanos: unixNanos(ci.LastActiveAt),
 		ExpiresAfterNanos: int64(ci.ExpiresAfter), MemoryLimit: ci.MemoryLimit, Status: ci.Status,
+		AllowedDomains: ci.AllowedDomains,
 	}
 }
 
@@ -230,5 +231,6 @@ func containerInfoOf(p *sandboxv1.ContainerInfo) sandbox.ContainerInfo {
 		ID: p.GetId(), Name: p.GetName(),
 		CreatedAt: timeOf(p.GetCreatedAtUnixNanos()), LastActiveAt: timeOf(p.GetLastActiveAtUnixNanos()),
 		ExpiresAfter: time.Duration(p.GetExpiresAfterNanos()), MemoryLimit: p.GetMemoryLimit(), Status: p.GetStatus(),
+		AllowedDomains: p.GetAllowedDomains(),
 	}
 }

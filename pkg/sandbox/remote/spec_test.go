@@ -92,3 +92,12 @@ func TestSpecTravels(t *testing.T) {
 		})
 	}
 }
+
+// A container's allowlist (never its secrets) travels with its ContainerInfo, so GET and List
+// through another replica echo its network_policy.
+func TestContainerInfoTravels(t *testing.T) {
+	in := sandbox.ContainerInfo{ID: "cntr_1", Name: "n", MemoryLimit: "1g", Status: sandbox.StatusRunning, AllowedDomains: []string{"api.example.com", "*.example.org"}}
+	out := containerInfoOf(containerInfoProto(in))
+	assert.Equal(t, in.AllowedDomains, out.AllowedDomains, "the allowlist")
+	assert.Equal(t, in.ID, out.ID)
+}

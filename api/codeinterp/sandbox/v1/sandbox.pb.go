@@ -1139,8 +1139,10 @@ type ContainerInfo struct {
 	ExpiresAfterNanos     int64                  `protobuf:"varint,5,opt,name=expires_after_nanos,json=expiresAfterNanos,proto3" json:"expires_after_nanos,omitempty"`
 	MemoryLimit           string                 `protobuf:"bytes,6,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
 	Status                string                 `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// allowed_domains is the container's network allowlist (never its secrets).
+	AllowedDomains []string `protobuf:"bytes,8,rep,name=allowed_domains,json=allowedDomains,proto3" json:"allowed_domains,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ContainerInfo) Reset() {
@@ -1220,6 +1222,13 @@ func (x *ContainerInfo) GetStatus() string {
 		return x.Status
 	}
 	return ""
+}
+
+func (x *ContainerInfo) GetAllowedDomains() []string {
+	if x != nil {
+		return x.AllowedDomains
+	}
+	return nil
 }
 
 // FileHeader opens an upload.
@@ -2591,7 +2600,7 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x14\n" +
 	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x121\n" +
 	"\x15created_at_unix_nanos\x18\x05 \x01(\x03R\x12createdAtUnixNanos\x12\x16\n" +
-	"\x06source\x18\x06 \x01(\tR\x06source\"\x8b\x02\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\"\xb4\x02\n" +
 	"\rContainerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x121\n" +
@@ -2599,7 +2608,8 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x19last_active_at_unix_nanos\x18\x04 \x01(\x03R\x15lastActiveAtUnixNanos\x12.\n" +
 	"\x13expires_after_nanos\x18\x05 \x01(\x03R\x11expiresAfterNanos\x12!\n" +
 	"\fmemory_limit\x18\x06 \x01(\tR\vmemoryLimit\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\"N\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12'\n" +
+	"\x0fallowed_domains\x18\b \x03(\tR\x0eallowedDomains\"N\n" +
 	"\n" +
 	"FileHeader\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
