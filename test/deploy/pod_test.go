@@ -102,7 +102,7 @@ func TestChartPod(t *testing.T) {
 	envoyArgs = slices.Concat(envoyArgs, sys, []string{"--entrypoint", ec.Command[0], envoyImage})
 	ev := &server{name: name + "-envoy", pod: name}
 	ev.run(t, append(envoyArgs, ec.Command[1:]...))
-	listening, _ := ev.waitListen(t, listen, 30*time.Second)
+	listening, envoyToListening := ev.waitListen(t, listen, 30*time.Second)
 	require.True(t, listening, "Envoy listens; logs:\n%s", ev.logs(t))
 	toServing := time.Since(start)
 
@@ -113,8 +113,8 @@ func TestChartPod(t *testing.T) {
 	assert.Contains(t, blocks, "42-from-the-pod", "a Messages conversation with bash through the chart's pod")
 	assert.Contains(t, strings.Join(processes(t, ev.name), "\n"), "envoy", "Envoy runs in the pod")
 	assert.Contains(t, s.logs(t), logForked, "the sidecar's start mode")
-	t.Logf("chart pod: pod (codeinterp, then Envoy) start to SERVING and Envoy listening %v; first conversation %v",
-		toServing.Round(time.Millisecond), first.Round(time.Millisecond))
+	t.Logf("chart pod: pod (codeinterp, then Envoy) start to SERVING and Envoy listening %v (Envoy's podman run to listening %v); first conversation %v",
+		toServing.Round(time.Millisecond), envoyToListening.Round(time.Millisecond), first.Round(time.Millisecond))
 }
 
 // port is the port of addr (host:port).

@@ -1,6 +1,7 @@
 // Package deploy_test runs the container images of make image in podman (with runc): the least
-// privilege the sandbox needs, measured row by row (docs/deploy.md's table), and a conversation
-// from a real Envoy on the host into the image. The tests need podman and the images; they run only
+// privilege the sandbox needs, measured row by row (docs/deploy.md's table), a conversation from a
+// real Envoy on the host into the image, and the Helm chart's pods as podman pods with the real
+// Envoy in them (envoyImage). The tests need podman and the images; they run only
 // with CODEINTERP_DEPLOY_TEST set (make deploy-test sets it, and builds the images first).
 package deploy_test
 
