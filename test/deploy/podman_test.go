@@ -1,6 +1,7 @@
 // Package deploy_test runs the container images of make image in podman (with runc): the least
-// privilege the sandbox needs, measured row by row (docs/deploy.md's table), and a conversation
-// from a real Envoy on the host into the image. The tests need podman and the images; they run only
+// privilege the sandbox needs, measured row by row (docs/deploy.md's table), a conversation from a
+// real Envoy on the host into the image, and the Helm chart's pods as podman pods with the real
+// Envoy in them (envoyImage). The tests need podman and the images; they run only
 // with CODEINTERP_DEPLOY_TEST set (make deploy-test sets it, and builds the images first).
 package deploy_test
 
@@ -29,6 +30,9 @@ const (
 	image = "localhost/codeinterp:dev"
 	// gatewayImage is the server alone (deploy/image/Containerfile.gateway).
 	gatewayImage = "localhost/codeinterp-gateway:dev"
+	// envoyImage is the real Envoy 1.40 of .venv (deploy/image/Containerfile.envoy), the chart's
+	// image.envoy in the pod tests.
+	envoyImage = "localhost/codeinterp-envoy:dev"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,7 +46,7 @@ func requirePodman(t *testing.T) {
 	}
 	_, err := exec.LookPath("podman")
 	require.NoError(t, err, "podman (scripts/deploy-deps.sh installs it)")
-	for _, img := range []string{image, gatewayImage} {
+	for _, img := range []string{image, gatewayImage, envoyImage} {
 		require.NoError(t, exec.Command("podman", "image", "exists", img).Run(), "image %s (make image builds it)", img)
 	}
 }
@@ -59,9 +63,10 @@ func freeAddr(t *testing.T) string {
 
 var containerSeq atomic.Int64
 
-// server is one codeinterp container, on the host's network, listening on loopback only.
+// server is one container, on the host's network or in a pod on it, listening on loopback only.
 type server struct {
 	name    string
+	pod     string // the podman pod the container runs in; "" is none
 	grpc    string // ext_proc and gRPC health
 	admin   string // /healthz, /readyz, /metrics
 	api     string // the Containers API
@@ -82,11 +87,15 @@ func startServer(t *testing.T, img string, give []string, extra ...string) *serv
 	return s
 }
 
-// run runs podman run -d --name s.name --network host with args, and removes the container when t
-// ends.
+// run runs podman run -d --name s.name --network host (or --pod s.pod) with args, and removes the
+// container when t ends.
 func (s *server) run(t *testing.T, args []string) {
 	t.Helper()
-	args = append([]string{"run", "-d", "--name", s.name, "--network", "host"}, args...)
+	where := []string{"--network", "host"}
+	if s.pod != "" {
+		where = []string{"--pod", s.pod}
+	}
+	args = slices.Concat([]string{"run", "-d", "--name", s.name}, where, args)
 	t.Cleanup(func() { s.remove() })
 	s.started = time.Now()
 	out, err := exec.Command("podman", args...).CombinedOutput()
@@ -116,6 +125,46 @@ func (s *server) wait(t *testing.T, timeout time.Duration) (serving bool, took t
 	}
 	t.Fatalf("container %s neither served nor exited within %v; logs:\n%s", s.name, timeout, s.logs(t))
 	return false, 0
+}
+
+// waitListen returns whether something accepts TCP connections on addr within timeout (true), or
+// the container exits first (false), and how long after the podman run it came to that.
+func (s *server) waitListen(t *testing.T, addr string, timeout time.Duration) (listening bool, took time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for i := 0; time.Now().Before(deadline); i++ {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return true, time.Since(s.started)
+		}
+		if i%5 == 0 && s.state(t) == "exited" {
+			return false, time.Since(s.started)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("container %s neither listened on %s nor exited within %v; logs:\n%s", s.name, addr, timeout, s.logs(t))
+	return false, 0
+}
+
+// startPod creates a podman pod on the host's network standing for a Kubernetes pod, with opts
+// (e.g. the user namespace of hostUsers: false) for all its containers, and removes it when t ends.
+// Its containers (server.pod) share the pod's infra container's namespaces — IPC, UTS and the
+// network, which is the host's: no CNI network is set up here, and the demo model, Redis and the
+// sandbox nodes listen on the host's loopback, as in the other tests.
+func startPod(t *testing.T, name string, opts ...string) string {
+	t.Helper()
+	args := slices.Concat([]string{"pod", "create", "--name", name, "--network", "host"}, opts)
+	t.Cleanup(func() {
+		for range 3 {
+			if exec.Command("podman", "pod", "rm", "-f", "-t", "0", name).Run() == nil {
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	})
+	out, err := exec.Command("podman", args...).CombinedOutput()
+	require.NoError(t, err, "podman %s: %s", strings.Join(args, " "), out)
+	return name
 }
 
 // state is the container's podman state: running, exited, ...
