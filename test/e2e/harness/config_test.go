@@ -145,7 +145,7 @@ func TestResolveOptions(t *testing.T) {
 			c.Filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED}}
 		}, wantErr: "allowed_override_modes: request body mode FULL_DUPLEX_STREAMED"},
 		{name: "per-route FULL_DUPLEX_STREAMED request", give: func(c *FilterConfig) {
-			c.Routes[4].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+			c.Routes[len(c.Routes)-1].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 				ProcessingMode: &extprocv3.ProcessingMode{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED},
 			}}}
 		}, wantErr: "route /v1/: request body mode FULL_DUPLEX_STREAMED"},
@@ -159,7 +159,7 @@ func TestResolveOptions(t *testing.T) {
 			c.Filter.GrpcService = &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_GoogleGrpc_{GoogleGrpc: &corev3.GrpcService_GoogleGrpc{TargetUri: "x", StatPrefix: "x"}}}
 		}, wantErr: "google_grpc"},
 		{name: "per-route grpc_service", give: func(c *FilterConfig) {
-			c.Routes[4].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+			c.Routes[len(c.Routes)-1].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 				GrpcService: c.Filter.GetGrpcService(),
 			}}}
 		}, wantErr: "route /v1/: overrides"},
