@@ -228,6 +228,8 @@ func TestShippedBootstrapInvariants(t *testing.T) {
 	for _, tt := range []struct{ prefix, before string }{
 		{"/v1/containers", "/v1/"},
 		{"/analyst/v1/containers", "/analyst/v1/"},
+		{"/v1/files/cfile_", "/v1/"},
+		{"/analyst/v1/files/cfile_", "/analyst/v1/"},
 	} {
 		require.Contains(t, routes, tt.prefix, "Containers API route")
 		r := routes[tt.prefix]

@@ -31,12 +31,13 @@ type apiServer struct {
 	handlers sync.WaitGroup
 }
 
-// newAPIServer makes the Containers API of cfg over m: callers are identified as the ext_proc
-// server identifies them (the default profile's identity_header, which config validation
-// makes every profile's, else the credential, hashed with secret), and file_ids are read from
-// the default profile's upstream under the call's path prefix, as the ext_proc path reads them
-// for a request under that prefix. Without an identity_header the credential is the identity,
-// and (unless verify_api_credentials is off) it must be one the upstream takes.
+// newAPIServer makes the Containers API of cfg over m, and Anthropic's Files API (/v1/files)
+// over the same containers: callers are identified as the ext_proc server identifies them (the
+// default profile's identity_header, which config validation makes every profile's, else the
+// credential, hashed with secret), and file_ids are read from the default profile's upstream
+// under the call's path prefix, as the ext_proc path reads them for a request under that
+// prefix. Without an identity_header the credential is the identity, and (unless
+// verify_api_credentials is off) it must be one the upstream takes.
 func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
 	ids := identity.New(secret, identity.Config{CredentialHeaders: cfg.GetCredentialHeaders()})
@@ -47,7 +48,7 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *z
 		// The credential is the identity: check it is one the upstream takes.
 		verify = keyCheck(def.Upstream, cfg.GetApiKeyCheck()).Verify
 	}
-	h := containers.New(store, store, containers.Config{
+	ccfg := containers.Config{
 		Verify:            verify,
 		Identify:          func(r *http.Request) (string, error) { return ids.Of(r.Header.Values, def.IdentityHeader) },
 		CredentialHeaders: ids.CredentialHeaders(),
@@ -61,12 +62,19 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *z
 		// As natively, unless the containers live longer here by default.
 		MaxExpiry: max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
 		Log:       log,
-	})
+	}
+	h := containers.New(store, store, ccfg)
+	// Anthropic's Files API over the same containers, for the cfile_ ids Messages answers name.
+	af := containers.NewAnthropicFiles(store, store, ccfg)
 	a := &apiServer{}
 	a.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			a.handlers.Add(1)
 			defer a.handlers.Done()
+			if af.Serves(r) {
+				af.ServeHTTP(w, r)
+				return
+			}
 			h.ServeHTTP(w, r)
 		}),
 		// No ReadTimeout or WriteTimeout: either would cut a long upload or download. The

@@ -11,7 +11,8 @@ import (
 // it knows, and with a 401 invalid_api_key for one it does not: once a key was added with
 // [Server.AddKey], only the added keys are known; before, every key is.
 
-// AddKey makes key (sent as "Authorization: Bearer <key>") one GET /v1/models takes.
+// AddKey makes key (sent as "Authorization: Bearer <key>", or as Anthropic sends it, in
+// x-api-key) one GET /v1/models takes.
 func (s *Server) AddKey(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -35,6 +36,10 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) bool {
 	}
 	auth := r.Header.Get("Authorization")
 	key, bearer := strings.CutPrefix(auth, "Bearer ")
+	if auth == "" && r.Header.Get("X-Api-Key") != "" {
+		// Anthropic's GET /v1/models takes its key in x-api-key.
+		auth, key, bearer = "x-api-key", r.Header.Get("X-Api-Key"), true
+	}
 	s.mu.Lock()
 	known := s.keys == nil || s.keys[key]
 	s.mu.Unlock()

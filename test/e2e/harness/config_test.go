@@ -26,23 +26,34 @@ func TestShippedConfig(t *testing.T) {
 	assert.Equal(t, 100, cfg.MaxHeadersCount, "max headers count")
 	assert.Equal(t, 60, cfg.MaxRequestHeadersKB, "max request headers kb")
 	assert.Equal(t, 600*time.Second, cfg.StreamIdleTimeout, "stream_idle_timeout")
-	require.Len(t, cfg.Routes, 5, "routes")
+	require.Len(t, cfg.Routes, 7, "routes")
 	assert.Equal(t, Route{Prefix: "/v1/embeddings", Cluster: "llm", Timeout: 600 * time.Second, PerRoute: cfg.Routes[0].PerRoute}, cfg.Routes[0], "embeddings route")
 	assert.True(t, cfg.Routes[0].PerRoute.GetDisabled(), "embeddings route disabled")
-	for i, prefix := range []string{"/v1/containers", "/analyst/v1/containers"} {
+	for i, prefix := range []string{"/v1/containers", "/analyst/v1/containers", "/v1/files/cfile_", "/analyst/v1/files/cfile_"} {
 		r := cfg.Routes[1+i]
 		assert.Equal(t, Route{Prefix: prefix, Cluster: "codeinterp_api", PerRoute: r.PerRoute}, r, "Containers API route %s", prefix)
 		assert.True(t, r.PerRoute.GetDisabled(), "Containers API route %s disabled", prefix)
 	}
-	assert.Equal(t, "/v1/", cfg.Routes[3].PrefixRewrite, "analyst route rewrite")
-	assert.Equal(t, "/v1/", cfg.Routes[4].Prefix, "catch-all route")
-	assert.Nil(t, cfg.Routes[4].PerRoute, "catch-all route per-route config")
+	assert.Equal(t, "/v1/", cfg.Routes[5].PrefixRewrite, "analyst route rewrite")
+	assert.Equal(t, "/v1/", cfg.Routes[6].Prefix, "catch-all route")
+	assert.Nil(t, cfg.Routes[6].PerRoute, "catch-all route per-route config")
 
 	r, ok := cfg.matchRoute("/v1/embeddings?x=1")
 	assert.True(t, ok, "match /v1/embeddings")
 	assert.Equal(t, "/v1/embeddings", r.Prefix, "route of /v1/embeddings")
 	r, _ = cfg.matchRoute("/analyst/v1/responses")
 	assert.Equal(t, "/v1/responses", r.rewrite("/analyst/v1/responses"), "rewrite of /analyst/v1/responses")
+	// Only the container file ids codeinterp mints go to its Files API; the model's own files
+	// and the list stay with the upstream.
+	for path, want := range map[string]string{
+		"/v1/files/cfile_0123/content": "codeinterp_api", "/v1/files/cfile_0123": "codeinterp_api",
+		"/v1/files/file_011C": "llm", "/v1/files": "llm", "/v1/files?limit=5": "llm",
+		"/analyst/v1/files/cfile_0123/content": "codeinterp_api",
+	} {
+		r, ok := cfg.matchRoute(path)
+		assert.True(t, ok, "match %s", path)
+		assert.Equal(t, want, r.Cluster, "cluster of %s", path)
+	}
 	_, ok = cfg.matchRoute("/v2/x")
 	assert.False(t, ok, "no route for /v2/x")
 
@@ -134,7 +145,7 @@ func TestResolveOptions(t *testing.T) {
 			c.Filter.AllowedOverrideModes = []*extprocv3.ProcessingMode{{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED}}
 		}, wantErr: "allowed_override_modes: request body mode FULL_DUPLEX_STREAMED"},
 		{name: "per-route FULL_DUPLEX_STREAMED request", give: func(c *FilterConfig) {
-			c.Routes[4].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+			c.Routes[len(c.Routes)-1].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 				ProcessingMode: &extprocv3.ProcessingMode{RequestBodyMode: extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED},
 			}}}
 		}, wantErr: "route /v1/: request body mode FULL_DUPLEX_STREAMED"},
@@ -148,7 +159,7 @@ func TestResolveOptions(t *testing.T) {
 			c.Filter.GrpcService = &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_GoogleGrpc_{GoogleGrpc: &corev3.GrpcService_GoogleGrpc{TargetUri: "x", StatPrefix: "x"}}}
 		}, wantErr: "google_grpc"},
 		{name: "per-route grpc_service", give: func(c *FilterConfig) {
-			c.Routes[4].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+			c.Routes[len(c.Routes)-1].PerRoute = &extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 				GrpcService: c.Filter.GetGrpcService(),
 			}}}
 		}, wantErr: "route /v1/: overrides"},

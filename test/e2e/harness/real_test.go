@@ -28,7 +28,8 @@ func TestRealBootstrap(t *testing.T) {
 	}
 	cfg, err := o.resolve(t)
 	require.NoError(t, err, "resolve")
-	cfg.Routes[4].Timeout = 5 * time.Second
+	last := len(cfg.Routes) - 1 // the catch-all /v1/
+	cfg.Routes[last].Timeout = 5 * time.Second
 	b, err := realBootstrap(cfg, o)
 	require.NoError(t, err, "realBootstrap")
 	require.NoError(t, envoy.Validate(b), "validate the written bootstrap")
@@ -45,7 +46,7 @@ func TestRealBootstrap(t *testing.T) {
 	assert.Equal(t, extprocv3.ProcessingMode_BUFFERED, in.ExtProc.GetProcessingMode().GetRequestBodyMode(), "processing mode kept")
 
 	routes := in.HCM.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
-	assert.Equal(t, 5*time.Second, routes[4].GetRoute().GetTimeout().AsDuration(), "route timeout from the filter config")
+	assert.Equal(t, 5*time.Second, routes[last].GetRoute().GetTimeout().AsDuration(), "route timeout from the filter config")
 	pr := &extprocv3.ExtProcPerRoute{}
 	require.NoError(t, routes[0].GetTypedPerFilterConfig()[envoy.ExtProcFilterName].UnmarshalTo(pr), "per-route config kept")
 	assert.True(t, pr.GetDisabled(), "embeddings route still disabled")
