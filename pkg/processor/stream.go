@@ -169,6 +169,11 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 			return passThrough(reserved)
 		}
 	}
+	if !served {
+		if ans := st.storedAnswer(path); ans != nil {
+			return ans
+		}
+	}
 	if !served || st.headers.get(":method") != http.MethodPost || st.route.Disabled || h.GetEndOfStream() {
 		st.kind = kindPassThrough
 		return passThrough(reserved)
