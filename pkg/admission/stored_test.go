@@ -29,19 +29,19 @@ func TestStoredAnswers(t *testing.T) {
 		ad.Answered(loop.Response{Status: status, Body: []byte(final)})
 	}
 	answer(http.StatusBadGateway)
-	assert.Nil(t, a.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", &caller{id: "id-a"}), "a 502 is not kept")
+	assert.Nil(t, a.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", nil, &caller{id: "id-a"}), "a 502 is not kept")
 	answer(http.StatusOK)
 
-	got := a.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", &caller{id: "id-a"})
+	got := a.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", nil, &caller{id: "id-a"})
 	require.NotNil(t, got, "the caller's answer is served")
 	assert.Equal(t, http.StatusOK, got.Status)
 	assert.JSONEq(t, final, string(got.Body))
-	assert.Nil(t, a.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", &caller{id: "id-b"}), "another caller's request goes upstream")
-	assert.Nil(t, a.Stored(chat.Surface{}, http.MethodGet, "/resp_9", "", &caller{id: "id-a"}), "a surface that keeps nothing serves nothing")
+	assert.Nil(t, a.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", nil, &caller{id: "id-b"}), "another caller's request goes upstream")
+	assert.Nil(t, a.Stored(chat.Surface{}, http.MethodGet, "/resp_9", "", nil, &caller{id: "id-a"}), "a surface that keeps nothing serves nothing")
 
 	off := admission.New(nil, memory.NewPending(nil), admission.Config{})
 	ad, r := off.Prepare(t.Context(), exchange(t, body), &caller{id: "id-a"}, admission.Request{Path: "/v1/responses"})
 	require.Nil(t, r, "admitted")
 	ad.Answered(loop.Response{Status: http.StatusOK, Body: []byte(final)})
-	assert.Nil(t, off.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", &caller{id: "id-a"}), "no Stored store, nothing served")
+	assert.Nil(t, off.Stored(responses.Surface{}, http.MethodGet, "/resp_9", "", nil, &caller{id: "id-a"}), "no Stored store, nothing served")
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,6 +53,23 @@ func TestStoredAnswerAtRequestHeaders(t *testing.T) {
 		assert.Nil(t, resp.GetImmediateResponse(), "%s passes through", tt.name)
 		assert.NotNil(t, resp.GetRequestHeaders(), "%s passes through", tt.name)
 	}
+
+	// openai-go sends retrieve's stream: true as a JSON body: the body is asked for, then answered.
+	gx := ts.open(t)
+	resp = gx.send(reqHeaders(false, ":authority", "llm.local", ":path", "/v1/responses/resp_7", ":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer sk-one"))
+	require.NotNil(t, resp.GetRequestHeaders(), "a GET with a body: its headers go on")
+	assert.Equal(t, filterv3.ProcessingMode_BUFFERED, resp.GetModeOverride().GetRequestBodyMode(), "a GET with a body: the body is asked for")
+	assert.Equal(t, filterv3.ProcessingMode_SKIP, resp.GetModeOverride().GetResponseHeaderMode(), "a GET with a body: no response phase")
+	im = gx.send(reqBody(`{"stream":true}`)).GetImmediateResponse()
+	require.NotNil(t, im, "a GET with stream true in its body is answered here")
+	assert.Contains(t, string(im.GetBody()), "event: response.created\n", "the answer's events")
+	var ct string
+	for _, h := range im.GetHeaders().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "content-type" {
+			ct = string(h.GetHeader().GetRawValue())
+		}
+	}
+	assert.Equal(t, "text/event-stream; charset=utf-8", ct)
 
 	im = get(http.MethodDelete, "/v1/responses/resp_7", "sk-one").GetImmediateResponse()
 	require.NotNil(t, im, "DELETE of the caller's looped answer is answered here")

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,25 @@ func testStoredResponse(t *testing.T, x *scene) {
 	require.Len(t, stored.Tools, 1, "retrieve: the tools: %s", stored.RawJSON())
 	assert.Equal(t, "code_interpreter", stored.Tools[0].Type, "retrieve: the hosted tool, not the internal function")
 	assert.Equal(t, normalized(got.RawJSON()), normalized(stored.RawJSON()), "retrieve: the answer the client got")
+
+	stream := client.Responses.GetStreaming(ctx, got.ID, responses.ResponseGetParams{})
+	var events []responses.ResponseStreamEventUnion
+	for stream.Next() {
+		events = append(events, stream.Current())
+	}
+	require.NoError(t, stream.Err(), "retrieve %s as a stream", got.ID)
+	require.NoError(t, stream.Close())
+	replayed := checkResponsesEvents(t, events)
+	assert.Equal(t, normalized(got.RawJSON()), normalized(replayed.RawJSON()), "retrieve stream=true: the events rebuild the answer")
+	stream = client.Responses.GetStreaming(ctx, got.ID, responses.ResponseGetParams{StartingAfter: openai.Int(int64(len(events) - 2))})
+	var tail []responses.ResponseStreamEventUnion
+	for stream.Next() {
+		tail = append(tail, stream.Current())
+	}
+	require.NoError(t, stream.Err(), "resume %s after an event", got.ID)
+	require.NoError(t, stream.Close())
+	require.Len(t, tail, 1, "starting_after: the events after it")
+	assert.Equal(t, "response.completed", tail[0].Type, "starting_after: the last event")
 
 	items, err := client.Responses.InputItems.List(ctx, got.ID, responses.InputItemListParams{})
 	require.NoError(t, err, "input items of %s", got.ID)

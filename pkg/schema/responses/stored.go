@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -101,42 +102,45 @@ func (x *exchange) Keep(p store.Pending, identity string, final []byte) {
 }
 
 // ServeStored answers, for an answer this server kept for the caller, GET
-// /v1/responses/{id}, DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items as
-// the native API does: rest is the path after the surface's path ("/{id}…"), query the raw
-// query string. It reports false for anything else (an id it never kept, another caller's,
+// /v1/responses/{id} (JSON, or with stream=true — in the query, as the Python SDK sends it, or
+// "stream": true in a JSON body, as openai-go does — the native event stream rebuilt from it,
+// after starting_after when given), DELETE /v1/responses/{id} and GET
+// /v1/responses/{id}/input_items as the native API does: rest is the path after the surface's
+// path ("/{id}…"), query the raw query string. The answer's content type is JSON unless
+// stream is set. It reports false for anything else (an id it never kept, another caller's,
 // another path), which then goes to the upstream untouched. identity is called only when
 // the store may hold an answer.
-func (Surface) ServeStored(p store.Pending, identity func() string, method, rest, query string) (int, []byte, bool) {
+func (Surface) ServeStored(p store.Pending, identity func() string, method, rest, query string, body []byte) (int, []byte, bool, bool) {
 	if p == nil || !p.Holds(kindStored) {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	rest, ok := strings.CutPrefix(rest, "/")
 	if !ok {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	id, sub, _ := strings.Cut(rest, "/")
 	if id == "" || (sub != "" && sub != "input_items") || (sub != "" && method != http.MethodGet) {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	if method != http.MethodGet && method != http.MethodDelete {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	who := identity()
 	if who == "" {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	key := store.Key{Kind: kindStored, ID: id}
 	calls := p.Get(who, key)
 	if len(calls) != 1 || calls[0].CallID != id {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
 	e := calls[0]
 	if e.Arguments == "" {
-		return http.StatusNotFound, notFound(id), true
+		return http.StatusNotFound, notFound(id), false, true
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return http.StatusBadRequest, openai.ErrorJSON("Invalid query string.", "invalid_request_error", "", ""), true
+		return http.StatusBadRequest, openai.ErrorJSON("Invalid query string.", "invalid_request_error", "", ""), false, true
 	}
 	switch {
 	case method == http.MethodDelete:
@@ -148,14 +152,15 @@ func (Surface) ServeStored(p store.Pending, identity func() string, method, rest
 			Object  string `json:"object"`
 			Deleted bool   `json:"deleted"`
 		}{id, "response.deleted", true})
-		return http.StatusOK, b, true
+		return http.StatusOK, b, false, true
 	case sub == "input_items":
-		return inputItems([]byte(e.Output), q)
-	case q.Get("stream") == "true":
-		return http.StatusBadRequest, openai.ErrorJSON("codeinterp does not replay the event stream of a stored response; retrieve it without stream=true.",
-			"invalid_request_error", "stream", "unsupported_parameter"), true
+		st, b := inputItems([]byte(e.Output), q)
+		return st, b, false, true
+	case q.Get("stream") == "true" || len(body) > 0 && gjson.GetBytes(body, "stream").Type == gjson.True:
+		st, b := replay([]byte(e.Arguments), q.Get("starting_after"))
+		return st, b, st == http.StatusOK, true
 	default:
-		return http.StatusOK, []byte(e.Arguments), true
+		return http.StatusOK, []byte(e.Arguments), false, true
 	}
 }
 
@@ -167,13 +172,13 @@ func notFound(id string) []byte {
 // inputItems lists the stored input items as GET /v1/responses/{id}/input_items does: order
 // (asc or desc, the default), after (an item id: the items after it in that order) and limit
 // (1 to 100, 20 by default).
-func inputItems(stored []byte, q url.Values) (int, []byte, bool) {
-	bad := func(param, msg string) (int, []byte, bool) {
-		return http.StatusBadRequest, openai.ErrorJSON(msg, "invalid_request_error", param, "invalid_value"), true
+func inputItems(stored []byte, q url.Values) (int, []byte) {
+	bad := func(param, msg string) (int, []byte) {
+		return http.StatusBadRequest, openai.ErrorJSON(msg, "invalid_request_error", param, "invalid_value")
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(stored, &items); err != nil {
-		return http.StatusInternalServerError, openai.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not read the stored input items.", ""), true
+		return http.StatusInternalServerError, openai.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not read the stored input items.", "")
 	}
 	order := q.Get("order")
 	switch order {
@@ -223,7 +228,40 @@ func inputItems(stored []byte, q url.Values) (int, []byte, bool) {
 	}
 	b, err := json.Marshal(list)
 	if err != nil {
-		return http.StatusInternalServerError, openai.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not list the input items.", ""), true
+		return http.StatusInternalServerError, openai.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not list the input items.", "")
 	}
-	return http.StatusOK, b, true
+	return http.StatusOK, b
+}
+
+// replay returns the event stream of the stored answer final, rebuilt as [SSE] builds it
+// (the events numbered from 0, as the stream the client got), with only the events after
+// sequence number startingAfter when it is given.
+func replay(final []byte, startingAfter string) (int, []byte) {
+	after := -1
+	if startingAfter != "" {
+		n, err := strconv.Atoi(startingAfter)
+		if err != nil || n < 0 {
+			return http.StatusBadRequest, openai.ErrorJSON(fmt.Sprintf("Invalid 'starting_after': '%s'. Expected a non-negative integer.", startingAfter),
+				"invalid_request_error", "starting_after", "invalid_value")
+		}
+		after = n
+	}
+	b, err := SSE(final)
+	if err != nil {
+		return http.StatusInternalServerError, openai.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not replay the stored response.", "")
+	}
+	if after < 0 {
+		return http.StatusOK, b
+	}
+	// Each event is "event: <type>\ndata: <json>\n\n", numbered from 0 in order: the events
+	// after the after-th are those from the (after+1)-th on.
+	rest := b
+	for range after + 1 {
+		i := bytes.Index(rest, []byte("\n\n"))
+		if i < 0 {
+			return http.StatusOK, nil
+		}
+		rest = rest[i+2:]
+	}
+	return http.StatusOK, rest
 }

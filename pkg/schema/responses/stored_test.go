@@ -3,6 +3,7 @@ package responses
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,9 +29,14 @@ func TestServeStored(t *testing.T) {
 	x := keptExchange(t, `{"model":"m","tools":[{"type":"code_interpreter","container":{"type":"auto"}}],"input":[`+
 		`{"role":"user","content":"one"},{"type":"message","role":"user","content":"two","id":"msg_b"},{"role":"user","content":"three"}]}`)
 	x.Keep(p, "id-a", []byte(keptFinal))
-	serve := func(identity, method, rest, query string) (int, string, bool) {
-		st, b, ok := Surface{}.ServeStored(p, func() string { return identity }, method, rest, query)
+	serveBody := func(identity, method, rest, query, body string) (int, string, bool) {
+		st, b, stream, ok := Surface{}.ServeStored(p, func() string { return identity }, method, rest, query, []byte(body))
+		asked := strings.Contains(query, "stream=true") || strings.Contains(body, `"stream":true`)
+		assert.Equal(t, st == http.StatusOK && asked, stream, "%s %s?%s: an event stream only for stream=true", method, rest, query)
 		return st, string(b), ok
+	}
+	serve := func(identity, method, rest, query string) (int, string, bool) {
+		return serveBody(identity, method, rest, query, "")
 	}
 
 	st, body, ok := serve("id-a", http.MethodGet, "/resp_1", "")
@@ -78,8 +84,19 @@ func TestServeStored(t *testing.T) {
 		st, body, _ = serve("id-a", http.MethodGet, "/resp_1/input_items", q)
 		assert.Equal(t, http.StatusBadRequest, st, "query %s: %s", q, body)
 	}
-	st, _, _ = serve("id-a", http.MethodGet, "/resp_1", "stream=true")
-	assert.Equal(t, http.StatusBadRequest, st, "no replay of the event stream")
+	st, body, _ = serve("id-a", http.MethodGet, "/resp_1", "stream=true")
+	require.Equal(t, http.StatusOK, st, body)
+	whole, err := SSE([]byte(keptFinal))
+	require.NoError(t, err)
+	assert.Equal(t, string(whole), body, "stream=true replays the answer's events")
+	st, body, _ = serveBody("id-a", http.MethodGet, "/resp_1", "", `{"stream":true}`)
+	assert.Equal(t, string(whole), body, "stream true in a JSON body, as openai-go sends it")
+	st, body, _ = serve("id-a", http.MethodGet, "/resp_1", "stream=true&starting_after=1")
+	require.Equal(t, http.StatusOK, st, body)
+	assert.True(t, strings.HasPrefix(body, "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,"), "starting_after=1 starts at event 2: %.120s", body)
+	assert.True(t, strings.HasSuffix(string(whole), body), "starting_after: the tail of the stream")
+	st, _, _ = serve("id-a", http.MethodGet, "/resp_1", "stream=true&starting_after=x")
+	assert.Equal(t, http.StatusBadRequest, st, "starting_after not a number")
 
 	st, body, ok = serve("id-a", http.MethodDelete, "/resp_1", "")
 	require.True(t, ok, "DELETE of a kept answer is served")
