@@ -33,6 +33,22 @@ func TestStoredResponses(t *testing.T) {
 	})
 }
 
+// TestStoredResponsesFleet is TestStoredResponses through 3 replicas sharing one Redis, each
+// request on the next replica: an answer kept by one is served by the others.
+func TestStoredResponsesFleet(t *testing.T) {
+	f := NewFleet(t, FleetOptions{Replicas: true})
+	s := f.Stack()
+	m := newModel(t, s.Model)
+	for _, v := range variants {
+		t.Run(v.String(), func(t *testing.T) {
+			m.clear()
+			x := &scene{s: s, m: m, v: v, mark: len(m.Requests())}
+			testStoredResponse(t, x)
+			assert.Zero(t, m.pending(), "%s: every scripted answer was used", v)
+		})
+	}
+}
+
 func testStoredResponse(t *testing.T, x *scene) {
 	ctx := t.Context()
 	x.m.script(responsesPath,
