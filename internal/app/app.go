@@ -140,6 +140,7 @@ func New(o Options) (*App, error) {
 	s.metrics = processor.NewMetrics()
 	adm := admission.New(s.sandboxes, s.stores.continuations, admission.Config{
 		MaxInputFileBytes: int64(min(cfg.GetMaxUploadBytes(), math.MaxInt64)),
+		Stored:            s.stores.stored,
 	})
 	srv, err := processor.New(processor.Options{
 		Routes:            processorRoutes(cfg),

@@ -32,6 +32,9 @@ type stores struct {
 	registry      store.Registry
 	continuations store.Continuations
 	nodes         store.Nodes
+	// stored keeps the assembled answers GET /v1/responses/{id} reads: a store of its own, so
+	// that they do not take the continuations' room (the same bounds, counted apart).
+	stored store.Pending
 	// redis is the client of store "redis", closed by close; nil for store "memory".
 	redis goredis.UniversalClient
 }
@@ -39,7 +42,7 @@ type stores struct {
 // newStores makes the stores of cfg's store.
 func newStores(cfg *configv1.Config, log *zap.Logger) (*stores, error) {
 	if cfg.GetStore() != config.StoreRedis {
-		return &stores{registry: memory.NewRegistry(), continuations: memory.NewPending(nil), nodes: memory.NewNodes()}, nil
+		return &stores{registry: memory.NewRegistry(), continuations: memory.NewPending(nil), nodes: memory.NewNodes(), stored: memory.NewPending(nil)}, nil
 	}
 	rc := cfg.GetRedis()
 	o := goredis.UniversalOptions{
@@ -67,7 +70,12 @@ func newStores(cfg *configv1.Config, log *zap.Logger) (*stores, error) {
 		Timeout: rc.GetTimeout().AsDuration(),
 		Log:     log.Named("redis"),
 	})
-	return &stores{registry: s, continuations: s, nodes: s, redis: c}, nil
+	prefix := rc.GetKeyPrefix()
+	if prefix == "" {
+		prefix = storeredis.DefaultPrefix
+	}
+	stored := storeredis.New(c, storeredis.Options{Prefix: prefix + "stored:", Timeout: rc.GetTimeout().AsDuration(), Log: log.Named("redis")})
+	return &stores{registry: s, continuations: s, nodes: s, stored: stored, redis: c}, nil
 }
 
 // redisLogger sends go-redis's own lines to a zap logger at debug level.

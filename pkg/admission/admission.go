@@ -62,6 +62,9 @@ type Config struct {
 	// for the Containers API's uploads); zero means no bound here (the loop still bounds the
 	// copy).
 	MaxInputFileBytes int64
+	// Stored keeps the assembled answers of the requests the loop answered, which GET
+	// /v1/responses/{id} then reads (see stored.go); nil keeps none.
+	Stored store.Pending
 }
 
 // Admission admits requests. It is safe for concurrent use.
@@ -70,6 +73,7 @@ type Admission struct {
 	continuations store.Continuations
 	files         func(base string) Files
 	maxInputFile  int64
+	stored        store.Pending
 }
 
 // New returns an Admission that checks containers with c and keeps continuations in p.
@@ -84,7 +88,7 @@ func New(c Containers, p store.Continuations, cfg Config) *Admission {
 			return &files.API{Base: base, Client: client}
 		}
 	}
-	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes}
+	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes, stored: cfg.Stored}
 }
 
 // Caller is who sent a request, as the processor knows it. Its methods are called only when
@@ -215,11 +219,13 @@ func (ad *Admitted) Accepted() {
 }
 
 // Answered is called with the loop's answer: a 200 keeps what a request continuing from it
-// needs (the calls it left out, the name it has, the containers it ran in).
+// needs (the calls it left out, the name it has, the containers it ran in), and the answer
+// itself for its retrieval by id.
 func (ad *Admitted) Answered(res loop.Response) {
 	if res.Status != http.StatusOK {
 		return
 	}
+	ad.keep(res.Body)
 	if cx, ok := ad.x.(schema.Continuation); ok {
 		cx.Remember(ad.a.continuations, ad.callerIdentity(), res.Body, res.Pending)
 	}

@@ -130,6 +130,8 @@ type testOptions struct {
 	// NewFiles and Continuations are the Admission's Files API and continuations store.
 	NewFiles      func(base string) admission.Files
 	Continuations store.Continuations
+	// Stored keeps the looped answers (admission.Config.Stored); nil keeps none.
+	Stored store.Pending
 }
 
 // newTestServerWith is newTestServer with the options changed by opts (when set).
@@ -159,7 +161,7 @@ func newTestServerWith(t *testing.T, opts func(*testOptions), mutate func(*confi
 	if opts != nil {
 		opts(&o)
 	}
-	o.Admission = admission.New(containers, o.Continuations, admission.Config{NewFiles: o.NewFiles, MaxInputFileBytes: int64(cfg.GetMaxUploadBytes())})
+	o.Admission = admission.New(containers, o.Continuations, admission.Config{NewFiles: o.NewFiles, MaxInputFileBytes: int64(cfg.GetMaxUploadBytes()), Stored: o.Stored})
 	srv, err := New(o.Options)
 	require.NoError(t, err)
 

@@ -47,6 +47,8 @@ type streamState struct {
 	// admitted what admission decided of it.
 	exchange schema.Exchange
 	admitted *admission.Admitted
+	// stored is a GET about a stored answer whose body is awaited (see storedAnswer).
+	stored *storedRequest
 	// protocol is the filter's configured modes, as Envoy's first message gave them.
 	protocol *extprocv3.ProtocolConfiguration
 	// request is a served request whose body arrives FULL_DUPLEX_STREAMED (the configured
@@ -169,6 +171,11 @@ func (st *streamState) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proce
 			return passThrough(reserved)
 		}
 	}
+	if !served {
+		if ans := st.storedAnswer(path, h.GetEndOfStream()); ans != nil {
+			return ans
+		}
+	}
 	if !served || st.headers.get(":method") != http.MethodPost || st.route.Disabled || h.GetEndOfStream() {
 		st.kind = kindPassThrough
 		return passThrough(reserved)
@@ -229,6 +236,9 @@ type rewrite struct {
 
 // requestBody answers a BUFFERED request body.
 func (st *streamState) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if st.stored != nil {
+		return st.storedBody(b.GetBody())
+	}
 	if st.kind != kindServed {
 		return continueBody
 	}

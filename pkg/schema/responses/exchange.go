@@ -35,6 +35,7 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return openai.ErrorBod
 // NewExchange implements [schema.Surface]. A request with the hosted shell tool (container_auto
 // or container_reference) is served too, with or without a code_interpreter tool: see shell.go.
 func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
+	clientBody := body
 	body, sh, err := rewriteShell(body)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, erro
 	if err != nil {
 		return nil, err
 	}
-	ex := &exchange{Exchange: x}
+	ex := &exchange{Exchange: x, clientBody: clientBody}
 	if sh != nil {
 		if err := sh.apply(x.Request()); err != nil {
 			return nil, err
@@ -91,6 +92,8 @@ type exchange struct {
 	// actions of the shell calls of the answer last parsed, by call id.
 	shell      *shellFinal
 	shellCalls map[string]shellCallArgs
+	// clientBody is the body as the client sent it, whose input items Keep stores.
+	clientBody []byte
 }
 
 // Continue implements [schema.Continuation]. The upstream, when it stores responses, holds a turn
