@@ -70,3 +70,22 @@ func TestNetworkPolicyEchoRepeatedMembers(t *testing.T) {
 		})
 	}
 }
+
+// The model is told which domains a container with an allowlist reaches, in place of the
+// default description's "no internet access"; without a policy the description is the default.
+func TestNetworkPolicyDescription(t *testing.T) {
+	describe := func(t *testing.T, container string) string {
+		t.Helper()
+		body := `{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":` + container + `}]}`
+		sx, err := Surface{}.NewExchange([]byte(body), schema.Options{})
+		require.NoError(t, err, "exchange of %s", body)
+		return gjson.GetBytes(sx.Request().Body, `tools.#(name=="code_interpreter").description`).String()
+	}
+	plain := describe(t, `{"type":"auto"}`)
+	assert.Contains(t, plain, "There is no internet access.", "no policy: the default")
+	allow := describe(t, `{"type":"auto","network_policy":{"type":"allowlist","allowed_domains":["api.example.com","*.example.org"]}}`)
+	assert.NotContains(t, allow, "no internet access", "an allowlist: not the default sentence")
+	assert.Contains(t, allow, "Internet access: only to api.example.com, *.example.org, through the HTTP(S) proxy", "the allowlist told")
+	off := describe(t, `{"type":"auto","network_policy":{"type":"disabled"}}`)
+	assert.Equal(t, plain, off, "a disabled policy: the default")
+}

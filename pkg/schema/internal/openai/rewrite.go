@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -103,9 +104,9 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 
 	r.Found = true
 	edits := make([]jsonscan.Edit, 0, 8) // the tool, the choice, stream, stream_options, a few replays
+	description := o.Description()
 	if tools.found {
 		r.Tool = bytes.Clone(body[tools.ci.Start:tools.ci.End])
-		edits = append(edits, jsonscan.Edit{Start: tools.ci.Start, End: tools.ci.End, Repl: d.FunctionTool(name, o.Description())})
 	}
 	if tools.found {
 		if c := jsonscan.Field(body, tools.ci.Start, "container"); c.OK() {
@@ -117,12 +118,16 @@ func (d *Dialect) rewrite(body []byte, o schema.Options) (schema.Request, []json
 					r.NetworkPolicy = bytes.Clone(body[np.Start:np.End])
 					r.NetworkPolicyParam = fmt.Sprintf("tools[%d].container.network_policy", tools.index)
 					r.Tool = WithoutSecrets(r.Tool, "container")
+					description = NetworkDescription(description, body, np)
 				}
 				if r.FileIDs, err = ReqFileIDs(body, c, fmt.Sprintf("tools[%d].container.file_ids", tools.index)); err != nil {
 					return schema.Request{}, nil, err
 				}
 			}
 		}
+	}
+	if tools.found {
+		edits = append(edits, jsonscan.Edit{Start: tools.ci.Start, End: tools.ci.End, Repl: d.FunctionTool(name, description)})
 	}
 	r.IncludeOutputs = reqIncludes(body, t.Span("include"), IncludeCodeOutputs)
 
@@ -491,4 +496,48 @@ func WithoutSecrets(tool []byte, container string) []byte {
 func wholeToolType(tool []byte) []byte {
 	b, _ := json.Marshal(map[string]any{"type": gjson.GetBytes(tool, "type").String()})
 	return b
+}
+
+// noInternet is the sentence of the default descriptions that a container with an allowlist
+// makes untrue.
+const noInternet = "There is no internet access."
+
+// maxDescribedDomains bounds the domains a description names.
+const maxDescribedDomains = 16
+
+// NetworkDescription returns description telling the model which domains the container may
+// reach when np (a network_policy of body) is an allowlist: the default's "There is no internet
+// access." becomes the list (a custom description gets it appended). A policy that is not an
+// allowlist, or not well formed (admission refuses it), leaves description as it is.
+func NetworkDescription(description string, body []byte, np jsonscan.Span) string {
+	if body[np.Start] != '{' || !jsonscan.FieldIs(body, np.Start, "type", "allowlist") {
+		return description
+	}
+	list := jsonscan.Field(body, np.Start, "allowed_domains")
+	if !list.OK() || body[list.Start] != '[' {
+		return description
+	}
+	var domains []string
+	n := 0
+	jsonscan.EachElem(body, list.Start, func(_, start, end int) bool {
+		if d, ok := jsonscan.Str(body, jsonscan.Span{Start: start, End: end}); ok && d != "" {
+			n++
+			if len(domains) < maxDescribedDomains {
+				domains = append(domains, d)
+			}
+		}
+		return true
+	})
+	if n == 0 {
+		return description
+	}
+	sentence := "Internet access: only to " + strings.Join(domains, ", ")
+	if n > len(domains) {
+		sentence += fmt.Sprintf(" and %d more domains", n-len(domains))
+	}
+	sentence += ", through the HTTP(S) proxy the environment sets (HTTP_PROXY, HTTPS_PROXY); nothing else is reachable."
+	if strings.Contains(description, noInternet) {
+		return strings.Replace(description, noInternet, sentence, 1)
+	}
+	return description + " " + sentence
 }
