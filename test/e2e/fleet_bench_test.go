@@ -190,18 +190,22 @@ func startFleetProc(b *testing.B, bin, dir string, c *configv1.Config) *fleetPro
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("start %s: %v", c.GetNodeId(), err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	// exited is closed once the process has been waited for, with its outcome in waitErr:
+	// both the readiness loop and the cleanup read it (a value sent on a channel once could
+	// be taken by the first, leaving the cleanup waiting for ever after an early exit).
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	b.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
-		case err := <-waited:
-			if err != nil {
-				b.Errorf("%s stopped with %v:\n%s", c.GetNodeId(), err, logs.String())
+		case <-exited:
+			if waitErr != nil && !b.Failed() {
+				b.Errorf("%s stopped with %v:\n%s", c.GetNodeId(), waitErr, logs.String())
 			}
 		case <-time.After(time.Minute):
 			_ = cmd.Process.Kill()
-			<-waited
+			<-exited
 			b.Errorf("%s did not stop within a minute:\n%s", c.GetNodeId(), logs.String())
 		}
 	})
@@ -215,8 +219,8 @@ func startFleetProc(b *testing.B, bin, dir string, c *configv1.Config) *fleetPro
 			}
 		}
 		select {
-		case err := <-waited:
-			b.Fatalf("%s exited: %v\n%s", c.GetNodeId(), err, logs.String())
+		case <-exited:
+			b.Fatalf("%s exited: %v\n%s", c.GetNodeId(), waitErr, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
