@@ -62,4 +62,7 @@ func testFleet(t *testing.T, o FleetOptions) {
 	for i, n := range f.Served() {
 		assert.NotZero(t, n, "gateway %d served requests", i)
 	}
+	if !o.Replicas {
+		t.Run("redis commands of one conversation", func(t *testing.T) { testRedisCommands(t, f, s) })
+	}
 }
