@@ -41,3 +41,22 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" >"$stamp"
 fi
 "$VENV/bin/envoy" --version >/dev/null
+
+# test/js: the Vercel AI SDK suite's packages (pinned by test/js/package-lock.json), reinstalled
+# when the lock changes. Node.js >= 18 is the machine's, or Debian's.
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps: Node.js and npm are missing; run as root:  apt-get install -y nodejs npm" >&2
+    exit 1
+  fi
+  echo "deps: installing nodejs npm"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+jsstamp=test/js/node_modules/.lock.sha256
+jswant=$(sha256sum test/js/package-lock.json | cut -d' ' -f1)
+if [ "$(cat "$jsstamp" 2>/dev/null)" != "$jswant" ]; then
+  echo "deps: installing test/js's packages"
+  (cd test/js && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$jswant" >"$jsstamp"
+fi
