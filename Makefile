@@ -17,6 +17,12 @@ OTELCOL_BUILD := $(BIN)/tools/otelcol-build
 # Packages whose Go tests make up `make test-go`: everything but the deployment tests, which
 # `make deploy-test` runs with the images they need.
 PKGS      = $(shell $(GO) list ./... | grep -v /test/deploy)
+# Of those, the packages whose tests run real processes (sandboxes, Envoy, Redis, servers) or wait
+# on timers: one test binary at a time. The others (pure unit tests) build and run two at a time.
+SERIAL_PKGS = $(filter %/cmd/extproc %/envoy %/internal/app %/pkg/containers %/pkg/egress %/pkg/fleet %/pkg/loop \
+  %/pkg/processor %/pkg/sandbox %/pkg/sandbox/local %/pkg/sandbox/remote %/pkg/schema/internal/bashrun \
+  %/pkg/schema/messages %/pkg/schema/responses %/pkg/store/memory %/pkg/store/redis %/pkg/store/redis/redistest \
+  %/pkg/telemetry %/test/e2e %/test/e2e/cmd/stack %/test/e2e/harness,$(PKGS))
 BENCH_COUNT ?= 5
 FUZZTIME ?= 2m
 
@@ -59,10 +65,12 @@ run-server: deps build
 ## deployment tests (the images built and run in podman, the Helm chart).
 test: deps lint test-go test-python deploy-test
 
-# One test binary at a time (-p 1): the e2e, harness and sandbox packages each load the two cores
-# (containers, Envoy, timers of a few hundred milliseconds); side by side they starve each other.
+# The unit-test packages two at a time, then the others one test binary at a time (-p 1): the e2e,
+# harness and sandbox packages each load the two cores (containers, Envoy, timers of a few hundred
+# milliseconds); side by side they starve each other.
 test-go: deps lint $(OTELCOL)
-	$(GO) test -race -count=1 -p 1 -timeout 40m $(PKGS)
+	$(GO) test -race -count=1 -p 2 -timeout 20m $(filter-out $(SERIAL_PKGS),$(PKGS))
+	$(GO) test -race -count=1 -p 1 -timeout 40m $(SERIAL_PKGS)
 
 test-python: deps
 	$(PYTEST) -q test/python
