@@ -23,8 +23,8 @@ const maxUploads = 50
 
 // uploadNote is the text block a container_upload block becomes for the model.
 func uploadNote(fileID string) string {
-	return quote("[container_upload: the file " + fileID + " was put in the container's input directory, /mnt/data " +
-		"(the working directory); it keeps the name it was uploaded with.]")
+	return quote("[The file " + fileID + " was uploaded to the container's input directory, /mnt/data (the working " +
+		"directory), under the name it was uploaded with.]")
 }
 
 // rewriteUploads turns the container_upload blocks of the user turns into text blocks that
