@@ -27,9 +27,10 @@ import (
 
 // AnthropicFiles serves Anthropic's Files API — GET /v1/files (list), GET /v1/files/{id}
 // (metadata), GET /v1/files/{id}/content (the bytes) and DELETE /v1/files/{id} — over the
-// container files of the caller's containers, in Anthropic's shapes and errors. Only container
-// file ids ("cfile_…") are known here: the files of the model's own Files API stay with the
-// upstream, which the shipped Envoy config routes every other id to.
+// container files of the caller's containers, in Anthropic's shapes and errors; with
+// Config.Uploads also POST /v1/files and the uploads' "file_…" ids (see anthropicupload.go).
+// Otherwise only container file ids ("cfile_…") are known here: the files of the model's own
+// Files API stay with the upstream, which the shipped Envoy config routes every other id to.
 //
 // A container file id does not name its container: a call looks for it in the caller's own
 // containers (most recently active first), so an id of another identity's file is unknown, a
@@ -366,11 +367,11 @@ type betaListPage struct {
 	HasMore bool               `json:"has_more"`
 }
 
-// list is GET /v1/files: the files of the caller's live containers (of the one scope_id names,
-// if given), the newest first. Natively the list is every file of the workspace, uploads
-// included; here it is the container files, which the shipped Envoy config does not route here
-// (GET /v1/files goes to the model's own Files API): a client reaches it on the API listener, or
-// through a route an operator adds.
+// list is GET /v1/files: the caller's uploads (when this server keeps them, and no scope_id is
+// given) and the files of their live containers (of the one scope_id names, if given), the newest
+// first. Natively the list is every file of the workspace, uploads included; the shipped Envoy
+// config routes GET /v1/files here only with the uploads (envoy.RouteAnthropicUploads), else it
+// goes to the model's own Files API and a client reaches this list on the API listener.
 func (a *AnthropicFiles) list(c fileCall) {
 	lq, err := readListQuery(c.r)
 	if err != nil {
