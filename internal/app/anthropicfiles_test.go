@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -10,10 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/admission"
 	"github.com/codeinterp/codeinterp/pkg/config"
 	"github.com/codeinterp/codeinterp/pkg/containers"
 	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/identity"
+	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/messages"
 )
 
 // upstreamFiles is a Files API that knows no file and counts the calls.
@@ -100,4 +106,62 @@ func TestUploadsOf(t *testing.T) {
 	up, err = uploadsOf(&configv1.Config{AnthropicFiles: &configv1.AnthropicFiles{OwnUploads: true, MaxFileBytes: 10}})
 	require.NoError(t, err, "on")
 	assert.EqualValues(t, 10, up.MaxFileBytes(), "max_file_bytes")
+}
+
+// anthropicCaller is a caller with an x-api-key.
+type anthropicCaller string
+
+func (c anthropicCaller) Identity() string { return string(c) }
+
+func (c anthropicCaller) Credentials() http.Header {
+	return http.Header{"X-Api-Key": {string(c)}, "Anthropic-Version": {"2023-06-01"}}
+}
+
+// TestContainerUploadFromUpstream: with own_uploads off (the default), a container_upload's
+// file is read from the upstream's Files API (Anthropic's shapes) with the caller's credential;
+// a file the upstream does not show the caller refuses the request before the model sees it.
+func TestContainerUploadFromUpstream(t *testing.T) {
+	const id = "file_011CNha8iCJcU1wXNR6q4V8w"
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") != "sk-ant-a" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		switch r.URL.Path {
+		case "/v1/files/" + id:
+			_, _ = io.WriteString(w, `{"id":"`+id+`","type":"file","filename":"sales.csv","mime_type":"text/csv","size_bytes":4,`+
+				`"created_at":"2026-08-20T10:00:00Z","downloadable":true,"expires_at":null}`)
+		case "/v1/files/" + id + "/content":
+			_, _ = io.WriteString(w, "a,b\n")
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	body := `{"model":"claude-x","max_tokens":64,"tools":[{"type":"code_execution_20250522","name":"code_execution"}],` +
+		`"messages":[{"role":"user","content":[{"type":"container_upload","file_id":"` + id + `"}]}]}`
+	adm := admission.New(nil, nil, admission.Config{})
+	req := admission.Request{Path: "/v1/messages", Upstream: upstream.URL}
+
+	x, err := messages.Surface{}.NewExchange([]byte(body), schema.Options{})
+	require.NoError(t, err, "exchange")
+	ad, refusal := adm.Prepare(t.Context(), x, anthropicCaller("sk-ant-a"), req)
+	require.Nil(t, refusal, "the owner's request")
+	var lr loop.Request
+	ad.Apply(&lr)
+	require.Len(t, lr.InputFiles, 1, "one file to copy in")
+	assert.Equal(t, "sales.csv", lr.InputFiles[0].Name, "as the upstream names it")
+	name, rc, err := lr.Files.Fetch(t.Context(), id)
+	require.NoError(t, err, "the loop's fetch")
+	got, _ := io.ReadAll(rc)
+	require.NoError(t, rc.Close(), "close")
+	assert.Equal(t, "sales.csv", name, "fetched name")
+	assert.Equal(t, "a,b\n", string(got), "the bytes")
+
+	x, err = messages.Surface{}.NewExchange([]byte(body), schema.Options{})
+	require.NoError(t, err, "exchange")
+	_, refusal = adm.Prepare(t.Context(), x, anthropicCaller("sk-ant-b"), req)
+	require.NotNil(t, refusal, "another key's request is refused")
+	assert.Equal(t, http.StatusBadRequest, refusal.Err.HTTPStatus(), "a 400")
+	assert.Contains(t, refusal.Err.Message, id, "naming the file")
 }
