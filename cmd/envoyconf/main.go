@@ -2,6 +2,9 @@
 // upstream model API, for `make run`:
 //
 //	envoyconf -in envoy/envoy.yaml -upstream https://api.openai.com -out bin/envoy-run.json
+//
+// With -anthropic-uploads it also routes Anthropic's file uploads (POST /v1/files and the
+// file_… ids) to codeinterp, for a server with anthropic_files.own_uploads.
 package main
 
 import (
@@ -29,6 +32,7 @@ func run(args []string) error {
 		cluster  = fs.String("cluster", "llm", "the `cluster` to point at the upstream")
 		upstream = fs.String("upstream", "http://127.0.0.1:8080", "the model API's base `URL` (http or https)")
 		address  = fs.String("listen-address", "", "if set, the `IP` the ingress listener binds (its port is kept)")
+		uploads  = fs.Bool("anthropic-uploads", false, "route Anthropic's file uploads (/v1/files, /v1/files/file_…) to codeinterp's API listener (anthropic_files.own_uploads)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -49,6 +53,11 @@ func run(args []string) error {
 			return err
 		}
 		in.Listener.GetAddress().GetSocketAddress().Address = *address
+	}
+	if *uploads {
+		if err := envoy.RouteAnthropicUploads(b); err != nil {
+			return err
+		}
 	}
 	if err := envoy.Validate(b); err != nil {
 		return fmt.Errorf("validate: %w", err)

@@ -38,7 +38,7 @@ type apiServer struct {
 // under the call's path prefix, as the ext_proc path reads them for a request under that
 // prefix. Without an identity_header the credential is the identity, and (unless
 // verify_api_credentials is off) it must be one the upstream takes.
-func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *zap.Logger) *apiServer {
+func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, uploads *containers.Uploads, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
 	ids := identity.New(secret, identity.Config{CredentialHeaders: cfg.GetCredentialHeaders()})
 	maxUpload := int64(cfg.GetMaxUploadBytes())
@@ -61,7 +61,9 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *z
 		UploadIdle:                   cfg.GetApiUploadIdle().AsDuration(),
 		// As natively, unless the containers live longer here by default.
 		MaxExpiry: max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
-		Log:       log,
+		// Anthropic's uploads, when codeinterp owns them (anthropic_files.own_uploads).
+		Uploads: uploads,
+		Log:     log,
 	}
 	h := containers.New(store, store, ccfg)
 	// Anthropic's Files API over the same containers, for the cfile_ ids Messages answers name.

@@ -30,6 +30,7 @@ import (
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/admission"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/identity"
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/processor"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
@@ -135,13 +136,23 @@ func New(o Options) (*App, error) {
 		}
 		s.sandboxes = s.fleet.fleet
 	}
-	s.api = newAPIServer(cfg, s.sandboxes, secret, log)
+	uploads, err := uploadsOf(cfg)
+	if err != nil {
+		_ = s.closeParts(context.Background())
+		return nil, err
+	}
+	s.api = newAPIServer(cfg, s.sandboxes, secret, uploads, log)
 	s.engine = loop.New(s.sandboxes, loop.Config{Log: log, Telemetry: s.tracing.genAI()})
 	s.metrics = processor.NewMetrics()
-	adm := admission.New(s.sandboxes, s.stores.continuations, admission.Config{
+	acfg := admission.Config{
 		MaxInputFileBytes: int64(min(cfg.GetMaxUploadBytes(), math.MaxInt64)),
 		Stored:            s.stores.stored,
-	})
+	}
+	if uploads != nil {
+		// container_upload blocks name files this process keeps.
+		acfg.NewFiles = newUploadFiles(uploads, identity.New(secret, identity.Config{CredentialHeaders: cfg.GetCredentialHeaders()}))
+	}
+	adm := admission.New(s.sandboxes, s.stores.continuations, acfg)
 	srv, err := processor.New(processor.Options{
 		Routes:            processorRoutes(cfg),
 		ProfileKey:        cfg.GetProfileMetadataKey(),

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,9 +27,10 @@ import (
 
 // AnthropicFiles serves Anthropic's Files API — GET /v1/files (list), GET /v1/files/{id}
 // (metadata), GET /v1/files/{id}/content (the bytes) and DELETE /v1/files/{id} — over the
-// container files of the caller's containers, in Anthropic's shapes and errors. Only container
-// file ids ("cfile_…") are known here: the files of the model's own Files API stay with the
-// upstream, which the shipped Envoy config routes every other id to.
+// container files of the caller's containers, in Anthropic's shapes and errors; with
+// Config.Uploads also POST /v1/files and the uploads' "file_…" ids (see anthropicupload.go).
+// Otherwise only container file ids ("cfile_…") are known here: the files of the model's own
+// Files API stay with the upstream, which the shipped Envoy config routes every other id to.
 //
 // A container file id does not name its container: a call looks for it in the caller's own
 // containers (most recently active first), so an id of another identity's file is unknown, a
@@ -42,6 +44,10 @@ type AnthropicFiles struct {
 	mux   *http.ServeMux
 	// bases are the paths served, "/v1/files" under each prefix.
 	bases []string
+
+	// mu guards uploading: the uploads in progress per identity.
+	mu        sync.Mutex
+	uploading map[string]int
 }
 
 var _ http.Handler = (*AnthropicFiles)(nil)
@@ -49,7 +55,13 @@ var _ http.Handler = (*AnthropicFiles)(nil)
 // NewAnthropicFiles returns the Files API over store and files. Of cfg it uses Identify,
 // Verify, CredentialHeaders, PathPrefixes and Log.
 func NewAnthropicFiles(store Store, files FileStore, cfg Config) *AnthropicFiles {
-	a := &AnthropicFiles{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux()}
+	if cfg.MaxUploadsPerIdentity <= 0 {
+		cfg.MaxUploadsPerIdentity = 4
+	}
+	if cfg.UploadIdle <= 0 {
+		cfg.UploadIdle = 30 * time.Second
+	}
+	a := &AnthropicFiles{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), uploading: map[string]int{}}
 	if a.log == nil {
 		a.log = zap.NewNop()
 	}
@@ -61,6 +73,9 @@ func NewAnthropicFiles(store Store, files FileStore, cfg Config) *AnthropicFiles
 		a.mux.HandleFunc("GET "+base+"/{file}", a.scoped(a.metadata))
 		a.mux.HandleFunc("GET "+base+"/{file}/content", a.scoped(a.content))
 		a.mux.HandleFunc("DELETE "+base+"/{file}", a.scoped(a.delete))
+		if cfg.Uploads != nil {
+			a.mux.HandleFunc("POST "+base, a.scoped(a.upload))
+		}
 	}
 	return a
 }
@@ -220,6 +235,15 @@ func (a *AnthropicFiles) live(c fileCall) ([]Container, error) {
 
 func (a *AnthropicFiles) metadata(c fileCall) {
 	id := c.r.PathValue("file")
+	if a.isUpload(id) {
+		u, err := a.cfg.Uploads.File(c.identity, id)
+		if err != nil {
+			a.fail(c, id, err)
+			return
+		}
+		writeJSON(c.w, uploadMetadata(u))
+		return
+	}
 	f, ct, err := a.find(c, id)
 	if err != nil {
 		a.fail(c, id, err)
@@ -231,6 +255,16 @@ func (a *AnthropicFiles) metadata(c fileCall) {
 // content streams a file's bytes, typed by its name, as an attachment named as the file.
 func (a *AnthropicFiles) content(c fileCall) {
 	id := c.r.PathValue("file")
+	if a.isUpload(id) {
+		// As natively, a file the client uploaded is not downloadable: only those code wrote are.
+		if _, err := a.cfg.Uploads.File(c.identity, id); err != nil {
+			a.fail(c, id, err)
+			return
+		}
+		writeAnthropicErrorCode(c.w, http.StatusBadRequest, "file_not_downloadable",
+			fmt.Sprintf("File %s is not downloadable: only files created by code execution can be downloaded.", id))
+		return
+	}
 	_, ct, err := a.find(c, id)
 	if err != nil {
 		a.fail(c, id, err)
@@ -254,9 +288,14 @@ func (a *AnthropicFiles) content(c fileCall) {
 
 func (a *AnthropicFiles) delete(c fileCall) {
 	id := c.r.PathValue("file")
-	_, ct, err := a.find(c, id)
-	if err == nil {
-		err = a.files.Remove(c.r.Context(), c.identity, ct.ID, id)
+	var err error
+	if a.isUpload(id) {
+		err = a.cfg.Uploads.Remove(c.identity, id)
+	} else {
+		var ct Container
+		if _, ct, err = a.find(c, id); err == nil {
+			err = a.files.Remove(c.r.Context(), c.identity, ct.ID, id)
+		}
 	}
 	if err != nil {
 		a.fail(c, id, err)
@@ -328,11 +367,11 @@ type betaListPage struct {
 	HasMore bool               `json:"has_more"`
 }
 
-// list is GET /v1/files: the files of the caller's live containers (of the one scope_id names,
-// if given), the newest first. Natively the list is every file of the workspace, uploads
-// included; here it is the container files, which the shipped Envoy config does not route here
-// (GET /v1/files goes to the model's own Files API): a client reaches it on the API listener, or
-// through a route an operator adds.
+// list is GET /v1/files: the caller's uploads (when this server keeps them, and no scope_id is
+// given) and the files of their live containers (of the one scope_id names, if given), the newest
+// first. Natively the list is every file of the workspace, uploads included; the shipped Envoy
+// config routes GET /v1/files here only with the uploads (envoy.RouteAnthropicUploads), else it
+// goes to the model's own Files API and a client reaches this list on the API listener.
 func (a *AnthropicFiles) list(c fileCall) {
 	lq, err := readListQuery(c.r)
 	if err != nil {
@@ -345,10 +384,16 @@ func (a *AnthropicFiles) list(c fileCall) {
 		return
 	}
 	type entry struct {
-		f  File
-		ct Container
+		id string
+		at time.Time
+		m  fileMetadataJSON
 	}
 	var all []entry
+	if a.cfg.Uploads != nil && lq.scope == "" {
+		for _, u := range a.cfg.Uploads.List(c.identity) {
+			all = append(all, entry{u.ID, u.CreatedAt, uploadMetadata(u)})
+		}
+	}
 	for _, ct := range cts {
 		if lq.scope != "" && ct.ID != lq.scope {
 			continue
@@ -362,19 +407,19 @@ func (a *AnthropicFiles) list(c fileCall) {
 			return
 		}
 		for _, f := range fs {
-			all = append(all, entry{f, ct})
+			all = append(all, entry{f.ID, f.CreatedAt, metadataOf(f, ct)})
 		}
 	}
 	// The newest first, as natively; the id breaks ties so that a cursor has one place.
 	slices.SortFunc(all, func(x, y entry) int {
-		return cmp.Or(y.f.CreatedAt.Compare(x.f.CreatedAt), strings.Compare(y.f.ID, x.f.ID))
+		return cmp.Or(y.at.Compare(x.at), strings.Compare(y.id, x.id))
 	})
 	if len(lq.ids) > 0 {
 		// One page of the files asked for; unknown ids are left out, as natively.
-		all = slices.DeleteFunc(all, func(e entry) bool { return !slices.Contains(lq.ids, e.f.ID) })
+		all = slices.DeleteFunc(all, func(e entry) bool { return !slices.Contains(lq.ids, e.id) })
 		lq.limit = len(all)
 	}
-	index := func(id string) int { return slices.IndexFunc(all, func(e entry) bool { return e.f.ID == id }) }
+	index := func(id string) int { return slices.IndexFunc(all, func(e entry) bool { return e.id == id }) }
 	start, end := 0, len(all)
 	switch {
 	case lq.page != "":
@@ -383,7 +428,7 @@ func (a *AnthropicFiles) list(c fileCall) {
 		if ok {
 			// The first file after the cursor's place: the cursor's own file may be gone.
 			start = slices.IndexFunc(all, func(e entry) bool {
-				return cmp.Or(at.Compare(e.f.CreatedAt), strings.Compare(id, e.f.ID)) > 0
+				return cmp.Or(at.Compare(e.at), strings.Compare(id, e.id)) > 0
 			})
 			if start < 0 {
 				start = len(all)
@@ -405,7 +450,7 @@ func (a *AnthropicFiles) list(c fileCall) {
 	}
 	data := make([]fileMetadataJSON, len(items))
 	for i, e := range items {
-		data[i] = metadataOf(e.f, e.ct)
+		data[i] = e.m
 	}
 	if lq.beta {
 		p := betaListPage{Data: data, HasMore: more || (lq.beforeID != "" && start > 0)}
@@ -418,8 +463,8 @@ func (a *AnthropicFiles) list(c fileCall) {
 	}
 	p := listPage{Data: data}
 	if more {
-		last := items[len(items)-1].f
-		next := cursor(last.CreatedAt, last.ID)
+		last := items[len(items)-1]
+		next := cursor(last.at, last.id)
 		p.NextPage = &next
 	}
 	writeJSON(c.w, p)

@@ -65,6 +65,10 @@ type Config struct {
 	// which then leaves nothing and frees its container: without it, an upload trickling one
 	// byte now and then would hold the container in use indefinitely. Zero means 30 seconds.
 	UploadIdle time.Duration
+	// Uploads, if set, keeps the files clients upload through Anthropic's Files API (POST
+	// /v1/files, ids "file_…"), which [AnthropicFiles] then serves beside the container files;
+	// without it POST /v1/files is not served here (it belongs to the model's Files API).
+	Uploads *Uploads
 	// Log receives the handler's logs. If nil, nothing is logged.
 	Log *zap.Logger
 }

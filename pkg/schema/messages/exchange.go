@@ -61,7 +61,7 @@ func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, er
 		rq: rq,
 		req: schema.Request{
 			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
-			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice,
+			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice, FileIDs: rq.FileIDs,
 		},
 		sent:       rq.Body,
 		sentStream: rq.Stream && !o.WholeFirst,

@@ -44,6 +44,9 @@ type Request struct {
 	ForcedChoice bool
 	// LaterChoice is the tool_choice of the rounds after the first when ForcedChoice is set.
 	LaterChoice []byte
+	// FileIDs are the files the container_upload blocks name (see upload.go), copied into
+	// the container before the first run.
+	FileIDs []string
 }
 
 // descriptions of the tools the model sees.
@@ -171,6 +174,9 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		}
 	}
 	if out, err = replayHistory(out, rq.Names, version); err != nil {
+		return Request{}, err
+	}
+	if out, rq.FileIDs, err = rewriteUploads(out); err != nil {
 		return Request{}, err
 	}
 	rq.Body = out

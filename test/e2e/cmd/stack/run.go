@@ -78,6 +78,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		maxTotal  = fs.Uint("max-containers", 0, "the server's cap on live containers, `n` (default: the server's)")
 		front     = fs.String("front", "", "base `URL` of a front the driver runs itself: no Envoy is started, the server's follow-up calls go there, and it serves on the listeners inherited as descriptors 3 (ext_proc) and 4 (Containers API)")
 		maxPerID  = fs.Uint("max-containers-per-identity", 0, "the server's cap on one identity's live containers, `n` (default: the server's)")
+		uploads   = fs.Bool("anthropic-uploads", false, "the server keeps Anthropic's uploads (anthropic_files.own_uploads); give it an -envoy-config from envoyconf -anthropic-uploads")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -179,6 +180,9 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	}
 	if *maxPerID > 0 {
 		cfg.Sandbox.MaxContainersPerIdentity = uint32(*maxPerID)
+	}
+	if *uploads {
+		cfg.AnthropicFiles = &configv1.AnthropicFiles{OwnUploads: true}
 	}
 	config.ApplyDefaults(cfg)
 	if err := config.Validate(cfg); err != nil {
