@@ -1,6 +1,8 @@
 package messages
 
 import (
+	"fmt"
+
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -45,4 +47,36 @@ func withoutCaller(b gjson.Result) string {
 		return b.Raw
 	}
 	return out
+}
+
+// directTool is the client's tool t (tools[i]) as the model gets it. Programmatic tool calling
+// is not served: a tool whose allowed_callers leave out "direct" (callable only from code) is
+// refused; one callable directly loses its allowed_callers (direct is the default), which an
+// upstream would refuse once the code execution tool they name is replaced.
+func directTool(i int, t gjson.Result) (string, error) {
+	ac := t.Get("allowed_callers")
+	if !ac.Exists() || ac.Type == gjson.Null {
+		return t.Raw, nil
+	}
+	if !ac.IsArray() {
+		return "", badRequest("tools.%d.allowed_callers: Input should be a valid list", i)
+	}
+	direct := false
+	for j, c := range ac.Array() {
+		switch v := c.String(); {
+		case c.Type != gjson.String || v != "direct" && !isCodeExecution(v):
+			return "", badRequest("tools.%d.allowed_callers.%d: Input should be 'direct' or a code execution tool version", i, j)
+		case v == "direct":
+			direct = true
+		}
+	}
+	if !direct {
+		return "", badRequest("tools.%d.allowed_callers: programmatic tool calling (a tool callable only from code "+
+			"execution) is not served by this server; allow \"direct\" or leave allowed_callers out", i)
+	}
+	out, err := sjson.Delete(t.Raw, "allowed_callers")
+	if err != nil {
+		return "", fmt.Errorf("tools.%d: remove allowed_callers: %w", i, err)
+	}
+	return out, nil
 }

@@ -162,3 +162,40 @@ func TestRewriteREPLReplay(t *testing.T) {
 	assert.JSONEq(t, `{"role":"assistant","content":[{"type":"tool_use","id":"toolu_W","name":"weather","input":{"city":"Paris"}}]}`, msgs[3].Raw, "the client's call, without its caller")
 	assert.JSONEq(t, `{"role":"assistant","content":[{"type":"tool_use","id":"toolu_V","name":"weather","input":{}}]}`, msgs[5].Raw, "a turn of client calls only, without their callers")
 }
+
+// TestRewriteAllowedCallers: a client tool callable directly loses its allowed_callers.
+func TestRewriteAllowedCallers(t *testing.T) {
+	tests := []struct{ name, give, want string }{
+		{name: "none", give: `{"name":"w","input_schema":{"type":"object"}}`, want: `{"name":"w","input_schema":{"type":"object"}}`},
+		{name: "direct", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["direct"]}`, want: `{"name":"w","input_schema":{"type":"object"}}`},
+		{name: "direct and code", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120","direct"]}`, want: `{"name":"w","input_schema":{"type":"object"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20260120","name":"code_execution"},` + tt.give + `],"messages":[]}`
+			rq, err := Rewrite([]byte(body), Options{})
+			require.NoError(t, err, "rewrite %s", tt.give)
+			assert.JSONEq(t, tt.want, gjson.GetBytes(rq.Body, "tools.3").Raw, "%s: the tool the model gets", tt.give)
+		})
+	}
+}
+
+// TestRewriteAllowedCallersRefused: a tool callable only from code (programmatic tool calling,
+// not served) and a malformed allowed_callers are client errors.
+func TestRewriteAllowedCallersRefused(t *testing.T) {
+	tests := []struct{ name, give, want string }{
+		{name: "code only", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}`, want: "programmatic tool calling"},
+		{name: "unknown caller", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["robot"]}`, want: "tools.1.allowed_callers.0"},
+		{name: "not a list", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":"direct"}`, want: "valid list"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20260120","name":"code_execution"},` + tt.give + `],"messages":[]}`
+			_, err := Rewrite([]byte(body), Options{})
+			var re *RequestError
+			require.ErrorAs(t, err, &re, "%s: a client error", tt.give)
+			assert.Contains(t, re.Message, tt.want, "%s: the message", tt.give)
+			assert.Equal(t, 400, re.HTTPStatus(), "%s: a 400", tt.give)
+		})
+	}
+}

@@ -158,7 +158,18 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		}
 	}
 
-	out, err := replaceTool(body, tools, at, toolsFor(version, rq.Names, cache, o.CellLimit))
+	elems := tools.Array()
+	raws := make([]string, len(elems))
+	for i, t := range elems {
+		if i == at {
+			continue
+		}
+		var err error
+		if raws[i], err = directTool(i, t); err != nil {
+			return Request{}, err
+		}
+	}
+	out, err := replaceTool(body, raws, at, toolsFor(version, rq.Names, cache, o.CellLimit))
 	if err != nil {
 		return Request{}, err
 	}
@@ -199,16 +210,15 @@ func Rewrite(body []byte, o Options) (Request, error) {
 	return rq, nil
 }
 
-// replaceTool puts repl in the place of tools[at].
-func replaceTool(body []byte, tools gjson.Result, at int, repl []string) ([]byte, error) {
-	elems := tools.Array()
-	parts := make([]string, 0, len(elems)+len(repl))
-	for i, e := range elems {
+// replaceTool makes tools the request's tools, with repl in the place of tools[at].
+func replaceTool(body []byte, tools []string, at int, repl []string) ([]byte, error) {
+	parts := make([]string, 0, len(tools)+len(repl))
+	for i, e := range tools {
 		if i == at {
 			parts = append(parts, repl...)
 			continue
 		}
-		parts = append(parts, e.Raw)
+		parts = append(parts, e)
 	}
 	out, err := sjson.SetRawBytes(body, "tools", []byte("["+strings.Join(parts, ",")+"]"))
 	if err != nil {
