@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
@@ -154,4 +155,67 @@ func TestLocalResumeInterrupted(t *testing.T) {
 	_, err := c.(sandbox.Resumer).Resume(ctx, []sandbox.ToolResult{{Content: "x"}})
 	assert.ErrorIs(t, err, sandbox.ErrTimeout, "interrupted at the deadline")
 	assert.Equal(t, "2", runIn(t, c, "1+1").Value, "the container lives on")
+}
+
+// TestManagerResumesAcrossRequests: through the Manager, a run paused in one request's lease is
+// resumed by a later request's lease on the same container, pausing again, then ending.
+func TestManagerResumesAcrossRequests(t *testing.T) {
+	t.Parallel()
+	m := sandbox.NewManager(sharedLocal(t), sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close the manager") })
+	ctx := context.Background()
+	first, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", Session: "ptc"})
+	require.NoError(t, err, "acquire")
+	res, err := first.Run(ctx, ptcCell, 30*time.Second)
+	require.NoError(t, err, "run")
+	require.Len(t, res.Calls, 2, "paused for two calls")
+	id := first.ContainerID()
+	first.Release()
+
+	later, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
+	require.NoError(t, err, "acquire by id")
+	defer later.Release()
+	_, err = later.Run(ctx, "print(1)", 5*time.Second)
+	assert.ErrorIs(t, err, sandbox.ErrPaused, "no run while paused")
+	res, err = later.Resume(ctx, []sandbox.ToolResult{{Content: "1"}, {Content: "2"}}, 30*time.Second)
+	require.NoError(t, err, "resume")
+	require.Len(t, res.Calls, 1, "paused again")
+	res, err = later.Resume(ctx, []sandbox.ToolResult{{Content: "3"}}, 30*time.Second)
+	require.NoError(t, err, "resume again")
+	assert.Equal(t, "parallel 1 2\ntotal 6\n", res.Stdout, "the cell ended")
+	_, err = later.Resume(ctx, []sandbox.ToolResult{{Content: "3"}}, 30*time.Second)
+	assert.ErrorIs(t, err, sandbox.ErrNotPaused, "nothing paused any more")
+}
+
+// TestManagerAbandonsPause: a pause not resumed within PauseTimeout is ended: the code's calls
+// raise TimeoutError, a resume finds nothing paused, and the container runs on.
+func TestManagerAbandonsPause(t *testing.T) {
+	t.Parallel()
+	m := sandbox.NewManager(sharedLocal(t), sandbox.ManagerConfig{PauseTimeout: 300 * time.Millisecond}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close the manager") })
+	ctx := context.Background()
+	lease, err := m.Acquire(ctx, sandbox.AcquireRequest{Identity: "bob", Session: "ptc"})
+	require.NoError(t, err, "acquire")
+	defer lease.Release()
+	res, err := lease.Run(ctx, `
+import asyncio
+async def main():
+    try:
+        await __codeinterp_tool_call__('query_database', {"sql": "x"})
+    except TimeoutError as e:
+        global seen
+        seen = str(e)
+asyncio.run(main())
+`, 30*time.Second)
+	require.NoError(t, err, "run")
+	require.Len(t, res.Calls, 1, "paused")
+	require.Eventually(t, func() bool {
+		_, err := lease.Run(ctx, "1", 5*time.Second)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the pause is ended past its bound")
+	_, err = lease.Resume(ctx, []sandbox.ToolResult{{Content: "late"}}, 5*time.Second)
+	assert.ErrorIs(t, err, sandbox.ErrNotPaused, "too late")
+	res, err = lease.Run(ctx, "seen", 5*time.Second)
+	require.NoError(t, err, "run")
+	assert.Equal(t, `"Calling tool ['query_database'] timed out."`, res.Value, "the code saw the timeout")
 }
