@@ -160,7 +160,10 @@ type Config struct {
 	// container, the shell tool's container_auto) reaches its allowed domains, over HTTP and
 	// HTTPS only, through a proxy the server owns (docs/security.md, "Network access"). Off by
 	// default: a network_policy other than disabled is refused with a 400.
-	Network       *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
+	Network *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
+	// ptc bounds programmatic tool calling: code in a container awaiting the client's own tools
+	// pauses its run until a later request brings the calls' results (docs/surfaces.md).
+	Ptc           *Ptc `protobuf:"bytes,45,opt,name=ptc,proto3" json:"ptc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +404,13 @@ func (x *Config) GetTracing() *Tracing {
 func (x *Config) GetNetwork() *Network {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *Config) GetPtc() *Ptc {
+	if x != nil {
+		return x.Ptc
 	}
 	return nil
 }
@@ -1543,11 +1553,59 @@ func (x *Network) GetIdleTimeout() *durationpb.Duration {
 	return nil
 }
 
+// Ptc bounds the runs paused for the client's tool calls their code awaits.
+type Ptc struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pause_timeout is how long a paused run waits for the results of its calls: past it, each
+	// call raises TimeoutError("Calling tool ['name'] timed out.") in the code, which goes on.
+	// Default 270s (the native ~4.5 minutes).
+	PauseTimeout  *durationpb.Duration `protobuf:"bytes,1,opt,name=pause_timeout,json=pauseTimeout,proto3" json:"pause_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ptc) Reset() {
+	*x = Ptc{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ptc) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ptc) ProtoMessage() {}
+
+func (x *Ptc) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ptc.ProtoReflect.Descriptor instead.
+func (*Ptc) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Ptc) GetPauseTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.PauseTimeout
+	}
+	return nil
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x95\f\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc2\f\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1580,7 +1638,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x11fleet_secret_file\x18$ \x01(\tR\x0ffleetSecretFile\x12;\n" +
 	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x127\n" +
 	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x127\n" +
-	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x1aZ\n" +
+	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x12+\n" +
+	"\x03ptc\x18- \x01(\v2\x19.codeinterp.config.v1.PtcR\x03ptc\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -1693,7 +1752,9 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x06 \x01(\x04R\bmaxBytes\x12(\n" +
 	"\x10max_header_bytes\x18\a \x01(\rR\x0emaxHeaderBytes\x12<\n" +
 	"\fdial_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vdialTimeout\x12<\n" +
-	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeoutBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\"E\n" +
+	"\x03Ptc\x12>\n" +
+	"\rpause_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fpauseTimeoutBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
@@ -1707,7 +1768,7 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*Redis)(nil),               // 1: codeinterp.config.v1.Redis
@@ -1718,39 +1779,42 @@ var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Sandbox)(nil),             // 6: codeinterp.config.v1.Sandbox
 	(*LocalSandbox)(nil),        // 7: codeinterp.config.v1.LocalSandbox
 	(*Network)(nil),             // 8: codeinterp.config.v1.Network
-	nil,                         // 9: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 10: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 11: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(*Ptc)(nil),                 // 9: codeinterp.config.v1.Ptc
+	nil,                         // 10: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 11: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 12: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	12, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	13, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
 	5,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	9,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	10, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
 	6,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
 	4,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	12, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	13, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
 	1,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
 	2,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
 	3,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
 	8,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
-	12, // 10: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	10, // 11: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	11, // 12: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	12, // 13: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	12, // 14: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	12, // 15: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	7,  // 16: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	12, // 17: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	12, // 18: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	12, // 19: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	12, // 20: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	5,  // 21: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	9,  // 10: codeinterp.config.v1.Config.ptc:type_name -> codeinterp.config.v1.Ptc
+	13, // 11: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	11, // 12: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	12, // 13: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	13, // 14: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	13, // 15: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	13, // 16: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	7,  // 17: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	13, // 18: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	13, // 19: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	13, // 20: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	13, // 21: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	13, // 22: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
+	5,  // 23: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1767,7 +1831,7 @@ func file_codeinterp_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
