@@ -162,7 +162,9 @@ type Config struct {
 	// default: a network_policy other than disabled is refused with a 400.
 	Network *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
 	// ptc bounds programmatic tool calling: code in a container awaiting the client's own tools
-	// pauses its run until a later request brings the calls' results (docs/surfaces.md).
+	// pauses its run until the calls' results come. No API surface serves it yet: a request's
+	// run that pauses is resumed at once with each call refused (docs/surfaces.md), and
+	// pause_timeout ends a pause nothing resumed.
 	Ptc           *Ptc `protobuf:"bytes,45,opt,name=ptc,proto3" json:"ptc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
