@@ -161,33 +161,6 @@ func (lr *loopRun) ensureLease(ctx context.Context) (*sandbox.Lease, error) {
 	return lease, nil
 }
 
-// TextToolNotCallable is the error a call of the client's tools from code gets (the code sees
-// it raised as ToolCallError): no tool is callable from code in this request.
-const TextToolNotCallable = "the client's tools cannot be called from code in this request (programmatic tool calling is not enabled)"
-
-// runCode runs code in lease's container within timeout (0: the sandbox's default). A run
-// that pauses for calls of the client's tools (see [sandbox.Resumer]) is resumed at once with
-// each call failing with TextToolNotCallable, within what is left of timeout, so that no
-// container is left paused.
-func runCode(ctx context.Context, lease *sandbox.Lease, code string, timeout time.Duration) (sandbox.Result, error) {
-	start := time.Now()
-	res, err := lease.Run(ctx, code, timeout)
-	for err == nil && len(res.Calls) > 0 {
-		left := time.Duration(0)
-		if timeout > 0 {
-			if left = timeout - time.Since(start); left <= 0 {
-				left = time.Millisecond // the run stops at once, as one past its limit does
-			}
-		}
-		refused := make([]sandbox.ToolResult, len(res.Calls))
-		for i := range refused {
-			refused[i] = sandbox.ToolResult{Content: TextToolNotCallable, IsError: true}
-		}
-		res, err = lease.Resume(ctx, refused, left)
-	}
-	return res, err
-}
-
 // ctxErrType is the error.type of a tool call the loop's end left unanswered.
 func ctxErrType(ctx context.Context) string {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -234,7 +207,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	}
 	lr.calls++
 	start := time.Now()
-	res, err := runCode(ctx, lease, item.Code, timeout)
+	res, err := lease.RunRefusingToolCalls(ctx, item.Code, timeout) // no surface serves programmatic tool calling yet
 	lr.e.metrics.runSeconds.Observe(time.Since(start).Seconds())
 	item.ContainerID = lease.ContainerID()
 	item.Files = codeFiles(res.Files)

@@ -14,7 +14,7 @@ import (
 )
 
 // TestPausedRunIsResumedWithRefusals: a run whose code awaits the client's tools (no surface
-// lets it yet) is resumed at once, each call failing with TextToolNotCallable, until it ends;
+// lets it yet) is resumed at once, each call failing with sandbox.TextToolCallRefused, until it ends;
 // the model reads the run's final output.
 func TestPausedRunIsResumedWithRefusals(t *testing.T) {
 	f := newFixture(t, scripted{status: 200, body: respText("2", "done")})
@@ -31,7 +31,7 @@ func TestPausedRunIsResumedWithRefusals(t *testing.T) {
 	}
 	res := f.engine.Run(context.Background(), f.request(t, respSurface, responsesClient, respCall("1", "await weather({})", 10)))
 	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
-	refused := sandbox.ToolResult{Content: TextToolNotCallable, IsError: true}
+	refused := sandbox.ToolResult{Content: sandbox.TextToolCallRefused, IsError: true}
 	assert.Equal(t, [][]sandbox.ToolResult{{refused, refused}, {refused}}, got, "each pause resumed with refusals")
 	sent := f.model.sent()
 	require.Len(t, sent, 1, "one follow-up")

@@ -147,3 +147,30 @@ func (l *Lease) Resume(ctx context.Context, results []ToolResult, timeout time.D
 	}
 	return r.Resume(ctx, results, timeout)
 }
+
+// TextToolCallRefused is the error a call of the client's tools from code gets from
+// [Lease.RunRefusingToolCalls] (the code sees it raised as ToolCallError).
+const TextToolCallRefused = "the client's tools cannot be called from code in this request (programmatic tool calling is not enabled)"
+
+// RunRefusingToolCalls runs code as Run does, but a run that pauses for calls of the client's
+// tools is resumed at once with each call failing with TextToolCallRefused, within what is
+// left of timeout, until it ends: for a caller that serves no programmatic tool calling, so
+// that no container is left paused.
+func (l *Lease) RunRefusingToolCalls(ctx context.Context, code string, timeout time.Duration) (Result, error) {
+	start := time.Now()
+	res, err := l.Run(ctx, code, timeout)
+	for err == nil && len(res.Calls) > 0 {
+		left := time.Duration(0)
+		if timeout > 0 {
+			if left = timeout - time.Since(start); left <= 0 {
+				left = time.Millisecond // the run stops at once, as one past its limit does
+			}
+		}
+		refused := make([]ToolResult, len(res.Calls))
+		for i := range refused {
+			refused[i] = ToolResult{Content: TextToolCallRefused, IsError: true}
+		}
+		res, err = l.Resume(ctx, refused, left)
+	}
+	return res, err
+}
