@@ -85,6 +85,7 @@ func managerConfig(cfg *configv1.Config, registry store.Registry) sandbox.Manage
 		MaxContainers:            int(sb.GetMaxContainers()),
 		MaxContainersPerIdentity: int(sb.GetMaxContainersPerIdentity()),
 		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
+		PauseTimeout:             cfg.GetPtc().GetPauseTimeout().AsDuration(),
 		Registry:                 registry,
 		Node:                     nodeOf(cfg),
 	}

@@ -76,6 +76,10 @@ const (
 	DefaultNetworkMaxHeaderBytes = 64 << 10
 	DefaultNetworkDialTimeout    = 10 * time.Second
 	DefaultNetworkIdleTimeout    = 2 * time.Minute
+
+	// DefaultPauseTimeout bounds a run paused for the client's tool calls (ptc.pause_timeout),
+	// as sandbox.DefaultPauseTimeout does.
+	DefaultPauseTimeout = 270 * time.Second
 )
 
 // DefaultNetworkPorts are the destination ports a container may reach (network.ports).
@@ -226,6 +230,7 @@ var defaults = []struct {
 	{"network.max_header_bytes", DefaultNetworkMaxHeaderBytes},
 	{"network.dial_timeout", DefaultNetworkDialTimeout},
 	{"network.idle_timeout", DefaultNetworkIdleTimeout},
+	{"ptc.pause_timeout", DefaultPauseTimeout},
 }
 
 // ApplyDefaults fills every unset field of cfg with its documented default, creating the

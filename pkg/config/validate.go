@@ -95,6 +95,9 @@ func Validate(cfg *configv1.Config) error {
 	errs = append(errs, validateSandbox(cfg.Sandbox)...)
 	errs = append(errs, validateNetwork(cfg.GetNetwork(), cfg.GetSandbox())...)
 	errs = append(errs, validateFleet(cfg)...)
+	if d := cfg.GetPtc().GetPauseTimeout(); d != nil && d.AsDuration() <= 0 {
+		errs = append(errs, fmt.Errorf("ptc.pause_timeout: %v must be positive", d.AsDuration()))
+	}
 	return errors.Join(errs...)
 }
 

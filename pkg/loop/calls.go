@@ -207,7 +207,7 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	}
 	lr.calls++
 	start := time.Now()
-	res, err := lease.Run(ctx, item.Code, timeout)
+	res, err := lease.RunRefusingToolCalls(ctx, item.Code, timeout) // no surface serves programmatic tool calling yet
 	lr.e.metrics.runSeconds.Observe(time.Since(start).Seconds())
 	item.ContainerID = lease.ContainerID()
 	item.Files = codeFiles(res.Files)

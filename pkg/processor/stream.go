@@ -258,6 +258,7 @@ func (st *streamState) readRequest(body []byte) rewrite {
 		FunctionName:        st.route.FunctionName,
 		FunctionDescription: st.route.FunctionDescription,
 		WholeFirst:          st.replayReason() != "",
+		RunTimeout:          st.route.RunTimeout,
 	})
 	if err != nil {
 		var re *schema.RequestError

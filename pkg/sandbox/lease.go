@@ -40,8 +40,10 @@ func (l *Lease) ContainerID() string { return l.b.ContainerID() }
 // only. If the key's container was lost or evicted since, Run first gets a fresh container for
 // the same key (its state is gone and ContainerID changes). A run that loses its container
 // (ErrLost, alone or with ErrTimeout) evicts it and deletes it, but only if the key still maps
-// to it. Errors: ErrTimeout, ErrLost, ErrUnavailable (no container could be started),
-// ErrClosed, or ctx's error; the Result holds what the run showed, also when it failed.
+// to it. A run whose code awaits the client's tools pauses: its Result has Calls, and the
+// container's next run fails with ErrPaused until a Resume (see [Lease.Resume]). Errors:
+// ErrTimeout, ErrLost, ErrUnavailable (no container could be started), ErrPaused, ErrClosed,
+// or ctx's error; the Result holds what the run showed, also when it failed.
 func (l *Lease) Run(ctx context.Context, code string, timeout time.Duration) (Result, error) {
 	return l.b.Run(ctx, code, timeout)
 }
@@ -102,12 +104,17 @@ func (l *localLease) Run(ctx context.Context, code string, timeout time.Duration
 			e.sem <- struct{}{}
 			return Result{}, err
 		}
+		if l.m.paused(e) {
+			e.sem <- struct{}{}
+			return Result{}, ErrPaused
+		}
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		res, err := c.Run(runCtx, code)
 		cancel()
 		if len(res.Files) > 0 {
 			l.m.registerRunFiles(context.WithoutCancel(ctx), e, c, &res)
 		}
+		l.m.notePause(e, c, res)
 		l.m.afterRun(e, c, err)
 		e.sem <- struct{}{}
 		return res, err

@@ -45,6 +45,10 @@ type ManagerConfig struct {
 	MaxContainersPerIdentity int
 	// RunTimeout is the wall-clock limit of a run called with timeout 0. Default 30s.
 	RunTimeout time.Duration
+	// PauseTimeout bounds how long a run paused for tool calls (see [Resumer]) waits for its
+	// Resume: past it, each call raises TimeoutError in the code, which goes on. Default 270s
+	// (the native ~4.5 minutes).
+	PauseTimeout time.Duration
 	// DeleteTimeout bounds one background deletion. Default 30s.
 	DeleteTimeout time.Duration
 	// MaxFileTableBytes bounds the server memory one container's files table takes: each file
@@ -80,6 +84,7 @@ const (
 	DefaultMaxContainers            = 64
 	DefaultMaxContainersPerIdentity = 16
 	DefaultRunTimeout               = 30 * time.Second
+	DefaultPauseTimeout             = 270 * time.Second
 
 	DefaultMaxFileTableBytes            = 4 << 20
 	DefaultMaxFileTableBytesPerIdentity = 16 << 20
@@ -113,6 +118,9 @@ func (c *ManagerConfig) setDefaults() {
 	c.MaxContainersPerIdentity = min(max(c.MaxContainersPerIdentity, c.MaxSessionsPerIdentity), c.MaxContainers)
 	if c.RunTimeout <= 0 {
 		c.RunTimeout = DefaultRunTimeout
+	}
+	if c.PauseTimeout <= 0 {
+		c.PauseTimeout = DefaultPauseTimeout
 	}
 	if c.DeleteTimeout <= 0 {
 		c.DeleteTimeout = 30 * time.Second
@@ -226,6 +234,9 @@ type entry struct {
 
 	// sem serializes runs (and the lazy start) on the entry: one token.
 	sem chan struct{}
+
+	// pause is the run of c paused for tool calls, nil when none (guarded by Manager.mu).
+	pause *pause
 }
 
 // Manager maps sandbox keys to containers: ephemeral keys minted per request, session keys,
@@ -685,6 +696,7 @@ func (m *Manager) removeLocked(e *entry) {
 		return
 	}
 	e.dead = true
+	m.endPauseLocked(e)
 	ctx := context.Background()
 	if e.key.lasting() && !m.closed {
 		if err := m.reg.Expire(ctx, e.id); err != nil {

@@ -115,6 +115,9 @@ type Result struct {
 	// is one or more bracketed sentences ("[3 files written are not listed: …]"), meant to be
 	// shown as Truncated's note is; empty when nothing was left out.
 	FilesNote string
+	// Calls, when set, are the calls of the client's tools the run is paused for (see
+	// [Resumer]): the run has not ended, and the other fields are empty.
+	Calls []ToolCall
 }
 
 // AddFilesNote appends note to r's FilesNote, on a line of its own.

@@ -3,6 +3,7 @@ package schema
 import (
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultFunctionName is the name of the function tool the code_interpreter tool becomes when
@@ -28,6 +29,9 @@ type Options struct {
 	// streams: the client's stream is replayed after the loop, where a streamed first answer
 	// would only be larger.
 	WholeFirst bool
+	// RunTimeout is the wall-clock limit of one code run, which a surface may tell the model
+	// (the Messages API's code_execution_20260521 does); zero means not told.
+	RunTimeout time.Duration
 }
 
 func (o Options) Name() string {

@@ -77,6 +77,8 @@ type container struct {
 	runMu       sync.Mutex // one run at a time
 	seq         uint64     // guarded by runMu
 	killedSince bool       // guarded by runMu: stopBackground killed processes after the last run
+	paused      *cell      // guarded by runMu: the run paused for tool calls, nil when none
+	pausedCalls int        // guarded by runMu: how many calls it is paused for
 
 	// openMu guards held: the files open on the container's tmpfs (readers OpenFile handed
 	// out, writes in progress), which Delete closes.

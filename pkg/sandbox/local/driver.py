@@ -10,6 +10,10 @@
 #   fd 3  server -> driver  frames: 4-byte big-endian length, marshal (version 2) dict
 #   fd 4  driver -> server  frames: same encoding
 #   fd 5  server -> driver  8-byte big-endian run numbers to interrupt (SIGINT, KeyboardInterrupt)
+# A run whose code awaits the client's tools (programmatic tool calling, through
+# __codeinterp_tool_call__) pauses: the driver sends a "calls" frame of the run's pending calls
+# and blocks reading fd 3 until the server's "resume" frame brings their results; then the run
+# goes on, and may pause again, until its "result" frame.
 # This driver arrives compiled: argv[1] is its code object and argv[2] the configuration, both
 # marshalled, in hex. In a fork template (template.py) it is run with _FORK_TEMPLATE set: it then
 # only defines its functions; the template calls _prepare once and _reseed before each fork, and
@@ -23,6 +27,10 @@ import _signal as signal  # the signal module would import enum: 7 ms of a cold 
 
 R_IN, R_OUT, R_INTR = 3, 4, 5
 MAX_REQUEST = 64 << 20
+# Bounds of programmatic tool calls (pkg/sandbox/local/frames.go checks the same): the calls of
+# one pause, and the bytes of one call's JSON input.
+MAX_TOOL_CALLS = 16
+MAX_TOOL_INPUT = 256 << 10
 FLUSH_EVERY = 0.1  # seconds: output of a running cell reaches the server at least this often
 
 
@@ -59,6 +67,7 @@ S.shown = set()
 S.sources = {}
 S.files = {}
 S.truncated = False
+S.tool_pending = []  # calls of the client's tools not sent yet: (name, input JSON, future)
 
 
 def _read_exact(fd, n):
@@ -487,6 +496,7 @@ def _run(req):
     fname = '<cell %d>' % S.count
     S.sources[fname] = code
     S.images, S.image_bytes, S.shown, S.truncated = [], 0, set(), False
+    S.tool_pending = []
     res = {'op': 'result', 'seq': seq, 'value': '', 'error': None}
     _reset_streams()
     try:
@@ -512,6 +522,62 @@ def _run(req):
     res['images'] = S.images
     res['truncated'] = S.truncated
     return res
+
+
+
+# --- programmatic tool calls ----------------------------------------------------------------
+
+class ToolCallError(Exception):
+    """The client's tool answered a call with an error (its tool_result's is_error)."""
+
+
+async def _tool_call(name, args=None):
+    # A call of the client's tool name from the cell's code: the calls the running event loop
+    # makes before it next waits are sent together (asyncio.gather makes them in parallel), and
+    # each call's result is the client's tool_result content, as a str.
+    import asyncio
+    if os.getpid() != S.pid:
+        raise RuntimeError('the client\'s tools can only be called from the cell\'s own process')
+    import json
+    text = json.dumps({} if args is None else args)
+    if len(text) > MAX_TOOL_INPUT:
+        raise ValueError('the input of a call of %s is %d bytes, more than %d' % (name, len(text), MAX_TOOL_INPUT))
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    S.tool_pending.append((name, text, fut))
+    if len(S.tool_pending) == 1:
+        # Twice around the loop: every task ready now makes its calls first.
+        loop.call_soon(loop.call_soon, _tool_flush)
+    return await fut
+
+
+def _tool_flush():
+    pending, S.tool_pending = S.tool_pending, []
+    if not pending:
+        return
+    if len(pending) > MAX_TOOL_CALLS:
+        # None is sent: each call raises.
+        for _, _, fut in pending:
+            if not fut.done():
+                fut.set_exception(RuntimeError('%d calls of the client\'s tools at once, more than %d'
+                                               % (len(pending), MAX_TOOL_CALLS)))
+        return
+    _flush_buffers()
+    _send({'op': 'calls', 'seq': S.seq, 'calls': [{'name': n, 'input': t} for n, t, _ in pending]})
+    req = _recv()
+    if req is None or req.get('op') != 'resume' or req.get('seq') != S.seq:
+        os._exit(3)  # the server is gone, or broke the protocol
+    results = req.get('results') or []
+    for i, (name, _, fut) in enumerate(pending):
+        r = results[i] if i < len(results) else {'timeout': True}
+        if fut.done():
+            continue
+        if r.get('timeout'):
+            fut.set_exception(TimeoutError('Calling tool [%r] timed out.' % name))
+        elif r.get('is_error'):
+            fut.set_exception(ToolCallError(r.get('content', '')))
+        else:
+            fut.set_result(r.get('content', ''))
 
 
 # --- start ----------------------------------------------------------------------------------
@@ -609,6 +675,8 @@ def _prepare_child():
     main.__dict__['__builtins__'] = builtins
     sys.modules['__main__'] = main
     builtins.display = display
+    builtins.__codeinterp_tool_call__ = _tool_call
+    builtins.ToolCallError = ToolCallError
     S.ns = main.__dict__
     # Fault in (copy on write) what the first run touches, now rather than then.
     compile(compile('pass', '<warm>', 'exec', _ast.PyCF_ONLY_AST, dont_inherit=True), '<warm>', 'exec')
@@ -663,6 +731,8 @@ def _main(cfg=None):
         main.__dict__['__builtins__'] = builtins
         sys.modules['__main__'] = main
         builtins.display = display
+        builtins.__codeinterp_tool_call__ = _tool_call
+        builtins.ToolCallError = ToolCallError
         S.ns = main.__dict__
     S.files = {}
     if not forked:  # a forked container's data directory is a new, empty file system

@@ -2,6 +2,8 @@ package local
 
 import (
 	"fmt"
+
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
 // The frames between the server and its two Python programs, each a marshalled dict with an
@@ -116,6 +118,8 @@ func decodeAnswer(v map[string]any) (any, error) {
 	switch op {
 	case "ready":
 		return readyAnswer{preloaded: v["preloaded"]}, nil
+	case "calls":
+		return decodeCalls(v)
 	case "result":
 	default:
 		if len(op) > 32 {
@@ -181,4 +185,56 @@ func decodeTemplateAnswer(v map[string]any) templateAnswer {
 		a.err = fmt.Sprint(e)
 	}
 	return a
+}
+
+// resumeRequest gives a paused run the results of its tool calls.
+type resumeRequest struct {
+	seq     uint64
+	results []sandbox.ToolResult
+}
+
+func (r resumeRequest) encode() map[string]any {
+	results := make([]any, len(r.results))
+	for i, x := range r.results {
+		m := map[string]any{"content": x.Content}
+		if x.IsError {
+			m["is_error"] = true
+		}
+		if x.Timeout {
+			m["timeout"] = true
+		}
+		results[i] = m
+	}
+	return map[string]any{"op": "resume", "seq": int64(r.seq), "results": results}
+}
+
+// callsAnswer is the driver's "calls" frame: run seq is paused for these calls of the client's
+// tools.
+type callsAnswer struct {
+	seq   int64
+	calls []sandbox.ToolCall
+}
+
+// decodeCalls reads a "calls" frame. What the code sends is bounded as the driver bounds it
+// (sandbox.MaxToolCalls, MaxToolInputBytes); beyond it, or malformed, the frame was forged.
+func decodeCalls(v map[string]any) (callsAnswer, error) {
+	seq, ok := v["seq"].(int64)
+	if !ok {
+		return callsAnswer{}, fmt.Errorf("protocol violation: a \"calls\" frame with a seq of type %T", v["seq"])
+	}
+	list, ok := v["calls"].([]any)
+	if !ok || len(list) == 0 || len(list) > sandbox.MaxToolCalls {
+		return callsAnswer{}, fmt.Errorf("protocol violation: a \"calls\" frame of %d calls (1 to %d)", len(list), sandbox.MaxToolCalls)
+	}
+	a := callsAnswer{seq: seq, calls: make([]sandbox.ToolCall, len(list))}
+	for i, c := range list {
+		m, _ := c.(map[string]any)
+		name, ok1 := m["name"].(string)
+		input, ok2 := m["input"].(string)
+		if !ok1 || !ok2 || name == "" || len(name) > 128 || len(input) > sandbox.MaxToolInputBytes {
+			return callsAnswer{}, fmt.Errorf("protocol violation: call %d of a \"calls\" frame is malformed or too large", i)
+		}
+		a.calls[i] = sandbox.ToolCall{Name: name, Input: input}
+	}
+	return a, nil
 }

@@ -78,10 +78,13 @@ func writeFrame(w io.Writer, v map[string]any) error {
 	return err
 }
 
+// request is a frame to the driver: runRequest, resumeRequest.
+type request interface{ encode() map[string]any }
+
 // send writes a request to the driver. The request is written whole even when ctx ends
 // meanwhile (the run is then interrupted, which the driver honours as the run starts), but a
 // driver that does not read it is given up InterruptGrace after ctx ends.
-func (c *container) send(ctx context.Context, req runRequest) error {
+func (c *container) send(ctx context.Context, req request) error {
 	_ = c.ctlW.SetWriteDeadline(time.Time{})
 	fired := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {

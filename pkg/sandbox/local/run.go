@@ -35,6 +35,48 @@ func (c *container) Run(ctx context.Context, code string) (sandbox.Result, error
 	return c.await(ctx, r)
 }
 
+var _ sandbox.Resumer = (*container)(nil)
+
+// Resume gives the run paused for tool calls their results and waits for it as Run does (see
+// [sandbox.Resumer]). results must answer each call of the pause, in order; a content beyond
+// sandbox.MaxToolResultBytes is refused.
+func (c *container) Resume(ctx context.Context, results []sandbox.ToolResult) (sandbox.Result, error) {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	if c.isDeleted() {
+		return sandbox.Result{}, sandbox.ErrClosed
+	}
+	r := c.paused
+	if r == nil {
+		return sandbox.Result{}, sandbox.ErrNotPaused
+	}
+	if len(results) != c.pausedCalls {
+		return sandbox.Result{}, fmt.Errorf("resume: %d results for %d calls", len(results), c.pausedCalls)
+	}
+	for i, x := range results {
+		if len(x.Content) > sandbox.MaxToolResultBytes {
+			return sandbox.Result{}, fmt.Errorf("resume: result %d is %d bytes, more than %d", i, len(x.Content), sandbox.MaxToolResultBytes)
+		}
+	}
+	select {
+	case <-c.exited:
+		c.paused = nil
+		return c.partial(*r), fmt.Errorf("%w: container exited: %v", sandbox.ErrLost, c.waitErr)
+	default:
+	}
+	c.paused = nil
+	// The resume goes even when ctx is done already: the run then stops at once, interrupted.
+	if err := c.send(ctx, resumeRequest{seq: r.seq, results: results}); err != nil {
+		c.kill()
+		res := c.partial(*r)
+		if ctx.Err() != nil {
+			return res, c.stopErr(ctx, true)
+		}
+		return res, fmt.Errorf("%w: send results: %w", sandbox.ErrLost, err)
+	}
+	return c.await(ctx, *r)
+}
+
 // cell is one run in progress: its sequence number, and the end marker of its output with the
 // channels closed when each stream has shown it.
 type cell struct {
@@ -48,6 +90,9 @@ type cell struct {
 func (c *container) runnable(ctx context.Context) error {
 	if c.isDeleted() {
 		return sandbox.ErrClosed
+	}
+	if c.paused != nil {
+		return sandbox.ErrPaused
 	}
 	select {
 	case <-c.exited:
@@ -89,6 +134,16 @@ func (c *container) await(ctx context.Context, r cell) (sandbox.Result, error) {
 		}
 		select {
 		case f := <-c.frames:
+			if a, ok := f.a.(callsAnswer); ok && f.err == nil && a.seq == int64(r.seq) {
+				if interrupted {
+					// The interrupt ends the driver's wait for the results: the run's result
+					// follows.
+					continue
+				}
+				// The run awaits the client's tools: it stays where it is, paused, until Resume.
+				c.paused, c.pausedCalls = &r, len(a.calls)
+				return sandbox.Result{Calls: a.calls}, nil
+			}
 			return c.collect(ctx, r, f, interrupted)
 		case <-done:
 			interrupted = true

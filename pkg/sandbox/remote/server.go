@@ -307,7 +307,9 @@ func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(d))
 		defer cancel()
 	}
-	res, err := hl.l.Run(ctx, req.GetCode(), time.Duration(req.GetTimeoutNanos()))
+	// The service carries no paused run yet: one that awaits the client's tools is resumed at
+	// once with the calls refused.
+	res, err := hl.l.RunRefusingToolCalls(ctx, req.GetCode(), time.Duration(req.GetTimeoutNanos()))
 	return &sandboxv1.RunResponse{Result: resultProto(res), Error: errorProto(err), ContainerId: hl.l.ContainerID()}, nil
 }
 

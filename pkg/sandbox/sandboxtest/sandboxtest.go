@@ -26,6 +26,9 @@ type Provider struct {
 	// Run, if set, answers every run of every container in place of Eval (which it may call).
 	// A Run that blocks holds the run, as slow code would.
 	Run func(ctx context.Context, c *Container, code string) (sandbox.Result, error)
+	// Resume, if set, answers every resume of a run paused for tool calls (a Run's Result with
+	// Calls); unset, a resume fails with sandbox.ErrNotPaused.
+	Resume func(ctx context.Context, c *Container, results []sandbox.ToolResult) (sandbox.Result, error)
 	// OnDelete, if set, is called by every Delete of a container once the container is marked
 	// deleted; its error is Delete's. An OnDelete that blocks holds the Delete.
 	OnDelete func(ctx context.Context, c *Container) error
@@ -166,6 +169,22 @@ func (c *Container) Run(ctx context.Context, code string) (sandbox.Result, error
 		return run(ctx, c, code)
 	}
 	return c.Eval(code), nil
+}
+
+var _ sandbox.Resumer = (*Container)(nil)
+
+// Resume implements [sandbox.Resumer] with the Provider's Resume.
+func (c *Container) Resume(ctx context.Context, results []sandbox.ToolResult) (sandbox.Result, error) {
+	if c.deleted.Load() {
+		return sandbox.Result{}, sandbox.ErrClosed
+	}
+	c.p.mu.Lock()
+	resume := c.p.Resume
+	c.p.mu.Unlock()
+	if resume == nil {
+		return sandbox.Result{}, sandbox.ErrNotPaused
+	}
+	return resume(ctx, c, results)
 }
 
 // Eval is the default behaviour of a run:

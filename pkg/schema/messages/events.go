@@ -148,8 +148,12 @@ func (e *events) isCode(b gjson.Result) bool {
 	return b.Get("type").String() == "tool_use" && e.x.rq.Names.kindOf(b.Get("name").String(), e.x.rq.Version) != 0
 }
 
-// block writes the content block b at the next index.
+// block writes the content block b at the next index (a client's tool_use block with its
+// caller, see Request.clientBlock).
 func (e *events) block(b gjson.Result) {
+	if c := e.x.rq.clientBlock(b); c != b.Raw {
+		b = gjson.Parse(c)
+	}
 	writeBlock(&e.ew, e.idx, b)
 	e.idx++
 }
@@ -224,7 +228,7 @@ func (e *events) delta(ev schema.Event) error {
 	out := `{"type":"` + typ + `","index":` + itoa(l.base+u)
 	switch typ {
 	case "content_block_start":
-		out += `,"content_block":` + data.Get("content_block").Raw
+		out += `,"content_block":` + e.x.rq.clientBlock(data.Get("content_block"))
 	case "content_block_delta":
 		out += `,"delta":` + rawOr(data.Get("delta"), "{}")
 	}

@@ -20,7 +20,8 @@ import (
 const DefaultContainerIdle = 20 * time.Minute
 
 // Surface is the Messages API (POST /v1/messages) with the code execution tool: Python for
-// code_execution_20250522, bash and the text editor for code_execution_20250825 and later. Its
+// code_execution_20250522, bash and the text editor for code_execution_20250825, and all three
+// for the REPL-state versions code_execution_20260120 and _20260521. Its
 // zero value is ready to use; it is safe for concurrent use.
 type Surface struct {
 	// ContainerIdle is how long a container lives idle, for the expires_at of the container an
@@ -45,7 +46,7 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return ErrorBody(e.HTT
 // it in the request's container (see program), so the same container, limits and /mnt/data
 // serve every version.
 func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
-	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst})
+	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst, CellLimit: o.RunTimeout})
 	if err != nil {
 		var re *RequestError
 		if errors.As(err, &re) {

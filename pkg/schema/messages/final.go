@@ -68,7 +68,7 @@ func Final(in FinalInput) ([]byte, error) {
 			}
 			k := in.Request.Names.kindOf(b.Get("name").String(), in.Request.Version)
 			if k == 0 {
-				blocks = append(blocks, b.Raw) // the client's own tool
+				blocks = append(blocks, in.Request.clientBlock(b)) // the client's own tool
 				continue
 			}
 			id := b.Get("id").String()

@@ -5,10 +5,14 @@
 // container, usage summed over the rounds — as JSON or as the native event stream.
 //
 // Tool versions: code_execution_20250522 (Python only) becomes one tool, code_execution
-// {code}; code_execution_20250825, _20260120 and _20260521 (the later two add persistent Python
-// state, which every container here keeps) become the two tools the native one exposes,
+// {code}; code_execution_20250825 becomes the two tools the native one exposes,
 // bash_code_execution {command} and text_editor_code_execution {command: view|create|
-// str_replace, path, file_text?, old_str?, new_str?}.
+// str_replace, path, file_text?, old_str?, new_str?}; code_execution_20260120 and _20260521 (the
+// REPL-state versions) become the three: code_execution {code} beside bash and the text editor.
+// Their Python runs in the container's one Python process, whose variables and imports persist
+// across calls and across the requests that name the same container; _20260521's description
+// tells the model the per-cell time limit. Every server_tool_use and, with the REPL-state
+// versions, every tool_use block the client gets carries a caller, as natively.
 //
 // A client that asks for a stream gets the native event stream as the loop goes: each code call's
 // server_tool_use when it starts, its result block when it ends, the model's text as each round
@@ -85,10 +89,10 @@ func (n Names) withDefaults() Names {
 
 // kindOf returns the kind of an internal tool name, or 0.
 func (n Names) kindOf(name string, version string) Kind {
+	if name == n.Python && (version == Version20250522 || replState(version)) {
+		return Python
+	}
 	if version == Version20250522 {
-		if name == n.Python {
-			return Python
-		}
 		return 0
 	}
 	switch name {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -19,6 +20,9 @@ type Options struct {
 	// WholeFirst asks the upstream for a whole answer although the client streams (see
 	// schema.Options.WholeFirst).
 	WholeFirst bool
+	// CellLimit is the wall-clock limit of one code run, which code_execution_20260521's Python
+	// tool description discloses; zero leaves it out of the description.
+	CellLimit time.Duration
 }
 
 // Request is what [Rewrite] learned of a request.
@@ -53,6 +57,9 @@ type Request struct {
 const (
 	pythonDescription = "Run Python code in a persistent, sandboxed Python process (no network). Variables, imports and " +
 		"files under /mnt/data persist between calls. Returns stdout, stderr and the return code."
+	replDescription = "Run a cell of Python code in the container's persistent Python REPL (no network; numpy, pandas and " +
+		"matplotlib installed). Variables, functions and imports persist between calls and across requests that reuse the " +
+		"container, as do files under /mnt/data, the working directory. Returns stdout, stderr and the return code."
 	bashDescription = "Run a bash command in a persistent, sandboxed Linux container (no network; Python 3 with numpy, " +
 		"pandas and matplotlib). The working directory is /mnt/data; files there persist between calls. Returns stdout, " +
 		"stderr and the return code."
@@ -61,9 +68,17 @@ const (
 		"of old_str with new_str. Paths are absolute or relative to /mnt/data. A view shows at most 8 KiB; view_range shows other lines."
 )
 
+// cellLimitDescription is what code_execution_20260521's Python tool description adds: the
+// per-cell time limit.
+func cellLimitDescription(limit time.Duration) string {
+	return " Each cell may run for at most " + limit.String() + " of wall-clock time; a cell that runs longer is " +
+		"interrupted (what it defined before the interruption is kept)."
+}
+
 // toolsFor returns the tools that stand for a code_execution tool of version, with the
-// client's cache_control (a prompt cache breakpoint) on the last one.
-func toolsFor(version string, n Names, cacheControl string) []string {
+// client's cache_control (a prompt cache breakpoint) on the last one. cellLimit is the
+// per-cell time limit _20260521 discloses.
+func toolsFor(version string, n Names, cacheControl string, cellLimit time.Duration) []string {
 	var out []string
 	add := func(name, description, schema string) {
 		t := `{"name":` + quote(name) + `,"description":` + quote(description) + `,"input_schema":` + schema
@@ -78,6 +93,13 @@ func toolsFor(version string, n Names, cacheControl string) []string {
 	}
 	cc := cacheControl
 	cacheControl = ""
+	if replState(version) {
+		d := replDescription
+		if version == Version20260521 && cellLimit > 0 {
+			d += cellLimitDescription(cellLimit)
+		}
+		add(n.Python, d, `{"type":"object","properties":{"code":{"type":"string","description":"The Python code of the cell."}},"required":["code"]}`)
+	}
 	add(n.Bash, bashDescription, `{"type":"object","properties":{"command":{"type":"string","description":"The bash command to run."}},"required":["command"]}`)
 	cacheControl = cc
 	add(n.Editor, editorDescription, `{"type":"object","properties":{"command":{"type":"string","enum":["view","create","str_replace"]},`+
@@ -139,7 +161,18 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		}
 	}
 
-	out, err := replaceTool(body, tools, at, toolsFor(version, rq.Names, cache))
+	elems := tools.Array()
+	raws := make([]string, len(elems))
+	for i, t := range elems {
+		if i == at {
+			continue
+		}
+		var err error
+		if raws[i], err = directTool(i, t); err != nil {
+			return Request{}, err
+		}
+	}
+	out, err := replaceTool(body, raws, at, toolsFor(version, rq.Names, cache, o.CellLimit))
 	if err != nil {
 		return Request{}, err
 	}
@@ -183,16 +216,15 @@ func Rewrite(body []byte, o Options) (Request, error) {
 	return rq, nil
 }
 
-// replaceTool puts repl in the place of tools[at].
-func replaceTool(body []byte, tools gjson.Result, at int, repl []string) ([]byte, error) {
-	elems := tools.Array()
-	parts := make([]string, 0, len(elems)+len(repl))
-	for i, e := range elems {
+// replaceTool makes tools the request's tools, with repl in the place of tools[at].
+func replaceTool(body []byte, tools []string, at int, repl []string) ([]byte, error) {
+	parts := make([]string, 0, len(tools)+len(repl))
+	for i, e := range tools {
 		if i == at {
 			parts = append(parts, repl...)
 			continue
 		}
-		parts = append(parts, e.Raw)
+		parts = append(parts, e)
 	}
 	out, err := sjson.SetRawBytes(body, "tools", []byte("["+strings.Join(parts, ",")+"]"))
 	if err != nil {
@@ -207,7 +239,7 @@ func (rq *Request) rewriteChoice(body []byte, choice gjson.Result) ([]byte, erro
 		return body, nil
 	}
 	name := rq.Names.Bash
-	if rq.Version == Version20250522 {
+	if rq.Version == Version20250522 || replState(rq.Version) {
 		name = rq.Names.Python
 	}
 	forced := `{"type":"tool","name":` + quote(name)
@@ -227,11 +259,12 @@ func (rq *Request) rewriteChoice(body []byte, choice gjson.Result) ([]byte, erro
 // replayHistory turns the server tool blocks of replayed assistant turns into what the model
 // knows: each server_tool_use becomes a tool_use of the matching tool, and its result block a
 // tool_result in a user turn right after it (the assistant turn is split around it, and a
-// following user turn takes the results at its start). Messages without server tool blocks
-// stay byte for byte as they were.
+// following user turn takes the results at its start); the caller of a client's tool_use block
+// (which the REPL-state versions' answers carry) is left out. Messages without server tool
+// blocks or callers stay byte for byte as they were.
 func replayHistory(body []byte, n Names, version string) ([]byte, error) {
 	msgs := gjson.GetBytes(body, "messages")
-	if !msgs.IsArray() || !bytes.Contains([]byte(msgs.Raw), []byte(`"server_tool_use"`)) {
+	if !msgs.IsArray() || !bytes.Contains([]byte(msgs.Raw), []byte(`"server_tool_use"`)) && !bytes.Contains([]byte(msgs.Raw), []byte(`"caller"`)) {
 		return body, nil
 	}
 	elems := msgs.Array()
@@ -250,7 +283,7 @@ func replayHistory(body []byte, n Names, version string) ([]byte, error) {
 			carry = nil
 		}
 		content := m.Get("content")
-		if role != "assistant" || !content.IsArray() || !strings.Contains(content.Raw, `"server_tool_use"`) {
+		if role != "assistant" || !content.IsArray() || !strings.Contains(content.Raw, `"server_tool_use"`) && !strings.Contains(content.Raw, `"caller"`) {
 			out = append(out, m.Raw)
 			continue
 		}
@@ -302,7 +335,7 @@ func splitAssistant(content gjson.Result, n Names, version string) (turns, pendi
 				flush()
 			}
 			name := n.kindName(k)
-			if version == Version20250522 && k != Python || version != Version20250522 && k == Python {
+			if version == Version20250522 && k != Python || version == Version20250825 && k == Python {
 				// History from another tool version: still runnable as the tool of this one.
 				name = n.Bash
 				if version == Version20250522 {
@@ -320,7 +353,7 @@ func splitAssistant(content gjson.Result, n Names, version string) (turns, pendi
 			if len(results) > 0 {
 				flush()
 			}
-			blocks = append(blocks, b.Raw)
+			blocks = append(blocks, withoutCaller(b))
 		}
 	}
 	if len(blocks) > 0 {

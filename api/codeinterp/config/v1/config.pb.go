@@ -167,8 +167,13 @@ type Config struct {
 	// codeinterp reads a container_upload's file from the upstream's Files API with the caller's
 	// credential.
 	AnthropicFiles *AnthropicFiles `protobuf:"bytes,46,opt,name=anthropic_files,json=anthropicFiles,proto3" json:"anthropic_files,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// ptc bounds programmatic tool calling: code in a container awaiting the client's own tools
+	// pauses its run until the calls' results come. No API surface serves it yet: a request's
+	// run that pauses is resumed at once with each call refused (docs/surfaces.md), and
+	// pause_timeout ends a pause nothing resumed.
+	Ptc           *Ptc `protobuf:"bytes,45,opt,name=ptc,proto3" json:"ptc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -414,6 +419,13 @@ func (x *Config) GetNetwork() *Network {
 func (x *Config) GetAnthropicFiles() *AnthropicFiles {
 	if x != nil {
 		return x.AnthropicFiles
+	}
+	return nil
+}
+
+func (x *Config) GetPtc() *Ptc {
+	if x != nil {
+		return x.Ptc
 	}
 	return nil
 }
@@ -1645,11 +1657,59 @@ func (x *Network) GetIdleTimeout() *durationpb.Duration {
 	return nil
 }
 
+// Ptc bounds the runs paused for the client's tool calls their code awaits.
+type Ptc struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pause_timeout is how long a paused run waits for the results of its calls: past it, each
+	// call raises TimeoutError("Calling tool ['name'] timed out.") in the code, which goes on.
+	// Default 270s (the native ~4.5 minutes).
+	PauseTimeout  *durationpb.Duration `protobuf:"bytes,1,opt,name=pause_timeout,json=pauseTimeout,proto3" json:"pause_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ptc) Reset() {
+	*x = Ptc{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ptc) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ptc) ProtoMessage() {}
+
+func (x *Ptc) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ptc.ProtoReflect.Descriptor instead.
+func (*Ptc) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Ptc) GetPauseTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.PauseTimeout
+	}
+	return nil
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe4\f\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x91\r\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1683,7 +1743,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x127\n" +
 	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x127\n" +
 	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x12M\n" +
-	"\x0fanthropic_files\x18. \x01(\v2$.codeinterp.config.v1.AnthropicFilesR\x0eanthropicFiles\x1aZ\n" +
+	"\x0fanthropic_files\x18. \x01(\v2$.codeinterp.config.v1.AnthropicFilesR\x0eanthropicFiles\x12+\n" +
+	"\x03ptc\x18- \x01(\v2\x19.codeinterp.config.v1.PtcR\x03ptc\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -1803,7 +1864,9 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x06 \x01(\x04R\bmaxBytes\x12(\n" +
 	"\x10max_header_bytes\x18\a \x01(\rR\x0emaxHeaderBytes\x12<\n" +
 	"\fdial_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vdialTimeout\x12<\n" +
-	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeoutBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\"E\n" +
+	"\x03Ptc\x12>\n" +
+	"\rpause_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fpauseTimeoutBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
@@ -1817,7 +1880,7 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*AnthropicFiles)(nil),      // 1: codeinterp.config.v1.AnthropicFiles
@@ -1829,40 +1892,43 @@ var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Sandbox)(nil),             // 7: codeinterp.config.v1.Sandbox
 	(*LocalSandbox)(nil),        // 8: codeinterp.config.v1.LocalSandbox
 	(*Network)(nil),             // 9: codeinterp.config.v1.Network
-	nil,                         // 10: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 11: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 12: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
+	(*Ptc)(nil),                 // 10: codeinterp.config.v1.Ptc
+	nil,                         // 11: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 12: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 13: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	13, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	14, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
 	6,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	10, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	11, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
 	7,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
 	5,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	13, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	14, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
 	2,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
 	3,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
 	4,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
 	9,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
 	1,  // 10: codeinterp.config.v1.Config.anthropic_files:type_name -> codeinterp.config.v1.AnthropicFiles
-	13, // 11: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	11, // 12: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	12, // 13: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	13, // 14: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	13, // 15: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	13, // 16: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	8,  // 17: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	13, // 18: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	13, // 19: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	13, // 20: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	13, // 21: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	6,  // 22: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	10, // 11: codeinterp.config.v1.Config.ptc:type_name -> codeinterp.config.v1.Ptc
+	14, // 12: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	12, // 13: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	13, // 14: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	14, // 15: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	14, // 16: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	14, // 17: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	8,  // 18: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	14, // 19: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	14, // 20: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	14, // 21: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	14, // 22: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	14, // 23: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
+	6,  // 24: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1879,7 +1945,7 @@ func file_codeinterp_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

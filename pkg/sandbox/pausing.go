@@ -1,0 +1,176 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// pause is an entry's run paused for tool calls: the container it paused in, its calls, and
+// the timer that abandons it past ManagerConfig.PauseTimeout.
+type pause struct {
+	c     Container
+	calls int
+	timer *time.Timer
+}
+
+// notePause records, after a run or resume of e's container c that gave res, whether a run of
+// it is paused now. The caller holds e.sem.
+func (m *Manager) notePause(e *entry, c Container, res Result) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.endPauseLocked(e)
+	if len(res.Calls) == 0 || e.dead || m.closed {
+		return
+	}
+	p := &pause{c: c, calls: len(res.Calls)}
+	p.timer = time.AfterFunc(m.cfg.PauseTimeout, func() { m.abandon(e, p) })
+	e.pause = p
+}
+
+// paused reports whether a run of e is paused for tool calls: no other may start.
+func (m *Manager) paused(e *entry) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return e.pause != nil
+}
+
+// endPauseLocked forgets e's pause and stops its timer. The caller holds m.mu.
+func (m *Manager) endPauseLocked(e *entry) {
+	if e.pause != nil {
+		e.pause.timer.Stop()
+		e.pause = nil
+	}
+}
+
+// abandon ends pause p of e, still not resumed at its bound: each of its calls raises
+// TimeoutError in the code, which runs on (up to the run timeout) and may pause again.
+func (m *Manager) abandon(e *entry, p *pause) {
+	m.mu.Lock()
+	if m.closed || e.dead || e.pause != p {
+		m.mu.Unlock()
+		return
+	}
+	m.active++ // Close waits for it
+	m.mu.Unlock()
+	defer m.done()
+	select {
+	case <-e.sem:
+	case <-m.ctx.Done():
+		return
+	}
+	defer func() { e.sem <- struct{}{} }()
+	m.mu.Lock()
+	current := e.pause == p && !e.dead
+	m.mu.Unlock()
+	r, ok := p.c.(Resumer)
+	if !current || !ok {
+		return // resumed meanwhile, or gone
+	}
+	results := make([]ToolResult, p.calls)
+	for i := range results {
+		results[i].Timeout = true
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RunTimeout)
+	res, err := r.Resume(ctx, results)
+	cancel()
+	m.log.Info("paused run abandoned: its tool calls timed out", zap.String("container_id", e.id), zap.Error(err))
+	if len(res.Files) > 0 {
+		m.registerRunFiles(context.Background(), e, p.c, &res)
+	}
+	m.notePause(e, p.c, res)
+	m.afterRun(e, p.c, err)
+}
+
+// resume gives the lease's paused run its results (see [Lease.Resume]).
+func (l *localLease) Resume(ctx context.Context, results []ToolResult, timeout time.Duration) (Result, error) {
+	if l.released {
+		return Result{}, errLeaseReleased
+	}
+	if timeout <= 0 {
+		timeout = l.m.cfg.RunTimeout
+	}
+	m := l.m
+	m.mu.Lock()
+	e := l.e
+	dead := e.dead
+	m.mu.Unlock()
+	if dead {
+		return Result{}, ErrNotPaused // the container is gone, and its paused run with it
+	}
+	select {
+	case <-e.sem:
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("wait for the container: %w", ctx.Err())
+	}
+	defer func() { e.sem <- struct{}{} }()
+	m.mu.Lock()
+	p := e.pause
+	if p == nil || e.dead {
+		m.mu.Unlock()
+		return Result{}, ErrNotPaused
+	}
+	m.endPauseLocked(e)
+	m.mu.Unlock()
+	r, ok := p.c.(Resumer)
+	if !ok {
+		return Result{}, ErrNotPaused
+	}
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	res, err := r.Resume(runCtx, results)
+	cancel()
+	if len(res.Files) > 0 {
+		m.registerRunFiles(context.WithoutCancel(ctx), e, p.c, &res)
+	}
+	m.notePause(e, p.c, res)
+	m.afterRun(e, p.c, err)
+	return res, err
+}
+
+// resumer is a LeaseBackend that can resume a paused run.
+type resumer interface {
+	Resume(ctx context.Context, results []ToolResult, timeout time.Duration) (Result, error)
+}
+
+// Resume gives the run of the lease's container paused for tool calls (a Result with Calls, of
+// an earlier Run or Resume, possibly of another request) the results of its calls, in order,
+// and waits for it as Run does, timeout bounding it as Run's does: it ends, or pauses again.
+// Without a paused run (it ended, was abandoned past ManagerConfig.PauseTimeout, or the
+// container is gone) it fails with ErrNotPaused; a backend that cannot resume (a container of
+// another node, for now) with ErrUnavailable.
+func (l *Lease) Resume(ctx context.Context, results []ToolResult, timeout time.Duration) (Result, error) {
+	r, ok := l.b.(resumer)
+	if !ok {
+		return Result{}, fmt.Errorf("%w: this sandbox backend cannot resume a paused run", ErrUnavailable)
+	}
+	return r.Resume(ctx, results, timeout)
+}
+
+// TextToolCallRefused is the error a call of the client's tools from code gets from
+// [Lease.RunRefusingToolCalls] (the code sees it raised as ToolCallError).
+const TextToolCallRefused = "the client's tools cannot be called from code in this request (programmatic tool calling is not enabled)"
+
+// RunRefusingToolCalls runs code as Run does, but a run that pauses for calls of the client's
+// tools is resumed at once with each call failing with TextToolCallRefused, within what is
+// left of timeout, until it ends: for a caller that serves no programmatic tool calling, so
+// that no container is left paused.
+func (l *Lease) RunRefusingToolCalls(ctx context.Context, code string, timeout time.Duration) (Result, error) {
+	start := time.Now()
+	res, err := l.Run(ctx, code, timeout)
+	for err == nil && len(res.Calls) > 0 {
+		left := time.Duration(0)
+		if timeout > 0 {
+			if left = timeout - time.Since(start); left <= 0 {
+				left = time.Millisecond // the run stops at once, as one past its limit does
+			}
+		}
+		refused := make([]ToolResult, len(res.Calls))
+		for i := range refused {
+			refused[i] = ToolResult{Content: TextToolCallRefused, IsError: true}
+		}
+		res, err = l.Resume(ctx, refused, left)
+	}
+	return res, err
+}

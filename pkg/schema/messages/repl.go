@@ -1,0 +1,82 @@
+package messages
+
+import (
+	"fmt"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// The REPL-state versions, code_execution_20260120 and _20260521, offer the model Python beside
+// bash and the text editor (see toolsFor). Their Python runs in the container's one Python
+// process, as every Python call here does: variables and imports persist across calls and
+// across the requests that name the same container. Natively their answers name a caller on
+// every tool_use block; the model here writes none, and the client's own calls are direct.
+
+// directCaller is the caller of a call the model made itself.
+const directCaller = `{"type":"direct"}`
+
+// replState reports whether a tool version is one of the REPL-state versions, which offer
+// Python beside bash and the text editor.
+func replState(version string) bool {
+	return version == Version20260120 || version == Version20260521
+}
+
+// clientBlock is the content block b of the model's answer as the client gets it: with a
+// REPL-state version, a tool_use block of the client's own tools carries a direct caller, as
+// natively.
+func (rq Request) clientBlock(b gjson.Result) string {
+	if !replState(rq.Version) || b.Get("type").String() != "tool_use" || b.Get("caller").Exists() {
+		return b.Raw
+	}
+	out, err := sjson.SetRaw(b.Raw, "caller", directCaller)
+	if err != nil {
+		return b.Raw
+	}
+	return out
+}
+
+// withoutCaller is the content block b of a replayed assistant turn as the model gets it: a
+// tool_use block without the caller the client echoes back.
+func withoutCaller(b gjson.Result) string {
+	if b.Get("type").String() != "tool_use" || !b.Get("caller").Exists() {
+		return b.Raw
+	}
+	out, err := sjson.Delete(b.Raw, "caller")
+	if err != nil {
+		return b.Raw
+	}
+	return out
+}
+
+// directTool is the client's tool t (tools[i]) as the model gets it. Programmatic tool calling
+// is not served: a tool whose allowed_callers leave out "direct" (callable only from code) is
+// refused; one callable directly loses its allowed_callers (direct is the default), which an
+// upstream would refuse once the code execution tool they name is replaced.
+func directTool(i int, t gjson.Result) (string, error) {
+	ac := t.Get("allowed_callers")
+	if !ac.Exists() || ac.Type == gjson.Null {
+		return t.Raw, nil
+	}
+	if !ac.IsArray() {
+		return "", badRequest("tools.%d.allowed_callers: Input should be a valid list", i)
+	}
+	direct := false
+	for j, c := range ac.Array() {
+		switch v := c.String(); {
+		case c.Type != gjson.String || v != "direct" && !isCodeExecution(v):
+			return "", badRequest("tools.%d.allowed_callers.%d: Input should be 'direct' or a code execution tool version", i, j)
+		case v == "direct":
+			direct = true
+		}
+	}
+	if !direct {
+		return "", badRequest("tools.%d.allowed_callers: programmatic tool calling (a tool callable only from code "+
+			"execution) is not served by this server; allow \"direct\" or leave allowed_callers out", i)
+	}
+	out, err := sjson.Delete(t.Raw, "allowed_callers")
+	if err != nil {
+		return "", fmt.Errorf("tools.%d: remove allowed_callers: %w", i, err)
+	}
+	return out, nil
+}
