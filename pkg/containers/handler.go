@@ -23,6 +23,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/netpolicy"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
+	"github.com/codeinterp/codeinterp/pkg/skills"
 )
 
 // Config holds a Handler's settings. Identify is required; the zero value of every other field
@@ -65,6 +66,12 @@ type Config struct {
 	// which then leaves nothing and frees its container: without it, an upload trickling one
 	// byte now and then would hold the container in use indefinitely. Zero means 30 seconds.
 	UploadIdle time.Duration
+	// Skills, if set, keeps the skills of the Skills API (/v1/skills), which is served only
+	// then; SkillLimits bound a bundle, MaxSkillUploads the skill uploads in progress in all
+	// (zero means 4; each holds its bundle in memory until it is stored). See skills.go.
+	Skills          skills.Store
+	SkillLimits     skills.Limits
+	MaxSkillUploads int
 	// Log receives the handler's logs. If nil, nothing is logged.
 	Log *zap.Logger
 }
@@ -85,6 +92,8 @@ type Handler struct {
 	mu        sync.Mutex
 	uploads   map[string]int
 	uploading map[string]int64
+
+	skills *skillAPI // nil without Config.Skills
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -107,7 +116,7 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 		cfg.UploadIdle = 30 * time.Second
 	}
 	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(),
-		uploads: map[string]int{}, uploading: map[string]int64{}}
+		uploads: map[string]int{}, uploading: map[string]int64{}, skills: newSkillAPI(cfg)}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -124,6 +133,7 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}", h.scoped(prefix, h.getFile))
 		h.mux.HandleFunc("DELETE "+base+"/{id}/files/{file}", h.scoped(prefix, h.deleteFile))
 		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}/content", h.scoped(prefix, h.fileContent))
+		h.skillRoutes(prefix)
 	}
 	return h
 }
