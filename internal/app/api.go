@@ -62,6 +62,7 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *z
 		// As natively, unless the containers live longer here by default.
 		MaxExpiry: max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
 		Log:       log,
+		Skills:    skillStore(cfg),
 	}
 	h := containers.New(store, store, ccfg)
 	// Anthropic's Files API over the same containers, for the cfile_ ids Messages answers name.
