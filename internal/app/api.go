@@ -60,9 +60,11 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, log *z
 		MaxUploadingBytesPerIdentity: int64(cfg.GetMaxUploadingBytesPerIdentity()),
 		UploadIdle:                   cfg.GetApiUploadIdle().AsDuration(),
 		// As natively, unless the containers live longer here by default.
-		MaxExpiry: max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
-		Log:       log,
-		Skills:    skillStore(cfg),
+		MaxExpiry:       max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
+		Log:             log,
+		Skills:          skillStore(cfg),
+		SkillLimits:     skillLimits(cfg),
+		MaxSkillUploads: int(cfg.GetSkills().GetMaxUploads()),
 	}
 	h := containers.New(store, store, ccfg)
 	// Anthropic's Files API over the same containers, for the cfile_ ids Messages answers name.

@@ -160,7 +160,11 @@ type Config struct {
 	// container, the shell tool's container_auto) reaches its allowed domains, over HTTP and
 	// HTTPS only, through a proxy the server owns (docs/security.md, "Network access"). Off by
 	// default: a network_policy other than disabled is refused with a 400.
-	Network       *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
+	Network *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
+	// skills bounds the Skills API (/v1/skills), which the API listener serves with store
+	// "memory": skill bundles and their versions are kept in the process's memory, per identity
+	// (docs/containers.md, "Skills"). Not served with store "redis" yet.
+	Skills        *Skills `protobuf:"bytes,44,opt,name=skills,proto3" json:"skills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +405,13 @@ func (x *Config) GetTracing() *Tracing {
 func (x *Config) GetNetwork() *Network {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *Config) GetSkills() *Skills {
+	if x != nil {
+		return x.Skills
 	}
 	return nil
 }
@@ -1543,11 +1554,108 @@ func (x *Network) GetIdleTimeout() *durationpb.Duration {
 	return nil
 }
 
+// Skills bounds the skills the Skills API keeps. Each bundle is checked against the native
+// limits while it is read (a zip of at most 50 MB, at most 500 files, at most 25 MB per file);
+// these bound what is kept. Zero means each field's default.
+type Skills struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_skills_per_identity caps one identity's skills. Default 100.
+	MaxSkillsPerIdentity uint32 `protobuf:"varint,1,opt,name=max_skills_per_identity,json=maxSkillsPerIdentity,proto3" json:"max_skills_per_identity,omitempty"`
+	// max_versions_per_skill caps one skill's versions. Default 50.
+	MaxVersionsPerSkill uint32 `protobuf:"varint,2,opt,name=max_versions_per_skill,json=maxVersionsPerSkill,proto3" json:"max_versions_per_skill,omitempty"`
+	// max_bundle_bytes caps one bundle's files together, uncompressed. Default 104857600
+	// (100 MiB).
+	MaxBundleBytes uint64 `protobuf:"varint,3,opt,name=max_bundle_bytes,json=maxBundleBytes,proto3" json:"max_bundle_bytes,omitempty"`
+	// max_bytes_per_identity caps one identity's bundles together, uncompressed, in memory.
+	// Default 209715200 (200 MiB).
+	MaxBytesPerIdentity uint64 `protobuf:"varint,4,opt,name=max_bytes_per_identity,json=maxBytesPerIdentity,proto3" json:"max_bytes_per_identity,omitempty"`
+	// max_bytes caps every identity's bundles together, uncompressed, in memory. Default
+	// 1073741824 (1 GiB).
+	MaxBytes uint64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_uploads caps the skill uploads in progress on the server at once, each holding its
+	// bundle in memory while it is checked; one more is a 429. Default 4.
+	MaxUploads    uint32 `protobuf:"varint,6,opt,name=max_uploads,json=maxUploads,proto3" json:"max_uploads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Skills) Reset() {
+	*x = Skills{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Skills) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Skills) ProtoMessage() {}
+
+func (x *Skills) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Skills.ProtoReflect.Descriptor instead.
+func (*Skills) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Skills) GetMaxSkillsPerIdentity() uint32 {
+	if x != nil {
+		return x.MaxSkillsPerIdentity
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxVersionsPerSkill() uint32 {
+	if x != nil {
+		return x.MaxVersionsPerSkill
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxBundleBytes() uint64 {
+	if x != nil {
+		return x.MaxBundleBytes
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxBytesPerIdentity() uint64 {
+	if x != nil {
+		return x.MaxBytesPerIdentity
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxUploads() uint32 {
+	if x != nil {
+		return x.MaxUploads
+	}
+	return 0
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x95\f\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\f\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1580,7 +1688,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x11fleet_secret_file\x18$ \x01(\tR\x0ffleetSecretFile\x12;\n" +
 	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x127\n" +
 	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x127\n" +
-	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x1aZ\n" +
+	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x124\n" +
+	"\x06skills\x18, \x01(\v2\x1c.codeinterp.config.v1.SkillsR\x06skills\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -1693,7 +1802,15 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x06 \x01(\x04R\bmaxBytes\x12(\n" +
 	"\x10max_header_bytes\x18\a \x01(\rR\x0emaxHeaderBytes\x12<\n" +
 	"\fdial_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vdialTimeout\x12<\n" +
-	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeoutBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\"\x91\x02\n" +
+	"\x06Skills\x125\n" +
+	"\x17max_skills_per_identity\x18\x01 \x01(\rR\x14maxSkillsPerIdentity\x123\n" +
+	"\x16max_versions_per_skill\x18\x02 \x01(\rR\x13maxVersionsPerSkill\x12(\n" +
+	"\x10max_bundle_bytes\x18\x03 \x01(\x04R\x0emaxBundleBytes\x123\n" +
+	"\x16max_bytes_per_identity\x18\x04 \x01(\x04R\x13maxBytesPerIdentity\x12\x1b\n" +
+	"\tmax_bytes\x18\x05 \x01(\x04R\bmaxBytes\x12\x1f\n" +
+	"\vmax_uploads\x18\x06 \x01(\rR\n" +
+	"maxUploadsBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
@@ -1707,7 +1824,7 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*Redis)(nil),               // 1: codeinterp.config.v1.Redis
@@ -1718,39 +1835,41 @@ var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Sandbox)(nil),             // 6: codeinterp.config.v1.Sandbox
 	(*LocalSandbox)(nil),        // 7: codeinterp.config.v1.LocalSandbox
 	(*Network)(nil),             // 8: codeinterp.config.v1.Network
-	nil,                         // 9: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 10: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 11: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(*Skills)(nil),              // 9: codeinterp.config.v1.Skills
+	nil,                         // 10: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 11: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 12: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	12, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	13, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
 	5,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	9,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	10, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
 	6,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
 	4,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	12, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	13, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
 	1,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
 	2,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
 	3,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
 	8,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
-	12, // 10: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	10, // 11: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	11, // 12: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	12, // 13: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	12, // 14: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	12, // 15: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	7,  // 16: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	12, // 17: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	12, // 18: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	12, // 19: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	12, // 20: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	5,  // 21: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	9,  // 10: codeinterp.config.v1.Config.skills:type_name -> codeinterp.config.v1.Skills
+	13, // 11: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	11, // 12: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	12, // 13: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	13, // 14: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	13, // 15: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	13, // 16: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	7,  // 17: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	13, // 18: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	13, // 19: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	13, // 20: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	13, // 21: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	5,  // 22: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1767,7 +1886,7 @@ func file_codeinterp_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
