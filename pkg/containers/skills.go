@@ -345,10 +345,11 @@ func (h *Handler) listSkillVersions(c call) {
 		h.skillFail(c, "Skill", err)
 		return
 	}
-	// Versions sort by number: those made in the same second keep their order.
+	// Versions sort by number, which follows their creation (versions made in the same second
+	// keep their order).
 	items, hasMore, err := page(p, all, func(v skills.Version) (time.Time, string) {
-		n, _ := strconv.Atoi(v.Version)
-		return v.CreatedAt.Truncate(time.Second).Add(time.Duration(n)), v.ID
+		n, _ := strconv.ParseInt(v.Version, 10, 64)
+		return time.Unix(n, 0), v.ID
 	})
 	if err != nil {
 		h.fail(c, "", err)
