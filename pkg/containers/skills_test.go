@@ -6,12 +6,16 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"mime/multipart"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/pkg/skills"
 )
@@ -183,4 +187,107 @@ func TestSkillsNotServedWithoutAStore(t *testing.T) {
 	c := f.client("alice")
 	_, err := c.Skills.List(context.Background(), openai.SkillListParams{})
 	assert.Equal(t, 404, apiStatus(t, err))
+}
+
+// multipartBody builds a multipart body of parts (field name, file name or "" for a plain
+// field, content).
+func multipartBody(t *testing.T, parts ...[3]string) (string, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, p := range parts {
+		var w io.Writer
+		var err error
+		if p[1] == "" {
+			w, err = mw.CreateFormField(p[0])
+		} else {
+			w, err = mw.CreateFormFile(p[0], p[1])
+		}
+		require.NoError(t, err)
+		_, err = io.WriteString(w, p[2])
+		require.NoError(t, err)
+	}
+	require.NoError(t, mw.Close())
+	return mw.FormDataContentType(), buf.String()
+}
+
+func TestSkillsRefuseBodies(t *testing.T) {
+	f := newFixture(t, Config{Skills: skills.NewMemory(skills.MemoryConfig{})})
+	zipped := string(skillZip(t, map[string]string{"s/SKILL.md": skillMD("s", "d")}))
+	tests := []struct {
+		name       string
+		give       [][3]string
+		wantStatus int
+		wantParam  string
+		want       string
+	}{
+		{name: "no files", give: [][3]string{{"default", "", "true"}}, wantStatus: 400, wantParam: "files", want: "Missing required parameter"},
+		{name: "a zip and files", give: [][3]string{{"files", "s.zip", zipped}, {"files", "s/x.txt", "x"}}, wantStatus: 400, wantParam: "files", want: "not both"},
+		{name: "files and a zip", give: [][3]string{{"files[]", "s/SKILL.md", skillMD("s", "d")}, {"files[]", "t.zip", zipped}}, wantStatus: 400, wantParam: "files", want: "no SKILL.md at its top"},
+		{name: "a file name climbing out", give: [][3]string{{"files", "s/SKILL.md", skillMD("s", "d")}, {"files", "s/../../x", "x"}}, wantStatus: 400, wantParam: "files", want: "climbs out"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ct, body := multipartBody(t, tt.give...)
+			status, out := post(t, f, "alice", "/v1/skills", ct, body)
+			assert.Equal(t, tt.wantStatus, status, "%s: %s", tt.name, out)
+			assert.Equal(t, tt.wantParam, gjson.Get(out, "error.param").String(), "%s: %s", tt.name, out)
+			assert.Contains(t, gjson.Get(out, "error.message").String(), tt.want, "%s: %s", tt.name, out)
+		})
+	}
+	status, out := post(t, f, "alice", "/v1/skills", "application/json", `{"files":"x"}`)
+	assert.Equal(t, 400, status, "a JSON body: %s", out)
+
+	// A version's default field must be a bool.
+	ct, body := multipartBody(t, [3]string{"files", "s.zip", zipped})
+	status, out = post(t, f, "alice", "/v1/skills", ct, body)
+	require.Equal(t, 200, status, out)
+	id := gjson.Get(out, "id").String()
+	ct, body = multipartBody(t, [3]string{"files", "s.zip", zipped}, [3]string{"default", "", "maybe"})
+	status, out = post(t, f, "alice", "/v1/skills/"+id+"/versions", ct, body)
+	assert.Equal(t, 400, status, out)
+	assert.Equal(t, "default", gjson.Get(out, "error.param").String(), out)
+	// A version of a skill that is not there is a 404.
+	ct, body = multipartBody(t, [3]string{"files", "s.zip", zipped})
+	status, out = post(t, f, "alice", "/v1/skills/skill_nope/versions", ct, body)
+	assert.Equal(t, 404, status, out)
+}
+
+// TestSkillsUploadsBounded: past MaxSkillUploads in progress on the server, one more is a 429,
+// and a finished upload frees its place.
+func TestSkillsUploadsBounded(t *testing.T) {
+	f := newFixture(t, Config{Skills: skills.NewMemory(skills.MemoryConfig{}), MaxSkillUploads: 1})
+	zipped := string(skillZip(t, map[string]string{"s/SKILL.md": skillMD("s", "d")}))
+	ct, body := multipartBody(t, [3]string{"files", "s.zip", zipped})
+
+	// An upload that stalls holds the one place until it ends.
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/skills", pr)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer bob")
+	req.Header.Set("Content-Type", ct)
+	done := make(chan int, 1)
+	go func() {
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	_, err = io.WriteString(pw, body[:10])
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.handler.skills.uploading.Load() == 1 }, 5*time.Second, 5*time.Millisecond, "the stalled upload is counted")
+
+	status, out := post(t, f, "alice", "/v1/skills", ct, body)
+	assert.Equal(t, http.StatusTooManyRequests, status, out)
+	assert.Equal(t, "too_many_uploads", gjson.Get(out, "error.code").String(), out)
+
+	_, err = io.WriteString(pw, body[10:])
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+	assert.Equal(t, 200, <-done, "the stalled upload finishes")
+	status, out = post(t, f, "alice", "/v1/skills", ct, body)
+	assert.Equal(t, 200, status, "its place is free again: %s", out)
 }
