@@ -37,14 +37,11 @@ func newSkillAPI(cfg Config) *skillAPI {
 	if cfg.Skills == nil {
 		return nil
 	}
-	return &skillAPI{store: cfg.Skills, lim: cfg.SkillLimits, maxUploading: int64(cmpOr(cfg.MaxSkillUploads, 4))}
-}
-
-func cmpOr(v, def int) int {
-	if v <= 0 {
-		return def
+	a := &skillAPI{store: cfg.Skills, lim: cfg.SkillLimits, maxUploading: int64(cfg.MaxSkillUploads)}
+	if a.maxUploading <= 0 {
+		a.maxUploading = 4
 	}
-	return v
+	return a
 }
 
 // skillRoutes adds the Skills API's routes under prefix.

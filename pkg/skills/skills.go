@@ -12,6 +12,7 @@ package skills
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -163,9 +164,9 @@ type InvalidError struct {
 func (e *InvalidError) Error() string { return e.Param + ": " + e.Message }
 
 func invalid(format string, args ...any) *InvalidError {
-	return &InvalidError{Param: "files", Message: sprintf(format, args...)}
+	return &InvalidError{Param: "files", Message: fmt.Sprintf(format, args...)}
 }
 
 func tooLarge(format string, args ...any) *InvalidError {
-	return &InvalidError{Param: "files", Message: sprintf(format, args...), TooLarge: true}
+	return &InvalidError{Param: "files", Message: fmt.Sprintf(format, args...), TooLarge: true}
 }

@@ -13,8 +13,6 @@ import (
 	"unicode/utf8"
 )
 
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
 // cdSignature starts each entry of a zip's central directory.
 var cdSignature = []byte("PK\x01\x02")
 
