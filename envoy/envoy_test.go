@@ -230,6 +230,8 @@ func TestShippedBootstrapInvariants(t *testing.T) {
 		{"/analyst/v1/containers", "/analyst/v1/"},
 		{"/v1/files/cfile_", "/v1/"},
 		{"/analyst/v1/files/cfile_", "/analyst/v1/"},
+		{"/v1/skills", "/v1/"},
+		{"/analyst/v1/skills", "/analyst/v1/"},
 	} {
 		require.Contains(t, routes, tt.prefix, "Containers API route")
 		r := routes[tt.prefix]

@@ -62,8 +62,11 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, upload
 		// As natively, unless the containers live longer here by default.
 		MaxExpiry: max(nativeMaxExpiry, cfg.GetSandbox().GetSessionIdleTtl().AsDuration()),
 		// Anthropic's uploads, when codeinterp owns them (anthropic_files.own_uploads).
-		Uploads: uploads,
-		Log:     log,
+		Uploads:         uploads,
+		Log:             log,
+		Skills:          skillStore(cfg),
+		SkillLimits:     skillLimits(cfg),
+		MaxSkillUploads: int(cfg.GetSkills().GetMaxUploads()),
 	}
 	h := containers.New(store, store, ccfg)
 	// Anthropic's Files API over the same containers, for the cfile_ ids Messages answers name.

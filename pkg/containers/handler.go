@@ -23,6 +23,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/netpolicy"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
+	"github.com/codeinterp/codeinterp/pkg/skills"
 )
 
 // Config holds a Handler's settings. Identify is required; the zero value of every other field
@@ -69,6 +70,12 @@ type Config struct {
 	// /v1/files, ids "file_…"), which [AnthropicFiles] then serves beside the container files;
 	// without it POST /v1/files is not served here (it belongs to the model's Files API).
 	Uploads *Uploads
+	// Skills, if set, keeps the skills of the Skills API (/v1/skills), which is served only
+	// then; SkillLimits bound a bundle, MaxSkillUploads the skill uploads in progress in all
+	// (zero means 4; each holds its bundle in memory until it is stored). See skills.go.
+	Skills          skills.Store
+	SkillLimits     skills.Limits
+	MaxSkillUploads int
 	// Log receives the handler's logs. If nil, nothing is logged.
 	Log *zap.Logger
 }
@@ -89,6 +96,8 @@ type Handler struct {
 	mu        sync.Mutex
 	uploads   map[string]int
 	uploading map[string]int64
+
+	skills *skillAPI // nil without Config.Skills
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -111,7 +120,7 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 		cfg.UploadIdle = 30 * time.Second
 	}
 	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(),
-		uploads: map[string]int{}, uploading: map[string]int64{}}
+		uploads: map[string]int{}, uploading: map[string]int64{}, skills: newSkillAPI(cfg)}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -128,6 +137,7 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}", h.scoped(prefix, h.getFile))
 		h.mux.HandleFunc("DELETE "+base+"/{id}/files/{file}", h.scoped(prefix, h.deleteFile))
 		h.mux.HandleFunc("GET "+base+"/{id}/files/{file}/content", h.scoped(prefix, h.fileContent))
+		h.skillRoutes(prefix)
 	}
 	return h
 }

@@ -61,6 +61,9 @@ type shellRequest struct {
 	networkParam  string
 	// choice is the client's tool_choice when it names the shell tool ({"type":"shell"}).
 	choice []byte
+	// allowedChoice is the client's tool_choice when it is an allowed_tools choice whose
+	// tools name the shell tool.
+	allowedChoice []byte
 	// replayed are the container ids of the replayed shell_call items, in input order.
 	replayed []string
 	// codeTool reports whether the request has a code_interpreter tool too.
@@ -154,9 +157,14 @@ func rewriteShell(body []byte) ([]byte, *shellRequest, error) {
 		}
 	}
 	sh.codeTool = codeTool
-	if tc := t.Span("tool_choice"); tc.OK() && body[tc.Start] == '{' && jsonscan.FieldIs(body, tc.Start, "type", "shell") {
-		sh.choice = bytes.Clone(body[tc.Start:tc.End])
-		edits = append(edits, jsonscan.Edit{Start: tc.Start, End: tc.End, Repl: shellFunctionChoice})
+	if tc := t.Span("tool_choice"); tc.OK() && body[tc.Start] == '{' {
+		switch typ, _ := jsonscan.Str(body, jsonscan.Field(body, tc.Start, "type")); typ {
+		case "shell":
+			sh.choice = bytes.Clone(body[tc.Start:tc.End])
+			edits = append(edits, jsonscan.Edit{Start: tc.Start, End: tc.End, Repl: shellFunctionChoice})
+		case "allowed_tools":
+			edits = append(edits, sh.rewriteAllowedTools(body, tc)...)
+		}
 	}
 	if in := t.Span("input"); in.OK() && body[in.Start] == '[' {
 		e, err := sh.rewriteReplays(body, in)
@@ -170,6 +178,28 @@ func rewriteShell(body []byte) ([]byte, *shellRequest, error) {
 		return nil, nil, fmt.Errorf("rewrite shell: %w", err)
 	}
 	return out, sh, nil
+}
+
+// rewriteAllowedTools returns the edits that make the entries {"type":"shell"} of the
+// allowed_tools tool_choice at tc name the shell function, and keeps the client's choice to
+// echo. Whether the choice forces a call (mode "required") is read afterwards, on the rewritten
+// body, by the code_interpreter rewrite, as for an allowed_tools choice naming that tool.
+func (sh *shellRequest) rewriteAllowedTools(b []byte, tc jsonscan.Span) []jsonscan.Edit {
+	list := jsonscan.Field(b, tc.Start, "tools")
+	if !list.OK() || b[list.Start] != '[' {
+		return nil
+	}
+	var edits []jsonscan.Edit
+	jsonscan.EachElem(b, list.Start, func(_, st, en int) bool {
+		if b[st] == '{' && jsonscan.FieldIs(b, st, "type", "shell") {
+			edits = append(edits, jsonscan.Edit{Start: st, End: en, Repl: shellFunctionChoice})
+		}
+		return true
+	})
+	if len(edits) > 0 {
+		sh.allowedChoice = bytes.Clone(b[tc.Start:tc.End])
+	}
+	return edits
 }
 
 // readEnvironment reads the hosted environment at env, of type typ, of the shell tool tools[i].
@@ -386,8 +416,12 @@ func parseShellOutputs(raw []byte) []shellOutput {
 // when the code_interpreter tool does not name one. A code_interpreter tool and a shell tool
 // naming two different containers are refused: the calls of a request share one.
 func (sh *shellRequest) apply(r *schema.Request) error {
-	if sh.choice != nil {
+	switch {
+	case sh.choice != nil:
 		r.ToolChoice, r.ForcedChoice, r.LaterChoice = sh.choice, true, nil
+	case sh.allowedChoice != nil:
+		// The rewrite read the forcing of the rewritten choice; the answer echoes the client's.
+		r.ToolChoice = sh.allowedChoice
 	}
 	switch {
 	case sh.containerID != "" && r.ContainerID != "" && sh.containerID != r.ContainerID:

@@ -417,3 +417,54 @@ func FuzzShellRewrite(f *testing.F) {
 		}
 	})
 }
+
+// An allowed_tools tool_choice naming the shell tool names the shell function instead, as one
+// naming the code_interpreter tool names the code function: mode "required" forces the first
+// round only, and the client's choice is echoed.
+func TestShellAllowedTools(t *testing.T) {
+	tests := []struct {
+		name, give string
+		// wantTools is the upstream's allowed tools (#.type:#.name joined).
+		wantTools  string
+		wantForced bool
+		wantLater  string
+	}{
+		{
+			name:       "required, shell only",
+			give:       `{"model":"m","input":"q","tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"shell"}]},"tools":[{"type":"shell","environment":{"type":"container_auto"}},{"type":"function","name":"f","parameters":{}}]}`,
+			wantTools:  `function:shell`,
+			wantForced: true,
+			wantLater:  `{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"shell"}]}`,
+		},
+		{
+			name:      "auto, shell and code_interpreter and a function",
+			give:      `{"model":"m","input":"q","tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"code_interpreter"},{"type":"shell"},{"type":"function","name":"f"}]},"tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"shell","environment":{"type":"container_auto"}},{"type":"function","name":"f","parameters":{}}]}`,
+			wantTools: `function:code_interpreter,function:shell,function:f`,
+		},
+		{
+			name:       "required, both hosted tools",
+			give:       `{"model":"m","input":"q","tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"shell"},{"type":"code_interpreter"}]},"tools":[{"type":"code_interpreter","container":{"type":"auto"}},{"type":"shell","environment":{"type":"container_auto"}}]}`,
+			wantTools:  `function:shell,function:code_interpreter`,
+			wantForced: true,
+			wantLater:  `{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"shell"},{"type":"function","name":"code_interpreter"}]}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x, err := responses.Surface{}.NewExchange([]byte(tt.give), schema.Options{})
+			require.NoError(t, err, tt.give)
+			r := x.Request()
+			var tools []string
+			gjson.GetBytes(r.Body, "tool_choice.tools").ForEach(func(_, v gjson.Result) bool {
+				tools = append(tools, v.Get("type").String()+":"+v.Get("name").String())
+				return true
+			})
+			assert.Equal(t, tt.wantTools, strings.Join(tools, ","), "%s: upstream allowed tools", tt.give)
+			assert.Equal(t, tt.wantForced, r.ForcedChoice, "%s: forced", tt.give)
+			if tt.wantLater != "" {
+				assert.JSONEq(t, tt.wantLater, string(r.LaterChoice), "%s: later rounds' choice", tt.give)
+			}
+			assert.Equal(t, gjson.Get(tt.give, "tool_choice").Raw, string(r.ToolChoice), "%s: the client's choice is echoed", tt.give)
+		})
+	}
+}

@@ -35,7 +35,7 @@ func TestServerMemoryPerContinuation(t *testing.T) {
 		return per
 	}
 	ident := func(i int) string { return fmt.Sprintf("identity-%03d", i/100) } // within the per-identity bounds
-	respID := func(i int) string { return fmt.Sprintf("resp_%048d", i) } // ids as long as OpenAI's
+	respID := func(i int) string { return fmt.Sprintf("resp_%048d", i) }       // ids as long as OpenAI's
 	alias := measure(func(p *Pending, i int) { p.PutAlias(ident(i), respID(i), "resp_up_"+respID(i)) })
 	pending := measure(func(p *Pending, i int) {
 		p.Put(ident(i), []store.PendingCall{{CallID: fmt.Sprintf("call_%020d", i), Output: "42"}}, key("response", respID(i)))

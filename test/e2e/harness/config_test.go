@@ -26,17 +26,17 @@ func TestShippedConfig(t *testing.T) {
 	assert.Equal(t, 100, cfg.MaxHeadersCount, "max headers count")
 	assert.Equal(t, 60, cfg.MaxRequestHeadersKB, "max request headers kb")
 	assert.Equal(t, 600*time.Second, cfg.StreamIdleTimeout, "stream_idle_timeout")
-	require.Len(t, cfg.Routes, 7, "routes")
+	require.Len(t, cfg.Routes, 9, "routes")
 	assert.Equal(t, Route{Prefix: "/v1/embeddings", Cluster: "llm", Timeout: 600 * time.Second, PerRoute: cfg.Routes[0].PerRoute}, cfg.Routes[0], "embeddings route")
 	assert.True(t, cfg.Routes[0].PerRoute.GetDisabled(), "embeddings route disabled")
-	for i, prefix := range []string{"/v1/containers", "/analyst/v1/containers", "/v1/files/cfile_", "/analyst/v1/files/cfile_"} {
+	for i, prefix := range []string{"/v1/containers", "/analyst/v1/containers", "/v1/files/cfile_", "/analyst/v1/files/cfile_", "/v1/skills", "/analyst/v1/skills"} {
 		r := cfg.Routes[1+i]
 		assert.Equal(t, Route{Prefix: prefix, Cluster: "codeinterp_api", PerRoute: r.PerRoute}, r, "Containers API route %s", prefix)
 		assert.True(t, r.PerRoute.GetDisabled(), "Containers API route %s disabled", prefix)
 	}
-	assert.Equal(t, "/v1/", cfg.Routes[5].PrefixRewrite, "analyst route rewrite")
-	assert.Equal(t, "/v1/", cfg.Routes[6].Prefix, "catch-all route")
-	assert.Nil(t, cfg.Routes[6].PerRoute, "catch-all route per-route config")
+	assert.Equal(t, "/v1/", cfg.Routes[7].PrefixRewrite, "analyst route rewrite")
+	assert.Equal(t, "/v1/", cfg.Routes[8].Prefix, "catch-all route")
+	assert.Nil(t, cfg.Routes[8].PerRoute, "catch-all route per-route config")
 
 	r, ok := cfg.matchRoute("/v1/embeddings?x=1")
 	assert.True(t, ok, "match /v1/embeddings")

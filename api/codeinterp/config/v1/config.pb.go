@@ -171,7 +171,11 @@ type Config struct {
 	// pauses its run until the calls' results come. No API surface serves it yet: a request's
 	// run that pauses is resumed at once with each call refused (docs/surfaces.md), and
 	// pause_timeout ends a pause nothing resumed.
-	Ptc           *Ptc `protobuf:"bytes,45,opt,name=ptc,proto3" json:"ptc,omitempty"`
+	Ptc *Ptc `protobuf:"bytes,45,opt,name=ptc,proto3" json:"ptc,omitempty"`
+	// skills bounds the Skills API (/v1/skills), which the API listener serves with store
+	// "memory": skill bundles and their versions are kept in the process's memory, per identity
+	// (docs/containers.md, "Skills"). Not served with store "redis" yet.
+	Skills        *Skills `protobuf:"bytes,44,opt,name=skills,proto3" json:"skills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -426,6 +430,13 @@ func (x *Config) GetAnthropicFiles() *AnthropicFiles {
 func (x *Config) GetPtc() *Ptc {
 	if x != nil {
 		return x.Ptc
+	}
+	return nil
+}
+
+func (x *Config) GetSkills() *Skills {
+	if x != nil {
+		return x.Skills
 	}
 	return nil
 }
@@ -1705,11 +1716,108 @@ func (x *Ptc) GetPauseTimeout() *durationpb.Duration {
 	return nil
 }
 
+// Skills bounds the skills the Skills API keeps. Each bundle is checked against the native
+// limits while it is read (a zip of at most 50 MB, at most 500 files, at most 25 MB per file);
+// these bound what is kept. Zero means each field's default.
+type Skills struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_skills_per_identity caps one identity's skills. Default 100.
+	MaxSkillsPerIdentity uint32 `protobuf:"varint,1,opt,name=max_skills_per_identity,json=maxSkillsPerIdentity,proto3" json:"max_skills_per_identity,omitempty"`
+	// max_versions_per_skill caps one skill's versions. Default 50.
+	MaxVersionsPerSkill uint32 `protobuf:"varint,2,opt,name=max_versions_per_skill,json=maxVersionsPerSkill,proto3" json:"max_versions_per_skill,omitempty"`
+	// max_bundle_bytes caps one bundle's files together, uncompressed. Default 104857600
+	// (100 MiB).
+	MaxBundleBytes uint64 `protobuf:"varint,3,opt,name=max_bundle_bytes,json=maxBundleBytes,proto3" json:"max_bundle_bytes,omitempty"`
+	// max_bytes_per_identity caps one identity's bundles together, uncompressed, in memory.
+	// Default 209715200 (200 MiB).
+	MaxBytesPerIdentity uint64 `protobuf:"varint,4,opt,name=max_bytes_per_identity,json=maxBytesPerIdentity,proto3" json:"max_bytes_per_identity,omitempty"`
+	// max_bytes caps every identity's bundles together, uncompressed, in memory. Default
+	// 1073741824 (1 GiB).
+	MaxBytes uint64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_uploads caps the skill uploads in progress on the server at once, each holding its
+	// bundle in memory while it is checked; one more is a 429. Default 4.
+	MaxUploads    uint32 `protobuf:"varint,6,opt,name=max_uploads,json=maxUploads,proto3" json:"max_uploads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Skills) Reset() {
+	*x = Skills{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Skills) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Skills) ProtoMessage() {}
+
+func (x *Skills) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Skills.ProtoReflect.Descriptor instead.
+func (*Skills) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Skills) GetMaxSkillsPerIdentity() uint32 {
+	if x != nil {
+		return x.MaxSkillsPerIdentity
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxVersionsPerSkill() uint32 {
+	if x != nil {
+		return x.MaxVersionsPerSkill
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxBundleBytes() uint64 {
+	if x != nil {
+		return x.MaxBundleBytes
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxBytesPerIdentity() uint64 {
+	if x != nil {
+		return x.MaxBytesPerIdentity
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *Skills) GetMaxUploads() uint32 {
+	if x != nil {
+		return x.MaxUploads
+	}
+	return 0
+}
+
 var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x91\r\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc7\r\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1744,7 +1852,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x127\n" +
 	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x12M\n" +
 	"\x0fanthropic_files\x18. \x01(\v2$.codeinterp.config.v1.AnthropicFilesR\x0eanthropicFiles\x12+\n" +
-	"\x03ptc\x18- \x01(\v2\x19.codeinterp.config.v1.PtcR\x03ptc\x1aZ\n" +
+	"\x03ptc\x18- \x01(\v2\x19.codeinterp.config.v1.PtcR\x03ptc\x124\n" +
+	"\x06skills\x18, \x01(\v2\x1c.codeinterp.config.v1.SkillsR\x06skills\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -1866,7 +1975,15 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\fdial_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vdialTimeout\x12<\n" +
 	"\fidle_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\"E\n" +
 	"\x03Ptc\x12>\n" +
-	"\rpause_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fpauseTimeoutBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
+	"\rpause_timeout\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\fpauseTimeout\"\x91\x02\n" +
+	"\x06Skills\x125\n" +
+	"\x17max_skills_per_identity\x18\x01 \x01(\rR\x14maxSkillsPerIdentity\x123\n" +
+	"\x16max_versions_per_skill\x18\x02 \x01(\rR\x13maxVersionsPerSkill\x12(\n" +
+	"\x10max_bundle_bytes\x18\x03 \x01(\x04R\x0emaxBundleBytes\x123\n" +
+	"\x16max_bytes_per_identity\x18\x04 \x01(\x04R\x13maxBytesPerIdentity\x12\x1b\n" +
+	"\tmax_bytes\x18\x05 \x01(\x04R\bmaxBytes\x12\x1f\n" +
+	"\vmax_uploads\x18\x06 \x01(\rR\n" +
+	"maxUploadsBDZBgithub.com/codeinterp/codeinterp/api/codeinterp/config/v1;configv1b\x06proto3"
 
 var (
 	file_codeinterp_config_v1_config_proto_rawDescOnce sync.Once
@@ -1880,7 +1997,7 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*AnthropicFiles)(nil),      // 1: codeinterp.config.v1.AnthropicFiles
@@ -1893,42 +2010,44 @@ var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*LocalSandbox)(nil),        // 8: codeinterp.config.v1.LocalSandbox
 	(*Network)(nil),             // 9: codeinterp.config.v1.Network
 	(*Ptc)(nil),                 // 10: codeinterp.config.v1.Ptc
-	nil,                         // 11: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 12: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 13: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 14: google.protobuf.Duration
+	(*Skills)(nil),              // 11: codeinterp.config.v1.Skills
+	nil,                         // 12: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 13: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 14: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	14, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	15, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
 	6,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	11, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	12, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
 	7,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
 	5,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	14, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	15, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
 	2,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
 	3,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
 	4,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
 	9,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
 	1,  // 10: codeinterp.config.v1.Config.anthropic_files:type_name -> codeinterp.config.v1.AnthropicFiles
 	10, // 11: codeinterp.config.v1.Config.ptc:type_name -> codeinterp.config.v1.Ptc
-	14, // 12: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	12, // 13: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	13, // 14: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	14, // 15: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	14, // 16: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	14, // 17: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	8,  // 18: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	14, // 19: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	14, // 20: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	14, // 21: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	14, // 22: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	14, // 23: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
-	6,  // 24: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	11, // 12: codeinterp.config.v1.Config.skills:type_name -> codeinterp.config.v1.Skills
+	15, // 13: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	13, // 14: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	14, // 15: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	15, // 16: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	15, // 17: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	15, // 18: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	8,  // 19: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	15, // 20: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	15, // 21: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	15, // 22: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	15, // 23: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	15, // 24: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
+	6,  // 25: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1945,7 +2064,7 @@ func file_codeinterp_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

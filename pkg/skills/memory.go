@@ -1,0 +1,304 @@
+package skills
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// MemoryConfig bounds a [Memory]. The zero value of each field means its default.
+type MemoryConfig struct {
+	// MaxSkillsPerIdentity bounds one identity's skills; zero means 100.
+	MaxSkillsPerIdentity int
+	// MaxVersionsPerSkill bounds one skill's versions; zero means 50.
+	MaxVersionsPerSkill int
+	// MaxBytesPerIdentity bounds one identity's bundles' bytes, uncompressed; zero means 200 MiB.
+	MaxBytesPerIdentity int64
+	// MaxBytes bounds every identity's bundles' bytes together; zero means 1 GiB.
+	MaxBytes int64
+	// Now returns the time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Memory is a [Store] in the process's memory: the single process's (a fleet's replicas
+// would each see their own). It is safe for concurrent use.
+type Memory struct {
+	cfg MemoryConfig
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	skills map[string]map[string]*memSkill // identity → id → skill
+	used   map[string]int64                // identity → bytes
+	total  int64
+}
+
+var _ Store = (*Memory)(nil)
+
+type memSkill struct {
+	id        string
+	createdAt time.Time
+	def       int
+	next      int // the number of the next version
+	versions  map[int]*memVersion
+}
+
+type memVersion struct {
+	v      Version
+	bundle *Bundle
+	size   int64
+}
+
+// NewMemory returns an empty Memory bounded by cfg.
+func NewMemory(cfg MemoryConfig) *Memory {
+	if cfg.MaxSkillsPerIdentity <= 0 {
+		cfg.MaxSkillsPerIdentity = 100
+	}
+	if cfg.MaxVersionsPerSkill <= 0 {
+		cfg.MaxVersionsPerSkill = 50
+	}
+	if cfg.MaxBytesPerIdentity <= 0 {
+		cfg.MaxBytesPerIdentity = 200 << 20
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 1 << 30
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Memory{cfg: cfg, skills: map[string]map[string]*memSkill{}, used: map[string]int64{}}
+}
+
+func newID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Create implements [Store].
+func (m *Memory) Create(_ context.Context, identity string, b *Bundle) (Skill, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.skills[identity]) >= m.cfg.MaxSkillsPerIdentity {
+		return Skill{}, ErrFull
+	}
+	s := &memSkill{id: newID("skill_"), createdAt: m.cfg.Now(), next: 1, versions: map[int]*memVersion{}}
+	if _, err := m.addLocked(identity, s, b, true); err != nil {
+		return Skill{}, err
+	}
+	if m.skills[identity] == nil {
+		m.skills[identity] = map[string]*memSkill{}
+	}
+	m.skills[identity][s.id] = s
+	return s.show(), nil
+}
+
+// addLocked adds a version of b to s, accounting its bytes to identity.
+func (m *Memory) addLocked(identity string, s *memSkill, b *Bundle, makeDefault bool) (Version, error) {
+	size := b.Size()
+	if len(s.versions) >= m.cfg.MaxVersionsPerSkill || m.used[identity]+size > m.cfg.MaxBytesPerIdentity || m.total+size > m.cfg.MaxBytes {
+		return Version{}, ErrFull
+	}
+	n := s.next
+	s.next++
+	v := &memVersion{bundle: b, size: size, v: Version{ID: newID("skillver_"), SkillID: s.id, Version: strconv.Itoa(n),
+		Name: b.Name, Description: b.Description, CreatedAt: m.cfg.Now()}}
+	s.versions[n] = v
+	if makeDefault || s.def == 0 {
+		s.def = n
+	}
+	m.used[identity] += size
+	m.total += size
+	return v.v, nil
+}
+
+func (s *memSkill) latest() int {
+	l := 0
+	for n := range s.versions {
+		l = max(l, n)
+	}
+	return l
+}
+
+func (s *memSkill) show() Skill {
+	d := s.versions[s.def].v
+	return Skill{ID: s.id, Name: d.Name, Description: d.Description, CreatedAt: s.createdAt,
+		DefaultVersion: strconv.Itoa(s.def), LatestVersion: strconv.Itoa(s.latest())}
+}
+
+// version returns the version named version ("" the default, "latest", a number).
+func (s *memSkill) version(version string) (int, *memVersion, error) {
+	var n int
+	switch version {
+	case "":
+		n = s.def
+	case "latest":
+		n = s.latest()
+	default:
+		var err error
+		if n, err = strconv.Atoi(version); err != nil {
+			return 0, nil, ErrNotFound
+		}
+	}
+	v, ok := s.versions[n]
+	if !ok {
+		return 0, nil, ErrNotFound
+	}
+	return n, v, nil
+}
+
+func (m *Memory) skillLocked(identity, id string) (*memSkill, error) {
+	s, ok := m.skills[identity][id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return s, nil
+}
+
+// List implements [Store].
+func (m *Memory) List(_ context.Context, identity string) ([]Skill, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Skill, 0, len(m.skills[identity]))
+	for _, s := range m.skills[identity] {
+		out = append(out, s.show())
+	}
+	return out, nil
+}
+
+// Get implements [Store].
+func (m *Memory) Get(_ context.Context, identity, id string) (Skill, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return Skill{}, err
+	}
+	return s.show(), nil
+}
+
+// SetDefault implements [Store].
+func (m *Memory) SetDefault(_ context.Context, identity, id, version string) (Skill, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return Skill{}, err
+	}
+	n, _, err := s.version(version)
+	if err != nil {
+		return Skill{}, err
+	}
+	s.def = n
+	return s.show(), nil
+}
+
+// Delete implements [Store].
+func (m *Memory) Delete(_ context.Context, identity, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return err
+	}
+	m.deleteLocked(identity, s)
+	return nil
+}
+
+func (m *Memory) deleteLocked(identity string, s *memSkill) {
+	for n := range s.versions {
+		m.dropLocked(identity, s, n)
+	}
+	delete(m.skills[identity], s.id)
+	if len(m.skills[identity]) == 0 {
+		delete(m.skills, identity)
+		delete(m.used, identity)
+	}
+}
+
+func (m *Memory) dropLocked(identity string, s *memSkill, n int) {
+	m.used[identity] -= s.versions[n].size
+	m.total -= s.versions[n].size
+	delete(s.versions, n)
+}
+
+// AddVersion implements [Store].
+func (m *Memory) AddVersion(_ context.Context, identity, id string, b *Bundle, makeDefault bool) (Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return Version{}, err
+	}
+	return m.addLocked(identity, s, b, makeDefault)
+}
+
+// Versions implements [Store].
+func (m *Memory) Versions(_ context.Context, identity, id string) ([]Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Version, 0, len(s.versions))
+	for _, v := range s.versions {
+		out = append(out, v.v)
+	}
+	return out, nil
+}
+
+// Version implements [Store].
+func (m *Memory) Version(_ context.Context, identity, id, version string) (Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return Version{}, err
+	}
+	_, v, err := s.version(version)
+	if err != nil {
+		return Version{}, err
+	}
+	return v.v, nil
+}
+
+// DeleteVersion implements [Store].
+func (m *Memory) DeleteVersion(_ context.Context, identity, id, version string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return err
+	}
+	n, _, err := s.version(version)
+	if err != nil {
+		return err
+	}
+	if len(s.versions) == 1 {
+		m.deleteLocked(identity, s)
+		return nil
+	}
+	if n == s.def {
+		return ErrDefaultVersion
+	}
+	m.dropLocked(identity, s, n)
+	return nil
+}
+
+// Bundle implements [Store].
+func (m *Memory) Bundle(_ context.Context, identity, id, version string) (*Bundle, Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.skillLocked(identity, id)
+	if err != nil {
+		return nil, Version{}, err
+	}
+	_, v, err := s.version(version)
+	if err != nil {
+		return nil, Version{}, err
+	}
+	return v.bundle, v.v, nil
+}
