@@ -135,7 +135,8 @@ func New(o Options) (*App, error) {
 		}
 		s.sandboxes = s.fleet.fleet
 	}
-	s.api = newAPIServer(cfg, s.sandboxes, secret, log)
+	accepted := modelCalls(cfg, s.stores.accepted)
+	s.api = newAPIServer(cfg, s.sandboxes, secret, accepted, log)
 	s.engine = loop.New(s.sandboxes, loop.Config{Log: log, Telemetry: s.tracing.genAI()})
 	s.metrics = processor.NewMetrics()
 	adm := admission.New(s.sandboxes, s.stores.continuations, admission.Config{
@@ -156,6 +157,7 @@ func New(o Options) (*App, error) {
 		Secret:   secret,
 		Log:      log,
 		Metrics:  s.metrics,
+		Accepted: acceptances(accepted),
 	})
 	if err != nil {
 		_ = s.closeParts(context.Background())
