@@ -11,9 +11,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
+	storeredis "github.com/codeinterp/codeinterp/pkg/store/redis"
+	"github.com/codeinterp/codeinterp/pkg/store/redis/redistest"
 )
 
 // modelsServer is an upstream whose GET /v1/models takes the keys given, counting its calls.
@@ -211,4 +214,18 @@ func TestModelCallsAccepted(t *testing.T) {
 
 	m.Accepted("")
 	assert.ErrorIs(t, m.Verify(t.Context(), "", nil), ErrUnauthorized, "the anonymous identity is never accepted")
+}
+
+// TestModelCallsFleet: replicas sharing Redis share the record: an identity whose model call
+// one gateway saw accepted is taken by another's Containers API.
+func TestModelCallsFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	replica := func() *ModelCalls {
+		return &ModelCalls{Store: storeredis.New(srv.Client(), storeredis.Options{Prefix: "accepted:", Log: zaptest.NewLogger(t)})}
+	}
+	a, b := replica(), replica()
+	assert.ErrorIs(t, b.Verify(t.Context(), "id-1", nil), ErrUnauthorized, "before any model call")
+	a.Accepted("id-1")
+	assert.NoError(t, b.Verify(t.Context(), "id-1", nil), "accepted through another replica")
+	assert.ErrorIs(t, b.Verify(t.Context(), "id-2", nil), ErrUnauthorized, "another identity")
 }

@@ -42,7 +42,7 @@ const tenantLoadDuration = 5 * time.Second
 // attacker's containers still alive: what the server keeps. An identity's files tables may hold
 // sandbox.DefaultMaxFileTableBytesPerIdentity (16 MiB), which A's forged lists fill; 32 MiB
 // more covers B's containers, the stores and the pools (measured: +21 MiB in all, see
-// docs/testing.md). RSS is the peak sampled during the run, which also holds what requests
+// docs/development.md). RSS is the peak sampled during the run, which also holds what requests
 // carry for a moment (8 MiB forged paths, 2 MiB names, the stream buffers; measured +80 MiB).
 const (
 	tenantHeapGrowthBound = sandbox.DefaultMaxFileTableBytesPerIdentity + 32<<20
