@@ -26,3 +26,5 @@ func acceptances(m *containers.ModelCalls) processor.Acceptances {
 	}
 	return m
 }
+
+var _ processor.Acceptances = (*containers.ModelCalls)(nil)
