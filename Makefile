@@ -34,7 +34,7 @@ export CODEINTERP_REQUIRE_ENVOY := 1
 # missing one fails it. test-go builds it first (`make otelcol`).
 export CODEINTERP_REQUIRE_OTELCOL := 1
 
-.PHONY: all deps build run run-server test test-go test-python test-unit test-e2e test-envoy test-tracing bench fleet-bench fuzz lint docs docs-check proto proto-check tools otelcol clean
+.PHONY: all deps build run run-server test test-go test-python test-unit test-e2e test-envoy test-tracing bench fleet-bench soak fuzz lint docs docs-check proto proto-check tools otelcol clean
 
 all: build
 
@@ -99,6 +99,19 @@ bench: deps
 FLEET_CONVERSATIONS ?= 1000
 fleet-bench: deps
 	CODEINTERP_LOAD_CONVERSATIONS=$(FLEET_CONVERSATIONS) $(GO) test -run '^$$' -bench 'BenchmarkFleetLoad$$' -count $(BENCH_COUNT) -timeout 60m ./test/e2e/ | tee $(BIN)/fleet-bench.txt
+
+## soak: not in `make test`. TestSoak: SOAK_DURATION of mixed traffic from SOAK_TENANTS tenants (all three
+## surfaces, plain and streamed, the Containers API, clients going away mid-stream) through the real Envoy
+## against bin/extproc as a process, sampling its RSS, heap, goroutines, descriptors, containers, sandbox
+## processes and tmpfs use into $(BIN)/soak.csv (summary and slopes in $(BIN)/soak.txt), asserting they come
+## back to their idle level; then TestTenantIsolation for SOAK_TENANT_DURATION. SOAK_DURATION=2m for a quick check.
+SOAK_DURATION ?= 30m
+SOAK_TENANTS ?= 4
+SOAK_TENANT_DURATION ?= 5m
+soak: deps build
+	CODEINTERP_SOAK_DURATION=$(SOAK_DURATION) CODEINTERP_SOAK_TENANTS=$(SOAK_TENANTS) CODEINTERP_SOAK_OUT=$(abspath $(BIN))/soak.csv \
+	CODEINTERP_EXTPROC_BIN=$(abspath $(BIN))/extproc CODEINTERP_TENANT_LOAD_DURATION=$(SOAK_TENANT_DURATION) \
+	  $(GO) test -count=1 -p 1 -run '^(TestSoak|TestTenantIsolation)$$' -v -timeout 24h ./test/e2e/ 2>&1 | tee $(BIN)/soak.log
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:

@@ -38,7 +38,7 @@ type apiServer struct {
 // under the call's path prefix, as the ext_proc path reads them for a request under that
 // prefix. Without an identity_header the credential is the identity, and (unless
 // verify_api_credentials is off) it must be one the upstream takes.
-func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, uploads *containers.Uploads, log *zap.Logger) *apiServer {
+func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, uploads *containers.Uploads, accepted *containers.ModelCalls, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
 	ids := identity.New(secret, identity.Config{CredentialHeaders: cfg.GetCredentialHeaders()})
 	maxUpload := int64(cfg.GetMaxUploadBytes())
@@ -47,6 +47,11 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, upload
 	if def.IdentityHeader == "" && cfg.GetVerifyApiCredentials() {
 		// The credential is the identity: check it is one the upstream takes.
 		verify = keyCheck(def.Upstream, cfg.GetApiKeyCheck()).Verify
+		if accepted != nil {
+			// api_key_check.mode "model_call": only an identity whose model call the
+			// upstream took (accepted.go).
+			verify = accepted.Verify
+		}
 	}
 	ccfg := containers.Config{
 		Verify:            verify,

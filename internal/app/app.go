@@ -141,7 +141,8 @@ func New(o Options) (*App, error) {
 		_ = s.closeParts(context.Background())
 		return nil, err
 	}
-	s.api = newAPIServer(cfg, s.sandboxes, secret, uploads, log)
+	accepted := modelCalls(cfg, s.stores.accepted)
+	s.api = newAPIServer(cfg, s.sandboxes, secret, uploads, accepted, log)
 	s.engine = loop.New(s.sandboxes, loop.Config{Log: log, Telemetry: s.tracing.genAI()})
 	s.metrics = processor.NewMetrics()
 	acfg := admission.Config{
@@ -167,6 +168,7 @@ func New(o Options) (*App, error) {
 		Secret:   secret,
 		Log:      log,
 		Metrics:  s.metrics,
+		Accepted: acceptances(accepted),
 	})
 	if err != nil {
 		_ = s.closeParts(context.Background())

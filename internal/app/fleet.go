@@ -35,6 +35,9 @@ type stores struct {
 	// stored keeps the assembled answers GET /v1/responses/{id} reads: a store of its own, so
 	// that they do not take the continuations' room (the same bounds, counted apart).
 	stored store.Pending
+	// accepted keeps the identities the upstream took a model call of (accepted.go), apart
+	// for the same reason.
+	accepted store.Pending
 	// redis is the client of store "redis", closed by close; nil for store "memory".
 	redis goredis.UniversalClient
 }
@@ -42,7 +45,7 @@ type stores struct {
 // newStores makes the stores of cfg's store.
 func newStores(cfg *configv1.Config, log *zap.Logger) (*stores, error) {
 	if cfg.GetStore() != config.StoreRedis {
-		return &stores{registry: memory.NewRegistry(), continuations: memory.NewPending(nil), nodes: memory.NewNodes(), stored: memory.NewPending(nil)}, nil
+		return &stores{registry: memory.NewRegistry(), continuations: memory.NewPending(nil), nodes: memory.NewNodes(), stored: memory.NewPending(nil), accepted: memory.NewPending(nil)}, nil
 	}
 	rc := cfg.GetRedis()
 	o := goredis.UniversalOptions{
@@ -75,7 +78,8 @@ func newStores(cfg *configv1.Config, log *zap.Logger) (*stores, error) {
 		prefix = storeredis.DefaultPrefix
 	}
 	stored := storeredis.New(c, storeredis.Options{Prefix: prefix + "stored:", Timeout: rc.GetTimeout().AsDuration(), Log: log.Named("redis")})
-	return &stores{registry: s, continuations: s, nodes: s, stored: stored, redis: c}, nil
+	accepted := storeredis.New(c, storeredis.Options{Prefix: prefix + "accepted:", Timeout: rc.GetTimeout().AsDuration(), Log: log.Named("redis")})
+	return &stores{registry: s, continuations: s, nodes: s, stored: stored, accepted: accepted, redis: c}, nil
 }
 
 // redisLogger sends go-redis's own lines to a zap logger at debug level.

@@ -141,6 +141,10 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"key check path", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{Path: "props"} }, "api_key_check.path:"},
 		{"key check method", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{Method: "GET /"} }, "api_key_check.method:"},
 		{"key check refusal status", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{AcceptStatuses: []uint32{401}} }, "api_key_check.accept_statuses[0]:"},
+		{"key check mode", func(c *configv1.Config) { c.ApiKeyCheck = &configv1.ApiKeyCheck{Mode: "models"} }, "api_key_check.mode:"},
+		{"key check accepted ttl", func(c *configv1.Config) {
+			c.ApiKeyCheck = &configv1.ApiKeyCheck{AcceptedTtl: durationpb.New(2 * time.Hour)}
+		}, "api_key_check.accepted_ttl:"},
 		{"upload idle", func(c *configv1.Config) { c.ApiUploadIdle = durationpb.New(0) }, "api_upload_idle:"},
 		{"store", func(c *configv1.Config) { c.Store = "etcd" }, "store:"},
 		{"role", func(c *configv1.Config) { c.Role = "worker" }, "role:"},

@@ -188,6 +188,16 @@ func validateFleet(cfg *configv1.Config) []error {
 // maxCredentialHeaders bounds credential_headers.
 const maxCredentialHeaders = 16
 
+// The api_key_check modes: the configured call, or the record of model calls the upstream took.
+const (
+	KeyCheckCall      = "call"
+	KeyCheckModelCall = "model_call"
+)
+
+// MaxAcceptedTTL bounds api_key_check.accepted_ttl: the record lives in the store's pending
+// entries, which no store keeps longer (memory.PendingTTL).
+const MaxAcceptedTTL = time.Hour
+
 // validateCredentials checks credential_headers, api_key_check and the upload bounds.
 func validateCredentials(cfg *configv1.Config) []error {
 	var errs []error
@@ -218,6 +228,12 @@ func validateCredentials(cfg *configv1.Config) []error {
 			if st < 100 || st > 599 || st == 401 || st == 403 {
 				bad(fmt.Sprintf("api_key_check.accept_statuses[%d]", i), "%d is not an HTTP status that can mean a credential was taken", st)
 			}
+		}
+		if c.Mode != "" && c.Mode != KeyCheckCall && c.Mode != KeyCheckModelCall {
+			bad("api_key_check.mode", "%q is neither %q nor %q", c.Mode, KeyCheckCall, KeyCheckModelCall)
+		}
+		if d := c.AcceptedTtl.AsDuration(); c.AcceptedTtl != nil && (d <= 0 || d > MaxAcceptedTTL) {
+			bad("api_key_check.accepted_ttl", "%v must be positive and at most %v", d, MaxAcceptedTTL)
 		}
 	}
 	if d := cfg.ApiUploadIdle.AsDuration(); cfg.ApiUploadIdle != nil && d <= 0 {

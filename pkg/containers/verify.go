@@ -9,11 +9,13 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/codeinterp/codeinterp/pkg/files"
+	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
 // ErrUnauthorized is a credential the upstream refuses.
@@ -241,4 +243,81 @@ func checkPath(p string) string {
 		return "/" + p
 	}
 	return p
+}
+
+// acceptedKey is where [ModelCalls] keeps an identity's record among its pending entries.
+var acceptedKey = store.Key{Kind: "model_call_accepted", ID: "upstream"}
+
+// ModelCalls is the record of the identities the upstream has accepted on a real model call,
+// for upstreams where no key check tells a key they take from a made-up one (llama.cpp's
+// llama-server serves GET /v1/models without its --api-key): the processor calls Accepted when
+// the upstream answers a model call it forwarded with a 2xx, and the Containers API and the
+// Files routes accept, through Verify, only an identity so recorded within TTL. The record is
+// one entry of the identity's in Store, so every replica sharing the store shares it, bounded
+// and expired as the store bounds its entries (an entry the store dropped early is written
+// again at a model call of the identity after the refresh, TTL/10). Its zero value (with a Store) works; it is safe
+// for concurrent use.
+type ModelCalls struct {
+	// Store keeps the record. Required.
+	Store store.Pending
+	// TTL is how long an identity stays accepted after its last accepted model call; zero
+	// means 30 minutes. Stores keep an entry at most an hour (memory.PendingTTL).
+	TTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// written holds, per identity, until when the record this process last wrote holds, so
+	// that a model call writes to the store at most once per refresh (TTL/10) per identity; it
+	// is bounded by maxWritten (cleared when full: the cost is a rewrite).
+	written map[string]time.Time
+}
+
+// maxWritten bounds ModelCalls.written.
+const maxWritten = 10_000
+
+func (m *ModelCalls) ttl() time.Duration { return cmp.Or(m.TTL, 30*time.Minute) }
+
+func (m *ModelCalls) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// Accepted records that the upstream answered a model call of identity with a 2xx. Nothing is
+// recorded for the anonymous identity "". It writes to the store at most once per TTL/10 per
+// identity; the write does not block on the caller's context (the store bounds it).
+func (m *ModelCalls) Accepted(identity string) {
+	if identity == "" {
+		return
+	}
+	now := m.now()
+	until := now.Add(m.ttl())
+	m.mu.Lock()
+	if last, ok := m.written[identity]; ok && last.Sub(now) > m.ttl()-m.ttl()/10 {
+		m.mu.Unlock()
+		return
+	}
+	if m.written == nil || len(m.written) >= maxWritten {
+		m.written = map[string]time.Time{}
+	}
+	m.written[identity] = until
+	m.mu.Unlock()
+	m.Store.Put(identity, []store.PendingCall{{CallID: "accepted", Output: strconv.FormatInt(until.UnixMilli(), 10)}}, acceptedKey)
+}
+
+// Verify returns nil when identity's record holds (a model call of it was accepted within
+// TTL), else an error wrapping ErrUnauthorized: the Containers API's 401. It has the shape of
+// [Verifier.Verify] and [Config.Verify]; credentials are not used.
+func (m *ModelCalls) Verify(_ context.Context, identity string, _ files.Credentials) error {
+	if identity != "" {
+		if calls := m.Store.Get(identity, acceptedKey); len(calls) == 1 {
+			ms, err := strconv.ParseInt(calls[0].Output, 10, 64)
+			if err == nil && m.now().Before(time.UnixMilli(ms)) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no model call of this identity accepted by the upstream: %w", ErrUnauthorized)
 }

@@ -11,6 +11,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
+	storeredis "github.com/codeinterp/codeinterp/pkg/store/redis"
+	"github.com/codeinterp/codeinterp/pkg/store/redis/redistest"
 )
 
 // modelsServer is an upstream whose GET /v1/models takes the keys given, counting its calls.
@@ -156,4 +162,70 @@ func TestVerifierAsksOnce(t *testing.T) {
 		assert.NoError(t, err, "verify")
 	}
 	assert.Equal(t, int32(1), calls.Load(), "one check for all")
+}
+
+// countingPending is a memory.Pending that counts its Puts.
+type countingPending struct {
+	*memory.Pending
+	puts atomic.Int32
+}
+
+func (c *countingPending) Put(identity string, calls []store.PendingCall, keys ...store.Key) {
+	c.puts.Add(1)
+	c.Pending.Put(identity, calls, keys...)
+}
+
+// TestModelCallsAccepted: with api_key_check.mode "model_call", an identity gets the Containers
+// API's 401 until a model call of it was accepted, then works for TTL since the last one; a
+// model call writes the record at most once per TTL/10; another replica sharing the store
+// (another ModelCalls over it) accepts the identity too.
+func TestModelCallsAccepted(t *testing.T) {
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	st := &countingPending{Pending: memory.NewPending(nil)}
+	m := &ModelCalls{Store: st, TTL: 10 * time.Minute, Now: clk.Now}
+	f := newFixture(t, Config{Verify: m.Verify})
+
+	status, body := post(t, f, "sk-made-up", "/v1/containers", "application/json", `{"name":"x"}`)
+	assert.Equal(t, http.StatusUnauthorized, status, "no model call yet: %s", body)
+	assert.Equal(t, "invalid_api_key", gjson.Get(body, "error.code").String(), "the 401's shape: %s", body)
+	assert.Zero(t, f.store.count("Bearer sk-made-up"), "a refused identity creates nothing")
+
+	m.Accepted("Bearer sk-good")
+	for range 5 {
+		clk.add(10 * time.Second)
+		m.Accepted("Bearer sk-good")
+	}
+	assert.Equal(t, int32(1), st.puts.Load(), "one write within TTL/10")
+	status, body = post(t, f, "sk-good", "/v1/containers", "application/json", `{"name":"x"}`)
+	assert.Equal(t, http.StatusOK, status, "accepted on a model call: %s", body)
+	status, _ = post(t, f, "sk-made-up", "/v1/containers", "application/json", `{"name":"x"}`)
+	assert.Equal(t, http.StatusUnauthorized, status, "another identity is still refused")
+
+	replica := &ModelCalls{Store: st, TTL: 10 * time.Minute, Now: clk.Now}
+	assert.NoError(t, replica.Verify(t.Context(), "Bearer sk-good", nil), "another replica over the same store")
+
+	clk.add(time.Minute)
+	m.Accepted("Bearer sk-good")
+	assert.Equal(t, int32(2), st.puts.Load(), "rewritten after TTL/10")
+	clk.add(9*time.Minute + 59*time.Second)
+	assert.NoError(t, m.Verify(t.Context(), "Bearer sk-good", nil), "within TTL of the last acceptance")
+	clk.add(2 * time.Second)
+	assert.ErrorIs(t, m.Verify(t.Context(), "Bearer sk-good", nil), ErrUnauthorized, "TTL after the last acceptance")
+
+	m.Accepted("")
+	assert.ErrorIs(t, m.Verify(t.Context(), "", nil), ErrUnauthorized, "the anonymous identity is never accepted")
+}
+
+// TestModelCallsFleet: replicas sharing Redis share the record: an identity whose model call
+// one gateway saw accepted is taken by another's Containers API.
+func TestModelCallsFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	replica := func() *ModelCalls {
+		return &ModelCalls{Store: storeredis.New(srv.Client(), storeredis.Options{Prefix: "accepted:", Log: zaptest.NewLogger(t)})}
+	}
+	a, b := replica(), replica()
+	assert.ErrorIs(t, b.Verify(t.Context(), "id-1", nil), ErrUnauthorized, "before any model call")
+	a.Accepted("id-1")
+	assert.NoError(t, b.Verify(t.Context(), "id-1", nil), "accepted through another replica")
+	assert.ErrorIs(t, b.Verify(t.Context(), "id-2", nil), ErrUnauthorized, "another identity")
 }

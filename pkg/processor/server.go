@@ -116,6 +116,9 @@ type Options struct {
 	// in the stream's gRPC metadata): the loop's spans become children of Envoy's ext_proc
 	// span. Nil is off.
 	Telemetry *telemetry.GenAI
+	// Accepted, if set, hears of every identity whose model call the upstream answered with a
+	// 2xx (see [Acceptances]).
+	Accepted Acceptances
 }
 
 // Server is the ext_proc service. It is safe for concurrent use: every stream has its own state.
@@ -133,6 +136,7 @@ type Server struct {
 	metrics    *Metrics
 	now        func() time.Time
 	tel        *telemetry.GenAI
+	accepted   Acceptances
 	// maxRequestBody bounds a request body collected from FULL_DUPLEX_STREAMED chunks
 	// (max_request_bytes, the gRPC receive limit that bounds a BUFFERED one).
 	maxRequestBody int64
@@ -193,6 +197,7 @@ func New(o Options) (*Server, error) {
 		metrics:    metrics,
 		now:        now,
 		tel:        o.Telemetry,
+		accepted:   o.Accepted,
 		live:       map[*liveStream]struct{}{},
 
 		maxRequestBody: o.MaxRequestBytes,

@@ -366,6 +366,7 @@ func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Proc
 	if st.admitted != nil && len(code) == 3 && code[0] == '2' {
 		st.admitted.Accepted()
 	}
+	st.noteAccepted(code)
 	st.delivery = st.passThrough()
 	if st.kind != kindRewritten {
 		return skipResponseBody

@@ -858,8 +858,18 @@ type ApiKeyCheck struct {
 	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// accept_statuses are the statuses that mean the credential was taken. Default 200.
 	AcceptStatuses []uint32 `protobuf:"varint,5,rep,packed,name=accept_statuses,json=acceptStatuses,proto3" json:"accept_statuses,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// mode is how a credential is judged: "call" (the call above) or "model_call" (an identity is
+	// accepted only once a model call the server forwarded for it got a 2xx from the upstream,
+	// remembered through the store, so shared by every replica of a fleet, for accepted_ttl since
+	// the last such call; the call above is not made). Use "model_call" where no call tells a key
+	// the upstream takes from a made-up one (llama.cpp's llama-server, whose /v1/models is public;
+	// docs/security.md). Default "call".
+	Mode string `protobuf:"bytes,6,opt,name=mode,proto3" json:"mode,omitempty"`
+	// accepted_ttl is how long, in mode "model_call", an identity stays accepted after its last
+	// model call the upstream took. At most 1h (the store's bound). Default 30m.
+	AcceptedTtl   *durationpb.Duration `protobuf:"bytes,7,opt,name=accepted_ttl,json=acceptedTtl,proto3" json:"accepted_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApiKeyCheck) Reset() {
@@ -923,6 +933,20 @@ func (x *ApiKeyCheck) GetHeaders() map[string]string {
 func (x *ApiKeyCheck) GetAcceptStatuses() []uint32 {
 	if x != nil {
 		return x.AcceptStatuses
+	}
+	return nil
+}
+
+func (x *ApiKeyCheck) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ApiKeyCheck) GetAcceptedTtl() *durationpb.Duration {
+	if x != nil {
+		return x.AcceptedTtl
 	}
 	return nil
 }
@@ -1896,13 +1920,15 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
 	"\r_sample_ratioB\n" +
 	"\n" +
-	"\b_metrics\"\xfc\x01\n" +
+	"\b_metrics\"\xce\x02\n" +
 	"\vApiKeyCheck\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\tR\x04body\x12H\n" +
 	"\aheaders\x18\x04 \x03(\v2..codeinterp.config.v1.ApiKeyCheck.HeadersEntryR\aheaders\x12'\n" +
-	"\x0faccept_statuses\x18\x05 \x03(\rR\x0eacceptStatuses\x1a:\n" +
+	"\x0faccept_statuses\x18\x05 \x03(\rR\x0eacceptStatuses\x12\x12\n" +
+	"\x04mode\x18\x06 \x01(\tR\x04mode\x12<\n" +
+	"\faccepted_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\vacceptedTtl\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\x05\n" +
@@ -2033,21 +2059,22 @@ var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
 	15, // 13: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
 	13, // 14: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
 	14, // 15: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	15, // 16: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	15, // 17: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	15, // 18: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	8,  // 19: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	15, // 20: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	15, // 21: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	15, // 22: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	15, // 23: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	15, // 24: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
-	6,  // 25: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	15, // 16: codeinterp.config.v1.ApiKeyCheck.accepted_ttl:type_name -> google.protobuf.Duration
+	15, // 17: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	15, // 18: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	15, // 19: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	8,  // 20: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	15, // 21: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	15, // 22: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	15, // 23: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	15, // 24: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	15, // 25: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
+	6,  // 26: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
