@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -45,9 +44,8 @@ type AnthropicFiles struct {
 	// bases are the paths served, "/v1/files" under each prefix.
 	bases []string
 
-	// mu guards uploading: the uploads in progress per identity.
-	mu        sync.Mutex
-	uploading map[string]int
+	// uploadCount counts the uploads in progress per identity.
+	uploadCount
 }
 
 var _ http.Handler = (*AnthropicFiles)(nil)
@@ -61,7 +59,7 @@ func NewAnthropicFiles(store Store, files FileStore, cfg Config) *AnthropicFiles
 	if cfg.UploadIdle <= 0 {
 		cfg.UploadIdle = 30 * time.Second
 	}
-	a := &AnthropicFiles{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), uploading: map[string]int{}}
+	a := &AnthropicFiles{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(), uploadCount: newUploadCount(cfg.MaxUploadsPerIdentity)}
 	if a.log == nil {
 		a.log = zap.NewNop()
 	}

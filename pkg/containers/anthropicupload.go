@@ -43,26 +43,6 @@ func uploadMetadata(u Upload) fileMetadataJSON {
 	return m
 }
 
-// beginUpload reports whether identity may start one more upload, and counts it if so.
-func (a *AnthropicFiles) beginUpload(identity string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.uploading[identity] >= a.cfg.MaxUploadsPerIdentity {
-		return false
-	}
-	a.uploading[identity]++
-	return true
-}
-
-// endUpload ends an upload beginUpload counted.
-func (a *AnthropicFiles) endUpload(identity string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.uploading[identity]--; a.uploading[identity] <= 0 {
-		delete(a.uploading, identity)
-	}
-}
-
 // upload is POST /v1/files: a multipart body with the file ("file") and, optionally,
 // expires_in_seconds. The file is read as it arrives, bounded by the file size, the caller's
 // and the server's quota, and an idle deadline; one that breaks a bound leaves nothing.

@@ -80,30 +80,10 @@ func (h *Handler) createFile(c call) {
 	writeJSON(c.w, fileToJSON(f))
 }
 
-// beginUpload reports whether identity may start one more upload, and counts it if so.
-func (h *Handler) beginUpload(identity string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.uploads[identity] >= h.cfg.MaxUploadsPerIdentity {
-		return false
-	}
-	h.uploads[identity]++
-	return true
-}
-
 // tooManyUploads answers an upload beginUpload refused.
 func (h *Handler) tooManyUploads(c call) {
 	writeError(c.w, &schema.RequestError{Status: http.StatusTooManyRequests, Code: "too_many_uploads",
 		Message: fmt.Sprintf("Too many uploads in progress for this API key (at most %d at once): wait for one to finish.", h.cfg.MaxUploadsPerIdentity)})
-}
-
-// endUpload ends an upload beginUpload counted.
-func (h *Handler) endUpload(identity string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.uploads[identity]--; h.uploads[identity] <= 0 {
-		delete(h.uploads, identity)
-	}
 }
 
 // createFileMultipart reads the parts in order and stores the first "file" or "file_id";

@@ -91,10 +91,10 @@ type Handler struct {
 	log   *zap.Logger
 	mux   *http.ServeMux
 
-	// mu guards uploads and uploading: the uploads in progress per identity, and the bytes
-	// they have written.
+	// uploadCount counts the uploads in progress per identity (files and skill bundles).
+	uploadCount
+	// mu guards uploading: the bytes the uploads in progress have written, per identity.
 	mu        sync.Mutex
-	uploads   map[string]int
 	uploading map[string]int64
 
 	skills *skillAPI // nil without Config.Skills
@@ -120,7 +120,7 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 		cfg.UploadIdle = 30 * time.Second
 	}
 	h := &Handler{store: store, files: files, cfg: cfg, log: cfg.Log, mux: http.NewServeMux(),
-		uploads: map[string]int{}, uploading: map[string]int64{}, skills: newSkillAPI(cfg)}
+		uploadCount: newUploadCount(cfg.MaxUploadsPerIdentity), uploading: map[string]int64{}, skills: newSkillAPI(cfg)}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}

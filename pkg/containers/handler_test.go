@@ -659,9 +659,9 @@ func TestUploadsPerIdentityBounded(t *testing.T) {
 	_, err = part.Write([]byte("a,b\n"))
 	require.NoError(t, err, "first bytes")
 	require.Eventually(t, func() bool {
-		f.handler.mu.Lock()
-		defer f.handler.mu.Unlock()
-		return f.handler.uploads["Bearer sk-a"] == 1
+		f.handler.uploadCount.mu.Lock()
+		defer f.handler.uploadCount.mu.Unlock()
+		return f.handler.uploadCount.n["Bearer sk-a"] == 1
 	}, 10*time.Second, time.Millisecond, "the server has the first upload under way")
 
 	status, out := post(t, f, "sk-a", "/v1/containers/"+a.ID+"/files", "application/json", `{"file_id":"file-x"}`)

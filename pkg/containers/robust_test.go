@@ -158,9 +158,12 @@ func TestStalledUploadEnds(t *testing.T) {
 	assert.Contains(t, string(answer), `"upload_timeout"`, "the error's code: %q", answer)
 
 	require.Eventually(t, func() bool {
+		f.handler.uploadCount.mu.Lock()
+		none := f.handler.uploadCount.n["Bearer sk-a"] == 0
+		f.handler.uploadCount.mu.Unlock()
 		f.handler.mu.Lock()
 		defer f.handler.mu.Unlock()
-		return f.handler.uploads["Bearer sk-a"] == 0 && f.handler.uploading["Bearer sk-a"] == 0
+		return none && f.handler.uploading["Bearer sk-a"] == 0
 	}, 5*time.Second, 10*time.Millisecond, "the upload's slot and bytes are given back")
 	files, err := f.store.Files(t.Context(), "Bearer sk-a", c.ID)
 	require.NoError(t, err, "files")
