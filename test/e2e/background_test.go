@@ -82,6 +82,19 @@ func testBackgroundPoll(t *testing.T, s *Stack, m *model) {
 	assert.False(t, gjson.GetBytes(reqs[0].Body, "background").Exists(), "the model gets no background: %s", reqs[0].Body)
 	assert.Equal(t, "function", gjson.GetBytes(reqs[0].Body, "tools.0.type").String(), "the model gets the internal function")
 	assert.Equal(t, "Bearer sk-bg-poll", reqs[0].Header.Get("Authorization"), "with the caller's credential")
+
+	// A continuation from the response reaches the upstream as one from its last round.
+	m.script(responsesPath, responsesReply(usage(30, 3), fakemodel.Message("continued")))
+	next := ask("and then?")
+	next.PreviousResponseID = openai.String(created.ID)
+	cont, err := client.Responses.New(t.Context(), next)
+	require.NoError(t, err, "continue from the background response")
+	assert.Equal(t, "continued", outputText(cont.Output[0]))
+	reqs = m.since(mark)
+	require.Len(t, reqs, 3)
+	last := fakemodel.Responses(testModel, usage(20, 7), fakemodel.Message("in the background"))["id"]
+	assert.Equal(t, last, gjson.GetBytes(reqs[2].Body, "previous_response_id").String(),
+		"the continuation names the upstream's last round, not the background response's id")
 }
 
 func testBackgroundStream(t *testing.T, s *Stack, m *model) {
