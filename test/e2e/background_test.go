@@ -29,7 +29,14 @@ func TestBackgroundResponses(t *testing.T) {
 		m := newModel(t, s.Model)
 		t.Run("poll", func(t *testing.T) { testBackgroundPoll(t, s, m) })
 		t.Run("stream resumed", func(t *testing.T) { testBackgroundStream(t, s, m) })
-		t.Run("cancel and bound", func(t *testing.T) { testBackgroundCancel(t, s, m) })
+		t.Run("cancel and bound", func(t *testing.T) {
+			testBackgroundCancel(t, s, m, cancelHooks{beforeCancel: func(t *testing.T, client openai.Client) {
+				_, err := client.Responses.New(t.Context(), askBackground("one more"))
+				e := apiError(t, err, "a second background response of the caller")
+				assert.Equal(t, http.StatusTooManyRequests, e.StatusCode, "over max_background_per_identity: %s", errorView(e))
+				assert.Equal(t, "rate_limit_exceeded", e.Code, "%s", errorView(e))
+			}})
+		})
 		assert.Zero(t, m.pending(), "every scripted answer was used")
 	})
 }
@@ -147,7 +154,12 @@ func testBackgroundStream(t *testing.T, s *Stack, m *model) {
 	assert.Equal(t, "streamed in the background", outputText(done.Output[1]))
 }
 
-func testBackgroundCancel(t *testing.T, s *Stack, m *model) {
+// cancelHooks are what testBackgroundCancel does just before the create and the cancel.
+type cancelHooks struct {
+	beforeCreate, beforeCancel func(t *testing.T, client openai.Client)
+}
+
+func testBackgroundCancel(t *testing.T, s *Stack, m *model, hooks cancelHooks) {
 	m.clear()
 	markResponses := len(m.RequestsTo(responsesPath))
 	ctx := t.Context()
@@ -162,6 +174,9 @@ func testBackgroundCancel(t *testing.T, s *Stack, m *model) {
 	require.NoError(t, err, "upload the ticks file")
 	p := askBackground("tick")
 	p.Tools = []responses.ToolUnionParam{containerTool(made.ID)}
+	if hooks.beforeCreate != nil {
+		hooks.beforeCreate(t, client)
+	}
 	created, err := client.Responses.New(ctx, p)
 	require.NoError(t, err, "create")
 	ticks := func() int {
@@ -176,11 +191,9 @@ func testBackgroundCancel(t *testing.T, s *Stack, m *model) {
 	}
 	require.Eventually(t, func() bool { return ticks() > 1 }, 10*time.Second, 100*time.Millisecond, "the code runs")
 
-	_, err = client.Responses.New(ctx, askBackground("one more"))
-	e := apiError(t, err, "a second background response of the caller")
-	assert.Equal(t, http.StatusTooManyRequests, e.StatusCode, "over max_background_per_identity: %s", errorView(e))
-	assert.Equal(t, "rate_limit_exceeded", e.Code, "%s", errorView(e))
-
+	if hooks.beforeCancel != nil {
+		hooks.beforeCancel(t, client)
+	}
 	cancelled, err := client.Responses.Cancel(ctx, created.ID)
 	require.NoError(t, err, "cancel")
 	assert.Equal(t, responses.ResponseStatusCancelled, cancelled.Status, "cancel answers the cancelled response")
@@ -200,4 +213,25 @@ func testBackgroundCancel(t *testing.T, s *Stack, m *model) {
 	_, err = client.Responses.Cancel(ctx, created.ID)
 	require.NoError(t, err, "cancelling a cancelled response answers it")
 	require.NoError(t, client.Containers.Delete(ctx, made.ID), "delete the container")
+}
+
+// testBackgroundFleet runs the background scenarios through a fleet whose front sends each
+// request to the next replica: the response is polled, its stream resumed and it is
+// cancelled on replicas other than the one running it, through the store they share.
+func testBackgroundFleet(t *testing.T, f *Fleet, s *Stack, m *model) {
+	t.Run("poll", func(t *testing.T) { testBackgroundPoll(t, s, m) })
+	t.Run("stream resumed", func(t *testing.T) { testBackgroundStream(t, s, m) })
+	var runner int
+	t.Run("cancel on another replica", func(t *testing.T) {
+		testBackgroundCancel(t, s, m, cancelHooks{
+			beforeCreate: func(*testing.T, openai.Client) { runner = f.front.nextTarget() },
+			beforeCancel: func(t *testing.T, client openai.Client) {
+				for f.front.nextTarget() == runner {
+					_, err := client.Models.List(t.Context())
+					require.NoError(t, err, "a request to move the front on")
+				}
+			},
+		})
+	})
+	assert.Zero(t, m.pending(), "every scripted answer was used")
 }
