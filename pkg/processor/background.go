@@ -234,8 +234,9 @@ func (st *streamState) startBackground(bx backgroundExchange) *extprocv3.Process
 	log := st.logger().With(zap.String("response_id", id))
 	run := func(ctx context.Context) {
 		bx.BackgroundRunning()
+		started := srv.now()
 		res, cancelled := srv.runBackground(ctx, bx, req)
-		srv.metrics.observeLoop(surface, res, 0)
+		srv.metrics.observeLoop(surface, res, srv.now().Sub(started))
 		switch {
 		case cancelled:
 			log.Debug("background response cancelled")

@@ -114,9 +114,7 @@ func (x *exchange) BackgroundRunning() {
 
 // BackgroundSink returns the Sink the background response's loop reports to: its events are
 // recorded, numbered after those recorded, as they happen.
-func (x *exchange) BackgroundSink() schema.Sink {
-	return &bgSink{r: x.bg, enc: x.Events(&bgWriter{r: x.bg})}
-}
+func (x *exchange) BackgroundSink() schema.Sink { return x.Events(&bgWriter{r: x.bg}) }
 
 // PollBackground saves the events recorded since the last save and reports whether the
 // response's cancellation was asked for (on any replica sharing the store).
@@ -287,15 +285,6 @@ func (w *bgWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
-
-// bgSink is the Sink of a background response's loop: the surface's encoder, writing to a
-// bgWriter.
-type bgSink struct {
-	r   *bgRun
-	enc schema.Sink
-}
-
-func (s *bgSink) Event(ev schema.Event) error { return s.enc.Event(ev) }
 
 // backgroundFinal names the final answer body of a background response after it (id, and
 // "background": true); the upstream's id of its last turn is what a continuation from it
