@@ -73,7 +73,7 @@ func TestPageCoversTheProto(t *testing.T) {
 	page := render(file, "api/"+file.Path(), comments)
 
 	secs := sections(file.Messages().ByName("Config"))
-	require.Len(t, secs, 12, "Config, Profile, Sandbox, LocalSandbox, ApiKeyCheck, Redis, FleetTLS, Tracing, Network, AnthropicFiles, Ptc, Skills")
+	require.Len(t, secs, 13, "Config, Profile, Sandbox, LocalSandbox, ApiKeyCheck, Redis, FleetTLS, Tracing, Network, AnthropicFiles, Ptc, Skills, Responses")
 	for _, s := range secs {
 		assert.Contains(t, page, "\n## "+title(s)+"\n", "a section for %s", s.md.FullName())
 		fields := s.md.Fields()

@@ -169,6 +169,8 @@ func New(o Options) (*App, error) {
 		Log:      log,
 		Metrics:  s.metrics,
 		Accepted: acceptances(accepted),
+		// Background responses: bounded runs this server owns (StopBackground in Shutdown).
+		Background: backgroundBounds(cfg),
 	})
 	if err != nil {
 		_ = s.closeParts(context.Background())
@@ -281,11 +283,16 @@ const handlerWait = 10 * time.Second
 
 func (s *App) shutdownOnce(ctx context.Context) error {
 	s.health.Shutdown()
+	// Background responses run detached from any stream: they are ended first (recorded as
+	// failed), so that no loop of theirs keeps the drain waiting.
+	var errs []error
+	if err := s.srv.StopBackground(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("shutdown: %w", err))
+	}
 	// The Containers API takes no new call from now on; the transfers in progress go on for
 	// the grace, as the streams do, and end before the manager closes.
 	apiDone := make(chan error, 1)
 	go func() { apiDone <- s.api.shutdown(ctx) }()
-	var errs []error
 	if !s.stopGracefully(ctx) {
 		errs = append(errs, fmt.Errorf("shutdown: grace over with %d streams live: %w", s.srv.Live(), ctx.Err()))
 		s.log.Warn("grace period over; ending open streams", zap.Int("streams", s.srv.Live()))

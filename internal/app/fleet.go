@@ -45,7 +45,7 @@ type stores struct {
 // newStores makes the stores of cfg's store.
 func newStores(cfg *configv1.Config, log *zap.Logger) (*stores, error) {
 	if cfg.GetStore() != config.StoreRedis {
-		return &stores{registry: memory.NewRegistry(), continuations: memory.NewPending(nil), nodes: memory.NewNodes(), stored: memory.NewPending(nil), accepted: memory.NewPending(nil)}, nil
+		return &stores{registry: memory.NewRegistry(), continuations: memory.NewPending(nil), nodes: memory.NewNodes(), stored: memory.NewPendingLimited(nil, storedLimits(cfg)), accepted: memory.NewPending(nil)}, nil
 	}
 	rc := cfg.GetRedis()
 	o := goredis.UniversalOptions{
@@ -77,7 +77,7 @@ func newStores(cfg *configv1.Config, log *zap.Logger) (*stores, error) {
 	if prefix == "" {
 		prefix = storeredis.DefaultPrefix
 	}
-	stored := storeredis.New(c, storeredis.Options{Prefix: prefix + "stored:", Timeout: rc.GetTimeout().AsDuration(), Log: log.Named("redis")})
+	stored := storeredis.New(c, storedRedisOptions(cfg, storeredis.Options{Prefix: prefix + "stored:", Timeout: rc.GetTimeout().AsDuration(), Log: log.Named("redis")}))
 	accepted := storeredis.New(c, storeredis.Options{Prefix: prefix + "accepted:", Timeout: rc.GetTimeout().AsDuration(), Log: log.Named("redis")})
 	return &stores{registry: s, continuations: s, nodes: s, stored: stored, accepted: accepted, redis: c}, nil
 }

@@ -80,6 +80,15 @@ const (
 	// DefaultPauseTimeout bounds a run paused for the client's tool calls (ptc.pause_timeout),
 	// as sandbox.DefaultPauseTimeout does.
 	DefaultPauseTimeout = 270 * time.Second
+	// The bounds of the stored Responses answers (responses), as package memory has them,
+	// and of the background responses, as package processor has them.
+	DefaultStoredTTL                 = time.Hour
+	DefaultMaxStoredPerIdentity      = 256
+	DefaultMaxStoredBytesPerIdentity = 1 << 20
+	DefaultMaxStored                 = 10000
+	DefaultMaxStoredBytes            = 16 << 20
+	DefaultMaxBackgroundPerIdentity  = 8
+	DefaultMaxBackground             = 128
 )
 
 // DefaultNetworkPorts are the destination ports a container may reach (network.ports).
@@ -231,6 +240,14 @@ var defaults = []struct {
 	{"network.dial_timeout", DefaultNetworkDialTimeout},
 	{"network.idle_timeout", DefaultNetworkIdleTimeout},
 	{"ptc.pause_timeout", DefaultPauseTimeout},
+
+	{"responses.stored_ttl", DefaultStoredTTL},
+	{"responses.max_stored_per_identity", DefaultMaxStoredPerIdentity},
+	{"responses.max_stored_bytes_per_identity", DefaultMaxStoredBytesPerIdentity},
+	{"responses.max_stored", DefaultMaxStored},
+	{"responses.max_stored_bytes", DefaultMaxStoredBytes},
+	{"responses.max_background_per_identity", DefaultMaxBackgroundPerIdentity},
+	{"responses.max_background", DefaultMaxBackground},
 }
 
 // ApplyDefaults fills every unset field of cfg with its documented default, creating the

@@ -98,7 +98,30 @@ func Validate(cfg *configv1.Config) error {
 	if d := cfg.GetPtc().GetPauseTimeout(); d != nil && d.AsDuration() <= 0 {
 		errs = append(errs, fmt.Errorf("ptc.pause_timeout: %v must be positive", d.AsDuration()))
 	}
+	errs = append(errs, validateResponses(cfg.GetResponses())...)
 	return errors.Join(errs...)
+}
+
+// validateResponses checks the bounds of the stored answers and the background responses:
+// an answer kept for no time, or a caller allowed more than all, is a mistake.
+func validateResponses(r *configv1.Responses) []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("responses.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if d := r.GetStoredTtl(); d != nil && d.AsDuration() <= 0 {
+		bad("stored_ttl", "%v must be positive", d.AsDuration())
+	}
+	if r.GetMaxStoredPerIdentity() > r.GetMaxStored() && r.GetMaxStored() > 0 {
+		bad("max_stored_per_identity", "%d is more than max_stored (%d)", r.GetMaxStoredPerIdentity(), r.GetMaxStored())
+	}
+	if r.GetMaxStoredBytesPerIdentity() > r.GetMaxStoredBytes() && r.GetMaxStoredBytes() > 0 {
+		bad("max_stored_bytes_per_identity", "%d is more than max_stored_bytes (%d)", r.GetMaxStoredBytesPerIdentity(), r.GetMaxStoredBytes())
+	}
+	if r.GetMaxBackgroundPerIdentity() > r.GetMaxBackground() && r.GetMaxBackground() > 0 {
+		bad("max_background_per_identity", "%d is more than max_background (%d)", r.GetMaxBackgroundPerIdentity(), r.GetMaxBackground())
+	}
+	return errs
 }
 
 // MinFleetSecretBytes is the shortest fleet secret a fleet may share.

@@ -226,16 +226,23 @@ func (lr *loopRun) run(ctx context.Context) Response {
 	x := r.Exchange
 	rq := x.Request()
 	resp := r.First
-	// The first round's call was Envoy's: its span starts when the request went upstream.
-	_, lr.chat = lr.agent.StartChat(ctx, 0, r.FirstSent, r.FirstStream != nil)
-	if r.FirstStream != nil {
+	if r.First == nil && r.FirstStream == nil && r.FirstRequest != nil {
 		var res Response
-		if resp, res = lr.readFirst(ctx); resp == nil {
-			lr.chat.End(0, nil, errFirstAnswer)
+		if resp, res = lr.sendFirst(ctx); resp == nil {
 			return res
 		}
+	} else {
+		// The first round's call was Envoy's: its span starts when the request went upstream.
+		_, lr.chat = lr.agent.StartChat(ctx, 0, r.FirstSent, r.FirstStream != nil)
+		if r.FirstStream != nil {
+			var res Response
+			if resp, res = lr.readFirst(ctx); resp == nil {
+				lr.chat.End(0, nil, errFirstAnswer)
+				return res
+			}
+		}
+		lr.chat.End(http.StatusOK, resp, nil)
 	}
-	lr.chat.End(http.StatusOK, resp, nil)
 	turn, err := x.ParseTurn(resp)
 	if err != nil {
 		return lr.upstreamGarbage(err)
@@ -334,6 +341,30 @@ func (lr *loopRun) readFirst(ctx context.Context) ([]byte, Response) {
 		lr.e.log.Warn("read the first answer stream", zap.Error(err))
 		return nil, lr.errorResponse(http.StatusBadGateway, "The model's answer stream broke off.", "upstream_unreachable", StopUpstreamError)
 	}
+}
+
+// sendFirst sends the first round itself (Request.FirstRequest), as it sends a follow-up:
+// the answer, or nil and the client's answer when the round failed.
+func (lr *loopRun) sendFirst(ctx context.Context) ([]byte, Response) {
+	status, header, body, err := lr.post(ctx, lr.r.FirstRequest, 0, false)
+	switch {
+	case err != nil && lr.stopped(ctx) != nil:
+		if ctxStop(lr.stopped(ctx)) == StopDeadline {
+			return nil, lr.errorResponse(http.StatusGatewayTimeout, "The model's first answer did not arrive within the loop deadline.", "loop_deadline", StopDeadline)
+		}
+		return nil, Response{Status: 499, Header: jsonHeader(), Stop: StopCanceled}
+	case err != nil && errors.Is(err, errBadStream):
+		lr.e.log.Warn("upstream answer stream is malformed", zap.Error(err))
+		return nil, lr.errorResponse(http.StatusBadGateway, "The model's answer stream is malformed.", "upstream_invalid_stream", StopUpstreamError)
+	case err != nil:
+		lr.e.log.Warn("first call failed", zap.Error(err))
+		return nil, lr.errorResponse(http.StatusBadGateway, "The call to the model failed.", "upstream_unreachable", StopUpstreamError)
+	case status != http.StatusOK:
+		res := lr.fail(status, lr.r.Exchange.UpstreamErrorBody(status, body), StopUpstreamError)
+		copyErrorHeaders(res.Header, header)
+		return nil, res
+	}
+	return body, Response{}
 }
 
 // limit is the bound of one upstream answer.

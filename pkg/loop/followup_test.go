@@ -87,3 +87,47 @@ func TestFollowUpRetriesAFailedDial(t *testing.T) {
 		})
 	}
 }
+
+// A loop given the first round's body (a background response) sends it itself, as it sends
+// a follow-up, then loops as it does on Envoy's first answer; the upstream's error on the
+// first round is the answer.
+func TestFirstRequestIsSentByTheLoop(t *testing.T) {
+	tests := []struct {
+		name       string
+		answers    []scripted
+		wantStatus int
+		wantCalls  int
+	}{
+		{name: "the first round asks for code, the second answers", answers: []scripted{
+			{status: 200, body: respCall("1", "print(40+2)", 10)}, {status: 200, body: respText("2", "The answer is 42.")},
+		}, wantStatus: http.StatusOK, wantCalls: 2},
+		{name: "the first round fails", answers: []scripted{
+			{status: 429, body: `{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}`},
+		}, wantStatus: http.StatusTooManyRequests, wantCalls: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			model := &fakeModel{answers: tt.answers}
+			srv := httptest.NewServer(model)
+			defer srv.Close()
+			mgr := sandbox.NewManager(newFakeProvider(), sandbox.ManagerConfig{}, zaptest.NewLogger(t))
+			defer func() { require.NoError(t, mgr.Close(context.Background())) }()
+			e := New(mgr, Config{Log: zaptest.NewLogger(t)})
+			defer e.Close()
+
+			x, err := respSurface.NewExchange([]byte(responsesClient), schema.Options{})
+			require.NoError(t, err)
+			res := e.Run(context.Background(), Request{
+				Exchange: x, URL: srv.URL + "/v1/responses", Header: http.Header{"Authorization": {"Bearer sk-1"}},
+				FirstRequest: x.Request().Body,
+				Sandbox:      sandbox.AcquireRequest{Identity: "id-1"},
+			})
+			assert.Equal(t, tt.wantStatus, res.Status, "%s: status, body %s", tt.name, res.Body)
+			model.mu.Lock()
+			defer model.mu.Unlock()
+			require.Len(t, model.bodies, tt.wantCalls, "%s: upstream calls", tt.name)
+			assert.Equal(t, string(x.Request().Body), string(model.bodies[0]), "%s: the first round is the rewritten request", tt.name)
+			assert.Equal(t, "Bearer sk-1", model.headers[0].Get("Authorization"), "%s: with the caller's credential", tt.name)
+		})
+	}
+}

@@ -40,6 +40,11 @@ type Request struct {
 	// unused): what the client's stream may show of it reaches the Sink at once. Its Read
 	// fails once the answer cannot come any more (the client or Envoy went away).
 	FirstStream io.Reader
+	// FirstRequest, when set (and First and FirstStream are not), is the body of the first
+	// round, which the loop sends itself, to URL with Header as it sends the follow-ups: a
+	// background response runs detached from the client's request, which never went upstream.
+	// An answer other than 200 ends the loop with the upstream's error, as a follow-up's does.
+	FirstRequest []byte
 	// MaxRounds bounds the sandbox rounds; zero means DefaultMaxRounds.
 	MaxRounds int
 	// RunTimeout is the wall-clock limit of one code run. When the loop has a deadline, a run

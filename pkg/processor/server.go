@@ -112,6 +112,8 @@ type Options struct {
 	Metrics *Metrics
 	// Now, if set, replaces time.Now (a test seam).
 	Now func() time.Time
+	// Background bounds the background responses the server runs (see background.go).
+	Background Background
 	// Telemetry, if set, continues the trace Envoy's tracer hands each stream (its traceparent
 	// in the stream's gRPC metadata): the loop's spans become children of Envoy's ext_proc
 	// span. Nil is off.
@@ -137,6 +139,7 @@ type Server struct {
 	now        func() time.Time
 	tel        *telemetry.GenAI
 	accepted   Acceptances
+	bg         *runner
 	// maxRequestBody bounds a request body collected from FULL_DUPLEX_STREAMED chunks
 	// (max_request_bytes, the gRPC receive limit that bounds a BUFFERED one).
 	maxRequestBody int64
@@ -199,6 +202,7 @@ func New(o Options) (*Server, error) {
 		tel:        o.Telemetry,
 		accepted:   o.Accepted,
 		live:       map[*liveStream]struct{}{},
+		bg:         newRunner(o.Background, log),
 
 		maxRequestBody: o.MaxRequestBytes,
 	}, nil
@@ -308,7 +312,8 @@ func (s *Server) Drain(ctx context.Context) error {
 
 // Close refuses new streams and ends every live one: its context is cancelled with
 // [ErrShuttingDown] (the loop stops, its sandbox run is interrupted, its ephemeral container is
-// deleted) and it fails with codes.Unavailable. It does not wait: a stream blocked receiving
+// deleted) and it fails with codes.Unavailable. It ends the background responses as
+// [Server.StopBackground] does. It does not wait: a stream blocked receiving
 // from Envoy returns only when its gRPC transport closes (grpc.Server.Stop); [Server.Drain]
 // then waits for every stream to return. Idempotent.
 func (s *Server) Close() {
@@ -318,6 +323,8 @@ func (s *Server) Close() {
 	for ls := range s.live {
 		ls.cancel(ErrShuttingDown)
 	}
+	// The background responses end too (StopBackground waits for them).
+	s.bg.halt()
 }
 
 // routeFor returns the route named by the stream's gRPC initial metadata (set per route in

@@ -12,8 +12,9 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
-// storedAnswer answers, at its request headers, a GET or DELETE under a surface's path
-// (GET /v1/responses/{id}, its input_items, DELETE /v1/responses/{id}) that is about an
+// storedAnswer answers, at its request headers, a GET, DELETE or POST …/cancel under a
+// surface's path (GET /v1/responses/{id}, its input_items, DELETE /v1/responses/{id}, POST
+// /v1/responses/{id}/cancel of a background response) that is about an
 // answer admission kept for the caller: the loop assembled that answer, and the upstream
 // knows only its raw rounds (issue 24). A GET with a body (openai-go sends retrieve's
 // "stream": true as a JSON body) is answered at its body instead: the answer asks for it. It
@@ -22,7 +23,7 @@ import (
 // (request_header_mode SEND): no route needs more.
 func (st *streamState) storedAnswer(path string, end bool) *extprocv3.ProcessingResponse {
 	m := st.headers.get(":method")
-	if m != http.MethodGet && m != http.MethodDelete || st.route.Disabled {
+	if m != http.MethodGet && m != http.MethodDelete && m != http.MethodPost || st.route.Disabled {
 		return nil
 	}
 	sf, rest, ok := st.srv.resourceOf(path)
@@ -33,9 +34,18 @@ func (st *streamState) storedAnswer(path string, end bool) *extprocv3.Processing
 	if i := strings.IndexByte(query, '#'); i >= 0 {
 		query = query[:i]
 	}
+	if m == http.MethodPost {
+		if _, ok := cancelledID(rest); !ok {
+			return nil
+		}
+	}
 	ans := st.srv.admission.Stored(sf, m, rest, query, nil, st)
 	if ans == nil {
 		return nil
+	}
+	if id, ok := cancelledID(rest); ok && m == http.MethodPost && ans.Status == http.StatusOK {
+		// The run stops at once when it runs here; elsewhere its replica reads the store.
+		st.srv.bg.cancelRun(id)
 	}
 	if !end && m == http.MethodGet && !st.streamedRequest() {
 		// Reading it has no effect: asked again with the body, it answers the same or more.
@@ -47,7 +57,7 @@ func (st *streamState) storedAnswer(path string, end bool) *extprocv3.Processing
 			ModeOverride: storedBodyMode,
 		}
 	}
-	return st.storedImmediate(ans)
+	return st.followStored(ans, func() *admission.StoredAnswer { return st.srv.admission.Stored(sf, m, rest, query, nil, st) })
 }
 
 // storedRequest is a GET about a stored answer whose body the server waits for.
@@ -72,7 +82,9 @@ func (st *streamState) storedBody(body []byte) *extprocv3.ProcessingResponse {
 		// Gone meanwhile (expired): the upstream answers, as for any other id.
 		return continueBody
 	}
-	return st.storedImmediate(ans)
+	return st.followStored(ans, func() *admission.StoredAnswer {
+		return st.srv.admission.Stored(r.surface, http.MethodGet, r.rest, r.query, body, st)
+	})
 }
 
 // storedImmediate is the client's answer of a stored answer.

@@ -292,6 +292,11 @@ func (st *streamState) readRequest(body []byte) rewrite {
 		}
 		return rewrite{}
 	}
+	if bx, ok := x.(backgroundExchange); ok && bx.Background() {
+		st.kind = kindRewritten
+		st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
+		return rewrite{refuse: st.startBackground(bx)}
+	}
 	if !st.answerReadable() {
 		// The configured mode stays (Envoy ignores mode_override) and would pass the model's
 		// answer by unread: its internal code call would reach the client.

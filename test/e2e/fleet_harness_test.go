@@ -264,6 +264,9 @@ func newRoundRobin(t testing.TB, targets []string) *roundRobin {
 func (rr *roundRobin) URL() string  { return rr.srv.URL }
 func (rr *roundRobin) Name() string { return "fleet" }
 
+// nextTarget returns the index of the target the next request goes to.
+func (rr *roundRobin) nextTarget() int { return int(rr.next.Load() % uint64(len(rr.targets))) }
+
 func (rr *roundRobin) counts() []int64 {
 	out := make([]int64, len(rr.served))
 	for i := range rr.served {

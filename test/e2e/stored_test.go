@@ -47,6 +47,8 @@ func TestStoredResponsesFleet(t *testing.T) {
 			assert.Zero(t, m.pending(), "%s: every scripted answer was used", v)
 		})
 	}
+	// Background responses share the stored answers' store: the same fleet serves them.
+	t.Run("background", func(t *testing.T) { testBackgroundFleet(t, f, s, m) })
 }
 
 func testStoredResponse(t *testing.T, x *scene) {

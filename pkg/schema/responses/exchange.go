@@ -35,7 +35,21 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return openai.ErrorBod
 // NewExchange implements [schema.Surface]. A request with the hosted shell tool (container_auto
 // or container_reference) is served too, with or without a code_interpreter tool: see shell.go.
 func (Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
-	clientBody := body
+	if bare, ok := withoutBackground(body); ok {
+		// background: true with the hosted tool runs detached (see background.go): the
+		// upstream gets the rounds without it. Without the tool the request passes untouched.
+		x, err := newExchange(bare, body, o)
+		if err != nil || !x.Request().Found {
+			return newExchange(body, body, o)
+		}
+		x.background = true
+		return x, nil
+	}
+	return newExchange(body, body, o)
+}
+
+// newExchange is NewExchange of body, which the client sent as clientBody.
+func newExchange(body, clientBody []byte, o schema.Options) (*exchange, error) {
 	body, sh, err := rewriteShell(body)
 	if err != nil {
 		return nil, err
@@ -94,6 +108,10 @@ type exchange struct {
 	shellCalls map[string]shellCallArgs
 	// clientBody is the body as the client sent it, whose input items Keep stores.
 	clientBody []byte
+	// background reports that the client asked for a background response (the body sent
+	// upstream has no "background"); bg is its record once begun (see background.go).
+	background bool
+	bg         *bgRun
 }
 
 // Continue implements [schema.Continuation]. The upstream, when it stores responses, holds a turn
@@ -282,6 +300,9 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 				x.named, x.upstreamID = first, last
 			}
 		}
+	}
+	if err == nil && x.bg != nil {
+		body, err = x.backgroundFinal(body, rounds)
 	}
 	return body, err
 }

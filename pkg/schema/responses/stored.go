@@ -110,38 +110,63 @@ func (x *exchange) Keep(p store.Pending, identity string, final []byte) {
 // stream is set. It reports false for anything else (an id it never kept, another caller's,
 // another path), which then goes to the upstream untouched. identity is called only when
 // the store may hold an answer.
-func (Surface) ServeStored(p store.Pending, identity func() string, method, rest, query string, body []byte) (int, []byte, bool, bool) {
+//
+// A background response's record (see background.go) is served the same way, and POST
+// /v1/responses/{id}/cancel cancels it. Its stream is the events recorded as they were
+// produced; live reports that the response is still running: asked again later, the stream
+// has more events (the caller may wait and ask again).
+func (Surface) ServeStored(p store.Pending, identity func() string, method, rest, query string, body []byte) (status int, answer []byte, stream, live, ok bool) {
 	if p == nil || !p.Holds(kindStored) {
-		return 0, nil, false, false
+		return 0, nil, false, false, false
 	}
-	rest, ok := strings.CutPrefix(rest, "/")
+	rest, ok = strings.CutPrefix(rest, "/")
 	if !ok {
-		return 0, nil, false, false
+		return 0, nil, false, false, false
 	}
 	id, sub, _ := strings.Cut(rest, "/")
-	if id == "" || (sub != "" && sub != "input_items") || (sub != "" && method != http.MethodGet) {
-		return 0, nil, false, false
-	}
-	if method != http.MethodGet && method != http.MethodDelete {
-		return 0, nil, false, false
+	switch {
+	case id == "":
+		return 0, nil, false, false, false
+	case sub == "" && (method == http.MethodGet || method == http.MethodDelete):
+	case sub == "input_items" && method == http.MethodGet:
+	case sub == "cancel" && method == http.MethodPost:
+	default:
+		return 0, nil, false, false, false
 	}
 	who := identity()
 	if who == "" {
-		return 0, nil, false, false
+		return 0, nil, false, false, false
 	}
 	key := store.Key{Kind: kindStored, ID: id}
 	calls := p.Get(who, key)
 	if len(calls) != 1 || calls[0].CallID != id {
-		return 0, nil, false, false
+		return 0, nil, false, false, false
 	}
 	e := calls[0]
 	if e.Arguments == "" {
-		return http.StatusNotFound, notFound(id), false, true
+		return http.StatusNotFound, notFound(id), false, false, true
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return http.StatusBadRequest, openai.ErrorJSON("Invalid query string.", "invalid_request_error", "", ""), false, true
+		return http.StatusBadRequest, openai.ErrorJSON("Invalid query string.", "invalid_request_error", "", ""), false, false, true
 	}
+	if sub == "cancel" {
+		if gjson.Get(e.Arguments, "background").Type != gjson.True {
+			// The upstream holds the raw round of the same id, not a background one: it
+			// answers as natively.
+			return 0, nil, false, false, false
+		}
+		st, b := serveCancel(p, who, id, e)
+		return st, b, false, false, true
+	}
+	status, answer, stream = serveStoredAnswer(p, who, method, id, sub, q, body, e)
+	return status, answer, stream, stream && backgroundLive(gjson.Get(e.Arguments, "status").String()), true
+}
+
+// serveStoredAnswer answers GET (JSON, the stream, input_items) and DELETE of the answer e
+// kept for who under id.
+func serveStoredAnswer(p store.Pending, who, method, id, sub string, q url.Values, body []byte, e store.PendingCall) (int, []byte, bool) {
+	key := store.Key{Kind: kindStored, ID: id}
 	switch {
 	case method == http.MethodDelete:
 		// A tombstone, not a Drop: the id now 404s here, and does not reach the upstream,
@@ -152,16 +177,37 @@ func (Surface) ServeStored(p store.Pending, identity func() string, method, rest
 			Object  string `json:"object"`
 			Deleted bool   `json:"deleted"`
 		}{id, "response.deleted", true})
-		return http.StatusOK, b, false, true
+		return http.StatusOK, b, false
 	case sub == "input_items":
 		st, b := inputItems([]byte(e.Output), q)
-		return st, b, false, true
+		return st, b, false
 	case q.Get("stream") == "true" || len(body) > 0 && gjson.GetBytes(body, "stream").Type == gjson.True:
-		st, b := replay([]byte(e.Arguments), q.Get("starting_after"))
-		return st, b, st == http.StatusOK, true
+		after, bad := startingAfter(q.Get("starting_after"))
+		if bad != nil {
+			return http.StatusBadRequest, bad, false
+		}
+		if evs, ok := backgroundEvents(p, who, id, after); ok {
+			return http.StatusOK, evs, true
+		}
+		st, b := replay([]byte(e.Arguments), after)
+		return st, b, st == http.StatusOK
 	default:
-		return http.StatusOK, []byte(e.Arguments), false, true
+		return http.StatusOK, []byte(e.Arguments), false
 	}
+}
+
+// startingAfter reads the starting_after of a stream's retrieval: -1 when it is not given,
+// or the body of the native 400 when it is not a non-negative integer.
+func startingAfter(s string) (int, []byte) {
+	if s == "" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, openai.ErrorJSON(fmt.Sprintf("Invalid 'starting_after': '%s'. Expected a non-negative integer.", s),
+			"invalid_request_error", "starting_after", "invalid_value")
+	}
+	return n, nil
 }
 
 // notFound is the native answer to an id the caller has no response of.
@@ -235,17 +281,8 @@ func inputItems(stored []byte, q url.Values) (int, []byte) {
 
 // replay returns the event stream of the stored answer final, rebuilt as [SSE] builds it
 // (the events numbered from 0, as the stream the client got), with only the events after
-// sequence number startingAfter when it is given.
-func replay(final []byte, startingAfter string) (int, []byte) {
-	after := -1
-	if startingAfter != "" {
-		n, err := strconv.Atoi(startingAfter)
-		if err != nil || n < 0 {
-			return http.StatusBadRequest, openai.ErrorJSON(fmt.Sprintf("Invalid 'starting_after': '%s'. Expected a non-negative integer.", startingAfter),
-				"invalid_request_error", "starting_after", "invalid_value")
-		}
-		after = n
-	}
+// sequence number after when it is not -1.
+func replay(final []byte, after int) (int, []byte) {
 	b, err := SSE(final)
 	if err != nil {
 		return http.StatusInternalServerError, openai.ServerErrorBody(http.StatusInternalServerError, "codeinterp could not replay the stored response.", "")

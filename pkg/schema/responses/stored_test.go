@@ -30,7 +30,8 @@ func TestServeStored(t *testing.T) {
 		`{"role":"user","content":"one"},{"type":"message","role":"user","content":"two","id":"msg_b"},{"role":"user","content":"three"}]}`)
 	x.Keep(p, "id-a", []byte(keptFinal))
 	serveBody := func(identity, method, rest, query, body string) (int, string, bool) {
-		st, b, stream, ok := Surface{}.ServeStored(p, func() string { return identity }, method, rest, query, []byte(body))
+		st, b, stream, live, ok := Surface{}.ServeStored(p, func() string { return identity }, method, rest, query, []byte(body))
+		assert.False(t, live, "%s %s?%s: a kept answer's stream is over", method, rest, query)
 		asked := strings.Contains(query, "stream=true") || strings.Contains(body, `"stream":true`)
 		assert.Equal(t, st == http.StatusOK && asked, stream, "%s %s?%s: an event stream only for stream=true", method, rest, query)
 		return st, string(b), ok

@@ -28,6 +28,8 @@ type Pending struct {
 	aliases    // an answer's name is kept apart from the pending calls, with bounds of its own
 	containers // so are the containers its calls ran in
 
+	lim PendingLimits
+
 	mu    sync.Mutex
 	now   func() time.Time
 	byKey map[entryKey]*list.Element // of *entry
@@ -57,12 +59,42 @@ type entry struct {
 	expires time.Time
 }
 
+// PendingLimits are the bounds of a [Pending]; a zero field is the package's constant
+// (PendingTTL, PendingMaxEntries, …).
+type PendingLimits struct {
+	TTL                   time.Duration
+	MaxEntries, MaxBytes  int
+	MaxEntriesPerIdentity int
+	MaxBytesPerIdentity   int
+}
+
+// withDefaults returns l with every zero field set to the package's constant.
+func (l PendingLimits) withDefaults() PendingLimits {
+	if l.TTL <= 0 {
+		l.TTL = PendingTTL
+	}
+	for _, f := range []struct {
+		v *int
+		d int
+	}{{&l.MaxEntries, PendingMaxEntries}, {&l.MaxBytes, PendingMaxBytes}, {&l.MaxEntriesPerIdentity, PendingMaxEntriesPerIdentity}, {&l.MaxBytesPerIdentity, PendingMaxBytesPerIdentity}} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
+	}
+	return l
+}
+
 // NewPending returns an empty store that reads the time from now (time.Now when nil).
-func NewPending(now func() time.Time) *Pending {
+func NewPending(now func() time.Time) *Pending { return NewPendingLimited(now, PendingLimits{}) }
+
+// NewPendingLimited is NewPending with the bounds lim (the stored answers' store, whose
+// bounds the configuration sets).
+func NewPendingLimited(now func() time.Time, lim PendingLimits) *Pending {
 	if now == nil {
 		now = time.Now
 	}
 	return &Pending{
+		lim:        lim.withDefaults(),
 		aliases:    aliases{now: now, byKey: make(map[aliasKey]*list.Element), order: list.New()},
 		containers: newContainers(now),
 		now:        now, byKey: make(map[entryKey]*list.Element), order: list.New(),
@@ -87,7 +119,7 @@ func (p *Pending) Put(identity string, calls []store.PendingCall, keys ...store.
 // put stores what proto holds (its calls and their size) under each of keys.
 func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 	size := proto.size
-	if size > PendingMaxBytesPerIdentity {
+	if size > p.lim.MaxBytesPerIdentity {
 		return
 	}
 	p.mu.Lock()
@@ -99,7 +131,7 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 		}
 		ek := boundedKey(identity, k)
 		p.removeLocked(ek)
-		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: proto.calls, size: size, expires: now.Add(PendingTTL)})
+		p.byKey[ek] = p.order.PushBack(&entry{key: ek, calls: proto.calls, size: size, expires: now.Add(p.lim.TTL)})
 		p.bytes += size
 		p.kinds[k.Kind]++
 		u := p.per[identity]
@@ -117,7 +149,7 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 		}
 		// The identity's oldest entries go first when it holds more than its share; a walk from
 		// the front, on the rare path of a turn that left calls pending.
-		for el := p.order.Front(); el != nil && (u.entries > PendingMaxEntriesPerIdentity || u.bytes > PendingMaxBytesPerIdentity); {
+		for el := p.order.Front(); el != nil && (u.entries > p.lim.MaxEntriesPerIdentity || u.bytes > p.lim.MaxBytesPerIdentity); {
 			next := el.Next()
 			if old := el.Value.(*entry); old.key.identity == identity && old.key != ek {
 				p.removeLocked(old.key)
@@ -128,7 +160,7 @@ func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
 	// Every entry lives PendingTTL from when it was stored, so the expired ones are at the front.
 	for p.order.Len() > 0 {
 		front := p.order.Front().Value.(*entry)
-		if p.bytes <= PendingMaxBytes && p.order.Len() <= PendingMaxEntries && !now.After(front.expires) {
+		if p.bytes <= p.lim.MaxBytes && p.order.Len() <= p.lim.MaxEntries && !now.After(front.expires) {
 			break
 		}
 		p.removeLocked(front.key)

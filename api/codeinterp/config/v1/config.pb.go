@@ -175,7 +175,11 @@ type Config struct {
 	// skills bounds the Skills API (/v1/skills), which the API listener serves with store
 	// "memory": skill bundles and their versions are kept in the process's memory, per identity
 	// (docs/containers.md, "Skills"). Not served with store "redis" yet.
-	Skills        *Skills `protobuf:"bytes,44,opt,name=skills,proto3" json:"skills,omitempty"`
+	Skills *Skills `protobuf:"bytes,44,opt,name=skills,proto3" json:"skills,omitempty"`
+	// responses bounds what codeinterp keeps of the Responses answers it looped (GET
+	// /v1/responses/{id}, its stream, input_items, DELETE) and the background responses it runs
+	// ("background": true with the hosted tool; docs/surfaces.md, "Background responses").
+	Responses     *Responses `protobuf:"bytes,42,opt,name=responses,proto3" json:"responses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +445,13 @@ func (x *Config) GetSkills() *Skills {
 	return nil
 }
 
+func (x *Config) GetResponses() *Responses {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 // AnthropicFiles is where Anthropic's uploaded files live (docs/surfaces.md, "Messages: files").
 type AnthropicFiles struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -530,6 +541,111 @@ func (x *AnthropicFiles) GetMaxBytes() uint64 {
 	return 0
 }
 
+// Responses bounds the stored answers and the background responses of the Responses API.
+type Responses struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stored_ttl is how long an answer (and a background response's record and events) is kept
+	// after it was last written. Default 1h.
+	StoredTtl *durationpb.Duration `protobuf:"bytes,1,opt,name=stored_ttl,json=storedTtl,proto3" json:"stored_ttl,omitempty"`
+	// max_stored_per_identity caps the answers kept for one caller (the oldest go first).
+	// Default 256.
+	MaxStoredPerIdentity uint32 `protobuf:"varint,2,opt,name=max_stored_per_identity,json=maxStoredPerIdentity,proto3" json:"max_stored_per_identity,omitempty"`
+	// max_stored_bytes_per_identity caps the bytes kept for one caller; a single answer larger
+	// than it is not kept. Default 1048576 (1 MiB).
+	MaxStoredBytesPerIdentity uint64 `protobuf:"varint,3,opt,name=max_stored_bytes_per_identity,json=maxStoredBytesPerIdentity,proto3" json:"max_stored_bytes_per_identity,omitempty"`
+	// max_stored caps the answers kept in all. Default 10000.
+	MaxStored uint32 `protobuf:"varint,4,opt,name=max_stored,json=maxStored,proto3" json:"max_stored,omitempty"`
+	// max_stored_bytes caps the bytes kept in all. Default 16777216 (16 MiB).
+	MaxStoredBytes uint64 `protobuf:"varint,5,opt,name=max_stored_bytes,json=maxStoredBytes,proto3" json:"max_stored_bytes,omitempty"`
+	// max_background_per_identity caps the background responses one caller has running on a
+	// replica; one more is refused with a 429. Default 8.
+	MaxBackgroundPerIdentity uint32 `protobuf:"varint,6,opt,name=max_background_per_identity,json=maxBackgroundPerIdentity,proto3" json:"max_background_per_identity,omitempty"`
+	// max_background caps the background responses running on a replica; one more is refused
+	// with a 429. Default 128.
+	MaxBackground uint32 `protobuf:"varint,7,opt,name=max_background,json=maxBackground,proto3" json:"max_background,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Responses) Reset() {
+	*x = Responses{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Responses) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Responses) ProtoMessage() {}
+
+func (x *Responses) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Responses.ProtoReflect.Descriptor instead.
+func (*Responses) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Responses) GetStoredTtl() *durationpb.Duration {
+	if x != nil {
+		return x.StoredTtl
+	}
+	return nil
+}
+
+func (x *Responses) GetMaxStoredPerIdentity() uint32 {
+	if x != nil {
+		return x.MaxStoredPerIdentity
+	}
+	return 0
+}
+
+func (x *Responses) GetMaxStoredBytesPerIdentity() uint64 {
+	if x != nil {
+		return x.MaxStoredBytesPerIdentity
+	}
+	return 0
+}
+
+func (x *Responses) GetMaxStored() uint32 {
+	if x != nil {
+		return x.MaxStored
+	}
+	return 0
+}
+
+func (x *Responses) GetMaxStoredBytes() uint64 {
+	if x != nil {
+		return x.MaxStoredBytes
+	}
+	return 0
+}
+
+func (x *Responses) GetMaxBackgroundPerIdentity() uint32 {
+	if x != nil {
+		return x.MaxBackgroundPerIdentity
+	}
+	return 0
+}
+
+func (x *Responses) GetMaxBackground() uint32 {
+	if x != nil {
+		return x.MaxBackground
+	}
+	return 0
+}
+
 // Redis is a Redis deployment: one server, a Sentinel set or a Cluster (see go-redis's
 // UniversalOptions: more than one address and no master_name is a Cluster, a master_name is a
 // Sentinel set).
@@ -559,7 +675,7 @@ type Redis struct {
 
 func (x *Redis) Reset() {
 	*x = Redis{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +687,7 @@ func (x *Redis) String() string {
 func (*Redis) ProtoMessage() {}
 
 func (x *Redis) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +700,7 @@ func (x *Redis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redis.ProtoReflect.Descriptor instead.
 func (*Redis) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Redis) GetAddresses() []string {
@@ -659,7 +775,7 @@ type FleetTLS struct {
 
 func (x *FleetTLS) Reset() {
 	*x = FleetTLS{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +787,7 @@ func (x *FleetTLS) String() string {
 func (*FleetTLS) ProtoMessage() {}
 
 func (x *FleetTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +800,7 @@ func (x *FleetTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetTLS.ProtoReflect.Descriptor instead.
 func (*FleetTLS) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FleetTLS) GetCertFile() string {
@@ -751,7 +867,7 @@ type Tracing struct {
 
 func (x *Tracing) Reset() {
 	*x = Tracing{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +879,7 @@ func (x *Tracing) String() string {
 func (*Tracing) ProtoMessage() {}
 
 func (x *Tracing) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +892,7 @@ func (x *Tracing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tracing.ProtoReflect.Descriptor instead.
 func (*Tracing) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Tracing) GetEnabled() bool {
@@ -874,7 +990,7 @@ type ApiKeyCheck struct {
 
 func (x *ApiKeyCheck) Reset() {
 	*x = ApiKeyCheck{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1002,7 @@ func (x *ApiKeyCheck) String() string {
 func (*ApiKeyCheck) ProtoMessage() {}
 
 func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1015,7 @@ func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyCheck.ProtoReflect.Descriptor instead.
 func (*ApiKeyCheck) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ApiKeyCheck) GetPath() string {
@@ -1031,7 +1147,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1159,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1172,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Profile) GetDisabled() bool {
@@ -1226,7 +1342,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1354,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1367,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Sandbox) GetBackend() string {
@@ -1405,7 +1521,7 @@ type LocalSandbox struct {
 
 func (x *LocalSandbox) Reset() {
 	*x = LocalSandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1533,7 @@ func (x *LocalSandbox) String() string {
 func (*LocalSandbox) ProtoMessage() {}
 
 func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1546,7 @@ func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalSandbox.ProtoReflect.Descriptor instead.
 func (*LocalSandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LocalSandbox) GetPython() string {
@@ -1601,7 +1717,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1729,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1742,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Network) GetEnabled() bool {
@@ -1705,7 +1821,7 @@ type Ptc struct {
 
 func (x *Ptc) Reset() {
 	*x = Ptc{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1833,7 @@ func (x *Ptc) String() string {
 func (*Ptc) ProtoMessage() {}
 
 func (x *Ptc) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1846,7 @@ func (x *Ptc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ptc.ProtoReflect.Descriptor instead.
 func (*Ptc) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Ptc) GetPauseTimeout() *durationpb.Duration {
@@ -1767,7 +1883,7 @@ type Skills struct {
 
 func (x *Skills) Reset() {
 	*x = Skills{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1895,7 @@ func (x *Skills) String() string {
 func (*Skills) ProtoMessage() {}
 
 func (x *Skills) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1908,7 @@ func (x *Skills) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Skills.ProtoReflect.Descriptor instead.
 func (*Skills) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Skills) GetMaxSkillsPerIdentity() uint32 {
@@ -1841,7 +1957,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc7\r\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x86\x0e\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1877,7 +1993,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x12M\n" +
 	"\x0fanthropic_files\x18. \x01(\v2$.codeinterp.config.v1.AnthropicFilesR\x0eanthropicFiles\x12+\n" +
 	"\x03ptc\x18- \x01(\v2\x19.codeinterp.config.v1.PtcR\x03ptc\x124\n" +
-	"\x06skills\x18, \x01(\v2\x1c.codeinterp.config.v1.SkillsR\x06skills\x1aZ\n" +
+	"\x06skills\x18, \x01(\v2\x1c.codeinterp.config.v1.SkillsR\x06skills\x12=\n" +
+	"\tresponses\x18* \x01(\v2\x1f.codeinterp.config.v1.ResponsesR\tresponses\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -1889,7 +2006,17 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x0emax_file_bytes\x18\x02 \x01(\x04R\fmaxFileBytes\x123\n" +
 	"\x16max_files_per_identity\x18\x03 \x01(\rR\x13maxFilesPerIdentity\x123\n" +
 	"\x16max_bytes_per_identity\x18\x04 \x01(\x04R\x13maxBytesPerIdentity\x12\x1b\n" +
-	"\tmax_bytes\x18\x05 \x01(\x04R\bmaxBytes\"\xfd\x01\n" +
+	"\tmax_bytes\x18\x05 \x01(\x04R\bmaxBytes\"\xed\x02\n" +
+	"\tResponses\x128\n" +
+	"\n" +
+	"stored_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tstoredTtl\x125\n" +
+	"\x17max_stored_per_identity\x18\x02 \x01(\rR\x14maxStoredPerIdentity\x12@\n" +
+	"\x1dmax_stored_bytes_per_identity\x18\x03 \x01(\x04R\x19maxStoredBytesPerIdentity\x12\x1d\n" +
+	"\n" +
+	"max_stored\x18\x04 \x01(\rR\tmaxStored\x12(\n" +
+	"\x10max_stored_bytes\x18\x05 \x01(\x04R\x0emaxStoredBytes\x12=\n" +
+	"\x1bmax_background_per_identity\x18\x06 \x01(\rR\x18maxBackgroundPerIdentity\x12%\n" +
+	"\x0emax_background\x18\a \x01(\rR\rmaxBackground\"\xfd\x01\n" +
 	"\x05Redis\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x1f\n" +
 	"\vmaster_name\x18\x02 \x01(\tR\n" +
@@ -2023,58 +2150,61 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*AnthropicFiles)(nil),      // 1: codeinterp.config.v1.AnthropicFiles
-	(*Redis)(nil),               // 2: codeinterp.config.v1.Redis
-	(*FleetTLS)(nil),            // 3: codeinterp.config.v1.FleetTLS
-	(*Tracing)(nil),             // 4: codeinterp.config.v1.Tracing
-	(*ApiKeyCheck)(nil),         // 5: codeinterp.config.v1.ApiKeyCheck
-	(*Profile)(nil),             // 6: codeinterp.config.v1.Profile
-	(*Sandbox)(nil),             // 7: codeinterp.config.v1.Sandbox
-	(*LocalSandbox)(nil),        // 8: codeinterp.config.v1.LocalSandbox
-	(*Network)(nil),             // 9: codeinterp.config.v1.Network
-	(*Ptc)(nil),                 // 10: codeinterp.config.v1.Ptc
-	(*Skills)(nil),              // 11: codeinterp.config.v1.Skills
-	nil,                         // 12: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 13: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 14: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
+	(*Responses)(nil),           // 2: codeinterp.config.v1.Responses
+	(*Redis)(nil),               // 3: codeinterp.config.v1.Redis
+	(*FleetTLS)(nil),            // 4: codeinterp.config.v1.FleetTLS
+	(*Tracing)(nil),             // 5: codeinterp.config.v1.Tracing
+	(*ApiKeyCheck)(nil),         // 6: codeinterp.config.v1.ApiKeyCheck
+	(*Profile)(nil),             // 7: codeinterp.config.v1.Profile
+	(*Sandbox)(nil),             // 8: codeinterp.config.v1.Sandbox
+	(*LocalSandbox)(nil),        // 9: codeinterp.config.v1.LocalSandbox
+	(*Network)(nil),             // 10: codeinterp.config.v1.Network
+	(*Ptc)(nil),                 // 11: codeinterp.config.v1.Ptc
+	(*Skills)(nil),              // 12: codeinterp.config.v1.Skills
+	nil,                         // 13: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 14: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 15: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	15, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
-	6,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	12, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
-	7,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
-	5,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	15, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
-	2,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
-	3,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
-	4,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
-	9,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
+	16, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	7,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
+	13, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	8,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
+	6,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
+	16, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	3,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
+	4,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
+	5,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
+	10, // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
 	1,  // 10: codeinterp.config.v1.Config.anthropic_files:type_name -> codeinterp.config.v1.AnthropicFiles
-	10, // 11: codeinterp.config.v1.Config.ptc:type_name -> codeinterp.config.v1.Ptc
-	11, // 12: codeinterp.config.v1.Config.skills:type_name -> codeinterp.config.v1.Skills
-	15, // 13: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	13, // 14: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	14, // 15: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	15, // 16: codeinterp.config.v1.ApiKeyCheck.accepted_ttl:type_name -> google.protobuf.Duration
-	15, // 17: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	15, // 18: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	15, // 19: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	8,  // 20: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	15, // 21: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	15, // 22: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	15, // 23: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	15, // 24: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	15, // 25: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
-	6,  // 26: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	11, // 11: codeinterp.config.v1.Config.ptc:type_name -> codeinterp.config.v1.Ptc
+	12, // 12: codeinterp.config.v1.Config.skills:type_name -> codeinterp.config.v1.Skills
+	2,  // 13: codeinterp.config.v1.Config.responses:type_name -> codeinterp.config.v1.Responses
+	16, // 14: codeinterp.config.v1.Responses.stored_ttl:type_name -> google.protobuf.Duration
+	16, // 15: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	14, // 16: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	15, // 17: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	16, // 18: codeinterp.config.v1.ApiKeyCheck.accepted_ttl:type_name -> google.protobuf.Duration
+	16, // 19: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	16, // 20: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	16, // 21: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	9,  // 22: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	16, // 23: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	16, // 24: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	16, // 25: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	16, // 26: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	16, // 27: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
+	7,  // 28: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -2083,15 +2213,15 @@ func file_codeinterp_config_v1_config_proto_init() {
 		return
 	}
 	file_codeinterp_config_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[4].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[7].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[5].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,337 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/codeinterp/codeinterp/pkg/admission"
+	"github.com/codeinterp/codeinterp/pkg/loop"
+	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
+)
+
+// This file runs background responses (issue 24: "background": true with the hosted tool):
+// the client's request is answered at once with the response at status "queued", and the
+// loop runs in the server, detached from it, issuing the first round itself through the
+// upstream the follow-ups use. The response's record (status, answer, events, cancellation)
+// lives in the store of stored answers, so that any replica sharing it serves GET, the
+// resumed stream and cancel; the loop itself runs on the replica that took the request, and
+// a restart ends it (the record says failed).
+
+// Background bounds the background responses a Server runs; the zero value uses the
+// defaults.
+type Background struct {
+	// MaxPerIdentity bounds the runs of one caller; zero means DefaultMaxBackgroundPerIdentity.
+	MaxPerIdentity int
+	// Max bounds the runs in all; zero means DefaultMaxBackground.
+	Max int
+	// Poll is how often a run reads whether its cancellation was asked for (on any replica)
+	// and saves its events, and how often a stream that follows a run reads the record; zero
+	// means DefaultBackgroundPoll.
+	Poll time.Duration
+}
+
+// Defaults of [Background].
+const (
+	DefaultMaxBackgroundPerIdentity = 8
+	DefaultMaxBackground            = 128
+	DefaultBackgroundPoll           = 250 * time.Millisecond
+)
+
+// backgroundExchange is an exchange that can run as a background response (the Responses
+// surface's): it keeps the response's record in the store of stored answers.
+type backgroundExchange interface {
+	// Background reports whether the request asked for a background response.
+	Background() bool
+	// BeginBackground records the response at status queued and returns its id and the
+	// client's answer (JSON, or an event stream with stream).
+	BeginBackground(p store.Pending, identity string, now time.Time) (id string, answer []byte, stream bool)
+	// BackgroundRunning records that the loop started.
+	BackgroundRunning()
+	// BackgroundSink is the loop's Sink: its events are recorded.
+	BackgroundSink() schema.Sink
+	// PollBackground saves the events recorded and reports whether cancellation was asked.
+	PollBackground() bool
+	// EndBackground records the loop's end.
+	EndBackground(status int, body []byte, cancelled bool)
+}
+
+// errCancelled is the cause of a background run's context that its cancellation ended.
+var errCancelled = errors.New("background response cancelled")
+
+// runner runs the background responses of a Server: goroutines it owns, bounded per
+// identity and in all, ended by stop. Safe for concurrent use.
+type runner struct {
+	cfg Background
+	log *zap.Logger
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	closed bool
+	ctx    context.Context // the runs' parent, cancelled by stop
+	cancel context.CancelCauseFunc
+	per    map[string]int                     // places taken (see reserve) by identity
+	n      int                                // places taken in all
+	runs   map[string]context.CancelCauseFunc // by response id
+	wg     sync.WaitGroup
+}
+
+func newRunner(cfg Background, log *zap.Logger) *runner {
+	if cfg.MaxPerIdentity <= 0 {
+		cfg.MaxPerIdentity = DefaultMaxBackgroundPerIdentity
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = DefaultMaxBackground
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultBackgroundPoll
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &runner{cfg: cfg, log: log.Named("background"), ctx: ctx, cancel: cancel, per: map[string]int{}, runs: map[string]context.CancelCauseFunc{}}
+}
+
+// reserve takes a place for a run of identity; it returns an error naming the bound that
+// is reached, or ErrShuttingDown.
+func (b *runner) reserve(identity string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return ErrShuttingDown
+	case b.per[identity] >= b.cfg.MaxPerIdentity:
+		return fmt.Errorf("You have %d background responses in progress, the most this gateway runs for one caller. Wait for one to finish or cancel one.", b.per[identity])
+	case b.n >= b.cfg.Max:
+		return fmt.Errorf("This gateway runs %d background responses already, the most it runs at once. Try again later.", b.cfg.Max)
+	}
+	b.per[identity]++
+	b.n++
+	return nil
+}
+
+// releaseLocked gives back a place reserve took; b.mu is held.
+func (b *runner) releaseLocked(identity string) {
+	b.n--
+	if b.per[identity]--; b.per[identity] <= 0 {
+		delete(b.per, identity)
+	}
+}
+
+// start runs fn for the response id in a goroutine of its own, on a place reserve took for
+// identity, with a context that stop or cancel(id) ends (its cause says which) and that
+// ends after timeout. It reports false, running nothing and giving the place back, when the
+// runner has stopped.
+func (b *runner) start(id, identity string, timeout time.Duration, fn func(ctx context.Context)) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		b.releaseLocked(identity)
+		return false
+	}
+	ctx, cancel := context.WithCancelCause(b.ctx)
+	b.runs[id] = cancel
+	b.wg.Go(func() {
+		defer func() {
+			b.mu.Lock()
+			delete(b.runs, id)
+			b.releaseLocked(identity)
+			b.mu.Unlock()
+			cancel(nil)
+		}()
+		tctx, tcancel := context.WithTimeout(ctx, timeout)
+		defer tcancel()
+		fn(tctx)
+	})
+	return true
+}
+
+// cancelRun ends the run of response id on this replica, if it runs here.
+func (b *runner) cancelRun(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.runs[id]; ok {
+		c(errCancelled)
+	}
+}
+
+// running returns the number of runs.
+func (b *runner) running() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.runs)
+}
+
+// halt refuses new runs and ends every run, without waiting. Idempotent.
+func (b *runner) halt() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel(ErrShuttingDown)
+}
+
+// stop ends every run (their records say failed) and refuses new ones; it waits for them
+// until ctx ends. Idempotent.
+func (b *runner) stop(ctx context.Context) error {
+	b.halt()
+	done := make(chan struct{})
+	go func() {
+		b.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop background responses: %w", ctx.Err())
+	}
+}
+
+// StopBackground ends the background responses in progress (each is recorded as failed, its
+// sandbox run interrupted) and refuses new ones with a 503; it returns once they have ended,
+// or with ctx's error when ctx ends first. [Server.Close] ends them too, without waiting.
+func (s *Server) StopBackground(ctx context.Context) error { return s.bg.stop(ctx) }
+
+// BackgroundRunning returns the number of background responses running on this server.
+func (s *Server) BackgroundRunning() int { return s.bg.running() }
+
+// startBackground answers a rewritten request that asked for a background response: its
+// record is made at status queued and the client gets it at once, while the loop runs in a
+// goroutine of the runner, sending the first round itself.
+func (st *streamState) startBackground(bx backgroundExchange) *extprocv3.ProcessingResponse {
+	p := st.srv.admission.StoredAnswers()
+	identity := st.admitted.Identity()
+	if p == nil || identity == "" {
+		// Nothing is stored for a caller without an identity: its response could not be
+		// polled.
+		return st.errorAnswer(&schema.RequestError{
+			Message: "background: true needs a caller this gateway can tell apart (a credential or an identity header); send the request without background.",
+			Param:   "background", Code: "unsupported_parameter",
+		}, "codeinterp_background_refused")
+	}
+	if err := st.srv.bg.reserve(identity); err != nil {
+		if errors.Is(err, ErrShuttingDown) {
+			return st.errorAnswer(&schema.RequestError{Status: http.StatusServiceUnavailable, Message: "codeinterp is shutting down; try again.", Code: "server_shutting_down"},
+				"codeinterp_shutting_down")
+		}
+		return st.errorAnswer(&schema.RequestError{Status: http.StatusTooManyRequests, Message: err.Error(), Code: "rate_limit_exceeded"},
+			"codeinterp_background_limit")
+	}
+	id, answer, stream := bx.BeginBackground(p, identity, st.srv.now())
+	req := st.loopRequest(nil)
+	req.FirstRequest = st.exchange.Request().Body
+	req.FirstSent = time.Time{}
+	req.Sink = bx.BackgroundSink()
+	ad, srv, surface := st.admitted, st.srv, st.surface
+	log := st.logger().With(zap.String("response_id", id))
+	run := func(ctx context.Context) {
+		bx.BackgroundRunning()
+		started := srv.now()
+		res, cancelled := srv.runBackground(ctx, bx, req)
+		srv.metrics.observeLoop(surface, res, srv.now().Sub(started))
+		switch {
+		case cancelled:
+			log.Debug("background response cancelled")
+			bx.EndBackground(res.Status, res.Body, true)
+		case errors.Is(context.Cause(ctx), ErrShuttingDown):
+			log.Info("background response ended by shutdown", zap.String("stop", string(res.Stop)))
+			bx.EndBackground(http.StatusServiceUnavailable, surface.ErrorBody(&schema.RequestError{Status: http.StatusServiceUnavailable,
+				Message: "codeinterp shut down before the response was complete.", Code: "server_shutting_down"}), false)
+		default:
+			log.Debug("background response finished", zap.String("stop", string(res.Stop)), zap.Int("status", res.Status))
+			if res.Status == http.StatusOK {
+				ad.Accepted()
+			}
+			ad.Answered(res)
+			bx.EndBackground(res.Status, res.Body, false)
+		}
+	}
+	if !st.srv.bg.start(id, identity, st.route.LoopDeadline-st.route.LoopMargin, run) {
+		bx.EndBackground(http.StatusServiceUnavailable, st.surface.ErrorBody(&schema.RequestError{Status: http.StatusServiceUnavailable,
+			Message: "codeinterp shut down before the response was complete.", Code: "server_shutting_down"}), false)
+	}
+	st.setOutcome("background")
+	if stream {
+		return immediateWith(http.StatusOK, []*corev3.HeaderValueOption{
+			setHeader("content-type", "text/event-stream; charset=utf-8"), setHeader("cache-control", "no-cache"),
+		}, answer, "codeinterp_background")
+	}
+	return immediate(http.StatusOK, jsonContentType, answer, "codeinterp_background")
+}
+
+// runBackground runs the loop of a background response, reading every Poll whether its
+// cancellation was asked for (on this replica or another sharing the store); cancelled
+// reports that it was.
+func (s *Server) runBackground(ctx context.Context, bx backgroundExchange, req loop.Request) (loop.Response, bool) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		t := time.NewTicker(s.bg.cfg.Poll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if bx.PollBackground() {
+					cancel(errCancelled)
+					return
+				}
+			}
+		}
+	})
+	res := s.loop.Run(ctx, req)
+	close(done)
+	wg.Wait()
+	return res, errors.Is(context.Cause(ctx), errCancelled) && res.Stop == loop.StopCanceled
+}
+
+// followStored answers a request for the stream of a background response still running:
+// it reads the record again every Poll until the response is over (or the loop deadline has
+// passed: the client then resumes from the last event it got), then answers with the events.
+// Envoy's message timer is extended for the wait.
+func (st *streamState) followStored(ans *admission.StoredAnswer, ask func() *admission.StoredAnswer) *extprocv3.ProcessingResponse {
+	if !ans.Live {
+		return st.storedImmediate(ans)
+	}
+	wait := st.route.LoopDeadline
+	if err := st.send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(wait)}); err != nil {
+		st.logger().Debug("extend the message timeout", zap.Error(err))
+		return st.storedImmediate(ans)
+	}
+	deadline := time.NewTimer(wait - st.route.LoopMargin)
+	defer deadline.Stop()
+	tick := time.NewTicker(st.srv.bg.cfg.Poll)
+	defer tick.Stop()
+	for ans.Live {
+		select {
+		case <-st.ctx.Done():
+			return st.storedImmediate(ans)
+		case <-deadline.C:
+			return st.storedImmediate(ans)
+		case <-tick.C:
+		}
+		if next := ask(); next != nil {
+			ans = next
+		}
+	}
+	return st.storedImmediate(ans)
+}
+
+// cancelledID returns the response id of a POST /v1/responses/{id}/cancel's rest ("/{id}/cancel").
+func cancelledID(rest string) (string, bool) {
+	id, ok := strings.CutSuffix(strings.TrimPrefix(rest, "/"), "/cancel")
+	return id, ok && id != "" && !strings.Contains(id, "/")
+}
