@@ -33,7 +33,7 @@ func startTracing(t *configv1.Tracing, log *zap.Logger) (*tracing, error) {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	log.Info("tracing on", zap.String("endpoint", cfg.Endpoint), zap.String("protocol", cfg.Protocol),
-		zap.Bool("metrics", cfg.Metrics), zap.Bool("capture_content", cfg.CaptureContent))
+		zap.Bool("metrics", cfg.Metrics), zap.Bool("capture_content", cfg.CaptureContent), zap.Bool("capture_messages", cfg.CaptureMessages))
 	return &tracing{providers: p}, nil
 }
 
@@ -59,6 +59,7 @@ func tracingConfig(t *configv1.Tracing, getenv func(string) string) telemetry.Co
 		ServiceName:     t.GetServiceName(),
 		Metrics:         t.GetMetrics(),
 		CaptureContent:  t.GetCaptureContent(),
+		CaptureMessages: t.GetCaptureMessages(),
 		MaxContentBytes: int(t.GetMaxContentBytes()),
 	}
 }

@@ -33,9 +33,9 @@ func TestTracingConfig(t *testing.T) {
 	}
 	ratio := 0.25
 	got := tracingConfig(&configv1.Tracing{Endpoint: "http://c:4317", Headers: map[string]string{"a": "b"}, SampleRatio: &ratio,
-		ServiceName: "s", Metrics: proto.Bool(true), CaptureContent: true, MaxContentBytes: 100}, env(nil))
+		ServiceName: "s", Metrics: proto.Bool(true), CaptureContent: true, CaptureMessages: true, MaxContentBytes: 100}, env(nil))
 	assert.Equal(t, telemetry.Config{Endpoint: "http://c:4317", Protocol: telemetry.ProtocolGRPC, Headers: map[string]string{"a": "b"},
-		SampleRatio: &ratio, ServiceName: "s", Metrics: true, CaptureContent: true, MaxContentBytes: 100}, got, "every field is mapped")
+		SampleRatio: &ratio, ServiceName: "s", Metrics: true, CaptureContent: true, CaptureMessages: true, MaxContentBytes: 100}, got, "every field is mapped")
 }
 
 // Tracing is off by default: no export, no instruments, and an App that builds with it.

@@ -22,6 +22,8 @@ func TestFleetContainerFromAnyReplica(t *testing.T) {
 	l := acquire(t, fa, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 	run(t, l, "x=1")
 	id := l.ContainerID()
+	assert.Equal(t, sandbox.AcquireInfo{Container: id, Node: "a", Origin: sandbox.OriginNew}, withoutStart(l.Info()),
+		"how the first lease got its container")
 	l.Release()
 	assert.Equal(t, "a", c.owner(t, id), "owner of the container made through a (ties go to the node itself)")
 
@@ -30,6 +32,8 @@ func TestFleetContainerFromAnyReplica(t *testing.T) {
 		l := acquire(t, f, sandbox.AcquireRequest{Identity: "alice", Session: "s"})
 		assert.Equal(t, id, l.ContainerID(), "session through %q: the same container", name)
 		assert.Equal(t, "1", run(t, l, "x").Value, "session through %q: the container's state", name)
+		assert.Equal(t, sandbox.AcquireInfo{Container: id, Node: "a", Origin: sandbox.OriginReused}, l.Info(),
+			"session through %q: how the lease got its container", name)
 		l.Release()
 
 		l = acquire(t, f, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
@@ -396,4 +400,10 @@ func TestFleetRoundTrips(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, measure(tt.call), "%s: the Fleet's own calls of the Registry and Nodes.Live", tt.name)
 	}
+}
+
+// withoutStart is info without a new container's start time and duration, which vary.
+func withoutStart(info sandbox.AcquireInfo) sandbox.AcquireInfo {
+	info.Started, info.StartDuration = time.Time{}, 0
+	return info
 }

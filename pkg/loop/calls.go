@@ -115,7 +115,7 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		if text != "" && item.Status != statusCompleted && len(item.Outputs) == 0 {
 			item.Outputs = append(item.Outputs, schema.CodeOutput{Type: "logs", Logs: text})
 		}
-		tool.End(item.ContainerID, errType, text)
+		tool.End(lr.toolContainer(item.ContainerID), errType, text)
 		items = append(items, item)
 		outputs = append(outputs, schema.CallOutput{CallID: c.CallID, Output: text})
 		done := item
@@ -159,6 +159,30 @@ func (lr *loopRun) ensureLease(ctx context.Context) (*sandbox.Lease, error) {
 		lr.agent.Conversation(lease.ContainerID(), source)
 	}
 	return lease, nil
+}
+
+// toolContainer is what a call's execute_tool span says of its container id: how the lease
+// got it, when telemetry is on. A new or pooled container is so only for the first call that
+// sees it; the request's later calls reuse it.
+func (lr *loopRun) toolContainer(id string) telemetry.Container {
+	c := telemetry.Container{ID: id}
+	if lr.agent == nil || lr.lease == nil {
+		return c
+	}
+	info := lr.lease.Info()
+	if info.Container != id {
+		return c
+	}
+	c.Node, c.Origin, c.StartMode = info.Node, info.Origin, info.StartMode
+	if info.Origin == sandbox.OriginNew || info.Origin == sandbox.OriginPooled {
+		if lr.startShown == id {
+			c.Origin = sandbox.OriginReused
+		} else {
+			lr.startShown = id
+			c.Started, c.StartDuration = info.Started, info.StartDuration
+		}
+	}
+	return c
 }
 
 // ctxErrType is the error.type of a tool call the loop's end left unanswered.

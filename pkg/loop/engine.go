@@ -189,6 +189,8 @@ type loopRun struct {
 	// the upstream round in progress.
 	agent *telemetry.Agent
 	chat  *telemetry.Chat
+	// startShown is the container whose start (new or pooled) an execute_tool span reported.
+	startShown string
 }
 
 // emit reports ev to the request's Sink, if it has one.
@@ -234,6 +236,7 @@ func (lr *loopRun) run(ctx context.Context) Response {
 	} else {
 		// The first round's call was Envoy's: its span starts when the request went upstream.
 		_, lr.chat = lr.agent.StartChat(ctx, 0, r.FirstSent, r.FirstStream != nil)
+		lr.chat.Input(rq.Body)
 		if r.FirstStream != nil {
 			var res Response
 			if resp, res = lr.readFirst(ctx); resp == nil {
@@ -516,6 +519,7 @@ const followUpAttempts = 3
 // append the outputs twice.
 func (lr *loopRun) post(ctx context.Context, body []byte, round int, stream bool) (status int, header http.Header, out []byte, err error) {
 	ctx, lr.chat = lr.agent.StartChat(ctx, round, time.Time{}, stream)
+	lr.chat.Input(body)
 	defer func() { lr.chat.End(status, out, err) }()
 	for attempt := 1; ; attempt++ {
 		status, header, out, err := lr.postOnce(ctx, body, round)

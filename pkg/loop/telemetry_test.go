@@ -25,7 +25,7 @@ func TestTelemetrySpans(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, false, 0)
+	g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, telemetry.Content{})
 	require.NoError(t, err)
 
 	f := newFixture(t,
@@ -75,6 +75,27 @@ func TestTelemetrySpans(t *testing.T) {
 	assert.Equal(t, "", errType(tools[0]), "print(1) succeeded")
 	assert.Equal(t, telemetry.ToolErrorException, errType(tools[1]), "the code that raised")
 
+	attr := func(s sdktrace.ReadOnlySpan, key string) string {
+		for _, kv := range s.Attributes() {
+			if string(kv.Key) == key {
+				return kv.Value.Emit()
+			}
+		}
+		return ""
+	}
+	for i, want := range []string{sandbox.OriginNew, sandbox.OriginReused} {
+		assert.Equal(t, want, attr(tools[i], "codeinterp.container.origin"), "call %d: how its container was had", i)
+		assert.Equal(t, attr(agent, "gen_ai.conversation.id"), attr(tools[i], "codeinterp.container.id"), "call %d: its container", i)
+	}
+	require.Len(t, byName[telemetry.StepStartContainer], 1, "the container starts once, on the first call")
+	assert.Equal(t, tools[0].SpanContext().SpanID(), byName[telemetry.StepStartContainer][0].Parent().SpanID(),
+		"start_container is a child of the call that started it")
+	assert.Equal(t, tools[0].SpanContext().SpanID(), byName[telemetry.StepAcquire][0].Parent().SpanID(),
+		"acquire_sandbox is a child of the first call")
+	for _, c := range chats {
+		assert.Empty(t, attr(c, "gen_ai.input.messages"), "no messages unless captured")
+	}
+
 	f.model.mu.Lock()
 	headers := f.model.headers
 	f.model.mu.Unlock()
@@ -116,7 +137,7 @@ func TestTelemetryToolErrorTypes(t *testing.T) {
 			spans := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-			g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, false, 0)
+			g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, telemetry.Content{})
 			require.NoError(t, err)
 			f := newFixture(t, scripted{status: 200, body: respText("2", "done")})
 			f.provider.run = func(string) (sandbox.Result, error) { return tt.res, tt.err }
@@ -140,4 +161,39 @@ func TestTelemetryToolErrorTypes(t *testing.T) {
 			assert.Equal(t, []string{tt.want}, got, "error.type of a run that %s", tt.name)
 		})
 	}
+}
+
+// With message capture on, each chat span carries its round's prompt and answer: the
+// follow-up's prompt holds the code the first round called.
+func TestTelemetryMessages(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, telemetry.Content{Messages: true})
+	require.NoError(t, err)
+	f := newFixture(t, scripted{status: 200, body: respText("2", "the answer")})
+	e := New(f.manager, Config{Log: zaptest.NewLogger(t), Telemetry: g})
+	t.Cleanup(e.Close)
+	req := f.request(t, respSurface, responsesClient, respCall("1", "print(1)", 10))
+	req.Surface = "responses"
+	res := e.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	var in, out []string
+	for _, s := range spans.Ended() {
+		if s.Name() != "chat m" {
+			continue
+		}
+		for _, kv := range s.Attributes() {
+			switch kv.Key {
+			case "gen_ai.input.messages":
+				in = append(in, kv.Value.AsString())
+			case "gen_ai.output.messages":
+				out = append(out, kv.Value.AsString())
+			}
+		}
+	}
+	require.Len(t, in, 2, "each round's prompt")
+	require.Len(t, out, 2, "each round's answer")
+	assert.Contains(t, in[1], `"print(1)"`, "the follow-up's prompt holds the call")
+	assert.Contains(t, out[1], "the answer", "the follow-up's answer")
 }

@@ -37,7 +37,7 @@ func (c *contextLoop) Run(ctx context.Context, r loop.Request) loop.Response {
 func TestLoopContinuesEnvoysTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, false, 0)
+	g, err := telemetry.NewGenAI(tp, nil, propagation.TraceContext{}, telemetry.Content{})
 	require.NoError(t, err)
 	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	tests := []struct {

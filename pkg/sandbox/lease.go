@@ -30,6 +30,53 @@ type LeaseBackend interface {
 // NewLease returns a Lease over b.
 func NewLease(b LeaseBackend) *Lease { return &Lease{b: b} }
 
+// infoReporter is the optional ability of a [LeaseBackend] to say how it got its container
+// (see [Lease.Info]); a backend without it reports the container id alone.
+type infoReporter interface {
+	Info() AcquireInfo
+}
+
+// How a lease got its container (AcquireInfo.Origin).
+const (
+	// OriginNew: the container started while the lease held it, on demand (a cold start).
+	OriginNew = "new"
+	// OriginPooled: the container was taken from the warm pool while the lease held it.
+	OriginPooled = "pooled"
+	// OriginReused: the container had started before the lease was acquired (an earlier
+	// request of its session or id started it).
+	OriginReused = "reused"
+)
+
+// AcquireInfo is how a lease got its container: which one, on which node, and how it
+// started. It is for telemetry; nothing in it is the tenant's.
+type AcquireInfo struct {
+	// Container is the lease's container id (as [Lease.ContainerID]).
+	Container string
+	// Node is the node whose Manager holds the container (ManagerConfig.Node; "" in a single
+	// process).
+	Node string
+	// Origin is OriginNew, OriginPooled or OriginReused; "" while the container has not
+	// started (containers start on the first run or file written).
+	Origin string
+	// StartMode is how the backend started the container, as it names it (the local
+	// backend: "fork" or "exec"); "" when the backend does not say.
+	StartMode string
+	// Started is when the start of a new container began, and StartDuration how long it took
+	// (until the container was ready for code); both zero unless Origin is OriginNew. On
+	// another node they are that node's clock.
+	Started       time.Time
+	StartDuration time.Duration
+}
+
+// Info returns how the lease got its current container. It changes as ContainerID does, and
+// when the container starts.
+func (l *Lease) Info() AcquireInfo {
+	if r, ok := l.b.(infoReporter); ok {
+		return r.Info()
+	}
+	return AcquireInfo{Container: l.b.ContainerID()}
+}
+
 // ContainerID returns the id of the lease's current container: "cntr_" and 128 random bits in
 // hex, opaque. It changes when Run had to replace a lost container.
 func (l *Lease) ContainerID() string { return l.b.ContainerID() }
@@ -63,9 +110,12 @@ func (l *Lease) Release() { l.b.Release() }
 
 // localLease is a Lease on a container of this Manager.
 type localLease struct {
-	m        *Manager
-	key      sandboxKey
-	e        *entry // the entry in use; replaced when it dies
+	m   *Manager
+	key sandboxKey
+	e   *entry // the entry in use; replaced when it dies
+	// reused reports whether e's container had started when the lease took e. Guarded by
+	// Manager.mu.
+	reused   bool
 	released bool
 }
 
@@ -73,6 +123,29 @@ func (l *localLease) ContainerID() string {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
 	return l.e.id
+}
+
+var _ infoReporter = (*localLease)(nil)
+
+func (l *localLease) Info() AcquireInfo {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	e := l.e
+	info := AcquireInfo{Container: e.id, Node: l.m.cfg.Node}
+	if e.c == nil {
+		return info
+	}
+	info.StartMode = e.start.mode
+	switch {
+	case l.reused:
+		info.Origin = OriginReused
+	default:
+		info.Origin = e.start.origin
+		if e.start.origin == OriginNew {
+			info.Started, info.StartDuration = e.start.began, e.start.took
+		}
+	}
+	return info
 }
 
 // errLeaseReleased is returned by Run on a released lease.
@@ -147,7 +220,7 @@ func (l *localLease) current() (*entry, error) {
 	}
 	l.e.leases--
 	e.leases++
-	l.e = e
+	l.e, l.reused = e, e.c != nil
 	return e, nil
 }
 
@@ -177,6 +250,7 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 	}
 	if c := m.takeWarmLocked(e.spec); c != nil {
 		e.c = c
+		e.start = entryStart{origin: OriginPooled, mode: startModeOf(c), began: time.Now()}
 		m.mu.Unlock()
 		m.metrics.starts.WithLabelValues("warm").Inc()
 		return c, nil
@@ -189,7 +263,9 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 	defer cancel()
 	stopOnClose := context.AfterFunc(m.ctx, cancel)
 	defer stopOnClose()
+	began := time.Now()
 	c, err := m.p.Create(cctx, e.spec)
+	took := time.Since(began)
 	if err != nil {
 		if m.ctx.Err() != nil && ctx.Err() == nil {
 			return nil, ErrClosed
@@ -211,9 +287,32 @@ func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error
 		return nil, errEntryDead
 	}
 	e.c = c
+	e.start = entryStart{origin: OriginNew, mode: startModeOf(c), began: began, took: took}
 	m.mu.Unlock()
 	m.metrics.starts.WithLabelValues("cold").Inc()
 	return c, nil
+}
+
+// entryStart is how an entry's container started: OriginNew or OriginPooled, the backend's
+// start mode, and for a new one when its start began and how long it took.
+type entryStart struct {
+	origin, mode string
+	began        time.Time
+	took         time.Duration
+}
+
+// startModer is the optional ability of a [Container] to say how its backend started it
+// (the local backend's "fork" or "exec").
+type startModer interface {
+	StartMode() string
+}
+
+// startModeOf returns c's start mode, "" when it does not say.
+func startModeOf(c Container) string {
+	if s, ok := c.(startModer); ok {
+		return s.StartMode()
+	}
+	return ""
 }
 
 // afterRun evicts e when its run lost the container, if the key still maps to e.

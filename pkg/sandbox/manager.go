@@ -224,9 +224,10 @@ type entry struct {
 	meta entryMeta
 
 	// The fields below are guarded by Manager.mu.
-	c      Container // nil until the first run starts it
-	leases int       // leases, and Manager calls in progress on it (a file being written or read)
-	dead   bool      // evicted, lost, expired or deleted: never used again
+	c      Container  // nil until the first run starts it
+	start  entryStart // how c started; set with c
+	leases int        // leases, and Manager calls in progress on it (a file being written or read)
+	dead   bool       // evicted, lost, expired or deleted: never used again
 	files  fileTable
 	// downloads are the readers of its files open (OpenFile), each holding one of leases;
 	// ended when it is removed.
@@ -414,7 +415,7 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 		}
 	}
 	e.leases++
-	return &Lease{b: &localLease{m: m, key: e.key, e: e}}, nil
+	return &Lease{b: &localLease{m: m, key: e.key, e: e, reused: e.c != nil}}, nil
 }
 
 // CheckSpec reports whether the provider would create a container of spec: an error matching

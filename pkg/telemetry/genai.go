@@ -34,6 +34,9 @@ const (
 	attrOutcome       = attribute.Key("codeinterp.outcome")
 	attrContainerID   = attribute.Key("codeinterp.container.id")
 	attrContainerFrom = attribute.Key("codeinterp.container.source")
+	attrOrigin        = attribute.Key("codeinterp.container.origin")
+	attrNode          = attribute.Key("codeinterp.sandbox.node")
+	attrStartMode     = attribute.Key("codeinterp.sandbox.start_mode")
 	attrRounds        = attribute.Key("codeinterp.rounds")
 	attrCalls         = attribute.Key("codeinterp.calls")
 	attrStatus        = attribute.Key("http.response.status_code")
@@ -63,7 +66,8 @@ const (
 type GenAI struct {
 	tracer     trace.Tracer
 	prop       propagation.TextMapPropagator
-	content    bool
+	content    bool // tool calls' code and results
+	messages   bool // prompts and completions
 	maxContent int
 	metrics    bool
 
@@ -72,19 +76,35 @@ type GenAI struct {
 	toolDuration metric.Float64Histogram
 	acquire      metric.Float64Histogram
 	copyFiles    metric.Float64Histogram
+	start        metric.Float64Histogram
+}
+
+// Content says what content the spans carry; the zero value is none. Content is the tenants'
+// data: none is the default everywhere.
+type Content struct {
+	// Tools: execute_tool spans carry the code a call ran (gen_ai.tool.call.arguments) and
+	// the text fed back to the model (gen_ai.tool.call.result).
+	Tools bool
+	// Messages: chat spans carry the round's prompt (gen_ai.input.messages,
+	// gen_ai.system_instructions) and the model's answer (gen_ai.output.messages), as the
+	// conventions shape them.
+	Messages bool
+	// MaxBytes bounds each content attribute; zero means DefaultMaxContentBytes.
+	MaxBytes int
 }
 
 // NewGenAI returns the instruments over tp and mp (nil: no metrics), propagating trace context
-// with prop. With content, tool spans carry the code and its output, each cut at maxContent
-// bytes (zero: DefaultMaxContentBytes).
-func NewGenAI(tp trace.TracerProvider, mp metric.MeterProvider, prop propagation.TextMapPropagator, content bool, maxContent int) (*GenAI, error) {
+// with prop, and recording the content c asks for.
+func NewGenAI(tp trace.TracerProvider, mp metric.MeterProvider, prop propagation.TextMapPropagator, c Content) (*GenAI, error) {
+	maxContent := c.MaxBytes
 	if maxContent <= 0 {
 		maxContent = DefaultMaxContentBytes
 	}
 	g := &GenAI{
 		tracer:     tp.Tracer("github.com/codeinterp/codeinterp", trace.WithSchemaURL(SchemaURL)),
 		prop:       prop,
-		content:    content,
+		content:    c.Tools,
+		messages:   c.Messages,
 		maxContent: maxContent,
 		metrics:    mp != nil,
 	}
@@ -112,6 +132,10 @@ func NewGenAI(tp trace.TracerProvider, mp metric.MeterProvider, prop propagation
 	if g.copyFiles, err = m.Float64Histogram("codeinterp.sandbox.copy_files.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to copy a request's container.file_ids into its container."), secondsBuckets); err != nil {
 		return nil, fmt.Errorf("codeinterp.sandbox.copy_files.duration: %w", err)
+	}
+	if g.start, err = m.Float64Histogram("codeinterp.sandbox.start.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time to start a new container for a request (a cold start; one taken from the warm pool is not counted)."), secondsBuckets); err != nil {
+		return nil, fmt.Errorf("codeinterp.sandbox.start.duration: %w", err)
 	}
 	return g, nil
 }
@@ -255,6 +279,22 @@ func (a *Agent) StartChat(ctx context.Context, round int, start time.Time, strea
 	return c.ctx, c
 }
 
+// Input records the round's request body, as gen_ai.input.messages and
+// gen_ai.system_instructions, when message capture is on (else it does nothing).
+func (c *Chat) Input(body []byte) {
+	if c == nil || !c.a.g.messages || !c.span.IsRecording() {
+		return
+	}
+	g := c.a.g
+	system, msgs := inputMessages(c.a.surface, body)
+	if v := encodeBounded(system, g.maxContent, cutPart); v != "" {
+		c.span.SetAttributes(semconv.GenAISystemInstructionsKey.String(v))
+	}
+	if v := encodeBounded(msgs, g.maxContent, cutMessage); v != "" {
+		c.span.SetAttributes(semconv.GenAIInputMessagesKey.String(v))
+	}
+}
+
 // Inject writes the span's context into h as traceparent (and tracestate), so that the
 // follow-up call's spans (Envoy's, the model's) continue the trace under it.
 func (c *Chat) Inject(h http.Header) {
@@ -325,6 +365,11 @@ func (c *Chat) End(status int, body []byte, err error) {
 			attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
 			c.span.SetStatus(codes.Error, errType)
 		}
+		if g.messages && status == http.StatusOK {
+			if v := encodeBounded(outputMessages(body), g.maxContent, cutMessage); v != "" {
+				attrs = append(attrs, semconv.GenAIOutputMessagesKey.String(v))
+			}
+		}
 		c.span.SetAttributes(attrs...)
 	}
 	c.span.End()
@@ -380,19 +425,54 @@ func (a *Agent) StartTool(ctx context.Context, callID, tool, code string) (conte
 		attrs = append(attrs, semconv.GenAIToolCallArgumentsKey.String(a.g.cut(code)))
 	}
 	t := &Tool{a: a, name: name, start: time.Now()}
-	ctx, t.span = a.g.tracer.Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, t.span = a.g.tracer.Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(t.start),
+		trace.WithAttributes(attrs...))
 	return ctx, t
 }
 
-// End ends the span: the container the code ran in, errType ("" when the run succeeded; one
-// of the ToolError* values) and the text the model was given (recorded only with content on).
-func (t *Tool) End(containerID, errType, result string) {
+// Container is what an execute_tool span says of the container its code ran in (the loop's
+// view of a sandbox.AcquireInfo).
+type Container struct {
+	// ID is the container id; "" when the call had none.
+	ID string
+	// Node is the sandbox node holding it; "" in a single process.
+	Node string
+	// Origin is "new", "pooled" or "reused" (sandbox.Origin*); "" when it never started.
+	Origin string
+	// StartMode is how the backend started it ("fork", "exec"); "" when it does not say.
+	StartMode string
+	// Started and StartDuration are the container's start, when this call started it (a new
+	// container); zero otherwise. The span start_container records them.
+	Started       time.Time
+	StartDuration time.Duration
+}
+
+// StepStartContainer is the span of a new container's start, a child of the execute_tool span
+// of the call that started it.
+const StepStartContainer = "start_container"
+
+// End ends the span: the container the code ran in (a start_container child span when the
+// call started it), errType ("" when the run succeeded; one of the ToolError* values) and the
+// text the model was given (recorded only with content on).
+func (t *Tool) End(c Container, errType, result string) {
 	if t == nil {
 		return
 	}
+	if !c.Started.IsZero() {
+		t.startContainer(c)
+	}
 	if t.span.IsRecording() {
-		if containerID != "" {
-			t.span.SetAttributes(attrContainerID.String(containerID))
+		if c.ID != "" {
+			t.span.SetAttributes(attrContainerID.String(c.ID))
+		}
+		if c.Node != "" {
+			t.span.SetAttributes(attrNode.String(c.Node))
+		}
+		if c.Origin != "" {
+			t.span.SetAttributes(attrOrigin.String(c.Origin))
+		}
+		if c.StartMode != "" {
+			t.span.SetAttributes(attrStartMode.String(c.StartMode))
 		}
 		if errType != "" {
 			t.span.SetAttributes(semconv.ErrorTypeKey.String(errType))
@@ -410,6 +490,42 @@ func (t *Tool) End(containerID, errType, result string) {
 		}
 		t.a.g.toolDuration.Record(context.Background(), time.Since(t.start).Seconds(), metric.WithAttributes(attrs...))
 	}
+}
+
+// startContainer records c's start: the start_container span, under the tool's, and the
+// start histogram. The start is placed within the tool's span: a start another node timed
+// (its clock) keeps its duration, moved into the span if the clocks disagree.
+func (t *Tool) startContainer(c Container) {
+	g := t.a.g
+	if g.metrics {
+		var attrs []attribute.KeyValue
+		if c.StartMode != "" {
+			attrs = append(attrs, attrStartMode.String(c.StartMode))
+		}
+		g.start.Record(context.Background(), c.StartDuration.Seconds(), metric.WithAttributes(attrs...))
+	}
+	if !t.span.IsRecording() {
+		return
+	}
+	now := time.Now()
+	begin := c.Started
+	if latest := now.Add(-c.StartDuration); begin.After(latest) {
+		begin = latest
+	}
+	if begin.Before(t.start) {
+		begin = t.start
+	}
+	attrs := []attribute.KeyValue{attrContainerID.String(c.ID)}
+	if c.Node != "" {
+		attrs = append(attrs, attrNode.String(c.Node))
+	}
+	if c.StartMode != "" {
+		attrs = append(attrs, attrStartMode.String(c.StartMode))
+	}
+	ctx := trace.ContextWithSpan(context.Background(), t.span)
+	_, span := g.tracer.Start(ctx, StepStartContainer, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(begin),
+		trace.WithAttributes(attrs...))
+	span.End(trace.WithTimestamp(begin.Add(c.StartDuration)))
 }
 
 // The steps of a loop that get a span of their own.
@@ -459,11 +575,15 @@ func (s *Step) End(err error) {
 }
 
 // cut returns s cut to the content limit, on a rune boundary.
-func (g *GenAI) cut(s string) string {
-	if len(s) <= g.maxContent {
+func (g *GenAI) cut(s string) string { return cutString(s, g.maxContent) }
+
+// cutString returns s cut to at most max bytes, on a rune boundary, marked with an ellipsis
+// (which the bound does not count).
+func cutString(s string, max int) string {
+	if len(s) <= max {
 		return s
 	}
-	i := g.maxContent
+	i := max
 	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}

@@ -29,7 +29,7 @@ type recorded struct {
 	metrics *sdkmetric.ManualReader
 }
 
-func newRecorded(t *testing.T, content bool, maxContent int) recorded {
+func newRecorded(t *testing.T, content Content) recorded {
 	t.Helper()
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -39,7 +39,7 @@ func newRecorded(t *testing.T, content bool, maxContent int) recorded {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	g, err := NewGenAI(tp, mp, propagation.TraceContext{}, content, maxContent)
+	g, err := NewGenAI(tp, mp, propagation.TraceContext{}, content)
 	require.NoError(t, err)
 	return recorded{g: g, spans: spans, metrics: reader}
 }
@@ -73,7 +73,7 @@ const envoyTraceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0
 // per round (the follow-up's traceparent naming it), an execute_tool span with its error type
 // and our attributes, the acquire step, and the metrics of each.
 func TestGenAISpanTree(t *testing.T) {
-	r := newRecorded(t, false, 0)
+	r := newRecorded(t, Content{})
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", envoyTraceparent))
 	ctx = r.g.FromIncoming(ctx)
 	ctx, agent := r.g.StartAgent(ctx, "responses", []byte(`{"model":"gpt-4.1","input":"hi"}`))
@@ -84,7 +84,8 @@ func TestGenAISpanTree(t *testing.T) {
 	_ = sctx
 	agent.Conversation("cntr_1", "new")
 	_, tool := agent.StartTool(ctx, "call_1", "", "print(secret)")
-	tool.End("cntr_1", ToolErrorTimeout, "the output")
+	tool.End(Container{ID: "cntr_1", Node: "node-a", Origin: "new", StartMode: "fork",
+		Started: time.Now().Add(-200 * time.Millisecond), StartDuration: 150 * time.Millisecond}, ToolErrorTimeout, "the output")
 	cctx, chat1 := agent.StartChat(ctx, 1, time.Time{}, true)
 	h := http.Header{}
 	chat1.Inject(h)
@@ -93,7 +94,7 @@ func TestGenAISpanTree(t *testing.T) {
 	agent.End("done", http.StatusOK, 1, 1)
 
 	spans := r.spans.Ended()
-	require.Len(t, spans, 5, "spans of one loop")
+	require.Len(t, spans, 6, "spans of one loop")
 	inv := byName(t, spans, "invoke_agent codeinterp")
 	assert.Equal(t, "0af7651916cd43dd8448eb211c80319c", inv.SpanContext().TraceID().String(), "invoke_agent continues Envoy's trace")
 	assert.Equal(t, "b7ad6b7169203331", inv.Parent().SpanID().String(), "invoke_agent's parent is Envoy's ext_proc span")
@@ -141,6 +142,14 @@ func TestGenAISpanTree(t *testing.T) {
 	assert.Equal(t, "call_1", ta["gen_ai.tool.call.id"].AsString())
 	assert.Equal(t, "timeout", ta["error.type"].AsString())
 	assert.Equal(t, "cntr_1", ta["codeinterp.container.id"].AsString())
+	assert.Equal(t, "node-a", ta["codeinterp.sandbox.node"].AsString())
+	assert.Equal(t, "new", ta["codeinterp.container.origin"].AsString())
+	assert.Equal(t, "fork", ta["codeinterp.sandbox.start_mode"].AsString())
+	st := byName(t, spans, StepStartContainer)
+	assert.Equal(t, tl.SpanContext().SpanID(), st.Parent().SpanID(), "start_container is a child of execute_tool")
+	assert.Equal(t, 150*time.Millisecond, st.EndTime().Sub(st.StartTime()), "start_container lasts the start's duration")
+	assert.False(t, st.StartTime().Before(tl.StartTime()), "start_container begins within execute_tool")
+	assert.Equal(t, "fork", attrs(st)["codeinterp.sandbox.start_mode"].AsString())
 	_, hasArgs := ta["gen_ai.tool.call.arguments"]
 	_, hasResult := ta["gen_ai.tool.call.result"]
 	assert.False(t, hasArgs || hasResult, "no content unless enabled")
@@ -168,17 +177,18 @@ func TestGenAISpanTree(t *testing.T) {
 		"gen_ai.client.token.usage":           4, // input and output of two rounds
 		"gen_ai.execute_tool.duration":        1,
 		"codeinterp.sandbox.acquire.duration": 1,
+		"codeinterp.sandbox.start.duration":   1,
 	}, got, "the metrics' observation counts")
 }
 
 // With content on, the code and the result are on the execute_tool span, cut at the limit.
 func TestGenAIContent(t *testing.T) {
-	r := newRecorded(t, true, 8)
+	r := newRecorded(t, Content{Tools: true, MaxBytes: 8})
 	ctx, agent := r.g.StartAgent(context.Background(), "messages", nil)
 	_, tool := agent.StartTool(ctx, "srvtoolu_1", "", "print('héllo world')")
-	tool.End("cntr_1", "", "héllo world")
+	tool.End(Container{ID: "cntr_1"}, "", "héllo world")
 	_, bash := agent.StartTool(ctx, "srvtoolu_2", "bash_code_execution", "ls")
-	bash.End("cntr_1", "", "")
+	bash.End(Container{ID: "cntr_1", Origin: "reused"}, "", "")
 	agent.End("done", http.StatusOK, 1, 1)
 	assert.Equal(t, "bash_code_execution", attrs(byName(t, r.spans.Ended(), "execute_tool bash_code_execution"))["gen_ai.tool.name"].AsString(),
 		"a call of another hosted tool is named after it")
@@ -205,7 +215,7 @@ func TestGenAIOff(t *testing.T) {
 	chat.FirstChunk()
 	chat.End(http.StatusOK, nil, nil)
 	_, tool := agent.StartTool(ctx, "c", "", "code")
-	tool.End("", "", "")
+	tool.End(Container{Started: time.Now()}, "", "")
 	_, step := agent.StartStep(ctx, StepAcquire)
 	step.End(nil)
 	agent.Conversation("x", "new")

@@ -110,7 +110,7 @@ func TestStartExportsOverOTLP(t *testing.T) {
 			require.NoError(t, err, "Start over %s", tt.protocol)
 			ctx, agent := p.GenAI.StartAgent(context.Background(), "chat_completions", []byte(`{"model":"m"}`))
 			_, tool := agent.StartTool(ctx, "call_1", "", "print(1)")
-			tool.End("cntr_1", "", "1")
+			tool.End(Container{ID: "cntr_1"}, "", "1")
 			agent.End("done", http.StatusOK, 1, 1)
 			require.NoError(t, p.Shutdown(context.Background()), "Shutdown flushes over %s", tt.protocol)
 

@@ -8,9 +8,11 @@
 //
 //	invoke_agent codeinterp        INTERNAL  (child of Envoy's ext_proc span, from the stream's traceparent)
 //	 ├─ chat {model}               CLIENT    one per upstream round; follow-ups carry its traceparent
-//	 ├─ acquire_sandbox            INTERNAL
-//	 ├─ copy_files                 INTERNAL
 //	 └─ execute_tool {tool}        INTERNAL  one per code run
+//	     ├─ acquire_sandbox        INTERNAL  the request's first call
+//	     ├─ copy_files             INTERNAL  container.file_ids copied in
+//	     ├─ start_container        INTERNAL  the call started a new container
+//	     └─ …/Sandbox/Run          CLIENT    in a fleet: the run forwarded to the container's node
 package telemetry
 
 import (
@@ -69,6 +71,10 @@ type Config struct {
 	// CaptureContent reports whether spans carry content: the code a tool call runs and the
 	// text it returned, truncated at MaxContentBytes. Off by default: content is the tenant's.
 	CaptureContent bool
+	// CaptureMessages reports whether chat spans carry each round's prompt and the model's
+	// answer (gen_ai.input.messages, gen_ai.system_instructions, gen_ai.output.messages), each
+	// bounded by MaxContentBytes. Off by default.
+	CaptureMessages bool
 	// MaxContentBytes bounds each content attribute; zero means DefaultMaxContentBytes.
 	MaxContentBytes int
 }
@@ -124,7 +130,8 @@ func Start(ctx context.Context, cfg Config) (*Providers, error) {
 	if p.meter != nil {
 		mp = p.meter
 	}
-	g, err := NewGenAI(p.tracer, mp, propagation.TraceContext{}, cfg.CaptureContent, cfg.MaxContentBytes)
+	g, err := NewGenAI(p.tracer, mp, propagation.TraceContext{},
+		Content{Tools: cfg.CaptureContent, Messages: cfg.CaptureMessages, MaxBytes: cfg.MaxContentBytes})
 	if err != nil {
 		_ = p.Shutdown(ctx)
 		return nil, err

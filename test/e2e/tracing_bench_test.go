@@ -91,7 +91,7 @@ func benchGenAI(b *testing.B, sampler sdktrace.Sampler) *telemetry.GenAI {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	g, err := telemetry.NewGenAI(tp, mp, propagation.TraceContext{}, false, 0)
+	g, err := telemetry.NewGenAI(tp, mp, propagation.TraceContext{}, telemetry.Content{})
 	if err != nil {
 		b.Fatalf("telemetry: %v", err)
 	}

@@ -37,6 +37,7 @@ type container struct {
 	name    string // random, names its cgroup
 	cmd     *exec.Cmd
 	hostDir string            // the data directory on the host, without isolation only
+	mode    string            // how it started: StartFork or StartExec
 	env     map[string]string // variables the driver adds for the code (the proxy's); nil for none
 	// egressMu guards egress: the container's proxy, its only way out, when its Spec has a
 	// network policy; nil for none. Delete closes it.
@@ -164,6 +165,7 @@ func (l *Local) newContainer() *container {
 	name := randomHex(8)
 	return &container{
 		l:       l,
+		mode:    StartExec,
 		log:     l.log.With(zap.String("container", name)),
 		name:    name,
 		initFD:  -1,
@@ -546,6 +548,10 @@ func (c *container) isDeleted() bool {
 		return false
 	}
 }
+
+// StartMode returns how the container started: StartFork (forked from the template) or
+// StartExec (a new bubblewrap and interpreter, also a fork mode's fallback).
+func (c *container) StartMode() string { return c.mode }
 
 // Alive reports whether the container's process is still running.
 func (c *container) Alive() bool {

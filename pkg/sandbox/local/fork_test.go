@@ -213,6 +213,7 @@ func TestForkedTemplateUnreachable(t *testing.T) {
 	l := newForkLocal(t, Config{})
 	c := newTestContainer(t, l, sandbox.Spec{})
 	lc := c.(*container)
+	assert.Equal(t, StartFork, lc.StartMode(), "a forked container says so")
 	tpl := l.tpl.pid()
 	for _, ns := range []string{"pid", "mnt", "net", "user", "ipc", "uts", "cgroup"} {
 		tplNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", tpl, ns))
@@ -317,6 +318,7 @@ func TestForkUnavailableFallsBack(t *testing.T) {
 	assert.Equal(t, 1.0, gatherValue(t, reg, "codeinterp_sandbox_local_fork_unavailable_total"), "the fallback is counted")
 	c := newTestContainer(t, l, sandbox.Spec{})
 	assert.False(t, forked(c), "the container started the exec way")
+	assert.Equal(t, StartExec, c.(*container).StartMode(), "and says so")
 	assert.Equal(t, "1\n", runIn(t, c, "print(1)").Stdout, "and works")
 }
 

@@ -19,6 +19,7 @@ import (
 func (l *Local) startForked(memBytes int64, env map[string]string) (_ *container, err error) {
 	c := l.newContainer()
 	c.env = env
+	c.mode = StartFork
 	c.cancel = func() {}
 	var child []*os.File // the container's ends, and the cgroup.procs files it moves itself with
 	started := false

@@ -177,6 +177,7 @@ func (c *Client) Acquire(ctx context.Context, r sandbox.AcquireRequest) (*sandbo
 	}
 	l := &lease{c: c, st: st, cancel: cancel, id: resp.GetLeaseId()}
 	l.containerID = resp.GetContainerId()
+	l.info = leaseInfoOf(resp.GetInfo(), "")
 	return sandbox.NewLease(l), nil
 }
 
@@ -191,6 +192,9 @@ type lease struct {
 	// mu guards the fields below.
 	mu          sync.Mutex
 	containerID string
+	// info is how the lease got its container, as the node last told it (its Container
+	// unset: containerID is the one).
+	info sandbox.AcquireInfo
 	// unsure reports whether a call that may have changed the lease's container (replacing a
 	// lost one) ended without the node's answer, because its caller stopped waiting:
 	// ContainerID asks the node.
@@ -231,6 +235,31 @@ func (l *lease) setContainerID(id string) {
 	l.mu.Lock()
 	l.containerID, l.unsure = id, false
 	l.mu.Unlock()
+}
+
+// setInfo notes the node's answer to a call: the lease's container and how it got it.
+func (l *lease) setInfo(id string, m *sandboxv1.LeaseInfo) {
+	if id == "" {
+		return
+	}
+	l.mu.Lock()
+	l.containerID, l.unsure = id, false
+	if m != nil {
+		l.info = leaseInfoOf(m, "")
+	}
+	l.mu.Unlock()
+}
+
+// Info returns how the lease got its container, as the node last told it (the node's own
+// clock in Started). After a call whose answer was lost it may be out of date, until the
+// next call's answer.
+func (l *lease) Info() sandbox.AcquireInfo {
+	id := l.ContainerID()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	info := l.info
+	info.Container = id
+	return info
 }
 
 // afterCall notes what a lease's call that failed with err (its node's answer lost) tells of
@@ -275,7 +304,7 @@ func (l *lease) Run(ctx context.Context, code string, timeout time.Duration) (sa
 		l.afterCall(ctx, trailer)
 		return sandbox.Result{}, callError(ctx, "run", err, hdr != nil)
 	}
-	l.setContainerID(resp.GetContainerId())
+	l.setInfo(resp.GetContainerId(), resp.GetInfo())
 	return resultOf(resp.GetResult()), errorOf(resp.GetError())
 }
 
@@ -302,7 +331,7 @@ func (l *lease) PutFile(ctx context.Context, path, source string, r io.Reader, l
 		l.afterCall(ctx, st.Trailer())
 		return sandbox.FileInfo{}, uploadCallError(ctx, err, srcErr)
 	}
-	l.setContainerID(resp.GetContainerId())
+	l.setInfo(resp.GetContainerId(), resp.GetInfo())
 	return fileInfoOf(resp.GetFile()), nil
 }
 

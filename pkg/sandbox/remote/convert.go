@@ -234,3 +234,24 @@ func containerInfoOf(p *sandboxv1.ContainerInfo) sandbox.ContainerInfo {
 		AllowedDomains: p.GetAllowedDomains(),
 	}
 }
+
+// leaseInfoProto is info as it travels (its container id travels beside it).
+func leaseInfoProto(info sandbox.AcquireInfo) *sandboxv1.LeaseInfo {
+	m := &sandboxv1.LeaseInfo{Node: info.Node, Origin: info.Origin, StartMode: info.StartMode, StartNanos: int64(info.StartDuration)}
+	if !info.Started.IsZero() {
+		m.StartedAtUnixNanos = info.Started.UnixNano()
+	}
+	return m
+}
+
+// leaseInfoOf is the AcquireInfo of m and the container id containerID.
+func leaseInfoOf(m *sandboxv1.LeaseInfo, containerID string) sandbox.AcquireInfo {
+	info := sandbox.AcquireInfo{
+		Container: containerID, Node: m.GetNode(), Origin: m.GetOrigin(), StartMode: m.GetStartMode(),
+		StartDuration: time.Duration(m.GetStartNanos()),
+	}
+	if ns := m.GetStartedAtUnixNanos(); ns != 0 {
+		info.Started = time.Unix(0, ns)
+	}
+	return info
+}

@@ -5,9 +5,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
@@ -123,4 +125,35 @@ func TestContainerIDAfterAnAnswerTooLarge(t *testing.T) {
 	require.ErrorIs(t, err, sandbox.ErrLost, "a Run whose answer is too large")
 	assert.NotEqual(t, lost, l.ContainerID(), "ContainerID after the lost container was replaced")
 	assert.Equal(t, heldContainerID(t, s), l.ContainerID(), "ContainerID is the node's lease's")
+}
+
+// TestLeaseInfoCrossesTheService: a lease through the Client reports how it got its container
+// as the node's own lease does: the node, the origin, and a new container's start.
+func TestLeaseInfoCrossesTheService(t *testing.T) {
+	m := sandbox.NewManager(&sandboxtest.Provider{}, sandbox.ManagerConfig{Node: "node-b"}, zaptest.NewLogger(t))
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	s := serve(t, m, ServerOptions{}, ClientOptions{})
+	l, err := s.client.Acquire(t.Context(), sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	require.NoError(t, err, "Acquire")
+	assert.Equal(t, sandbox.AcquireInfo{Container: l.ContainerID(), Node: "node-b"}, l.Info(), "Info after Acquire")
+	_, err = l.Run(t.Context(), "x = 1", 0)
+	require.NoError(t, err, "the first Run")
+	info := l.Info()
+	s.srv.mu.Lock()
+	var held sandbox.AcquireInfo
+	for _, hl := range s.srv.leases {
+		held = hl.l.Info()
+	}
+	s.srv.mu.Unlock()
+	assert.Equal(t, sandbox.OriginNew, info.Origin, "the first Run started the container")
+	assert.False(t, info.Started.IsZero(), "a new container's start time")
+	assert.True(t, info.Started.Equal(held.Started), "the start time the node noted: got %v, want %v", info.Started, held.Started)
+	info.Started, held.Started = time.Time{}, time.Time{} // monotonic readings do not travel
+	assert.Equal(t, held, info, "Info through the Client is the node's lease's")
+	l.Release()
+
+	again, err := s.client.Acquire(t.Context(), sandbox.AcquireRequest{Identity: "alice", Session: "s"})
+	require.NoError(t, err, "Acquire again")
+	defer again.Release()
+	assert.Equal(t, sandbox.OriginReused, again.Info().Origin, "the session's next lease, before it runs")
 }

@@ -242,7 +242,7 @@ func (s handlers) Acquire(st grpc.BidiStreamingServer[sandboxv1.AcquireRequest, 
 		hl.l.Release()
 		hl.mu.Unlock()
 	}()
-	if err := st.Send(&sandboxv1.AcquireResponse{LeaseId: id, ContainerId: l.ContainerID()}); err != nil {
+	if err := st.Send(&sandboxv1.AcquireResponse{LeaseId: id, ContainerId: l.ContainerID(), Info: leaseInfoProto(l.Info())}); err != nil {
 		return err
 	}
 	// The client sends nothing more: it closes its side to release the lease. Its
@@ -310,7 +310,8 @@ func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv
 	// The service carries no paused run yet: one that awaits the client's tools is resumed at
 	// once with the calls refused.
 	res, err := hl.l.RunRefusingToolCalls(ctx, req.GetCode(), time.Duration(req.GetTimeoutNanos()))
-	return &sandboxv1.RunResponse{Result: resultProto(res), Error: errorProto(err), ContainerId: hl.l.ContainerID()}, nil
+	info := hl.l.Info()
+	return &sandboxv1.RunResponse{Result: resultProto(res), Error: errorProto(err), ContainerId: info.Container, Info: leaseInfoProto(info)}, nil
 }
 
 // LeaseContainer names a lease's container, once the lease's call in progress is over.
@@ -353,7 +354,8 @@ func (s handlers) LeasePutFile(st grpc.ClientStreamingServer[sandboxv1.LeasePutF
 	if err != nil {
 		return uploadError(err)
 	}
-	return st.SendAndClose(&sandboxv1.LeasePutFileResponse{File: fileInfoProto(fi), ContainerId: hl.l.ContainerID()})
+	info := hl.l.Info()
+	return st.SendAndClose(&sandboxv1.LeasePutFileResponse{File: fileInfoProto(fi), ContainerId: info.Container, Info: leaseInfoProto(info)})
 }
 
 // PutFile writes a file into a container.

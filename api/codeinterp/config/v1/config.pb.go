@@ -850,17 +850,26 @@ type Tracing struct {
 	// "codeinterp".
 	ServiceName string `protobuf:"bytes,6,opt,name=service_name,json=serviceName,proto3" json:"service_name,omitempty"`
 	// metrics exports the GenAI metrics (gen_ai.client.token.usage,
-	// gen_ai.client.operation.duration, gen_ai.execute_tool.duration) and the sandbox acquire
-	// and file-copy durations over the same OTLP endpoint, besides the Prometheus metrics of
-	// admin_listen. Default true.
+	// gen_ai.client.operation.duration, gen_ai.execute_tool.duration) and the sandbox acquire,
+	// container start and file-copy durations over the same OTLP endpoint, besides the
+	// Prometheus metrics of admin_listen. Default true.
 	Metrics *bool `protobuf:"varint,7,opt,name=metrics,proto3,oneof" json:"metrics,omitempty"`
 	// capture_content puts content on the spans: the code each execute_tool span ran
 	// (gen_ai.tool.call.arguments) and the text fed back to the model
 	// (gen_ai.tool.call.result), each cut at max_content_bytes. It is the tenants' data: leave
 	// it off unless the trace backend may hold it. Default false.
 	CaptureContent bool `protobuf:"varint,8,opt,name=capture_content,json=captureContent,proto3" json:"capture_content,omitempty"`
-	// max_content_bytes bounds each content attribute when capture_content is on. Default 4096.
+	// max_content_bytes bounds each content attribute when capture_content or capture_messages
+	// is on. Default 4096.
 	MaxContentBytes uint32 `protobuf:"varint,9,opt,name=max_content_bytes,json=maxContentBytes,proto3" json:"max_content_bytes,omitempty"`
+	// capture_messages puts each round's prompt and the model's answer on its chat span, as the
+	// GenAI conventions shape them: gen_ai.input.messages (the messages sent: texts, tool calls
+	// and their results), gen_ai.system_instructions (instructions / system) and
+	// gen_ai.output.messages (the answer's texts and tool calls, its finish reason). Each is a
+	// JSON string cut at max_content_bytes (the latest messages kept). Nothing else of a request
+	// is read: not its tools, headers, metadata or network policy. It is the tenants' data:
+	// leave it off unless the trace backend may hold it. Default false.
+	CaptureMessages bool `protobuf:"varint,10,opt,name=capture_messages,json=captureMessages,proto3" json:"capture_messages,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -956,6 +965,13 @@ func (x *Tracing) GetMaxContentBytes() uint32 {
 		return x.MaxContentBytes
 	}
 	return 0
+}
+
+func (x *Tracing) GetCaptureMessages() bool {
+	if x != nil {
+		return x.CaptureMessages
+	}
+	return false
 }
 
 // ApiKeyCheck is the upstream call that tells whether it takes a caller's credential: the
@@ -2031,7 +2047,7 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\bFleetTLS\x12\x1b\n" +
 	"\tcert_file\x18\x01 \x01(\tR\bcertFile\x12\x19\n" +
 	"\bkey_file\x18\x02 \x01(\tR\akeyFile\x12\x17\n" +
-	"\aca_file\x18\x03 \x01(\tR\x06caFile\"\xb9\x03\n" +
+	"\aca_file\x18\x03 \x01(\tR\x06caFile\"\xe4\x03\n" +
 	"\aTracing\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x1a\n" +
@@ -2041,7 +2057,9 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\fservice_name\x18\x06 \x01(\tR\vserviceName\x12\x1d\n" +
 	"\ametrics\x18\a \x01(\bH\x01R\ametrics\x88\x01\x01\x12'\n" +
 	"\x0fcapture_content\x18\b \x01(\bR\x0ecaptureContent\x12*\n" +
-	"\x11max_content_bytes\x18\t \x01(\rR\x0fmaxContentBytes\x1a:\n" +
+	"\x11max_content_bytes\x18\t \x01(\rR\x0fmaxContentBytes\x12)\n" +
+	"\x10capture_messages\x18\n" +
+	" \x01(\bR\x0fcaptureMessages\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +

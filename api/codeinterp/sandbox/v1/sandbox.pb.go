@@ -500,7 +500,9 @@ type AcquireResponse struct {
 	// lease_id names the lease in Run and LeasePutFile while the stream is open.
 	LeaseId string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// container_id is the lease's container.
-	ContainerId   string `protobuf:"bytes,2,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	ContainerId string `protobuf:"bytes,2,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// info is how the lease got its container (its origin is empty until it starts).
+	Info          *LeaseInfo `protobuf:"bytes,3,opt,name=info,proto3" json:"info,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +551,97 @@ func (x *AcquireResponse) GetContainerId() string {
 	return ""
 }
 
+func (x *AcquireResponse) GetInfo() *LeaseInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+// LeaseInfo is a sandbox.AcquireInfo without the container id: how a lease got its
+// container, for the caller's telemetry.
+type LeaseInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node is the node whose Manager holds the container.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// origin is "new", "pooled" or "reused"; "" before the container started.
+	Origin string `protobuf:"bytes,2,opt,name=origin,proto3" json:"origin,omitempty"`
+	// start_mode is how the node's backend started the container ("fork", "exec"; "" unsaid).
+	StartMode string `protobuf:"bytes,3,opt,name=start_mode,json=startMode,proto3" json:"start_mode,omitempty"`
+	// started_at_unix_nanos is when a new container's start began, on the node's clock (0 if
+	// origin is not "new").
+	StartedAtUnixNanos int64 `protobuf:"varint,4,opt,name=started_at_unix_nanos,json=startedAtUnixNanos,proto3" json:"started_at_unix_nanos,omitempty"`
+	// start_nanos is how long that start took.
+	StartNanos    int64 `protobuf:"varint,5,opt,name=start_nanos,json=startNanos,proto3" json:"start_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseInfo) Reset() {
+	*x = LeaseInfo{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseInfo) ProtoMessage() {}
+
+func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseInfo.ProtoReflect.Descriptor instead.
+func (*LeaseInfo) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LeaseInfo) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *LeaseInfo) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *LeaseInfo) GetStartMode() string {
+	if x != nil {
+		return x.StartMode
+	}
+	return ""
+}
+
+func (x *LeaseInfo) GetStartedAtUnixNanos() int64 {
+	if x != nil {
+		return x.StartedAtUnixNanos
+	}
+	return 0
+}
+
+func (x *LeaseInfo) GetStartNanos() int64 {
+	if x != nil {
+		return x.StartNanos
+	}
+	return 0
+}
+
 // RunRequest runs code on a lease.
 type RunRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -566,7 +659,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +671,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +684,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunRequest) GetLeaseId() string {
@@ -629,14 +722,16 @@ type RunResponse struct {
 	// error is set when the run failed.
 	Error *Error `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	// container_id is the lease's container after the run (a lost one replaced changes it).
-	ContainerId   string `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	ContainerId string `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// info is how the lease got that container.
+	Info          *LeaseInfo `protobuf:"bytes,4,opt,name=info,proto3" json:"info,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +743,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +756,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunResponse) GetResult() *Result {
@@ -685,6 +780,13 @@ func (x *RunResponse) GetContainerId() string {
 	return ""
 }
 
+func (x *RunResponse) GetInfo() *LeaseInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
 // LeaseContainerRequest names a lease.
 type LeaseContainerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -695,7 +797,7 @@ type LeaseContainerRequest struct {
 
 func (x *LeaseContainerRequest) Reset() {
 	*x = LeaseContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +809,7 @@ func (x *LeaseContainerRequest) String() string {
 func (*LeaseContainerRequest) ProtoMessage() {}
 
 func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +822,7 @@ func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseContainerRequest.ProtoReflect.Descriptor instead.
 func (*LeaseContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaseContainerRequest) GetLeaseId() string {
@@ -740,7 +842,7 @@ type LeaseContainerResponse struct {
 
 func (x *LeaseContainerResponse) Reset() {
 	*x = LeaseContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +854,7 @@ func (x *LeaseContainerResponse) String() string {
 func (*LeaseContainerResponse) ProtoMessage() {}
 
 func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +867,7 @@ func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseContainerResponse.ProtoReflect.Descriptor instead.
 func (*LeaseContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseContainerResponse) GetContainerId() string {
@@ -792,7 +894,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +906,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +919,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Result) GetStdout() string {
@@ -888,7 +990,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1002,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1015,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunError) GetName() string {
@@ -947,7 +1049,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1061,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1074,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Image) GetPng() []byte {
@@ -994,7 +1096,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1108,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1121,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *File) GetId() string {
@@ -1059,7 +1161,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1173,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1186,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FileInfo) GetId() string {
@@ -1147,7 +1249,7 @@ type ContainerInfo struct {
 
 func (x *ContainerInfo) Reset() {
 	*x = ContainerInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1261,7 @@ func (x *ContainerInfo) String() string {
 func (*ContainerInfo) ProtoMessage() {}
 
 func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1274,7 @@ func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerInfo.ProtoReflect.Descriptor instead.
 func (*ContainerInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ContainerInfo) GetId() string {
@@ -1244,7 +1346,7 @@ type FileHeader struct {
 
 func (x *FileHeader) Reset() {
 	*x = FileHeader{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1358,7 @@ func (x *FileHeader) String() string {
 func (*FileHeader) ProtoMessage() {}
 
 func (x *FileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1371,7 @@ func (x *FileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
 func (*FileHeader) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FileHeader) GetPath() string {
@@ -1307,7 +1409,7 @@ type LeasePutFileRequest struct {
 
 func (x *LeasePutFileRequest) Reset() {
 	*x = LeasePutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1421,7 @@ func (x *LeasePutFileRequest) String() string {
 func (*LeasePutFileRequest) ProtoMessage() {}
 
 func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1434,7 @@ func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileRequest.ProtoReflect.Descriptor instead.
 func (*LeasePutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeasePutFileRequest) GetLeaseId() string {
@@ -1368,14 +1470,16 @@ type LeasePutFileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	File  *FileInfo              `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
 	// container_id is the lease's container after the write.
-	ContainerId   string `protobuf:"bytes,2,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	ContainerId string `protobuf:"bytes,2,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// info is how the lease got that container.
+	Info          *LeaseInfo `protobuf:"bytes,3,opt,name=info,proto3" json:"info,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeasePutFileResponse) Reset() {
 	*x = LeasePutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1491,7 @@ func (x *LeasePutFileResponse) String() string {
 func (*LeasePutFileResponse) ProtoMessage() {}
 
 func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1504,7 @@ func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileResponse.ProtoReflect.Descriptor instead.
 func (*LeasePutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeasePutFileResponse) GetFile() *FileInfo {
@@ -1415,6 +1519,13 @@ func (x *LeasePutFileResponse) GetContainerId() string {
 		return x.ContainerId
 	}
 	return ""
+}
+
+func (x *LeasePutFileResponse) GetInfo() *LeaseInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
 }
 
 // PutFileRequest is the header (first message), then chunks of the file.
@@ -1432,7 +1543,7 @@ type PutFileRequest struct {
 
 func (x *PutFileRequest) Reset() {
 	*x = PutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1555,7 @@ func (x *PutFileRequest) String() string {
 func (*PutFileRequest) ProtoMessage() {}
 
 func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1568,7 @@ func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileRequest.ProtoReflect.Descriptor instead.
 func (*PutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutFileRequest) GetIdentity() string {
@@ -1505,7 +1616,7 @@ type PutFileResponse struct {
 
 func (x *PutFileResponse) Reset() {
 	*x = PutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1628,7 @@ func (x *PutFileResponse) String() string {
 func (*PutFileResponse) ProtoMessage() {}
 
 func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1641,7 @@ func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileResponse.ProtoReflect.Descriptor instead.
 func (*PutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutFileResponse) GetFile() *FileInfo {
@@ -1552,7 +1663,7 @@ type OpenFileRequest struct {
 
 func (x *OpenFileRequest) Reset() {
 	*x = OpenFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1675,7 @@ func (x *OpenFileRequest) String() string {
 func (*OpenFileRequest) ProtoMessage() {}
 
 func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1688,7 @@ func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileRequest.ProtoReflect.Descriptor instead.
 func (*OpenFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OpenFileRequest) GetIdentity() string {
@@ -1612,7 +1723,7 @@ type OpenFileResponse struct {
 
 func (x *OpenFileResponse) Reset() {
 	*x = OpenFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1735,7 @@ func (x *OpenFileResponse) String() string {
 func (*OpenFileResponse) ProtoMessage() {}
 
 func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1748,7 @@ func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileResponse.ProtoReflect.Descriptor instead.
 func (*OpenFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OpenFileResponse) GetFile() *FileInfo {
@@ -1664,7 +1775,7 @@ type CheckSpecRequest struct {
 
 func (x *CheckSpecRequest) Reset() {
 	*x = CheckSpecRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1787,7 @@ func (x *CheckSpecRequest) String() string {
 func (*CheckSpecRequest) ProtoMessage() {}
 
 func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1800,7 @@ func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecRequest.ProtoReflect.Descriptor instead.
 func (*CheckSpecRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckSpecRequest) GetSpec() *Spec {
@@ -1708,7 +1819,7 @@ type CheckSpecResponse struct {
 
 func (x *CheckSpecResponse) Reset() {
 	*x = CheckSpecResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1831,7 @@ func (x *CheckSpecResponse) String() string {
 func (*CheckSpecResponse) ProtoMessage() {}
 
 func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1844,7 @@ func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecResponse.ProtoReflect.Descriptor instead.
 func (*CheckSpecResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 // KnownRequest names a container.
@@ -1747,7 +1858,7 @@ type KnownRequest struct {
 
 func (x *KnownRequest) Reset() {
 	*x = KnownRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1870,7 @@ func (x *KnownRequest) String() string {
 func (*KnownRequest) ProtoMessage() {}
 
 func (x *KnownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1883,7 @@ func (x *KnownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownRequest.ProtoReflect.Descriptor instead.
 func (*KnownRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KnownRequest) GetIdentity() string {
@@ -1799,7 +1910,7 @@ type KnownResponse struct {
 
 func (x *KnownResponse) Reset() {
 	*x = KnownResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1922,7 @@ func (x *KnownResponse) String() string {
 func (*KnownResponse) ProtoMessage() {}
 
 func (x *KnownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1935,7 @@ func (x *KnownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownResponse.ProtoReflect.Descriptor instead.
 func (*KnownResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KnownResponse) GetKnown() bool {
@@ -1847,7 +1958,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1970,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1983,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateRequest) GetIdentity() string {
@@ -1913,7 +2024,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2036,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2049,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateResponse) GetContainer() *ContainerInfo {
@@ -1959,7 +2070,7 @@ type ContainerRequest struct {
 
 func (x *ContainerRequest) Reset() {
 	*x = ContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2082,7 @@ func (x *ContainerRequest) String() string {
 func (*ContainerRequest) ProtoMessage() {}
 
 func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2095,7 @@ func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRequest.ProtoReflect.Descriptor instead.
 func (*ContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ContainerRequest) GetIdentity() string {
@@ -2011,7 +2122,7 @@ type ContainerResponse struct {
 
 func (x *ContainerResponse) Reset() {
 	*x = ContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2134,7 @@ func (x *ContainerResponse) String() string {
 func (*ContainerResponse) ProtoMessage() {}
 
 func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2147,7 @@ func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerResponse.ProtoReflect.Descriptor instead.
 func (*ContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ContainerResponse) GetContainer() *ContainerInfo {
@@ -2056,7 +2167,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2179,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2192,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ContainersRequest) GetIdentity() string {
@@ -2101,7 +2212,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2224,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2237,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ContainersResponse) GetContainers() []*ContainerInfo {
@@ -2147,7 +2258,7 @@ type DeleteContainerRequest struct {
 
 func (x *DeleteContainerRequest) Reset() {
 	*x = DeleteContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2270,7 @@ func (x *DeleteContainerRequest) String() string {
 func (*DeleteContainerRequest) ProtoMessage() {}
 
 func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2283,7 @@ func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteContainerRequest) GetIdentity() string {
@@ -2198,7 +2309,7 @@ type DeleteContainerResponse struct {
 
 func (x *DeleteContainerResponse) Reset() {
 	*x = DeleteContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2321,7 @@ func (x *DeleteContainerResponse) String() string {
 func (*DeleteContainerResponse) ProtoMessage() {}
 
 func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2334,7 @@ func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 // FilesRequest names a container.
@@ -2237,7 +2348,7 @@ type FilesRequest struct {
 
 func (x *FilesRequest) Reset() {
 	*x = FilesRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2360,7 @@ func (x *FilesRequest) String() string {
 func (*FilesRequest) ProtoMessage() {}
 
 func (x *FilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2373,7 @@ func (x *FilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesRequest.ProtoReflect.Descriptor instead.
 func (*FilesRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FilesRequest) GetIdentity() string {
@@ -2289,7 +2400,7 @@ type FilesResponse struct {
 
 func (x *FilesResponse) Reset() {
 	*x = FilesResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2412,7 @@ func (x *FilesResponse) String() string {
 func (*FilesResponse) ProtoMessage() {}
 
 func (x *FilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2425,7 @@ func (x *FilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesResponse.ProtoReflect.Descriptor instead.
 func (*FilesResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FilesResponse) GetFiles() []*FileInfo {
@@ -2336,7 +2447,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2459,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2472,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FileRequest) GetIdentity() string {
@@ -2395,7 +2506,7 @@ type FileResponse struct {
 
 func (x *FileResponse) Reset() {
 	*x = FileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2518,7 @@ func (x *FileResponse) String() string {
 func (*FileResponse) ProtoMessage() {}
 
 func (x *FileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2531,7 @@ func (x *FileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileResponse.ProtoReflect.Descriptor instead.
 func (*FileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FileResponse) GetFile() *FileInfo {
@@ -2442,7 +2553,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2565,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2578,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteFileRequest) GetIdentity() string {
@@ -2500,7 +2611,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2623,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2636,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 var File_codeinterp_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -2556,20 +2667,30 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12!\n" +
 	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\x12/\n" +
-	"\x04spec\x18\x04 \x01(\v2\x1b.codeinterp.sandbox.v1.SpecR\x04spec\"O\n" +
+	"\x04spec\x18\x04 \x01(\v2\x1b.codeinterp.sandbox.v1.SpecR\x04spec\"\x85\x01\n" +
 	"\x0fAcquireResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12!\n" +
-	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\"\x87\x01\n" +
+	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x124\n" +
+	"\x04info\x18\x03 \x01(\v2 .codeinterp.sandbox.v1.LeaseInfoR\x04info\"\xaa\x01\n" +
+	"\tLeaseInfo\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x1d\n" +
+	"\n" +
+	"start_mode\x18\x03 \x01(\tR\tstartMode\x121\n" +
+	"\x15started_at_unix_nanos\x18\x04 \x01(\x03R\x12startedAtUnixNanos\x12\x1f\n" +
+	"\vstart_nanos\x18\x05 \x01(\x03R\n" +
+	"startNanos\"\x87\x01\n" +
 	"\n" +
 	"RunRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12#\n" +
 	"\rtimeout_nanos\x18\x03 \x01(\x03R\ftimeoutNanos\x12%\n" +
-	"\x0edeadline_nanos\x18\x04 \x01(\x03R\rdeadlineNanos\"\x9b\x01\n" +
+	"\x0edeadline_nanos\x18\x04 \x01(\x03R\rdeadlineNanos\"\xd1\x01\n" +
 	"\vRunResponse\x125\n" +
 	"\x06result\x18\x01 \x01(\v2\x1d.codeinterp.sandbox.v1.ResultR\x06result\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1c.codeinterp.sandbox.v1.ErrorR\x05error\x12!\n" +
-	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\"2\n" +
+	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\x124\n" +
+	"\x04info\x18\x04 \x01(\v2 .codeinterp.sandbox.v1.LeaseInfoR\x04info\"2\n" +
 	"\x15LeaseContainerRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\";\n" +
 	"\x16LeaseContainerResponse\x12!\n" +
@@ -2619,10 +2740,11 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x129\n" +
 	"\x06header\x18\x02 \x01(\v2!.codeinterp.sandbox.v1.FileHeaderR\x06header\x12\x14\n" +
 	"\x05chunk\x18\x03 \x01(\fR\x05chunk\x12\x14\n" +
-	"\x05abort\x18\x04 \x01(\tR\x05abort\"n\n" +
+	"\x05abort\x18\x04 \x01(\tR\x05abort\"\xa4\x01\n" +
 	"\x14LeasePutFileResponse\x123\n" +
 	"\x04file\x18\x01 \x01(\v2\x1f.codeinterp.sandbox.v1.FileInfoR\x04file\x12!\n" +
-	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\"\xb6\x01\n" +
+	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x124\n" +
+	"\x04info\x18\x03 \x01(\v2 .codeinterp.sandbox.v1.LeaseInfoR\x04info\"\xb6\x01\n" +
 	"\x0ePutFileRequest\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x129\n" +
@@ -2734,7 +2856,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_codeinterp_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: codeinterp.sandbox.v1.ErrorKind
 	(*Error)(nil),                   // 1: codeinterp.sandbox.v1.Error
@@ -2744,41 +2866,42 @@ var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*DomainSecret)(nil),            // 5: codeinterp.sandbox.v1.DomainSecret
 	(*AcquireRequest)(nil),          // 6: codeinterp.sandbox.v1.AcquireRequest
 	(*AcquireResponse)(nil),         // 7: codeinterp.sandbox.v1.AcquireResponse
-	(*RunRequest)(nil),              // 8: codeinterp.sandbox.v1.RunRequest
-	(*RunResponse)(nil),             // 9: codeinterp.sandbox.v1.RunResponse
-	(*LeaseContainerRequest)(nil),   // 10: codeinterp.sandbox.v1.LeaseContainerRequest
-	(*LeaseContainerResponse)(nil),  // 11: codeinterp.sandbox.v1.LeaseContainerResponse
-	(*Result)(nil),                  // 12: codeinterp.sandbox.v1.Result
-	(*RunError)(nil),                // 13: codeinterp.sandbox.v1.RunError
-	(*Image)(nil),                   // 14: codeinterp.sandbox.v1.Image
-	(*File)(nil),                    // 15: codeinterp.sandbox.v1.File
-	(*FileInfo)(nil),                // 16: codeinterp.sandbox.v1.FileInfo
-	(*ContainerInfo)(nil),           // 17: codeinterp.sandbox.v1.ContainerInfo
-	(*FileHeader)(nil),              // 18: codeinterp.sandbox.v1.FileHeader
-	(*LeasePutFileRequest)(nil),     // 19: codeinterp.sandbox.v1.LeasePutFileRequest
-	(*LeasePutFileResponse)(nil),    // 20: codeinterp.sandbox.v1.LeasePutFileResponse
-	(*PutFileRequest)(nil),          // 21: codeinterp.sandbox.v1.PutFileRequest
-	(*PutFileResponse)(nil),         // 22: codeinterp.sandbox.v1.PutFileResponse
-	(*OpenFileRequest)(nil),         // 23: codeinterp.sandbox.v1.OpenFileRequest
-	(*OpenFileResponse)(nil),        // 24: codeinterp.sandbox.v1.OpenFileResponse
-	(*CheckSpecRequest)(nil),        // 25: codeinterp.sandbox.v1.CheckSpecRequest
-	(*CheckSpecResponse)(nil),       // 26: codeinterp.sandbox.v1.CheckSpecResponse
-	(*KnownRequest)(nil),            // 27: codeinterp.sandbox.v1.KnownRequest
-	(*KnownResponse)(nil),           // 28: codeinterp.sandbox.v1.KnownResponse
-	(*CreateRequest)(nil),           // 29: codeinterp.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),          // 30: codeinterp.sandbox.v1.CreateResponse
-	(*ContainerRequest)(nil),        // 31: codeinterp.sandbox.v1.ContainerRequest
-	(*ContainerResponse)(nil),       // 32: codeinterp.sandbox.v1.ContainerResponse
-	(*ContainersRequest)(nil),       // 33: codeinterp.sandbox.v1.ContainersRequest
-	(*ContainersResponse)(nil),      // 34: codeinterp.sandbox.v1.ContainersResponse
-	(*DeleteContainerRequest)(nil),  // 35: codeinterp.sandbox.v1.DeleteContainerRequest
-	(*DeleteContainerResponse)(nil), // 36: codeinterp.sandbox.v1.DeleteContainerResponse
-	(*FilesRequest)(nil),            // 37: codeinterp.sandbox.v1.FilesRequest
-	(*FilesResponse)(nil),           // 38: codeinterp.sandbox.v1.FilesResponse
-	(*FileRequest)(nil),             // 39: codeinterp.sandbox.v1.FileRequest
-	(*FileResponse)(nil),            // 40: codeinterp.sandbox.v1.FileResponse
-	(*DeleteFileRequest)(nil),       // 41: codeinterp.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),      // 42: codeinterp.sandbox.v1.DeleteFileResponse
+	(*LeaseInfo)(nil),               // 8: codeinterp.sandbox.v1.LeaseInfo
+	(*RunRequest)(nil),              // 9: codeinterp.sandbox.v1.RunRequest
+	(*RunResponse)(nil),             // 10: codeinterp.sandbox.v1.RunResponse
+	(*LeaseContainerRequest)(nil),   // 11: codeinterp.sandbox.v1.LeaseContainerRequest
+	(*LeaseContainerResponse)(nil),  // 12: codeinterp.sandbox.v1.LeaseContainerResponse
+	(*Result)(nil),                  // 13: codeinterp.sandbox.v1.Result
+	(*RunError)(nil),                // 14: codeinterp.sandbox.v1.RunError
+	(*Image)(nil),                   // 15: codeinterp.sandbox.v1.Image
+	(*File)(nil),                    // 16: codeinterp.sandbox.v1.File
+	(*FileInfo)(nil),                // 17: codeinterp.sandbox.v1.FileInfo
+	(*ContainerInfo)(nil),           // 18: codeinterp.sandbox.v1.ContainerInfo
+	(*FileHeader)(nil),              // 19: codeinterp.sandbox.v1.FileHeader
+	(*LeasePutFileRequest)(nil),     // 20: codeinterp.sandbox.v1.LeasePutFileRequest
+	(*LeasePutFileResponse)(nil),    // 21: codeinterp.sandbox.v1.LeasePutFileResponse
+	(*PutFileRequest)(nil),          // 22: codeinterp.sandbox.v1.PutFileRequest
+	(*PutFileResponse)(nil),         // 23: codeinterp.sandbox.v1.PutFileResponse
+	(*OpenFileRequest)(nil),         // 24: codeinterp.sandbox.v1.OpenFileRequest
+	(*OpenFileResponse)(nil),        // 25: codeinterp.sandbox.v1.OpenFileResponse
+	(*CheckSpecRequest)(nil),        // 26: codeinterp.sandbox.v1.CheckSpecRequest
+	(*CheckSpecResponse)(nil),       // 27: codeinterp.sandbox.v1.CheckSpecResponse
+	(*KnownRequest)(nil),            // 28: codeinterp.sandbox.v1.KnownRequest
+	(*KnownResponse)(nil),           // 29: codeinterp.sandbox.v1.KnownResponse
+	(*CreateRequest)(nil),           // 30: codeinterp.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),          // 31: codeinterp.sandbox.v1.CreateResponse
+	(*ContainerRequest)(nil),        // 32: codeinterp.sandbox.v1.ContainerRequest
+	(*ContainerResponse)(nil),       // 33: codeinterp.sandbox.v1.ContainerResponse
+	(*ContainersRequest)(nil),       // 34: codeinterp.sandbox.v1.ContainersRequest
+	(*ContainersResponse)(nil),      // 35: codeinterp.sandbox.v1.ContainersResponse
+	(*DeleteContainerRequest)(nil),  // 36: codeinterp.sandbox.v1.DeleteContainerRequest
+	(*DeleteContainerResponse)(nil), // 37: codeinterp.sandbox.v1.DeleteContainerResponse
+	(*FilesRequest)(nil),            // 38: codeinterp.sandbox.v1.FilesRequest
+	(*FilesResponse)(nil),           // 39: codeinterp.sandbox.v1.FilesResponse
+	(*FileRequest)(nil),             // 40: codeinterp.sandbox.v1.FileRequest
+	(*FileResponse)(nil),            // 41: codeinterp.sandbox.v1.FileResponse
+	(*DeleteFileRequest)(nil),       // 42: codeinterp.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),      // 43: codeinterp.sandbox.v1.DeleteFileResponse
 }
 var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: codeinterp.sandbox.v1.Error.kinds:type_name -> codeinterp.sandbox.v1.ErrorKind
@@ -2786,58 +2909,61 @@ var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	4,  // 2: codeinterp.sandbox.v1.Spec.network_policy:type_name -> codeinterp.sandbox.v1.NetworkPolicy
 	5,  // 3: codeinterp.sandbox.v1.NetworkPolicy.domain_secrets:type_name -> codeinterp.sandbox.v1.DomainSecret
 	3,  // 4: codeinterp.sandbox.v1.AcquireRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	12, // 5: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
-	1,  // 6: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
-	13, // 7: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
-	14, // 8: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
-	15, // 9: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
-	18, // 10: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	16, // 11: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	18, // 12: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	16, // 13: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	16, // 14: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	3,  // 15: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	3,  // 16: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	17, // 17: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	17, // 18: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	17, // 19: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	16, // 20: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
-	16, // 21: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	6,  // 22: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
-	8,  // 23: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
-	10, // 24: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
-	19, // 25: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
-	21, // 26: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
-	23, // 27: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
-	25, // 28: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
-	27, // 29: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
-	29, // 30: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
-	31, // 31: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
-	33, // 32: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
-	35, // 33: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
-	37, // 34: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
-	39, // 35: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
-	41, // 36: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
-	7,  // 37: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
-	9,  // 38: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
-	11, // 39: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
-	20, // 40: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
-	22, // 41: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
-	24, // 42: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
-	26, // 43: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
-	28, // 44: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
-	30, // 45: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
-	32, // 46: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
-	34, // 47: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
-	36, // 48: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
-	38, // 49: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
-	40, // 50: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
-	42, // 51: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	8,  // 5: codeinterp.sandbox.v1.AcquireResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
+	13, // 6: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
+	1,  // 7: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
+	8,  // 8: codeinterp.sandbox.v1.RunResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
+	14, // 9: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
+	15, // 10: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
+	16, // 11: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
+	19, // 12: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	17, // 13: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	8,  // 14: codeinterp.sandbox.v1.LeasePutFileResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
+	19, // 15: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	17, // 16: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	17, // 17: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	3,  // 18: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	3,  // 19: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	18, // 20: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	18, // 21: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	18, // 22: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	17, // 23: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
+	17, // 24: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	6,  // 25: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
+	9,  // 26: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
+	11, // 27: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
+	20, // 28: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
+	22, // 29: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
+	24, // 30: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
+	26, // 31: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
+	28, // 32: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
+	30, // 33: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
+	32, // 34: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
+	34, // 35: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
+	36, // 36: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
+	38, // 37: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
+	40, // 38: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
+	42, // 39: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
+	7,  // 40: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
+	10, // 41: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
+	12, // 42: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
+	21, // 43: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
+	23, // 44: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
+	25, // 45: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
+	27, // 46: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
+	29, // 47: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
+	31, // 48: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
+	33, // 49: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
+	35, // 50: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
+	37, // 51: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
+	39, // 52: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
+	41, // 53: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
+	43, // 54: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_sandbox_v1_sandbox_proto_init() }
@@ -2851,7 +2977,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc), len(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
