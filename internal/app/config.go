@@ -87,6 +87,7 @@ func managerConfig(cfg *configv1.Config, registry store.Registry) sandbox.Manage
 		RunTimeout:               cfg.GetDefaultProfile().GetRunTimeout().AsDuration(),
 		Registry:                 registry,
 		Node:                     nodeOf(cfg),
+		Hibernation:              hibernationConfig(cfg.GetHibernation()),
 	}
 }
 

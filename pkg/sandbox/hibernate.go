@@ -98,6 +98,7 @@ const (
 	manifestName = "manifest.json"
 	blobDir      = "f"
 	tmpPrefix    = ".tmp-"
+	lockName     = ".lock"
 )
 
 // hibManifest is what a hibernated container's directory holds besides its files' bytes.
@@ -134,7 +135,10 @@ type hibernated struct {
 // hibIndex is what the Manager knows of the hibernated containers on its disk. Guarded by
 // Manager.mu.
 type hibIndex struct {
-	cfg   HibernationConfig
+	cfg HibernationConfig
+	// lock holds the directory's lock file, locked (flock) while the Manager uses it, so that
+	// two servers given one directory never remove each other's containers; closed by Close.
+	lock  *os.File
 	byID  map[string]*hibernated
 	bytes int64
 	// perIdentity are the bytes and count of each identity's.
@@ -228,14 +232,23 @@ func (m *Manager) loadHibernated() *hibIndex {
 		m.log.Error("hibernation off: its directory is not usable", zap.Error(err))
 		return nil
 	}
-	x := &hibIndex{cfg: cfg, byID: map[string]*hibernated{}, perIdentity: map[string]hibUsage{}}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		m.log.Error("hibernation off: its directory is not this server's alone", zap.Error(err))
+		return nil
+	}
+	x := &hibIndex{cfg: cfg, lock: lock, byID: map[string]*hibernated{}, perIdentity: map[string]hibUsage{}}
 	des, err := os.ReadDir(cfg.Dir)
 	if err != nil {
+		_ = lock.Close()
 		m.log.Error("hibernation off: its directory is not readable", zap.Error(err))
 		return nil
 	}
 	ctx, now := context.Background(), time.Now()
 	for _, de := range des {
+		if de.Name() == lockName {
+			continue
+		}
 		dir := filepath.Join(cfg.Dir, de.Name())
 		h, err := readHibernated(dir)
 		if err == nil && h.man.ID == de.Name() && now.Before(h.man.Until) {
@@ -248,6 +261,29 @@ func (m *Manager) loadHibernated() *hibIndex {
 		_ = os.RemoveAll(dir)
 	}
 	return x
+}
+
+// lockDir locks dir's lock file for this process, or fails when another holds it.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w (another server uses it)", dir, err)
+	}
+	return f, nil
+}
+
+// unlockHibernation lets go of the hibernation directory (Close, once all is done).
+func (m *Manager) unlockHibernation() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hib != nil && m.hib.lock != nil {
+		_ = m.hib.lock.Close()
+		m.hib.lock = nil
+	}
 }
 
 // readHibernated reads the manifest of the hibernated container in dir.

@@ -28,7 +28,9 @@ func hibernatedDirs(t *testing.T, dir string) []string {
 	require.NoError(t, err, "read %s", dir)
 	var out []string
 	for _, de := range des {
-		out = append(out, de.Name())
+		if de.Name() != ".lock" {
+			out = append(out, de.Name())
+		}
 	}
 	return out
 }
@@ -263,5 +265,40 @@ func TestHibernateRefusesAnUnsafeDirectory(t *testing.T) {
 		assert.Empty(t, hibernatedDirs(t, hdir), "nothing written there")
 		_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice", ContainerID: l.ContainerID()})
 		assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "gone and forgotten")
+	})
+}
+
+// TestHibernateDirectoryOfOneServer: a second Manager given a directory a live one uses does not
+// hibernate there (nor remove what the first keeps); once the first is closed, it may.
+func TestHibernateDirectoryOfOneServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hdir := filepath.Join(t.TempDir(), "hib")
+		cfg := sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute, Hibernation: sandbox.HibernationConfig{Dir: hdir}}
+		p := &sandboxtest.Provider{}
+		first := sandbox.NewManager(p, cfg, zaptest.NewLogger(t))
+		l := acquire(t, first, hibernating)
+		run(t, l, "write /mnt/data/a hello")
+		l.Release()
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		require.Equal(t, []string{l.ContainerID()}, hibernatedDirs(t, hdir), "the first's container hibernated")
+
+		second := newTestManager(t, p, cfg)
+		assert.Equal(t, []string{l.ContainerID()}, hibernatedDirs(t, hdir), "the second removes nothing")
+		l2 := acquire(t, second, hibernating)
+		l2.Release()
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		n, _ := second.Hibernated()
+		assert.Equal(t, 0, n, "the second hibernates nothing")
+		require.NoError(t, first.Close(context.Background()), "close the first")
+
+		third := newTestManager(t, p, sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute, Hibernation: sandbox.HibernationConfig{Dir: hdir}})
+		l3 := acquire(t, third, hibernating)
+		l3.Release()
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		n, _ = third.Hibernated()
+		assert.Equal(t, 1, n, "once the first is closed, the directory is free")
 	})
 }

@@ -837,6 +837,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	select {
 	case <-m.drained:
+		m.unlockHibernation()
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close sandbox manager: %w", ctx.Err())

@@ -160,7 +160,13 @@ type Config struct {
 	// container, the shell tool's container_auto) reaches its allowed domains, over HTTP and
 	// HTTPS only, through a proxy the server owns (docs/security.md, "Network access"). Off by
 	// default: a network_policy other than disabled is refused with a 400.
-	Network       *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
+	Network *Network `protobuf:"bytes,41,opt,name=network,proto3" json:"network,omitempty"`
+	// hibernation keeps the Messages API's containers as Anthropic keeps them: one idle past
+	// session_idle_ttl is hibernated (its files on disk, its process ended) instead of expired,
+	// and a request naming its id restores it, for lifetime after its creation
+	// (docs/surfaces.md, "Container lifetime"). On by default. OpenAI's containers are not
+	// affected.
+	Hibernation   *Hibernation `protobuf:"bytes,43,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -405,6 +411,125 @@ func (x *Config) GetNetwork() *Network {
 	return nil
 }
 
+func (x *Config) GetHibernation() *Hibernation {
+	if x != nil {
+		return x.Hibernation
+	}
+	return nil
+}
+
+// Hibernation is where and for how long hibernated containers are kept. A hibernated
+// container's files stay on the node that ran it (in a fleet, the sandbox node its registration
+// names as owner), which restores it.
+type Hibernation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// enabled hibernates the Messages API's idle containers. Default true; false makes them
+	// expire after session_idle_ttl (their ids are then unknown: 404).
+	Enabled *bool `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// dir is the directory the hibernated containers' files are kept in, one directory per
+	// container. Created with mode 0700 if missing; one of another user, or that others may
+	// read, turns hibernation off (logged). It must not be reachable from any container (not
+	// under sandbox.local.work_dir) and should be on a persistent volume where containers are to
+	// survive a restart. Default: "codeinterp-hibernation" under the system's temporary
+	// directory.
+	Dir string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	// lifetime is how long after its creation a container may be hibernated and restored, as
+	// Anthropic's containers "expire 30 days after creation". Default 720h (30 days).
+	Lifetime *durationpb.Duration `protobuf:"bytes,3,opt,name=lifetime,proto3" json:"lifetime,omitempty"`
+	// max_bytes_per_identity bounds the bytes of the files one identity's hibernated containers
+	// keep on disk. At a bound a container is not hibernated (those hibernated earlier are kept):
+	// it expires, and its id is unknown. Default 1073741824 (1 GiB).
+	MaxBytesPerIdentity uint64 `protobuf:"varint,4,opt,name=max_bytes_per_identity,json=maxBytesPerIdentity,proto3" json:"max_bytes_per_identity,omitempty"`
+	// max_per_identity bounds how many hibernated containers one identity has. Default 100.
+	MaxPerIdentity uint32 `protobuf:"varint,5,opt,name=max_per_identity,json=maxPerIdentity,proto3" json:"max_per_identity,omitempty"`
+	// max_bytes bounds the bytes of all hibernated containers' files on this node. Default
+	// 17179869184 (16 GiB).
+	MaxBytes uint64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_containers bounds the hibernated containers on this node. Default 10000.
+	MaxContainers uint32 `protobuf:"varint,7,opt,name=max_containers,json=maxContainers,proto3" json:"max_containers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hibernation) Reset() {
+	*x = Hibernation{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hibernation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hibernation) ProtoMessage() {}
+
+func (x *Hibernation) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hibernation.ProtoReflect.Descriptor instead.
+func (*Hibernation) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Hibernation) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *Hibernation) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *Hibernation) GetLifetime() *durationpb.Duration {
+	if x != nil {
+		return x.Lifetime
+	}
+	return nil
+}
+
+func (x *Hibernation) GetMaxBytesPerIdentity() uint64 {
+	if x != nil {
+		return x.MaxBytesPerIdentity
+	}
+	return 0
+}
+
+func (x *Hibernation) GetMaxPerIdentity() uint32 {
+	if x != nil {
+		return x.MaxPerIdentity
+	}
+	return 0
+}
+
+func (x *Hibernation) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *Hibernation) GetMaxContainers() uint32 {
+	if x != nil {
+		return x.MaxContainers
+	}
+	return 0
+}
+
 // Redis is a Redis deployment: one server, a Sentinel set or a Cluster (see go-redis's
 // UniversalOptions: more than one address and no master_name is a Cluster, a master_name is a
 // Sentinel set).
@@ -434,7 +559,7 @@ type Redis struct {
 
 func (x *Redis) Reset() {
 	*x = Redis{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +571,7 @@ func (x *Redis) String() string {
 func (*Redis) ProtoMessage() {}
 
 func (x *Redis) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[1]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +584,7 @@ func (x *Redis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redis.ProtoReflect.Descriptor instead.
 func (*Redis) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Redis) GetAddresses() []string {
@@ -534,7 +659,7 @@ type FleetTLS struct {
 
 func (x *FleetTLS) Reset() {
 	*x = FleetTLS{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +671,7 @@ func (x *FleetTLS) String() string {
 func (*FleetTLS) ProtoMessage() {}
 
 func (x *FleetTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[2]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +684,7 @@ func (x *FleetTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetTLS.ProtoReflect.Descriptor instead.
 func (*FleetTLS) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FleetTLS) GetCertFile() string {
@@ -626,7 +751,7 @@ type Tracing struct {
 
 func (x *Tracing) Reset() {
 	*x = Tracing{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +763,7 @@ func (x *Tracing) String() string {
 func (*Tracing) ProtoMessage() {}
 
 func (x *Tracing) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +776,7 @@ func (x *Tracing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tracing.ProtoReflect.Descriptor instead.
 func (*Tracing) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Tracing) GetEnabled() bool {
@@ -739,7 +864,7 @@ type ApiKeyCheck struct {
 
 func (x *ApiKeyCheck) Reset() {
 	*x = ApiKeyCheck{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +876,7 @@ func (x *ApiKeyCheck) String() string {
 func (*ApiKeyCheck) ProtoMessage() {}
 
 func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +889,7 @@ func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyCheck.ProtoReflect.Descriptor instead.
 func (*ApiKeyCheck) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ApiKeyCheck) GetPath() string {
@@ -882,7 +1007,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1019,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1032,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Profile) GetDisabled() bool {
@@ -1077,7 +1202,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1214,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1227,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Sandbox) GetBackend() string {
@@ -1256,7 +1381,7 @@ type LocalSandbox struct {
 
 func (x *LocalSandbox) Reset() {
 	*x = LocalSandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1393,7 @@ func (x *LocalSandbox) String() string {
 func (*LocalSandbox) ProtoMessage() {}
 
 func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1406,7 @@ func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalSandbox.ProtoReflect.Descriptor instead.
 func (*LocalSandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LocalSandbox) GetPython() string {
@@ -1452,7 +1577,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1589,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1602,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Network) GetEnabled() bool {
@@ -1547,7 +1672,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x95\f\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xda\f\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -1580,12 +1705,23 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x11fleet_secret_file\x18$ \x01(\tR\x0ffleetSecretFile\x12;\n" +
 	"\tfleet_tls\x18% \x01(\v2\x1e.codeinterp.config.v1.FleetTLSR\bfleetTls\x127\n" +
 	"\atracing\x18( \x01(\v2\x1d.codeinterp.config.v1.TracingR\atracing\x127\n" +
-	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x1aZ\n" +
+	"\anetwork\x18) \x01(\v2\x1d.codeinterp.config.v1.NetworkR\anetwork\x12C\n" +
+	"\vhibernation\x18+ \x01(\v2!.codeinterp.config.v1.HibernationR\vhibernation\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
 	"\v_api_listenB\x19\n" +
-	"\x17_verify_api_credentials\"\xfd\x01\n" +
+	"\x17_verify_api_credentials\"\xa4\x02\n" +
+	"\vHibernation\x12\x1d\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\x125\n" +
+	"\blifetime\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\blifetime\x123\n" +
+	"\x16max_bytes_per_identity\x18\x04 \x01(\x04R\x13maxBytesPerIdentity\x12(\n" +
+	"\x10max_per_identity\x18\x05 \x01(\rR\x0emaxPerIdentity\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\x04R\bmaxBytes\x12%\n" +
+	"\x0emax_containers\x18\a \x01(\rR\rmaxContainersB\n" +
+	"\n" +
+	"\b_enabled\"\xfd\x01\n" +
 	"\x05Redis\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x1f\n" +
 	"\vmaster_name\x18\x02 \x01(\tR\n" +
@@ -1707,50 +1843,53 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
-	(*Redis)(nil),               // 1: codeinterp.config.v1.Redis
-	(*FleetTLS)(nil),            // 2: codeinterp.config.v1.FleetTLS
-	(*Tracing)(nil),             // 3: codeinterp.config.v1.Tracing
-	(*ApiKeyCheck)(nil),         // 4: codeinterp.config.v1.ApiKeyCheck
-	(*Profile)(nil),             // 5: codeinterp.config.v1.Profile
-	(*Sandbox)(nil),             // 6: codeinterp.config.v1.Sandbox
-	(*LocalSandbox)(nil),        // 7: codeinterp.config.v1.LocalSandbox
-	(*Network)(nil),             // 8: codeinterp.config.v1.Network
-	nil,                         // 9: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 10: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 11: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(*Hibernation)(nil),         // 1: codeinterp.config.v1.Hibernation
+	(*Redis)(nil),               // 2: codeinterp.config.v1.Redis
+	(*FleetTLS)(nil),            // 3: codeinterp.config.v1.FleetTLS
+	(*Tracing)(nil),             // 4: codeinterp.config.v1.Tracing
+	(*ApiKeyCheck)(nil),         // 5: codeinterp.config.v1.ApiKeyCheck
+	(*Profile)(nil),             // 6: codeinterp.config.v1.Profile
+	(*Sandbox)(nil),             // 7: codeinterp.config.v1.Sandbox
+	(*LocalSandbox)(nil),        // 8: codeinterp.config.v1.LocalSandbox
+	(*Network)(nil),             // 9: codeinterp.config.v1.Network
+	nil,                         // 10: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 11: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 12: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	12, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
-	5,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	9,  // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
-	6,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
-	4,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	12, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
-	1,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
-	2,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
-	3,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
-	8,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
-	12, // 10: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	10, // 11: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	11, // 12: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	12, // 13: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	12, // 14: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	12, // 15: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	7,  // 16: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	12, // 17: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	12, // 18: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	12, // 19: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	12, // 20: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	5,  // 21: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	13, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	6,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
+	10, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	7,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
+	5,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
+	13, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	2,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
+	3,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
+	4,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
+	9,  // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
+	1,  // 10: codeinterp.config.v1.Config.hibernation:type_name -> codeinterp.config.v1.Hibernation
+	13, // 11: codeinterp.config.v1.Hibernation.lifetime:type_name -> google.protobuf.Duration
+	13, // 12: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	11, // 13: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	12, // 14: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	13, // 15: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	13, // 16: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	13, // 17: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	8,  // 18: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	13, // 19: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	13, // 20: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	13, // 21: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	13, // 22: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	6,  // 23: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -1759,15 +1898,16 @@ func file_codeinterp_config_v1_config_proto_init() {
 		return
 	}
 	file_codeinterp_config_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[3].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[6].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[1].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[4].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
