@@ -302,3 +302,28 @@ func TestHibernateDirectoryOfOneServer(t *testing.T) {
 		assert.Equal(t, 1, n, "once the first is closed, the directory is free")
 	})
 }
+
+// TestHibernatePastLifetimeWhileLive: a live container idle past its expiry and past its
+// lifetime is not hibernated: it is deleted and forgotten.
+func TestHibernatePastLifetimeWhileLive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hdir := filepath.Join(t.TempDir(), "hib")
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute,
+			Hibernation: sandbox.HibernationConfig{Dir: hdir, Lifetime: 10 * time.Minute}})
+		l := acquire(t, m, hibernating)
+		run(t, l, "write /mnt/data/a hello")
+		time.Sleep(8 * time.Minute) // in use: neither hibernated nor gone
+		synctest.Wait()
+		assert.False(t, p.Container(0).Deleted(), "in use past nothing")
+		l.Release()
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		assert.True(t, p.Container(0).Deleted(), "idle past its expiry and lifetime: deleted")
+		n, _ := m.Hibernated()
+		assert.Zero(t, n, "not hibernated")
+		assert.Empty(t, hibernatedDirs(t, hdir), "nothing on disk")
+		_, err := m.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "alice", ContainerID: l.ContainerID()})
+		assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "forgotten")
+	})
+}

@@ -545,6 +545,9 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 		m.log.Debug("container expired", zap.String("container_id", e.id))
 		m.metrics.evictions.WithLabelValues("idle").Inc()
 		m.removeLocked(e)
+		if e.meta.hibernate {
+			return nil, ErrUnknownContainer // forgotten (see AcquireRequest.Hibernate)
+		}
 		return nil, ErrExpiredContainer
 	}
 	return e, nil
@@ -553,12 +556,16 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 // idlePastLocked reports whether lasting entry e, registered as r, has been idle (no lease)
 // past its expiry at now.
 func (m *Manager) idlePastLocked(e *entry, r store.Registration, now time.Time) bool {
-	if !e.key.lasting() || e.leases > 0 || e.meta.hibernate && m.hib != nil {
-		// A hibernating container idle past its expiry is the sweeper's to hibernate: until
-		// then it serves as it is.
+	if !e.key.lasting() || e.leases > 0 {
 		return false
 	}
-	return now.Sub(r.LastUsed) >= m.expiryOf(r)
+	idle := now.Sub(r.LastUsed) >= m.expiryOf(r)
+	if e.meta.hibernate && m.hib != nil {
+		// A hibernating container idle past its expiry is the sweeper's to hibernate: until
+		// then it serves as it is, unless its lifetime is over too.
+		return idle && !now.Before(r.CreatedAt.Add(m.hib.cfg.Lifetime))
+	}
+	return idle
 }
 
 // expiryOf returns r's idle expiry.
