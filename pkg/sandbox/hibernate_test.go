@@ -315,7 +315,7 @@ func TestHibernatePastLifetimeWhileLive(t *testing.T) {
 		run(t, l, "write /mnt/data/a hello")
 		time.Sleep(8 * time.Minute) // in use: neither hibernated nor gone
 		synctest.Wait()
-		assert.False(t, p.Container(0).Deleted(), "in use past nothing")
+		assert.False(t, p.Container(0).Deleted(), "in use: running")
 		l.Release()
 		time.Sleep(6 * time.Minute)
 		synctest.Wait()
