@@ -531,7 +531,8 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	switch {
-	case !ok:
+	case !ok, r.Expired && r.Lifetime > 0:
+		// A hibernating container gone (lost with its node) is unknown, as natively.
 		return nil, ErrUnknownContainer
 	case r.Expired:
 		return nil, ErrExpiredContainer
