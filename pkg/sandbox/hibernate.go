@@ -397,6 +397,10 @@ func (m *Manager) restoreFiles(ctx context.Context, e *entry, c Container) {
 	if h == nil {
 		return
 	}
+	// The files go back whatever becomes of the request that started the container: its
+	// directory is removed after.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hibernateTimeout)
+	defer cancel()
 	fa, _ := c.(Files)
 	failed := 0
 	for _, f := range h.man.Files {
@@ -578,7 +582,6 @@ func (m *Manager) refuseHibernationLocked(e *entry, why error) {
 		return
 	}
 	m.log.Info("container not hibernated: deleting it", zap.String("container_id", e.id), zap.Error(why))
-	m.metrics.refusals.WithLabelValues("hibernation").Inc()
 	m.metrics.evictions.WithLabelValues("idle").Inc()
 	m.removeLocked(e)
 }
