@@ -525,6 +525,12 @@ func (m *Manager) hibernate(e *entry, now time.Time) {
 		m.mu.Unlock()
 		return
 	}
+	if e.restore != nil {
+		// Restored but never started since: its files are still on disk, as they were.
+		m.rehibernateLocked(e, r)
+		m.mu.Unlock()
+		return
+	}
 	man := hibManifest{ID: e.id, Identity: e.key.identity, Created: r.CreatedAt, Until: r.CreatedAt.Add(m.hib.cfg.Lifetime),
 		MemoryLimit: e.spec.MemoryLimit}
 	if p := e.spec.NetworkPolicy; p != nil {
@@ -572,6 +578,21 @@ func (m *Manager) hibernate(e *entry, now time.Time) {
 	m.detachLocked(e)
 	m.metrics.evictions.WithLabelValues("hibernated").Inc()
 	m.log.Debug("container hibernated", zap.String("container_id", e.id), zap.Int64("bytes", h.bytes))
+}
+
+// rehibernateLocked hibernates again e, registered as r and held by the sweeper's lease, which
+// was restored and never started: its hibernated state is still on disk.
+func (m *Manager) rehibernateLocked(e *entry, r store.Registration) {
+	r.Hibernated = true
+	if err := m.reg.Add(context.Background(), r); err != nil {
+		m.refuseHibernationLocked(e, fmt.Errorf("register: %w", err))
+		return
+	}
+	m.hib.add(e.restore)
+	e.restore = nil
+	e.leases--
+	m.detachLocked(e)
+	m.metrics.evictions.WithLabelValues("hibernated").Inc()
 }
 
 // refuseHibernationLocked removes e, held by the sweeper's lease, which could not hibernate

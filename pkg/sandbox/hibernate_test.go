@@ -327,3 +327,36 @@ func TestHibernatePastLifetimeWhileLive(t *testing.T) {
 		assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "forgotten")
 	})
 }
+
+// TestHibernateRestoredNeverRun: a container restored by a request that ran nothing hibernates
+// again with its files as they were.
+func TestHibernateRestoredNeverRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hdir := filepath.Join(t.TempDir(), "hib")
+		p := &sandboxtest.Provider{}
+		m := newTestManager(t, p, sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute,
+			Hibernation: sandbox.HibernationConfig{Dir: hdir}})
+		l := acquire(t, m, hibernating)
+		id := l.ContainerID()
+		run(t, l, "write /mnt/data/a hello")
+		l.Release()
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+
+		acquire(t, m, sandbox.AcquireRequest{Identity: "alice", ContainerID: id}).Release() // restored, nothing run
+		n, _ := m.Hibernated()
+		assert.Zero(t, n, "restored")
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		n, bytes := m.Hibernated()
+		assert.Equal(t, 1, n, "hibernated again")
+		assert.Equal(t, int64(5), bytes, "with its file's bytes")
+		assert.Equal(t, 1, p.Created(), "no container was started for it")
+
+		l = acquire(t, m, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
+		run(t, l, "x")
+		text, _ := p.Container(1).FileText("/mnt/data/a")
+		assert.Equal(t, "hello", text, "the file survived both")
+		l.Release()
+	})
+}
