@@ -30,8 +30,8 @@ type LeaseBackend interface {
 // NewLease returns a Lease over b.
 func NewLease(b LeaseBackend) *Lease { return &Lease{b: b} }
 
-// ContainerID returns the id of the lease's current container: "cntr_" and 128 random bits in
-// hex, opaque. It changes when Run had to replace a lost container.
+// ContainerID returns the id of the lease's current container: "cntr_" (or the request's
+// IDPrefix) and 128 random bits in hex, opaque. It changes when Run had to replace a lost container.
 func (l *Lease) ContainerID() string { return l.b.ContainerID() }
 
 // Run runs code in the key's container, one run at a time per container (runs of other leases

@@ -7,7 +7,7 @@ import (
 
 // Registration is what a Registry keeps of one container a Manager issued.
 type Registration struct {
-	// ID is the container id ("cntr_…").
+	// ID is the container id ("cntr_…", or "container_…" for the Messages surface's).
 	ID string
 	// Identity is the identity the container was issued to.
 	Identity string
