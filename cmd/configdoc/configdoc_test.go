@@ -73,7 +73,7 @@ func TestPageCoversTheProto(t *testing.T) {
 	page := render(file, "api/"+file.Path(), comments)
 
 	secs := sections(file.Messages().ByName("Config"))
-	require.Len(t, secs, 13, "Config, Profile, Sandbox, LocalSandbox, ApiKeyCheck, Redis, FleetTLS, Tracing, Network, AnthropicFiles, Ptc, Skills, Responses")
+	require.Len(t, secs, 14, "Config, Profile, Sandbox, LocalSandbox, ApiKeyCheck, Redis, FleetTLS, Tracing, Network, AnthropicFiles, Ptc, Skills, Responses, Hibernation")
 	for _, s := range secs {
 		assert.Contains(t, page, "\n## "+title(s)+"\n", "a section for %s", s.md.FullName())
 		fields := s.md.Fields()

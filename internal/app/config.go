@@ -88,6 +88,7 @@ func managerConfig(cfg *configv1.Config, registry store.Registry) sandbox.Manage
 		PauseTimeout:             cfg.GetPtc().GetPauseTimeout().AsDuration(),
 		Registry:                 registry,
 		Node:                     nodeOf(cfg),
+		Hibernation:              hibernationConfig(cfg.GetHibernation()),
 	}
 }
 

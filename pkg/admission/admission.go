@@ -241,7 +241,8 @@ func (ad *Admitted) Answered(res loop.Response) {
 func (ad *Admitted) Sandbox() sandbox.AcquireRequest {
 	rq := ad.x.Request()
 	identity := ad.callerIdentity()
-	sb := sandbox.AcquireRequest{Identity: identity, Spec: sandbox.Spec{MemoryLimit: rq.MemoryLimit, NetworkPolicy: ad.network}}
+	sb := sandbox.AcquireRequest{Identity: identity, Spec: sandbox.Spec{MemoryLimit: rq.MemoryLimit, NetworkPolicy: ad.network},
+		Hibernate: rq.Hibernate, IDPrefix: rq.IDPrefix}
 	switch {
 	case rq.ContainerID != "":
 		sb.ContainerID = rq.ContainerID

@@ -18,6 +18,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/schema/messages"
 	"github.com/codeinterp/codeinterp/pkg/schema/responses"
 	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
@@ -192,6 +193,20 @@ func TestSandboxChoice(t *testing.T) {
 			assert.NotNil(t, req.Exchange, "the loop gets the exchange")
 		})
 	}
+}
+
+// A Messages request's container is asked as Anthropic's: hibernating, with a "container_" id;
+// a Responses request's keeps OpenAI's semantics (TestSandboxChoice).
+func TestSandboxChoiceMessages(t *testing.T) {
+	x, err := messages.Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20250825","name":"code_execution"}],`+
+		`"messages":[{"role":"user","content":"hi"}]}`), schema.Options{})
+	require.NoError(t, err, "new exchange")
+	ad, r := newAdmission(nil, memory.NewPending(nil)).Prepare(t.Context(), x, &caller{id: "id-a"}, admission.Request{})
+	require.Nil(t, r, "admitted")
+	sb := ad.Sandbox()
+	assert.True(t, sb.Hibernate, "hibernates")
+	assert.Equal(t, "container_", sb.IDPrefix, "a native id")
+	assert.NotEmpty(t, sb.Session, "a container of its own")
 }
 
 // The files of file_ids reach the loop with their names, fetched with the caller's credentials,

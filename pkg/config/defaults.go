@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -66,6 +67,14 @@ const (
 	DefaultFirstUID                 = 1_000_000_000
 	DefaultUIDCount                 = 65536
 	DefaultCPUQuota                 = 1.0
+
+	// The hibernation of the Messages API's containers (hibernation), as package sandbox has
+	// it (its dir's default is derived: under the system's temporary directory).
+	DefaultHibernationLifetime            = 30 * 24 * time.Hour
+	DefaultHibernationMaxBytesPerIdentity = 1 << 30
+	DefaultHibernationMaxPerIdentity      = 100
+	DefaultHibernationMaxBytes            = 16 << 30
+	DefaultHibernationMaxContainers       = 10000
 
 	// DefaultMaxContentBytes bounds a span's content attribute (tracing.capture_content).
 	DefaultMaxContentBytes = 4096
@@ -232,6 +241,14 @@ var defaults = []struct {
 
 	{"tracing.metrics", true},
 	{"tracing.max_content_bytes", DefaultMaxContentBytes},
+
+	{"hibernation.enabled", true},
+	{"hibernation.dir", derived(func(*configv1.Config) any { return filepath.Join(os.TempDir(), "codeinterp-hibernation") })},
+	{"hibernation.lifetime", DefaultHibernationLifetime},
+	{"hibernation.max_bytes_per_identity", DefaultHibernationMaxBytesPerIdentity},
+	{"hibernation.max_per_identity", DefaultHibernationMaxPerIdentity},
+	{"hibernation.max_bytes", DefaultHibernationMaxBytes},
+	{"hibernation.max_containers", DefaultHibernationMaxContainers},
 
 	{"network.ports", DefaultNetworkPorts},
 	{"network.max_connections", DefaultNetworkMaxConnections},

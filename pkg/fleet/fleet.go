@@ -305,10 +305,17 @@ func (f *Fleet) route(ctx context.Context, identity, id string) (sandbox.Service
 	if !ok || !sameIdentity(r.Identity, identity) {
 		return nil, store.Registration{}, sandbox.ErrUnknownContainer
 	}
+	if r.Expired && r.Lifetime > 0 {
+		// A hibernating container (Anthropic's) gone is unknown, as natively.
+		return nil, store.Registration{}, sandbox.ErrUnknownContainer
+	}
 	if r.Expired {
 		return nil, r, sandbox.ErrExpiredContainer
 	}
 	svc, err := f.ownerOf(ctx, r)
+	if errors.Is(err, sandbox.ErrExpiredContainer) && r.Lifetime > 0 {
+		return nil, store.Registration{}, sandbox.ErrUnknownContainer
+	}
 	if errors.Is(err, sandbox.ErrExpiredContainer) {
 		r.Expired = true
 		return nil, r, err

@@ -186,6 +186,12 @@ var errUnreachable = errors.New("connection refused")
 // reports each once in the directory.
 func newCluster(t testing.TB, capacities ...int) *cluster {
 	t.Helper()
+	return newClusterWith(t, nil, capacities...)
+}
+
+// newClusterWith is newCluster with each node's ManagerConfig edited by configure (when set).
+func newClusterWith(t testing.TB, configure func(id string, cfg *sandbox.ManagerConfig), capacities ...int) *cluster {
+	t.Helper()
 	c := &cluster{
 		reg:      &failingRegistry{Registry: memory.NewRegistry()},
 		nodes:    newMemNodes(),
@@ -200,9 +206,13 @@ func newCluster(t testing.TB, capacities ...int) *cluster {
 	for i, capacity := range capacities {
 		id := string(rune('a' + i))
 		p := &sandboxtest.Provider{}
-		m := sandbox.NewManager(p, sandbox.ManagerConfig{
+		mcfg := sandbox.ManagerConfig{
 			Registry: c.reg, Node: id, MaxContainers: capacity, MaxContainersPerIdentity: capacity,
-		}, zaptest.NewLogger(t).Named(id))
+		}
+		if configure != nil {
+			configure(id, &mcfg)
+		}
+		m := sandbox.NewManager(p, mcfg, zaptest.NewLogger(t).Named(id))
 		t.Cleanup(func() { require.NoError(t, m.Close(context.Background()), "close manager %s", id) })
 		c.managers[id], c.prov[id] = m, p
 	}

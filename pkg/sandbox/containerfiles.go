@@ -241,6 +241,9 @@ func (m *Manager) callEntryLocked(ctx context.Context, identity, id string) (*en
 		return nil, ErrUnknownContainer
 	}
 	now := time.Now()
+	if err := m.restoreIfHibernatedLocked(ctx, identity, id, now); err != nil {
+		return nil, err
+	}
 	e, err := m.issuedLocked(ctx, identity, id, now)
 	if err != nil {
 		return nil, err

@@ -118,7 +118,9 @@ func (m *Manager) Container(ctx context.Context, identity, id string) (Container
 	}
 	now := time.Now()
 	e, err := m.issuedLocked(ctx, identity, id, now)
-	if errors.Is(err, ErrExpiredContainer) {
+	if errors.Is(err, ErrExpiredContainer) || errors.Is(err, errHibernated) {
+		// Shown as it is remembered: expired, or hibernated (StatusRunning: restored when
+		// used).
 		r, _, ok, err := m.lookupLocked(ctx, identity, id)
 		if err != nil {
 			return ContainerInfo{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -164,6 +166,8 @@ func (m *Manager) Containers(ctx context.Context, identity string) ([]ContainerI
 		if !r.Expired {
 			e := m.live[r.ID]
 			switch {
+			case r.Hibernated && (e == nil || e.dead):
+				// hibernated: shown as running (restored when used)
 			case (e == nil || e.dead) && r.Owner != m.cfg.Node:
 				continue // another node's (see issuedLocked)
 			case e == nil || e.dead:
@@ -197,6 +201,10 @@ func (m *Manager) DeleteContainer(ctx context.Context, identity, id string) erro
 	}
 	e, err := m.issuedLocked(ctx, identity, id, time.Now())
 	if errors.Is(err, ErrExpiredContainer) {
+		return nil
+	}
+	if errors.Is(err, errHibernated) {
+		m.dropHibernatedLocked(id)
 		return nil
 	}
 	if err != nil {

@@ -114,7 +114,8 @@ func (m *Manager) registerRunFiles(ctx context.Context, e *entry, c Container, r
 	checks := map[string]*check{}
 	m.mu.Lock()
 	for _, f := range res.Files {
-		if fe := e.files.byPath[f.Path]; fe != nil && fe.info.Source == SourceUser && fa != nil {
+		// The Manager's writes: uploads, and the files a restore put back (modTime set).
+		if fe := e.files.byPath[f.Path]; fe != nil && (fe.info.Source == SourceUser || !fe.modTime.IsZero()) && fa != nil {
 			checks[f.Path] = &check{fe: fe}
 		}
 	}

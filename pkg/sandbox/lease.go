@@ -77,8 +77,8 @@ func (l *Lease) Info() AcquireInfo {
 	return AcquireInfo{Container: l.b.ContainerID()}
 }
 
-// ContainerID returns the id of the lease's current container: "cntr_" and 128 random bits in
-// hex, opaque. It changes when Run had to replace a lost container.
+// ContainerID returns the id of the lease's current container: "cntr_" (or the request's
+// IDPrefix) and 128 random bits in hex, opaque. It changes when Run had to replace a lost container.
 func (l *Lease) ContainerID() string { return l.b.ContainerID() }
 
 // Run runs code in the key's container, one run at a time per container (runs of other leases
@@ -184,6 +184,9 @@ func (l *localLease) Run(ctx context.Context, code string, timeout time.Duration
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		res, err := c.Run(runCtx, code)
 		cancel()
+		if note := l.m.takeRestoredNote(e); note != "" {
+			res.AddFilesNote(note) // the first run of a restored container (hibernate.go)
+		}
 		if len(res.Files) > 0 {
 			l.m.registerRunFiles(context.WithoutCancel(ctx), e, c, &res)
 		}
@@ -225,8 +228,17 @@ func (l *localLease) current() (*entry, error) {
 }
 
 // ensureStarted returns e's container, starting it (from the pool when one fits) on first
-// use. The caller holds e.sem.
+// use, with the files of a restored container put back (hibernate.go). The caller holds e.sem.
 func (m *Manager) ensureStarted(ctx context.Context, e *entry) (Container, error) {
+	c, err := m.startEntry(ctx, e)
+	if err == nil {
+		m.restoreFiles(ctx, e, c)
+	}
+	return c, err
+}
+
+// startEntry is ensureStarted but for the restore.
+func (m *Manager) startEntry(ctx context.Context, e *entry) (Container, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

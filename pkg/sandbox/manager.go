@@ -74,6 +74,10 @@ type ManagerConfig struct {
 	// container it registers ("" in a single process). A registration whose Owner is another
 	// node is not this Manager's: calls on it fail with ErrElsewhere.
 	Node string
+	// Hibernation keeps the files of the containers acquired with AcquireRequest.Hibernate on
+	// disk when they idle out, and restores them by id (see hibernate.go). Its zero value
+	// (no Dir) hibernates nothing: such containers expire as the others do.
+	Hibernation HibernationConfig
 }
 
 // Defaults of a ManagerConfig's fields, used where a field is zero. The configuration's defaults
@@ -172,6 +176,14 @@ type AcquireRequest struct {
 	ContainerID string
 	// Spec describes a container created for this request; it does not change an existing one.
 	Spec Spec
+	// Hibernate asks that a container created for this request hibernate when idle past its
+	// expiry instead of expiring (Anthropic's container lifetime; see HibernationConfig), and
+	// that it be forgotten, not remembered as expired, once it is gone: its id is then unknown.
+	// It does not change an existing container.
+	Hibernate bool
+	// IDPrefix is the prefix of the id of a container created for this request: "" means
+	// "cntr_" (OpenAI's and the Containers API's); the Messages surface asks for "container_".
+	IDPrefix string
 }
 
 // ErrElsewhere means the Registry names another node than the Manager's (ManagerConfig.Node)
@@ -213,6 +225,8 @@ func (k sandboxKey) lasting() bool { return k.kind != kindEphemeral }
 type entryMeta struct {
 	name         string
 	expiresAfter time.Duration // 0 for an ephemeral container
+	hibernate    bool          // AcquireRequest.Hibernate: hibernates when idle (if configured), forgotten when gone
+	prefix       string        // the id's prefix; "" means "cntr_"
 }
 
 // entry is one container issued under a key: its names are in the Manager's Registry, and its
@@ -238,6 +252,12 @@ type entry struct {
 
 	// pause is the run of c paused for tool calls, nil when none (guarded by Manager.mu).
 	pause *pause
+	// restore, guarded by Manager.mu, is the hibernated state to put back when the container
+	// starts; nil when there is none. restoredNote reports that the first run since the
+	// restore has yet to tell the model what did not survive.
+	restore       *hibernated
+	restoredNote  bool
+	restoreFailed int // files of restore that could not be put back
 }
 
 // Manager maps sandbox keys to containers: ephemeral keys minted per request, session keys,
@@ -270,6 +290,9 @@ type Manager struct {
 	pool         []Container
 
 	metrics managerMetrics
+
+	// hib is the hibernated containers this node keeps on disk (nil without Hibernation).
+	hib *hibIndex
 
 	refill chan struct{}   // size 1: a kick to the pool filler; extra kicks are redundant
 	ctx    context.Context // done at Close: stops the filler, the pruner and pool starts
@@ -309,6 +332,7 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 	}
 	m.ctx, m.stop = context.WithCancel(context.Background())
 	m.poolSpec = m.resolve(Spec{})
+	m.hib = m.loadHibernated()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if cfg.WarmPool > 0 {
@@ -316,6 +340,9 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		m.goLocked(m.fillPool)
 	}
 	m.goLocked(m.prune)
+	if m.hib != nil {
+		m.goLocked(m.sweep)
+	}
 	return m
 }
 
@@ -386,6 +413,9 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 	var err error
 	switch {
 	case r.ContainerID != "":
+		if err = m.restoreIfHibernatedLocked(ctx, r.Identity, r.ContainerID, now); err != nil {
+			return nil, err
+		}
 		if e, err = m.issuedLocked(ctx, r.Identity, r.ContainerID, now); err != nil {
 			if errors.Is(err, ErrUnknownContainer) || errors.Is(err, ErrExpiredContainer) {
 				m.metrics.refusals.WithLabelValues("unknown_container").Inc()
@@ -400,17 +430,17 @@ func (m *Manager) Acquire(ctx context.Context, r AcquireRequest) (*Lease, error)
 		}
 		if e != nil {
 			m.touchLocked(ctx, e, now)
-		} else if e, err = m.newEntryLocked(ctx, k, r.Spec, entryMeta{expiresAfter: m.cfg.SessionIdleTTL}, now); err != nil {
+		} else if e, err = m.newEntryLocked(ctx, k, r.Spec, m.lastingMeta(r), now); err != nil {
 			return nil, err
 		}
 	case r.Identity == "":
 		k := sandboxKey{kind: kindEphemeral, name: randomHex(16)}
-		if e, err = m.newEntryLocked(ctx, k, r.Spec, entryMeta{}, now); err != nil {
+		if e, err = m.newEntryLocked(ctx, k, r.Spec, entryMeta{prefix: r.IDPrefix}, now); err != nil {
 			return nil, err
 		}
 	default:
 		k := sandboxKey{kind: kindKept, identity: r.Identity, name: randomHex(16)}
-		if e, err = m.newEntryLocked(ctx, k, r.Spec, entryMeta{expiresAfter: m.cfg.SessionIdleTTL}, now); err != nil {
+		if e, err = m.newEntryLocked(ctx, k, r.Spec, m.lastingMeta(r), now); err != nil {
 			return nil, err
 		}
 	}
@@ -437,6 +467,9 @@ func (m *Manager) Known(identity, containerID string) bool {
 		return false
 	}
 	e, err := m.issuedLocked(context.Background(), identity, containerID, time.Now())
+	if errors.Is(err, errHibernated) {
+		return true // restored when a request names it
+	}
 	if err != nil && !errors.Is(err, ErrUnknownContainer) && !errors.Is(err, ErrExpiredContainer) {
 		m.log.Warn("look up container", zap.Error(err))
 	}
@@ -461,6 +494,14 @@ func (m *Manager) lookupLocked(ctx context.Context, identity, id string) (store.
 		return store.Registration{}, nil, false, nil
 	}
 	e := m.live[id]
+	if r.Hibernated && (e == nil || e.dead) {
+		if r.Owner == m.cfg.Node && !m.restorableLocked(r, time.Now()) {
+			// Past its lifetime, or its files are gone: unknown, as natively.
+			m.dropHibernatedLocked(r.ID)
+			return store.Registration{}, nil, false, nil
+		}
+		return r, nil, true, nil
+	}
 	switch {
 	case e != nil && !e.dead && !r.Expired:
 		return r, e, true, nil
@@ -501,10 +542,13 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	switch {
-	case !ok:
+	case !ok, r.Expired && r.Lifetime > 0:
+		// A hibernating container gone (lost with its node) is unknown, as natively.
 		return nil, ErrUnknownContainer
 	case r.Expired:
 		return nil, ErrExpiredContainer
+	case r.Hibernated && e == nil && r.Owner == m.cfg.Node:
+		return nil, errHibernated
 	case e == nil:
 		// Issued, not expired, and another node's (see lookupLocked): not this Manager's
 		// to serve.
@@ -513,6 +557,9 @@ func (m *Manager) issuedLocked(ctx context.Context, identity, id string, now tim
 		m.log.Debug("container expired", zap.String("container_id", e.id))
 		m.metrics.evictions.WithLabelValues("idle").Inc()
 		m.removeLocked(e)
+		if e.meta.hibernate {
+			return nil, ErrUnknownContainer // forgotten (see AcquireRequest.Hibernate)
+		}
 		return nil, ErrExpiredContainer
 	}
 	return e, nil
@@ -524,7 +571,13 @@ func (m *Manager) idlePastLocked(e *entry, r store.Registration, now time.Time) 
 	if !e.key.lasting() || e.leases > 0 {
 		return false
 	}
-	return now.Sub(r.LastUsed) >= m.expiryOf(r)
+	idle := now.Sub(r.LastUsed) >= m.expiryOf(r)
+	if e.meta.hibernate && m.hib != nil {
+		// A hibernating container idle past its expiry is the sweeper's to hibernate: until
+		// then it serves as it is, unless its lifetime is over too.
+		return idle && !now.Before(r.CreatedAt.Add(m.hib.cfg.Lifetime))
+	}
+	return idle
 }
 
 // expiryOf returns r's idle expiry.
@@ -550,6 +603,13 @@ func (m *Manager) keyEntryLocked(ctx context.Context, k sandboxKey) (*entry, err
 	}
 	if e := m.live[r.ID]; e != nil && !e.dead {
 		return e, nil
+	}
+	if r.Hibernated && r.Owner == m.cfg.Node {
+		if !m.restorableLocked(r, time.Now()) {
+			m.dropHibernatedLocked(r.ID)
+			return nil, nil
+		}
+		return m.restoreLocked(ctx, r, time.Now())
 	}
 	if r.Owner != m.cfg.Node {
 		return nil, fmt.Errorf("session's container %s: %w", r.ID, ErrElsewhere)
@@ -579,6 +639,16 @@ func (m *Manager) registrationLocked(e *entry) (r store.Registration, ok bool) {
 
 // newEntryLocked reserves a container under k, within the caps, used from now on.
 func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, meta entryMeta, now time.Time) (*entry, error) {
+	prefix := meta.prefix
+	if prefix == "" {
+		prefix = "cntr_"
+	}
+	return m.enterLocked(ctx, prefix+randomHex(16), k, spec, meta, now, now)
+}
+
+// enterLocked reserves container id under k, within the caps, created at createdAt (now for a
+// new one, earlier for a restored one) and used from now on.
+func (m *Manager) enterLocked(ctx context.Context, id string, k sandboxKey, spec Spec, meta entryMeta, createdAt, now time.Time) (*entry, error) {
 	if k.lasting() && m.lasting[k.identity] >= m.cfg.MaxSessionsPerIdentity {
 		if err := m.evictLRULocked(k.identity, true, "all %d lasting containers of this identity are in use", m.cfg.MaxSessionsPerIdentity); err != nil {
 			return nil, err
@@ -595,7 +665,7 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, m
 		}
 	}
 	e := &entry{
-		id:   "cntr_" + randomHex(16),
+		id:   id,
 		key:  k,
 		spec: m.resolve(spec),
 		meta: meta,
@@ -604,8 +674,11 @@ func (m *Manager) newEntryLocked(ctx context.Context, k sandboxKey, spec Spec, m
 	e.sem <- struct{}{}
 	r := store.Registration{
 		ID: e.id, Identity: k.identity, LastUsed: now,
-		Name: meta.name, CreatedAt: now, ExpiresAfter: meta.expiresAfter, MemoryLimit: m.memoryLimitOf(e.spec),
+		Name: meta.name, CreatedAt: createdAt, ExpiresAfter: meta.expiresAfter, MemoryLimit: m.memoryLimitOf(e.spec),
 		Owner: m.cfg.Node,
+	}
+	if meta.hibernate && m.hib != nil {
+		r.Lifetime = m.hib.cfg.Lifetime
 	}
 	if p := e.spec.NetworkPolicy; p != nil {
 		r.AllowedDomains = p.AllowedDomains // never its secrets
@@ -690,16 +763,14 @@ func (m *Manager) lruIdleLocked(identity string, scoped bool) (victim *entry, un
 }
 
 // removeLocked forgets e and deletes its container in the background. A lasting container is
-// remembered as expired (a tombstone), unless the Manager is closing; an ephemeral one is
-// forgotten.
+// remembered as expired (a tombstone), unless the Manager is closing or it hibernates (see
+// AcquireRequest.Hibernate); an ephemeral one is forgotten.
 func (m *Manager) removeLocked(e *entry) {
 	if e.dead {
 		return
 	}
-	e.dead = true
-	m.endPauseLocked(e)
 	ctx := context.Background()
-	if e.key.lasting() && !m.closed {
+	if e.key.lasting() && !m.closed && !e.meta.hibernate {
 		if err := m.reg.Expire(ctx, e.id); err != nil {
 			m.log.Warn("mark container expired", zap.String("container_id", e.id), zap.Error(err))
 		}
@@ -709,6 +780,14 @@ func (m *Manager) removeLocked(e *entry) {
 	} else {
 		m.forgetLocked(e.id)
 	}
+	m.detachLocked(e)
+}
+
+// detachLocked marks e dead and lets go of it, leaving its registration as it is: it leaves the
+// Manager's maps, counts and budgets, and its container is deleted in the background.
+func (m *Manager) detachLocked(e *entry) {
+	e.dead = true
+	m.endPauseLocked(e)
 	delete(m.live, e.id)
 	if m.minted[e.key] == e {
 		delete(m.minted, e.key)
@@ -723,6 +802,10 @@ func (m *Manager) removeLocked(e *entry) {
 	}
 	m.clearFilesLocked(e)
 	e.endDownloadsLocked()
+	if e.restore != nil {
+		m.removeDirLocked(e.restore.dir) // restored, never started: its files go
+		e.restore = nil
+	}
 	if e.c != nil {
 		m.deleteLocked(e.c)
 		e.c = nil
@@ -774,6 +857,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	select {
 	case <-m.drained:
+		m.unlockHibernation()
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close sandbox manager: %w", ctx.Err())

@@ -6,7 +6,8 @@
 // caller's identity) to containers, as the native API keeps them: a caller with an identity keeps
 // each container until it has been idle for its expiry, reusable by its id, with its files
 // (uploaded, or written by the code) listed and readable; with caps, LRU eviction, leases, a warm
-// pool and off-request-path deletion. The names it gives containers (owner, session key, last
+// pool and off-request-path deletion; a container asked to hibernate (Anthropic's lifetime) is
+// instead kept on disk when idle and restored by its id (see [HibernationConfig]). The names it gives containers (owner, session key, last
 // use, expiry, tombstones of expired ones) are kept in a Registry (pkg/store), which replicas
 // could share. Backends are packages of their own: pkg/sandbox/local runs one Python process per
 // container under bubblewrap.

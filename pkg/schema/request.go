@@ -102,6 +102,12 @@ type Request struct {
 	// conversation's id (the string, or the object's "id"): the earlier answer the request
 	// continues from. They are read also when Found is false.
 	PreviousResponseID, ConversationID string
+	// Hibernate reports whether a container created for the request lives as the surface's
+	// native containers do when idle: hibernated, restorable by its id for a lifetime, and
+	// unknown once gone, rather than expired (sandbox.AcquireRequest.Hibernate; Anthropic's).
+	// IDPrefix is the prefix of such a container's id; "" means the sandbox's "cntr_".
+	Hibernate bool
+	IDPrefix  string
 }
 
 // RenderCodeOutputs returns the text fed back to the model for a run's outputs: the logs as they

@@ -7,7 +7,7 @@ import (
 
 // Registration is what a Registry keeps of one container a Manager issued.
 type Registration struct {
-	// ID is the container id ("cntr_…").
+	// ID is the container id ("cntr_…", or "container_…" for the Messages surface's).
 	ID string
 	// Identity is the identity the container was issued to.
 	Identity string
@@ -38,6 +38,13 @@ type Registration struct {
 	// Expired reports whether the container expired or was deleted: its state is gone, and the
 	// registration is kept only so that its id is told apart from one never issued.
 	Expired bool
+	// Lifetime, when positive, makes the container one that hibernates when idle past its
+	// ExpiresAfter instead of expiring (pkg/sandbox's hibernation), until Lifetime after
+	// CreatedAt: then it is gone, and forgotten. 0 for a container that expires.
+	Lifetime time.Duration
+	// Hibernated reports whether the container is hibernated: its process ended, its files
+	// kept on its Owner's disk, restored by the Owner when a request names it.
+	Hibernated bool
 }
 
 // Registry keeps the names a sandbox Manager (pkg/sandbox) gave its containers, the part of the Manager's state

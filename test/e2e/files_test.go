@@ -7,6 +7,7 @@ import (
 	"image/png"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -376,12 +377,14 @@ func TestFilesExpiredContainer(t *testing.T) {
 	})
 }
 
-// TestMessagesExpiredContainer: on the Messages surface a container idle past its expiry (a
-// second here) is refused when a request names it, with Anthropic's error shape (a 400
-// invalid_request_error that names the container) that anthropic-sdk-go raises as its error.
+// TestMessagesExpiredContainer: on the Messages surface a container idle past its expiry and
+// its lifetime (a second each here; an idle one within its lifetime is hibernated and restored:
+// TestHibernate) is refused when a request names it, with Anthropic's error shape (a 404
+// not_found_error that names the container) that anthropic-sdk-go raises as its error.
 func TestMessagesExpiredContainer(t *testing.T) {
 	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
 		c.Sandbox.SessionIdleTtl = durationpb.New(time.Second)
+		c.Hibernation = &configv1.Hibernation{Dir: filepath.Join(t.TempDir(), "hibernation"), Lifetime: durationpb.New(time.Second)}
 	}})
 	env.Fronts(t, func(t *testing.T, s *Stack) {
 		s.Model.Enqueue(messagesPath,
@@ -402,9 +405,9 @@ func TestMessagesExpiredContainer(t *testing.T) {
 		_, err = client.Messages.New(t.Context(), params)
 		var apiErr *anthropic.Error
 		require.True(t, errors.As(err, &apiErr), "an expired container: an API error, got %v", err)
-		assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "status")
+		assert.Equal(t, http.StatusNotFound, apiErr.StatusCode, "status")
 		assert.Equal(t, "error", gjson.Get(apiErr.RawJSON(), "type").String(), "Anthropic's error shape: %s", apiErr.RawJSON())
-		assert.Equal(t, "invalid_request_error", gjson.Get(apiErr.RawJSON(), "error.type").String(), "error type: %s", apiErr.RawJSON())
+		assert.Equal(t, "not_found_error", gjson.Get(apiErr.RawJSON(), "error.type").String(), "error type: %s", apiErr.RawJSON())
 		assert.Contains(t, gjson.Get(apiErr.RawJSON(), "error.message").String(), first.Container.ID, "the message names the container")
 		assert.Len(t, s.Model.RequestsTo(messagesPath)[mark:], 0, "nothing went upstream")
 	})

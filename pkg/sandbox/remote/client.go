@@ -162,6 +162,7 @@ func (c *Client) Acquire(ctx context.Context, r sandbox.AcquireRequest) (*sandbo
 	if err == nil {
 		err = st.Send(&sandboxv1.AcquireRequest{
 			Identity: r.Identity, Session: r.Session, ContainerId: r.ContainerID, Spec: specProto(r.Spec),
+			Hibernate: r.Hibernate, IdPrefix: r.IDPrefix,
 		})
 		if err == nil || errors.Is(err, io.EOF) { // at EOF, Recv tells why
 			resp, err = st.Recv()

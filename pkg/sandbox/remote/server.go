@@ -224,6 +224,7 @@ func (s handlers) Acquire(st grpc.BidiStreamingServer[sandboxv1.AcquireRequest, 
 	}
 	l, err := s.svc.Acquire(st.Context(), sandbox.AcquireRequest{
 		Identity: req.GetIdentity(), Session: req.GetSession(), ContainerID: req.GetContainerId(), Spec: specOf(req.GetSpec()),
+		Hibernate: req.GetHibernate(), IDPrefix: req.GetIdPrefix(),
 	})
 	if err != nil {
 		return statusError(err)

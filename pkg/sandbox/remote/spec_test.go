@@ -2,14 +2,17 @@ package remote
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
@@ -100,4 +103,18 @@ func TestContainerInfoTravels(t *testing.T) {
 	out := containerInfoOf(containerInfoProto(in))
 	assert.Equal(t, in.AllowedDomains, out.AllowedDomains, "the allowlist")
 	assert.Equal(t, in.ID, out.ID)
+}
+
+// An AcquireRequest's Hibernate and IDPrefix reach the node: the container created there has
+// the prefix asked for, and hibernates (the node's Manager keeps it on disk when idle).
+func TestHibernateTravels(t *testing.T) {
+	m := sandbox.NewManager(&sandboxtest.Provider{}, sandbox.ManagerConfig{SessionIdleTTL: 100 * time.Millisecond,
+		Hibernation: sandbox.HibernationConfig{Dir: filepath.Join(t.TempDir(), "hib")}}, zaptest.NewLogger(t))
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	s := serve(t, m, ServerOptions{}, ClientOptions{})
+	l, err := s.client.Acquire(t.Context(), sandbox.AcquireRequest{Identity: "alice", Session: "s", Hibernate: true, IDPrefix: "container_"})
+	require.NoError(t, err, "Acquire")
+	assert.True(t, strings.HasPrefix(l.ContainerID(), "container_"), "the node minted the prefix asked: %q", l.ContainerID())
+	l.Release()
+	assert.Eventually(t, func() bool { n, _ := m.Hibernated(); return n == 1 }, 10*time.Second, 20*time.Millisecond, "hibernated on the node")
 }

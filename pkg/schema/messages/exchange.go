@@ -15,6 +15,10 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
+// ContainerIDPrefix is the prefix of the ids of the containers this surface creates, as
+// Anthropic's: "container_".
+const ContainerIDPrefix = "container_"
+
 // DefaultContainerIdle is the idle expiry an answer's container.expires_at counts from when
 // [Surface.ContainerIdle] is zero: the sandbox manager's default.
 const DefaultContainerIdle = 20 * time.Minute
@@ -63,6 +67,9 @@ func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, er
 		req: schema.Request{
 			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
 			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice, FileIDs: rq.FileIDs,
+			// Anthropic's containers: "container_…" ids, hibernated when idle and restorable
+			// for their lifetime (see sandbox.HibernationConfig), unknown (404) once gone.
+			Hibernate: true, IDPrefix: ContainerIDPrefix,
 		},
 		sent:       rq.Body,
 		sentStream: rq.Stream && !o.WholeFirst,

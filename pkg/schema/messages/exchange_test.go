@@ -35,6 +35,8 @@ func TestExchangeRound(t *testing.T) {
 	assert.True(t, rq.Stream, "the client streams")
 	assert.Equal(t, "code_execution", gjson.GetBytes(rq.Body, "tools.0.name").String(), "the model sees the native name")
 	assert.NotEmpty(t, rq.SessionID, "a container of its own, kept past the reply")
+	assert.True(t, rq.Hibernate, "its container hibernates when idle, as Anthropic's")
+	assert.Equal(t, "container_", rq.IDPrefix, "and has a native id")
 
 	turn, err := x.ParseTurn([]byte(exchangeAnswer1))
 	require.NoError(t, err, "parse turn")

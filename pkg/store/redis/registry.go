@@ -24,7 +24,8 @@ import (
 // native TTL, so that the names of a node that died without a word go in the end: a live
 // record and its session key live for its ExpiresAfter and TombstoneTTL from its last Add or
 // Touch (a Manager removes it long before: a container expires after ExpiresAfter idle, its
-// tombstone after TombstoneTTL); an expired one (a tombstone) for TombstoneTTL; an identity's
+// tombstone after TombstoneTTL), a hibernating one (Lifetime set) at least for its Lifetime and
+// TombstoneTTL, so that it outlives its restore window; an expired one (a tombstone) for TombstoneTTL; an identity's
 // set as long as the longest of its records.
 
 // Fields of a registration's hash.
@@ -33,6 +34,7 @@ const (
 	fCreatedAt, fExpiresAfter, fMemory, fOwner, fExpired = "created_at", "expires_after", "memory_limit", "owner", "expired"
 	fSessionKey, fIdentityKey, fTTL                      = "_sk", "_ik", "_ttl"
 	fAllowedDomains                                      = "allowed_domains" // a JSON array; "" for none
+	fLifetime, fHibernated                               = "lifetime", "hibernated"
 )
 
 // registryLib is the Lua the registry scripts share: drop frees the session key of record k if
@@ -149,14 +151,22 @@ func (s *Store) Add(ctx context.Context, r store.Registration) error {
 		sk = sessionKey(r.Identity, r.Session)
 	}
 	expired, ttl := "0", r.ExpiresAfter+s.o.TombstoneTTL
+	if r.Lifetime > 0 {
+		// A hibernating container's record lives as long as the container may be restored.
+		ttl = max(ttl, r.Lifetime+s.o.TombstoneTTL)
+	}
 	if r.Expired {
 		expired, ttl = "1", s.o.TombstoneTTL
+	}
+	hibernated := "0"
+	if r.Hibernated {
+		hibernated = "1"
 	}
 	args := []any{boundedID(r.ID), identityKey(r.Identity), sk, expired, ttl.Milliseconds(),
 		fID, r.ID, fIdentity, r.Identity, fSession, r.Session, fLastUsed, formatTime(r.LastUsed), fName, r.Name,
 		fCreatedAt, formatTime(r.CreatedAt), fExpiresAfter, int64(r.ExpiresAfter), fMemory, r.MemoryLimit,
 		fOwner, r.Owner, fExpired, expired, fSessionKey, sk, fIdentityKey, identityKey(r.Identity), fTTL, ttl.Milliseconds(),
-		fAllowedDomains, allowedDomains(r.AllowedDomains)}
+		fAllowedDomains, allowedDomains(r.AllowedDomains), fLifetime, int64(r.Lifetime), fHibernated, hibernated}
 	return s.run(ctx, "add", registryAdd, args...).Err()
 }
 
@@ -262,7 +272,14 @@ func parseRegistration(m map[string]string) (store.Registration, bool, error) {
 	}
 	r := store.Registration{
 		ID: m[fID], Identity: m[fIdentity], Session: m[fSession], Name: m[fName],
-		MemoryLimit: m[fMemory], Owner: m[fOwner], Expired: m[fExpired] == "1",
+		MemoryLimit: m[fMemory], Owner: m[fOwner], Expired: m[fExpired] == "1", Hibernated: m[fHibernated] == "1",
+	}
+	if v := m[fLifetime]; v != "" { // absent from the records of earlier versions
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return store.Registration{}, false, fmt.Errorf("redis registry: record %q: lifetime: %w", r.ID, err)
+		}
+		r.Lifetime = time.Duration(n)
 	}
 	var err error
 	if r.LastUsed, err = parseTime(m[fLastUsed]); err != nil {

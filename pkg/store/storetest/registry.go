@@ -77,6 +77,21 @@ func TestRegistry(t *testing.T, newRegistry func() store.Registry) {
 		assert.NoError(t, r.Remove(ctx, alice.ID), "Remove again")
 	})
 
+	t.Run("hibernating container", func(t *testing.T) {
+		r := newRegistry()
+		h := store.Registration{ID: "container_h", Identity: "alice", LastUsed: t0, CreatedAt: t0,
+			ExpiresAfter: 5 * time.Minute, Lifetime: 30 * 24 * time.Hour}
+		require.NoError(t, r.Add(ctx, h), "Add %+v", h)
+		got, ok := lookup(t, r, h.ID)
+		assert.True(t, ok, "Lookup of a hibernating container")
+		assert.Equal(t, h, got, "Lookup keeps its Lifetime")
+		h.Hibernated = true
+		require.NoError(t, r.Add(ctx, h), "Add %+v", h)
+		got, ok = lookup(t, r, h.ID)
+		assert.True(t, ok, "Lookup of a hibernated container")
+		assert.Equal(t, h, got, "Lookup keeps Hibernated")
+	})
+
 	t.Run("touch", func(t *testing.T) {
 		r := newRegistry()
 		require.NoError(t, r.Add(ctx, alice), "Add %+v", alice)

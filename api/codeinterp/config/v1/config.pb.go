@@ -179,7 +179,13 @@ type Config struct {
 	// responses bounds what codeinterp keeps of the Responses answers it looped (GET
 	// /v1/responses/{id}, its stream, input_items, DELETE) and the background responses it runs
 	// ("background": true with the hosted tool; docs/surfaces.md, "Background responses").
-	Responses     *Responses `protobuf:"bytes,42,opt,name=responses,proto3" json:"responses,omitempty"`
+	Responses *Responses `protobuf:"bytes,42,opt,name=responses,proto3" json:"responses,omitempty"`
+	// hibernation keeps the Messages API's containers as Anthropic keeps them: one idle past
+	// session_idle_ttl is hibernated (its files on disk, its process ended) instead of expired,
+	// and a request naming its id restores it, for lifetime after its creation
+	// (docs/surfaces.md, "Container lifetime"). On by default. OpenAI's containers are not
+	// affected.
+	Hibernation   *Hibernation `protobuf:"bytes,43,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +458,13 @@ func (x *Config) GetResponses() *Responses {
 	return nil
 }
 
+func (x *Config) GetHibernation() *Hibernation {
+	if x != nil {
+		return x.Hibernation
+	}
+	return nil
+}
+
 // AnthropicFiles is where Anthropic's uploaded files live (docs/surfaces.md, "Messages: files").
 type AnthropicFiles struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -646,6 +659,118 @@ func (x *Responses) GetMaxBackground() uint32 {
 	return 0
 }
 
+// Hibernation is where and for how long hibernated containers are kept. A hibernated
+// container's files stay on the node that ran it (in a fleet, the sandbox node its registration
+// names as owner), which restores it.
+type Hibernation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// enabled hibernates the Messages API's idle containers. Default true; false makes them
+	// expire after session_idle_ttl (their ids are then unknown: 404).
+	Enabled *bool `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// dir is the directory the hibernated containers' files are kept in, one directory per
+	// container. Created with mode 0700 if missing; one of another user, or that others may
+	// read, turns hibernation off (logged). It must not be reachable from any container (not
+	// under sandbox.local.work_dir) and should be on a persistent volume where containers are to
+	// survive a restart. Default: "codeinterp-hibernation" under the system's temporary
+	// directory.
+	Dir string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	// lifetime is how long after its creation a container may be hibernated and restored, as
+	// Anthropic's containers "expire 30 days after creation". Default 720h (30 days).
+	Lifetime *durationpb.Duration `protobuf:"bytes,3,opt,name=lifetime,proto3" json:"lifetime,omitempty"`
+	// max_bytes_per_identity bounds the bytes of the files one identity's hibernated containers
+	// keep on disk. At a bound a container is not hibernated (those hibernated earlier are kept):
+	// it expires, and its id is unknown. Default 1073741824 (1 GiB).
+	MaxBytesPerIdentity uint64 `protobuf:"varint,4,opt,name=max_bytes_per_identity,json=maxBytesPerIdentity,proto3" json:"max_bytes_per_identity,omitempty"`
+	// max_per_identity bounds how many hibernated containers one identity has. Default 100.
+	MaxPerIdentity uint32 `protobuf:"varint,5,opt,name=max_per_identity,json=maxPerIdentity,proto3" json:"max_per_identity,omitempty"`
+	// max_bytes bounds the bytes of all hibernated containers' files on this node. Default
+	// 17179869184 (16 GiB).
+	MaxBytes uint64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// max_containers bounds the hibernated containers on this node. Default 10000.
+	MaxContainers uint32 `protobuf:"varint,7,opt,name=max_containers,json=maxContainers,proto3" json:"max_containers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hibernation) Reset() {
+	*x = Hibernation{}
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hibernation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hibernation) ProtoMessage() {}
+
+func (x *Hibernation) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hibernation.ProtoReflect.Descriptor instead.
+func (*Hibernation) Descriptor() ([]byte, []int) {
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Hibernation) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *Hibernation) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *Hibernation) GetLifetime() *durationpb.Duration {
+	if x != nil {
+		return x.Lifetime
+	}
+	return nil
+}
+
+func (x *Hibernation) GetMaxBytesPerIdentity() uint64 {
+	if x != nil {
+		return x.MaxBytesPerIdentity
+	}
+	return 0
+}
+
+func (x *Hibernation) GetMaxPerIdentity() uint32 {
+	if x != nil {
+		return x.MaxPerIdentity
+	}
+	return 0
+}
+
+func (x *Hibernation) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *Hibernation) GetMaxContainers() uint32 {
+	if x != nil {
+		return x.MaxContainers
+	}
+	return 0
+}
+
 // Redis is a Redis deployment: one server, a Sentinel set or a Cluster (see go-redis's
 // UniversalOptions: more than one address and no master_name is a Cluster, a master_name is a
 // Sentinel set).
@@ -675,7 +800,7 @@ type Redis struct {
 
 func (x *Redis) Reset() {
 	*x = Redis{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +812,7 @@ func (x *Redis) String() string {
 func (*Redis) ProtoMessage() {}
 
 func (x *Redis) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[3]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +825,7 @@ func (x *Redis) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redis.ProtoReflect.Descriptor instead.
 func (*Redis) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Redis) GetAddresses() []string {
@@ -775,7 +900,7 @@ type FleetTLS struct {
 
 func (x *FleetTLS) Reset() {
 	*x = FleetTLS{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +912,7 @@ func (x *FleetTLS) String() string {
 func (*FleetTLS) ProtoMessage() {}
 
 func (x *FleetTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[4]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +925,7 @@ func (x *FleetTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetTLS.ProtoReflect.Descriptor instead.
 func (*FleetTLS) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FleetTLS) GetCertFile() string {
@@ -876,7 +1001,7 @@ type Tracing struct {
 
 func (x *Tracing) Reset() {
 	*x = Tracing{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1013,7 @@ func (x *Tracing) String() string {
 func (*Tracing) ProtoMessage() {}
 
 func (x *Tracing) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[5]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1026,7 @@ func (x *Tracing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tracing.ProtoReflect.Descriptor instead.
 func (*Tracing) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Tracing) GetEnabled() bool {
@@ -1006,7 +1131,7 @@ type ApiKeyCheck struct {
 
 func (x *ApiKeyCheck) Reset() {
 	*x = ApiKeyCheck{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1143,7 @@ func (x *ApiKeyCheck) String() string {
 func (*ApiKeyCheck) ProtoMessage() {}
 
 func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[6]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1156,7 @@ func (x *ApiKeyCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyCheck.ProtoReflect.Descriptor instead.
 func (*ApiKeyCheck) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ApiKeyCheck) GetPath() string {
@@ -1163,7 +1288,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1300,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[7]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1313,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Profile) GetDisabled() bool {
@@ -1358,7 +1483,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1495,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[8]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1508,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Sandbox) GetBackend() string {
@@ -1537,7 +1662,7 @@ type LocalSandbox struct {
 
 func (x *LocalSandbox) Reset() {
 	*x = LocalSandbox{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1674,7 @@ func (x *LocalSandbox) String() string {
 func (*LocalSandbox) ProtoMessage() {}
 
 func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[9]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1687,7 @@ func (x *LocalSandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalSandbox.ProtoReflect.Descriptor instead.
 func (*LocalSandbox) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LocalSandbox) GetPython() string {
@@ -1733,7 +1858,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1870,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[10]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1883,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Network) GetEnabled() bool {
@@ -1837,7 +1962,7 @@ type Ptc struct {
 
 func (x *Ptc) Reset() {
 	*x = Ptc{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1974,7 @@ func (x *Ptc) String() string {
 func (*Ptc) ProtoMessage() {}
 
 func (x *Ptc) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[11]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1987,7 @@ func (x *Ptc) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ptc.ProtoReflect.Descriptor instead.
 func (*Ptc) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ptc) GetPauseTimeout() *durationpb.Duration {
@@ -1899,7 +2024,7 @@ type Skills struct {
 
 func (x *Skills) Reset() {
 	*x = Skills{}
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[12]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2036,7 @@ func (x *Skills) String() string {
 func (*Skills) ProtoMessage() {}
 
 func (x *Skills) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_config_v1_config_proto_msgTypes[12]
+	mi := &file_codeinterp_config_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2049,7 @@ func (x *Skills) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Skills.ProtoReflect.Descriptor instead.
 func (*Skills) Descriptor() ([]byte, []int) {
-	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{12}
+	return file_codeinterp_config_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Skills) GetMaxSkillsPerIdentity() uint32 {
@@ -1973,7 +2098,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\x86\x0e\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x0e\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -2010,7 +2135,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x0fanthropic_files\x18. \x01(\v2$.codeinterp.config.v1.AnthropicFilesR\x0eanthropicFiles\x12+\n" +
 	"\x03ptc\x18- \x01(\v2\x19.codeinterp.config.v1.PtcR\x03ptc\x124\n" +
 	"\x06skills\x18, \x01(\v2\x1c.codeinterp.config.v1.SkillsR\x06skills\x12=\n" +
-	"\tresponses\x18* \x01(\v2\x1f.codeinterp.config.v1.ResponsesR\tresponses\x1aZ\n" +
+	"\tresponses\x18* \x01(\v2\x1f.codeinterp.config.v1.ResponsesR\tresponses\x12C\n" +
+	"\vhibernation\x18+ \x01(\v2!.codeinterp.config.v1.HibernationR\vhibernation\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -2032,7 +2158,17 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"max_stored\x18\x04 \x01(\rR\tmaxStored\x12(\n" +
 	"\x10max_stored_bytes\x18\x05 \x01(\x04R\x0emaxStoredBytes\x12=\n" +
 	"\x1bmax_background_per_identity\x18\x06 \x01(\rR\x18maxBackgroundPerIdentity\x12%\n" +
-	"\x0emax_background\x18\a \x01(\rR\rmaxBackground\"\xfd\x01\n" +
+	"\x0emax_background\x18\a \x01(\rR\rmaxBackground\"\xa4\x02\n" +
+	"\vHibernation\x12\x1d\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\x125\n" +
+	"\blifetime\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\blifetime\x123\n" +
+	"\x16max_bytes_per_identity\x18\x04 \x01(\x04R\x13maxBytesPerIdentity\x12(\n" +
+	"\x10max_per_identity\x18\x05 \x01(\rR\x0emaxPerIdentity\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\x04R\bmaxBytes\x12%\n" +
+	"\x0emax_containers\x18\a \x01(\rR\rmaxContainersB\n" +
+	"\n" +
+	"\b_enabled\"\xfd\x01\n" +
 	"\x05Redis\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x1f\n" +
 	"\vmaster_name\x18\x02 \x01(\tR\n" +
@@ -2168,61 +2304,64 @@ func file_codeinterp_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_codeinterp_config_v1_config_proto_rawDescData
 }
 
-var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_codeinterp_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_codeinterp_config_v1_config_proto_goTypes = []any{
 	(*Config)(nil),              // 0: codeinterp.config.v1.Config
 	(*AnthropicFiles)(nil),      // 1: codeinterp.config.v1.AnthropicFiles
 	(*Responses)(nil),           // 2: codeinterp.config.v1.Responses
-	(*Redis)(nil),               // 3: codeinterp.config.v1.Redis
-	(*FleetTLS)(nil),            // 4: codeinterp.config.v1.FleetTLS
-	(*Tracing)(nil),             // 5: codeinterp.config.v1.Tracing
-	(*ApiKeyCheck)(nil),         // 6: codeinterp.config.v1.ApiKeyCheck
-	(*Profile)(nil),             // 7: codeinterp.config.v1.Profile
-	(*Sandbox)(nil),             // 8: codeinterp.config.v1.Sandbox
-	(*LocalSandbox)(nil),        // 9: codeinterp.config.v1.LocalSandbox
-	(*Network)(nil),             // 10: codeinterp.config.v1.Network
-	(*Ptc)(nil),                 // 11: codeinterp.config.v1.Ptc
-	(*Skills)(nil),              // 12: codeinterp.config.v1.Skills
-	nil,                         // 13: codeinterp.config.v1.Config.ProfilesEntry
-	nil,                         // 14: codeinterp.config.v1.Tracing.HeadersEntry
-	nil,                         // 15: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
+	(*Hibernation)(nil),         // 3: codeinterp.config.v1.Hibernation
+	(*Redis)(nil),               // 4: codeinterp.config.v1.Redis
+	(*FleetTLS)(nil),            // 5: codeinterp.config.v1.FleetTLS
+	(*Tracing)(nil),             // 6: codeinterp.config.v1.Tracing
+	(*ApiKeyCheck)(nil),         // 7: codeinterp.config.v1.ApiKeyCheck
+	(*Profile)(nil),             // 8: codeinterp.config.v1.Profile
+	(*Sandbox)(nil),             // 9: codeinterp.config.v1.Sandbox
+	(*LocalSandbox)(nil),        // 10: codeinterp.config.v1.LocalSandbox
+	(*Network)(nil),             // 11: codeinterp.config.v1.Network
+	(*Ptc)(nil),                 // 12: codeinterp.config.v1.Ptc
+	(*Skills)(nil),              // 13: codeinterp.config.v1.Skills
+	nil,                         // 14: codeinterp.config.v1.Config.ProfilesEntry
+	nil,                         // 15: codeinterp.config.v1.Tracing.HeadersEntry
+	nil,                         // 16: codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	(*durationpb.Duration)(nil), // 17: google.protobuf.Duration
 }
 var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
-	16, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
-	7,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
-	13, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
-	8,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
-	6,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
-	16, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
-	3,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
-	4,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
-	5,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
-	10, // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
+	17, // 0: codeinterp.config.v1.Config.shutdown_grace:type_name -> google.protobuf.Duration
+	8,  // 1: codeinterp.config.v1.Config.default_profile:type_name -> codeinterp.config.v1.Profile
+	14, // 2: codeinterp.config.v1.Config.profiles:type_name -> codeinterp.config.v1.Config.ProfilesEntry
+	9,  // 3: codeinterp.config.v1.Config.sandbox:type_name -> codeinterp.config.v1.Sandbox
+	7,  // 4: codeinterp.config.v1.Config.api_key_check:type_name -> codeinterp.config.v1.ApiKeyCheck
+	17, // 5: codeinterp.config.v1.Config.api_upload_idle:type_name -> google.protobuf.Duration
+	4,  // 6: codeinterp.config.v1.Config.redis:type_name -> codeinterp.config.v1.Redis
+	5,  // 7: codeinterp.config.v1.Config.fleet_tls:type_name -> codeinterp.config.v1.FleetTLS
+	6,  // 8: codeinterp.config.v1.Config.tracing:type_name -> codeinterp.config.v1.Tracing
+	11, // 9: codeinterp.config.v1.Config.network:type_name -> codeinterp.config.v1.Network
 	1,  // 10: codeinterp.config.v1.Config.anthropic_files:type_name -> codeinterp.config.v1.AnthropicFiles
-	11, // 11: codeinterp.config.v1.Config.ptc:type_name -> codeinterp.config.v1.Ptc
-	12, // 12: codeinterp.config.v1.Config.skills:type_name -> codeinterp.config.v1.Skills
+	12, // 11: codeinterp.config.v1.Config.ptc:type_name -> codeinterp.config.v1.Ptc
+	13, // 12: codeinterp.config.v1.Config.skills:type_name -> codeinterp.config.v1.Skills
 	2,  // 13: codeinterp.config.v1.Config.responses:type_name -> codeinterp.config.v1.Responses
-	16, // 14: codeinterp.config.v1.Responses.stored_ttl:type_name -> google.protobuf.Duration
-	16, // 15: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	14, // 16: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	15, // 17: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	16, // 18: codeinterp.config.v1.ApiKeyCheck.accepted_ttl:type_name -> google.protobuf.Duration
-	16, // 19: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	16, // 20: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	16, // 21: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	9,  // 22: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	16, // 23: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	16, // 24: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	16, // 25: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	16, // 26: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	16, // 27: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
-	7,  // 28: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	3,  // 14: codeinterp.config.v1.Config.hibernation:type_name -> codeinterp.config.v1.Hibernation
+	17, // 15: codeinterp.config.v1.Responses.stored_ttl:type_name -> google.protobuf.Duration
+	17, // 16: codeinterp.config.v1.Hibernation.lifetime:type_name -> google.protobuf.Duration
+	17, // 17: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	15, // 18: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	16, // 19: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	17, // 20: codeinterp.config.v1.ApiKeyCheck.accepted_ttl:type_name -> google.protobuf.Duration
+	17, // 21: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	17, // 22: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	17, // 23: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	10, // 24: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	17, // 25: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	17, // 26: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	17, // 27: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	17, // 28: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	17, // 29: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
+	8,  // 30: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
@@ -2231,15 +2370,16 @@ func file_codeinterp_config_v1_config_proto_init() {
 		return
 	}
 	file_codeinterp_config_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[5].OneofWrappers = []any{}
-	file_codeinterp_config_v1_config_proto_msgTypes[8].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[3].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[6].OneofWrappers = []any{}
+	file_codeinterp_config_v1_config_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_config_v1_config_proto_rawDesc), len(file_codeinterp_config_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

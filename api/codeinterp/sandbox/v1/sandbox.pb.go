@@ -427,11 +427,14 @@ func (x *DomainSecret) GetValue() string {
 // AcquireRequest is a sandbox.AcquireRequest; the identity is the one the calling replica
 // computed, trusted as an authenticated peer's.
 type AcquireRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identity      string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
-	Session       string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
-	ContainerId   string                 `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	Spec          *Spec                  `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Identity    string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Session     string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	ContainerId string                 `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	Spec        *Spec                  `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	// hibernate and id_prefix are the sandbox.AcquireRequest's fields of the same names.
+	Hibernate     bool   `protobuf:"varint,5,opt,name=hibernate,proto3" json:"hibernate,omitempty"`
+	IdPrefix      string `protobuf:"bytes,6,opt,name=id_prefix,json=idPrefix,proto3" json:"id_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,6 +495,20 @@ func (x *AcquireRequest) GetSpec() *Spec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetHibernate() bool {
+	if x != nil {
+		return x.Hibernate
+	}
+	return false
+}
+
+func (x *AcquireRequest) GetIdPrefix() string {
+	if x != nil {
+		return x.IdPrefix
+	}
+	return ""
 }
 
 // AcquireResponse grants a lease.
@@ -2662,12 +2679,14 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fDomainSecret\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\tR\x05value\"\x9a\x01\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\"\xd5\x01\n" +
 	"\x0eAcquireRequest\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12!\n" +
 	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\x12/\n" +
-	"\x04spec\x18\x04 \x01(\v2\x1b.codeinterp.sandbox.v1.SpecR\x04spec\"\x85\x01\n" +
+	"\x04spec\x18\x04 \x01(\v2\x1b.codeinterp.sandbox.v1.SpecR\x04spec\x12\x1c\n" +
+	"\thibernate\x18\x05 \x01(\bR\thibernate\x12\x1b\n" +
+	"\tid_prefix\x18\x06 \x01(\tR\bidPrefix\"\x85\x01\n" +
 	"\x0fAcquireResponse\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x124\n" +
