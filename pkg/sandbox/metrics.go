@@ -13,11 +13,11 @@ func newManagerMetrics() managerMetrics {
 	return managerMetrics{
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_sandbox_starts_total",
-			Help: "Containers put to use, by source: warm (from the pool) or cold (started on demand).",
+			Help: "Containers put to use, by source: warm (from the pool), cold (started on demand) or restored (a hibernated container started again).",
 		}, []string{"source"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_sandbox_evictions_total",
-			Help: "Lasting containers deleted before their owner was done: lru (a cap), idle (expiry), lost (died or was killed).",
+			Help: "Lasting containers deleted before their owner was done: lru (a cap), idle (expiry), lost (died or was killed), hibernated (idle, its files kept on disk), lifetime (a hibernating container past its lifetime).",
 		}, []string{"reason"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_sandbox_acquire_failures_total",
