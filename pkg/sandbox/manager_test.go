@@ -534,10 +534,10 @@ func TestManagerMetrics(t *testing.T) {
 	e := acquire(t, m, sandbox.AcquireRequest{Identity: ""})
 
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP codeinterp_sandbox_starts_total Containers put to use, by source: warm (from the pool) or cold (started on demand).
+# HELP codeinterp_sandbox_starts_total Containers put to use, by source: warm (from the pool), cold (started on demand) or restored (a hibernated container started again).
 # TYPE codeinterp_sandbox_starts_total counter
 codeinterp_sandbox_starts_total{source="cold"} 1
-# HELP codeinterp_sandbox_evictions_total Lasting containers deleted before their owner was done: lru (a cap), idle (expiry), lost (died or was killed).
+# HELP codeinterp_sandbox_evictions_total Lasting containers deleted before their owner was done: lru (a cap), idle (expiry), lost (died or was killed), hibernated (idle, its files kept on disk), lifetime (a hibernating container past its lifetime).
 # TYPE codeinterp_sandbox_evictions_total counter
 codeinterp_sandbox_evictions_total{reason="lru"} 1
 # HELP codeinterp_sandbox_acquire_failures_total Acquires refused, by reason: cap (a cap was reached) or unknown_container.
