@@ -49,6 +49,21 @@ type CodeCall struct {
 	// files the surfaces can name (citations, *_output entries). They are not part of the
 	// item's JSON.
 	Files []CodeFile
+	// ToolCalls, when set, are the calls of the client's tools (Request.CodeTools) the code is
+	// paused on: the run has no result yet, its Status is [CodeCallInProgress], and the answer
+	// asks the client for the calls' results (programmatic tool calling). They are not part of
+	// the item's JSON.
+	ToolCalls []ToolCall
+}
+
+// ToolCall is a call of one of the client's tools made by paused code.
+type ToolCall struct {
+	// ID is the call's id as the client sees it ("toolu_…").
+	ID string
+	// Name is the tool's name.
+	Name string
+	// Input is the call's input, a JSON object's text.
+	Input string
 }
 
 // CodeFile is a file under /mnt/data a call's code created or changed: a container file.

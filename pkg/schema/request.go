@@ -98,6 +98,11 @@ type Request struct {
 	// answers the request continues from (previous_response_id, conversation) ran in, oldest
 	// first, as the store remembered them; set by Continuation.Continue.
 	ContextContainerIDs []string
+	// CodeTools are the names of the client's tools the code may call (programmatic tool
+	// calling): each is an async function of the container's Python, whose call pauses the run
+	// and ends the loop's answer with the calls (CodeCall.ToolCalls). Empty when the surface
+	// serves none: a call from code is then refused in the code.
+	CodeTools []string
 	// PreviousResponseID is the Responses request's previous_response_id, and ConversationID its
 	// conversation's id (the string, or the object's "id"): the earlier answer the request
 	// continues from. They are read also when Found is false.

@@ -238,6 +238,9 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 func result(c Call, cc schema.CodeCall, key []byte) Result {
 	r := Result{Kind: c.Kind}
 	switch {
+	case len(cc.ToolCalls) > 0:
+		r.ToolCalls = cc.ToolCalls
+		return r
 	case c.InputErr != nil:
 		r.ErrorCode, r.NotRun = ErrInvalidInput, true
 		if c.Kind == Editor {

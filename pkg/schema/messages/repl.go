@@ -5,6 +5,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // The REPL-state versions, code_execution_20260120 and _20260521, offer the model Python beside
@@ -79,4 +81,29 @@ func directTool(i int, t gjson.Result) (string, error) {
 		return "", fmt.Errorf("tools.%d: remove allowed_callers: %w", i, err)
 	}
 	return out, nil
+}
+
+// callerType is the caller type of a call made from the code of a tool version. The API's
+// types know no "code_execution_20260521" caller (reference §1.1): its calls name the
+// 20260120 version, whose REPL they share.
+func callerType(version string) string {
+	if version == Version20260521 {
+		return Version20260120
+	}
+	return version
+}
+
+// codeToolUses are the tool_use blocks of calls of the client's tools that the code of the
+// server_tool_use block toolID is paused on, each with its caller, as natively.
+func (rq Request) codeToolUses(toolID string, calls []schema.ToolCall) []string {
+	caller := `{"type":` + quote(callerType(rq.Version)) + `,"tool_id":` + quote(toolID) + `}`
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		input := c.Input
+		if !gjson.Valid(input) || !gjson.Parse(input).IsObject() {
+			input = "{}"
+		}
+		out[i] = `{"type":"tool_use","id":` + quote(c.ID) + `,"name":` + quote(c.Name) + `,"input":` + input + `,"caller":` + caller + `}`
+	}
+	return out
 }
