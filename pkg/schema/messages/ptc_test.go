@@ -1,0 +1,57 @@
+package messages
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// TestFinalPausedOnToolCalls: a Python run paused on the client's tools shows as the native
+// paused answer (reference §1.3): its server_tool_use without a result, then one tool_use block
+// for each call with the caller naming the cell, stop_reason "tool_use" and the container; the
+// SDK reads each caller.
+func TestFinalPausedOnToolCalls(t *testing.T) {
+	for _, tt := range []struct{ version, caller string }{
+		{Version20260120, Version20260120},
+		{Version20260521, Version20260120}, // the API's types know no 20260521 caller
+	} {
+		t.Run(tt.version, func(t *testing.T) {
+			x, err := Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"tools":[{"type":"`+tt.version+`","name":"code_execution"}],`+
+				`"messages":[{"role":"user","content":"roll"}]}`), schema.Options{})
+			require.NoError(t, err, "new exchange")
+			answer := `{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use","stop_sequence":null,` +
+				`"content":[{"type":"text","text":"Rolling."},{"type":"tool_use","id":"toolu_c1","name":"code_execution","input":{"code":"await roll({})"}}],` +
+				`"usage":{"input_tokens":10,"output_tokens":5}}`
+			_, err = x.ParseTurn([]byte(answer))
+			require.NoError(t, err, "parse turn")
+			out, err := x.Final([]schema.Round{{Body: []byte(answer), Calls: []schema.CodeCall{{
+				ID: "ci_1", Status: schema.CodeCallInProgress, ContainerID: "cntr_1",
+				ToolCalls: []schema.ToolCall{{ID: "toolu_a", Name: "roll", Input: `{"player":"p1"}`}, {ID: "toolu_b", Name: "roll", Input: `"not an object"`}},
+			}}}}, "")
+			require.NoError(t, err, "final")
+			content := gjson.GetBytes(out, "content").Array()
+			require.Len(t, content, 4, "text, the cell, two calls: %s", out)
+			assert.Equal(t, "server_tool_use", content[1].Get("type").String(), "the cell")
+			assert.Equal(t, "srvtoolu_c1", content[1].Get("id").String(), "the cell's id")
+			caller := `{"type":"` + tt.caller + `","tool_id":"srvtoolu_c1"}`
+			assert.JSONEq(t, `{"type":"tool_use","id":"toolu_a","name":"roll","input":{"player":"p1"},"caller":`+caller+`}`, content[2].Raw, "first call")
+			assert.JSONEq(t, `{"type":"tool_use","id":"toolu_b","name":"roll","input":{},"caller":`+caller+`}`, content[3].Raw, "an input that is no object")
+			assert.Equal(t, "tool_use", gjson.GetBytes(out, "stop_reason").String(), "stop_reason")
+			assert.Equal(t, "cntr_1", gjson.GetBytes(out, "container.id").String(), "the container")
+			assert.Equal(t, int64(1), gjson.GetBytes(out, "usage.server_tool_use.code_execution_requests").Int(), "the cell ran")
+
+			var msg anthropic.Message
+			require.NoError(t, json.Unmarshal(out, &msg), "the SDK reads the answer")
+			tu := msg.Content[2].AsToolUse()
+			assert.Equal(t, tt.caller, tu.Caller.Type, "the SDK's caller type")
+			assert.Equal(t, "srvtoolu_c1", tu.Caller.ToolID, "the SDK's caller tool_id")
+			assert.Equal(t, anthropic.StopReasonToolUse, msg.StopReason, "the SDK's stop_reason")
+		})
+	}
+}
