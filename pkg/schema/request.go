@@ -32,6 +32,9 @@ type Options struct {
 	// RunTimeout is the wall-clock limit of one code run, which a surface may tell the model
 	// (the Messages API's code_execution_20260521 does); zero means not told.
 	RunTimeout time.Duration
+	// ProgrammaticToolCalling lets a surface make the client's tools marked callable from code
+	// (Request.CodeTools) callable from code; off, it refuses the tools callable only from code.
+	ProgrammaticToolCalling bool
 }
 
 func (o Options) Name() string {

@@ -46,7 +46,7 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return ErrorBody(e.HTT
 // it in the request's container (see program), so the same container, limits and /mnt/data
 // serve every version.
 func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
-	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst, CellLimit: o.RunTimeout})
+	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst, CellLimit: o.RunTimeout, CodeTools: o.ProgrammaticToolCalling})
 	if err != nil {
 		var re *RequestError
 		if errors.As(err, &re) {
@@ -62,7 +62,7 @@ func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, er
 		rq: rq,
 		req: schema.Request{
 			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
-			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice, FileIDs: rq.FileIDs,
+			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice, FileIDs: rq.FileIDs, CodeTools: rq.CodeTools,
 		},
 		sent:       rq.Body,
 		sentStream: rq.Stream && !o.WholeFirst,

@@ -55,3 +55,35 @@ func TestFinalPausedOnToolCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteCodeTools: with programmatic tool calling served, a tool whose allowed_callers
+// name the request's version is one the code may call: one callable only from code leaves the
+// model's tools and is told in the Python tool's description; one callable both ways stays, its
+// allowed_callers removed. A tool callable only from another version is refused; without the
+// option, a tool callable only from code is refused as before.
+func TestRewriteCodeTools(t *testing.T) {
+	body := func(callers string) string {
+		return `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"go"}],"tools":[` +
+			`{"type":"code_execution_20260120","name":"code_execution"},` +
+			`{"name":"roll","description":"Roll a die.","input_schema":{"type":"object","properties":{"player":{"type":"string"}}},"allowed_callers":` + callers + `},` +
+			`{"name":"both","input_schema":{"type":"object"},"allowed_callers":["direct","code_execution_20260120"]},` +
+			`{"name":"plain","input_schema":{"type":"object"}}]}`
+	}
+	x, err := Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{ProgrammaticToolCalling: true})
+	require.NoError(t, err, "new exchange")
+	rq := x.Request()
+	assert.Equal(t, []string{"roll", "both"}, rq.CodeTools, "the code tools")
+	tools := gjson.GetBytes(rq.Body, "tools")
+	assert.Equal(t, []string{"code_execution", "bash_code_execution", "text_editor_code_execution", "both", "plain"}, strs(tools.Get("#.name")), "roll only from code")
+	assert.False(t, tools.Get("3.allowed_callers").Exists(), "no allowed_callers upstream")
+	desc := tools.Get("0.description").String()
+	assert.Contains(t, desc, "await name({...})", "how to call them")
+	assert.Contains(t, desc, `- roll: Roll a die. Input schema: {"type":"object","properties":{"player":{"type":"string"}}}`, "roll told")
+	assert.Contains(t, desc, "- both Input schema:", "both told")
+	assert.NotContains(t, desc, "plain", "a direct tool is not")
+
+	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20250825"]`)), schema.Options{ProgrammaticToolCalling: true})
+	assert.ErrorContains(t, err, "tools.1.allowed_callers: the tool is callable only from a code execution version this request does not use", "another version")
+	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{})
+	assert.ErrorContains(t, err, "programmatic tool calling (a tool callable only from code execution) is not served", "not served")
+}
