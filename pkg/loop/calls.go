@@ -118,12 +118,12 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		tool.End(item.ContainerID, errType, text)
 		items = append(items, item)
 		outputs = append(outputs, schema.CallOutput{CallID: c.CallID, Output: text})
+		done := item
+		lr.emit(schema.Event{Kind: schema.EventCallDone, Round: round, Call: &done})
 		if lr.paused {
 			// The answer ends with the paused run's calls; the round's later calls are not run.
 			break
 		}
-		done := item
-		lr.emit(schema.Event{Kind: schema.EventCallDone, Round: round, Call: &done})
 	}
 	return items, outputs, repeated
 }

@@ -1,7 +1,9 @@
 package messages
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -86,4 +88,36 @@ func TestRewriteCodeTools(t *testing.T) {
 	assert.ErrorContains(t, err, "tools.1.allowed_callers: the tool is callable only from a code execution version this request does not use", "another version")
 	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{})
 	assert.ErrorContains(t, err, "programmatic tool calling (a tool callable only from code execution) is not served", "not served")
+}
+
+// TestEventsPausedOnToolCalls: the stream of a paused answer shows the cell's server_tool_use,
+// then its calls' tool_use blocks with their caller, and message_delta with stop_reason
+// "tool_use" and the container: the SDK's accumulator rebuilds the plain answer.
+func TestEventsPausedOnToolCalls(t *testing.T) {
+	x, err := Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"stream":true,"tools":[{"type":"code_execution_20260120","name":"code_execution"}],`+
+		`"messages":[{"role":"user","content":"roll"}]}`), schema.Options{})
+	require.NoError(t, err, "new exchange")
+	answer := `{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use","stop_sequence":null,` +
+		`"content":[{"type":"text","text":"Rolling."},{"type":"tool_use","id":"toolu_c1","name":"code_execution","input":{"code":"await roll({})"}}],` +
+		`"usage":{"input_tokens":10,"output_tokens":5}}`
+	var b bytes.Buffer
+	sink := x.Events(&b)
+	ev := func(e schema.Event) { require.NoError(t, sink.Event(e), "event %d", e.Kind) }
+	_, err = x.ParseTurn([]byte(answer))
+	require.NoError(t, err, "parse turn")
+	ev(schema.Event{Kind: schema.EventRound, Body: []byte(answer)})
+	started := schema.CodeCall{ID: "ci_1", Status: "in_progress", ContainerID: "cntr_1"}
+	ev(schema.Event{Kind: schema.EventCallStarted, Call: &started})
+	paused := schema.CodeCall{ID: "ci_1", Status: "in_progress", ContainerID: "cntr_1",
+		ToolCalls: []schema.ToolCall{{ID: "toolu_a", Name: "roll", Input: `{"player":"p1"}`}, {ID: "toolu_b", Name: "roll", Input: `{"player":"p2"}`}}}
+	ev(schema.Event{Kind: schema.EventCallDone, Call: &paused})
+	final, err := x.Final([]schema.Round{{Body: []byte(answer), Calls: []schema.CodeCall{paused}}}, "")
+	require.NoError(t, err, "final")
+	ev(schema.Event{Kind: schema.EventDone, Body: final})
+	got := b.String()
+	assert.Equal(t, 4, strings.Count(got, "event: content_block_start"), "text, the cell, two calls: %s", got)
+	assert.Contains(t, got, `"stop_reason":"tool_use"`, "message_delta's stop_reason")
+	acc := accumulate(t, got)
+	assertSameMessage(t, final, acc)
+	assert.Equal(t, "srvtoolu_c1", acc.Content[3].AsToolUse().Caller.ToolID, "the caller streamed")
 }
