@@ -138,3 +138,22 @@ func NewItemID(prefix string) string {
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return prefix + hex.EncodeToString(b)
 }
+
+// Resume is a request's answer to the calls of the client's tools that a paused run made
+// (CodeCall.ToolCalls of an earlier answer): the run to resume and the calls' results.
+type Resume struct {
+	// CellID is the call id of the paused run's code call, as the model made it ("toolu_…").
+	CellID string
+	// Results are the calls' results, in the order of the calls.
+	Results []ToolResult
+}
+
+// ToolResult is the client's result of one ToolCall.
+type ToolResult struct {
+	// CallID is the call's id ("toolu_…").
+	CallID string
+	// Content is what the call returns to the code.
+	Content string
+	// IsError makes the call raise an error in the code instead.
+	IsError bool
+}

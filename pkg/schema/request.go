@@ -106,6 +106,10 @@ type Request struct {
 	// and ends the loop's answer with the calls (CodeCall.ToolCalls). Empty when the surface
 	// serves none: a call from code is then refused in the code.
 	CodeTools []string
+	// Resume, when set, is the request's answer to a paused run's calls of CodeTools: the run
+	// is to be resumed with them before any model call. Set only by a surface that serves
+	// programmatic tool calling (Options.ProgrammaticToolCalling).
+	Resume *Resume
 	// PreviousResponseID is the Responses request's previous_response_id, and ConversationID its
 	// conversation's id (the string, or the object's "id"): the earlier answer the request
 	// continues from. They are read also when Found is false.

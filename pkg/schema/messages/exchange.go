@@ -63,6 +63,7 @@ func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, er
 		req: schema.Request{
 			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
 			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice, FileIDs: rq.FileIDs, CodeTools: rq.CodeTools,
+			Resume: rq.Resume,
 		},
 		sent:       rq.Body,
 		sentStream: rq.Stream && !o.WholeFirst,

@@ -121,3 +121,37 @@ func TestEventsPausedOnToolCalls(t *testing.T) {
 	assertSameMessage(t, final, acc)
 	assert.Equal(t, "srvtoolu_c1", acc.Content[3].AsToolUse().Caller.ToolID, "the caller streamed")
 }
+
+// TestRewriteResume: a request answering a paused cell's calls (its last message tool_results
+// for the tool_use blocks called from code in the assistant message before) names the cell and
+// the results in the calls' order; the native errors for a missing container, a missing result
+// and a text block beside the results.
+func TestRewriteResume(t *testing.T) {
+	assistant := `{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"},"caller":{"type":"direct"}},` +
+		`{"type":"tool_use","id":"toolu_a","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}},` +
+		`{"type":"tool_use","id":"toolu_b","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}}]}`
+	body := func(container, results string) string {
+		return `{"model":"m","max_tokens":10,` + container + `"tools":[{"type":"code_execution_20260120","name":"code_execution"},` +
+			`{"name":"roll","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}],` +
+			`"messages":[{"role":"user","content":"roll"},` + assistant + `,{"role":"user","content":[` + results + `]}]}`
+	}
+	both := `{"type":"tool_result","tool_use_id":"toolu_b","content":"6"},{"type":"tool_result","tool_use_id":"toolu_a","content":[{"type":"text","text":"4"}],"is_error":true}`
+	o := schema.Options{ProgrammaticToolCalling: true}
+	x, err := Surface{}.NewExchange([]byte(body(`"container":"cntr_1",`, both)), o)
+	require.NoError(t, err, "new exchange")
+	assert.Equal(t, &schema.Resume{CellID: "toolu_c1", Results: []schema.ToolResult{
+		{CallID: "toolu_a", Content: "4", IsError: true}, {CallID: "toolu_b", Content: "6"}}}, x.Request().Resume, "the cell and its results in order")
+
+	for _, tt := range []struct{ name, body, want string }{
+		{"no container", body("", both), TextContainerRequired},
+		{"a result missing", body(`"container":"cntr_1",`, `{"type":"tool_result","tool_use_id":"toolu_a","content":"4"}`),
+			"messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_b."},
+		{"text beside", body(`"container":"cntr_1",`, both+`,{"type":"text","text":"hi"}`), "messages.2.content.2: a message answering tool calls made from code must hold only tool_result blocks"},
+	} {
+		_, err := Surface{}.NewExchange([]byte(tt.body), o)
+		assert.ErrorContains(t, err, tt.want, tt.name)
+	}
+	x, err = Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20260120","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`), o)
+	require.NoError(t, err, "a first request")
+	assert.Nil(t, x.Request().Resume, "resumes nothing")
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
@@ -56,6 +58,9 @@ type Request struct {
 	FileIDs []string
 	// CodeTools are the names of the client's tools the code may call (Options.CodeTools).
 	CodeTools []string
+	// Resume is the request's answer to a paused cell's calls (Options.CodeTools), nil when
+	// it answers none.
+	Resume *schema.Resume
 }
 
 // descriptions of the tools the model sees.
@@ -223,6 +228,11 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		}
 		if out, err = sjson.DeleteBytes(out, "container"); err != nil {
 			return Request{}, fmt.Errorf("remove container: %w", err)
+		}
+	}
+	if o.CodeTools && replState(version) {
+		if rq.Resume, err = pendingResume(root, rq.ContainerID); err != nil {
+			return Request{}, err
 		}
 	}
 	if out, err = replayHistory(out, rq.Names, version); err != nil {
