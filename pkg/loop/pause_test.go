@@ -116,7 +116,7 @@ func TestToolsPrelude(t *testing.T) {
 	code := "import asyncio, builtins, json\n" +
 		"async def fake(name, args):\n    return name + ':' + json.dumps(args, sort_keys=True)\n" +
 		"builtins.__codeinterp_tool_call__ = fake\n" +
-		toolsPrelude([]string{"weather", "class", "a-b"}) +
+		ToolsPrelude([]string{"weather", "class", "a-b"}) +
 		"async def main():\n" +
 		"    print(await weather({'city': 'Paris'}))\n" +
 		"    print(await weather(city='Oslo'))\n" +

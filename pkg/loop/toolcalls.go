@@ -26,10 +26,10 @@ var pyIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // call gets, raised as ToolCallError in the code.
 const TextUnknownTool = "the code may call only the client's tools marked callable from code (allowed_callers)"
 
-// toolsPrelude is the Python that defines each of names (those that are identifiers) in the
+// ToolsPrelude is the Python that defines each of names (those that are identifiers) in the
 // cell's globals as an async function calling the client's tool of that name with one dict
 // argument (await tool({...}), as natively) or keyword arguments.
-func toolsPrelude(names []string) string {
+func ToolsPrelude(names []string) string {
 	var b strings.Builder
 	b.WriteString("def __codeinterp_tools__(names):\n" +
 		"    import keyword\n" +
@@ -64,7 +64,7 @@ func (lr *loopRun) runPausable(ctx context.Context, lease *sandbox.Lease, code s
 	}
 	start := time.Now()
 	if lr.toolsIn != lease.ContainerID() {
-		res, err := lease.Run(ctx, toolsPrelude(tools), timeout)
+		res, err := lease.Run(ctx, ToolsPrelude(tools), timeout)
 		switch {
 		case err != nil:
 			return res, err
