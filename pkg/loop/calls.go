@@ -120,6 +120,10 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 		outputs = append(outputs, schema.CallOutput{CallID: c.CallID, Output: text})
 		done := item
 		lr.emit(schema.Event{Kind: schema.EventCallDone, Round: round, Call: &done})
+		if lr.paused {
+			// The answer ends with the paused run's calls; the round's later calls are not run.
+			break
+		}
 	}
 	return items, outputs, repeated
 }
@@ -231,12 +235,17 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	}
 	lr.calls++
 	start := time.Now()
-	res, err := lease.RunRefusingToolCalls(ctx, item.Code, timeout) // no surface serves programmatic tool calling yet
+	res, err := lr.runPausable(ctx, lease, item.Code, timeout)
 	lr.e.metrics.runSeconds.Observe(time.Since(start).Seconds())
 	item.ContainerID = lease.ContainerID()
 	item.Files = codeFiles(res.Files)
 	limit := lr.r.OutputLimit
 	switch {
+	case err == nil && len(res.Calls) > 0:
+		// Paused on the client's tools: the run's result comes with a later request.
+		lr.e.metrics.runs.WithLabelValues("paused").Inc()
+		lr.pauseItem(item, res.Calls)
+		return "", true, ""
 	case err == nil:
 		lr.e.metrics.runs.WithLabelValues("ok").Inc()
 		item.Run = codeRun(res, limit, false)

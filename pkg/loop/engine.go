@@ -185,6 +185,10 @@ type loopRun struct {
 	begun, ended bool
 	// inputsIn is the container the request's InputFiles were copied into, "" before.
 	inputsIn string
+	// toolsIn is the container the request's CodeTools were defined in, "" before; paused
+	// reports that a run paused on them, which ends the loop (StopToolCalls).
+	toolsIn string
+	paused  bool
 	// agent is the loop's invoke_agent span, nil when telemetry is off; chat is the span of
 	// the upstream round in progress.
 	agent *telemetry.Agent
@@ -265,6 +269,11 @@ func (lr *loopRun) run(ctx context.Context) Response {
 		lr.rounds = append(lr.rounds, schema.Round{Body: resp, Calls: calls})
 		if err := lr.stopped(ctx); err != nil {
 			stop = ctxStop(err)
+			break
+		}
+		if lr.paused {
+			// The code awaits the client's tools: the answer asks for their results.
+			stop = StopToolCalls
 			break
 		}
 		if turn.ClientCalls > 0 {

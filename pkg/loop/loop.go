@@ -153,6 +153,7 @@ type StopReason string
 const (
 	StopDone          StopReason = "done"           // the model answered without an internal call
 	StopClientCall    StopReason = "client_call"    // the turn also called a client function
+	StopToolCalls     StopReason = "tool_calls"     // the code paused on calls of the client's tools
 	StopMaxRounds     StopReason = "max_rounds"     // the round limit was reached
 	StopRepeat        StopReason = "repeat"         // the model repeated a call it had made
 	StopDeadline      StopReason = "deadline"       // the loop's deadline passed

@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"net/http"
+	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // TestPausedRunIsResumedWithRefusals: a run whose code awaits the client's tools (no surface
@@ -36,4 +38,103 @@ func TestPausedRunIsResumedWithRefusals(t *testing.T) {
 	sent := f.model.sent()
 	require.Len(t, sent, 1, "one follow-up")
 	assert.Equal(t, "caught\n", gjson.GetBytes(sent[0], "input.2.output").String(), "the model reads the run's end")
+}
+
+// TestPausedRunEndsTheAnswer: with code tools (programmatic tool calling), their wrappers are
+// defined in the container before the first run, and a run paused on them ends the loop
+// (StopToolCalls) without a follow-up: its item carries the calls, each with a new toolu_ id.
+func TestPausedRunEndsTheAnswer(t *testing.T) {
+	f := newFixture(t)
+	var codes []string
+	f.provider.run = func(code string) (sandbox.Result, error) {
+		codes = append(codes, code)
+		if len(codes) == 1 {
+			return sandbox.Result{}, nil // the wrappers
+		}
+		return sandbox.Result{Calls: []sandbox.ToolCall{{Name: "weather", Input: `{"city":"Paris"}`}, {Name: "weather", Input: `{"city":"Oslo"}`}}}, nil
+	}
+	resumed := 0
+	f.provider.Provider.Resume = func(context.Context, *sandboxtest.Container, []sandbox.ToolResult) (sandbox.Result, error) {
+		resumed++
+		return sandbox.Result{}, nil
+	}
+	req := f.request(t, respSurface, responsesClient, respCall("1", "await weather({})", 10))
+	req.Exchange.Request().CodeTools = []string{"weather", "not-an-identifier"}
+	x := &finalRecorder{Exchange: req.Exchange}
+	req.Exchange = x
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopToolCalls, res.Stop, "the answer asks for the calls")
+	assert.Empty(t, f.model.sent(), "no follow-up")
+	assert.Zero(t, resumed, "the run stays paused")
+	require.Len(t, codes, 2, "the wrappers, then the code")
+	assert.Contains(t, codes[0], "'weather'", "weather is defined")
+	assert.NotContains(t, codes[0], "not-an-identifier", "a name Python cannot call is left out")
+	assert.Equal(t, "await weather({})", codes[1], "the code runs as written")
+	require.Len(t, x.rounds, 1, "one round")
+	require.Len(t, x.rounds[0].Calls, 1, "one call")
+	call := x.rounds[0].Calls[0]
+	assert.Equal(t, "in_progress", call.Status, "the run has no result yet")
+	assert.Equal(t, []schema.ToolCall{{ID: "toolu_2", Name: "weather", Input: `{"city":"Paris"}`}, {ID: "toolu_3", Name: "weather", Input: `{"city":"Oslo"}`}},
+		call.ToolCalls, "the calls, with their ids")
+}
+
+// TestPausedRunOnAnotherNameIsRefused: a pause on a name that is not one of the request's code
+// tools (the code called __codeinterp_tool_call__ itself) is resumed at once, each call failing
+// with TextUnknownTool; the loop goes on as for any run.
+func TestPausedRunOnAnotherNameIsRefused(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "done")})
+	runs := 0
+	f.provider.run = func(string) (sandbox.Result, error) {
+		if runs++; runs == 1 {
+			return sandbox.Result{}, nil
+		}
+		return sandbox.Result{Calls: []sandbox.ToolCall{{Name: "weather", Input: `{}`}, {Name: "secret", Input: `{}`}}}, nil
+	}
+	var got [][]sandbox.ToolResult
+	f.provider.Provider.Resume = func(_ context.Context, _ *sandboxtest.Container, results []sandbox.ToolResult) (sandbox.Result, error) {
+		got = append(got, results)
+		return sandbox.Result{Stdout: "refused\n"}, nil
+	}
+	req := f.request(t, respSurface, responsesClient, respCall("1", "x", 10))
+	req.Exchange.Request().CodeTools = []string{"weather"}
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopDone, res.Stop, "the loop went on")
+	refused := sandbox.ToolResult{Content: TextUnknownTool, IsError: true}
+	assert.Equal(t, [][]sandbox.ToolResult{{refused, refused}}, got, "the whole pause refused")
+	require.Len(t, f.model.sent(), 1, "one follow-up")
+}
+
+// TestToolsPrelude runs the wrappers' Python with a stand-in for the sandbox's
+// __codeinterp_tool_call__: a call with one dict, with keyword arguments, and in parallel.
+func TestToolsPrelude(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	code := "import asyncio, builtins, json\n" +
+		"async def fake(name, args):\n    return name + ':' + json.dumps(args, sort_keys=True)\n" +
+		"builtins.__codeinterp_tool_call__ = fake\n" +
+		ToolsPrelude([]string{"weather", "class", "a-b"}) +
+		"async def main():\n" +
+		"    print(await weather({'city': 'Paris'}))\n" +
+		"    print(await weather(city='Oslo'))\n" +
+		"    print(await asyncio.gather(weather({'n': 1}), weather({'n': 2})))\n" +
+		"    print(weather.__name__, 'class' in globals(), '__codeinterp_tools__' in globals())\n" +
+		"asyncio.run(main())\n"
+	out, err := exec.Command(py, "-c", code).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "weather:{\"city\": \"Paris\"}\nweather:{\"city\": \"Oslo\"}\n['weather:{\"n\": 1}', 'weather:{\"n\": 2}']\nweather False False\n", string(out))
+}
+
+// finalRecorder is an Exchange that keeps the rounds its Final was given.
+type finalRecorder struct {
+	schema.Exchange
+	rounds []schema.Round
+}
+
+func (x *finalRecorder) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
+	x.rounds = rounds
+	return x.Exchange.Final(rounds, incomplete)
 }

@@ -49,6 +49,21 @@ type CodeCall struct {
 	// files the surfaces can name (citations, *_output entries). They are not part of the
 	// item's JSON.
 	Files []CodeFile
+	// ToolCalls, when set, are the calls of the client's tools (Request.CodeTools) the code is
+	// paused on: the run has no result yet, its Status is [CodeCallInProgress], and the answer
+	// asks the client for the calls' results (programmatic tool calling). They are not part of
+	// the item's JSON.
+	ToolCalls []ToolCall
+}
+
+// ToolCall is a call of one of the client's tools made by paused code.
+type ToolCall struct {
+	// ID is the call's id as the client sees it ("toolu_…").
+	ID string
+	// Name is the tool's name.
+	Name string
+	// Input is the call's input, a JSON object's text.
+	Input string
 }
 
 // CodeFile is a file under /mnt/data a call's code created or changed: a container file.
@@ -122,4 +137,23 @@ func NewItemID(prefix string) string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return prefix + hex.EncodeToString(b)
+}
+
+// Resume is a request's answer to the calls of the client's tools that a paused run made
+// (CodeCall.ToolCalls of an earlier answer): the run to resume and the calls' results.
+type Resume struct {
+	// CellID is the call id of the paused run's code call, as the model made it ("toolu_…").
+	CellID string
+	// Results are the calls' results, in the order of the calls.
+	Results []ToolResult
+}
+
+// ToolResult is the client's result of one ToolCall.
+type ToolResult struct {
+	// CallID is the call's id ("toolu_…").
+	CallID string
+	// Content is what the call returns to the code.
+	Content string
+	// IsError makes the call raise an error in the code instead.
+	IsError bool
 }

@@ -32,6 +32,9 @@ type Options struct {
 	// RunTimeout is the wall-clock limit of one code run, which a surface may tell the model
 	// (the Messages API's code_execution_20260521 does); zero means not told.
 	RunTimeout time.Duration
+	// ProgrammaticToolCalling lets a surface make the client's tools marked callable from code
+	// (Request.CodeTools) callable from code; off, it refuses the tools callable only from code.
+	ProgrammaticToolCalling bool
 }
 
 func (o Options) Name() string {
@@ -98,6 +101,15 @@ type Request struct {
 	// answers the request continues from (previous_response_id, conversation) ran in, oldest
 	// first, as the store remembered them; set by Continuation.Continue.
 	ContextContainerIDs []string
+	// CodeTools are the names of the client's tools the code may call (programmatic tool
+	// calling): each is an async function of the container's Python, whose call pauses the run
+	// and ends the loop's answer with the calls (CodeCall.ToolCalls). Empty when the surface
+	// serves none: a call from code is then refused in the code.
+	CodeTools []string
+	// Resume, when set, is the request's answer to a paused run's calls of CodeTools: the run
+	// is to be resumed with them before any model call. Set only by a surface that serves
+	// programmatic tool calling (Options.ProgrammaticToolCalling).
+	Resume *Resume
 	// PreviousResponseID is the Responses request's previous_response_id, and ConversationID its
 	// conversation's id (the string, or the object's "id"): the earlier answer the request
 	// continues from. They are read also when Found is false.

@@ -80,7 +80,8 @@ const (
 	EventRound EventKind = iota + 1
 	// EventCallStarted: a code call is about to run (Call: its ID, Code and ContainerID).
 	EventCallStarted
-	// EventCallDone: a code call ended (Call, with its Status and Outputs).
+	// EventCallDone: a code call ended, or paused on the client's tools (Call, with its Status and
+	// Outputs, or its ToolCalls).
 	EventCallDone
 	// EventDone: the answer is complete (Body: the final answer, as Exchange.Final built it).
 	EventDone

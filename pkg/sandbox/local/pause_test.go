@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 )
 
@@ -218,4 +219,24 @@ asyncio.run(main())
 	res, err = lease.Run(ctx, "seen", 5*time.Second)
 	require.NoError(t, err, "run")
 	assert.Equal(t, `"Calling tool ['query_database'] timed out."`, res.Value, "the code saw the timeout")
+}
+
+// TestLocalToolsPrelude: the loop's wrappers of the client's tools (loop.ToolsPrelude), run in
+// the container, make a cell written as natively (await tool({...}), asyncio.gather) pause on
+// the calls, and the results reach the code.
+func TestLocalToolsPrelude(t *testing.T) {
+	t.Parallel()
+	c := newTestContainer(t, sharedLocal(t), sandbox.Spec{})
+	res := runIn(t, c, loop.ToolsPrelude([]string{"rollDie", "query"}))
+	require.Nil(t, res.Error, "the wrappers run")
+	res = runIn(t, c, "import asyncio\nasync def main():\n"+
+		"    a, b = await asyncio.gather(rollDie({'player': 'p1'}), rollDie(player='p2'))\n"+
+		"    return a + b + await query({'sql': 'select 1'})\n"+
+		"print(asyncio.run(main()))\n")
+	assert.Equal(t, []sandbox.ToolCall{{Name: "rollDie", Input: `{"player": "p1"}`}, {Name: "rollDie", Input: `{"player": "p2"}`}}, res.Calls, "two calls at once")
+	res = resume(t, c, sandbox.ToolResult{Content: "4"}, sandbox.ToolResult{Content: "6"})
+	assert.Equal(t, []sandbox.ToolCall{{Name: "query", Input: `{"sql": "select 1"}`}}, res.Calls, "then one")
+	res = resume(t, c, sandbox.ToolResult{Content: "!"})
+	assert.Empty(t, res.Calls, "the cell ended")
+	assert.Equal(t, "46!\n", res.Stdout, "the results were the code's")
 }

@@ -109,8 +109,15 @@ func (e *events) Event(ev schema.Event) error {
 		if ev.Call == nil {
 			return errors.New("encode messages stream: a code call ended without its result")
 		}
-		r := result(e.call, *ev.Call, e.x.key)
-		e.block(gjson.Parse(r.Block(ServerToolUseID(e.call.ID))))
+		if tc := ev.Call.ToolCalls; len(tc) > 0 {
+			// Paused on the client's tools: their tool_use blocks instead of a result.
+			for _, b := range e.x.rq.codeToolUses(ServerToolUseID(e.call.ID), tc) {
+				e.block(gjson.Parse(b))
+			}
+		} else {
+			r := result(e.call, *ev.Call, e.x.key)
+			e.block(gjson.Parse(r.Block(ServerToolUseID(e.call.ID))))
+		}
 		e.untilCall()
 	case schema.EventDone:
 		msg, err := e.answer(ev.Body)

@@ -50,7 +50,7 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return ErrorBody(e.HTT
 // it in the request's container (see program), so the same container, limits and /mnt/data
 // serve every version.
 func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
-	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst, CellLimit: o.RunTimeout})
+	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst, CellLimit: o.RunTimeout, CodeTools: o.ProgrammaticToolCalling})
 	if err != nil {
 		var re *RequestError
 		if errors.As(err, &re) {
@@ -66,7 +66,8 @@ func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, er
 		rq: rq,
 		req: schema.Request{
 			Body: rq.Body, Found: rq.Found, Stream: rq.Stream, ContainerID: rq.ContainerID,
-			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice, FileIDs: rq.FileIDs,
+			ForcedChoice: rq.ForcedChoice, LaterChoice: rq.LaterChoice, FileIDs: rq.FileIDs, CodeTools: rq.CodeTools,
+			Resume: rq.Resume,
 			// Anthropic's containers: "container_…" ids, hibernated when idle and restorable
 			// for their lifetime (see sandbox.HibernationConfig), unknown (404) once gone.
 			Hibernate: true, IDPrefix: ContainerIDPrefix,
@@ -245,6 +246,9 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 func result(c Call, cc schema.CodeCall, key []byte) Result {
 	r := Result{Kind: c.Kind}
 	switch {
+	case len(cc.ToolCalls) > 0:
+		r.ToolCalls = cc.ToolCalls
+		return r
 	case c.InputErr != nil:
 		r.ErrorCode, r.NotRun = ErrInvalidInput, true
 		if c.Kind == Editor {

@@ -34,7 +34,8 @@ type FinalInput struct {
 	Rounds []Round
 	// Container, if set, is the container the code ran in.
 	Container *Container
-	// Paused makes the answer's stop_reason "pause_turn": the loop stopped at its round limit
+	// Paused makes the answer's stop_reason "pause_turn" (unless a run is paused on the
+	// client's tools, which makes it "tool_use"): the loop stopped at its round limit
 	// or deadline before the model was done, and the client may send the answer back to go on,
 	// as with the native tool.
 	Paused bool
@@ -51,6 +52,7 @@ func Final(in FinalInput) ([]byte, error) {
 	var blocks []string
 	var in1, out1, cacheW, cacheR int64
 	runs := 0
+	toolCalls := false // a run is paused on the client's tools
 	for i, rd := range in.Rounds {
 		msg := gjson.ParseBytes(rd.Body)
 		if !msg.IsObject() {
@@ -78,6 +80,12 @@ func Final(in FinalInput) ([]byte, error) {
 			}
 			if !res.NotRun {
 				runs++
+			}
+			if len(res.ToolCalls) > 0 {
+				blocks = append(blocks, serverToolUse(b, k))
+				blocks = append(blocks, in.Request.codeToolUses(ServerToolUseID(id), res.ToolCalls)...)
+				toolCalls = true
+				continue
 			}
 			blocks = append(blocks, serverToolUse(b, k), res.Block(ServerToolUseID(id)))
 		}
@@ -114,8 +122,15 @@ func Final(in FinalInput) ([]byte, error) {
 			return nil, fmt.Errorf("final: set container: %w", err)
 		}
 	}
-	if in.Paused {
-		if out, err = sjson.SetBytes(out, "stop_reason", "pause_turn"); err != nil {
+	stop := ""
+	switch {
+	case toolCalls:
+		stop = "tool_use"
+	case in.Paused:
+		stop = "pause_turn"
+	}
+	if stop != "" {
+		if out, err = sjson.SetBytes(out, "stop_reason", stop); err != nil {
 			return nil, fmt.Errorf("final: set stop_reason: %w", err)
 		}
 	}

@@ -2,9 +2,12 @@ package messages
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // The REPL-state versions, code_execution_20260120 and _20260521, offer the model Python beside
@@ -49,34 +52,90 @@ func withoutCaller(b gjson.Result) string {
 	return out
 }
 
-// directTool is the client's tool t (tools[i]) as the model gets it. Programmatic tool calling
-// is not served: a tool whose allowed_callers leave out "direct" (callable only from code) is
-// refused; one callable directly loses its allowed_callers (direct is the default), which an
-// upstream would refuse once the code execution tool they name is replaced.
-func directTool(i int, t gjson.Result) (string, error) {
+// directTool is the client's tool t (tools[i]) as the model gets it, and whether the code may
+// call it. With codeTools (programmatic tool calling served, a REPL-state version), a tool
+// whose allowed_callers name version is callable from the code; one callable only from code is
+// left out of the model's tools ("" : the Python tool's description tells it instead). Without,
+// a tool callable only from code is refused. A tool callable directly loses its
+// allowed_callers (direct is the default), which an upstream would refuse once the code
+// execution tool they name is replaced.
+func directTool(i int, t gjson.Result, version string, codeTools bool) (string, bool, error) {
 	ac := t.Get("allowed_callers")
 	if !ac.Exists() || ac.Type == gjson.Null {
-		return t.Raw, nil
+		return t.Raw, false, nil
 	}
 	if !ac.IsArray() {
-		return "", badRequest("tools.%d.allowed_callers: Input should be a valid list", i)
+		return "", false, badRequest("tools.%d.allowed_callers: Input should be a valid list", i)
 	}
-	direct := false
+	direct, fromCode := false, false
 	for j, c := range ac.Array() {
 		switch v := c.String(); {
 		case c.Type != gjson.String || v != "direct" && !isCodeExecution(v):
-			return "", badRequest("tools.%d.allowed_callers.%d: Input should be 'direct' or a code execution tool version", i, j)
+			return "", false, badRequest("tools.%d.allowed_callers.%d: Input should be 'direct' or a code execution tool version", i, j)
 		case v == "direct":
 			direct = true
+		case v == version:
+			fromCode = codeTools
 		}
 	}
-	if !direct {
-		return "", badRequest("tools.%d.allowed_callers: programmatic tool calling (a tool callable only from code "+
+	if !direct && !fromCode {
+		if codeTools {
+			return "", false, badRequest("tools.%d.allowed_callers: the tool is callable only from a code execution "+
+				"version this request does not use; name %s or \"direct\"", i, version)
+		}
+		return "", false, badRequest("tools.%d.allowed_callers: programmatic tool calling (a tool callable only from code "+
 			"execution) is not served by this server; allow \"direct\" or leave allowed_callers out", i)
+	}
+	if !direct {
+		return "", true, nil
 	}
 	out, err := sjson.Delete(t.Raw, "allowed_callers")
 	if err != nil {
-		return "", fmt.Errorf("tools.%d: remove allowed_callers: %w", i, err)
+		return "", false, fmt.Errorf("tools.%d: remove allowed_callers: %w", i, err)
 	}
-	return out, nil
+	return out, fromCode, nil
+}
+
+// codeToolsDescription tells the model, after the Python tool's description, the client's
+// tools its code may call, as natively: async functions taking one dict argument.
+func codeToolsDescription(tools []gjson.Result) string {
+	var b strings.Builder
+	b.WriteString("\n\nThe code may call these tools of the user, each an async Python function taking one dict argument " +
+		"that matches its input schema and returning the tool's result as a str: `result = await name({...})`; " +
+		"call several at once with `asyncio.gather`. Their results reach only the code: print what the answer needs.")
+	for _, t := range tools {
+		b.WriteString("\n- " + t.Get("name").String())
+		if d := t.Get("description").String(); d != "" {
+			b.WriteString(": " + d)
+		}
+		if s := t.Get("input_schema"); s.Exists() {
+			b.WriteString(" Input schema: " + s.Raw)
+		}
+	}
+	return b.String()
+}
+
+// callerType is the caller type of a call made from the code of a tool version. The API's
+// types know no "code_execution_20260521" caller (reference §1.1): its calls name the
+// 20260120 version, whose REPL they share.
+func callerType(version string) string {
+	if version == Version20260521 {
+		return Version20260120
+	}
+	return version
+}
+
+// codeToolUses are the tool_use blocks of calls of the client's tools that the code of the
+// server_tool_use block toolID is paused on, each with its caller, as natively.
+func (rq Request) codeToolUses(toolID string, calls []schema.ToolCall) []string {
+	caller := `{"type":` + quote(callerType(rq.Version)) + `,"tool_id":` + quote(toolID) + `}`
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		input := c.Input
+		if !gjson.Valid(input) || !gjson.Parse(input).IsObject() {
+			input = "{}"
+		}
+		out[i] = `{"type":"tool_use","id":` + quote(c.ID) + `,"name":` + quote(c.Name) + `,"input":` + input + `,"caller":` + caller + `}`
+	}
+	return out
 }

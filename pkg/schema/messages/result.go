@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // The error codes of the native result blocks.
@@ -38,6 +40,9 @@ type Result struct {
 	// NotRun reports that the call did not run (its error says why): it is not counted in
 	// usage.server_tool_use.code_execution_requests.
 	NotRun bool
+	// ToolCalls, when set, are the calls of the client's tools a Python run is paused on: the
+	// answer shows them as tool_use blocks called from the code, instead of a result block.
+	ToolCalls []schema.ToolCall
 }
 
 // View is a text editor view: the file's lines, and where they are. The model reads them

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
@@ -23,6 +25,9 @@ type Options struct {
 	// CellLimit is the wall-clock limit of one code run, which code_execution_20260521's Python
 	// tool description discloses; zero leaves it out of the description.
 	CellLimit time.Duration
+	// CodeTools serves programmatic tool calling: the client's tools whose allowed_callers name
+	// the request's REPL-state version become callable from its Python (Request.CodeTools).
+	CodeTools bool
 }
 
 // Request is what [Rewrite] learned of a request.
@@ -51,6 +56,11 @@ type Request struct {
 	// FileIDs are the files the container_upload blocks name (see upload.go), copied into
 	// the container before the first run.
 	FileIDs []string
+	// CodeTools are the names of the client's tools the code may call (Options.CodeTools).
+	CodeTools []string
+	// Resume is the request's answer to a paused cell's calls (Options.CodeTools), nil when
+	// it answers none.
+	Resume *schema.Resume
 }
 
 // descriptions of the tools the model sees.
@@ -163,16 +173,30 @@ func Rewrite(body []byte, o Options) (Request, error) {
 
 	elems := tools.Array()
 	raws := make([]string, len(elems))
+	var codeTools []gjson.Result
 	for i, t := range elems {
 		if i == at {
 			continue
 		}
 		var err error
-		if raws[i], err = directTool(i, t); err != nil {
+		var fromCode bool
+		if raws[i], fromCode, err = directTool(i, t, version, o.CodeTools && replState(version)); err != nil {
 			return Request{}, err
 		}
+		if fromCode {
+			codeTools = append(codeTools, t)
+			rq.CodeTools = append(rq.CodeTools, t.Get("name").String())
+		}
 	}
-	out, err := replaceTool(body, raws, at, toolsFor(version, rq.Names, cache, o.CellLimit))
+	replaced := toolsFor(version, rq.Names, cache, o.CellLimit)
+	if len(codeTools) > 0 {
+		// The Python tool comes first (toolsFor): its description tells the model the tools.
+		var err error
+		if replaced[0], err = sjson.Set(replaced[0], "description", gjson.Get(replaced[0], "description").String()+codeToolsDescription(codeTools)); err != nil {
+			return Request{}, fmt.Errorf("describe the code tools: %w", err)
+		}
+	}
+	out, err := replaceTool(body, raws, at, replaced)
 	if err != nil {
 		return Request{}, err
 	}
@@ -206,6 +230,11 @@ func Rewrite(body []byte, o Options) (Request, error) {
 			return Request{}, fmt.Errorf("remove container: %w", err)
 		}
 	}
+	if o.CodeTools && replState(version) {
+		if rq.Resume, err = pendingResume(root, rq.ContainerID); err != nil {
+			return Request{}, err
+		}
+	}
 	if out, err = replayHistory(out, rq.Names, version); err != nil {
 		return Request{}, err
 	}
@@ -220,11 +249,12 @@ func Rewrite(body []byte, o Options) (Request, error) {
 func replaceTool(body []byte, tools []string, at int, repl []string) ([]byte, error) {
 	parts := make([]string, 0, len(tools)+len(repl))
 	for i, e := range tools {
-		if i == at {
+		switch {
+		case i == at:
 			parts = append(parts, repl...)
-			continue
+		case e != "": // "": a tool callable only from code
+			parts = append(parts, e)
 		}
-		parts = append(parts, e)
 	}
 	out, err := sjson.SetRawBytes(body, "tools", []byte("["+strings.Join(parts, ",")+"]"))
 	if err != nil {

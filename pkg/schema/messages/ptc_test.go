@@ -1,0 +1,157 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
+)
+
+// TestFinalPausedOnToolCalls: a Python run paused on the client's tools shows as the native
+// paused answer (reference §1.3): its server_tool_use without a result, then one tool_use block
+// for each call with the caller naming the cell, stop_reason "tool_use" and the container; the
+// SDK reads each caller.
+func TestFinalPausedOnToolCalls(t *testing.T) {
+	for _, tt := range []struct{ version, caller string }{
+		{Version20260120, Version20260120},
+		{Version20260521, Version20260120}, // the API's types know no 20260521 caller
+	} {
+		t.Run(tt.version, func(t *testing.T) {
+			x, err := Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"tools":[{"type":"`+tt.version+`","name":"code_execution"}],`+
+				`"messages":[{"role":"user","content":"roll"}]}`), schema.Options{})
+			require.NoError(t, err, "new exchange")
+			answer := `{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use","stop_sequence":null,` +
+				`"content":[{"type":"text","text":"Rolling."},{"type":"tool_use","id":"toolu_c1","name":"code_execution","input":{"code":"await roll({})"}}],` +
+				`"usage":{"input_tokens":10,"output_tokens":5}}`
+			_, err = x.ParseTurn([]byte(answer))
+			require.NoError(t, err, "parse turn")
+			out, err := x.Final([]schema.Round{{Body: []byte(answer), Calls: []schema.CodeCall{{
+				ID: "ci_1", Status: schema.CodeCallInProgress, ContainerID: "cntr_1",
+				ToolCalls: []schema.ToolCall{{ID: "toolu_a", Name: "roll", Input: `{"player":"p1"}`}, {ID: "toolu_b", Name: "roll", Input: `"not an object"`}},
+			}}}}, "")
+			require.NoError(t, err, "final")
+			content := gjson.GetBytes(out, "content").Array()
+			require.Len(t, content, 4, "text, the cell, two calls: %s", out)
+			assert.Equal(t, "server_tool_use", content[1].Get("type").String(), "the cell")
+			assert.Equal(t, "srvtoolu_c1", content[1].Get("id").String(), "the cell's id")
+			caller := `{"type":"` + tt.caller + `","tool_id":"srvtoolu_c1"}`
+			assert.JSONEq(t, `{"type":"tool_use","id":"toolu_a","name":"roll","input":{"player":"p1"},"caller":`+caller+`}`, content[2].Raw, "first call")
+			assert.JSONEq(t, `{"type":"tool_use","id":"toolu_b","name":"roll","input":{},"caller":`+caller+`}`, content[3].Raw, "an input that is no object")
+			assert.Equal(t, "tool_use", gjson.GetBytes(out, "stop_reason").String(), "stop_reason")
+			assert.Equal(t, "cntr_1", gjson.GetBytes(out, "container.id").String(), "the container")
+			assert.Equal(t, int64(1), gjson.GetBytes(out, "usage.server_tool_use.code_execution_requests").Int(), "the cell ran")
+
+			var msg anthropic.Message
+			require.NoError(t, json.Unmarshal(out, &msg), "the SDK reads the answer")
+			tu := msg.Content[2].AsToolUse()
+			assert.Equal(t, tt.caller, tu.Caller.Type, "the SDK's caller type")
+			assert.Equal(t, "srvtoolu_c1", tu.Caller.ToolID, "the SDK's caller tool_id")
+			assert.Equal(t, anthropic.StopReasonToolUse, msg.StopReason, "the SDK's stop_reason")
+		})
+	}
+}
+
+// TestRewriteCodeTools: with programmatic tool calling served, a tool whose allowed_callers
+// name the request's version is one the code may call: one callable only from code leaves the
+// model's tools and is told in the Python tool's description; one callable both ways stays, its
+// allowed_callers removed. A tool callable only from another version is refused; without the
+// option, a tool callable only from code is refused as before.
+func TestRewriteCodeTools(t *testing.T) {
+	body := func(callers string) string {
+		return `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"go"}],"tools":[` +
+			`{"type":"code_execution_20260120","name":"code_execution"},` +
+			`{"name":"roll","description":"Roll a die.","input_schema":{"type":"object","properties":{"player":{"type":"string"}}},"allowed_callers":` + callers + `},` +
+			`{"name":"both","input_schema":{"type":"object"},"allowed_callers":["direct","code_execution_20260120"]},` +
+			`{"name":"plain","input_schema":{"type":"object"}}]}`
+	}
+	x, err := Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{ProgrammaticToolCalling: true})
+	require.NoError(t, err, "new exchange")
+	rq := x.Request()
+	assert.Equal(t, []string{"roll", "both"}, rq.CodeTools, "the code tools")
+	tools := gjson.GetBytes(rq.Body, "tools")
+	assert.Equal(t, []string{"code_execution", "bash_code_execution", "text_editor_code_execution", "both", "plain"}, strs(tools.Get("#.name")), "roll only from code")
+	assert.False(t, tools.Get("3.allowed_callers").Exists(), "no allowed_callers upstream")
+	desc := tools.Get("0.description").String()
+	assert.Contains(t, desc, "await name({...})", "how to call them")
+	assert.Contains(t, desc, `- roll: Roll a die. Input schema: {"type":"object","properties":{"player":{"type":"string"}}}`, "roll told")
+	assert.Contains(t, desc, "- both Input schema:", "both told")
+	assert.NotContains(t, desc, "plain", "a direct tool is not")
+
+	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20250825"]`)), schema.Options{ProgrammaticToolCalling: true})
+	assert.ErrorContains(t, err, "tools.1.allowed_callers: the tool is callable only from a code execution version this request does not use", "another version")
+	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{})
+	assert.ErrorContains(t, err, "programmatic tool calling (a tool callable only from code execution) is not served", "not served")
+}
+
+// TestEventsPausedOnToolCalls: the stream of a paused answer shows the cell's server_tool_use,
+// then its calls' tool_use blocks with their caller, and message_delta with stop_reason
+// "tool_use" and the container: the SDK's accumulator rebuilds the plain answer.
+func TestEventsPausedOnToolCalls(t *testing.T) {
+	x, err := Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"stream":true,"tools":[{"type":"code_execution_20260120","name":"code_execution"}],`+
+		`"messages":[{"role":"user","content":"roll"}]}`), schema.Options{})
+	require.NoError(t, err, "new exchange")
+	answer := `{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"tool_use","stop_sequence":null,` +
+		`"content":[{"type":"text","text":"Rolling."},{"type":"tool_use","id":"toolu_c1","name":"code_execution","input":{"code":"await roll({})"}}],` +
+		`"usage":{"input_tokens":10,"output_tokens":5}}`
+	var b bytes.Buffer
+	sink := x.Events(&b)
+	ev := func(e schema.Event) { require.NoError(t, sink.Event(e), "event %d", e.Kind) }
+	_, err = x.ParseTurn([]byte(answer))
+	require.NoError(t, err, "parse turn")
+	ev(schema.Event{Kind: schema.EventRound, Body: []byte(answer)})
+	started := schema.CodeCall{ID: "ci_1", Status: "in_progress", ContainerID: "cntr_1"}
+	ev(schema.Event{Kind: schema.EventCallStarted, Call: &started})
+	paused := schema.CodeCall{ID: "ci_1", Status: "in_progress", ContainerID: "cntr_1",
+		ToolCalls: []schema.ToolCall{{ID: "toolu_a", Name: "roll", Input: `{"player":"p1"}`}, {ID: "toolu_b", Name: "roll", Input: `{"player":"p2"}`}}}
+	ev(schema.Event{Kind: schema.EventCallDone, Call: &paused})
+	final, err := x.Final([]schema.Round{{Body: []byte(answer), Calls: []schema.CodeCall{paused}}}, "")
+	require.NoError(t, err, "final")
+	ev(schema.Event{Kind: schema.EventDone, Body: final})
+	got := b.String()
+	assert.Equal(t, 4, strings.Count(got, "event: content_block_start"), "text, the cell, two calls: %s", got)
+	assert.Contains(t, got, `"stop_reason":"tool_use"`, "message_delta's stop_reason")
+	acc := accumulate(t, got)
+	assertSameMessage(t, final, acc)
+	assert.Equal(t, "srvtoolu_c1", acc.Content[3].AsToolUse().Caller.ToolID, "the caller streamed")
+}
+
+// TestRewriteResume: a request answering a paused cell's calls (its last message tool_results
+// for the tool_use blocks called from code in the assistant message before) names the cell and
+// the results in the calls' order; the native errors for a missing container, a missing result
+// and a text block beside the results.
+func TestRewriteResume(t *testing.T) {
+	assistant := `{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"},"caller":{"type":"direct"}},` +
+		`{"type":"tool_use","id":"toolu_a","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}},` +
+		`{"type":"tool_use","id":"toolu_b","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}}]}`
+	body := func(container, results string) string {
+		return `{"model":"m","max_tokens":10,` + container + `"tools":[{"type":"code_execution_20260120","name":"code_execution"},` +
+			`{"name":"roll","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}],` +
+			`"messages":[{"role":"user","content":"roll"},` + assistant + `,{"role":"user","content":[` + results + `]}]}`
+	}
+	both := `{"type":"tool_result","tool_use_id":"toolu_b","content":"6"},{"type":"tool_result","tool_use_id":"toolu_a","content":[{"type":"text","text":"4"}],"is_error":true}`
+	o := schema.Options{ProgrammaticToolCalling: true}
+	x, err := Surface{}.NewExchange([]byte(body(`"container":"cntr_1",`, both)), o)
+	require.NoError(t, err, "new exchange")
+	assert.Equal(t, &schema.Resume{CellID: "toolu_c1", Results: []schema.ToolResult{
+		{CallID: "toolu_a", Content: "4", IsError: true}, {CallID: "toolu_b", Content: "6"}}}, x.Request().Resume, "the cell and its results in order")
+
+	for _, tt := range []struct{ name, body, want string }{
+		{"no container", body("", both), TextContainerRequired},
+		{"a result missing", body(`"container":"cntr_1",`, `{"type":"tool_result","tool_use_id":"toolu_a","content":"4"}`),
+			"messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_b."},
+		{"text beside", body(`"container":"cntr_1",`, both+`,{"type":"text","text":"hi"}`), "messages.2.content.2: a message answering tool calls made from code must hold only tool_result blocks"},
+	} {
+		_, err := Surface{}.NewExchange([]byte(tt.body), o)
+		assert.ErrorContains(t, err, tt.want, tt.name)
+	}
+	x, err = Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20260120","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`), o)
+	require.NoError(t, err, "a first request")
+	assert.Nil(t, x.Request().Resume, "resumes nothing")
+}
