@@ -262,6 +262,8 @@ type Spec struct {
 	MemoryLimit string                 `protobuf:"bytes,1,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
 	// network_policy is the container's way out; unset means no network at all.
 	NetworkPolicy *NetworkPolicy `protobuf:"bytes,2,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
+	// skills are the skills' files mounted read-only; unset means none.
+	Skills        *SkillFiles `protobuf:"bytes,3,opt,name=skills,proto3" json:"skills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -310,6 +312,119 @@ func (x *Spec) GetNetworkPolicy() *NetworkPolicy {
 	return nil
 }
 
+func (x *Spec) GetSkills() *SkillFiles {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// SkillFiles is a sandbox.SkillFiles.
+type SkillFiles struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Root          string                 `protobuf:"bytes,1,opt,name=root,proto3" json:"root,omitempty"`
+	Files         []*SkillFile           `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillFiles) Reset() {
+	*x = SkillFiles{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillFiles) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillFiles) ProtoMessage() {}
+
+func (x *SkillFiles) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillFiles.ProtoReflect.Descriptor instead.
+func (*SkillFiles) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SkillFiles) GetRoot() string {
+	if x != nil {
+		return x.Root
+	}
+	return ""
+}
+
+func (x *SkillFiles) GetFiles() []*SkillFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// SkillFile is a sandbox.SkillFile.
+type SkillFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkillFile) Reset() {
+	*x = SkillFile{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkillFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkillFile) ProtoMessage() {}
+
+func (x *SkillFile) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkillFile.ProtoReflect.Descriptor instead.
+func (*SkillFile) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SkillFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SkillFile) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // NetworkPolicy is a sandbox.NetworkPolicy: an allowlist.
 type NetworkPolicy struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -321,7 +436,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +448,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +461,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NetworkPolicy) GetAllowedDomains() []string {
@@ -375,7 +490,7 @@ type DomainSecret struct {
 
 func (x *DomainSecret) Reset() {
 	*x = DomainSecret{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -387,7 +502,7 @@ func (x *DomainSecret) String() string {
 func (*DomainSecret) ProtoMessage() {}
 
 func (x *DomainSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -400,7 +515,7 @@ func (x *DomainSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DomainSecret.ProtoReflect.Descriptor instead.
 func (*DomainSecret) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DomainSecret) GetDomain() string {
@@ -438,7 +553,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +565,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +578,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireRequest) GetIdentity() string {
@@ -507,7 +622,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +634,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +647,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireResponse) GetLeaseId() string {
@@ -566,7 +681,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +693,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +706,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunRequest) GetLeaseId() string {
@@ -636,7 +751,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +763,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +776,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunResponse) GetResult() *Result {
@@ -695,7 +810,7 @@ type LeaseContainerRequest struct {
 
 func (x *LeaseContainerRequest) Reset() {
 	*x = LeaseContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +822,7 @@ func (x *LeaseContainerRequest) String() string {
 func (*LeaseContainerRequest) ProtoMessage() {}
 
 func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +835,7 @@ func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseContainerRequest.ProtoReflect.Descriptor instead.
 func (*LeaseContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseContainerRequest) GetLeaseId() string {
@@ -740,7 +855,7 @@ type LeaseContainerResponse struct {
 
 func (x *LeaseContainerResponse) Reset() {
 	*x = LeaseContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +867,7 @@ func (x *LeaseContainerResponse) String() string {
 func (*LeaseContainerResponse) ProtoMessage() {}
 
 func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +880,7 @@ func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseContainerResponse.ProtoReflect.Descriptor instead.
 func (*LeaseContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeaseContainerResponse) GetContainerId() string {
@@ -792,7 +907,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +919,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +932,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Result) GetStdout() string {
@@ -888,7 +1003,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1015,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1028,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunError) GetName() string {
@@ -947,7 +1062,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1074,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1087,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Image) GetPng() []byte {
@@ -994,7 +1109,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1121,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1134,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *File) GetId() string {
@@ -1059,7 +1174,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1186,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1199,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FileInfo) GetId() string {
@@ -1147,7 +1262,7 @@ type ContainerInfo struct {
 
 func (x *ContainerInfo) Reset() {
 	*x = ContainerInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1274,7 @@ func (x *ContainerInfo) String() string {
 func (*ContainerInfo) ProtoMessage() {}
 
 func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1287,7 @@ func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerInfo.ProtoReflect.Descriptor instead.
 func (*ContainerInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ContainerInfo) GetId() string {
@@ -1244,7 +1359,7 @@ type FileHeader struct {
 
 func (x *FileHeader) Reset() {
 	*x = FileHeader{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1371,7 @@ func (x *FileHeader) String() string {
 func (*FileHeader) ProtoMessage() {}
 
 func (x *FileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1384,7 @@ func (x *FileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
 func (*FileHeader) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FileHeader) GetPath() string {
@@ -1307,7 +1422,7 @@ type LeasePutFileRequest struct {
 
 func (x *LeasePutFileRequest) Reset() {
 	*x = LeasePutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1434,7 @@ func (x *LeasePutFileRequest) String() string {
 func (*LeasePutFileRequest) ProtoMessage() {}
 
 func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1447,7 @@ func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileRequest.ProtoReflect.Descriptor instead.
 func (*LeasePutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeasePutFileRequest) GetLeaseId() string {
@@ -1375,7 +1490,7 @@ type LeasePutFileResponse struct {
 
 func (x *LeasePutFileResponse) Reset() {
 	*x = LeasePutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1502,7 @@ func (x *LeasePutFileResponse) String() string {
 func (*LeasePutFileResponse) ProtoMessage() {}
 
 func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1515,7 @@ func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileResponse.ProtoReflect.Descriptor instead.
 func (*LeasePutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeasePutFileResponse) GetFile() *FileInfo {
@@ -1432,7 +1547,7 @@ type PutFileRequest struct {
 
 func (x *PutFileRequest) Reset() {
 	*x = PutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1559,7 @@ func (x *PutFileRequest) String() string {
 func (*PutFileRequest) ProtoMessage() {}
 
 func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1572,7 @@ func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileRequest.ProtoReflect.Descriptor instead.
 func (*PutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutFileRequest) GetIdentity() string {
@@ -1505,7 +1620,7 @@ type PutFileResponse struct {
 
 func (x *PutFileResponse) Reset() {
 	*x = PutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1632,7 @@ func (x *PutFileResponse) String() string {
 func (*PutFileResponse) ProtoMessage() {}
 
 func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1645,7 @@ func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileResponse.ProtoReflect.Descriptor instead.
 func (*PutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutFileResponse) GetFile() *FileInfo {
@@ -1552,7 +1667,7 @@ type OpenFileRequest struct {
 
 func (x *OpenFileRequest) Reset() {
 	*x = OpenFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1679,7 @@ func (x *OpenFileRequest) String() string {
 func (*OpenFileRequest) ProtoMessage() {}
 
 func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1692,7 @@ func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileRequest.ProtoReflect.Descriptor instead.
 func (*OpenFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OpenFileRequest) GetIdentity() string {
@@ -1612,7 +1727,7 @@ type OpenFileResponse struct {
 
 func (x *OpenFileResponse) Reset() {
 	*x = OpenFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1739,7 @@ func (x *OpenFileResponse) String() string {
 func (*OpenFileResponse) ProtoMessage() {}
 
 func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1752,7 @@ func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileResponse.ProtoReflect.Descriptor instead.
 func (*OpenFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OpenFileResponse) GetFile() *FileInfo {
@@ -1664,7 +1779,7 @@ type CheckSpecRequest struct {
 
 func (x *CheckSpecRequest) Reset() {
 	*x = CheckSpecRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1791,7 @@ func (x *CheckSpecRequest) String() string {
 func (*CheckSpecRequest) ProtoMessage() {}
 
 func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1804,7 @@ func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecRequest.ProtoReflect.Descriptor instead.
 func (*CheckSpecRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckSpecRequest) GetSpec() *Spec {
@@ -1708,7 +1823,7 @@ type CheckSpecResponse struct {
 
 func (x *CheckSpecResponse) Reset() {
 	*x = CheckSpecResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1835,7 @@ func (x *CheckSpecResponse) String() string {
 func (*CheckSpecResponse) ProtoMessage() {}
 
 func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1848,7 @@ func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecResponse.ProtoReflect.Descriptor instead.
 func (*CheckSpecResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 // KnownRequest names a container.
@@ -1747,7 +1862,7 @@ type KnownRequest struct {
 
 func (x *KnownRequest) Reset() {
 	*x = KnownRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1874,7 @@ func (x *KnownRequest) String() string {
 func (*KnownRequest) ProtoMessage() {}
 
 func (x *KnownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1887,7 @@ func (x *KnownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownRequest.ProtoReflect.Descriptor instead.
 func (*KnownRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KnownRequest) GetIdentity() string {
@@ -1799,7 +1914,7 @@ type KnownResponse struct {
 
 func (x *KnownResponse) Reset() {
 	*x = KnownResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1926,7 @@ func (x *KnownResponse) String() string {
 func (*KnownResponse) ProtoMessage() {}
 
 func (x *KnownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1939,7 @@ func (x *KnownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownResponse.ProtoReflect.Descriptor instead.
 func (*KnownResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KnownResponse) GetKnown() bool {
@@ -1847,7 +1962,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1974,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1987,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateRequest) GetIdentity() string {
@@ -1913,7 +2028,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2040,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2053,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateResponse) GetContainer() *ContainerInfo {
@@ -1959,7 +2074,7 @@ type ContainerRequest struct {
 
 func (x *ContainerRequest) Reset() {
 	*x = ContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2086,7 @@ func (x *ContainerRequest) String() string {
 func (*ContainerRequest) ProtoMessage() {}
 
 func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2099,7 @@ func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRequest.ProtoReflect.Descriptor instead.
 func (*ContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ContainerRequest) GetIdentity() string {
@@ -2011,7 +2126,7 @@ type ContainerResponse struct {
 
 func (x *ContainerResponse) Reset() {
 	*x = ContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2138,7 @@ func (x *ContainerResponse) String() string {
 func (*ContainerResponse) ProtoMessage() {}
 
 func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2151,7 @@ func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerResponse.ProtoReflect.Descriptor instead.
 func (*ContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ContainerResponse) GetContainer() *ContainerInfo {
@@ -2056,7 +2171,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2183,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2196,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ContainersRequest) GetIdentity() string {
@@ -2101,7 +2216,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2228,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2241,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ContainersResponse) GetContainers() []*ContainerInfo {
@@ -2147,7 +2262,7 @@ type DeleteContainerRequest struct {
 
 func (x *DeleteContainerRequest) Reset() {
 	*x = DeleteContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2274,7 @@ func (x *DeleteContainerRequest) String() string {
 func (*DeleteContainerRequest) ProtoMessage() {}
 
 func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2287,7 @@ func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteContainerRequest) GetIdentity() string {
@@ -2198,7 +2313,7 @@ type DeleteContainerResponse struct {
 
 func (x *DeleteContainerResponse) Reset() {
 	*x = DeleteContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2325,7 @@ func (x *DeleteContainerResponse) String() string {
 func (*DeleteContainerResponse) ProtoMessage() {}
 
 func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2338,7 @@ func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 // FilesRequest names a container.
@@ -2237,7 +2352,7 @@ type FilesRequest struct {
 
 func (x *FilesRequest) Reset() {
 	*x = FilesRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2364,7 @@ func (x *FilesRequest) String() string {
 func (*FilesRequest) ProtoMessage() {}
 
 func (x *FilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2377,7 @@ func (x *FilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesRequest.ProtoReflect.Descriptor instead.
 func (*FilesRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FilesRequest) GetIdentity() string {
@@ -2289,7 +2404,7 @@ type FilesResponse struct {
 
 func (x *FilesResponse) Reset() {
 	*x = FilesResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2416,7 @@ func (x *FilesResponse) String() string {
 func (*FilesResponse) ProtoMessage() {}
 
 func (x *FilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2429,7 @@ func (x *FilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesResponse.ProtoReflect.Descriptor instead.
 func (*FilesResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FilesResponse) GetFiles() []*FileInfo {
@@ -2336,7 +2451,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2463,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2476,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FileRequest) GetIdentity() string {
@@ -2395,7 +2510,7 @@ type FileResponse struct {
 
 func (x *FileResponse) Reset() {
 	*x = FileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2522,7 @@ func (x *FileResponse) String() string {
 func (*FileResponse) ProtoMessage() {}
 
 func (x *FileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2535,7 @@ func (x *FileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileResponse.ProtoReflect.Descriptor instead.
 func (*FileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FileResponse) GetFile() *FileInfo {
@@ -2442,7 +2557,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2569,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2582,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteFileRequest) GetIdentity() string {
@@ -2500,7 +2615,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2627,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2640,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 var File_codeinterp_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -2541,10 +2656,18 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tSpecError\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"v\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb1\x01\n" +
 	"\x04Spec\x12!\n" +
 	"\fmemory_limit\x18\x01 \x01(\tR\vmemoryLimit\x12K\n" +
-	"\x0enetwork_policy\x18\x02 \x01(\v2$.codeinterp.sandbox.v1.NetworkPolicyR\rnetworkPolicy\"\x84\x01\n" +
+	"\x0enetwork_policy\x18\x02 \x01(\v2$.codeinterp.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x129\n" +
+	"\x06skills\x18\x03 \x01(\v2!.codeinterp.sandbox.v1.SkillFilesR\x06skills\"X\n" +
+	"\n" +
+	"SkillFiles\x12\x12\n" +
+	"\x04root\x18\x01 \x01(\tR\x04root\x126\n" +
+	"\x05files\x18\x02 \x03(\v2 .codeinterp.sandbox.v1.SkillFileR\x05files\"3\n" +
+	"\tSkillFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x84\x01\n" +
 	"\rNetworkPolicy\x12'\n" +
 	"\x0fallowed_domains\x18\x01 \x03(\tR\x0eallowedDomains\x12J\n" +
 	"\x0edomain_secrets\x18\x02 \x03(\v2#.codeinterp.sandbox.v1.DomainSecretR\rdomainSecrets\"P\n" +
@@ -2734,110 +2857,114 @@ func file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_codeinterp_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: codeinterp.sandbox.v1.ErrorKind
 	(*Error)(nil),                   // 1: codeinterp.sandbox.v1.Error
 	(*SpecError)(nil),               // 2: codeinterp.sandbox.v1.SpecError
 	(*Spec)(nil),                    // 3: codeinterp.sandbox.v1.Spec
-	(*NetworkPolicy)(nil),           // 4: codeinterp.sandbox.v1.NetworkPolicy
-	(*DomainSecret)(nil),            // 5: codeinterp.sandbox.v1.DomainSecret
-	(*AcquireRequest)(nil),          // 6: codeinterp.sandbox.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 7: codeinterp.sandbox.v1.AcquireResponse
-	(*RunRequest)(nil),              // 8: codeinterp.sandbox.v1.RunRequest
-	(*RunResponse)(nil),             // 9: codeinterp.sandbox.v1.RunResponse
-	(*LeaseContainerRequest)(nil),   // 10: codeinterp.sandbox.v1.LeaseContainerRequest
-	(*LeaseContainerResponse)(nil),  // 11: codeinterp.sandbox.v1.LeaseContainerResponse
-	(*Result)(nil),                  // 12: codeinterp.sandbox.v1.Result
-	(*RunError)(nil),                // 13: codeinterp.sandbox.v1.RunError
-	(*Image)(nil),                   // 14: codeinterp.sandbox.v1.Image
-	(*File)(nil),                    // 15: codeinterp.sandbox.v1.File
-	(*FileInfo)(nil),                // 16: codeinterp.sandbox.v1.FileInfo
-	(*ContainerInfo)(nil),           // 17: codeinterp.sandbox.v1.ContainerInfo
-	(*FileHeader)(nil),              // 18: codeinterp.sandbox.v1.FileHeader
-	(*LeasePutFileRequest)(nil),     // 19: codeinterp.sandbox.v1.LeasePutFileRequest
-	(*LeasePutFileResponse)(nil),    // 20: codeinterp.sandbox.v1.LeasePutFileResponse
-	(*PutFileRequest)(nil),          // 21: codeinterp.sandbox.v1.PutFileRequest
-	(*PutFileResponse)(nil),         // 22: codeinterp.sandbox.v1.PutFileResponse
-	(*OpenFileRequest)(nil),         // 23: codeinterp.sandbox.v1.OpenFileRequest
-	(*OpenFileResponse)(nil),        // 24: codeinterp.sandbox.v1.OpenFileResponse
-	(*CheckSpecRequest)(nil),        // 25: codeinterp.sandbox.v1.CheckSpecRequest
-	(*CheckSpecResponse)(nil),       // 26: codeinterp.sandbox.v1.CheckSpecResponse
-	(*KnownRequest)(nil),            // 27: codeinterp.sandbox.v1.KnownRequest
-	(*KnownResponse)(nil),           // 28: codeinterp.sandbox.v1.KnownResponse
-	(*CreateRequest)(nil),           // 29: codeinterp.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),          // 30: codeinterp.sandbox.v1.CreateResponse
-	(*ContainerRequest)(nil),        // 31: codeinterp.sandbox.v1.ContainerRequest
-	(*ContainerResponse)(nil),       // 32: codeinterp.sandbox.v1.ContainerResponse
-	(*ContainersRequest)(nil),       // 33: codeinterp.sandbox.v1.ContainersRequest
-	(*ContainersResponse)(nil),      // 34: codeinterp.sandbox.v1.ContainersResponse
-	(*DeleteContainerRequest)(nil),  // 35: codeinterp.sandbox.v1.DeleteContainerRequest
-	(*DeleteContainerResponse)(nil), // 36: codeinterp.sandbox.v1.DeleteContainerResponse
-	(*FilesRequest)(nil),            // 37: codeinterp.sandbox.v1.FilesRequest
-	(*FilesResponse)(nil),           // 38: codeinterp.sandbox.v1.FilesResponse
-	(*FileRequest)(nil),             // 39: codeinterp.sandbox.v1.FileRequest
-	(*FileResponse)(nil),            // 40: codeinterp.sandbox.v1.FileResponse
-	(*DeleteFileRequest)(nil),       // 41: codeinterp.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),      // 42: codeinterp.sandbox.v1.DeleteFileResponse
+	(*SkillFiles)(nil),              // 4: codeinterp.sandbox.v1.SkillFiles
+	(*SkillFile)(nil),               // 5: codeinterp.sandbox.v1.SkillFile
+	(*NetworkPolicy)(nil),           // 6: codeinterp.sandbox.v1.NetworkPolicy
+	(*DomainSecret)(nil),            // 7: codeinterp.sandbox.v1.DomainSecret
+	(*AcquireRequest)(nil),          // 8: codeinterp.sandbox.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 9: codeinterp.sandbox.v1.AcquireResponse
+	(*RunRequest)(nil),              // 10: codeinterp.sandbox.v1.RunRequest
+	(*RunResponse)(nil),             // 11: codeinterp.sandbox.v1.RunResponse
+	(*LeaseContainerRequest)(nil),   // 12: codeinterp.sandbox.v1.LeaseContainerRequest
+	(*LeaseContainerResponse)(nil),  // 13: codeinterp.sandbox.v1.LeaseContainerResponse
+	(*Result)(nil),                  // 14: codeinterp.sandbox.v1.Result
+	(*RunError)(nil),                // 15: codeinterp.sandbox.v1.RunError
+	(*Image)(nil),                   // 16: codeinterp.sandbox.v1.Image
+	(*File)(nil),                    // 17: codeinterp.sandbox.v1.File
+	(*FileInfo)(nil),                // 18: codeinterp.sandbox.v1.FileInfo
+	(*ContainerInfo)(nil),           // 19: codeinterp.sandbox.v1.ContainerInfo
+	(*FileHeader)(nil),              // 20: codeinterp.sandbox.v1.FileHeader
+	(*LeasePutFileRequest)(nil),     // 21: codeinterp.sandbox.v1.LeasePutFileRequest
+	(*LeasePutFileResponse)(nil),    // 22: codeinterp.sandbox.v1.LeasePutFileResponse
+	(*PutFileRequest)(nil),          // 23: codeinterp.sandbox.v1.PutFileRequest
+	(*PutFileResponse)(nil),         // 24: codeinterp.sandbox.v1.PutFileResponse
+	(*OpenFileRequest)(nil),         // 25: codeinterp.sandbox.v1.OpenFileRequest
+	(*OpenFileResponse)(nil),        // 26: codeinterp.sandbox.v1.OpenFileResponse
+	(*CheckSpecRequest)(nil),        // 27: codeinterp.sandbox.v1.CheckSpecRequest
+	(*CheckSpecResponse)(nil),       // 28: codeinterp.sandbox.v1.CheckSpecResponse
+	(*KnownRequest)(nil),            // 29: codeinterp.sandbox.v1.KnownRequest
+	(*KnownResponse)(nil),           // 30: codeinterp.sandbox.v1.KnownResponse
+	(*CreateRequest)(nil),           // 31: codeinterp.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),          // 32: codeinterp.sandbox.v1.CreateResponse
+	(*ContainerRequest)(nil),        // 33: codeinterp.sandbox.v1.ContainerRequest
+	(*ContainerResponse)(nil),       // 34: codeinterp.sandbox.v1.ContainerResponse
+	(*ContainersRequest)(nil),       // 35: codeinterp.sandbox.v1.ContainersRequest
+	(*ContainersResponse)(nil),      // 36: codeinterp.sandbox.v1.ContainersResponse
+	(*DeleteContainerRequest)(nil),  // 37: codeinterp.sandbox.v1.DeleteContainerRequest
+	(*DeleteContainerResponse)(nil), // 38: codeinterp.sandbox.v1.DeleteContainerResponse
+	(*FilesRequest)(nil),            // 39: codeinterp.sandbox.v1.FilesRequest
+	(*FilesResponse)(nil),           // 40: codeinterp.sandbox.v1.FilesResponse
+	(*FileRequest)(nil),             // 41: codeinterp.sandbox.v1.FileRequest
+	(*FileResponse)(nil),            // 42: codeinterp.sandbox.v1.FileResponse
+	(*DeleteFileRequest)(nil),       // 43: codeinterp.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),      // 44: codeinterp.sandbox.v1.DeleteFileResponse
 }
 var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: codeinterp.sandbox.v1.Error.kinds:type_name -> codeinterp.sandbox.v1.ErrorKind
 	2,  // 1: codeinterp.sandbox.v1.Error.spec:type_name -> codeinterp.sandbox.v1.SpecError
-	4,  // 2: codeinterp.sandbox.v1.Spec.network_policy:type_name -> codeinterp.sandbox.v1.NetworkPolicy
-	5,  // 3: codeinterp.sandbox.v1.NetworkPolicy.domain_secrets:type_name -> codeinterp.sandbox.v1.DomainSecret
-	3,  // 4: codeinterp.sandbox.v1.AcquireRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	12, // 5: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
-	1,  // 6: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
-	13, // 7: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
-	14, // 8: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
-	15, // 9: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
-	18, // 10: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	16, // 11: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	18, // 12: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	16, // 13: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	16, // 14: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	3,  // 15: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	3,  // 16: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	17, // 17: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	17, // 18: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	17, // 19: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	16, // 20: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
-	16, // 21: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	6,  // 22: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
-	8,  // 23: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
-	10, // 24: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
-	19, // 25: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
-	21, // 26: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
-	23, // 27: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
-	25, // 28: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
-	27, // 29: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
-	29, // 30: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
-	31, // 31: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
-	33, // 32: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
-	35, // 33: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
-	37, // 34: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
-	39, // 35: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
-	41, // 36: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
-	7,  // 37: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
-	9,  // 38: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
-	11, // 39: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
-	20, // 40: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
-	22, // 41: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
-	24, // 42: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
-	26, // 43: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
-	28, // 44: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
-	30, // 45: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
-	32, // 46: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
-	34, // 47: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
-	36, // 48: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
-	38, // 49: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
-	40, // 50: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
-	42, // 51: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	6,  // 2: codeinterp.sandbox.v1.Spec.network_policy:type_name -> codeinterp.sandbox.v1.NetworkPolicy
+	4,  // 3: codeinterp.sandbox.v1.Spec.skills:type_name -> codeinterp.sandbox.v1.SkillFiles
+	5,  // 4: codeinterp.sandbox.v1.SkillFiles.files:type_name -> codeinterp.sandbox.v1.SkillFile
+	7,  // 5: codeinterp.sandbox.v1.NetworkPolicy.domain_secrets:type_name -> codeinterp.sandbox.v1.DomainSecret
+	3,  // 6: codeinterp.sandbox.v1.AcquireRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	14, // 7: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
+	1,  // 8: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
+	15, // 9: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
+	16, // 10: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
+	17, // 11: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
+	20, // 12: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	18, // 13: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	20, // 14: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	18, // 15: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	18, // 16: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	3,  // 17: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	3,  // 18: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	19, // 19: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	19, // 20: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	19, // 21: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	18, // 22: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
+	18, // 23: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	8,  // 24: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
+	10, // 25: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
+	12, // 26: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
+	21, // 27: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
+	23, // 28: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
+	25, // 29: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
+	27, // 30: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
+	29, // 31: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
+	31, // 32: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
+	33, // 33: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
+	35, // 34: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
+	37, // 35: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
+	39, // 36: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
+	41, // 37: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
+	43, // 38: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
+	9,  // 39: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
+	11, // 40: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
+	13, // 41: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
+	22, // 42: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
+	24, // 43: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
+	26, // 44: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
+	28, // 45: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
+	30, // 46: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
+	32, // 47: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
+	34, // 48: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
+	36, // 49: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
+	38, // 50: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
+	40, // 51: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
+	42, // 52: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
+	44, // 53: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
+	39, // [39:54] is the sub-list for method output_type
+	24, // [24:39] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_sandbox_v1_sandbox_proto_init() }
@@ -2851,7 +2978,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc), len(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
