@@ -8,10 +8,12 @@ import (
 
 // The bounds of a container's SkillFiles, checked by [SkillFiles.Check]: the files of up to
 // eight skills at the native bundle limits would be more than a container start should copy,
-// so a container holds at most this much of them.
+// and than a Spec should hold for a container's life (a Manager keeps it, to restart the
+// container) or carry to a sandbox node (whose messages are at most 64 MiB by default), so a
+// container holds at most this much of them.
 const (
 	MaxSkillFiles = 2000
-	MaxSkillBytes = 256 << 20
+	MaxSkillBytes = 48 << 20
 )
 
 // SkillFiles are the skills' files a container is created with, mounted read-only at Root: the

@@ -128,6 +128,7 @@ func TestSkillsRefused(t *testing.T) {
 		"file and dir":   {Root: "/skills", Files: []sandbox.SkillFile{{Path: "a"}, {Path: "a/b"}}},
 		"no files":       {Root: "/skills"},
 		"too many files": {Root: "/skills", Files: make([]sandbox.SkillFile, sandbox.MaxSkillFiles+1)},
+		"too many bytes": {Root: "/skills", Files: []sandbox.SkillFile{{Path: "a/SKILL.md", Data: make([]byte, sandbox.MaxSkillBytes+1)}}},
 	} {
 		spec := sandbox.Spec{Skills: s}
 		err := l.CheckSpec(spec)
