@@ -68,6 +68,8 @@ type NewContainer struct {
 	// NetworkPolicy is the network_policy of type allowlist asked for; nil for none (no
 	// network). The store refuses it where the operator has not enabled network access.
 	NetworkPolicy *sandbox.NetworkPolicy
+	// Skills are the skills' files mounted in the container (ResolveSkills); nil for none.
+	Skills *sandbox.SkillFiles
 }
 
 // Store keeps the containers. Its methods are scoped by identity, never empty; a container of

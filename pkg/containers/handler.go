@@ -345,6 +345,11 @@ func (h *Handler) createContainer(c call) {
 		h.fail(c, "", err)
 		return
 	}
+	store, lim := h.skillStore()
+	if nc.Skills, _, err = ResolveSkills(c.r.Context(), store, lim, c.identity, body.Skills, "skills"); err != nil {
+		h.fail(c, "", err)
+		return
+	}
 	if len(body.FileIDs) > 0 {
 		// The copies are an upload like any other: they hold the new container in use.
 		if !h.beginUpload(c.identity) {
@@ -419,9 +424,6 @@ func (h *Handler) newContainer(b createBody) (NewContainer, error) {
 			return nc, err
 		}
 		nc.NetworkPolicy = policy
-	}
-	if len(b.Skills) > 0 {
-		return nc, &schema.RequestError{Message: "Invalid 'skills': skills are not supported.", Param: "skills", Code: "invalid_value"}
 	}
 	if len(b.FileIDs) > 50 {
 		return nc, &schema.RequestError{Message: "Invalid 'file_ids': at most 50 files.", Param: "file_ids", Code: "array_above_max_length"}

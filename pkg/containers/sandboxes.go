@@ -35,7 +35,7 @@ func (s *SandboxStore) Create(ctx context.Context, identity string, c NewContain
 	info, err := s.m.Create(ctx, sandbox.CreateRequest{
 		Identity:     identity,
 		Name:         c.Name,
-		Spec:         sandbox.Spec{MemoryLimit: c.MemoryLimit, NetworkPolicy: c.NetworkPolicy},
+		Spec:         sandbox.Spec{MemoryLimit: c.MemoryLimit, NetworkPolicy: c.NetworkPolicy, Skills: c.Skills},
 		ExpiresAfter: c.ExpiresAfter,
 	})
 	if err != nil {

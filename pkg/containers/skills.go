@@ -3,6 +3,9 @@ package containers
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/skills"
 )
@@ -399,4 +403,124 @@ func (h *Handler) skillContent(c call) {
 	if err := b.Zip(c.w, b.Name); err != nil && c.r.Context().Err() == nil {
 		h.log.Warn("write a skill's content", zap.Error(err))
 	}
+}
+
+// OpenAISkillsRoot is where a container's skills are mounted, each in "<name>-<32 hex>", as in
+// OpenAI's containers.
+const OpenAISkillsRoot = "/home/oai/skills"
+
+// maxContainerSkills bounds the skills of one container (OpenAI's own bound is not published).
+const maxContainerSkills = 20
+
+// skillEntry is one of a create body's skills: a skill_reference or an inline bundle.
+type skillEntry struct {
+	Type    string          `json:"type"`
+	SkillID *string         `json:"skill_id"`
+	Version json.RawMessage `json:"version"`
+	Name    *string         `json:"name"`
+	Desc    *string         `json:"description"`
+	Source  *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+	} `json:"source"`
+}
+
+// ParseSkillRefs reads the OpenAI skills entries raw (param names their array: "skills",
+// "tools[0].environment.skills") into refs; a malformed entry is a *schema.RequestError.
+func ParseSkillRefs(raw []json.RawMessage, param string) ([]skills.Ref, error) {
+	if len(raw) > maxContainerSkills {
+		return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s': at most %d skills.", param, maxContainerSkills),
+			Param: param, Code: "array_above_max_length"}
+	}
+	refs := make([]skills.Ref, 0, len(raw))
+	for i, r := range raw {
+		p := fmt.Sprintf("%s[%d]", param, i)
+		var e skillEntry
+		if err := json.Unmarshal(r, &e); err != nil {
+			return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s': expected a skill_reference or an inline skill.", p), Param: p, Code: "invalid_type"}
+		}
+		missing := func(f string) error {
+			return &schema.RequestError{Message: fmt.Sprintf("Missing required parameter: '%s.%s'.", p, f), Param: p + "." + f, Code: "missing_required_parameter"}
+		}
+		switch e.Type {
+		case "skill_reference":
+			if e.SkillID == nil || *e.SkillID == "" {
+				return nil, missing("skill_id")
+			}
+			ref := skills.Ref{SkillID: *e.SkillID, Param: p}
+			if len(e.Version) > 0 && string(e.Version) != "null" {
+				var n int64
+				var s string
+				switch {
+				case json.Unmarshal(e.Version, &n) == nil && n > 0:
+					ref.Version = strconv.FormatInt(n, 10)
+				case json.Unmarshal(e.Version, &s) == nil && s != "":
+					ref.Version = s
+				default:
+					return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s.version': expected a positive integer or 'latest'.", p), Param: p + ".version", Code: "invalid_value"}
+				}
+			}
+			refs = append(refs, ref)
+		case "inline":
+			switch {
+			case e.Name == nil:
+				return nil, missing("name")
+			case e.Desc == nil:
+				return nil, missing("description")
+			case e.Source == nil:
+				return nil, missing("source")
+			}
+			if e.Source.Type != "base64" || e.Source.MediaType != "application/zip" {
+				return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s.source': expected type 'base64' with media_type 'application/zip'.", p), Param: p + ".source", Code: "invalid_value"}
+			}
+			data, err := base64.StdEncoding.DecodeString(e.Source.Data)
+			if err != nil {
+				return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s.source.data': not base64.", p), Param: p + ".source.data", Code: "invalid_value"}
+			}
+			refs = append(refs, skills.Ref{Zip: data, Param: p})
+		case "":
+			return nil, missing("type")
+		default:
+			return nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s.type': expected 'skill_reference' or 'inline', got '%s'.", p, e.Type), Param: p + ".type", Code: "invalid_value"}
+		}
+	}
+	return refs, nil
+}
+
+// ResolveSkills turns the skills entries raw of identity into the files of a container (nil
+// when raw is empty) and what each skill is: stored skills come from store (nil: none), inline
+// ones are read with lim. A client's mistake is a *schema.RequestError (400).
+func ResolveSkills(ctx context.Context, store skills.Store, lim skills.Limits, identity string, raw []json.RawMessage, param string) (*sandbox.SkillFiles, []skills.Mounted, error) {
+	if len(raw) == 0 {
+		return nil, nil, nil
+	}
+	refs, err := ParseSkillRefs(raw, param)
+	if err != nil {
+		return nil, nil, err
+	}
+	ms, err := skills.Resolve(ctx, store, lim, identity, refs, true)
+	if inv, ok := errors.AsType[*skills.InvalidError](err); ok {
+		re := &schema.RequestError{Message: inv.Message, Param: inv.Param, Code: "invalid_value"}
+		if inv.TooLarge {
+			re.Status, re.Code = http.StatusRequestEntityTooLarge, "file_too_large"
+		}
+		return nil, nil, re
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: skills: %w", ErrUnavailable, err)
+	}
+	files := skills.MountFiles(OpenAISkillsRoot, ms)
+	if err := files.Check(); err != nil {
+		return nil, nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s': %s.", param, err), Param: param, Code: "invalid_value"}
+	}
+	return files, ms, nil
+}
+
+// skillStore is the Handler's skills store, nil without the Skills API.
+func (h *Handler) skillStore() (skills.Store, skills.Limits) {
+	if h.skills == nil {
+		return nil, h.cfg.SkillLimits
+	}
+	return h.skills.store, h.skills.lim
 }

@@ -170,6 +170,9 @@ type Spec struct {
 	// network at all. A pointer, so that a Spec stays comparable; a policy given to a Spec
 	// must not change afterwards.
 	NetworkPolicy *NetworkPolicy
+	// Skills, when set, are skills' files mounted read-only in the container (see
+	// SkillFiles). A pointer, as NetworkPolicy is; it must not change afterwards.
+	Skills *SkillFiles
 }
 
 // NetworkPolicy is a container's network_policy of type allowlist, as the native API has it.

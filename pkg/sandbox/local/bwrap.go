@@ -61,8 +61,9 @@ func (l *Local) containerEnv(mplConfig string) []string {
 }
 
 // bwrapArgs builds bubblewrap's arguments up to the command. probe makes the font cache
-// directory writable instead of binding its files.
-func (l *Local) bwrapArgs(probe bool) []string {
+// directory writable instead of binding its files; skills are a container's skill mount
+// (skillArgs), made before the root is remounted read-only.
+func (l *Local) bwrapArgs(probe bool, skills []string) []string {
 	c := l.layout()
 	a := []string{
 		"--unshare-all", "--unshare-user", "--disable-userns",
@@ -98,6 +99,7 @@ func (l *Local) bwrapArgs(probe bool) []string {
 	// code write its memory (/proc/1/mem) and, say, clear its parent-death signal, so that the
 	// container outlived the server. An empty read-only directory hides it.
 	a = append(a, "--tmpfs", "/proc/1", "--remount-ro", "/proc/1")
+	a = append(a, skills...)
 	a = append(a, "--chdir", c.dataDir, "--remount-ro", "/dev", "--remount-ro", "/")
 	if l.seccomp != nil {
 		a = append(a, "--seccomp", "6")
@@ -201,7 +203,9 @@ func pythonPrefix(python string) string {
 	return prefix
 }
 
-func (l *Local) commandArgs(cfgHex string) (path string, args []string) {
+// commandArgs returns the container's command: bw are bubblewrap's arguments, nil for the
+// Local's own.
+func (l *Local) commandArgs(cfgHex string, bw []string) (path string, args []string) {
 	// -E: no PYTHON* variables; -s: no user site directory. The site module runs: skipping it
 	// saves 10 ms of a start but leaves packages' .pth files undone (Debian's matplotlib then
 	// takes 100 ms longer to import).
@@ -209,5 +213,8 @@ func (l *Local) commandArgs(cfgHex string) (path string, args []string) {
 	if !l.isolated() {
 		return l.python, py[1:]
 	}
-	return l.bwrap, slices.Concat(l.args, []string{"--"}, py)
+	if bw == nil {
+		bw = l.args
+	}
+	return l.bwrap, slices.Concat(bw, []string{"--"}, py)
 }

@@ -96,12 +96,12 @@ type container struct {
 
 // start launches the process and its reader goroutines; it does not wait for the driver. It
 // fails with [sandbox.ErrClosed] after Close, which waits for the starts in progress.
-func (l *Local) start(memBytes int64, env map[string]string) (_ *container, err error) {
+func (l *Local) start(memBytes int64, env map[string]string, skills *sandbox.SkillFiles) (_ *container, err error) {
 	if err := l.beginStart(); err != nil {
 		return nil, err
 	}
 	defer l.starts.Done()
-	if l.tpl != nil {
+	if l.tpl != nil && skills == nil { // skills.go: a container with skills starts the exec way
 		c, err := l.startForked(memBytes, env)
 		if !errors.Is(err, errTemplateUnavailable) {
 			return c, err
@@ -126,11 +126,15 @@ func (l *Local) start(memBytes int64, env map[string]string) (_ *container, err 
 	if err := c.openFiles(&files, memBytes); err != nil {
 		return nil, err
 	}
+	bw, err := c.addSkills(&files, skills)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := c.makeDataDir()
 	if err != nil {
 		return nil, err
 	}
-	cmd, err := c.command(memBytes, dir, runAs, &files)
+	cmd, err := c.command(memBytes, dir, runAs, &files, bw)
 	if err != nil {
 		return nil, err
 	}
@@ -336,15 +340,16 @@ func (c *container) makeDataDir() (string, error) {
 }
 
 // command builds the container's process, started as runAs with the descriptors of f: the
-// driver, under bubblewrap unless isolation is off, with its data directory dir. The process
-// lives until Delete, not as long as any request: its context is the container's own.
-func (c *container) command(memBytes int64, dir string, runAs int, f *startFiles) (*exec.Cmd, error) {
+// driver, under bubblewrap (with the arguments bw, nil for the Local's own) unless isolation is
+// off, with its data directory dir. The process lives until Delete, not as long as any
+// request: its context is the container's own.
+func (c *container) command(memBytes int64, dir string, runAs int, f *startFiles, bw []string) (*exec.Cmd, error) {
 	l := c.l
 	cfgHex, err := l.driverArg(memBytes, dir, c.env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", sandbox.ErrUnavailable, err)
 	}
-	path, args := l.commandArgs(cfgHex)
+	path, args := l.commandArgs(cfgHex, bw)
 	life, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	cmd := exec.CommandContext(life, path, args...)

@@ -322,7 +322,7 @@ func (l *Local) setUp() error {
 	if l.shared, err = l.listShared(); err != nil {
 		return err
 	}
-	l.args = l.bwrapArgs(false)
+	l.args = l.bwrapArgs(false, nil)
 	return nil
 }
 
@@ -438,6 +438,9 @@ func (l *Local) ResolveSpec(spec sandbox.Spec) sandbox.Spec {
 // operator's allowlist. An error matches [sandbox.ErrInvalidSpec].
 func (l *Local) CheckSpec(spec sandbox.Spec) error {
 	if _, err := l.memoryOf(spec); err != nil {
+		return err
+	}
+	if err := l.checkSkills(spec.Skills); err != nil {
 		return err
 	}
 	return l.checkNetwork(spec.NetworkPolicy)
@@ -557,7 +560,7 @@ func (l *Local) probe() error {
 		cmd.Env = l.containerEnv(filepath.Join(l.workDir, "mpl"))
 		cmd.Dir = l.workDir
 	} else {
-		args := l.bwrapArgs(true)
+		args := l.bwrapArgs(true, nil)
 		args = append(args, "--", l.python, "-E", "-s", "-c", script)
 		cmd = exec.CommandContext(ctx, l.bwrap, args...)
 		cmd.Env = []string{}
@@ -670,6 +673,9 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Containe
 	if err := l.checkNetwork(spec.NetworkPolicy); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
+	if err := l.checkSkills(spec.Skills); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
 	var proxy *egress.Proxy // the container's, once started; closed here until then
 	var env map[string]string
 	if spec.NetworkPolicy != nil {
@@ -683,7 +689,7 @@ func (l *Local) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Containe
 		}()
 		env = networkEnv(proxy)
 	}
-	c, err := l.start(memBytes, env)
+	c, err := l.start(memBytes, env, spec.Skills)
 	if err != nil {
 		return nil, err
 	}

@@ -120,6 +120,12 @@ func statusError(err error) error {
 // must not be logged.
 func specProto(s sandbox.Spec) *sandboxv1.Spec {
 	ps := &sandboxv1.Spec{MemoryLimit: s.MemoryLimit}
+	if sk := s.Skills; sk != nil {
+		ps.Skills = &sandboxv1.SkillFiles{Root: sk.Root, Files: make([]*sandboxv1.SkillFile, len(sk.Files))}
+		for i, f := range sk.Files {
+			ps.Skills.Files[i] = &sandboxv1.SkillFile{Path: f.Path, Data: f.Data}
+		}
+	}
 	if np := s.NetworkPolicy; np != nil {
 		ps.NetworkPolicy = &sandboxv1.NetworkPolicy{AllowedDomains: np.AllowedDomains}
 		for _, ds := range np.DomainSecrets {
@@ -133,6 +139,13 @@ func specProto(s sandbox.Spec) *sandboxv1.Spec {
 // specOf is the Spec ps describes: a policy present (even empty) is a policy, absent is none.
 func specOf(ps *sandboxv1.Spec) sandbox.Spec {
 	s := sandbox.Spec{MemoryLimit: ps.GetMemoryLimit()}
+	if pk := ps.GetSkills(); pk != nil {
+		sk := &sandbox.SkillFiles{Root: pk.GetRoot(), Files: make([]sandbox.SkillFile, len(pk.GetFiles()))}
+		for i, f := range pk.GetFiles() {
+			sk.Files[i] = sandbox.SkillFile{Path: f.GetPath(), Data: f.GetData()}
+		}
+		s.Skills = sk
+	}
 	if pn := ps.GetNetworkPolicy(); pn != nil {
 		np := &sandbox.NetworkPolicy{}
 		if ds := pn.GetAllowedDomains(); len(ds) > 0 {

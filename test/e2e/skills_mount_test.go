@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
+)
+
+// Issue 30 end to end: skills on POST /v1/containers, mounted read-only at /home/oai/skills in
+// the container, read by a shell command through a container_reference environment; a skill
+// uploaded with the Skills API and an inline one; an unknown skill id is OpenAI's 400. Plain
+// and streamed, through our harness and the real Envoy.
+func TestSkillsMounted(t *testing.T) {
+	env := NewEnv(t, EnvOptions{})
+	env.Fronts(t, func(t *testing.T, s *Stack) {
+		m := newModel(t, s.Model)
+		for _, v := range variants {
+			t.Run(v.String(), func(t *testing.T) {
+				m.clear()
+				x := &scene{s: s, m: m, v: v, mark: len(m.Requests())}
+				testSkillsMounted(t, x)
+				assert.Zero(t, m.pending(), "(%s): every scripted answer was used", v)
+			})
+		}
+	})
+}
+
+func testSkillsMounted(t *testing.T, x *scene) {
+	ctx := t.Context()
+	key := "sk-skills-mount-" + x.s.Front.Name()
+	x.s.Model.AddKey(key)
+	c := x.s.Client(key)
+
+	made, err := c.Skills.New(ctx, openai.SkillNewParams{Files: openai.SkillNewParamsFilesUnion{
+		OfFile: openai.File(strings.NewReader(string(skillZipOf(t, map[string]string{"secret-word/SKILL.md": wordSkill}))), "secret-word.zip", "application/zip"),
+	}})
+	require.NoError(t, err, "upload a skill")
+	t.Cleanup(func() { _, _ = c.Skills.Delete(ctx, made.ID) })
+	inline := skillZipOf(t, map[string]string{"colour/SKILL.md": "---\nname: colour\ndescription: Knows the colour.\n---\nThe colour is teal.\n"})
+
+	ct, err := c.Containers.New(ctx, openai.ContainerNewParams{Name: x.name("skilled"), Skills: []openai.ContainerNewParamsSkillUnion{
+		{OfSkillReference: &responses.SkillReferenceParam{SkillID: made.ID}},
+		{OfInline: &responses.InlineSkillParam{Name: "colour", Description: "Knows the colour.",
+			Source: responses.InlineSkillSourceParam{Data: base64.StdEncoding.EncodeToString(inline)}}},
+	}})
+	require.NoError(t, err, "create a container with skills")
+	t.Cleanup(func() { _ = c.Containers.Delete(ctx, ct.ID) })
+
+	x.m.script(responsesPath,
+		responsesReply(usage(10, 5), runShell("call_1", map[string]any{"commands": []string{
+			"cat /home/oai/skills/secret-word-*/SKILL.md /home/oai/skills/colour-*/SKILL.md",
+			"ls /home/oai/skills | sed 's/-[0-9a-f]\\{32\\}$/-HEX/'",
+			"rm -f /home/oai/skills/colour-*/SKILL.md || echo refused",
+		}})),
+		responsesReply(usage(20, 7), fakemodel.Message("read")))
+	resp := x.responses(t, key, responses.ResponseNewParams{
+		Model: testModel,
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("use the skills")},
+		Tools: []responses.ToolUnionParam{{OfShell: &responses.FunctionShellToolParam{
+			Environment: responses.FunctionShellToolEnvironmentUnionParam{OfContainerReference: &responses.ContainerReferenceParam{ContainerID: ct.ID}},
+		}}},
+	})
+	call, out := shellItems(t, resp, 0)
+	assert.Equal(t, ct.ID, call.Environment.ContainerID, "the container with the skills")
+	require.Len(t, out.Output, 3, "outputs")
+	assert.Contains(t, out.Output[0].Stdout, "The secret word is pelican.", "the uploaded skill's SKILL.md")
+	assert.Contains(t, out.Output[0].Stdout, "The colour is teal.", "the inline skill's SKILL.md")
+	assert.Equal(t, "colour-HEX\nsecret-word-HEX\n", out.Output[1].Stdout, "each skill in <name>-<32 hex>")
+	assert.Contains(t, out.Output[2].Stdout, "refused", "the skills are read-only")
+	assert.Contains(t, out.Output[2].Stderr, "Read-only file system", "the skills are read-only")
+
+	_, err = c.Containers.New(ctx, openai.ContainerNewParams{Name: x.name("unknown"), Skills: []openai.ContainerNewParamsSkillUnion{
+		{OfSkillReference: &responses.SkillReferenceParam{SkillID: "skill_unknown"}},
+	}})
+	e := apiError(t, err, "an unknown skill")
+	assert.Equal(t, http.StatusBadRequest, e.StatusCode, "an unknown skill id")
+	assert.Equal(t, "skills[0].skill_id", e.Param, "the param")
+	assert.Equal(t, "invalid_request_error", e.Type, "the type")
+}
