@@ -233,8 +233,13 @@ func (r *bgRun) appendRaw(typ, data string) {
 	r.unsaved = true
 }
 
-// saveLocked saves the response resp as the record's state, and the events; r.mu is held.
+// saveLocked saves the response resp as the record's state, and the events; r.mu is held. A
+// response deleted while it ran stays deleted: its tombstone is left as it is.
 func (r *bgRun) saveLocked(resp []byte) {
+	key := store.Key{Kind: kindStored, ID: r.id}
+	if cur := r.p.Get(r.identity, key); len(cur) == 1 && cur[0].CallID == r.id && cur[0].Arguments == "" {
+		return
+	}
 	r.saveEventsLocked()
 	r.p.Put(r.identity, []store.PendingCall{{CallID: r.id, Arguments: string(resp), Output: string(r.input)}},
 		store.Key{Kind: kindStored, ID: r.id})

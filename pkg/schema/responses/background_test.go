@@ -94,3 +94,26 @@ func TestBackgroundRecord(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, st, "a completed response cannot be cancelled")
 	assert.Contains(t, body, "Cannot cancel a completed response.")
 }
+
+// A background response deleted while it runs is asked to stop, and stays deleted: the run's
+// later writes do not bring it back.
+func TestBackgroundDeletedWhileRunning(t *testing.T) {
+	p := memory.NewPending(nil)
+	give := `{"model":"m","background":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}],"input":"x"}`
+	x, err := Surface{}.NewExchange([]byte(give), schema.Options{})
+	require.NoError(t, err)
+	ex := x.(*exchange)
+	id, _, _ := ex.BeginBackground(p, "id-a", time.Unix(1700000000, 0))
+	ex.BackgroundRunning()
+	serve := func(method string) (int, string) {
+		st, b, _, _, ok := Surface{}.ServeStored(p, func() string { return "id-a" }, method, "/"+id, "", nil)
+		require.True(t, ok, "%s is answered here", method)
+		return st, string(b)
+	}
+	st, body := serve(http.MethodDelete)
+	require.Equal(t, http.StatusOK, st, "DELETE: %s", body)
+	assert.True(t, ex.PollBackground(), "the run is asked to stop")
+	ex.EndBackground(0, nil, true)
+	st, body = serve(http.MethodGet)
+	assert.Equal(t, http.StatusNotFound, st, "still deleted after the run's last write: %s", body)
+}

@@ -169,6 +169,11 @@ func serveStoredAnswer(p store.Pending, who, method, id, sub string, q url.Value
 	key := store.Key{Kind: kindStored, ID: id}
 	switch {
 	case method == http.MethodDelete:
+		if gjson.Get(e.Arguments, "background").Type == gjson.True && backgroundLive(gjson.Get(e.Arguments, "status").String()) {
+			// A background response still running is stopped too (the replica running it
+			// reads the flag); its later writes leave the tombstone as it is (bgRun.saveLocked).
+			p.Put(who, []store.PendingCall{{CallID: id}}, store.Key{Kind: kindBackgroundCancel, ID: id})
+		}
 		// A tombstone, not a Drop: the id now 404s here, and does not reach the upstream,
 		// which still holds the raw round of the same id.
 		p.Put(who, []store.PendingCall{{CallID: id}}, key)
