@@ -452,22 +452,8 @@ func (m *Manager) takeRestoredNote(e *entry) string {
 	return RestoredNote
 }
 
-// sweep hibernates the hibernating containers idle past their expiry and forgets the
-// hibernated ones past their lifetime, until Close.
-func (m *Manager) sweep() {
-	every := min(m.cfg.SessionIdleTTL/4, pruneEvery)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.ctx.Done():
-			return
-		case now := <-t.C:
-			m.sweepOnce(now)
-		}
-	}
-}
-
+// sweepOnce hibernates the hibernating containers idle past their expiry and forgets the
+// hibernated ones past their lifetime; the pruner runs it after each of its rounds.
 func (m *Manager) sweepOnce(now time.Time) {
 	m.mu.Lock()
 	if m.closed {

@@ -340,9 +340,6 @@ func NewManager(p Provider, cfg ManagerConfig, log *zap.Logger) *Manager {
 		m.goLocked(m.fillPool)
 	}
 	m.goLocked(m.prune)
-	if m.hib != nil {
-		m.goLocked(m.sweep)
-	}
 	return m
 }
 

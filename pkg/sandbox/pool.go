@@ -97,7 +97,8 @@ func (m *Manager) takeWarmLocked(spec Spec) Container {
 const pruneEvery = 10 * time.Second
 
 // prune expires idle lasting containers past their expiry and drops tombstones past
-// TombstoneTTL, until Close.
+// TombstoneTTL, and with hibernation on hibernates and forgets containers (sweepOnce), until
+// Close.
 func (m *Manager) prune() {
 	every := min(m.cfg.SessionIdleTTL/4, pruneEvery)
 	t := time.NewTicker(every)
@@ -108,6 +109,9 @@ func (m *Manager) prune() {
 			return
 		case now := <-t.C:
 			m.pruneOnce(now)
+			if m.hib != nil {
+				m.sweepOnce(now)
+			}
 		}
 	}
 }
