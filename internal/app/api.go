@@ -18,6 +18,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/identity"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/skills"
 )
 
 // nativeMaxExpiry is the longest expires_after OpenAI's containers take.
@@ -38,7 +39,7 @@ type apiServer struct {
 // under the call's path prefix, as the ext_proc path reads them for a request under that
 // prefix. Without an identity_header the credential is the identity, and (unless
 // verify_api_credentials is off) it must be one the upstream takes.
-func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, uploads *containers.Uploads, accepted *containers.ModelCalls, log *zap.Logger) *apiServer {
+func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, uploads *containers.Uploads, accepted *containers.ModelCalls, skillStore skills.Store, log *zap.Logger) *apiServer {
 	def := config.Profiles(cfg)[""]
 	ids := identity.New(secret, identity.Config{CredentialHeaders: cfg.GetCredentialHeaders()})
 	maxUpload := int64(cfg.GetMaxUploadBytes())
@@ -69,7 +70,7 @@ func newAPIServer(cfg *configv1.Config, m sandbox.Service, secret []byte, upload
 		// Anthropic's uploads, when codeinterp owns them (anthropic_files.own_uploads).
 		Uploads:         uploads,
 		Log:             log,
-		Skills:          skillStore(cfg),
+		Skills:          skillStore,
 		SkillLimits:     skillLimits(cfg),
 		MaxSkillUploads: int(cfg.GetSkills().GetMaxUploads()),
 	}

@@ -142,12 +142,15 @@ func New(o Options) (*App, error) {
 		return nil, err
 	}
 	accepted := modelCalls(cfg, s.stores.accepted)
-	s.api = newAPIServer(cfg, s.sandboxes, secret, uploads, accepted, log)
+	// One skill store: the Skills API's, which the shell tool's container_auto skills name.
+	skillSt := skillStore(cfg)
+	s.api = newAPIServer(cfg, s.sandboxes, secret, uploads, accepted, skillSt, log)
 	s.engine = loop.New(s.sandboxes, loop.Config{Log: log, Telemetry: s.tracing.genAI()})
 	s.metrics = processor.NewMetrics()
 	acfg := admission.Config{
 		MaxInputFileBytes: int64(min(cfg.GetMaxUploadBytes(), math.MaxInt64)),
 		Stored:            s.stores.stored,
+		ResolveSkills:     resolveSkills(skillSt, skillLimits(cfg)),
 	}
 	if uploads != nil {
 		// container_upload blocks name files this process keeps.

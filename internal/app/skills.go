@@ -1,8 +1,17 @@
 package app
 
 import (
+	"context"
+	"encoding/json"
+	"path"
+	"strings"
+
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
+	"github.com/codeinterp/codeinterp/pkg/admission"
 	"github.com/codeinterp/codeinterp/pkg/config"
+	"github.com/codeinterp/codeinterp/pkg/containers"
+	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/skills"
 )
 
@@ -32,4 +41,38 @@ func skillStore(cfg *configv1.Config) skills.Store {
 // of a bundle's bytes.
 func skillLimits(cfg *configv1.Config) skills.Limits {
 	return skills.Limits{MaxBundleBytes: int64(cfg.GetSkills().GetMaxBundleBytes())}
+}
+
+// resolveSkills returns admission's resolver of the shell tool's container_auto skills over
+// store (the Skills API's) and lim, or nil where the Skills API is not served (store nil).
+func resolveSkills(store skills.Store, lim skills.Limits) func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []admission.MountedSkill, error) {
+	if store == nil {
+		return nil
+	}
+	return func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []admission.MountedSkill, error) {
+		var entries []json.RawMessage
+		if err := json.Unmarshal(raw, &entries); err != nil {
+			return nil, nil, &schema.RequestError{Message: "Invalid '" + param + "': expected an array of skills.", Param: param, Code: "invalid_type"}
+		}
+		files, ms, err := containers.ResolveSkills(ctx, store, lim, identity, entries, param)
+		if err != nil {
+			return nil, nil, err
+		}
+		out := make([]admission.MountedSkill, 0, len(ms))
+		for _, m := range ms {
+			out = append(out, admission.MountedSkill{Name: m.Name, Description: m.Description,
+				Path: path.Join(containers.OpenAISkillsRoot, m.Dir, skillFile(m))})
+		}
+		return files, out, nil
+	}
+}
+
+// skillFile returns the name of m's SKILL.md as its bundle spells it ("SKILL.md" or "skill.md").
+func skillFile(m skills.Mounted) string {
+	for _, f := range m.Files {
+		if strings.EqualFold(f.Path, "SKILL.md") {
+			return f.Path
+		}
+	}
+	return "SKILL.md"
 }

@@ -65,6 +65,18 @@ type Config struct {
 	// Stored keeps the assembled answers of the requests the loop answered, which GET
 	// /v1/responses/{id} then reads (see stored.go); nil keeps none.
 	Stored store.Pending
+	// ResolveSkills, where skills are served, turns the skills raw of the shell tool's
+	// container_auto environment (named param in errors) of identity into the files mounted in
+	// its container and the skills the model is told of; a *schema.RequestError is the client's.
+	// Nil when the Skills API is off: then a request with skills is a native 400.
+	ResolveSkills func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []MountedSkill, error)
+}
+
+// MountedSkill is a skill mounted in a request's container, as the model is told of it.
+type MountedSkill struct {
+	Name, Description string
+	// Path is its SKILL.md's in the container.
+	Path string
 }
 
 // Admission admits requests. It is safe for concurrent use.
@@ -74,6 +86,7 @@ type Admission struct {
 	files         func(base string) Files
 	maxInputFile  int64
 	stored        store.Pending
+	resolveSkills func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []MountedSkill, error)
 }
 
 // New returns an Admission that checks containers with c and keeps continuations in p.
@@ -88,7 +101,8 @@ func New(c Containers, p store.Continuations, cfg Config) *Admission {
 			return &files.API{Base: base, Client: client}
 		}
 	}
-	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes, stored: cfg.Stored}
+	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes, stored: cfg.Stored,
+		resolveSkills: cfg.ResolveSkills}
 }
 
 // Caller is who sent a request, as the processor knows it. Its methods are called only when
@@ -142,6 +156,8 @@ type Admitted struct {
 	inputFiles []loop.InputFile
 	// network is the tool's container network_policy of type allowlist; nil for none.
 	network *sandbox.NetworkPolicy
+	// skills are the files of the shell tool's container_auto skills; nil for none.
+	skills *sandbox.SkillFiles
 }
 
 // Bounds of the look-up of a request's file_ids, done before anything goes upstream: it holds
@@ -190,12 +206,51 @@ func (a *Admission) Prepare(ctx context.Context, x schema.Exchange, c Caller, r 
 		}
 		ad.network = p
 	}
+	if len(rq.Skills) > 0 {
+		if r := ad.mountSkills(ctx, rq); r != nil {
+			return nil, r
+		}
+	}
 	if len(rq.FileIDs) > 0 {
 		if r := ad.statFiles(ctx, rq.FileIDs); r != nil {
 			return nil, r
 		}
 	}
 	return ad, nil
+}
+
+// mountSkills resolves the skills of the shell tool's container_auto environment into the
+// files its container mounts, and tells the model of them.
+func (ad *Admitted) mountSkills(ctx context.Context, rq *schema.Request) *Refusal {
+	if ad.a.resolveSkills == nil {
+		return &Refusal{Err: &schema.RequestError{Message: "Skills are not served by this gateway (the Skills API is off).",
+			Param: rq.SkillsParam, Code: "unsupported_parameter"}, Details: "codeinterp_invalid_request"}
+	}
+	files, ms, err := ad.a.resolveSkills(ctx, ad.callerIdentity(), rq.Skills, rq.SkillsParam)
+	if re, ok := errors.AsType[*schema.RequestError](err); ok {
+		return &Refusal{Err: re, Details: "codeinterp_invalid_request"}
+	}
+	if err != nil {
+		return &Refusal{Err: &schema.RequestError{Status: http.StatusServiceUnavailable, Code: "skills_unavailable",
+			Message: "codeinterp could not read the request's skills; try again."}, Details: "codeinterp_skills_unavailable", Cause: err}
+	}
+	ad.skills = files
+	if sa, ok := ad.x.(schema.SkillsAnnouncer); ok && len(ms) > 0 {
+		sa.AnnounceSkills(SkillsText(ms))
+	}
+	return nil
+}
+
+// SkillsText is what the model is told of the skills ms mounted in its container: each one's
+// name, description and the path of its SKILL.md, which it reads before using the skill.
+func SkillsText(ms []MountedSkill) string {
+	var b strings.Builder
+	b.WriteString("\n\nSkills are installed in the container. Each is a folder of instructions, scripts and files; " +
+		"before using a skill, read its SKILL.md at the path given, and follow it.\n")
+	for _, m := range ms {
+		fmt.Fprintf(&b, "- %s: %s (path: %s)\n", m.Name, m.Description, m.Path)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // callerIdentity returns the caller's identity, asked of the Caller once.
@@ -241,7 +296,7 @@ func (ad *Admitted) Answered(res loop.Response) {
 func (ad *Admitted) Sandbox() sandbox.AcquireRequest {
 	rq := ad.x.Request()
 	identity := ad.callerIdentity()
-	sb := sandbox.AcquireRequest{Identity: identity, Spec: sandbox.Spec{MemoryLimit: rq.MemoryLimit, NetworkPolicy: ad.network},
+	sb := sandbox.AcquireRequest{Identity: identity, Spec: sandbox.Spec{MemoryLimit: rq.MemoryLimit, NetworkPolicy: ad.network, Skills: ad.skills},
 		Hibernate: rq.Hibernate, IDPrefix: rq.IDPrefix}
 	switch {
 	case rq.ContainerID != "":

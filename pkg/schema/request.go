@@ -69,6 +69,11 @@ type Request struct {
 	// ("tools[0].container.network_policy"). Tool no longer holds its secrets.
 	NetworkPolicy      []byte
 	NetworkPolicyParam string
+	// Skills is the shell tool's container_auto environment's skills, the raw JSON array, as
+	// sent: skill references and inline zips for admission to resolve and mount; nil when there
+	// are none. SkillsParam names it in errors ("tools[0].environment.skills").
+	Skills      []byte
+	SkillsParam string
 	// FileIDs are the tool's container.file_ids (at most 50, as natively, checked by the rewrite):
 	// the Files API files to copy into the container before the code runs.
 	FileIDs []string
@@ -170,4 +175,12 @@ func imagesNote(n int) string {
 		return "[1 image was shown to the user]"
 	}
 	return "[" + strconv.Itoa(n) + " images were shown to the user]"
+}
+
+// SkillsAnnouncer is an Exchange whose model is told of the skills mounted in its container.
+// Admission calls AnnounceSkills with the text naming them (each skill's name, description and
+// the path of its SKILL.md) after the rewrite: the exchange puts it where natively it would be
+// (for the Responses shell tool, its function's description) in Request().Body.
+type SkillsAnnouncer interface {
+	AnnounceSkills(text string)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/test/e2e/fakemodel"
 )
@@ -76,6 +77,31 @@ func testSkillsMounted(t *testing.T, x *scene) {
 	assert.Equal(t, "colour-HEX\nsecret-word-HEX\n", out.Output[1].Stdout, "each skill in <name>-<32 hex>")
 	assert.Contains(t, out.Output[2].Stdout, "refused", "the skills are read-only")
 	assert.Contains(t, out.Output[2].Stderr, "Read-only file system", "the skills are read-only")
+
+	// The uploaded skill on the shell tool's container_auto: mounted in the container the request
+	// gets, and announced to the model in the shell function's description.
+	mark := len(x.m.Requests())
+	x.m.script(responsesPath,
+		responsesReply(usage(10, 5), runShell("call_2", map[string]any{"commands": []string{"cat /home/oai/skills/secret-word-*/SKILL.md"}})),
+		responsesReply(usage(20, 7), fakemodel.Message("read")))
+	resp = x.responses(t, key, responses.ResponseNewParams{
+		Model: testModel,
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("use the skill")},
+		Tools: []responses.ToolUnionParam{{OfShell: &responses.FunctionShellToolParam{
+			Environment: responses.FunctionShellToolEnvironmentUnionParam{OfContainerAuto: &responses.ContainerAutoParam{
+				Skills: []responses.ContainerAutoSkillUnionParam{{OfSkillReference: &responses.SkillReferenceParam{SkillID: made.ID}}},
+			}},
+		}}},
+	})
+	call, out = shellItems(t, resp, 0)
+	assert.NotEqual(t, ct.ID, call.Environment.ContainerID, "container_auto: a container of its own")
+	require.Len(t, out.Output, 1, "container_auto: outputs")
+	assert.Contains(t, out.Output[0].Stdout, "The secret word is pelican.", "container_auto: the uploaded skill's SKILL.md")
+	reqs := x.m.since(mark)
+	require.NotEmpty(t, reqs, "container_auto: requests the model got")
+	desc := gjson.GetBytes(reqs[0].Body, `tools.#(name=="shell").description`).String()
+	assert.Regexp(t, `- secret-word: Knows the secret word\. \(path: /home/oai/skills/secret-word-[0-9a-f]{32}/SKILL\.md\)`, desc,
+		"container_auto: the model is told the skill's name, description and path")
 
 	_, err = c.Containers.New(ctx, openai.ContainerNewParams{Name: x.name("unknown"), Skills: []openai.ContainerNewParamsSkillUnion{
 		{OfSkillReference: &responses.SkillReferenceParam{SkillID: "skill_unknown"}},

@@ -59,6 +59,10 @@ type shellRequest struct {
 	// (tool has them removed), and networkParam its name in errors.
 	networkPolicy []byte
 	networkParam  string
+	// skills is a container_auto environment's non-empty skills array, raw, and skillsParam its
+	// name in errors.
+	skills      []byte
+	skillsParam string
 	// choice is the client's tool_choice when it names the shell tool ({"type":"shell"}).
 	choice []byte
 	// allowedChoice is the client's tool_choice when it is an allowed_tools choice whose
@@ -214,9 +218,14 @@ func (sh *shellRequest) readEnvironment(b []byte, env jsonscan.Span, typ string,
 		sh.containerID = id
 		return nil
 	}
-	if sk := jsonscan.Field(b, env.Start, "skills"); sk.OK() && b[sk.Start] == '[' && jsonscan.SkipWS(b, sk.Start+1) < sk.End-1 {
-		return &schema.RequestError{Message: "Skills on the shell tool's container_auto environment are not supported by this gateway yet.",
-			Param: param + ".skills", Code: "unsupported_parameter"}
+	if sk := jsonscan.Field(b, env.Start, "skills"); sk.OK() && b[sk.Start] != 'n' {
+		if b[sk.Start] != '[' {
+			return &schema.RequestError{Message: fmt.Sprintf("Invalid '%s.skills': expected an array of skills.", param),
+				Param: param + ".skills", Code: "invalid_type"}
+		}
+		if jsonscan.SkipWS(b, sk.Start+1) < sk.End-1 {
+			sh.skills, sh.skillsParam = bytes.Clone(b[sk.Start:sk.End]), param+".skills"
+		}
 	}
 	if ml := jsonscan.Field(b, env.Start, "memory_limit"); ml.OK() {
 		sh.memoryLimit, _ = jsonscan.Str(b, ml)
@@ -438,6 +447,7 @@ func (sh *shellRequest) apply(r *schema.Request) error {
 	if r.NetworkPolicy == nil {
 		r.NetworkPolicy, r.NetworkPolicyParam = sh.networkPolicy, sh.networkParam
 	}
+	r.Skills, r.SkillsParam = sh.skills, sh.skillsParam
 	for _, id := range sh.fileIDs {
 		if len(r.FileIDs) < openai.MaxFileIDs && !slices.Contains(r.FileIDs, id) {
 			r.FileIDs = append(r.FileIDs, id)
@@ -445,4 +455,18 @@ func (sh *shellRequest) apply(r *schema.Request) error {
 	}
 	r.ReplayedContainerIDs = append(r.ReplayedContainerIDs, sh.replayed...)
 	return nil
+}
+
+// AnnounceSkills appends text, which names the skills mounted in the container, to the shell
+// function's description in the body sent upstream, as OpenAI adds each skill's name,
+// description and path to the model's context.
+func (x *exchange) AnnounceSkills(text string) {
+	rq := x.Request()
+	desc := []byte(`"name":` + strconv.Quote(ShellFunctionName) + `,"description":` + strconv.Quote(shellDescription))
+	i := bytes.Index(rq.Body, desc)
+	if i < 0 {
+		return
+	}
+	repl := []byte(`"name":` + strconv.Quote(ShellFunctionName) + `,"description":` + strconv.Quote(shellDescription+text))
+	rq.Body = slices.Concat(rq.Body[:i], repl, rq.Body[i+len(desc):])
 }

@@ -101,8 +101,8 @@ func TestShellRewrite(t *testing.T) {
 			wantErr: "tools[0].environment.container_id",
 		},
 		{
-			name:    "skills (not served yet)",
-			give:    `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","skills":[{"type":"skill_reference","skill_id":"skill_1"}]}}]}`,
+			name:    "skills not an array",
+			give:    `{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","skills":{"type":"skill_reference","skill_id":"skill_1"}}}]}`,
 			wantErr: "tools[0].environment.skills",
 		},
 		{
@@ -466,5 +466,33 @@ func TestShellAllowedTools(t *testing.T) {
 			}
 			assert.Equal(t, gjson.Get(tt.give, "tool_choice").Raw, string(r.ToolChoice), "%s: the client's choice is echoed", tt.give)
 		})
+	}
+}
+
+// A container_auto environment's skills go to admission raw, named; the skills admission
+// mounted are announced in the shell function's description the model gets.
+func TestShellSkills(t *testing.T) {
+	give := `{"model":"m","input":"q","tools":[{"type":"function","name":"f","description":"mine","parameters":{}},` +
+		`{"type":"shell","environment":{"type":"container_auto","skills":[{"type":"skill_reference","skill_id":"skill_1"}]}}]}`
+	x, err := responses.Surface{}.NewExchange([]byte(give), schema.Options{})
+	require.NoError(t, err)
+	r := x.Request()
+	assert.JSONEq(t, `[{"type":"skill_reference","skill_id":"skill_1"}]`, string(r.Skills), "the skills, raw")
+	assert.Equal(t, "tools[1].environment.skills", r.SkillsParam)
+	before := gjson.GetBytes(r.Body, "tools.1.description").String()
+	require.NotEmpty(t, before, "the shell function's description")
+
+	sa, ok := x.(schema.SkillsAnnouncer)
+	require.True(t, ok, "a Responses exchange announces skills")
+	sa.AnnounceSkills("\n- csv: Reads \"CSV\" files (path: /home/oai/skills/csv-1/SKILL.md)")
+	require.True(t, gjson.ValidBytes(r.Body), "the body stays JSON: %s", r.Body)
+	assert.Equal(t, before+"\n- csv: Reads \"CSV\" files (path: /home/oai/skills/csv-1/SKILL.md)",
+		gjson.GetBytes(r.Body, "tools.1.description").String(), "the shell function's description names the skill")
+	assert.Equal(t, "mine", gjson.GetBytes(r.Body, "tools.0.description").String(), "another tool's is untouched")
+
+	for _, empty := range []string{`[]`, `null`} {
+		x, err := responses.Surface{}.NewExchange([]byte(`{"model":"m","input":"q","tools":[{"type":"shell","environment":{"type":"container_auto","skills":`+empty+`}}]}`), schema.Options{})
+		require.NoError(t, err, empty)
+		assert.Nil(t, x.Request().Skills, "%s: no skills", empty)
 	}
 }
