@@ -28,21 +28,30 @@ const (
 // kind of key it touches): the breakdown docs/performance.md quotes.
 func testRedisCommands(t *testing.T, f *Fleet, s *Stack) {
 	f.Model.Handle("/v1/responses", loadModel)
-	mon := monitorRedis(t, f.Redis.Addr())
-	time.Sleep(100 * time.Millisecond) // MONITOR is on before the conversation starts
-	if err := loadConversation(s, "sk-redis-count", 1); err != nil {
-		t.Fatalf("conversation: %v", err)
-	}
-	time.Sleep(200 * time.Millisecond) // its last commands reach the monitor
-	byCaller := map[string]int{}
-	total, trips := 0, 0
-	for _, l := range mon.stop() {
-		if c := redisCaller(l); c != "" {
-			byCaller[c]++
-			total++
-			if !strings.HasPrefix(c, " ") {
-				trips++
+	// The pruner reads the registrations of the live containers every few seconds: a round of
+	// it that falls in a conversation's window is not the conversation's. The conversation
+	// with the fewest round trips of three is the one without.
+	var byCaller map[string]int
+	total, trips := 0, -1
+	for i := range 3 {
+		mon := monitorRedis(t, f.Redis.Addr())
+		time.Sleep(100 * time.Millisecond) // MONITOR is on before the conversation starts
+		if err := loadConversation(s, fmt.Sprintf("sk-redis-count-%d", i), 1+i); err != nil {
+			t.Fatalf("conversation: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond) // its last commands reach the monitor
+		by, n, rt := map[string]int{}, 0, 0
+		for _, l := range mon.stop() {
+			if c := redisCaller(l); c != "" {
+				by[c]++
+				n++
+				if !strings.HasPrefix(c, " ") {
+					rt++
+				}
 			}
+		}
+		if trips < 0 || rt < trips {
+			byCaller, total, trips = by, n, rt
 		}
 	}
 	keys := make([]string, 0, len(byCaller))
