@@ -60,6 +60,9 @@ func TestFleetSandboxNodeKilledMidRun(t *testing.T) {
 		x.responses(t, "sk-fleet-kill", p)
 	}()
 	victim := f.holder(t)
+	// The node holds the container once it is acquired, a moment before the run reaches it: a
+	// node killed in that moment leaves the code not run ([sandbox unavailable …]), not lost.
+	time.Sleep(time.Second)
 	f.Nodes[victim].Kill()
 	select {
 	case <-answered:
