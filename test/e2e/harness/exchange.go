@@ -79,7 +79,13 @@ type filter struct {
 	downEnded bool
 
 	clientHeadersSent bool
-	clientDone        bool
+	// clientChunked reports that Go's server frames the client's response chunked (no
+	// content-length, a body allowed): its end is the last chunk, written on close.
+	clientChunked bool
+	clientDone    bool
+	// unfinished reports that the response ended before the client's request arrived whole:
+	// the connection is closed after it (see closeConnection).
+	unfinished bool
 	// reset reports that the downstream stream is reset (ends the loop without a response).
 	reset bool
 }
@@ -538,6 +544,8 @@ func (f *filter) clientHeaders(h *headerMap, eos bool) {
 			f.clientLeft = n
 		}
 	}
+	f.clientChunked = !eos && f.clientLeft < 0 && f.r.Method != http.MethodHead && f.r.ProtoAtLeast(1, 1) &&
+		code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
 	f.w.WriteHeader(code)
 	f.clientHeadersSent = true
 	f.rec.Status = code
@@ -597,6 +605,7 @@ func (f *filter) destroy() {
 	if f.downCh != nil {
 		// Unblock the body reader; a client that stops sending must not hold the handler.
 		_ = f.rc.SetReadDeadline(time.Now())
+		f.unfinished = !f.reset
 	}
 	f.cancel()
 	f.wg.Wait()
@@ -605,6 +614,24 @@ func (f *filter) destroy() {
 		f.rec.Reset = true
 	}
 	f.rec.Stats = f.stats
+}
+
+// closeConnection ends the connection of a stream whose response completed before its
+// request did, as Envoy does: ConnectionManagerImpl::doEndStream resets such a stream, and an
+// HTTP/1 connection with a reset stream is closed (DrainState::Closing). Go's server would
+// keep it for the next request once its discard of the unread body failed on the read
+// deadline that stopped the body reader, and would read the rest of this request's body as
+// the next request (a 400 with no JSON). A chunked response gets its last chunk first.
+func (f *filter) closeConnection() {
+	conn, buf, err := f.rc.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if f.clientChunked {
+		_, _ = buf.WriteString("0\r\n\r\n")
+		_ = buf.Flush()
+	}
+	_ = conn.Close()
 }
 
 func newRequestID() string {

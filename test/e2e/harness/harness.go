@@ -375,6 +375,9 @@ func (e *Envoy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Reset the downstream stream: the client sees the connection close.
 		panic(http.ErrAbortHandler)
 	}
+	if f.unfinished {
+		f.closeConnection()
+	}
 }
 
 // upstreamOf returns the base URL of the cluster: Options.Clusters', or the upstream.
