@@ -82,6 +82,11 @@ func TestRunServesAndStops(t *testing.T) {
 		assert.True(t, strings.Contains(string(metrics), name), "/metrics serves %s", name)
 	}
 
+	resp, err = http.Get("http://" + adminAddr + "/debug/pprof/heap")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "no profiles without admin_pprof")
+
 	// The Containers API on --api-listen, in OpenAI's shapes.
 	resp, err = http.Get("http://" + apiAddr + "/v1/containers")
 	require.NoError(t, err, "GET /v1/containers")

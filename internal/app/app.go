@@ -73,6 +73,7 @@ type App struct {
 	api       *apiServer
 	owned     *local.Local // the backend made by New, closed by Shutdown
 	tracing   *tracing     // the OpenTelemetry export, nil when off (tracing.go)
+	pprof     bool         // admin_pprof: the admin listener serves /debug/pprof/
 	log       *zap.Logger
 	shutdown  sync.Once
 }
@@ -107,7 +108,7 @@ func New(o Options) (*App, error) {
 		return nil, err
 	}
 	sb := cfg.GetSandbox()
-	s := &App{log: log}
+	s := &App{log: log, pprof: cfg.GetAdminPprof()}
 	if s.tracing, err = startTracing(cfg.GetTracing(), log); err != nil {
 		return nil, err
 	}

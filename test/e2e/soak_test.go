@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -105,6 +106,7 @@ admin_listen: %s
 api_listen: %s
 upstream: %s
 log_level: warn
+admin_pprof: true
 sandbox:
   warm_pool_size: 2
   session_idle_ttl: %s
@@ -134,6 +136,9 @@ sandbox:
 	}
 	idle.phase = "idle"
 	record(idle)
+	base := strings.TrimSuffix(out, filepath.Ext(out))
+	idleHeap := base + "-heap-idle.pb.gz"
+	sampler.heapProfile(t, idleHeap)
 
 	ctx, cancel := context.WithTimeout(t.Context(), dur)
 	defer cancel()
@@ -166,6 +171,8 @@ sandbox:
 	end := sampler.waitIdle(t, soakIdle+2*time.Minute, &idle)
 	end.at, end.phase = time.Since(start), "after"
 	record(end)
+	endHeap := base + "-heap-after.pb.gz"
+	sampler.heapProfile(t, endHeap)
 
 	var sum strings.Builder
 	fmt.Fprintf(&sum, "soak: %v of traffic from %d tenants through the real Envoy against %s (pid %d), sampled every %v\n", traffic.Round(time.Second), tenants, bin, pid, interval)
@@ -195,12 +202,32 @@ sandbox:
 		}
 		fmt.Fprintf(&sum, "  %-17s %+12.2f%s/h (mean %.1f%s)\n", name, slope/scale, unit, mean/scale, unit)
 	}
+	// What the heap holds after the traffic that it did not hold idle, by allocation site.
+	if top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", "-sample_index=inuse_space",
+		"-diff_base", idleHeap, endHeap).CombinedOutput(); err == nil {
+		fmt.Fprintf(&sum, "heap in use after the traffic less idle (go tool pprof -top -diff_base %s %s):\n%s", idleHeap, endHeap, top)
+	} else {
+		fmt.Fprintf(&sum, "heap profiles: %s, %s (go tool pprof failed: %v)\n", idleHeap, endHeap, err)
+	}
 	t.Log("\n" + sum.String())
-	require.NoError(t, os.WriteFile(strings.TrimSuffix(out, filepath.Ext(out))+".txt", []byte(sum.String()), 0o644), "write the summary")
+	require.NoError(t, os.WriteFile(base+".txt", []byte(sum.String()), 0o644), "write the summary")
 	t.Logf("samples: %s", out)
 
 	assert.Empty(t, d.failures(), "every operation but the disconnects succeeds")
 	assert.Positive(t, len(samples), "samples were taken")
+}
+
+// heapProfile writes the server's heap profile (after a GC) to path.
+func (s *soakSampler) heapProfile(t *testing.T, path string) {
+	t.Helper()
+	url := strings.TrimSuffix(s.metrics, "/metrics") + "/debug/pprof/heap?gc=1"
+	resp, err := http.Get(url)
+	require.NoError(t, err, "GET the heap profile")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the heap profile (admin_pprof)")
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, "read the heap profile")
+	require.NoError(t, os.WriteFile(path, b, 0o644), "write %s", path)
 }
 
 // startSoakServer runs bin with the configuration and waits until it serves; t.Cleanup stops it

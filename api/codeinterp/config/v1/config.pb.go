@@ -185,7 +185,12 @@ type Config struct {
 	// and a request naming its id restores it, for lifetime after its creation
 	// (docs/surfaces.md, "Container lifetime"). On by default. OpenAI's containers are not
 	// affected.
-	Hibernation   *Hibernation `protobuf:"bytes,43,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
+	Hibernation *Hibernation `protobuf:"bytes,43,opt,name=hibernation,proto3" json:"hibernation,omitempty"`
+	// admin_pprof serves Go's runtime profiles (/debug/pprof/: heap, goroutines, CPU) on
+	// admin_listen, for an operator investigating the server's memory or CPU. Off by default:
+	// a profile names the server's own code and data, and a CPU profile costs while it runs;
+	// keep admin_listen unreachable from clients when it is on.
+	AdminPprof    bool `protobuf:"varint,50,opt,name=admin_pprof,json=adminPprof,proto3" json:"admin_pprof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +468,13 @@ func (x *Config) GetHibernation() *Hibernation {
 		return x.Hibernation
 	}
 	return nil
+}
+
+func (x *Config) GetAdminPprof() bool {
+	if x != nil {
+		return x.AdminPprof
+	}
+	return false
 }
 
 // AnthropicFiles is where Anthropic's uploaded files live (docs/surfaces.md, "Messages: files").
@@ -2098,7 +2110,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x0e\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xec\x0e\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -2136,7 +2148,9 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\x03ptc\x18- \x01(\v2\x19.codeinterp.config.v1.PtcR\x03ptc\x124\n" +
 	"\x06skills\x18, \x01(\v2\x1c.codeinterp.config.v1.SkillsR\x06skills\x12=\n" +
 	"\tresponses\x18* \x01(\v2\x1f.codeinterp.config.v1.ResponsesR\tresponses\x12C\n" +
-	"\vhibernation\x18+ \x01(\v2!.codeinterp.config.v1.HibernationR\vhibernation\x1aZ\n" +
+	"\vhibernation\x18+ \x01(\v2!.codeinterp.config.v1.HibernationR\vhibernation\x12\x1f\n" +
+	"\vadmin_pprof\x182 \x01(\bR\n" +
+	"adminPprof\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
