@@ -462,7 +462,7 @@ func (m *Manager) sweepOnce(now time.Time) {
 	}
 	var due []*entry
 	for _, e := range m.live {
-		if !e.meta.hibernate || e.leases > 0 {
+		if !e.meta.hibernate || e.leases > 0 || !m.maybeIdleLocked(e, now) {
 			continue
 		}
 		r, ok := m.registrationLocked(e)

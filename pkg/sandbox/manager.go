@@ -241,8 +241,12 @@ type entry struct {
 	c      Container  // nil until the first run starts it
 	start  entryStart // how c started; set with c
 	leases int        // leases, and Manager calls in progress on it (a file being written or read)
-	dead   bool       // evicted, lost, expired or deleted: never used again
-	files  fileTable
+	// used is the last use this Manager recorded (the Registry's LastUsed is never earlier:
+	// every use it records is recorded there too), so that the pruner reads from the Registry
+	// only the entries idle past their expiry by this Manager's own count.
+	used  time.Time
+	dead  bool // evicted, lost, expired or deleted: never used again
+	files fileTable
 	// downloads are the readers of its files open (OpenFile), each holding one of leases;
 	// ended when it is removed.
 	downloads map[*download]struct{}
@@ -577,6 +581,17 @@ func (m *Manager) idlePastLocked(e *entry, r store.Registration, now time.Time) 
 	return idle
 }
 
+// maybeIdleLocked reports whether e may be idle past its expiry at now: whether this Manager
+// has recorded no use of it for that long. Only then can its registration say it is (another
+// process's later use only makes the registration's LastUsed later).
+func (m *Manager) maybeIdleLocked(e *entry, now time.Time) bool {
+	exp := e.meta.expiresAfter
+	if exp <= 0 {
+		exp = m.cfg.SessionIdleTTL
+	}
+	return now.Sub(e.used) >= exp
+}
+
 // expiryOf returns r's idle expiry.
 func (m *Manager) expiryOf(r store.Registration) time.Duration {
 	if r.ExpiresAfter > 0 {
@@ -618,6 +633,9 @@ func (m *Manager) keyEntryLocked(ctx context.Context, k sandboxKey) (*entry, err
 // touchLocked records a use of e at now. The lease goes on if the Registry fails: only the
 // time of last use is lost.
 func (m *Manager) touchLocked(ctx context.Context, e *entry, now time.Time) {
+	if now.After(e.used) {
+		e.used = now
+	}
 	if err := m.reg.Touch(ctx, e.id, now); err != nil {
 		m.log.Warn("record a container's use", zap.String("container_id", e.id), zap.Error(err))
 	}
@@ -666,6 +684,7 @@ func (m *Manager) enterLocked(ctx context.Context, id string, k sandboxKey, spec
 		key:  k,
 		spec: m.resolve(spec),
 		meta: meta,
+		used: now,
 		sem:  make(chan struct{}, 1),
 	}
 	e.sem <- struct{}{}

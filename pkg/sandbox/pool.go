@@ -123,7 +123,7 @@ func (m *Manager) pruneOnce(now time.Time) {
 		return
 	}
 	for _, e := range m.live {
-		if !e.key.lasting() || e.leases > 0 {
+		if !e.key.lasting() || e.leases > 0 || !m.maybeIdleLocked(e, now) {
 			continue
 		}
 		if r, ok := m.registrationLocked(e); ok && m.idlePastLocked(e, r, now) {

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -186,5 +187,47 @@ func TestManagerExpiredElsewhere(t *testing.T) {
 		assert.True(t, p.Container(0).Deleted(), "the container expired elsewhere is deleted")
 		n, _ := m.Load()
 		assert.Zero(t, n, "containers held")
+	})
+}
+
+// countingRegistry counts Lookups.
+type countingRegistry struct {
+	store.Registry
+	lookups atomic.Int64
+}
+
+func (r *countingRegistry) Lookup(ctx context.Context, id string) (store.Registration, bool, error) {
+	r.lookups.Add(1)
+	return r.Registry.Lookup(ctx, id)
+}
+
+// TestPrunerReadsOnlyIdleCandidates: the pruner reads from the Registry only the containers this
+// Manager has seen idle past their expiry (with a fleet's Redis, one round trip each), not
+// every live container on every round; those it expires as before.
+func TestPrunerReadsOnlyIdleCandidates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := &countingRegistry{Registry: memory.NewRegistry()}
+		m := newTestManager(t, &sandboxtest.Provider{}, sandbox.ManagerConfig{Registry: reg, SessionIdleTTL: time.Minute})
+		ctx := context.Background()
+		const n = 8
+		for i := range n {
+			_, err := m.Create(ctx, sandbox.CreateRequest{Identity: "alice", Name: fmt.Sprint("c", i)})
+			require.NoError(t, err, "create")
+		}
+		before := reg.lookups.Load()
+		time.Sleep(50 * time.Second) // several pruner rounds (every 15 s), none idle yet
+		assert.Zero(t, reg.lookups.Load()-before, "no container is read while it is in use by this Manager's count")
+		list, err := m.Containers(ctx, "alice")
+		require.NoError(t, err)
+		assert.Len(t, list, n, "all alive")
+
+		time.Sleep(30 * time.Second) // past the expiry: the next rounds read them and expire them
+		synctest.Wait()
+		assert.GreaterOrEqual(t, reg.lookups.Load()-before, int64(n), "each idle one read once it may be idle")
+		for _, c := range list {
+			got, err := m.Container(ctx, "alice", c.ID)
+			require.NoError(t, err)
+			assert.Equal(t, sandbox.StatusExpired, got.Status, "%s expired", c.ID)
+		}
 	})
 }
