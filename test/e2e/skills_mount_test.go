@@ -148,3 +148,11 @@ func wordSkillZip(t *testing.T) []byte {
 	require.NoError(t, zw.Close(), "zip")
 	return buf.Bytes()
 }
+
+// scenarioSkillsMounted is testSkillsMounted as one of the fleet's conversations
+// (fleetScenarios): each request on another gateway, the skills in Redis, the containers on
+// the sandbox nodes.
+func scenarioSkillsMounted(t *testing.T, x *scene) string {
+	testSkillsMounted(t, x)
+	return ""
+}
