@@ -10,6 +10,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -34,12 +35,20 @@ import (
 // process's memory, and each is at most the native limits (a zip of at most 50 MB, 25 MB a
 // file, 500 files) and skills.max_bundle_bytes uncompressed. Every write is a WATCH/MULTI
 // transaction on the identity's hash and the byte counts, so that the bounds hold among
-// replicas; a bundle is read back and checked again (ReadZip) each time a container mounts it.
+// replicas. A bundle is read back and checked again (ReadZip) when a container mounts it,
+// unless this process read it recently (SkillsOptions.CacheBytes).
 // Safe for concurrent use; it does not own the client.
 type Skills struct {
 	c    goredis.UniversalClient
 	o    SkillsOptions
 	base string
+
+	// mu guards the fields below: the bundles read, by version id (a version's bundle never
+	// changes), within o.CacheBytes, the oldest read dropped first.
+	mu         sync.Mutex
+	cache      map[string]*skills.Bundle
+	cacheOrder []string
+	cacheBytes int64
 }
 
 var _ skills.Store = (*Skills)(nil)
@@ -66,6 +75,10 @@ type SkillsOptions struct {
 	// read; zero means 30 days. A container's ids are never reused: a record outliving its
 	// container is never read again, and its TTL frees it.
 	AttachTTL time.Duration
+	// CacheBytes bounds the bundles kept in the process once read (uncompressed), so that
+	// the requests mounting a skill do not each read it from Redis; zero means 64 MiB, and a
+	// bundle larger than it is not kept.
+	CacheBytes int64
 	// Now returns the time; nil means time.Now.
 	Now func() time.Time
 }
@@ -96,10 +109,13 @@ func NewSkills(c goredis.UniversalClient, o SkillsOptions) *Skills {
 	if o.AttachTTL <= 0 {
 		o.AttachTTL = 30 * 24 * time.Hour
 	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = 64 << 20
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Skills{c: c, o: o, base: o.Prefix + "{skills}:"}
+	return &Skills{c: c, o: o, base: o.Prefix + "{skills}:", cache: map[string]*skills.Bundle{}}
 }
 
 func (s *Skills) metaKey(identity string) string { return s.base + "s:" + boundedID(identity) }
@@ -483,7 +499,9 @@ func (s *Skills) DeleteVersion(ctx context.Context, identity, id, version string
 // count limits.
 var storedLimits = skills.Limits{MaxZipBytes: 1 << 31, MaxBundleBytes: 1 << 31, MaxRatio: 1 << 40}
 
-// Bundle implements [skills.Store]: the bundle is read from Redis and checked again each time.
+// Bundle implements [skills.Store]: the version is looked up in Redis each time (so that a
+// version deleted through another replica is not found); its bundle is read from Redis and
+// checked again, unless it was read recently (see SkillsOptions.CacheBytes).
 func (s *Skills) Bundle(ctx context.Context, identity, id, version string) (*skills.Bundle, skills.Version, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.BundleTimeout)
 	defer cancel()
@@ -496,6 +514,9 @@ func (s *Skills) Bundle(ctx context.Context, identity, id, version string) (*ski
 		return nil, skills.Version{}, err
 	}
 	v := r.showVersion(n)
+	if b := s.cached(v.ID); b != nil {
+		return b, v, nil
+	}
 	data, err := s.c.Get(ctx, s.bundleKey(v.ID)).Bytes()
 	if errors.Is(err, goredis.Nil) {
 		// Deleted since the skill was read.
@@ -508,7 +529,36 @@ func (s *Skills) Bundle(ctx context.Context, identity, id, version string) (*ski
 	if err != nil {
 		return nil, skills.Version{}, fmt.Errorf("redis skills: bundle of %s: %w", v.ID, err)
 	}
+	s.keep(v.ID, b)
 	return b, v, nil
+}
+
+func (s *Skills) cached(versionID string) *skills.Bundle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache[versionID]
+}
+
+// keep caches b, the bundle of versionID, dropping the oldest bundles past CacheBytes.
+func (s *Skills) keep(versionID string, b *skills.Bundle) {
+	size := b.Size()
+	if size > s.o.CacheBytes {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.cache[versionID]; ok {
+		return
+	}
+	s.cache[versionID] = b
+	s.cacheOrder = append(s.cacheOrder, versionID)
+	s.cacheBytes += size
+	for s.cacheBytes > s.o.CacheBytes {
+		old := s.cacheOrder[0]
+		s.cacheOrder = s.cacheOrder[1:]
+		s.cacheBytes -= s.cache[old].Size()
+		delete(s.cache, old)
+	}
 }
 
 // Attach implements [skills.Store]: the record lives AttachTTL after it was last written or

@@ -75,3 +75,38 @@ func TestSkillsAttachTTL(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, time.Hour.Seconds(), ttl.Seconds(), 5, "the TTL renewed by a read")
 }
+
+// TestSkillsBundleCache: a bundle read is kept in the process (its key is not read again), but
+// a version deleted through another replica is not found; a bundle past CacheBytes is not kept.
+func TestSkillsBundleCache(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	o := redis.SkillsOptions{Prefix: "cache:", CacheBytes: 1 << 20}
+	one, two := redis.NewSkills(srv.Client(), o), redis.NewSkills(srv.Client(), o)
+	s, err := one.Create(ctx, "alice", skillstest.Bundle("small", 100))
+	require.NoError(t, err)
+	_, _, err = one.Bundle(ctx, "alice", s.ID, "")
+	require.NoError(t, err, "the first read")
+	keys, err := srv.Client().Keys(ctx, "cache:{skills}:b:*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1, "one bundle key")
+	require.NoError(t, srv.Client().Del(ctx, keys[0]).Err(), "drop the bundle's key behind the store's back")
+	b, _, err := one.Bundle(ctx, "alice", s.ID, "")
+	require.NoError(t, err, "the second read, from the cache")
+	assert.Equal(t, "small", b.Name)
+
+	require.NoError(t, two.Delete(ctx, "alice", s.ID), "deleted through the other replica")
+	_, _, err = one.Bundle(ctx, "alice", s.ID, "")
+	assert.ErrorIs(t, err, skills.ErrNotFound, "a deleted skill's bundle, cached, is not found")
+
+	big, err := one.Create(ctx, "alice", skillstest.Bundle("big", 2<<20))
+	require.NoError(t, err)
+	_, _, err = one.Bundle(ctx, "alice", big.ID, "")
+	require.NoError(t, err, "the big bundle's first read")
+	keys, err = srv.Client().Keys(ctx, "cache:{skills}:b:*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1, "the big bundle's key")
+	require.NoError(t, srv.Client().Del(ctx, keys[0]).Err())
+	_, _, err = one.Bundle(ctx, "alice", big.ID, "")
+	assert.ErrorIs(t, err, skills.ErrNotFound, "a bundle past CacheBytes is read from Redis again")
+}
