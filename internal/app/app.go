@@ -144,7 +144,7 @@ func New(o Options) (*App, error) {
 	}
 	accepted := modelCalls(cfg, s.stores.accepted)
 	// One skill store: the Skills API's, which the shell tool's container_auto skills name.
-	skillSt := skillStore(cfg)
+	skillSt := skillStore(cfg, s.stores.redis)
 	s.api = newAPIServer(cfg, s.sandboxes, secret, uploads, accepted, skillSt, log)
 	s.engine = loop.New(s.sandboxes, loop.Config{Log: log, Telemetry: s.tracing.genAI()})
 	s.metrics = processor.NewMetrics()
@@ -152,6 +152,7 @@ func New(o Options) (*App, error) {
 		MaxInputFileBytes: int64(min(cfg.GetMaxUploadBytes(), math.MaxInt64)),
 		Stored:            s.stores.stored,
 		ResolveSkills:     resolveSkills(skillSt, skillLimits(cfg)),
+		ContainerSkills:   containerSkills(skillSt),
 	}
 	if uploads != nil {
 		// container_upload blocks name files this process keeps.

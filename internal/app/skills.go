@@ -3,8 +3,8 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"path"
-	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/admission"
@@ -13,22 +13,29 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/skills"
+	storeredis "github.com/codeinterp/codeinterp/pkg/store/redis"
 )
 
-// skillStore returns the store of the Skills API (/v1/skills) of cfg, or nil where the API is
-// not served.
-//
-// The single process (store memory) keeps skills in memory, bounded per identity and in all
-// by cfg.skills. A fleet (store redis) does not serve the API yet: a skill kept in one
-// replica's memory would be unknown to the next replica a client reaches. The fleet's store is
-// to keep each bundle's bytes on the sandbox nodes' disks (a bundle may be 100 MiB
-// uncompressed: too heavy for Redis) and its metadata, with the node that holds it, in Redis,
-// as containers are.
-func skillStore(cfg *configv1.Config) skills.Store {
-	if cfg.GetStore() == config.StoreRedis {
-		return nil
-	}
+// skillStore returns the store of the Skills API (/v1/skills) of cfg: in the single process's
+// memory (store memory), or in the fleet's Redis through rc (store redis), where a skill
+// uploaded through one replica is served by every other. Either is bounded per identity and
+// in all by cfg.skills; in Redis, the bundles are kept zipped (see storeredis.Skills).
+func skillStore(cfg *configv1.Config, rc goredis.UniversalClient) skills.Store {
 	c := cfg.GetSkills()
+	if cfg.GetStore() == config.StoreRedis {
+		prefix := cfg.GetRedis().GetKeyPrefix()
+		if prefix == "" {
+			prefix = storeredis.DefaultPrefix
+		}
+		return storeredis.NewSkills(rc, storeredis.SkillsOptions{
+			Prefix:               prefix,
+			Timeout:              cfg.GetRedis().GetTimeout().AsDuration(),
+			MaxSkillsPerIdentity: int(c.GetMaxSkillsPerIdentity()),
+			MaxVersionsPerSkill:  int(c.GetMaxVersionsPerSkill()),
+			MaxBytesPerIdentity:  int64(c.GetMaxBytesPerIdentity()),
+			MaxBytes:             int64(c.GetMaxBytes()),
+		})
+	}
 	return skills.NewMemory(skills.MemoryConfig{
 		MaxSkillsPerIdentity: int(c.GetMaxSkillsPerIdentity()),
 		MaxVersionsPerSkill:  int(c.GetMaxVersionsPerSkill()),
@@ -58,21 +65,29 @@ func resolveSkills(store skills.Store, lim skills.Limits) func(ctx context.Conte
 		if err != nil {
 			return nil, nil, err
 		}
-		out := make([]admission.MountedSkill, 0, len(ms))
-		for _, m := range ms {
-			out = append(out, admission.MountedSkill{Name: m.Name, Description: m.Description,
-				Path: path.Join(containers.OpenAISkillsRoot, m.Dir, skillFile(m))})
-		}
-		return files, out, nil
+		return files, mountedSkills(containers.Announce(ms)), nil
 	}
 }
 
-// skillFile returns the name of m's SKILL.md as its bundle spells it ("SKILL.md" or "skill.md").
-func skillFile(m skills.Mounted) string {
-	for _, f := range m.Files {
-		if strings.EqualFold(f.Path, "SKILL.md") {
-			return f.Path
-		}
+// containerSkills returns admission's look-up of the skills a container was created with
+// (POST /v1/containers skills, recorded in store), or nil where the Skills API is not served.
+func containerSkills(store skills.Store) func(ctx context.Context, identity, id string) ([]admission.MountedSkill, error) {
+	if store == nil {
+		return nil
 	}
-	return "SKILL.md"
+	return func(ctx context.Context, identity, id string) ([]admission.MountedSkill, error) {
+		as, err := store.Attached(ctx, identity, id)
+		if err != nil {
+			return nil, err
+		}
+		return mountedSkills(as), nil
+	}
+}
+
+func mountedSkills(as []skills.Announced) []admission.MountedSkill {
+	out := make([]admission.MountedSkill, 0, len(as))
+	for _, a := range as {
+		out = append(out, admission.MountedSkill{Name: a.Name, Description: a.Description, Path: a.Path})
+	}
+	return out
 }

@@ -70,6 +70,10 @@ type Config struct {
 	// its container and the skills the model is told of; a *schema.RequestError is the client's.
 	// Nil when the Skills API is off: then a request with skills is a native 400.
 	ResolveSkills func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []MountedSkill, error)
+	// ContainerSkills, where skills are served, returns the skills identity's container id
+	// was created with (none for a container created without), which a request naming the
+	// container tells the model of (see announceContainerSkills). Nil: none are told.
+	ContainerSkills func(ctx context.Context, identity, id string) ([]MountedSkill, error)
 }
 
 // MountedSkill is a skill mounted in a request's container, as the model is told of it.
@@ -87,6 +91,7 @@ type Admission struct {
 	maxInputFile  int64
 	stored        store.Pending
 	resolveSkills func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []MountedSkill, error)
+	skillsOf      func(ctx context.Context, identity, id string) ([]MountedSkill, error)
 }
 
 // New returns an Admission that checks containers with c and keeps continuations in p.
@@ -102,7 +107,7 @@ func New(c Containers, p store.Continuations, cfg Config) *Admission {
 		}
 	}
 	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes, stored: cfg.Stored,
-		resolveSkills: cfg.ResolveSkills}
+		resolveSkills: cfg.ResolveSkills, skillsOf: cfg.ContainerSkills}
 }
 
 // Caller is who sent a request, as the processor knows it. Its methods are called only when
@@ -191,6 +196,9 @@ func (a *Admission) Prepare(ctx context.Context, x schema.Exchange, c Caller, r 
 	identity := ad.callerIdentity()
 	if rq.ContainerID != "" {
 		if r := a.checkContainer(ctx, identity, rq.ContainerID); r != nil {
+			return nil, r
+		}
+		if r := ad.announceContainerSkills(ctx, rq); r != nil {
 			return nil, r
 		}
 	}

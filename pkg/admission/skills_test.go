@@ -76,3 +76,50 @@ func TestPrepareRefusesSkills(t *testing.T) {
 		})
 	}
 }
+
+const refBody = `{"model":"m","input":"x","tools":[{"type":"shell","environment":{"type":"container_reference","container_id":"cntr_1"}}]}`
+
+// prepareRef admits refBody for id-a, whose container cntr_1's skills are give (or the
+// look-up fails with giveErr); it returns the body sent upstream's shell description.
+func prepareRef(t *testing.T, give []admission.MountedSkill, giveErr error) (string, *admission.Refusal) {
+	t.Helper()
+	var gotIdentity, gotID string
+	adm := admission.New(containers{"cntr_1": "id-a"}, memory.NewPending(nil), admission.Config{
+		ContainerSkills: func(_ context.Context, identity, id string) ([]admission.MountedSkill, error) {
+			gotIdentity, gotID = identity, id
+			return give, giveErr
+		},
+	})
+	x := exchange(t, refBody)
+	_, r := adm.Prepare(t.Context(), x, &caller{id: "id-a"}, admission.Request{})
+	assert.Equal(t, "id-a", gotIdentity, "the caller's container is looked up")
+	assert.Equal(t, "cntr_1", gotID, "the container named is looked up")
+	return gjson.GetBytes(x.Request().Body, "tools.0.description").String(), r
+}
+
+// A request naming a container created with skills (the shell tool's container_reference)
+// tells the model of them as for container_auto's.
+func TestPrepareAnnouncesContainerSkills(t *testing.T) {
+	desc, r := prepareRef(t, []admission.MountedSkill{{Name: "csv", Description: "Reads CSV files.", Path: "/home/oai/skills/csv-1/SKILL.md"}}, nil)
+	require.Nil(t, r, "admitted")
+	assert.Contains(t, desc, "Run shell commands", "the shell function's own description")
+	assert.Contains(t, desc, "Skills are installed in the container.", "announced to the model")
+	assert.Contains(t, desc, "- csv: Reads CSV files. (path: /home/oai/skills/csv-1/SKILL.md)", "announced to the model")
+}
+
+// A container created without skills tells the model nothing.
+func TestPrepareContainerWithoutSkills(t *testing.T) {
+	desc, r := prepareRef(t, nil, nil)
+	require.Nil(t, r, "admitted")
+	assert.Contains(t, desc, "Run shell commands", "the shell function's own description")
+	assert.NotContains(t, desc, "Skills are installed", "no skills announced")
+}
+
+// A failed look-up of a container's skills is a 503, its cause kept for the log.
+func TestPrepareContainerSkillsUnavailable(t *testing.T) {
+	_, r := prepareRef(t, nil, errors.New("redis down"))
+	require.NotNil(t, r, "refused")
+	assert.Equal(t, http.StatusServiceUnavailable, r.Err.Status)
+	assert.Equal(t, "skills_unavailable", r.Err.Code)
+	assert.Error(t, r.Cause, "the cause, for the log")
+}

@@ -346,7 +346,8 @@ func (h *Handler) createContainer(c call) {
 		return
 	}
 	store, lim := h.skillStore()
-	if nc.Skills, _, err = ResolveSkills(c.r.Context(), store, lim, c.identity, body.Skills, "skills"); err != nil {
+	var mounted []skills.Mounted
+	if nc.Skills, mounted, err = ResolveSkills(c.r.Context(), store, lim, c.identity, body.Skills, "skills"); err != nil {
 		h.fail(c, "", err)
 		return
 	}
@@ -381,6 +382,7 @@ func (h *Handler) createContainer(c call) {
 			return
 		}
 	}
+	h.attachSkills(c, ct.ID, mounted)
 	writeJSON(c.w, toJSON(ct))
 }
 

@@ -84,3 +84,16 @@ func TestResolveSkills(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnounce: each skill is announced by its name, description and SKILL.md's path under
+// OpenAI's skills root, as its bundle spells it.
+func TestAnnounce(t *testing.T) {
+	got := Announce([]skills.Mounted{
+		{Name: "word", Description: "Knows the word.", Dir: "word-0123", Files: []skills.File{{Path: "SKILL.md"}, {Path: "run.sh"}}},
+		{Name: "low", Description: "Lower case.", Dir: "low-4567", Files: []skills.File{{Path: "run.sh"}, {Path: "skill.md"}}},
+	})
+	assert.Equal(t, []skills.Announced{
+		{Name: "word", Description: "Knows the word.", Path: "/home/oai/skills/word-0123/SKILL.md"},
+		{Name: "low", Description: "Lower case.", Path: "/home/oai/skills/low-4567/skill.md"},
+	}, got)
+}

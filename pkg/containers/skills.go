@@ -11,6 +11,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -515,6 +516,35 @@ func ResolveSkills(ctx context.Context, store skills.Store, lim skills.Limits, i
 		return nil, nil, &schema.RequestError{Message: fmt.Sprintf("Invalid '%s': %s.", param, err), Param: param, Code: "invalid_value"}
 	}
 	return files, ms, nil
+}
+
+// Announce returns what the model is told of the skills ms mounted at OpenAISkillsRoot: each
+// one's name, description and the path of its SKILL.md (as its bundle spells it).
+func Announce(ms []skills.Mounted) []skills.Announced {
+	out := make([]skills.Announced, 0, len(ms))
+	for _, m := range ms {
+		md := "SKILL.md"
+		for _, f := range m.Files {
+			if strings.EqualFold(f.Path, "SKILL.md") {
+				md = f.Path
+			}
+		}
+		out = append(out, skills.Announced{Name: m.Name, Description: m.Description, Path: path.Join(OpenAISkillsRoot, m.Dir, md)})
+	}
+	return out
+}
+
+// attachSkills records the skills ms of the container id just created, which a request
+// naming the container (a shell tool's container_reference) then tells the model of. The
+// container works without the record: a failure is logged, and the model is not told.
+func (h *Handler) attachSkills(c call, id string, ms []skills.Mounted) {
+	store, _ := h.skillStore()
+	if store == nil || len(ms) == 0 {
+		return
+	}
+	if err := store.Attach(context.WithoutCancel(c.r.Context()), c.identity, id, Announce(ms)); err != nil {
+		h.log.Warn("record a container's skills", zap.String("container_id", id), zap.Error(err))
+	}
 }
 
 // skillStore is the Handler's skills store, nil without the Skills API.

@@ -19,6 +19,7 @@ const (
 // SkillFiles are the skills' files a container is created with, mounted read-only at Root: the
 // code can read them, and can neither change, remove, chmod nor remount them. Each file's Path
 // is relative to Root ("pdf-tools/SKILL.md"); the directories are made as the paths need them.
+// Every file is readable by the code, and executable too when its Exec is set.
 type SkillFiles struct {
 	// Root is where the files are mounted, an absolute path outside the container's system
 	// and data directories: "/home/oai/skills" (OpenAI) or "/skills" (Anthropic).
@@ -30,6 +31,9 @@ type SkillFiles struct {
 type SkillFile struct {
 	Path string
 	Data []byte
+	// Exec reports whether the file is executable (mode 0555 rather than 0444), as it was
+	// marked in its bundle, so that a skill's script runs as "./scripts/run.sh".
+	Exec bool
 }
 
 // Bytes is the size of the files together.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +20,9 @@ type MemoryConfig struct {
 	MaxBytesPerIdentity int64
 	// MaxBytes bounds every identity's bundles' bytes together; zero means 1 GiB.
 	MaxBytes int64
+	// MaxAttached bounds the containers whose skills Attach records, every identity's
+	// together (the oldest record is forgotten first); zero means 10000.
+	MaxAttached int
 	// Now returns the time; nil means time.Now.
 	Now func() time.Time
 }
@@ -33,6 +37,23 @@ type Memory struct {
 	skills map[string]map[string]*memSkill // identity → id → skill
 	used   map[string]int64                // identity → bytes
 	total  int64
+	// attached are Attach's records, by attachKey; attachOrder their keys, oldest first
+	// (a key replaced is found again further on, and skipped when its turn comes).
+	attached    map[attachKey]attachRec
+	attachOrder []attachEntry
+	attachSeq   uint64
+}
+
+type attachEntry struct {
+	key attachKey
+	seq uint64
+}
+
+type attachKey struct{ identity, container string }
+
+type attachRec struct {
+	seq uint64
+	as  []Announced
 }
 
 var _ Store = (*Memory)(nil)
@@ -65,10 +86,13 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 1 << 30
 	}
+	if cfg.MaxAttached <= 0 {
+		cfg.MaxAttached = 10000
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Memory{cfg: cfg, skills: map[string]map[string]*memSkill{}, used: map[string]int64{}}
+	return &Memory{cfg: cfg, skills: map[string]map[string]*memSkill{}, used: map[string]int64{}, attached: map[attachKey]attachRec{}}
 }
 
 func newID(prefix string) string {
@@ -301,4 +325,32 @@ func (m *Memory) Bundle(_ context.Context, identity, id, version string) (*Bundl
 		return nil, Version{}, err
 	}
 	return v.bundle, v.v, nil
+}
+
+// Attach implements [Store]: at most MaxAttached containers are remembered, the oldest
+// record forgotten first.
+func (m *Memory) Attach(_ context.Context, identity, containerID string, as []Announced) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := attachKey{identity, containerID}
+	m.attachSeq++
+	m.attached[k] = attachRec{seq: m.attachSeq, as: slices.Clone(as)}
+	m.attachOrder = append(m.attachOrder, attachEntry{k, m.attachSeq})
+	// Replaced records leave stale entries in attachOrder: it is kept within twice the bound
+	// by forgetting from its front, the oldest first.
+	for len(m.attached) > m.cfg.MaxAttached || len(m.attachOrder) > 2*m.cfg.MaxAttached {
+		old := m.attachOrder[0]
+		m.attachOrder = m.attachOrder[1:]
+		if r, ok := m.attached[old.key]; ok && r.seq == old.seq {
+			delete(m.attached, old.key)
+		}
+	}
+	return nil
+}
+
+// Attached implements [Store].
+func (m *Memory) Attached(_ context.Context, identity, containerID string) ([]Announced, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.attached[attachKey{identity, containerID}].as), nil
 }

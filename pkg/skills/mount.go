@@ -83,8 +83,8 @@ func Resolve(ctx context.Context, store Store, lim Limits, identity string, refs
 	return out, nil
 }
 
-// MountFiles returns the files of ms mounted at root, each skill in its Dir; nil when ms is
-// empty.
+// MountFiles returns the files of ms mounted at root, each skill in its Dir, a file marked
+// executable in its bundle executable in the container; nil when ms is empty.
 func MountFiles(root string, ms []Mounted) *sandbox.SkillFiles {
 	if len(ms) == 0 {
 		return nil
@@ -92,7 +92,7 @@ func MountFiles(root string, ms []Mounted) *sandbox.SkillFiles {
 	s := &sandbox.SkillFiles{Root: root}
 	for _, m := range ms {
 		for _, f := range m.Files {
-			s.Files = append(s.Files, sandbox.SkillFile{Path: path.Join(m.Dir, f.Path), Data: f.Data})
+			s.Files = append(s.Files, sandbox.SkillFile{Path: path.Join(m.Dir, f.Path), Data: f.Data, Exec: f.Exec})
 		}
 	}
 	return s

@@ -139,6 +139,23 @@ type Store interface {
 	DeleteVersion(ctx context.Context, identity, id, version string) error
 	// Bundle returns a version's bundle, which the caller must not modify.
 	Bundle(ctx context.Context, identity, id, version string) (*Bundle, Version, error)
+	// Attach records that identity's container containerID was created with the skills as,
+	// so that a request naming the container (a shell tool's container_reference) tells the
+	// model of them; a second Attach of the container replaces the first. What is recorded
+	// is bounded by the implementation, and may be forgotten (oldest first, or when the
+	// container is long idle).
+	Attach(ctx context.Context, identity, containerID string, as []Announced) error
+	// Attached returns what Attach recorded of identity's container containerID; none (and
+	// a nil error) when nothing was.
+	Attached(ctx context.Context, identity, containerID string) ([]Announced, error)
+}
+
+// Announced is a skill in a container as the model is told of it.
+type Announced struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Path is its SKILL.md's in the container.
+	Path string `json:"path"`
 }
 
 // Errors a Store returns for the API to map.

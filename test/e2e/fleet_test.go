@@ -25,6 +25,7 @@ var fleetScenarios = []loopScenario{
 	{name: "a mixed client and internal call, then a continuation by previous_response_id", run: scenarioMixedContinue},
 	{name: "a mixed client and internal call (chat)", run: scenarioMixedChat},
 	{name: "the sandbox killed mid-run", run: scenarioSandboxKilled},
+	{name: "skills uploaded through one gateway, mounted and announced through others", run: scenarioSkillsMounted},
 }
 
 // TestFleet runs conversations through 3 gateway replicas, each behind its own real Envoy, and
@@ -59,6 +60,8 @@ func testFleet(t *testing.T, o FleetOptions) {
 	// each request on another gateway.
 	t.Run("messages continued in its container", func(t *testing.T) { testMessagesToolsContinued(t, s) })
 	t.Run("messages bash session", func(t *testing.T) { testMessagesBashSession(t, s) })
+	// The Skills API: each call on another gateway, the skills and bundles in Redis.
+	t.Run("skills API", func(t *testing.T) { testSkillsLifecycle(t, s) })
 	for i, n := range f.Served() {
 		assert.NotZero(t, n, "gateway %d served requests", i)
 	}

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"archive/zip"
+	"bytes"
 	"encoding/base64"
+	"io/fs"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -41,7 +43,7 @@ func testSkillsMounted(t *testing.T, x *scene) {
 	c := x.s.Client(key)
 
 	made, err := c.Skills.New(ctx, openai.SkillNewParams{Files: openai.SkillNewParamsFilesUnion{
-		OfFile: openai.File(strings.NewReader(string(skillZipOf(t, map[string]string{"secret-word/SKILL.md": wordSkill}))), "secret-word.zip", "application/zip"),
+		OfFile: openai.File(bytes.NewReader(wordSkillZip(t)), "secret-word.zip", "application/zip"),
 	}})
 	require.NoError(t, err, "upload a skill")
 	t.Cleanup(func() { _, _ = c.Skills.Delete(ctx, made.ID) })
@@ -55,11 +57,13 @@ func testSkillsMounted(t *testing.T, x *scene) {
 	require.NoError(t, err, "create a container with skills")
 	t.Cleanup(func() { _ = c.Containers.Delete(ctx, ct.ID) })
 
+	mark := len(x.m.Requests())
 	x.m.script(responsesPath,
 		responsesReply(usage(10, 5), runShell("call_1", map[string]any{"commands": []string{
 			"cat /home/oai/skills/secret-word-*/SKILL.md /home/oai/skills/colour-*/SKILL.md",
 			"ls /home/oai/skills | sed 's/-[0-9a-f]\\{32\\}$/-HEX/'",
 			"rm -f /home/oai/skills/colour-*/SKILL.md || echo refused",
+			"cd /home/oai/skills/secret-word-* && ./scripts/say.sh && stat -c '%a %n' scripts/say.sh SKILL.md",
 		}})),
 		responsesReply(usage(20, 7), fakemodel.Message("read")))
 	resp := x.responses(t, key, responses.ResponseNewParams{
@@ -71,16 +75,25 @@ func testSkillsMounted(t *testing.T, x *scene) {
 	})
 	call, out := shellItems(t, resp, 0)
 	assert.Equal(t, ct.ID, call.Environment.ContainerID, "the container with the skills")
-	require.Len(t, out.Output, 3, "outputs")
+	require.Len(t, out.Output, 4, "outputs")
 	assert.Contains(t, out.Output[0].Stdout, "The secret word is pelican.", "the uploaded skill's SKILL.md")
 	assert.Contains(t, out.Output[0].Stdout, "The colour is teal.", "the inline skill's SKILL.md")
 	assert.Equal(t, "colour-HEX\nsecret-word-HEX\n", out.Output[1].Stdout, "each skill in <name>-<32 hex>")
 	assert.Contains(t, out.Output[2].Stdout, "refused", "the skills are read-only")
 	assert.Contains(t, out.Output[2].Stderr, "Read-only file system", "the skills are read-only")
+	assert.Equal(t, "said pelican\n555 scripts/say.sh\n444 SKILL.md\n", out.Output[3].Stdout,
+		"a script executable in the zip runs as ./scripts/say.sh; SKILL.md is not executable")
+	reqs := x.m.since(mark)
+	require.NotEmpty(t, reqs, "container_reference: requests the model got")
+	desc := gjson.GetBytes(reqs[0].Body, `tools.#(name=="shell").description`).String()
+	assert.Regexp(t, `- secret-word: Knows the secret word\. \(path: /home/oai/skills/secret-word-[0-9a-f]{32}/SKILL\.md\)`, desc,
+		"container_reference: the model is told of the container's skills")
+	assert.Regexp(t, `- colour: Knows the colour\. \(path: /home/oai/skills/colour-[0-9a-f]{32}/SKILL\.md\)`, desc,
+		"container_reference: the model is told of the container's inline skill")
 
 	// The uploaded skill on the shell tool's container_auto: mounted in the container the request
 	// gets, and announced to the model in the shell function's description.
-	mark := len(x.m.Requests())
+	mark = len(x.m.Requests())
 	x.m.script(responsesPath,
 		responsesReply(usage(10, 5), runShell("call_2", map[string]any{"commands": []string{"cat /home/oai/skills/secret-word-*/SKILL.md"}})),
 		responsesReply(usage(20, 7), fakemodel.Message("read")))
@@ -97,9 +110,9 @@ func testSkillsMounted(t *testing.T, x *scene) {
 	assert.NotEqual(t, ct.ID, call.Environment.ContainerID, "container_auto: a container of its own")
 	require.Len(t, out.Output, 1, "container_auto: outputs")
 	assert.Contains(t, out.Output[0].Stdout, "The secret word is pelican.", "container_auto: the uploaded skill's SKILL.md")
-	reqs := x.m.since(mark)
+	reqs = x.m.since(mark)
 	require.NotEmpty(t, reqs, "container_auto: requests the model got")
-	desc := gjson.GetBytes(reqs[0].Body, `tools.#(name=="shell").description`).String()
+	desc = gjson.GetBytes(reqs[0].Body, `tools.#(name=="shell").description`).String()
 	assert.Regexp(t, `- secret-word: Knows the secret word\. \(path: /home/oai/skills/secret-word-[0-9a-f]{32}/SKILL\.md\)`, desc,
 		"container_auto: the model is told the skill's name, description and path")
 
@@ -110,4 +123,36 @@ func testSkillsMounted(t *testing.T, x *scene) {
 	assert.Equal(t, http.StatusBadRequest, e.StatusCode, "an unknown skill id")
 	assert.Equal(t, "skills[0].skill_id", e.Param, "the param")
 	assert.Equal(t, "invalid_request_error", e.Type, "the type")
+}
+
+// wordSkillZip is the secret-word skill as a zip made on a unix system: its script is
+// executable (mode 0755 in the entry's external attributes), its SKILL.md is not.
+func wordSkillZip(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range []struct {
+		name, data string
+		mode       fs.FileMode
+	}{
+		{"secret-word/SKILL.md", wordSkill, 0o644},
+		{"secret-word/scripts/say.sh", "#!/bin/sh\necho said pelican\n", 0o755},
+	} {
+		h := &zip.FileHeader{Name: f.name, Method: zip.Deflate}
+		h.SetMode(f.mode)
+		w, err := zw.CreateHeader(h)
+		require.NoError(t, err, "zip %s", f.name)
+		_, err = w.Write([]byte(f.data))
+		require.NoError(t, err, "zip %s", f.name)
+	}
+	require.NoError(t, zw.Close(), "zip")
+	return buf.Bytes()
+}
+
+// scenarioSkillsMounted is testSkillsMounted as one of the fleet's conversations
+// (fleetScenarios): each request on another gateway, the skills in Redis, the containers on
+// the sandbox nodes.
+func scenarioSkillsMounted(t *testing.T, x *scene) string {
+	testSkillsMounted(t, x)
+	return ""
 }

@@ -13,7 +13,7 @@ import (
 
 // A container with skills ([sandbox.Spec].Skills) starts the exec way, whatever the start
 // mode: bubblewrap gives it a tmpfs of its own at the skills' root, copies each file into it
-// (mode 0444, its directories 0555) from a sealed memfd, and remounts it read-only before the
+// (mode 0444, or 0555 when executable; its directories 0555) from a sealed memfd, and remounts it read-only before the
 // code runs, which has no capability to remount it. The fork template cannot do that: its
 // containers share its root directory, where the mount point would have to be made, so that
 // every container would see it. A container without skills starts as before.
@@ -50,7 +50,11 @@ func skillArgs(s *sandbox.SkillFiles, first int) []string {
 	}
 	for i, f := range s.Files {
 		dir(path.Dir(f.Path))
-		a = append(a, "--perms", "0444", "--file", strconv.Itoa(first+i), path.Join(s.Root, f.Path))
+		perms := "0444"
+		if f.Exec {
+			perms = "0555"
+		}
+		a = append(a, "--perms", perms, "--file", strconv.Itoa(first+i), path.Join(s.Root, f.Path))
 	}
 	return append(a, "--remount-ro", s.Root)
 }

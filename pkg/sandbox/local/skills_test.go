@@ -141,3 +141,35 @@ func TestSkillsRefused(t *testing.T) {
 		assert.ErrorIs(t, err, sandbox.ErrInvalidSpec, "%s: Create", name)
 	}
 }
+
+// TestSkillScriptExecutable: a skill file marked executable is mode 0555 in the container and
+// runs as "./scripts/run.sh" from the skill's directory, as natively; a file not marked stays
+// 0444 and is not run.
+func TestSkillScriptExecutable(t *testing.T) {
+	t.Parallel()
+	l := newTestLocal(t, Config{Start: StartExec})
+	const dir = "tool-0123456789abcdef0123456789abcdef"
+	c := newTestContainer(t, l, sandbox.Spec{Skills: &sandbox.SkillFiles{Root: "/home/oai/skills", Files: []sandbox.SkillFile{
+		{Path: dir + "/SKILL.md", Data: []byte("---\nname: tool\ndescription: d\n---\n")},
+		{Path: dir + "/scripts/run.sh", Data: []byte("#!/bin/sh\necho \"ran $1\"\n"), Exec: true},
+		{Path: dir + "/scripts/plain.sh", Data: []byte("#!/bin/sh\necho plain\n")},
+	}}})
+	res := runIn(t, c, `
+import os, subprocess
+d = '/home/oai/skills/`+dir+`'
+for f in ('scripts/run.sh', 'scripts/plain.sh', 'SKILL.md'):
+    print(f, oct(os.stat(d + '/' + f).st_mode & 0o777))
+print(subprocess.run(['./scripts/run.sh', 'here'], cwd=d, capture_output=True, text=True).stdout.strip())
+try:
+    subprocess.run(['./scripts/plain.sh'], cwd=d)
+    print('plain ran')
+except PermissionError:
+    print('plain EACCES')
+`)
+	require.Nil(t, res.Error, "the script ran: %s", res.Stderr)
+	assert.Contains(t, res.Stdout, "scripts/run.sh 0o555\n", "an executable file is 0555")
+	assert.Contains(t, res.Stdout, "scripts/plain.sh 0o444\n", "a file not marked executable is 0444")
+	assert.Contains(t, res.Stdout, "SKILL.md 0o444\n", "SKILL.md is 0444")
+	assert.Contains(t, res.Stdout, "ran here\n", "./scripts/run.sh runs")
+	assert.Contains(t, res.Stdout, "plain EACCES\n", "a file not marked executable does not run")
+}

@@ -123,7 +123,7 @@ func specProto(s sandbox.Spec) *sandboxv1.Spec {
 	if sk := s.Skills; sk != nil {
 		ps.Skills = &sandboxv1.SkillFiles{Root: sk.Root, Files: make([]*sandboxv1.SkillFile, len(sk.Files))}
 		for i, f := range sk.Files {
-			ps.Skills.Files[i] = &sandboxv1.SkillFile{Path: f.Path, Data: f.Data}
+			ps.Skills.Files[i] = &sandboxv1.SkillFile{Path: f.Path, Data: f.Data, Exec: f.Exec}
 		}
 	}
 	if np := s.NetworkPolicy; np != nil {
@@ -142,7 +142,7 @@ func specOf(ps *sandboxv1.Spec) sandbox.Spec {
 	if pk := ps.GetSkills(); pk != nil {
 		sk := &sandbox.SkillFiles{Root: pk.GetRoot(), Files: make([]sandbox.SkillFile, len(pk.GetFiles()))}
 		for i, f := range pk.GetFiles() {
-			sk.Files[i] = sandbox.SkillFile{Path: f.GetPath(), Data: f.GetData()}
+			sk.Files[i] = sandbox.SkillFile{Path: f.GetPath(), Data: f.GetData(), Exec: f.GetExec()}
 		}
 		s.Skills = sk
 	}

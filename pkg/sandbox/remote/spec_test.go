@@ -55,7 +55,7 @@ func TestSpecTravels(t *testing.T) {
 		{"empty policy", sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{}}},
 		{"allowlist", sandbox.Spec{NetworkPolicy: &sandbox.NetworkPolicy{AllowedDomains: []string{"pypi.org", "*.example.com"}}}},
 		{"skills", sandbox.Spec{Skills: &sandbox.SkillFiles{Root: "/skills", Files: []sandbox.SkillFile{
-			{Path: "a/SKILL.md", Data: []byte("---\nname: a\n---\n")}, {Path: "a/bin/x", Data: []byte{0, 1, 2}},
+			{Path: "a/SKILL.md", Data: []byte("---\nname: a\n---\n")}, {Path: "a/bin/x", Data: []byte{0, 1, 2}, Exec: true},
 		}}}},
 		{"secrets", sandbox.Spec{MemoryLimit: "1g", NetworkPolicy: &sandbox.NetworkPolicy{
 			AllowedDomains: []string{"api.example.com"},

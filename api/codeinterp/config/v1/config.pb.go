@@ -172,9 +172,9 @@ type Config struct {
 	// run that pauses is resumed at once with each call refused (docs/surfaces.md), and
 	// pause_timeout ends a pause nothing resumed.
 	Ptc *Ptc `protobuf:"bytes,45,opt,name=ptc,proto3" json:"ptc,omitempty"`
-	// skills bounds the Skills API (/v1/skills), which the API listener serves with store
-	// "memory": skill bundles and their versions are kept in the process's memory, per identity
-	// (docs/containers.md, "Skills"). Not served with store "redis" yet.
+	// skills bounds the Skills API (/v1/skills), which the API listener serves: skill bundles and
+	// their versions are kept per identity in the process's memory with store "memory", in Redis
+	// with store "redis" (docs/containers.md, "Skills").
 	Skills *Skills `protobuf:"bytes,44,opt,name=skills,proto3" json:"skills,omitempty"`
 	// responses bounds what codeinterp keeps of the Responses answers it looped (GET
 	// /v1/responses/{id}, its stream, input_items, DELETE) and the background responses it runs
@@ -2021,11 +2021,11 @@ type Skills struct {
 	// max_bundle_bytes caps one bundle's files together, uncompressed. Default 104857600
 	// (100 MiB).
 	MaxBundleBytes uint64 `protobuf:"varint,3,opt,name=max_bundle_bytes,json=maxBundleBytes,proto3" json:"max_bundle_bytes,omitempty"`
-	// max_bytes_per_identity caps one identity's bundles together, uncompressed, in memory.
-	// Default 209715200 (200 MiB).
+	// max_bytes_per_identity caps one identity's bundles together, uncompressed (in memory, or
+	// in Redis where they are kept zipped). Default 209715200 (200 MiB).
 	MaxBytesPerIdentity uint64 `protobuf:"varint,4,opt,name=max_bytes_per_identity,json=maxBytesPerIdentity,proto3" json:"max_bytes_per_identity,omitempty"`
-	// max_bytes caps every identity's bundles together, uncompressed, in memory. Default
-	// 1073741824 (1 GiB).
+	// max_bytes caps every identity's bundles together, uncompressed (in memory, or in Redis).
+	// Default 1073741824 (1 GiB).
 	MaxBytes uint64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// max_uploads caps the skill uploads in progress on the server at once, each holding its
 	// bundle in memory while it is checked; one more is a 429. Default 4.

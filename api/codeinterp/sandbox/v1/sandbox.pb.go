@@ -374,9 +374,11 @@ func (x *SkillFiles) GetFiles() []*SkillFile {
 
 // SkillFile is a sandbox.SkillFile.
 type SkillFile struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data  []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// exec: the file is executable in the container.
+	Exec          bool `protobuf:"varint,3,opt,name=exec,proto3" json:"exec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +425,13 @@ func (x *SkillFile) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *SkillFile) GetExec() bool {
+	if x != nil {
+		return x.Exec
+	}
+	return false
 }
 
 // NetworkPolicy is a sandbox.NetworkPolicy: an allowlist.
@@ -2792,10 +2801,11 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"SkillFiles\x12\x12\n" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x126\n" +
-	"\x05files\x18\x02 \x03(\v2 .codeinterp.sandbox.v1.SkillFileR\x05files\"3\n" +
+	"\x05files\x18\x02 \x03(\v2 .codeinterp.sandbox.v1.SkillFileR\x05files\"G\n" +
 	"\tSkillFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\x84\x01\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04exec\x18\x03 \x01(\bR\x04exec\"\x84\x01\n" +
 	"\rNetworkPolicy\x12'\n" +
 	"\x0fallowed_domains\x18\x01 \x03(\tR\x0eallowedDomains\x12J\n" +
 	"\x0edomain_secrets\x18\x02 \x03(\v2#.codeinterp.sandbox.v1.DomainSecretR\rdomainSecrets\"P\n" +
