@@ -112,6 +112,11 @@ func (l *localLease) Resume(ctx context.Context, results []ToolResult, timeout t
 		m.mu.Unlock()
 		return Result{}, ErrNotPaused
 	}
+	if len(results) != p.calls {
+		// Not this pause's results: it stays paused for the right ones.
+		m.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: the paused run awaits %d results, not %d", ErrNotPaused, p.calls, len(results))
+	}
 	m.endPauseLocked(e)
 	m.mu.Unlock()
 	r, ok := p.c.(Resumer)
@@ -138,7 +143,8 @@ type resumer interface {
 // an earlier Run or Resume, possibly of another request) the results of its calls, in order,
 // and waits for it as Run does, timeout bounding it as Run's does: it ends, or pauses again.
 // Without a paused run (it ended, was abandoned past ManagerConfig.PauseTimeout, or the
-// container is gone) it fails with ErrNotPaused; a backend that cannot resume (a container of
+// container is gone) it fails with ErrNotPaused, as it does, leaving the run paused, when
+// results are not as many as its calls; a backend that cannot resume (a container of
 // another node, for now) with ErrUnavailable.
 func (l *Lease) Resume(ctx context.Context, results []ToolResult, timeout time.Duration) (Result, error) {
 	r, ok := l.b.(resumer)
