@@ -71,10 +71,14 @@ func pendingResume(root gjson.Result, containerID, python string) (*schema.Resum
 	if containerID == "" {
 		return nil, badRequest("%s", TextContainerRequired)
 	}
+	// The cell's server_tool_use is in the answer that first paused it, before the answers of
+	// its later pauses.
 	var input string
-	for _, b := range msgs[n-2].Get("content").Array() {
-		if b.Get("type").String() == "server_tool_use" && b.Get("id").String() == cell {
-			input = b.Get("input").Raw
+	for i := n - 2; i >= 0 && input == ""; i-- {
+		for _, b := range msgs[i].Get("content").Array() {
+			if b.Get("type").String() == "server_tool_use" && b.Get("id").String() == cell {
+				input = b.Get("input").Raw
+			}
 		}
 	}
 	if input == "" {
