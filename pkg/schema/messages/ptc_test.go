@@ -158,6 +158,23 @@ func TestRewriteResume(t *testing.T) {
 	assert.JSONEq(t, `{"role":"assistant","content":[{"type":"tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"}}]}`, msgs[1].Raw,
 		"the calls from code left out")
 
+	// A later pause of the cell: its call's answer holds no server_tool_use, the first pause's does.
+	later := `{"model":"m","max_tokens":10,"container":"cntr_1","tools":[{"type":"code_execution_20260120","name":"code_execution"},` +
+		`{"name":"roll","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}],` +
+		`"messages":[{"role":"user","content":"roll"},` + assistant + `,` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","content":"1"},{"type":"tool_result","tool_use_id":"toolu_b","content":"2"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_c","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_c","content":"3"}]}]}`
+	x, err = Surface{}.NewExchange([]byte(later), o)
+	require.NoError(t, err, "a later pause")
+	require.NotNil(t, x.Request().Resume, "resumes")
+	assert.Equal(t, []schema.ToolResult{{CallID: "toolu_c", Content: "3"}}, x.Request().Resume.Results, "the later pause's result")
+	turn, err = x.ParseTurn(x.Request().Resume.Turn)
+	require.NoError(t, err, "the resumed turn parses")
+	require.Len(t, turn.Calls, 1, "the cell's call")
+	assert.Equal(t, "x", turn.Calls[0].Code, "the cell's code, from the answer that first paused it")
+	assert.Len(t, gjson.GetBytes(x.Request().Body, "messages").Array(), 2, "the model sees the prompt and the cell's call: %s", x.Request().Body)
+
 	orphan := strings.Replace(body(`"container":"cntr_1",`, both), `"type":"server_tool_use","id":"srvtoolu_c1"`, `"type":"server_tool_use","id":"srvtoolu_c0"`, 1)
 	_, err = Surface{}.NewExchange([]byte(orphan), o)
 	assert.ErrorContains(t, err, "source tool `srvtoolu_c1` not found for tool use block `toolu_a`", "a cell missing from the history")
