@@ -243,3 +243,31 @@ func TestResumeOfNoPausedRun(t *testing.T) {
 	assert.Contains(t, string(res.Body), "the cell is gone", "the surface's message")
 	assert.Len(t, f.model.sent(), 1, "no model call for either 400")
 }
+
+// TestResumeSentAgain: a pause the loop answered names its calls, so that a request answering
+// an earlier pause of the same run, sent again, cannot resume the later one with its results.
+func TestResumeSentAgain(t *testing.T) {
+	f := newFixture(t)
+	container := pausedContainer(t, f, 1)
+	resumed := 0
+	f.provider.Provider.Resume = func(context.Context, *sandboxtest.Container, []sandbox.ToolResult) (sandbox.Result, error) {
+		if resumed++; resumed == 1 {
+			return sandbox.Result{Calls: []sandbox.ToolCall{{Name: "roll", Input: `{}`}}}, nil
+		}
+		return sandbox.Result{Stdout: "done\n"}, nil
+	}
+	res := f.engine.Run(context.Background(), resumeRequest(t, f, container, "4"))
+	require.Equal(t, StopToolCalls, res.Stop, "paused again: body %s", res.Body)
+	res = f.engine.Run(context.Background(), resumeRequest(t, f, container, "4"))
+	assert.Equal(t, http.StatusBadRequest, res.Status, "the first resume sent again: body %s", res.Body)
+	assert.Equal(t, 1, resumed, "the later pause stays paused")
+
+	f.model.mu.Lock()
+	f.model.answers = []scripted{{status: 200, body: respText("2", "ok")}}
+	f.model.mu.Unlock()
+	req := resumeRequest(t, f, container, "5")
+	req.Exchange.Request().Resume.Results[0].CallID = "toolu_2"
+	res = f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "the later pause's results: body %s", res.Body)
+	assert.Equal(t, 2, resumed, "resumed")
+}

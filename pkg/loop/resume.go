@@ -37,7 +37,7 @@ func (lr *loopRun) resume(ctx context.Context, rs *schema.Resume) (*resumedCall,
 	ctx, tool := lr.agent.StartTool(ctx, c.CallID, c.Tool, c.Code)
 	results := make([]sandbox.ToolResult, len(rs.Results))
 	for i, r := range rs.Results {
-		results[i] = sandbox.ToolResult{Content: r.Content, IsError: r.IsError}
+		results[i] = sandbox.ToolResult{Content: r.Content, IsError: r.IsError, CallID: r.CallID}
 	}
 	text, _, errType := lr.runOne(ctx, &item, results)
 	if lr.gone {

@@ -118,8 +118,14 @@ func (lr *loopRun) callable(calls []sandbox.ToolCall) bool {
 func (lr *loopRun) pauseItem(item *schema.CodeCall, calls []sandbox.ToolCall) {
 	item.Status = schema.CodeCallInProgress
 	item.ToolCalls = make([]schema.ToolCall, len(calls))
+	ids := make([]string, len(calls))
 	for i, c := range calls {
-		item.ToolCalls[i] = schema.ToolCall{ID: lr.e.newID("toolu_"), Name: c.Name, Input: c.Input}
+		ids[i] = lr.e.newID("toolu_")
+		item.ToolCalls[i] = schema.ToolCall{ID: ids[i], Name: c.Name, Input: c.Input}
+	}
+	if lr.lease != nil {
+		// The request that resumes the run must answer these calls, not an earlier pause's.
+		lr.lease.NamePause(ids)
 	}
 	lr.paused = true
 }
