@@ -98,7 +98,7 @@ func (lr *loopRun) runCalls(ctx context.Context, calls []schema.Call, round int,
 				break
 			}
 			var ran bool
-			if text, ran, errType = lr.runOne(ctx, &item); ran {
+			if text, ran, errType = lr.runOne(ctx, &item, nil); ran {
 				// Code that could not run (no sandbox, or it was lost) may be sent again.
 				lr.seen[c.Code] = round
 			}
@@ -200,14 +200,20 @@ func ctxErrType(ctx context.Context) string {
 // runOne runs one call's code in the request's sandbox and fills item; it returns the text fed
 // back to the model, whether the code ran to a result (finished or timed out) rather than
 // not at all or in a sandbox that was lost, and the run's error type for telemetry ("" when
-// it succeeded; see the telemetry.ToolError* values).
-func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, bool, string) {
+// it succeeded; see the telemetry.ToolError* values). With resume, it resumes the container's
+// paused run with those results instead of running item's code; a run no longer paused sets
+// lr.gone.
+func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall, resume []sandbox.ToolResult) (string, bool, string) {
 	lease, err := lr.ensureLease(ctx)
 	if err != nil {
 		lr.e.log.Warn("acquire sandbox", zap.Error(err))
 		lr.e.metrics.runs.WithLabelValues("unavailable").Inc()
 		item.Status = statusFailed
 		return TextSandboxUnavailable, false, telemetry.ToolErrorUnavailable
+	}
+	if resume != nil {
+		// The paused run's container had them copied before it ran.
+		lr.inputsIn = lease.ContainerID()
 	}
 	if len(lr.r.InputFiles) > 0 && lr.inputsIn != lease.ContainerID() {
 		// First run, or the container was lost and replaced by a fresh one.
@@ -235,12 +241,17 @@ func (lr *loopRun) runOne(ctx context.Context, item *schema.CodeCall) (string, b
 	}
 	lr.calls++
 	start := time.Now()
-	res, err := lr.runPausable(ctx, lease, item.Code, timeout)
+	res, err := lr.runPausable(ctx, lease, item.Code, resume, timeout)
 	lr.e.metrics.runSeconds.Observe(time.Since(start).Seconds())
 	item.ContainerID = lease.ContainerID()
 	item.Files = codeFiles(res.Files)
 	limit := lr.r.OutputLimit
 	switch {
+	case resume != nil && errors.Is(err, sandbox.ErrNotPaused):
+		lr.e.metrics.runs.WithLabelValues("not_paused").Inc()
+		lr.gone = true
+		item.Status = statusFailed
+		return "", false, telemetry.ToolErrorUnavailable
 	case err == nil && len(res.Calls) > 0:
 		// Paused on the client's tools: the run's result comes with a later request.
 		lr.e.metrics.runs.WithLabelValues("paused").Inc()

@@ -189,6 +189,8 @@ type loopRun struct {
 	// reports that a run paused on them, which ends the loop (StopToolCalls).
 	toolsIn string
 	paused  bool
+	// gone reports that a resume found no paused run (see resume).
+	gone bool
 	// agent is the loop's invoke_agent span, nil when telemetry is off; chat is the span of
 	// the upstream round in progress.
 	agent *telemetry.Agent
@@ -232,7 +234,19 @@ func (lr *loopRun) run(ctx context.Context) Response {
 	x := r.Exchange
 	rq := x.Request()
 	resp := r.First
-	if r.First == nil && r.FirstStream == nil && r.FirstRequest != nil {
+	// resumed is round 0's call when the request resumes a paused run (schema.Request.Resume):
+	// resumed before anything is sent or shown, it stands for the run of the round's one call.
+	var resumed *resumedCall
+	if rq.Resume != nil && r.First == nil && r.FirstStream == nil {
+		if r.OnLoop != nil {
+			r.OnLoop()
+		}
+		var res Response
+		if resumed, res = lr.resume(ctx, rq.Resume); resumed == nil {
+			return res
+		}
+		resp = rq.Resume.Turn
+	} else if r.First == nil && r.FirstStream == nil && r.FirstRequest != nil {
 		var res Response
 		if resp, res = lr.sendFirst(ctx); resp == nil {
 			return res
@@ -261,11 +275,18 @@ func (lr *loopRun) run(ctx context.Context) Response {
 			lr.rounds = append(lr.rounds, schema.Round{Body: resp})
 			break
 		}
-		if round == 0 && r.OnLoop != nil {
+		if round == 0 && r.OnLoop != nil && resumed == nil {
 			r.OnLoop()
 		}
 		finishing := round+1 >= maxRounds
-		calls, outputs, repeated := lr.runCalls(ctx, turn.Calls, round, finishing)
+		var calls []schema.CodeCall
+		var outputs []schema.CallOutput
+		repeated := false
+		if round == 0 && resumed != nil {
+			calls, outputs = resumed.show(lr)
+		} else {
+			calls, outputs, repeated = lr.runCalls(ctx, turn.Calls, round, finishing)
+		}
 		lr.rounds = append(lr.rounds, schema.Round{Body: resp, Calls: calls})
 		if err := lr.stopped(ctx); err != nil {
 			stop = ctxStop(err)

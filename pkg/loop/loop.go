@@ -44,6 +44,10 @@ type Request struct {
 	// round, which the loop sends itself, to URL with Header as it sends the follow-ups: a
 	// background response runs detached from the client's request, which never went upstream.
 	// An answer other than 200 ends the loop with the upstream's error, as a follow-up's does.
+	//
+	// A request that resumes a paused run (the exchange's Request().Resume) needs neither
+	// First, FirstStream nor FirstRequest: the loop resumes the run first, and its first model
+	// call, if the run ends, is the follow-up that carries the run's output (see resume.go).
 	FirstRequest []byte
 	// MaxRounds bounds the sandbox rounds; zero means DefaultMaxRounds.
 	MaxRounds int
@@ -159,6 +163,8 @@ const (
 	StopDeadline      StopReason = "deadline"       // the loop's deadline passed
 	StopUpstreamError StopReason = "upstream_error" // a follow-up call failed
 	StopCanceled      StopReason = "canceled"       // the client or Envoy went away
+	// StopNotPaused: the request answers a paused run that is no longer there (a 400).
+	StopNotPaused StopReason = "not_paused"
 	// StopAnswerTooLarge: the assembled answer exceeded Request.MaxAnswerBytes (a 502).
 	StopAnswerTooLarge StopReason = "answer_too_large"
 )

@@ -14,7 +14,7 @@ func newEngineMetrics() engineMetrics {
 	return engineMetrics{
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "codeinterp_loop_code_runs_total",
-			Help: "Code runs by result: ok, timeout, lost, unavailable, invalid_arguments, repeat.",
+			Help: "Code runs by result: ok, paused (on the client's tools), not_paused (a resume found no paused run), timeout, lost, unavailable, invalid_arguments, repeat.",
 		}, []string{"result"}),
 		runSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "codeinterp_loop_code_run_seconds",

@@ -138,3 +138,136 @@ func (x *finalRecorder) Final(rounds []schema.Round, incomplete string) ([]byte,
 	x.rounds = rounds
 	return x.Exchange.Final(rounds, incomplete)
 }
+
+// pausedContainer returns the container of identity id-1 whose run f's provider paused on
+// calls, as an earlier request leaves it.
+func pausedContainer(t *testing.T, f *fixture, calls int) string {
+	t.Helper()
+	f.provider.run = func(string) (sandbox.Result, error) {
+		return sandbox.Result{Calls: make([]sandbox.ToolCall, calls)}, nil
+	}
+	lease, err := f.manager.Acquire(context.Background(), sandbox.AcquireRequest{Identity: "id-1", Session: "s1"})
+	require.NoError(t, err, "acquire")
+	defer lease.Release()
+	res, err := lease.Run(context.Background(), "await roll({})", 0)
+	require.NoError(t, err, "run")
+	require.Len(t, res.Calls, calls, "paused")
+	return lease.ContainerID()
+}
+
+// resumeRequest is f's request answering the paused run of container with results: no first
+// answer, round 0 the resumed turn.
+func resumeRequest(t *testing.T, f *fixture, container string, results ...string) Request {
+	t.Helper()
+	req := f.request(t, respSurface, responsesClient, "")
+	req.First = nil
+	req.Sandbox = sandbox.AcquireRequest{Identity: "id-1", ContainerID: container}
+	rs := &schema.Resume{Turn: []byte(respCall("0", "await roll({})", 0)), Gone: "the cell is gone"}
+	for _, r := range results {
+		rs.Results = append(rs.Results, schema.ToolResult{Content: r})
+	}
+	req.Exchange.Request().Resume = rs
+	req.Exchange.Request().CodeTools = []string{"roll"}
+	return req
+}
+
+// TestResumeBeforeModelCall: a request answering a paused run's calls resumes it with their
+// results before any model call; the run's end is what the first model call gets.
+func TestResumeBeforeModelCall(t *testing.T) {
+	f := newFixture(t, scripted{status: 200, body: respText("2", "You rolled 4.")})
+	container := pausedContainer(t, f, 2)
+	var got []sandbox.ToolResult
+	f.provider.Provider.Resume = func(_ context.Context, _ *sandboxtest.Container, results []sandbox.ToolResult) (sandbox.Result, error) {
+		got = results
+		return sandbox.Result{Stdout: "4\n"}, nil
+	}
+	onLoop := 0
+	req := resumeRequest(t, f, container, "3", "1")
+	req.OnLoop = func() { onLoop++ }
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopDone, res.Stop, "the model answered")
+	assert.Equal(t, 1, onLoop, "OnLoop once, before the resume")
+	assert.Equal(t, []sandbox.ToolResult{{Content: "3"}, {Content: "1"}}, got, "the results, in order")
+	sent := f.model.sent()
+	require.Len(t, sent, 1, "one model call, after the resume")
+	assert.Equal(t, "4\n", gjson.GetBytes(sent[0], "input.#(type==\"function_call_output\").output").String(), "the model reads the run's end")
+}
+
+// TestResumePausesAgain: a resumed run that pauses again ends the answer with its new calls,
+// with no model call.
+func TestResumePausesAgain(t *testing.T) {
+	f := newFixture(t)
+	container := pausedContainer(t, f, 1)
+	f.provider.Provider.Resume = func(context.Context, *sandboxtest.Container, []sandbox.ToolResult) (sandbox.Result, error) {
+		return sandbox.Result{Calls: []sandbox.ToolCall{{Name: "roll", Input: `{"n":3}`}}}, nil
+	}
+	req := resumeRequest(t, f, container, "4")
+	x := &finalRecorder{Exchange: req.Exchange}
+	req.Exchange = x
+	res := f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
+	assert.Equal(t, StopToolCalls, res.Stop, "paused again")
+	assert.Empty(t, f.model.sent(), "no model call")
+	require.Len(t, x.rounds, 1, "round 0 only")
+	require.Len(t, x.rounds[0].Calls, 1, "the resumed call")
+	assert.Equal(t, []schema.ToolCall{{ID: "toolu_2", Name: "roll", Input: `{"n":3}`}}, x.rounds[0].Calls[0].ToolCalls, "its new calls")
+	assert.Equal(t, container, x.rounds[0].Calls[0].ContainerID, "in the container")
+}
+
+// TestResumeOfNoPausedRun: a request answering calls of a run that is no longer paused (or
+// with results not of its calls' number) is a 400 with the surface's message, and no model
+// call.
+func TestResumeOfNoPausedRun(t *testing.T) {
+	f := newFixture(t)
+	container := pausedContainer(t, f, 2)
+	resumed := 0
+	f.provider.Provider.Resume = func(context.Context, *sandboxtest.Container, []sandbox.ToolResult) (sandbox.Result, error) {
+		resumed++
+		return sandbox.Result{Stdout: "done\n"}, nil
+	}
+	res := f.engine.Run(context.Background(), resumeRequest(t, f, container, "1"))
+	assert.Equal(t, http.StatusBadRequest, res.Status, "too few results: body %s", res.Body)
+	assert.Equal(t, StopNotPaused, res.Stop, "not this pause's results")
+	assert.Zero(t, resumed, "the run stays paused")
+
+	f.model.mu.Lock()
+	f.model.answers = []scripted{{status: 200, body: respText("2", "ok")}}
+	f.model.mu.Unlock()
+	res = f.engine.Run(context.Background(), resumeRequest(t, f, container, "1", "2"))
+	require.Equal(t, http.StatusOK, res.Status, "the right results: body %s", res.Body)
+
+	res = f.engine.Run(context.Background(), resumeRequest(t, f, container, "1", "2"))
+	assert.Equal(t, http.StatusBadRequest, res.Status, "ended: body %s", res.Body)
+	assert.Equal(t, StopNotPaused, res.Stop, "nothing paused")
+	assert.Contains(t, string(res.Body), "the cell is gone", "the surface's message")
+	assert.Len(t, f.model.sent(), 1, "no model call for either 400")
+}
+
+// TestResumeSentAgain: a pause the loop answered names its calls, so that a request answering
+// an earlier pause of the same run, sent again, cannot resume the later one with its results.
+func TestResumeSentAgain(t *testing.T) {
+	f := newFixture(t)
+	container := pausedContainer(t, f, 1)
+	resumed := 0
+	f.provider.Provider.Resume = func(context.Context, *sandboxtest.Container, []sandbox.ToolResult) (sandbox.Result, error) {
+		if resumed++; resumed == 1 {
+			return sandbox.Result{Calls: []sandbox.ToolCall{{Name: "roll", Input: `{}`}}}, nil
+		}
+		return sandbox.Result{Stdout: "done\n"}, nil
+	}
+	res := f.engine.Run(context.Background(), resumeRequest(t, f, container, "4"))
+	require.Equal(t, StopToolCalls, res.Stop, "paused again: body %s", res.Body)
+	res = f.engine.Run(context.Background(), resumeRequest(t, f, container, "4"))
+	assert.Equal(t, http.StatusBadRequest, res.Status, "the first resume sent again: body %s", res.Body)
+	assert.Equal(t, 1, resumed, "the later pause stays paused")
+
+	f.model.mu.Lock()
+	f.model.answers = []scripted{{status: 200, body: respText("2", "ok")}}
+	f.model.mu.Unlock()
+	req := resumeRequest(t, f, container, "5")
+	req.Exchange.Request().Resume.Results[0].CallID = "toolu_2"
+	res = f.engine.Run(context.Background(), req)
+	require.Equal(t, http.StatusOK, res.Status, "the later pause's results: body %s", res.Body)
+	assert.Equal(t, 2, resumed, "resumed")
+}

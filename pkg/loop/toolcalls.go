@@ -57,12 +57,18 @@ func ToolsPrelude(names []string) string {
 // wrappers are defined in the container first (once for each container), and a run that pauses
 // on them returns with its Calls. A pause that calls another name is resumed at once with each
 // call failing (TextUnknownTool), within what is left of timeout.
-func (lr *loopRun) runPausable(ctx context.Context, lease *sandbox.Lease, code string, timeout time.Duration) (sandbox.Result, error) {
+//
+// With resume, the container's paused run is resumed with those results instead (see
+// resumeCall): its code tools were defined before it ran.
+func (lr *loopRun) runPausable(ctx context.Context, lease *sandbox.Lease, code string, resume []sandbox.ToolResult, timeout time.Duration) (sandbox.Result, error) {
 	tools := lr.r.Exchange.Request().CodeTools
-	if len(tools) == 0 {
+	if len(tools) == 0 && resume == nil {
 		return lease.RunRefusingToolCalls(ctx, code, timeout)
 	}
 	start := time.Now()
+	if resume != nil {
+		lr.toolsIn = lease.ContainerID()
+	}
 	if lr.toolsIn != lease.ContainerID() {
 		res, err := lease.Run(ctx, ToolsPrelude(tools), timeout)
 		switch {
@@ -79,7 +85,13 @@ func (lr *loopRun) runPausable(ctx context.Context, lease *sandbox.Lease, code s
 		}
 		return max(timeout-time.Since(start), time.Millisecond)
 	}
-	res, err := lease.Run(ctx, code, left())
+	var res sandbox.Result
+	var err error
+	if resume != nil {
+		res, err = lease.Resume(ctx, resume, left())
+	} else {
+		res, err = lease.Run(ctx, code, left())
+	}
 	for err == nil && len(res.Calls) > 0 && !lr.callable(res.Calls) {
 		refused := make([]sandbox.ToolResult, len(res.Calls))
 		for i := range refused {
@@ -106,8 +118,14 @@ func (lr *loopRun) callable(calls []sandbox.ToolCall) bool {
 func (lr *loopRun) pauseItem(item *schema.CodeCall, calls []sandbox.ToolCall) {
 	item.Status = schema.CodeCallInProgress
 	item.ToolCalls = make([]schema.ToolCall, len(calls))
+	ids := make([]string, len(calls))
 	for i, c := range calls {
-		item.ToolCalls[i] = schema.ToolCall{ID: lr.e.newID("toolu_"), Name: c.Name, Input: c.Input}
+		ids[i] = lr.e.newID("toolu_")
+		item.ToolCalls[i] = schema.ToolCall{ID: ids[i], Name: c.Name, Input: c.Input}
+	}
+	if lr.lease != nil {
+		// The request that resumes the run must answer these calls, not an earlier pause's.
+		lr.lease.NamePause(ids)
 	}
 	lr.paused = true
 }

@@ -259,6 +259,9 @@ func (st *streamState) readRequest(body []byte) rewrite {
 		FunctionDescription: st.route.FunctionDescription,
 		WholeFirst:          st.replayReason() != "",
 		RunTimeout:          st.route.RunTimeout,
+		// The client's tools marked callable from code are (Messages): a run pauses on
+		// them, and the request answering its calls resumes it (see resume).
+		ProgrammaticToolCalling: true,
 	})
 	if err != nil {
 		var re *schema.RequestError
@@ -296,6 +299,13 @@ func (st *streamState) readRequest(body []byte) rewrite {
 		st.kind = kindRewritten
 		st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
 		return rewrite{refuse: st.startBackground(bx)}
+	}
+	if rq.Resume != nil {
+		// The request answers a paused run's calls: the loop resumes it before any model
+		// call, and makes those calls itself.
+		st.kind = kindRewritten
+		st.srv.metrics.rewrites.WithLabelValues(st.surface.Name()).Inc()
+		return rewrite{refuse: st.resume()}
 	}
 	if !st.answerReadable() {
 		// The configured mode stays (Envoy ignores mode_override) and would pass the model's

@@ -47,6 +47,9 @@ type ToolResult struct {
 	// Timeout makes the call raise TimeoutError("Calling tool ['name'] timed out."), for a
 	// pause abandoned past its bound.
 	Timeout bool
+	// CallID, for a pause whose calls were named (see [Lease.NamePause]), must be the name of
+	// the call it answers.
+	CallID string
 }
 
 // Resumer is the optional ability of a [Container] to pause a run for tool calls and resume it.

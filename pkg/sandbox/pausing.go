@@ -14,6 +14,8 @@ type pause struct {
 	c     Container
 	calls int
 	timer *time.Timer
+	// ids are the names of its calls (Lease.NamePause), nil when unnamed.
+	ids []string
 }
 
 // notePause records, after a run or resume of e's container c that gave res, whether a run of
@@ -112,6 +114,19 @@ func (l *localLease) Resume(ctx context.Context, results []ToolResult, timeout t
 		m.mu.Unlock()
 		return Result{}, ErrNotPaused
 	}
+	if len(results) != p.calls {
+		// Not this pause's results: it stays paused for the right ones.
+		m.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: the paused run awaits %d results, not %d", ErrNotPaused, p.calls, len(results))
+	}
+	for i, id := range p.ids {
+		if results[i].CallID != id {
+			// The results of an earlier pause of the run (a request sent again), or of
+			// another run's.
+			m.mu.Unlock()
+			return Result{}, fmt.Errorf("%w: result %d answers call %q, not the paused run's %q", ErrNotPaused, i, results[i].CallID, id)
+		}
+	}
 	m.endPauseLocked(e)
 	m.mu.Unlock()
 	r, ok := p.c.(Resumer)
@@ -129,6 +144,34 @@ func (l *localLease) Resume(ctx context.Context, results []ToolResult, timeout t
 	return res, err
 }
 
+// NamePause names the calls of the paused run of the lease's container (of its last Run or
+// Resume), in order: a later Resume must then give each result the CallID of its call, so that
+// the results meant for an earlier pause of the run, sent again, cannot resume a later one. It
+// does nothing when no run is paused, or when ids are not as many as its calls.
+func (l *localLease) NamePause(ids []string) {
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := l.e.pause; p != nil && len(ids) == p.calls {
+		p.ids = ids
+	}
+}
+
+// pauseNamer is a LeaseBackend whose paused runs' calls can be named.
+type pauseNamer interface {
+	NamePause(ids []string)
+}
+
+// NamePause names the calls of the run of the lease's container paused for them (see
+// [Lease.Resume]), in order: each result of the Resume of that pause must then carry the
+// CallID of its call, or the Resume fails with ErrNotPaused and the run stays paused. It does
+// nothing with a backend that cannot resume.
+func (l *Lease) NamePause(ids []string) {
+	if n, ok := l.b.(pauseNamer); ok {
+		n.NamePause(ids)
+	}
+}
+
 // resumer is a LeaseBackend that can resume a paused run.
 type resumer interface {
 	Resume(ctx context.Context, results []ToolResult, timeout time.Duration) (Result, error)
@@ -138,7 +181,8 @@ type resumer interface {
 // an earlier Run or Resume, possibly of another request) the results of its calls, in order,
 // and waits for it as Run does, timeout bounding it as Run's does: it ends, or pauses again.
 // Without a paused run (it ended, was abandoned past ManagerConfig.PauseTimeout, or the
-// container is gone) it fails with ErrNotPaused; a backend that cannot resume (a container of
+// container is gone) it fails with ErrNotPaused, as it does, leaving the run paused, when
+// results are not as many as its calls; a backend that cannot resume (a container of
 // another node, for now) with ErrUnavailable.
 func (l *Lease) Resume(ctx context.Context, results []ToolResult, timeout time.Duration) (Result, error) {
 	r, ok := l.b.(resumer)

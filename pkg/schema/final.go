@@ -146,6 +146,15 @@ type Resume struct {
 	CellID string
 	// Results are the calls' results, in the order of the calls.
 	Results []ToolResult
+	// Turn stands for the model's answer that made the paused run's call: a body the
+	// exchange's ParseTurn reads as that one call (its CallID the one the request's history
+	// gives the call). The loop takes it as its round 0, whose call it resumes instead of
+	// running, and the exchange shows of that round only the call's result, or its new pause.
+	Turn []byte
+	// Gone is the client's error message when the paused run is no longer there to resume (it
+	// ended, its pause was abandoned past its bound, or its container is gone): the request
+	// is refused with it, a 400, before any model call.
+	Gone string
 }
 
 // ToolResult is the client's result of one ToolCall.

@@ -104,6 +104,10 @@ func (e *events) Event(ev schema.Event) error {
 		}
 		b := e.blocks[0]
 		e.blocks, e.call, e.calls = e.blocks[1:], e.calls[0], e.calls[1:]
+		if ev.Round == 0 && e.x.req.Resume != nil {
+			// A resumed cell (schema.Resume.Turn): its server_tool_use is in an earlier answer.
+			break
+		}
 		e.block(gjson.Parse(serverToolUse(b, e.call.Kind)))
 	case schema.EventCallDone:
 		if ev.Call == nil {

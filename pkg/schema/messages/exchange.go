@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -185,7 +186,10 @@ func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOption
 			results[i].Result, results[i].Text = r, ""
 		}
 	}
-	body, err := FollowUp(x.sent, x.answer, results, FollowUpOptions{ToolChoice: o.ToolChoice, ToolChoiceNone: o.ToolChoiceNone})
+	// The resumed cell's call (schema.Resume.Turn) is already the history's last assistant
+	// turn: only its result follows.
+	resumed := x.req.Resume != nil && bytes.Equal(x.answer, x.req.Resume.Turn)
+	body, err := FollowUp(x.sent, x.answer, results, FollowUpOptions{ToolChoice: o.ToolChoice, ToolChoiceNone: o.ToolChoiceNone, ResultsOnly: resumed})
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +209,7 @@ func (x *exchange) FollowUp(outputs []schema.CallOutput, o schema.FollowUpOption
 // code_execution_tool_result blocks; an answer cut short (incomplete) stops with
 // "pause_turn", so that the client may send it back to go on.
 func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
-	in := FinalInput{Request: x.rq, Rounds: make([]Round, len(rounds)), Paused: incomplete != ""}
+	in := FinalInput{Request: x.rq, Rounds: make([]Round, len(rounds)), Paused: incomplete != "", Resumed: x.req.Resume != nil}
 	for i, rd := range rounds {
 		in.Rounds[i] = Round{Body: rd.Body}
 		if len(rd.Calls) == 0 {

@@ -39,6 +39,10 @@ type FinalInput struct {
 	// or deadline before the model was done, and the client may send the answer back to go on,
 	// as with the native tool.
 	Paused bool
+	// Resumed reports that the first round is a resumed cell's (schema.Resume.Turn): its
+	// server_tool_use is in an earlier answer, and this one shows only the cell's result, or
+	// the calls it paused on again.
+	Resumed bool
 }
 
 // Final assembles the client's answer: the rounds' content blocks in order, each call of a
@@ -81,13 +85,15 @@ func Final(in FinalInput) ([]byte, error) {
 			if !res.NotRun {
 				runs++
 			}
-			if len(res.ToolCalls) > 0 {
+			if !(in.Resumed && i == 0) {
 				blocks = append(blocks, serverToolUse(b, k))
+			}
+			if len(res.ToolCalls) > 0 {
 				blocks = append(blocks, in.Request.codeToolUses(ServerToolUseID(id), res.ToolCalls)...)
 				toolCalls = true
 				continue
 			}
-			blocks = append(blocks, serverToolUse(b, k), res.Block(ServerToolUseID(id)))
+			blocks = append(blocks, res.Block(ServerToolUseID(id)))
 		}
 	}
 	last := in.Rounds[len(in.Rounds)-1].Body
@@ -144,5 +150,9 @@ func containerJSON(c *Container) string {
 // ServerToolUseID is the id the client sees for a call the model made with id: a
 // "srvtoolu_" id with the same tail, so that a replayed history maps back to the same call.
 func ServerToolUseID(id string) string {
+	if strings.HasPrefix(id, "srvtoolu_") {
+		// Already the client's: a resumed cell's call (schema.Resume.Turn) has its history's id.
+		return id
+	}
 	return "srvtoolu_" + strings.TrimPrefix(id, "toolu_")
 }

@@ -139,8 +139,45 @@ func TestRewriteResume(t *testing.T) {
 	o := schema.Options{ProgrammaticToolCalling: true}
 	x, err := Surface{}.NewExchange([]byte(body(`"container":"cntr_1",`, both)), o)
 	require.NoError(t, err, "new exchange")
-	assert.Equal(t, &schema.Resume{CellID: "toolu_c1", Results: []schema.ToolResult{
-		{CallID: "toolu_a", Content: "4", IsError: true}, {CallID: "toolu_b", Content: "6"}}}, x.Request().Resume, "the cell and its results in order")
+	rs := x.Request().Resume
+	require.NotNil(t, rs, "a resume")
+	assert.Equal(t, "toolu_c1", rs.CellID, "the cell")
+	assert.Equal(t, []schema.ToolResult{{CallID: "toolu_a", Content: "4", IsError: true}, {CallID: "toolu_b", Content: "6"}}, rs.Results,
+		"the results in the calls' order")
+	assert.Equal(t, "source tool `srvtoolu_c1` not found for tool use block `toolu_a`", rs.Gone, "the error of a cell no longer paused")
+	turn, err := x.ParseTurn(rs.Turn)
+	require.NoError(t, err, "the resumed turn parses")
+	require.Len(t, turn.Calls, 1, "the cell's call")
+	assert.Equal(t, schema.Call{ItemID: "srvtoolu_c1", CallID: "srvtoolu_c1", Arguments: `{"code":"x"}`, Code: "x", Tool: "code_execution"}, turn.Calls[0],
+		"the cell's call, with its history's id")
+	assert.Equal(t, "m", gjson.GetBytes(rs.Turn, "model").String(), "the request's model")
+	assert.Zero(t, gjson.GetBytes(rs.Turn, "usage.input_tokens").Int(), "no inference")
+	// The model sees the cell's call last, and nothing of the calls made from code.
+	msgs := gjson.GetBytes(x.Request().Body, "messages").Array()
+	require.Len(t, msgs, 2, "the prompt and the cell's call: the results message left out")
+	assert.JSONEq(t, `{"role":"assistant","content":[{"type":"tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"}}]}`, msgs[1].Raw,
+		"the calls from code left out")
+
+	// A later pause of the cell: its call's answer holds no server_tool_use, the first pause's does.
+	later := `{"model":"m","max_tokens":10,"container":"cntr_1","tools":[{"type":"code_execution_20260120","name":"code_execution"},` +
+		`{"name":"roll","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}],` +
+		`"messages":[{"role":"user","content":"roll"},` + assistant + `,` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","content":"1"},{"type":"tool_result","tool_use_id":"toolu_b","content":"2"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_c","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_c","content":"3"}]}]}`
+	x, err = Surface{}.NewExchange([]byte(later), o)
+	require.NoError(t, err, "a later pause")
+	require.NotNil(t, x.Request().Resume, "resumes")
+	assert.Equal(t, []schema.ToolResult{{CallID: "toolu_c", Content: "3"}}, x.Request().Resume.Results, "the later pause's result")
+	turn, err = x.ParseTurn(x.Request().Resume.Turn)
+	require.NoError(t, err, "the resumed turn parses")
+	require.Len(t, turn.Calls, 1, "the cell's call")
+	assert.Equal(t, "x", turn.Calls[0].Code, "the cell's code, from the answer that first paused it")
+	assert.Len(t, gjson.GetBytes(x.Request().Body, "messages").Array(), 2, "the model sees the prompt and the cell's call: %s", x.Request().Body)
+
+	orphan := strings.Replace(body(`"container":"cntr_1",`, both), `"type":"server_tool_use","id":"srvtoolu_c1"`, `"type":"server_tool_use","id":"srvtoolu_c0"`, 1)
+	_, err = Surface{}.NewExchange([]byte(orphan), o)
+	assert.ErrorContains(t, err, "source tool `srvtoolu_c1` not found for tool use block `toolu_a`", "a cell missing from the history")
 
 	for _, tt := range []struct{ name, body, want string }{
 		{"no container", body("", both), TextContainerRequired},
@@ -154,4 +191,97 @@ func TestRewriteResume(t *testing.T) {
 	x, err = Surface{}.NewExchange([]byte(`{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20260120","name":"code_execution"}],"messages":[{"role":"user","content":"hi"}]}`), o)
 	require.NoError(t, err, "a first request")
 	assert.Nil(t, x.Request().Resume, "resumes nothing")
+}
+
+// TestResumedExchange: a request resuming a paused cell shows of round 0 (schema.Resume.Turn)
+// only the cell's result, or the calls it paused on again, with no inference; its follow-up
+// puts the cell's output after the history's last turn, the cell's call.
+func TestResumedExchange(t *testing.T) {
+	body := `{"model":"m","max_tokens":10,"container":"container_1","tools":[{"type":"code_execution_20260120","name":"code_execution"},` +
+		`{"name":"roll","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}],` +
+		`"messages":[{"role":"user","content":"roll"},{"role":"assistant","content":[{"type":"text","text":"Rolling."},` +
+		`{"type":"server_tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"},"caller":{"type":"direct"}},` +
+		`{"type":"tool_use","id":"toolu_a","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","content":"4"}]}]}`
+	newX := func() schema.Exchange {
+		x, err := Surface{}.NewExchange([]byte(body), schema.Options{ProgrammaticToolCalling: true})
+		require.NoError(t, err, "new exchange")
+		require.NotNil(t, x.Request().Resume, "a resume")
+		return x
+	}
+
+	x := newX()
+	turn := x.Request().Resume.Turn
+	_, err := x.ParseTurn(turn)
+	require.NoError(t, err, "parse the resumed turn")
+	next, err := x.FollowUp([]schema.CallOutput{{CallID: "srvtoolu_c1", Output: "4\n"}}, schema.FollowUpOptions{})
+	require.NoError(t, err, "follow up")
+	msgs := gjson.GetBytes(next, "messages").Array()
+	require.Len(t, msgs, 3, "the prompt, the cell's call, its output")
+	assert.JSONEq(t, `{"role":"assistant","content":[{"type":"text","text":"Rolling."},{"type":"tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"}}]}`,
+		msgs[1].Raw, "the cell's call once, without the calls from code")
+	assert.JSONEq(t, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"srvtoolu_c1","content":"4\n"}]}`, msgs[2].Raw, "the cell's output")
+
+	answer := `{"id":"msg_2","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"You rolled 4."}],` +
+		`"stop_reason":"end_turn","usage":{"input_tokens":50,"output_tokens":5}}`
+	ended := schema.CodeCall{ID: "srvtoolu_c1", Status: schema.CodeCallCompleted, ContainerID: "container_1", Run: &schema.CodeRun{Stdout: "4\n"}}
+	out, err := x.Final([]schema.Round{{Body: turn, Calls: []schema.CodeCall{ended}}, {Body: []byte(answer)}}, "")
+	require.NoError(t, err, "final")
+	assert.JSONEq(t, `[{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_c1","content":{"type":"code_execution_result","stdout":"4\n","stderr":"","return_code":0,"content":[]}},`+
+		`{"type":"text","text":"You rolled 4."}]`, gjson.GetBytes(out, "content").Raw, "the cell's result, then the model's answer")
+	assert.Equal(t, "end_turn", gjson.GetBytes(out, "stop_reason").String(), "the model's stop")
+
+	x = newX()
+	turn = x.Request().Resume.Turn
+	_, err = x.ParseTurn(turn)
+	require.NoError(t, err, "parse the resumed turn")
+	again := schema.CodeCall{ID: "srvtoolu_c1", Status: schema.CodeCallInProgress, ContainerID: "container_1",
+		ToolCalls: []schema.ToolCall{{ID: "toolu_b", Name: "roll", Input: `{"n":2}`}}}
+	out, err = x.Final([]schema.Round{{Body: turn, Calls: []schema.CodeCall{again}}}, "")
+	require.NoError(t, err, "final")
+	assert.JSONEq(t, `[{"type":"tool_use","id":"toolu_b","name":"roll","input":{"n":2},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}}]`,
+		gjson.GetBytes(out, "content").Raw, "only the new calls")
+	assert.Equal(t, "tool_use", gjson.GetBytes(out, "stop_reason").String(), "paused again")
+	assert.Zero(t, gjson.GetBytes(out, "usage.input_tokens").Int(), "no inference")
+	assert.Equal(t, "container_1", gjson.GetBytes(out, "container.id").String(), "the container")
+
+	// Streamed, the same blocks: no server_tool_use for the resumed cell.
+	x = newX()
+	var sse bytes.Buffer
+	sink := x.Events(&sse)
+	_, err = x.ParseTurn(turn)
+	require.NoError(t, err, "parse the resumed turn")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventRound, Body: turn}), "round")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventCallStarted, Call: &schema.CodeCall{ID: "srvtoolu_c1"}}), "started")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventCallDone, Call: &again}), "done")
+	out, err = x.Final([]schema.Round{{Body: turn, Calls: []schema.CodeCall{again}}}, "")
+	require.NoError(t, err, "final")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventDone, Body: out}), "end")
+	assert.NotContains(t, sse.String(), `"type":"server_tool_use"`, "the cell's server_tool_use is in an earlier answer")
+	assert.Contains(t, sse.String(), `"id":"toolu_b"`, "the new call")
+	assert.Contains(t, sse.String(), `"stop_reason":"tool_use"`, "paused again")
+}
+
+// TestHistoryLeavesOutCallsFromCode: once a cell that called the client's tools ended, the
+// model's history has the cell's call and result, and nothing of the calls made from code.
+func TestHistoryLeavesOutCallsFromCode(t *testing.T) {
+	caller := `"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}`
+	body := `{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20260120","name":"code_execution"},` +
+		`{"name":"roll","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}],"messages":[` +
+		`{"role":"user","content":"roll"},` +
+		`{"role":"assistant","content":[{"type":"text","text":"Rolling."},{"type":"server_tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"},"caller":{"type":"direct"}},` +
+		`{"type":"tool_use","id":"toolu_a","name":"roll","input":{},` + caller + `}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","content":"4"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_b","name":"roll","input":{},` + caller + `}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_b","content":"5"}]},` +
+		`{"role":"assistant","content":[{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_c1","content":{"type":"code_execution_result","stdout":"9\n","stderr":"","return_code":0,"content":[]}},{"type":"text","text":"9."}]},` +
+		`{"role":"user","content":"again"}]}`
+	x, err := Surface{}.NewExchange([]byte(body), schema.Options{ProgrammaticToolCalling: true})
+	require.NoError(t, err, "new exchange")
+	assert.Nil(t, x.Request().Resume, "resumes nothing")
+	assert.JSONEq(t, `[{"role":"user","content":"roll"},`+
+		`{"role":"assistant","content":[{"type":"text","text":"Rolling."},{"type":"tool_use","id":"srvtoolu_c1","name":"code_execution","input":{"code":"x"}}]},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"srvtoolu_c1","content":"9\n"}]},`+
+		`{"role":"assistant","content":[{"type":"text","text":"9."}]},`+
+		`{"role":"user","content":"again"}]`, gjson.GetBytes(x.Request().Body, "messages").Raw, "the model's history")
 }

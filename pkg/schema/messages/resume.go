@@ -1,9 +1,13 @@
 package messages
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
 )
@@ -19,7 +23,7 @@ const TextContainerRequired = "container_id is required when there are pending t
 // tool_use blocks (the order of the pause's calls); nil for any other request. The native
 // errors: a text block beside the results, a call without its result, calls of two cells, or
 // no container.
-func pendingResume(root gjson.Result, containerID string) (*schema.Resume, error) {
+func pendingResume(root gjson.Result, containerID, python string) (*schema.Resume, error) {
 	msgs := root.Get("messages").Array()
 	n := len(msgs)
 	if n < 2 || msgs[n-1].Get("role").String() != "user" || msgs[n-2].Get("role").String() != "assistant" {
@@ -67,7 +71,40 @@ func pendingResume(root gjson.Result, containerID string) (*schema.Resume, error
 	if containerID == "" {
 		return nil, badRequest("%s", TextContainerRequired)
 	}
+	// The cell's server_tool_use is in the answer that first paused it, before the answers of
+	// its later pauses.
+	var input string
+	for i := n - 2; i >= 0 && input == ""; i-- {
+		for _, b := range msgs[i].Get("content").Array() {
+			if b.Get("type").String() == "server_tool_use" && b.Get("id").String() == cell {
+				input = b.Get("input").Raw
+			}
+		}
+	}
+	if input == "" {
+		// The cell's server_tool_use is not in the history (reference §1.7, orphaned caller).
+		return nil, badRequest("%s", goneText(cell, ids[0]))
+	}
+	r.Gone = goneText(cell, ids[0])
+	r.Turn = []byte(`{"id":` + quote(newMessageID()) + `,"type":"message","role":"assistant","model":` + quote(root.Get("model").String()) +
+		`,"content":[{"type":"tool_use","id":` + quote(cell) + `,"name":` + quote(python) + `,"input":` + input + `}],` +
+		`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}`)
 	return r, nil
+}
+
+// goneText is the native 400 of a request answering the calls of a code execution cell that is
+// not there: its server_tool_use missing from the history (recorded natively), or, here, a
+// cell no longer paused (it ended, its pause was abandoned, or its container is gone).
+func goneText(cell, toolUse string) string {
+	return "source tool `" + cell + "` not found for tool use block `" + toolUse + "`"
+}
+
+// newMessageID is the id of an answer that no model wrote (a resumed cell's): "msg_01" and 24
+// random hex digits.
+func newMessageID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return "msg_01" + hex.EncodeToString(b)
 }
 
 // resultText is a tool_result's content as the awaiting code gets it, a str: the string, or
@@ -83,4 +120,59 @@ func resultText(c gjson.Result) string {
 		}
 	}
 	return b.String()
+}
+
+// dropCodeCalls leaves out of the request's history what the model never sees natively: the
+// tool_use blocks of the calls made from code (their caller names a code execution version)
+// and the tool_result blocks answering them, whose results reached only the code. A message
+// left without blocks is left out; every other message stays byte for byte.
+func dropCodeCalls(body []byte) ([]byte, error) {
+	msgs := gjson.GetBytes(body, "messages")
+	if !msgs.IsArray() || !strings.Contains(msgs.Raw, `"caller"`) {
+		return body, nil
+	}
+	ids := map[string]bool{}
+	for _, m := range msgs.Array() {
+		for _, b := range m.Get("content").Array() {
+			if b.Get("type").String() == "tool_use" && isCodeExecution(b.Get("caller.type").String()) {
+				ids[b.Get("id").String()] = true
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return body, nil
+	}
+	var out []string
+	for _, m := range msgs.Array() {
+		content := m.Get("content")
+		if !content.IsArray() {
+			out = append(out, m.Raw)
+			continue
+		}
+		var kept []string
+		dropped := false
+		for _, b := range content.Array() {
+			typ := b.Get("type").String()
+			if typ == "tool_use" && ids[b.Get("id").String()] || typ == "tool_result" && ids[b.Get("tool_use_id").String()] {
+				dropped = true
+				continue
+			}
+			kept = append(kept, b.Raw)
+		}
+		switch {
+		case !dropped:
+			out = append(out, m.Raw)
+		case len(kept) > 0:
+			raw, err := sjson.SetRaw(m.Raw, "content", "["+strings.Join(kept, ",")+"]")
+			if err != nil {
+				return nil, fmt.Errorf("leave out the calls made from code: %w", err)
+			}
+			out = append(out, raw)
+		}
+	}
+	res, err := sjson.SetRawBytes(body, "messages", []byte("["+strings.Join(out, ",")+"]"))
+	if err != nil {
+		return nil, fmt.Errorf("leave out the calls made from code: %w", err)
+	}
+	return res, nil
 }

@@ -1,7 +1,6 @@
 package messages
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -231,7 +230,10 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		}
 	}
 	if o.CodeTools && replState(version) {
-		if rq.Resume, err = pendingResume(root, rq.ContainerID); err != nil {
+		if rq.Resume, err = pendingResume(root, rq.ContainerID, rq.Names.Python); err != nil {
+			return Request{}, err
+		}
+		if out, err = dropCodeCalls(out); err != nil {
 			return Request{}, err
 		}
 	}
@@ -294,7 +296,7 @@ func (rq *Request) rewriteChoice(body []byte, choice gjson.Result) ([]byte, erro
 // blocks or callers stay byte for byte as they were.
 func replayHistory(body []byte, n Names, version string) ([]byte, error) {
 	msgs := gjson.GetBytes(body, "messages")
-	if !msgs.IsArray() || !bytes.Contains([]byte(msgs.Raw), []byte(`"server_tool_use"`)) && !bytes.Contains([]byte(msgs.Raw), []byte(`"caller"`)) {
+	if !msgs.IsArray() || !replayed(msgs.Raw) {
 		return body, nil
 	}
 	elems := msgs.Array()
@@ -313,7 +315,7 @@ func replayHistory(body []byte, n Names, version string) ([]byte, error) {
 			carry = nil
 		}
 		content := m.Get("content")
-		if role != "assistant" || !content.IsArray() || !strings.Contains(content.Raw, `"server_tool_use"`) && !strings.Contains(content.Raw, `"caller"`) {
+		if role != "assistant" || !content.IsArray() || !replayed(content.Raw) {
 			out = append(out, m.Raw)
 			continue
 		}
@@ -335,6 +337,13 @@ func replayHistory(body []byte, n Names, version string) ([]byte, error) {
 		return nil, fmt.Errorf("replay history: %w", err)
 	}
 	return res, nil
+}
+
+// replayed reports whether raw may hold what replayHistory changes: a server tool's block, its
+// result (alone in a turn once the calls a paused cell made from code are left out), or a
+// caller.
+func replayed(raw string) bool {
+	return strings.Contains(raw, `"server_tool_use"`) || strings.Contains(raw, `code_execution_tool_result"`) || strings.Contains(raw, `"caller"`)
 }
 
 // splitAssistant splits one replayed assistant turn's blocks around its server tool results:

@@ -145,6 +145,9 @@ type FollowUpOptions struct {
 	ToolChoice []byte
 	// ToolChoiceNone makes the model answer in text: tool_choice {"type":"none"}.
 	ToolChoiceNone bool
+	// ResultsOnly appends only the user turn of results: the answer's turn is already the
+	// request's last (a resumed cell's call, see schema.Resume.Turn).
+	ResultsOnly bool
 }
 
 // FollowUp is the next request of the loop: req (the request of the round) with the model's
@@ -167,6 +170,9 @@ func FollowUp(req, answer []byte, results []CallResult, o FollowUpOptions) ([]by
 		blocks[i] = b + "}"
 	}
 	turns := `{"role":"assistant","content":` + content.Raw + `},` + userTurn(blocks)
+	if o.ResultsOnly {
+		turns = userTurn(blocks)
+	}
 	out, err := appendMessages(req, turns)
 	if err != nil {
 		return nil, err

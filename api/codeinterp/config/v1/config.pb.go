@@ -167,10 +167,9 @@ type Config struct {
 	// codeinterp reads a container_upload's file from the upstream's Files API with the caller's
 	// credential.
 	AnthropicFiles *AnthropicFiles `protobuf:"bytes,46,opt,name=anthropic_files,json=anthropicFiles,proto3" json:"anthropic_files,omitempty"`
-	// ptc bounds programmatic tool calling: code in a container awaiting the client's own tools
-	// pauses its run until the calls' results come. No API surface serves it yet: a request's
-	// run that pauses is resumed at once with each call refused (docs/surfaces.md), and
-	// pause_timeout ends a pause nothing resumed.
+	// ptc bounds programmatic tool calling (served on the Messages API, docs/surfaces.md): code in
+	// a container awaiting the client's own tools pauses its run until the client's next request
+	// brings the calls' results, and pause_timeout ends a pause nothing resumed.
 	Ptc *Ptc `protobuf:"bytes,45,opt,name=ptc,proto3" json:"ptc,omitempty"`
 	// skills bounds the Skills API (/v1/skills), which the API listener serves: skill bundles and
 	// their versions are kept per identity in the process's memory with store "memory", in Redis
