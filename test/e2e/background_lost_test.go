@@ -15,23 +15,27 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/config"
-	"github.com/codeinterp/codeinterp/pkg/processor"
 	respschema "github.com/codeinterp/codeinterp/pkg/schema/responses"
 	"github.com/codeinterp/codeinterp/test/e2e/harness"
 )
 
 // TestBackgroundRunnerKilled: the replica running a background response dies without shutting
 // down (SIGKILL, as a lost node or the OOM killer ends it) while the response's code runs. Its
-// record said in_progress until stored_ttl; now its runner's lease ends within
-// processor.DefaultBackgroundLease, and another replica sharing the store, read by the client,
-// marks it failed with a fixed server_error, and its resumed stream ends with response.failed.
+// record said in_progress until stored_ttl; now its runner's lease (background_lease, 2s here)
+// ends, and another replica sharing the store, read by the client, marks it failed with a
+// fixed server_error, and its resumed stream ends with response.failed.
 // The runner is bin/extproc as a process of its own (role all) behind its own real Envoy; the
 // reader a replica of a [Fleet] on the same Redis.
 func TestBackgroundRunnerKilled(t *testing.T) {
+	began := time.Now()
 	bin := buildServer(t)
-	o := FleetOptions{Replicas: true, Gateways: 1}
+	t.Logf("built in %v", time.Since(began).Round(100*time.Millisecond))
+	const lease = 2 * time.Second
+	o := FleetOptions{Replicas: true, Gateways: 1, Configure: func(c *configv1.Config) { c.BackgroundLease = durationpb.New(lease) }}
 	f := NewFleet(t, o)
 	m := newModel(t, f.Model)
 
@@ -46,6 +50,7 @@ func TestBackgroundRunnerKilled(t *testing.T) {
 	cfg.Upstream = envoy.URL()
 	kill := startKillable(t, bin, cfg.GetNodeId(), "http://"+cfg.GetAdminListen()+"/readyz", protojsonOf(t, cfg))
 
+	t.Logf("started in %v", time.Since(began).Round(100*time.Millisecond))
 	const key = "sk-bg-killed"
 	marker := "e2e-bglost"
 	m.script(responsesPath, responsesReply(usage(1, 1), runCode("call_lost", sleepyCode(marker, 120))))
@@ -54,13 +59,17 @@ func TestBackgroundRunnerKilled(t *testing.T) {
 	require.NoError(t, err, "create on the doomed replica")
 	require.Equal(t, responses.ResponseStatusQueued, created.Status, "%s", created.RawJSON())
 	waitMarked(t, marker, nil, "the background response's code")
+	reader := f.Stack().Client(key)
+	before, err := reader.Responses.Get(t.Context(), created.ID, responses.ResponseGetParams{})
+	require.NoError(t, err, "GET on the other replica")
+	require.Equal(t, responses.ResponseStatusInProgress, before.Status, "while it runs: %s", before.RawJSON())
+	time.Sleep(lease + lease/2)
+	during, err := reader.Responses.Get(t.Context(), created.ID, responses.ResponseGetParams{})
+	require.NoError(t, err, "GET on the other replica")
+	require.Equal(t, responses.ResponseStatusInProgress, during.Status, "a lease and a half later, renewed: %s", during.RawJSON())
 
 	kill()
 	killed := time.Now()
-	reader := f.Stack().Client(key)
-	first, err := reader.Responses.Get(t.Context(), created.ID, responses.ResponseGetParams{})
-	require.NoError(t, err, "GET on the other replica")
-	assert.Equal(t, responses.ResponseStatusInProgress, first.Status, "at once, the runner's lease still runs: %s", first.RawJSON())
 
 	got := pollUntil(t, reader, created.ID)
 	lost := time.Since(killed)
@@ -68,7 +77,7 @@ func TestBackgroundRunnerKilled(t *testing.T) {
 	assert.Equal(t, "server_error", string(got.Error.Code), "the error's code: %s", got.RawJSON())
 	assert.Equal(t, respschema.BackgroundLostMessage, got.Error.Message, "the error's message: %s", got.RawJSON())
 	assert.Equal(t, created.ID, got.ID, "the response keeps its id")
-	assert.LessOrEqual(t, lost, processor.DefaultBackgroundLease+3*time.Second, "failed within the lease and a poll")
+	assert.LessOrEqual(t, lost, lease+3*time.Second, "failed within the lease and a poll")
 	t.Logf("background response failed %v after its runner was killed", lost.Round(100*time.Millisecond))
 
 	stream := reader.Responses.GetStreaming(t.Context(), created.ID, responses.ResponseGetParams{StartingAfter: openai.Int(1)})
