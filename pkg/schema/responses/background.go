@@ -177,8 +177,7 @@ func lostRecord(resp string) bool {
 }
 
 // expireLease returns the record e of background response id, kept for who, to serve at now:
-// e itself, unless it is still queued or in_progress and its runner's lease has ended (or is
-// gone). Then the record is swapped for the response at status "failed" with the error
+// e itself, unless it is still queued or in_progress and its runner's lease has ended. Then the record is swapped for the response at status "failed" with the error
 // BackgroundLostMessage, and its stream gets its terminal event, by the one replica whose
 // swap wins; the others read what it wrote.
 func expireLease(p store.Pending, who, id string, e store.PendingCall, now time.Time) store.PendingCall {
@@ -186,10 +185,14 @@ func expireLease(p store.Pending, who, id string, e store.PendingCall, now time.
 		return e
 	}
 	leaseKey := store.Key{Kind: kindBackgroundLease, ID: id}
-	if l := p.Get(who, leaseKey); len(l) == 1 {
-		if end, err := strconv.ParseInt(l[0].Arguments, 10, 64); err == nil && now.UnixMilli() <= end {
-			return e
-		}
+	l := p.Get(who, leaseKey)
+	if len(l) != 1 {
+		// No lease: the runner predates leases (a rolling upgrade), or the store's bounds
+		// dropped it; nothing tells that the run is lost.
+		return e
+	}
+	if end, err := strconv.ParseInt(l[0].Arguments, 10, 64); err != nil || now.UnixMilli() <= end {
+		return e
 	}
 	resp := setStatus([]byte(e.Arguments), "failed")
 	if b, err := sjson.SetBytes(resp, "error", map[string]string{"code": "server_error", "message": BackgroundLostMessage}); err == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
@@ -179,7 +180,7 @@ func TestBackgroundLeaseEnded(t *testing.T) {
 }
 
 // A runner that renews its lease keeps its response in progress; one whose lease is live is
-// left alone.
+// left alone, and so is one without a lease (a runner older than leases).
 func TestBackgroundLeaseRenewed(t *testing.T) {
 	p := memory.NewPending(nil)
 	ex, id := beginRunning(t, p, time.Now().Add(-time.Minute), 10*time.Second)
@@ -193,6 +194,12 @@ func TestBackgroundLeaseRenewed(t *testing.T) {
 	_, id = beginRunning(t, q, time.Now(), 10*time.Second)
 	_, body, _ = serveAs(t, q, http.MethodGet, "/"+id, "")
 	assert.Equal(t, "in_progress", gjson.Get(body, "status").String(), "a live lease: %s", body)
+
+	r := memory.NewPending(nil)
+	_, id = beginRunning(t, r, time.Now().Add(-time.Minute), 10*time.Second)
+	r.Drop("id-a", store.Key{Kind: kindBackgroundLease, ID: id})
+	_, body, _ = serveAs(t, r, http.MethodGet, "/"+id, "")
+	assert.Equal(t, "in_progress", gjson.Get(body, "status").String(), "no lease: %s", body)
 }
 
 // Of replicas reading a lost response at once, one marks it failed: its stream gets one
