@@ -68,6 +68,22 @@ func TestBackgroundRunnerKilled(t *testing.T) {
 	require.NoError(t, err, "GET on the other replica")
 	require.Equal(t, responses.ResponseStatusInProgress, during.Status, "a lease and a half later, renewed: %s", during.RawJSON())
 
+	// A stream that waits, on the other replica, for the rest of the response.
+	type follow struct {
+		types []string
+		err   error
+	}
+	followed := make(chan follow, 1)
+	go func() {
+		s := reader.Responses.GetStreaming(t.Context(), created.ID, responses.ResponseGetParams{StartingAfter: openai.Int(1)})
+		var f follow
+		for s.Next() {
+			f.types = append(f.types, s.Current().Type)
+		}
+		f.err = s.Err()
+		followed <- f
+	}()
+
 	kill()
 	killed := time.Now()
 
@@ -79,6 +95,15 @@ func TestBackgroundRunnerKilled(t *testing.T) {
 	assert.Equal(t, created.ID, got.ID, "the response keeps its id")
 	assert.LessOrEqual(t, lost, lease+3*time.Second, "failed within the lease and a poll")
 	t.Logf("background response failed %v after its runner was killed", lost.Round(100*time.Millisecond))
+
+	select {
+	case f := <-followed:
+		require.NoError(t, f.err, "the waiting stream")
+		require.NotEmpty(t, f.types, "the waiting stream has events")
+		assert.Equal(t, "response.failed", f.types[len(f.types)-1], "the waiting stream ends with response.failed: %v", f.types)
+	case <-time.After(clientBound):
+		require.Fail(t, "the waiting stream did not end after the lease")
+	}
 
 	stream := reader.Responses.GetStreaming(t.Context(), created.ID, responses.ResponseGetParams{StartingAfter: openai.Int(1)})
 	var types []string
