@@ -33,7 +33,8 @@ func storedRedisOptions(cfg *configv1.Config, o storeredis.Options) storeredis.O
 // backgroundBounds are the bounds of the background responses (config responses).
 func backgroundBounds(cfg *configv1.Config) processor.Background {
 	r := cfg.GetResponses()
-	return processor.Background{MaxPerIdentity: int(r.GetMaxBackgroundPerIdentity()), Max: int(r.GetMaxBackground())}
+	return processor.Background{MaxPerIdentity: int(r.GetMaxBackgroundPerIdentity()), Max: int(r.GetMaxBackground()),
+		Lease: cfg.GetBackgroundLease().AsDuration()}
 }
 
 // clampInt is v as an int, at most math.MaxInt.

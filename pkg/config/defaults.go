@@ -98,6 +98,7 @@ const (
 	DefaultMaxStoredBytes            = 16 << 20
 	DefaultMaxBackgroundPerIdentity  = 8
 	DefaultMaxBackground             = 128
+	DefaultBackgroundLease           = 10 * time.Second
 )
 
 // DefaultNetworkPorts are the destination ports a container may reach (network.ports).
@@ -265,6 +266,7 @@ var defaults = []struct {
 	{"responses.max_stored_bytes", DefaultMaxStoredBytes},
 	{"responses.max_background_per_identity", DefaultMaxBackgroundPerIdentity},
 	{"responses.max_background", DefaultMaxBackground},
+	{"background_lease", DefaultBackgroundLease},
 }
 
 // ApplyDefaults fills every unset field of cfg with its documented default, creating the

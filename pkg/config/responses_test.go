@@ -22,6 +22,7 @@ func TestResponsesDefaults(t *testing.T) {
 	assert.Equal(t, uint64(16<<20), r.GetMaxStoredBytes(), "max_stored_bytes")
 	assert.Equal(t, uint32(8), r.GetMaxBackgroundPerIdentity(), "max_background_per_identity")
 	assert.Equal(t, uint32(128), r.GetMaxBackground(), "max_background")
+	assert.Equal(t, 10*time.Second, cfg.GetBackgroundLease().AsDuration(), "background_lease")
 	require.NoError(t, Validate(cfg))
 }
 
@@ -35,6 +36,7 @@ func TestValidateResponsesRefuses(t *testing.T) {
 		{"per caller above all", func(c *configv1.Config) { c.Responses.MaxStoredPerIdentity = 20000 }, "responses.max_stored_per_identity:"},
 		{"bytes per caller above all", func(c *configv1.Config) { c.Responses.MaxStoredBytesPerIdentity = 32 << 20 }, "responses.max_stored_bytes_per_identity:"},
 		{"background per caller above all", func(c *configv1.Config) { c.Responses.MaxBackgroundPerIdentity = 200 }, "responses.max_background_per_identity:"},
+		{"lease below a second", func(c *configv1.Config) { c.BackgroundLease = durationpb.New(500 * time.Millisecond) }, "background_lease:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

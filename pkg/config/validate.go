@@ -53,6 +53,9 @@ func Validate(cfg *configv1.Config) error {
 	if cfg.MaxResponseBytes < 1<<20 {
 		bad("max_response_bytes", "%d is below 1 MiB", cfg.MaxResponseBytes)
 	}
+	if d := cfg.GetBackgroundLease(); d != nil && d.AsDuration() < time.Second {
+		bad("background_lease", "%v is less than 1s", d.AsDuration())
+	}
 	if d := cfg.ShutdownGrace.AsDuration(); d < 0 {
 		bad("shutdown_grace", "%v is negative", d)
 	}

@@ -39,6 +39,10 @@ type Background struct {
 	// and saves its events, and how often a stream that follows a run reads the record; zero
 	// means DefaultBackgroundPoll.
 	Poll time.Duration
+	// Lease is how long a run's lease lasts from each renewal (every quarter of it, at a Poll):
+	// a replica that reads the record of a response still running whose lease has ended (its
+	// runner died without shutting down) marks it failed. Zero means DefaultBackgroundLease.
+	Lease time.Duration
 }
 
 // Defaults of [Background].
@@ -46,6 +50,10 @@ const (
 	DefaultMaxBackgroundPerIdentity = 8
 	DefaultMaxBackground            = 128
 	DefaultBackgroundPoll           = 250 * time.Millisecond
+	// DefaultBackgroundLease leaves a run that misses three renewals in a row (2.5 s apart)
+	// a further 2.5 s, for a slow store or clocks that differ between replicas, before other
+	// replicas call it lost.
+	DefaultBackgroundLease = 10 * time.Second
 )
 
 // backgroundExchange is an exchange that can run as a background response (the Responses
@@ -53,15 +61,18 @@ const (
 type backgroundExchange interface {
 	// Background reports whether the request asked for a background response.
 	Background() bool
-	// BeginBackground records the response at status queued and returns its id and the
-	// client's answer (JSON, or an event stream with stream).
-	BeginBackground(p store.Pending, identity string, now time.Time) (id string, answer []byte, stream bool)
+	// BeginBackground records the response at status queued, with the runner's lease ending
+	// lease after now, and returns its id and the client's answer (JSON, or an event stream
+	// with stream).
+	BeginBackground(p store.Pending, identity string, now time.Time, lease time.Duration) (id string, answer []byte, stream bool)
 	// BackgroundRunning records that the loop started.
 	BackgroundRunning()
 	// BackgroundSink is the loop's Sink: its events are recorded.
 	BackgroundSink() schema.Sink
-	// PollBackground saves the events recorded and reports whether cancellation was asked.
-	PollBackground() bool
+	// PollBackground saves the events recorded, renews the lease when it is due (now is the
+	// time) and reports whether the run must stop (cancelled, or marked failed elsewhere after
+	// its lease ended).
+	PollBackground(now time.Time) bool
 	// EndBackground records the loop's end.
 	EndBackground(status int, body []byte, cancelled bool)
 }
@@ -95,6 +106,9 @@ func newRunner(cfg Background, log *zap.Logger) *runner {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = DefaultBackgroundPoll
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultBackgroundLease
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &runner{cfg: cfg, log: log.Named("background"), ctx: ctx, cancel: cancel, per: map[string]int{}, runs: map[string]context.CancelCauseFunc{}}
@@ -225,7 +239,7 @@ func (st *streamState) startBackground(bx backgroundExchange) *extprocv3.Process
 		return st.errorAnswer(&schema.RequestError{Status: http.StatusTooManyRequests, Message: err.Error(), Code: "rate_limit_exceeded"},
 			"codeinterp_background_limit")
 	}
-	id, answer, stream := bx.BeginBackground(p, identity, st.srv.now())
+	id, answer, stream := bx.BeginBackground(p, identity, st.srv.now(), st.srv.bg.cfg.Lease)
 	req := st.loopRequest(nil)
 	req.FirstRequest = st.exchange.Request().Body
 	req.FirstSent = time.Time{}
@@ -285,7 +299,7 @@ func (s *Server) runBackground(ctx context.Context, bx backgroundExchange, req l
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if bx.PollBackground() {
+				if bx.PollBackground(s.now()) {
 					cancel(errCancelled)
 					return
 				}

@@ -173,6 +173,29 @@ func TestBackgroundCancel(t *testing.T) {
 	assert.Equal(t, int32(200), int32(im.GetStatus().GetCode()), "cancelling again answers the cancelled response")
 }
 
+// A run renews its lease while its loop runs: read many leases later, its response is still in
+// progress (not marked failed as a run whose replica died is); then it is cancelled as any.
+func TestBackgroundLeaseRenewedWhileRunning(t *testing.T) {
+	bl := &bgLoop{block: true, causes: make(chan error, 8)}
+	ts := newBackgroundServer(t, bl, Background{Lease: 80 * time.Millisecond})
+	id := gjson.GetBytes(createBackground(t, ts, bgBody, "sk-one").GetBody(), "id").String()
+	waitStatus(t, ts, id, "in_progress")
+	for i := range 10 {
+		time.Sleep(40 * time.Millisecond)
+		body := string(retrieve(t, ts, http.MethodGet, "/v1/responses/"+id, "sk-one").GetBody())
+		require.Equal(t, "in_progress", gjson.Get(body, "status").String(), "read %d, %d leases in: %s", i, (i+1)/2, body)
+	}
+	im := retrieve(t, ts, http.MethodPost, "/v1/responses/"+id+"/cancel", "sk-one")
+	assert.Equal(t, "cancelled", gjson.GetBytes(im.GetBody(), "status").String(), "cancel: %s", im.GetBody())
+	select {
+	case err := <-bl.causes:
+		assert.ErrorIs(t, err, errCancelled, "the loop is ended by the cancellation")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loop was not cancelled")
+	}
+	waitStatus(t, ts, id, "cancelled")
+}
+
 // A cancellation another replica stored (the flag in the shared store) ends the run too.
 func TestBackgroundCancelFromTheStore(t *testing.T) {
 	bl := &bgLoop{block: true, causes: make(chan error, 8)}

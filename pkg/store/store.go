@@ -37,6 +37,11 @@ type Pending interface {
 	// Get returns the calls stored under key for identity, or nil. Entries stay until they
 	// expire or are dropped: a client may continue from one answer several times.
 	Get(identity string, key Key) []PendingCall
+	// Swap replaces what key holds for identity with calls, as Put does, only when it holds old
+	// (compared field by field; an entry gone or expired holds nothing, which no old matches),
+	// and reports whether it did: a compare-and-set, atomic among the replicas sharing the
+	// store, so that of several callers swapping the same old exactly one succeeds.
+	Swap(identity string, key Key, old, calls []PendingCall) bool
 	// Drop forgets key for identity.
 	Drop(identity string, key Key)
 	// IDs returns the ids of identity's live entries of kind, in no order.

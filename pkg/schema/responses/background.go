@@ -29,11 +29,22 @@ import (
 //     Arguments are the events (numbered from 0), Output their count, for GET
 //     /v1/responses/{id}?stream=true&starting_after=N;
 //   - under kindBackgroundCancel, the cancellation POST /v1/responses/{id}/cancel asked for,
-//     which the replica running the loop reads between its rounds and while it waits.
+//     which the replica running the loop reads between its rounds and while it waits;
+//   - under kindBackgroundLease, the lease of the replica running the loop: one entry whose
+//     Arguments is the time (Unix milliseconds) its lease ends. The runner renews it every
+//     quarter of the lease while the loop runs; a replica that reads the record of a response
+//     still queued or in_progress whose lease has ended (its runner died without shutting
+//     down: SIGKILL, a lost node) marks it failed (see expireLease), exactly once among the
+//     replicas: the record is swapped from what it read ([store.Pending.Swap]).
 const (
 	kindBackgroundEvents = "responses.background.events"
 	kindBackgroundCancel = "responses.background.cancel"
+	kindBackgroundLease  = "responses.background.lease"
 )
+
+// BackgroundLostMessage is the message of the error a background response whose runner's lease
+// ended carries (code "server_error"): it names no replica, address or cause.
+const BackgroundLostMessage = "The server running this background response stopped before it was complete. Create the response again."
 
 // MaxBackgroundEventBytes bounds the event stream a background response records: the events
 // past it are not recorded (a resumed stream then jumps from the last one recorded to the
@@ -71,6 +82,12 @@ type bgRun struct {
 	unsaved, full bool
 	// status is the response's status as last recorded.
 	status string
+	// lease is how long the runner's lease lasts from each renewal; beat is the last renewal.
+	lease time.Duration
+	beat  time.Time
+	// expired reports that another replica marked the response failed after the lease
+	// ended: the run records nothing more.
+	expired bool
 }
 
 // Background reports whether the request asked for a background response with the hosted
@@ -78,12 +95,13 @@ type bgRun struct {
 func (x *exchange) Background() bool { return x.background }
 
 // BeginBackground records the background response of the request, for identity, in p, at
-// status "queued", and returns its id and the create request's answer: the response as JSON,
-// or, when the client asked for a stream, the stream's first events (response.created and
-// response.queued), from which the client resumes with GET …?stream=true&starting_after=N.
-// It must be called once, before the loop starts.
-func (x *exchange) BeginBackground(p store.Pending, identity string, now time.Time) (id string, answer []byte, stream bool) {
-	r := &bgRun{id: schema.NewItemID("resp_"), p: p, identity: identity, status: "queued"}
+// status "queued", with the runner's lease ending lease after now (see kindBackgroundLease;
+// PollBackground renews it), and returns its id and the create request's answer: the response
+// as JSON, or, when the client asked for a stream, the stream's first events
+// (response.created and response.queued), from which the client resumes with GET
+// …?stream=true&starting_after=N. It must be called once, before the loop starts.
+func (x *exchange) BeginBackground(p store.Pending, identity string, now time.Time, lease time.Duration) (id string, answer []byte, stream bool) {
+	r := &bgRun{id: schema.NewItemID("resp_"), p: p, identity: identity, status: "queued", lease: lease}
 	r.base = queuedResponse(x.clientBody, r.id, now)
 	if r.input = storedInput(x.clientBody); r.input == nil {
 		// Asked not to be stored: the record lives for the polling all the same.
@@ -91,6 +109,7 @@ func (x *exchange) BeginBackground(p store.Pending, identity string, now time.Ti
 	}
 	x.bg = r
 	r.mu.Lock()
+	r.renewLocked(now)
 	r.appendEvent("response.created", r.base)
 	r.appendEvent("response.queued", r.base)
 	r.saveLocked(r.base)
@@ -116,16 +135,85 @@ func (x *exchange) BackgroundRunning() {
 // recorded, numbered after those recorded, as they happen.
 func (x *exchange) BackgroundSink() schema.Sink { return x.Events(&bgWriter{r: x.bg}) }
 
-// PollBackground saves the events recorded since the last save and reports whether the
-// response's cancellation was asked for (on any replica sharing the store).
-func (x *exchange) PollBackground() bool {
+// PollBackground saves the events recorded since the last save, renews the runner's lease
+// when a quarter of it has passed since the last renewal (now is the time), and reports
+// whether the run must stop: its cancellation was asked for (on any replica sharing the
+// store), or another replica marked it failed after its lease ended (the run then records
+// nothing more).
+func (x *exchange) PollBackground(now time.Time) bool {
 	r := x.bg
 	r.mu.Lock()
+	if !r.expired && now.Sub(r.beat) >= r.lease/4 {
+		if cur := r.p.Get(r.identity, store.Key{Kind: kindStored, ID: r.id}); len(cur) == 1 && cur[0].Arguments != "" && lostRecord(cur[0].Arguments) {
+			r.expired = true
+		} else {
+			r.renewLocked(now)
+		}
+	}
+	if r.expired {
+		r.mu.Unlock()
+		return true
+	}
 	if r.unsaved {
 		r.saveEventsLocked()
 	}
 	r.mu.Unlock()
 	return r.p.Get(r.identity, store.Key{Kind: kindBackgroundCancel, ID: r.id}) != nil
+}
+
+// renewLocked renews the runner's lease from now; r.mu is held.
+func (r *bgRun) renewLocked(now time.Time) {
+	r.beat = now
+	r.p.Put(r.identity, []store.PendingCall{{CallID: r.id, Arguments: strconv.FormatInt(now.Add(r.lease).UnixMilli(), 10)}},
+		store.Key{Kind: kindBackgroundLease, ID: r.id})
+}
+
+// lostRecord reports whether a background response's record resp is the failure expireLease
+// records after the runner's lease ended. (The run's own answer may be kept before its end
+// is recorded, and a cancellation is recorded at once and again as the run ends: those are
+// not it.)
+func lostRecord(resp string) bool {
+	return gjson.Get(resp, "status").String() == "failed" && gjson.Get(resp, "error.message").String() == BackgroundLostMessage
+}
+
+// expireLease returns the record e of background response id, kept for who, to serve at now:
+// e itself, unless it is still queued or in_progress and its runner's lease has ended. Then the record is swapped for the response at status "failed" with the error
+// BackgroundLostMessage, and its stream gets its terminal event, by the one replica whose
+// swap wins; the others read what it wrote.
+func expireLease(p store.Pending, who, id string, e store.PendingCall, now time.Time) store.PendingCall {
+	if e.Arguments == "" || gjson.Get(e.Arguments, "background").Type != gjson.True || !backgroundLive(gjson.Get(e.Arguments, "status").String()) {
+		return e
+	}
+	leaseKey := store.Key{Kind: kindBackgroundLease, ID: id}
+	l := p.Get(who, leaseKey)
+	if len(l) != 1 {
+		// No lease: the runner predates leases (a rolling upgrade), or the store's bounds
+		// dropped it; nothing tells that the run is lost.
+		return e
+	}
+	if end, err := strconv.ParseInt(l[0].Arguments, 10, 64); err != nil || now.UnixMilli() <= end {
+		return e
+	}
+	resp := setStatus([]byte(e.Arguments), "failed")
+	if b, err := sjson.SetBytes(resp, "error", map[string]string{"code": "server_error", "message": BackgroundLostMessage}); err == nil {
+		resp = b
+	}
+	key := store.Key{Kind: kindStored, ID: id}
+	failed := store.PendingCall{CallID: id, Arguments: string(resp), Output: e.Output}
+	if !p.Swap(who, key, []store.PendingCall{e}, []store.PendingCall{failed}) {
+		if cur := p.Get(who, key); len(cur) == 1 && cur[0].CallID == id {
+			return cur[0]
+		}
+		return e
+	}
+	if evs := p.Get(who, store.Key{Kind: kindBackgroundEvents, ID: id}); len(evs) == 1 {
+		n, _ := strconv.Atoi(evs[0].Output)
+		r := &bgRun{id: id, p: p, identity: who, events: []byte(evs[0].Arguments), n: n}
+		r.appendTerminal("failed", resp)
+		r.saveEventsLocked()
+	}
+	p.Drop(who, leaseKey)
+	return failed
 }
 
 // EndBackground records the end of the background response: with cancelled, at status
@@ -135,6 +223,10 @@ func (x *exchange) EndBackground(status int, body []byte, cancelled bool) {
 	r := x.bg
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.p.Drop(r.identity, store.Key{Kind: kindBackgroundLease, ID: r.id})
+	if r.expired {
+		return
+	}
 	var resp []byte
 	switch {
 	case cancelled:
@@ -234,10 +326,12 @@ func (r *bgRun) appendRaw(typ, data string) {
 }
 
 // saveLocked saves the response resp as the record's state, and the events; r.mu is held. A
-// response deleted while it ran stays deleted: its tombstone is left as it is.
+// response deleted while it ran stays deleted: its tombstone is left as it is; so does one
+// another replica marked failed after the run's lease ended (see expireLease).
 func (r *bgRun) saveLocked(resp []byte) {
 	key := store.Key{Kind: kindStored, ID: r.id}
-	if cur := r.p.Get(r.identity, key); len(cur) == 1 && cur[0].CallID == r.id && cur[0].Arguments == "" {
+	if cur := r.p.Get(r.identity, key); len(cur) == 1 && cur[0].CallID == r.id && (cur[0].Arguments == "" || lostRecord(cur[0].Arguments)) {
+		r.expired = r.expired || cur[0].Arguments != ""
 		return
 	}
 	r.saveEventsLocked()

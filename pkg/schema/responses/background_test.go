@@ -3,6 +3,7 @@ package responses
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
@@ -49,7 +51,9 @@ func TestBackgroundRecord(t *testing.T) {
 	x, err := Surface{}.NewExchange([]byte(give), schema.Options{})
 	require.NoError(t, err)
 	ex := x.(*exchange)
-	id, answer, stream := ex.BeginBackground(p, "id-a", time.Unix(1700000000, 0))
+	// The lease is read against the wall clock, as replicas read each other's.
+	now := time.Now().Truncate(time.Second)
+	id, answer, stream := ex.BeginBackground(p, "id-a", now, time.Minute)
 	require.True(t, stream)
 	assert.Equal(t, 2, strings.Count(string(answer), "\n\n"), "created and queued: %s", answer)
 	serve := func(method, rest, query string) (int, string, bool) {
@@ -60,7 +64,7 @@ func TestBackgroundRecord(t *testing.T) {
 	st, body, _ := serve(http.MethodGet, "/"+id, "")
 	assert.Equal(t, http.StatusOK, st)
 	assert.Equal(t, "queued", gjson.Get(body, "status").String())
-	assert.Equal(t, int64(1700000000), gjson.Get(body, "created_at").Int())
+	assert.Equal(t, now.Unix(), gjson.Get(body, "created_at").Int())
 
 	ex.BackgroundRunning()
 	_, _, live := serve(http.MethodGet, "/"+id, "stream=true")
@@ -103,7 +107,7 @@ func TestBackgroundDeletedWhileRunning(t *testing.T) {
 	x, err := Surface{}.NewExchange([]byte(give), schema.Options{})
 	require.NoError(t, err)
 	ex := x.(*exchange)
-	id, _, _ := ex.BeginBackground(p, "id-a", time.Unix(1700000000, 0))
+	id, _, _ := ex.BeginBackground(p, "id-a", time.Now(), time.Minute)
 	ex.BackgroundRunning()
 	serve := func(method string) (int, string) {
 		st, b, _, _, ok := Surface{}.ServeStored(p, func() string { return "id-a" }, method, "/"+id, "", nil)
@@ -112,8 +116,106 @@ func TestBackgroundDeletedWhileRunning(t *testing.T) {
 	}
 	st, body := serve(http.MethodDelete)
 	require.Equal(t, http.StatusOK, st, "DELETE: %s", body)
-	assert.True(t, ex.PollBackground(), "the run is asked to stop")
+	assert.True(t, ex.PollBackground(time.Now()), "the run is asked to stop")
 	ex.EndBackground(0, nil, true)
 	st, body = serve(http.MethodGet)
 	assert.Equal(t, http.StatusNotFound, st, "still deleted after the run's last write: %s", body)
+}
+
+// beginRunning starts the record of a background response in p for id-a whose runner's lease
+// was last renewed at began, and marks it running.
+func beginRunning(t *testing.T, p *memory.Pending, began time.Time, lease time.Duration) (*exchange, string) {
+	t.Helper()
+	give := `{"model":"m","background":true,"tools":[{"type":"code_interpreter","container":{"type":"auto"}}],"input":"x"}`
+	x, err := Surface{}.NewExchange([]byte(give), schema.Options{})
+	require.NoError(t, err)
+	ex := x.(*exchange)
+	id, _, _ := ex.BeginBackground(p, "id-a", began, lease)
+	ex.BackgroundRunning()
+	return ex, id
+}
+
+// serveAs answers method rest?query for id-a from p.
+func serveAs(t *testing.T, p *memory.Pending, method, rest, query string) (int, string, bool) {
+	t.Helper()
+	st, b, _, live, ok := Surface{}.ServeStored(p, func() string { return "id-a" }, method, rest, query, nil)
+	require.True(t, ok, "%s %s?%s is answered here", method, rest, query)
+	return st, string(b), live
+}
+
+// A response whose runner's lease ended (the runner died without shutting down) is marked
+// failed, with a fixed server_error, by the first read, on any path; its stream ends with
+// response.failed; the runner, should it wake, stops and records nothing more.
+func TestBackgroundLeaseEnded(t *testing.T) {
+	for _, read := range []struct{ method, sub, query string }{
+		{http.MethodGet, "", ""}, {http.MethodGet, "", "stream=true"}, {http.MethodPost, "/cancel", ""}, {http.MethodGet, "/input_items", ""},
+	} {
+		t.Run(read.method+read.sub+"?"+read.query, func(t *testing.T) {
+			p := memory.NewPending(nil)
+			ex, id := beginRunning(t, p, time.Now().Add(-time.Minute), 10*time.Second)
+			st, body, live := serveAs(t, p, read.method, "/"+id+read.sub, read.query)
+			assert.False(t, live, "%s: the stream of a lost response is over", read.method)
+			if read.sub == "/cancel" {
+				assert.Equal(t, http.StatusBadRequest, st, "cancel of a lost response: %s", body)
+				assert.Contains(t, body, "Cannot cancel a failed response.", "cancel of a lost response")
+			}
+			_, body, _ = serveAs(t, p, http.MethodGet, "/"+id, "")
+			assert.Equal(t, "failed", gjson.Get(body, "status").String(), "the record after a read: %s", body)
+			assert.Equal(t, "server_error", gjson.Get(body, "error.code").String(), "the error's code: %s", body)
+			assert.Equal(t, BackgroundLostMessage, gjson.Get(body, "error.message").String(), "the error's message: %s", body)
+			_, events, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+			assert.False(t, live, "the stream is over")
+			assert.Equal(t, 1, strings.Count(events, "event: response.failed\n"), "one terminal event: %s", events)
+			assert.True(t, strings.HasSuffix(events, "\n\n") && strings.Contains(events[strings.LastIndex(events, "event: "):], "response.failed"),
+				"the stream ends with response.failed: %s", events)
+
+			assert.True(t, ex.PollBackground(time.Now()), "the runner, polling again, stops")
+			ex.EndBackground(http.StatusOK, []byte(`{"id":"`+id+`","object":"response","status":"completed","output":[]}`), false)
+			_, body, _ = serveAs(t, p, http.MethodGet, "/"+id, "")
+			assert.Equal(t, "failed", gjson.Get(body, "status").String(), "the runner's late end leaves the record failed: %s", body)
+			_, after, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+			assert.Equal(t, events, after, "the runner's late end records no event")
+		})
+	}
+}
+
+// A runner that renews its lease keeps its response in progress; one whose lease is live is
+// left alone, and so is one without a lease (a runner older than leases).
+func TestBackgroundLeaseRenewed(t *testing.T) {
+	p := memory.NewPending(nil)
+	ex, id := beginRunning(t, p, time.Now().Add(-time.Minute), 10*time.Second)
+	assert.False(t, ex.PollBackground(time.Now()), "a poll of a run nobody cancelled")
+	_, body, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+	assert.True(t, live, "the stream of a response whose lease was renewed is live: %s", body)
+	_, body, _ = serveAs(t, p, http.MethodGet, "/"+id, "")
+	assert.Equal(t, "in_progress", gjson.Get(body, "status").String(), "renewed: %s", body)
+
+	q := memory.NewPending(nil)
+	_, id = beginRunning(t, q, time.Now(), 10*time.Second)
+	_, body, _ = serveAs(t, q, http.MethodGet, "/"+id, "")
+	assert.Equal(t, "in_progress", gjson.Get(body, "status").String(), "a live lease: %s", body)
+
+	r := memory.NewPending(nil)
+	_, id = beginRunning(t, r, time.Now().Add(-time.Minute), 10*time.Second)
+	r.Drop("id-a", store.Key{Kind: kindBackgroundLease, ID: id})
+	_, body, _ = serveAs(t, r, http.MethodGet, "/"+id, "")
+	assert.Equal(t, "in_progress", gjson.Get(body, "status").String(), "no lease: %s", body)
+}
+
+// Of replicas reading a lost response at once, one marks it failed: its stream gets one
+// terminal event.
+func TestBackgroundLeaseEndedOnce(t *testing.T) {
+	p := memory.NewPending(nil)
+	_, id := beginRunning(t, p, time.Now().Add(-time.Minute), 10*time.Second)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			st, b, _, _, _ := Surface{}.ServeStored(p, func() string { return "id-a" }, http.MethodGet, "/"+id, "", nil)
+			assert.Equal(t, http.StatusOK, st, "GET: %s", b)
+			assert.Equal(t, "failed", gjson.GetBytes(b, "status").String(), "every reader sees it failed: %s", b)
+		})
+	}
+	wg.Wait()
+	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+	assert.Equal(t, 1, strings.Count(events, "event: response.failed\n"), "one terminal event after 8 readers: %s", events)
 }

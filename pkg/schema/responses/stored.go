@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -142,7 +143,7 @@ func (Surface) ServeStored(p store.Pending, identity func() string, method, rest
 	if len(calls) != 1 || calls[0].CallID != id {
 		return 0, nil, false, false, false
 	}
-	e := calls[0]
+	e := expireLease(p, who, id, calls[0], time.Now())
 	if e.Arguments == "" {
 		return http.StatusNotFound, notFound(id), false, false, true
 	}

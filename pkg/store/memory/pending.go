@@ -2,6 +2,7 @@ package memory
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,15 +117,41 @@ func (p *Pending) Put(identity string, calls []store.PendingCall, keys ...store.
 	p.put(identity, &entry{calls: calls, size: size}, keys...)
 }
 
-// put stores what proto holds (its calls and their size) under each of keys.
-func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
-	size := proto.size
+// Swap implements [store.Pending].
+func (p *Pending) Swap(identity string, key store.Key, old, calls []store.PendingCall) bool {
+	if len(old) == 0 || len(calls) == 0 || identity == "" || key.ID == "" {
+		return false
+	}
+	size := 0
+	for _, c := range calls {
+		size += c.Size()
+	}
 	if size > p.lim.MaxBytesPerIdentity {
-		return
+		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
+	if cur := p.getLocked(boundedKey(identity, key), now); !slices.Equal(cur, old) {
+		return false
+	}
+	p.putLocked(identity, &entry{calls: calls, size: size}, now, key)
+	return true
+}
+
+// put stores what proto holds (its calls and their size) under each of keys.
+func (p *Pending) put(identity string, proto *entry, keys ...store.Key) {
+	if proto.size > p.lim.MaxBytesPerIdentity {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.putLocked(identity, proto, p.now(), keys...)
+}
+
+// putLocked is put with p.mu held; proto's size is within an identity's bound.
+func (p *Pending) putLocked(identity string, proto *entry, now time.Time, keys ...store.Key) {
+	size := proto.size
 	for _, k := range keys {
 		if k.ID == "" {
 			continue

@@ -63,15 +63,15 @@ local function sweep()
 end
 `
 
-// pendingPut stores one value under entries. ARGV: B, now, ttl-ms, deadline, value, size,
-// max entries, max bytes, max entries per identity, max bytes per identity, ident, then
-// kind/entry pairs.
-var pendingPut = goredis.NewScript(pendingLib + `
+// pendingPutBody stores one value under entries, from the kind/entry pair at ARGV[first] on
+// (first is set before it). ARGV: B, now, ttl-ms, deadline, value, size, max entries, max
+// bytes, max entries per identity, max bytes per identity, ident.
+const pendingPutBody = `
 local ttl, deadline, value, size = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local maxE, maxB, maxIE, maxIB = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local ident = ARGV[11]
 local ik = B .. 'id:' .. ident
-for i = 12, #ARGV, 2 do
+for i = first, #ARGV, 2 do
   local kind, e = ARGV[i], ARGV[i + 1]
   remove(e)
   redis.call('SET', B .. 'e:' .. e, value, 'PX', ttl)
@@ -99,8 +99,22 @@ while true do
 end
 for _, k in ipairs({'order', 'size', 'bytes', 'kinds', 'ib'}) do redis.call('PEXPIRE', B .. k, ttl) end
 redis.call('PEXPIRE', ik, ttl)
-return 0
-`)
+return 1
+`
+
+// pendingPut stores one value under entries: ARGV as pendingPutBody's, then kind/entry pairs.
+var pendingPut = goredis.NewScript(pendingLib + "local first = 12\n" + pendingPutBody)
+
+// pendingSwap stores one value under one entry when the entry holds the expected value, and
+// returns 1 (else 0): ARGV as pendingPutBody's, then the expected value (the calls' JSON) and
+// one kind/entry pair.
+var pendingSwap = goredis.NewScript(pendingLib + `
+local first = 13
+local cur = redis.call('GET', B .. 'e:' .. ARGV[14])
+if not cur then return 0 end
+local c = string.find(cur, ':', 1, true)
+if not c or tonumber(string.sub(cur, 1, c - 1)) < now or string.sub(cur, c + 1) ~= ARGV[12] then return 0 end
+` + pendingPutBody)
 
 // pendingDrop forgets entry ARGV[3].
 var pendingDrop = goredis.NewScript(pendingLib + `
@@ -150,6 +164,42 @@ func (s *Store) Put(identity string, calls []store.PendingCall, keys ...store.Ke
 	if err := pendingPut.Run(ctx, s.c, []string{s.pending + "order"}, args...).Err(); err != nil {
 		s.logError("pending put", err)
 	}
+}
+
+// Swap implements [store.Pending]: one script, which compares the entry's calls as JSON.
+func (s *Store) Swap(identity string, key store.Key, old, calls []store.PendingCall) bool {
+	if len(old) == 0 || len(calls) == 0 || identity == "" || key.ID == "" {
+		return false
+	}
+	size := 0
+	for _, c := range calls {
+		size += c.Size()
+	}
+	if size > s.o.PendingMaxBytesPerIdentity {
+		return false
+	}
+	want, err := json.Marshal(old)
+	if err != nil {
+		s.logError("pending swap", err)
+		return false
+	}
+	body, err := json.Marshal(calls)
+	if err != nil {
+		s.logError("pending swap", err)
+		return false
+	}
+	now := s.nowMS()
+	deadline := now + s.o.PendingTTL.Milliseconds()
+	ctx, cancel := s.background()
+	defer cancel()
+	n, err := pendingSwap.Run(ctx, s.c, []string{s.pending + "order"}, s.pending, now, s.o.PendingTTL.Milliseconds(), deadline,
+		strconv.FormatInt(deadline, 10)+":"+string(body), size, s.o.PendingMaxEntries, s.o.PendingMaxBytes,
+		s.o.PendingMaxEntriesPerIdentity, s.o.PendingMaxBytesPerIdentity, part(identity), string(want), key.Kind, entryID(identity, key)).Int()
+	if err != nil {
+		s.logError("pending swap", err)
+		return false
+	}
+	return n == 1
 }
 
 // Get implements [store.Pending]: one GET.

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +80,50 @@ func TestPending(t *testing.T, l Limits, newStore NewContinuations) {
 		c.Add(l.PendingTTL + time.Second)
 		assert.Nil(t, p.Get("id-a", key("response", "resp_1")), "expired")
 		assert.False(t, p.Holds("response"), "Holds after expiry")
+	})
+
+	// Swap is a compare-and-set: it writes only over what the caller read.
+	t.Run("swap", func(t *testing.T) {
+		c := newClock()
+		p := newStore(t, c.Now)
+		k := key("response", "resp_s")
+		running := []store.PendingCall{{CallID: "resp_s", Arguments: `{"status":"in_progress","note":"<&>"}`, Output: "[]"}}
+		failed := []store.PendingCall{{CallID: "resp_s", Arguments: `{"status":"failed"}`, Output: "[]"}}
+		assert.False(t, p.Swap("id-a", k, running, failed), "Swap of an entry never put")
+		assert.Nil(t, p.Get("id-a", k), "a Swap that failed stored nothing")
+
+		p.Put("id-a", running, k)
+		assert.False(t, p.Swap("id-b", k, running, failed), "Swap of another identity's entry")
+		assert.False(t, p.Swap("id-a", k, failed, running), "Swap from a value the entry does not hold")
+		assert.Equal(t, running, p.Get("id-a", k), "the entry after Swaps that failed")
+		assert.True(t, p.Swap("id-a", k, p.Get("id-a", k), failed), "Swap from the value read")
+		assert.Equal(t, failed, p.Get("id-a", k), "the entry after the Swap")
+		assert.False(t, p.Swap("id-a", k, running, failed), "a second Swap from the old value")
+		assert.True(t, p.Holds("response"), "Holds after a Swap")
+		assert.Equal(t, []string{"resp_s"}, p.IDs("id-a", "response"), "IDs after a Swap")
+
+		c.Add(l.PendingTTL + time.Second)
+		assert.False(t, p.Swap("id-a", k, failed, running), "Swap of an expired entry")
+		assert.Nil(t, p.Get("id-a", k), "an expired entry stays gone")
+	})
+
+	// Of several replicas swapping the same value at once, exactly one wins.
+	t.Run("swap once", func(t *testing.T) {
+		p := newStore(t, newClock().Now)
+		k := key("response", "resp_once")
+		running := []store.PendingCall{{CallID: "resp_once", Arguments: `{"status":"in_progress"}`}}
+		p.Put("id-a", running, k)
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				if p.Swap("id-a", k, running, []store.PendingCall{{CallID: "resp_once", Arguments: fmt.Sprintf(`{"by":%d}`, i)}}) {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int32(1), wins.Load(), "Swaps that won out of 8 at once")
 	})
 
 	t.Run("ids drop expired", func(t *testing.T) {

@@ -189,9 +189,16 @@ type Config struct {
 	// admin_listen, for an operator investigating the server's memory or CPU. Off by default:
 	// a profile names the server's own code and data, and a CPU profile costs while it runs;
 	// keep admin_listen unreachable from clients when it is on.
-	AdminPprof    bool `protobuf:"varint,50,opt,name=admin_pprof,json=adminPprof,proto3" json:"admin_pprof,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AdminPprof bool `protobuf:"varint,50,opt,name=admin_pprof,json=adminPprof,proto3" json:"admin_pprof,omitempty"`
+	// background_lease is how long the lease of the replica running a background response lasts
+	// from each renewal (the runner renews it every quarter of it while the loop runs). A replica
+	// that reads the response after its lease ended (its runner died without shutting down:
+	// SIGKILL, a lost node) marks it failed with a server_error, once. Replicas compare their
+	// wall clocks: keep it well above their skew. At least 1s. Default 10s (docs/surfaces.md,
+	// "Background responses").
+	BackgroundLease *durationpb.Duration `protobuf:"bytes,48,opt,name=background_lease,json=backgroundLease,proto3" json:"background_lease,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Config) Reset() {
@@ -474,6 +481,13 @@ func (x *Config) GetAdminPprof() bool {
 		return x.AdminPprof
 	}
 	return false
+}
+
+func (x *Config) GetBackgroundLease() *durationpb.Duration {
+	if x != nil {
+		return x.BackgroundLease
+	}
+	return nil
 }
 
 // AnthropicFiles is where Anthropic's uploaded files live (docs/surfaces.md, "Messages: files").
@@ -2109,7 +2123,7 @@ var File_codeinterp_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xec\x0e\n" +
+	"!codeinterp/config/v1/config.proto\x12\x14codeinterp.config.v1\x1a\x1egoogle/protobuf/duration.proto\"\xb2\x0f\n" +
 	"\x06Config\x12\x16\n" +
 	"\x06listen\x18\x01 \x01(\tR\x06listen\x12!\n" +
 	"\fadmin_listen\x18\x02 \x01(\tR\vadminListen\x12\x1a\n" +
@@ -2149,7 +2163,8 @@ const file_codeinterp_config_v1_config_proto_rawDesc = "" +
 	"\tresponses\x18* \x01(\v2\x1f.codeinterp.config.v1.ResponsesR\tresponses\x12C\n" +
 	"\vhibernation\x18+ \x01(\v2!.codeinterp.config.v1.HibernationR\vhibernation\x12\x1f\n" +
 	"\vadmin_pprof\x182 \x01(\bR\n" +
-	"adminPprof\x1aZ\n" +
+	"adminPprof\x12D\n" +
+	"\x10background_lease\x180 \x01(\v2\x19.google.protobuf.DurationR\x0fbackgroundLease\x1aZ\n" +
 	"\rProfilesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.codeinterp.config.v1.ProfileR\x05value:\x028\x01B\r\n" +
@@ -2354,27 +2369,28 @@ var file_codeinterp_config_v1_config_proto_depIdxs = []int32{
 	13, // 12: codeinterp.config.v1.Config.skills:type_name -> codeinterp.config.v1.Skills
 	2,  // 13: codeinterp.config.v1.Config.responses:type_name -> codeinterp.config.v1.Responses
 	3,  // 14: codeinterp.config.v1.Config.hibernation:type_name -> codeinterp.config.v1.Hibernation
-	17, // 15: codeinterp.config.v1.Responses.stored_ttl:type_name -> google.protobuf.Duration
-	17, // 16: codeinterp.config.v1.Hibernation.lifetime:type_name -> google.protobuf.Duration
-	17, // 17: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
-	15, // 18: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
-	16, // 19: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
-	17, // 20: codeinterp.config.v1.ApiKeyCheck.accepted_ttl:type_name -> google.protobuf.Duration
-	17, // 21: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
-	17, // 22: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
-	17, // 23: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
-	10, // 24: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
-	17, // 25: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
-	17, // 26: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
-	17, // 27: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
-	17, // 28: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
-	17, // 29: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
-	8,  // 30: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	17, // 15: codeinterp.config.v1.Config.background_lease:type_name -> google.protobuf.Duration
+	17, // 16: codeinterp.config.v1.Responses.stored_ttl:type_name -> google.protobuf.Duration
+	17, // 17: codeinterp.config.v1.Hibernation.lifetime:type_name -> google.protobuf.Duration
+	17, // 18: codeinterp.config.v1.Redis.timeout:type_name -> google.protobuf.Duration
+	15, // 19: codeinterp.config.v1.Tracing.headers:type_name -> codeinterp.config.v1.Tracing.HeadersEntry
+	16, // 20: codeinterp.config.v1.ApiKeyCheck.headers:type_name -> codeinterp.config.v1.ApiKeyCheck.HeadersEntry
+	17, // 21: codeinterp.config.v1.ApiKeyCheck.accepted_ttl:type_name -> google.protobuf.Duration
+	17, // 22: codeinterp.config.v1.Profile.loop_deadline:type_name -> google.protobuf.Duration
+	17, // 23: codeinterp.config.v1.Profile.run_timeout:type_name -> google.protobuf.Duration
+	17, // 24: codeinterp.config.v1.Profile.keep_alive_interval:type_name -> google.protobuf.Duration
+	10, // 25: codeinterp.config.v1.Sandbox.local:type_name -> codeinterp.config.v1.LocalSandbox
+	17, // 26: codeinterp.config.v1.Sandbox.session_idle_ttl:type_name -> google.protobuf.Duration
+	17, // 27: codeinterp.config.v1.LocalSandbox.interrupt_grace:type_name -> google.protobuf.Duration
+	17, // 28: codeinterp.config.v1.Network.dial_timeout:type_name -> google.protobuf.Duration
+	17, // 29: codeinterp.config.v1.Network.idle_timeout:type_name -> google.protobuf.Duration
+	17, // 30: codeinterp.config.v1.Ptc.pause_timeout:type_name -> google.protobuf.Duration
+	8,  // 31: codeinterp.config.v1.Config.ProfilesEntry.value:type_name -> codeinterp.config.v1.Profile
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_config_v1_config_proto_init() }
