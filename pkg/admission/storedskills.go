@@ -26,6 +26,17 @@ type SkillsRequester interface {
 	ResolvedSkills(versions []string)
 }
 
+// requestsSkills reports whether x's request names skills of its own (SkillsRequester): the
+// model is told of those rather than of the named container's.
+func requestsSkills(x schema.Exchange) bool {
+	sr, ok := x.(SkillsRequester)
+	if !ok {
+		return false
+	}
+	ids, _ := sr.RequestedSkills()
+	return len(ids) > 0
+}
+
 // mountRequestedSkills resolves the skills x requests (see SkillsRequester) into the files its
 // container mounts. An unknown skill or version is a 400 naming the entry; no store (the Skills
 // API off) refuses any.

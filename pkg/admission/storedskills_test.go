@@ -120,3 +120,38 @@ type failingSkills struct{ skills.Store }
 func (failingSkills) Bundle(context.Context, string, string, string) (*skills.Bundle, skills.Version, error) {
 	return nil, skills.Version{}, errors.New("boom")
 }
+
+// A Messages request naming a container is told of the container's recorded skills when it
+// names none of its own; of its own only when it does (not of both).
+func TestPrepareNamedContainerAndRequestedSkills(t *testing.T) {
+	st, id := storeWithSkill(t)
+	recorded := []admission.MountedSkill{{Name: "csv", Description: "Reads CSV files.", Path: "/home/oai/skills/csv-1/SKILL.md"}}
+	tests := []struct {
+		name      string
+		container string
+		wantTold  []string
+		wantNot   []string
+	}{
+		{"no skills of its own", `{"id":"container_1"}`, []string{"- csv: Reads CSV files."}, []string{"- say:"}},
+		{"skills of its own", `{"id":"container_1","skills":[{"type":"custom","skill_id":"` + id + `"}]}`, []string{"- say: Says hi twice."}, []string{"- csv:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"x"}],` +
+				`"tools":[{"type":"code_execution_20250825","name":"code_execution"}],"container":` + tt.container + `}`
+			x, err := messages.Surface{}.NewExchange([]byte(body), schema.Options{})
+			require.NoError(t, err, "the request %s", tt.container)
+			_, r := admission.New(containers{"container_1": "id-a"}, memory.NewPending(nil), admission.Config{SkillStore: st,
+				ContainerSkills: func(context.Context, string, string) ([]admission.MountedSkill, error) { return recorded, nil },
+			}).Prepare(t.Context(), x, &caller{id: "id-a"}, admission.Request{})
+			require.Nil(t, r, "admitted: %s", tt.container)
+			desc := gjson.GetBytes(x.Request().Body, `tools.#(name=="bash_code_execution").description`).String()
+			for _, w := range tt.wantTold {
+				assert.Contains(t, desc, w, "told with container %s", tt.container)
+			}
+			for _, w := range tt.wantNot {
+				assert.NotContains(t, desc, w, "not told with container %s", tt.container)
+			}
+		})
+	}
+}
