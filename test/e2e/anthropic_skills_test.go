@@ -31,7 +31,9 @@ func TestAnthropicSkills(t *testing.T) {
 		}})
 		require.NoError(t, err, "upload a skill")
 		t.Cleanup(func() { _, _ = api.Skills.Delete(context.Background(), made.ID) })
-		t.Run("plain", func(t *testing.T) { testAnthropicSkillsRun(t, s, made.ID, false) })
+		var containerID string
+		t.Run("plain", func(t *testing.T) { containerID = testAnthropicSkillsRun(t, s, made.ID, false) })
+		t.Run("named again", func(t *testing.T) { testAnthropicSkillsNamedAgain(t, s, containerID) })
 		t.Run("stream", func(t *testing.T) { testAnthropicSkillsRun(t, s, made.ID, true) })
 		t.Run("refused", func(t *testing.T) { testAnthropicSkillsRefused(t, s, made.ID) })
 	})
@@ -49,7 +51,8 @@ func customSkill(id string) anthropic.SkillParams {
 	return anthropic.SkillParams{Type: anthropic.SkillParamsTypeCustom, SkillID: id}
 }
 
-func testAnthropicSkillsRun(t *testing.T, s *Stack, skillID string, stream bool) {
+// testAnthropicSkillsRun runs the skill's script and returns the answer's container id.
+func testAnthropicSkillsRun(t *testing.T, s *Stack, skillID string, stream bool) string {
 	mark := len(s.Model.RequestsTo(messagesPath))
 	s.Model.Enqueue(messagesPath,
 		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 12},
@@ -98,6 +101,28 @@ func testAnthropicSkillsRun(t *testing.T, s *Stack, skillID string, stream bool)
 			"request %d: the model is told the skill's name, description and path", i)
 		assert.NotContains(t, string(r.Body), `"container"`, "request %d: the container is not sent upstream", i)
 	}
+	return msg.Container.ID
+}
+
+// testAnthropicSkillsNamedAgain: a later request naming the container by its id alone keeps the
+// skills the container was created with.
+func testAnthropicSkillsNamedAgain(t *testing.T, s *Stack, containerID string) {
+	require.NotEmpty(t, containerID, "the plain answer's container")
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 12},
+			fakemodel.ToolUse("toolu_sk2", "bash_code_execution", map[string]any{"command": "/skills/secret-word/scripts/say.sh"}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 50, Output: 7}, fakemodel.Text("pelican"))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	p := askMessagesTools("again")
+	p.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(containerID)}
+	client := s.anthropicClient()
+	msg, err := client.Messages.New(context.Background(), p)
+	require.NoError(t, err, "POST /v1/messages naming the container")
+	require.Len(t, msg.Content, 3, "server_tool_use, result, text: %s", msg.RawJSON())
+	assert.Equal(t, containerID, msg.Container.ID, "the same container")
+	out := msg.Content[1].AsBashCodeExecutionToolResult().Content
+	assert.Equal(t, "said pelican\n", out.Stdout, "the container keeps its skills: stderr %q", out.Stderr)
 }
 
 func testAnthropicSkillsRefused(t *testing.T, s *Stack, skillID string) {
