@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // skillsRequest is a request with the code execution tool whose container is c.
@@ -59,6 +61,40 @@ func TestRewriteRefusesSkills(t *testing.T) {
 			require.True(t, ok, "a client error for %s: %v", tt.skills, err)
 			assert.Equal(t, 0, re.Status, "a 400 for %s", tt.skills)
 			assert.Equal(t, tt.want, re.Message, "message for %s", tt.skills)
+		})
+	}
+}
+
+// AnnounceSkills appends its text to the first tool standing for the code execution tool
+// (Python's, bash's for _20250825), in the body sent and the one follow-ups are made from.
+func TestAnnounceSkills(t *testing.T) {
+	tests := []struct {
+		version, wantTool string
+	}{
+		{Version20250522, "code_execution"},
+		{Version20250825, "bash_code_execution"},
+		{Version20260120, "code_execution"},
+		{Version20260521, "code_execution"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.version, func(t *testing.T) {
+			body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"` + tt.version + `","name":"code_execution"}]}`
+			xs, err := Surface{}.NewExchange([]byte(body), schema.Options{})
+			require.NoError(t, err, "exchange for %s", tt.version)
+			x := xs.(*exchange)
+			x.AnnounceSkills("\n\nSKILLS")
+			for _, b := range [][]byte{x.Request().Body, x.sent} {
+				tools := gjson.GetBytes(b, "tools").Array()
+				require.NotEmpty(t, tools, "tools of %s", tt.version)
+				for _, tool := range tools {
+					desc := tool.Get("description").String()
+					if tool.Get("name").String() == tt.wantTool {
+						assert.True(t, strings.HasSuffix(desc, "\n\nSKILLS"), "%s: %s's description ends with the skills: %q", tt.version, tt.wantTool, desc)
+					} else {
+						assert.NotContains(t, desc, "SKILLS", "%s: %s's description", tt.version, tool.Get("name").String())
+					}
+				}
+			}
 		})
 	}
 }
