@@ -153,6 +153,7 @@ func New(o Options) (*App, error) {
 		Stored:            s.stores.stored,
 		ResolveSkills:     resolveSkills(skillSt, skillLimits(cfg)),
 		ContainerSkills:   containerSkills(skillSt),
+		SkillStore:        skillSt,
 	}
 	if uploads != nil {
 		// container_upload blocks name files this process keeps.

@@ -23,6 +23,7 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/netpolicy"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/skills"
 	"github.com/codeinterp/codeinterp/pkg/store"
 )
 
@@ -74,6 +75,10 @@ type Config struct {
 	// was created with (none for a container created without), which a request naming the
 	// container tells the model of (see announceContainerSkills). Nil: none are told.
 	ContainerSkills func(ctx context.Context, identity, id string) ([]MountedSkill, error)
+	// SkillStore, where skills are served, is the Skills API's store, in which the skills a
+	// request names by id for its container are found (see SkillsRequester). Nil: a request
+	// naming any is a 400.
+	SkillStore skills.Store
 }
 
 // MountedSkill is a skill mounted in a request's container, as the model is told of it.
@@ -92,6 +97,7 @@ type Admission struct {
 	stored        store.Pending
 	resolveSkills func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []MountedSkill, error)
 	skillsOf      func(ctx context.Context, identity, id string) ([]MountedSkill, error)
+	skillStore    skills.Store
 }
 
 // New returns an Admission that checks containers with c and keeps continuations in p.
@@ -107,7 +113,7 @@ func New(c Containers, p store.Continuations, cfg Config) *Admission {
 		}
 	}
 	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes, stored: cfg.Stored,
-		resolveSkills: cfg.ResolveSkills, skillsOf: cfg.ContainerSkills}
+		resolveSkills: cfg.ResolveSkills, skillsOf: cfg.ContainerSkills, skillStore: cfg.SkillStore}
 }
 
 // Caller is who sent a request, as the processor knows it. Its methods are called only when
@@ -218,6 +224,9 @@ func (a *Admission) Prepare(ctx context.Context, x schema.Exchange, c Caller, r 
 		if r := ad.mountSkills(ctx, rq); r != nil {
 			return nil, r
 		}
+	}
+	if r := ad.mountRequestedSkills(ctx); r != nil {
+		return nil, r
 	}
 	if len(rq.FileIDs) > 0 {
 		if r := ad.statFiles(ctx, rq.FileIDs); r != nil {

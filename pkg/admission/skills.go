@@ -13,7 +13,7 @@ import (
 // wherever it is used. A request that brings skills of its own announces those instead.
 func (ad *Admitted) announceContainerSkills(ctx context.Context, rq *schema.Request) *Refusal {
 	sa, ok := ad.x.(schema.SkillsAnnouncer)
-	if !ok || ad.a.skillsOf == nil || len(rq.Skills) > 0 {
+	if !ok || ad.a.skillsOf == nil || len(rq.Skills) > 0 || requestsSkills(ad.x) {
 		return nil
 	}
 	ms, err := ad.a.skillsOf(ctx, ad.callerIdentity(), rq.ContainerID)

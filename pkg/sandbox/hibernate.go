@@ -97,6 +97,7 @@ const hibernateTimeout = 5 * time.Minute
 const (
 	manifestName = "manifest.json"
 	blobDir      = "f"
+	skillBlobDir = "s"
 	tmpPrefix    = ".tmp-"
 	lockName     = ".lock"
 )
@@ -113,6 +114,18 @@ type hibManifest struct {
 	MemoryLimit    string    `json:"memory_limit,omitempty"`
 	AllowedDomains []string  `json:"allowed_domains,omitempty"`
 	Files          []hibFile `json:"files"`
+	// SkillsRoot and Skills are its Spec's Skills (nil: none), their bytes under skillBlobDir:
+	// a restored container mounts them again.
+	SkillsRoot string     `json:"skills_root,omitempty"`
+	Skills     []hibSkill `json:"skills,omitempty"`
+}
+
+// hibSkill is one file of a hibernated container's skills.
+type hibSkill struct {
+	Path  string `json:"path"`
+	Exec  bool   `json:"exec,omitempty"`
+	Bytes int64  `json:"bytes"`
+	Blob  string `json:"blob"`
 }
 
 // hibFile is one file of a hibernated container.
@@ -299,7 +312,27 @@ func readHibernated(dir string) (*hibernated, error) {
 	for _, f := range h.man.Files {
 		h.bytes += f.Bytes
 	}
+	for _, f := range h.man.Skills {
+		h.bytes += f.Bytes
+	}
 	return h, nil
+}
+
+// readSkills reads the skills' files of hibernated container h (nil when it has none), for
+// its restored container's Spec.
+func readSkills(h *hibernated) (*SkillFiles, error) {
+	if len(h.man.Skills) == 0 {
+		return nil, nil
+	}
+	s := &SkillFiles{Root: h.man.SkillsRoot, Files: make([]SkillFile, 0, len(h.man.Skills))}
+	for _, f := range h.man.Skills {
+		b, err := os.ReadFile(filepath.Join(h.dir, skillBlobDir, f.Blob))
+		if err != nil {
+			return nil, fmt.Errorf("read skill %s: %w", f.Path, err)
+		}
+		s.Files = append(s.Files, SkillFile{Path: f.Path, Data: b, Exec: f.Exec})
+	}
+	return s, nil
 }
 
 // restorableLocked reports whether hibernated container r can be restored at now: within its
@@ -367,6 +400,12 @@ func (m *Manager) restoreLocked(ctx context.Context, r store.Registration, now t
 	if h.man.AllowedDomains != nil {
 		spec.NetworkPolicy = &NetworkPolicy{AllowedDomains: h.man.AllowedDomains}
 	}
+	// Its skills are read back under the lock: at most MaxSkillBytes, from this node's disk.
+	sk, err := readSkills(h)
+	if err != nil {
+		return nil, fmt.Errorf("%w: restore container: %w", ErrUnavailable, err)
+	}
+	spec.Skills = sk
 	prefix := r.ID[:strings.LastIndexByte(r.ID, '_')+1]
 	meta := entryMeta{name: r.Name, expiresAfter: r.ExpiresAfter, hibernate: true, prefix: prefix}
 	e, err := m.enterLocked(ctx, r.ID, k, spec, meta, r.CreatedAt, now)
@@ -522,6 +561,7 @@ func (m *Manager) hibernate(e *entry, now time.Time) {
 	if p := e.spec.NetworkPolicy; p != nil {
 		man.AllowedDomains = slices.Clone(p.AllowedDomains)
 	}
+	skills := e.spec.Skills
 	if e.c != nil {
 		for _, fe := range e.files.byPath {
 			man.Files = append(man.Files, hibFile{ID: fe.info.ID, Path: fe.info.Path, Source: fe.info.Source, Created: fe.info.CreatedAt})
@@ -539,7 +579,7 @@ func (m *Manager) hibernate(e *entry, now time.Time) {
 
 	ctx, cancel := context.WithTimeout(m.ctx, hibernateTimeout)
 	defer cancel()
-	h, err := m.writeHibernated(ctx, c, man, room)
+	h, err := m.writeHibernated(ctx, c, man, skills, room)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -593,11 +633,11 @@ func (m *Manager) refuseHibernationLocked(e *entry, why error) {
 	m.removeLocked(e)
 }
 
-// writeHibernated copies the files man lists from c (nil when it never started) into a new
-// directory of the container's under the hibernation directory, at most limit bytes in all,
-// and writes man there: atomically (a temporary directory renamed into place). On an error
+// writeHibernated copies the files man lists from c (nil when it never started) and the
+// skills' files sk (nil: none) into a new directory of the container's under the hibernation
+// directory, at most limit bytes in all, and writes man there: atomically (a temporary directory renamed into place). On an error
 // nothing of it is left.
-func (m *Manager) writeHibernated(ctx context.Context, c Container, man hibManifest, limit int64) (h *hibernated, err error) {
+func (m *Manager) writeHibernated(ctx context.Context, c Container, man hibManifest, sk *SkillFiles, limit int64) (h *hibernated, err error) {
 	tmp, err := os.MkdirTemp(m.hib.cfg.Dir, tmpPrefix) // mode 0700
 	if err != nil {
 		return nil, fmt.Errorf("hibernate: %w", err)
@@ -630,6 +670,24 @@ func (m *Manager) writeHibernated(ctx context.Context, c Container, man hibManif
 		files = append(files, f)
 	}
 	man.Files = files
+	if sk != nil {
+		if err := os.Mkdir(filepath.Join(tmp, skillBlobDir), 0o700); err != nil {
+			return nil, fmt.Errorf("hibernate: %w", err)
+		}
+		man.SkillsRoot = sk.Root
+		for i, f := range sk.Files {
+			n := int64(len(f.Data))
+			if n > limit-total {
+				return nil, errHibernationFull
+			}
+			hs := hibSkill{Path: f.Path, Exec: f.Exec, Bytes: n, Blob: strconv.Itoa(i)}
+			if err := writeSynced(filepath.Join(tmp, skillBlobDir, hs.Blob), f.Data); err != nil {
+				return nil, fmt.Errorf("hibernate skill %s: %w", f.Path, err)
+			}
+			total += n
+			man.Skills = append(man.Skills, hs)
+		}
+	}
 	b, err := json.Marshal(man)
 	if err != nil {
 		return nil, fmt.Errorf("hibernate: %w", err)

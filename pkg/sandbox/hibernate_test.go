@@ -360,3 +360,48 @@ func TestHibernateRestoredNeverRun(t *testing.T) {
 		l.Release()
 	})
 }
+
+// TestHibernateKeepsSkills: a hibernated container's skills are kept on disk with its files
+// (counted in its bytes), and its restored container mounts them again, also after a restart.
+func TestHibernateKeepsSkills(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hdir := filepath.Join(t.TempDir(), "hib")
+		reg := memory.NewRegistry()
+		cfg := sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute, Registry: reg, Hibernation: sandbox.HibernationConfig{Dir: hdir}}
+		p := &sandboxtest.Provider{}
+		skills := &sandbox.SkillFiles{Root: "/skills", Files: []sandbox.SkillFile{
+			{Path: "say/SKILL.md", Data: []byte("---\nname: say\n---\n")},
+			{Path: "say/scripts/say.sh", Data: []byte("echo hi\n"), Exec: true},
+		}}
+		m1 := sandbox.NewManager(p, cfg, zaptest.NewLogger(t))
+		req := hibernating
+		req.Spec.Skills = skills
+		l := acquire(t, m1, req)
+		id := l.ContainerID()
+		run(t, l, "x=1")
+		l.Release()
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		n, bytes := m1.Hibernated()
+		require.Equal(t, 1, n, "hibernated containers")
+		assert.Equal(t, skills.Bytes(), bytes, "the skills' bytes are kept")
+
+		l = acquire(t, m1, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
+		run(t, l, "x")
+		l.Release()
+		specs := p.Specs()
+		require.Len(t, specs, 2, "created, then restored")
+		assert.Equal(t, skills, specs[1].Skills, "the restored container mounts the skills")
+
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		require.NoError(t, m1.Close(context.Background()), "close the first Manager")
+		m2 := newTestManager(t, p, cfg)
+		l = acquire(t, m2, sandbox.AcquireRequest{Identity: "alice", ContainerID: id})
+		run(t, l, "x")
+		l.Release()
+		specs = p.Specs()
+		require.Len(t, specs, 3, "restored again after a restart")
+		assert.Equal(t, skills, specs[2].Skills, "with its skills")
+	})
+}

@@ -226,7 +226,7 @@ func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, erro
 				break
 			}
 			if cc.ContainerID != "" {
-				in.Container = &Container{ID: cc.ContainerID, ExpiresAt: x.now().Add(x.idle)}
+				in.Container = &Container{ID: cc.ContainerID, ExpiresAt: x.now().Add(x.idle), Skills: x.rq.Skills}
 			}
 			in.Rounds[i].Results[t.Calls[j].ID] = result(t.Calls[j], cc, x.key)
 		}

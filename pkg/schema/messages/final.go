@@ -23,6 +23,8 @@ type Round struct {
 type Container struct {
 	ID        string
 	ExpiresAt time.Time
+	// Skills are its skills with their resolved versions (container.skills).
+	Skills []Skill
 }
 
 // FinalInput is what [Final] assembles the answer from.
@@ -144,7 +146,7 @@ func Final(in FinalInput) ([]byte, error) {
 }
 
 func containerJSON(c *Container) string {
-	return `{"id":` + quote(c.ID) + `,"expires_at":` + quote(c.ExpiresAt.UTC().Format(time.RFC3339)) + `,"skills":[]}`
+	return `{"id":` + quote(c.ID) + `,"expires_at":` + quote(c.ExpiresAt.UTC().Format(time.RFC3339)) + `,"skills":` + skillsJSON(c.Skills) + `}`
 }
 
 // ServerToolUseID is the id the client sees for a call the model made with id: a

@@ -60,6 +60,9 @@ type Request struct {
 	// Resume is the request's answer to a paused cell's calls (Options.CodeTools), nil when
 	// it answers none.
 	Resume *schema.Resume
+	// Skills are the container's custom skills (container.skills, see skills.go), removed
+	// from the body with the container; admission resolves them.
+	Skills []Skill
 }
 
 // descriptions of the tools the model sees.
@@ -221,6 +224,9 @@ func Rewrite(body []byte, o Options) (Request, error) {
 			rq.ContainerID = c.String()
 		case c.IsObject() && (c.Get("id").Type == gjson.String || !c.Get("id").Exists()):
 			rq.ContainerID = c.Get("id").String()
+			if rq.Skills, err = parseSkills(c); err != nil {
+				return Request{}, err
+			}
 		case c.Type == gjson.Null:
 		default:
 			return Request{}, badRequest("container: expected a container id or an object with an id")
