@@ -71,6 +71,29 @@ def test_skills_on_container_auto(model: fm.FakeModel, client, subtests) -> None
         client.skills.delete(uploaded.id)
 
 
+def test_skills_on_container_reference(model: fm.FakeModel, client) -> None:
+    """A container created with a skill (client.containers.create), named by the shell tool's
+    container_reference environment: the skill is mounted, read-only, and announced."""
+    uploaded = client.skills.create(files=("py-word.zip", skill_zip({"py-word/SKILL.md": WORD_SKILL}), "application/zip"))
+    ct = client.containers.create(name="py-skilled", skills=[{"type": "skill_reference", "skill_id": uploaded.id}])
+    try:
+        model.script(fm.RESPONSES,
+                     fm.ok(fm.responses(run_shell("call_ref", "cat /home/oai/skills/py-word-*/SKILL.md",
+                                                  "rm -f /home/oai/skills/py-word-*/SKILL.md || echo refused"), usage=(10, 5))),
+                     fm.ok(fm.responses(fm.message("kestrel"), usage=(20, 7))))
+        resp = client.responses.create(model=fm.MODEL, input="use the container's skill", tools=[
+            {"type": "shell", "environment": {"type": "container_reference", "container_id": ct.id}}])
+        call, out = shell_items(resp, 0)
+        assert call.environment.container_id == ct.id, "the container named"
+        assert "The secret word is kestrel." in out.output[0].stdout, "the container's skill read"
+        assert "refused" in out.output[1].stdout and "Read-only file system" in out.output[1].stderr, "the skill is read-only"
+        desc = next(t["description"] for t in model.requests(fm.RESPONSES)[0].json()["tools"] if t["name"] == "shell")
+        assert "- py-word: Knows the secret word. (path: /home/oai/skills/py-word-" in desc, f"the container's skill announced: {desc}"
+    finally:
+        client.containers.delete(ct.id)
+        client.skills.delete(uploaded.id)
+
+
 @pytest.mark.parametrize("name,files,status,words", [
     ("traversal", {"h/SKILL.md": WORD_SKILL, "h/../../etc/x": "x"}, 400, "climbs out"),
     ("absolute", {"h/SKILL.md": WORD_SKILL, "/etc/x": "x"}, 400, "absolute"),
