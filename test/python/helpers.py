@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+import pydantic
+
 from fake_model import FUNCTION, Request
 
 CODE_TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
@@ -101,3 +103,56 @@ def output_of(r: Request, call_id: str) -> str:
 def logs_of(item: Any) -> str:
     """The logs outputs of a code_interpreter_call item, concatenated."""
     return "".join(o.logs for o in item.outputs or [] if o.type == "logs")
+
+
+# The ids an Anthropic answer carries that differ between two runs of one scenario: the message's,
+# the tool calls codeinterp mints for calls made from code, the container's.
+_ANTHROPIC_MINTED = re.compile(r"\b(msg|toolu|srvtoolu|container|cntr)_[0-9A-Za-z]{8,}\b")
+
+
+def anthropic_normalized(msg: Any) -> str:
+    """An Anthropic message (an SDK model) as JSON with the ids it mints replaced by their kind and
+    rank of first appearance and the container's expires_at dropped, so that two runs of one
+    scenario compare equal exactly when the client got the same thing."""
+    v = msg.model_dump(mode="json") if hasattr(msg, "model_dump") else msg
+    if isinstance(v.get("container"), dict):
+        v["container"] = {k: x for k, x in v["container"].items() if k != "expires_at"}
+    text = json.dumps(v, sort_keys=True, indent=1)
+    seen: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def rank(m: re.Match) -> str:
+        ident = m.group(0)
+        if ident not in seen:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+            seen[ident] = f"{m.group(1)}_{counts[m.group(1)]}"
+        return seen[ident]
+
+    return _ANTHROPIC_MINTED.sub(rank, text)
+
+
+# Fields Anthropic's API documents that the `anthropic` SDK's models lack, which codeinterp returns as
+# natively: usage.server_tool_use.code_execution_requests (the docs' example shows it; the SDK's
+# ServerToolUsage, like anthropic-sdk-go's, has only web_search_requests and web_fetch_requests).
+NATIVE_EXTRA = {"ServerToolUsage": {"code_execution_requests"}}
+
+
+def check_sdk_shape(v: Any, where: str) -> None:
+    """v, a model the `anthropic` SDK decoded (a message, a block, a stream event), has no field the
+    SDK does not know but those of NATIVE_EXTRA, and every field it requires, at every depth."""
+    if isinstance(v, (list, tuple)):
+        for i, e in enumerate(v):
+            check_sdk_shape(e, f"{where}[{i}]")
+        return
+    if isinstance(v, dict):
+        for k, e in v.items():
+            check_sdk_shape(e, f"{where}[{k!r}]")
+        return
+    if not isinstance(v, pydantic.BaseModel):
+        return
+    extra = set(v.model_extra or {}) - NATIVE_EXTRA.get(type(v).__name__, set())
+    assert not extra, f"{where}: fields the SDK's {type(v).__name__} does not know: {extra}: {v}"
+    for name, field in type(v).model_fields.items():
+        if field.is_required():
+            assert name in v.model_fields_set, f"{where}: the required field {name} is missing: {v}"
+        check_sdk_shape(getattr(v, name), f"{where}.{name}")
