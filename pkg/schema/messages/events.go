@@ -30,6 +30,14 @@ type events struct {
 	// started reports that message_start was written; ended that the stream's last event
 	// (message_stop, error) was.
 	started, ended bool
+	// resumeStart is, in the stream of a request resuming a paused cell, the resumed round's
+	// answer whose message_start waits for the cell's outcome (see answer); pausedAgain reports
+	// that the cell paused again: the whole answer then goes in one message_start, as natively.
+	resumeStart *gjson.Result
+	pausedAgain bool
+	// heldResult is the resumed cell's result block when it ended: natively it opens the
+	// answer of the model's next round, after that round's message_start (see startResumed).
+	heldResult string
 	// idx is the client's index of the next content block.
 	idx int
 	// blocks are the current round's content blocks not written yet, calls its calls of the
@@ -67,13 +75,45 @@ func (e *events) answer(body []byte) (gjson.Result, error) {
 	if !msg.IsObject() {
 		return msg, errors.New("encode messages stream: the answer is not a JSON object")
 	}
-	if !e.started {
-		if err := writeStart(&e.ew, msg); err != nil {
-			return msg, err
-		}
-		e.started = true
+	if !e.started && e.x.req.Resume != nil && e.resumeStart == nil {
+		// A resumed cell's round: natively, a cell that pauses again is answered by one
+		// message_start holding the whole message, one that ends by the model's answer,
+		// which starts as usual. Which one is known when the cell's call is done.
+		e.resumeStart = &msg
+		return msg, nil
+	}
+	if err := e.startResumed(msg); err != nil {
+		return msg, err
 	}
 	return msg, nil
+}
+
+// startResumed writes message_start of msg, unless the stream has started, then the resumed
+// cell's result held for it.
+func (e *events) startResumed(msg gjson.Result) error {
+	if e.started {
+		return nil
+	}
+	if err := e.start(msg); err != nil {
+		return err
+	}
+	if r := e.heldResult; r != "" {
+		e.heldResult = ""
+		e.block(gjson.Parse(r))
+	}
+	return nil
+}
+
+// start writes message_start of msg, unless the stream has started.
+func (e *events) start(msg gjson.Result) error {
+	if e.started {
+		return nil
+	}
+	if err := writeStart(&e.ew, msg); err != nil {
+		return err
+	}
+	e.started = true
+	return nil
 }
 
 // Event implements [schema.Sink].
@@ -113,6 +153,17 @@ func (e *events) Event(ev schema.Event) error {
 		if ev.Call == nil {
 			return errors.New("encode messages stream: a code call ended without its result")
 		}
+		if tc := ev.Call.ToolCalls; len(tc) > 0 && e.resumeStart != nil && !e.started {
+			// The resumed cell paused again: the final answer holds these blocks, and goes
+			// whole in message_start (EventDone).
+			e.pausedAgain = true
+			break
+		}
+		if e.resumeStart != nil && !e.started {
+			// The resumed cell ended: its result opens the model's next answer.
+			e.heldResult = result(e.call, *ev.Call, e.x.key).Block(ServerToolUseID(e.call.ID))
+			break
+		}
 		if tc := ev.Call.ToolCalls; len(tc) > 0 {
 			// Paused on the client's tools: their tool_use blocks instead of a result.
 			for _, b := range e.x.rq.codeToolUses(ServerToolUseID(e.call.ID), tc) {
@@ -124,8 +175,23 @@ func (e *events) Event(ev schema.Event) error {
 		}
 		e.untilCall()
 	case schema.EventDone:
+		if e.pausedAgain {
+			// Natively a paused cell's answer that needed no inference: no content block
+			// events, no message_delta.
+			msg := gjson.ParseBytes(ev.Body)
+			if !msg.IsObject() {
+				return errors.New("encode messages stream: the answer is not a JSON object")
+			}
+			e.ew.event("message_start", `{"type":"message_start","message":`+msg.Raw+`}`)
+			e.ew.event("message_stop", `{"type":"message_stop"}`)
+			e.started, e.ended = true, true
+			break
+		}
 		msg, err := e.answer(ev.Body)
 		if err != nil {
+			return err
+		}
+		if err := e.startResumed(msg); err != nil {
 			return err
 		}
 		writeEnd(&e.ew, msg)
@@ -196,11 +262,11 @@ func (e *events) rest() {
 func (e *events) delta(ev schema.Event) error {
 	if !e.started {
 		// A streamed first answer starts the client's stream with its message_start.
-		if data := gjson.ParseBytes(ev.Body); ev.Round == 0 && data.Get("type").String() == "message_start" {
-			if err := writeStart(&e.ew, data.Get("message")); err != nil {
+		// So does, after a resumed cell, the model's first answer.
+		if data := gjson.ParseBytes(ev.Body); (ev.Round == 0 || e.resumeStart != nil) && data.Get("type").String() == "message_start" {
+			if err := e.startResumed(data.Get("message")); err != nil {
 				return err
 			}
-			e.started = true
 		}
 		return nil
 	}

@@ -120,6 +120,10 @@ func TestEventsPausedOnToolCalls(t *testing.T) {
 	acc := accumulate(t, got)
 	assertSameMessage(t, final, acc)
 	assert.Equal(t, "srvtoolu_c1", acc.Content[3].AsToolUse().Caller.ToolID, "the caller streamed")
+	// As natively (the reference's recorded stream), a call made from code arrives whole in
+	// its content_block_start: its input there, no input_json_delta.
+	assert.Contains(t, got, `"content_block":{"type":"tool_use","id":"toolu_a","name":"roll","input":{"player":"p1"},"caller":`, "the call's input in its start")
+	assert.Equal(t, 1, strings.Count(got, `"type":"input_json_delta"`), "input deltas only for the cell's server_tool_use: %s", got)
 }
 
 // TestRewriteResume: a request answering a paused cell's calls (its last message tool_results
@@ -260,6 +264,32 @@ func TestResumedExchange(t *testing.T) {
 	assert.NotContains(t, sse.String(), `"type":"server_tool_use"`, "the cell's server_tool_use is in an earlier answer")
 	assert.Contains(t, sse.String(), `"id":"toolu_b"`, "the new call")
 	assert.Contains(t, sse.String(), `"stop_reason":"tool_use"`, "paused again")
+	// As natively: a cell paused again with no inference is one message_start holding the
+	// whole message (content, container, stop_reason), then message_stop; nothing else.
+	assert.Equal(t, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":"+string(out)+"}\n\n"+
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", sse.String(), "the whole stream")
+	assertSameMessage(t, out, accumulate(t, sse.String()))
+
+	// Streamed, a cell that ends: message_start, the cell's result, the model's answer.
+	x = newX()
+	sse.Reset()
+	sink = x.Events(&sse)
+	_, err = x.ParseTurn(turn)
+	require.NoError(t, err, "parse the resumed turn")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventRound, Body: turn}), "round")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventCallStarted, Call: &schema.CodeCall{ID: "srvtoolu_c1"}}), "started")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventCallDone, Call: &ended}), "done")
+	_, err = x.FollowUp([]schema.CallOutput{{CallID: "srvtoolu_c1", Output: "4\n"}}, schema.FollowUpOptions{})
+	require.NoError(t, err, "follow up")
+	_, err = x.ParseTurn([]byte(answer))
+	require.NoError(t, err, "parse the answer")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventRound, Round: 1, Body: []byte(answer)}), "the model's round")
+	out, err = x.Final([]schema.Round{{Body: turn, Calls: []schema.CodeCall{ended}}, {Body: []byte(answer)}}, "")
+	require.NoError(t, err, "final")
+	require.NoError(t, sink.Event(schema.Event{Kind: schema.EventDone, Body: out}), "end")
+	assert.True(t, strings.HasPrefix(sse.String(), "event: message_start\n"), "the stream starts with message_start: %s", sse.String())
+	assert.Equal(t, 1, strings.Count(sse.String(), "event: message_start"), "one message_start")
+	assertSameMessage(t, out, accumulate(t, sse.String()))
 }
 
 // TestHistoryLeavesOutCallsFromCode: once a cell that called the client's tools ended, the

@@ -83,6 +83,11 @@ func writeBlock(ew *eventWriter, idx int, b gjson.Result) {
 			ew.event("content_block_delta", `{"type":"content_block_delta","index":`+i+`,"delta":{"type":"signature_delta","signature":`+quote(s)+`}}`)
 		}
 	case "tool_use", "server_tool_use":
+		if c := b.Get("caller.type"); c.Exists() && c.String() != "direct" {
+			// A call made from code arrives whole in its start, as natively: no input deltas.
+			ew.event("content_block_start", `{"type":"content_block_start","index":`+i+`,"content_block":`+b.Raw+`}`)
+			break
+		}
 		head, _ := sjson.SetRaw(b.Raw, "input", "{}")
 		ew.event("content_block_start", `{"type":"content_block_start","index":`+i+`,"content_block":`+head+`}`)
 		if in := b.Get("input"); in.Exists() && in.Raw != "{}" {
