@@ -182,8 +182,8 @@ type resumer interface {
 // and waits for it as Run does, timeout bounding it as Run's does: it ends, or pauses again.
 // Without a paused run (it ended, was abandoned past ManagerConfig.PauseTimeout, or the
 // container is gone) it fails with ErrNotPaused, as it does, leaving the run paused, when
-// results are not as many as its calls; a backend that cannot resume (a container of
-// another node, for now) with ErrUnavailable.
+// results are not as many as its calls; a backend that cannot resume with ErrUnavailable. A
+// lease on another node's container (pkg/sandbox/remote) resumes the run there.
 func (l *Lease) Resume(ctx context.Context, results []ToolResult, timeout time.Duration) (Result, error) {
 	r, ok := l.b.(resumer)
 	if !ok {

@@ -26,6 +26,7 @@ var fleetScenarios = []loopScenario{
 	{name: "a mixed client and internal call (chat)", run: scenarioMixedChat},
 	{name: "the sandbox killed mid-run", run: scenarioSandboxKilled},
 	{name: "skills uploaded through one gateway, mounted and announced through others", run: scenarioSkillsMounted},
+	{name: "programmatic tool calling: a pause resumed through another gateway", run: scenarioPTC},
 }
 
 // TestFleet runs conversations through 3 gateway replicas, each behind its own real Envoy, and

@@ -279,16 +279,67 @@ func (l *lease) afterCall(ctx context.Context, trailer metadata.MD) {
 }
 
 // Run runs code on the node. A connection lost once the node had the run fails it with
-// ErrLost.
+// ErrLost. A run that pauses for the client's tools returns its Calls; the pause stays on the
+// node (see Resume).
 func (l *lease) Run(ctx context.Context, code string, timeout time.Duration) (sandbox.Result, error) {
 	if l.released {
 		return sandbox.Result{}, errLeaseReleased
 	}
 	req := &sandboxv1.RunRequest{LeaseId: l.id, Code: code, TimeoutNanos: int64(timeout)}
-	cctx := ctx
+	return l.call(ctx, "run", func(cctx context.Context, deadline int64, opts ...grpc.CallOption) (runAnswer, error) {
+		req.DeadlineNanos = deadline
+		return l.c.c.Run(cctx, req, opts...)
+	})
+}
+
+var _ interface {
+	Resume(ctx context.Context, results []sandbox.ToolResult, timeout time.Duration) (sandbox.Result, error)
+	NamePause(ids []string)
+} = (*lease)(nil)
+
+// Resume gives the run of the lease's container paused for tool calls, on the node, the
+// results of its calls, as [sandbox.Lease.Resume] does there (its errors: ErrNotPaused and
+// the rest, as they travel); a connection lost once the node had it fails it with ErrLost.
+func (l *lease) Resume(ctx context.Context, results []sandbox.ToolResult, timeout time.Duration) (sandbox.Result, error) {
+	if l.released {
+		return sandbox.Result{}, errLeaseReleased
+	}
+	req := &sandboxv1.ResumeRequest{LeaseId: l.id, Results: toolResultsProto(results), TimeoutNanos: int64(timeout)}
+	return l.call(ctx, "resume", func(cctx context.Context, deadline int64, opts ...grpc.CallOption) (runAnswer, error) {
+		req.DeadlineNanos = deadline
+		return l.c.c.Resume(cctx, req, opts...)
+	})
+}
+
+// NamePause names the calls of the paused run of the lease's container on the node (see
+// [sandbox.Lease.NamePause]), within CallTimeout. A node that cannot be told leaves the pause
+// unnamed, as a backend that cannot name does; the failure goes to the log.
+func (l *lease) NamePause(ids []string) {
+	if l.released {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.c.o.CallTimeout)
+	defer cancel()
+	if _, err := l.c.c.NamePause(ctx, &sandboxv1.NamePauseRequest{LeaseId: l.id, Ids: ids}); err != nil {
+		l.c.log.Warn("name the paused run's calls on the node", zap.Error(callError(ctx, "name pause", err, false)))
+	}
+}
+
+// runAnswer is the node's answer to a Run or a Resume.
+type runAnswer interface {
+	GetResult() *sandboxv1.Result
+	GetError() *sandboxv1.Error
+	GetContainerId() string
+	GetInfo() *sandboxv1.LeaseInfo
+}
+
+// call makes a run's call (Run, Resume) op with ctx's deadline sent as deadline
+// (nanoseconds from now; 0: none), waiting a little past it for the node's answer.
+func (l *lease) call(ctx context.Context, op string, send func(cctx context.Context, deadline int64, opts ...grpc.CallOption) (runAnswer, error)) (sandbox.Result, error) {
+	cctx, deadline := ctx, int64(0)
 	if dl, ok := ctx.Deadline(); ok {
 		// The node stops the run at ctx's deadline, and answers: wait a little longer for it.
-		req.DeadlineNanos = max(int64(time.Until(dl)), 1)
+		deadline = max(int64(time.Until(dl)), 1)
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl.Add(deadlineGrace))
 		defer cancel()
@@ -300,10 +351,10 @@ func (l *lease) Run(ctx context.Context, code string, timeout time.Duration) (sa
 		defer stop()
 	}
 	var hdr, trailer metadata.MD
-	resp, err := l.c.c.Run(cctx, req, grpc.Header(&hdr), grpc.Trailer(&trailer))
+	resp, err := send(cctx, deadline, grpc.Header(&hdr), grpc.Trailer(&trailer))
 	if err != nil {
 		l.afterCall(ctx, trailer)
-		return sandbox.Result{}, callError(ctx, "run", err, hdr != nil)
+		return sandbox.Result{}, callError(ctx, op, err, hdr != nil)
 	}
 	l.setInfo(resp.GetContainerId(), resp.GetInfo())
 	return resultOf(resp.GetResult()), errorOf(resp.GetError())

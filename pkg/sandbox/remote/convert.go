@@ -32,6 +32,8 @@ var kinds = []struct {
 	{sandboxv1.ErrorKind_ERROR_KIND_CLOSED, sandbox.ErrClosed},
 	{sandboxv1.ErrorKind_ERROR_KIND_INVALID_SPEC, sandbox.ErrInvalidSpec},
 	{sandboxv1.ErrorKind_ERROR_KIND_ELSEWHERE, sandbox.ErrElsewhere},
+	{sandboxv1.ErrorKind_ERROR_KIND_PAUSED, sandbox.ErrPaused},
+	{sandboxv1.ErrorKind_ERROR_KIND_NOT_PAUSED, sandbox.ErrNotPaused},
 	{sandboxv1.ErrorKind_ERROR_KIND_CANCELED, context.Canceled},
 	{sandboxv1.ErrorKind_ERROR_KIND_DEADLINE_EXCEEDED, context.DeadlineExceeded},
 }
@@ -98,7 +100,8 @@ func codeOf(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrClosed):
 		return codes.Unavailable
-	case errors.Is(err, sandbox.ErrExpiredContainer), errors.Is(err, sandbox.ErrLost):
+	case errors.Is(err, sandbox.ErrExpiredContainer), errors.Is(err, sandbox.ErrLost),
+		errors.Is(err, sandbox.ErrPaused), errors.Is(err, sandbox.ErrNotPaused):
 		return codes.FailedPrecondition
 	case errors.Is(err, sandbox.ErrNoFileAccess):
 		return codes.Unimplemented
@@ -190,6 +193,9 @@ func resultProto(r sandbox.Result) *sandboxv1.Result {
 	for _, f := range r.Files {
 		pr.Files = append(pr.Files, &sandboxv1.File{Id: f.ID, Path: f.Path, Size: f.Size})
 	}
+	for _, c := range r.Calls {
+		pr.Calls = append(pr.Calls, &sandboxv1.ToolCall{Name: c.Name, Input: c.Input})
+	}
 	return pr
 }
 
@@ -213,7 +219,31 @@ func resultOf(pr *sandboxv1.Result) sandbox.Result {
 			r.Files[i] = sandbox.File{ID: f.GetId(), Path: f.GetPath(), Size: f.GetSize()}
 		}
 	}
+	if cs := pr.GetCalls(); len(cs) > 0 {
+		r.Calls = make([]sandbox.ToolCall, len(cs))
+		for i, c := range cs {
+			r.Calls[i] = sandbox.ToolCall{Name: c.GetName(), Input: c.GetInput()}
+		}
+	}
 	return r
+}
+
+// toolResultsProto is results as they travel.
+func toolResultsProto(results []sandbox.ToolResult) []*sandboxv1.ToolResult {
+	prs := make([]*sandboxv1.ToolResult, len(results))
+	for i, r := range results {
+		prs[i] = &sandboxv1.ToolResult{Content: r.Content, IsError: r.IsError, Timeout: r.Timeout, CallId: r.CallID}
+	}
+	return prs
+}
+
+// toolResultsOf is the results prs describe.
+func toolResultsOf(prs []*sandboxv1.ToolResult) []sandbox.ToolResult {
+	results := make([]sandbox.ToolResult, len(prs))
+	for i, r := range prs {
+		results[i] = sandbox.ToolResult{Content: r.GetContent(), IsError: r.GetIsError(), Timeout: r.GetTimeout(), CallID: r.GetCallId()}
+	}
+	return results
 }
 
 func fileInfoProto(fi sandbox.FileInfo) *sandboxv1.FileInfo {

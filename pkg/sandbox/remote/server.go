@@ -287,12 +287,35 @@ func (s *Server) lease(id string) (*heldLease, error) {
 
 // Run runs code on a lease. Its header is sent first, so that a client whose connection
 // fails later knows the run reached the node; its trailer names the lease's container after
-// the run, also when the answer fails to go out (a Result beyond MaxMessageBytes).
+// the run, also when the answer fails to go out (a Result beyond MaxMessageBytes). A run that
+// pauses for the client's tools answers with its calls; the pause, and the timer that abandons
+// it, stay on this node with the container.
 func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv1.RunResponse, error) {
+	return s.onLease(ctx, req.GetLeaseId(), req.GetDeadlineNanos(), "run", func(ctx context.Context, l *sandbox.Lease) (sandbox.Result, error) {
+		return l.Run(ctx, req.GetCode(), time.Duration(req.GetTimeoutNanos()))
+	})
+}
+
+// Resume resumes the paused run of a lease's container, as Run runs code: header first, the
+// lease's container in the trailer.
+func (s handlers) Resume(ctx context.Context, req *sandboxv1.ResumeRequest) (*sandboxv1.ResumeResponse, error) {
+	resp, err := s.onLease(ctx, req.GetLeaseId(), req.GetDeadlineNanos(), "resume", func(ctx context.Context, l *sandbox.Lease) (sandbox.Result, error) {
+		return l.Resume(ctx, toolResultsOf(req.GetResults()), time.Duration(req.GetTimeoutNanos()))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &sandboxv1.ResumeResponse{Result: resp.GetResult(), Error: resp.GetError(), ContainerId: resp.GetContainerId(), Info: resp.GetInfo()}, nil
+}
+
+// onLease runs f, a run of op on lease id, as Run and Resume do: it sends the header first,
+// sets the trailer, stops f at deadline (nanoseconds from now; 0: none), and answers with
+// what f returned and the lease's container after it.
+func (s handlers) onLease(ctx context.Context, id string, deadline int64, op string, f func(context.Context, *sandbox.Lease) (sandbox.Result, error)) (*sandboxv1.RunResponse, error) {
 	if err := grpc.SendHeader(ctx, metadata.MD{}); err != nil {
 		return nil, err
 	}
-	hl, err := s.lease(req.GetLeaseId())
+	hl, err := s.lease(id)
 	if err != nil {
 		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(err)}, nil
 	}
@@ -301,18 +324,27 @@ func (s handlers) Run(ctx context.Context, req *sandboxv1.RunRequest) (*sandboxv
 	if err := ctx.Err(); err != nil {
 		// The caller stopped waiting before the run began: the lease stays as it was (a run
 		// would replace a lost container even so), as its LeaseContainer, asked next, says.
-		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(fmt.Errorf("run: %w", err)), ContainerId: hl.l.ContainerID()}, nil
+		return &sandboxv1.RunResponse{Result: &sandboxv1.Result{}, Error: errorProto(fmt.Errorf("%s: %w", op, err)), ContainerId: hl.l.ContainerID()}, nil
 	}
-	if d := req.GetDeadlineNanos(); d > 0 {
+	if deadline > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(d))
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(deadline))
 		defer cancel()
 	}
-	// The service carries no paused run yet: one that awaits the client's tools is resumed at
-	// once with the calls refused.
-	res, err := hl.l.RunRefusingToolCalls(ctx, req.GetCode(), time.Duration(req.GetTimeoutNanos()))
+	res, err := f(ctx, hl.l)
 	info := hl.l.Info()
 	return &sandboxv1.RunResponse{Result: resultProto(res), Error: errorProto(err), ContainerId: info.Container, Info: leaseInfoProto(info)}, nil
+}
+
+// NamePause names the calls of the paused run of a lease's container.
+func (s handlers) NamePause(_ context.Context, req *sandboxv1.NamePauseRequest) (*sandboxv1.NamePauseResponse, error) {
+	hl, err := s.lease(req.GetLeaseId())
+	if err != nil {
+		return nil, statusError(err)
+	}
+	defer hl.mu.Unlock()
+	hl.l.NamePause(req.GetIds())
+	return &sandboxv1.NamePauseResponse{}, nil
 }
 
 // LeaseContainer names a lease's container, once the lease's call in progress is over.

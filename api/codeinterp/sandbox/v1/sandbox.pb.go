@@ -50,6 +50,10 @@ const (
 	ErrorKind_ERROR_KIND_DEADLINE_EXCEEDED ErrorKind = 14
 	// ELSEWHERE: the node's registry names another node as the owner (sandbox.ErrElsewhere).
 	ErrorKind_ERROR_KIND_ELSEWHERE ErrorKind = 15
+	// PAUSED: the container's run is paused for tool calls (sandbox.ErrPaused).
+	ErrorKind_ERROR_KIND_PAUSED ErrorKind = 16
+	// NOT_PAUSED: a Resume found no paused run (sandbox.ErrNotPaused).
+	ErrorKind_ERROR_KIND_NOT_PAUSED ErrorKind = 17
 )
 
 // Enum value maps for ErrorKind.
@@ -71,6 +75,8 @@ var (
 		13: "ERROR_KIND_CANCELED",
 		14: "ERROR_KIND_DEADLINE_EXCEEDED",
 		15: "ERROR_KIND_ELSEWHERE",
+		16: "ERROR_KIND_PAUSED",
+		17: "ERROR_KIND_NOT_PAUSED",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":       0,
@@ -89,6 +95,8 @@ var (
 		"ERROR_KIND_CANCELED":          13,
 		"ERROR_KIND_DEADLINE_EXCEEDED": 14,
 		"ERROR_KIND_ELSEWHERE":         15,
+		"ERROR_KIND_PAUSED":            16,
+		"ERROR_KIND_NOT_PAUSED":        17,
 	}
 )
 
@@ -928,6 +936,358 @@ func (x *RunResponse) GetInfo() *LeaseInfo {
 	return nil
 }
 
+// ResumeRequest resumes the paused run of a lease's container.
+type ResumeRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// results answer the paused run's calls, in order.
+	Results []*ToolResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// timeout_nanos and deadline_nanos are RunRequest's.
+	TimeoutNanos  int64 `protobuf:"varint,3,opt,name=timeout_nanos,json=timeoutNanos,proto3" json:"timeout_nanos,omitempty"`
+	DeadlineNanos int64 `protobuf:"varint,4,opt,name=deadline_nanos,json=deadlineNanos,proto3" json:"deadline_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResumeRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ResumeRequest) GetResults() []*ToolResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *ResumeRequest) GetTimeoutNanos() int64 {
+	if x != nil {
+		return x.TimeoutNanos
+	}
+	return 0
+}
+
+func (x *ResumeRequest) GetDeadlineNanos() int64 {
+	if x != nil {
+		return x.DeadlineNanos
+	}
+	return 0
+}
+
+// ResumeResponse is RunResponse's: what the resumed run showed, also when it failed.
+type ResumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Error         *Error                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	ContainerId   string                 `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	Info          *LeaseInfo             `protobuf:"bytes,4,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeResponse) Reset() {
+	*x = ResumeResponse{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeResponse) ProtoMessage() {}
+
+func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
+func (*ResumeResponse) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ResumeResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ResumeResponse) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ResumeResponse) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *ResumeResponse) GetInfo() *LeaseInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+// ToolResult is a sandbox.ToolResult.
+type ToolResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Content       string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	IsError       bool                   `protobuf:"varint,2,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	Timeout       bool                   `protobuf:"varint,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	CallId        string                 `protobuf:"bytes,4,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolResult) Reset() {
+	*x = ToolResult{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolResult) ProtoMessage() {}
+
+func (x *ToolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
+func (*ToolResult) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ToolResult) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ToolResult) GetIsError() bool {
+	if x != nil {
+		return x.IsError
+	}
+	return false
+}
+
+func (x *ToolResult) GetTimeout() bool {
+	if x != nil {
+		return x.Timeout
+	}
+	return false
+}
+
+func (x *ToolResult) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+// ToolCall is a sandbox.ToolCall.
+type ToolCall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Input         string                 `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCall) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+// NamePauseRequest names the calls of the paused run of a lease's container, in order.
+type NamePauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamePauseRequest) Reset() {
+	*x = NamePauseRequest{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamePauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamePauseRequest) ProtoMessage() {}
+
+func (x *NamePauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamePauseRequest.ProtoReflect.Descriptor instead.
+func (*NamePauseRequest) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *NamePauseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *NamePauseRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// NamePauseResponse is empty.
+type NamePauseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamePauseResponse) Reset() {
+	*x = NamePauseResponse{}
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamePauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamePauseResponse) ProtoMessage() {}
+
+func (x *NamePauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamePauseResponse.ProtoReflect.Descriptor instead.
+func (*NamePauseResponse) Descriptor() ([]byte, []int) {
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+}
+
 // LeaseContainerRequest names a lease.
 type LeaseContainerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -938,7 +1298,7 @@ type LeaseContainerRequest struct {
 
 func (x *LeaseContainerRequest) Reset() {
 	*x = LeaseContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1310,7 @@ func (x *LeaseContainerRequest) String() string {
 func (*LeaseContainerRequest) ProtoMessage() {}
 
 func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1323,7 @@ func (x *LeaseContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseContainerRequest.ProtoReflect.Descriptor instead.
 func (*LeaseContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseContainerRequest) GetLeaseId() string {
@@ -983,7 +1343,7 @@ type LeaseContainerResponse struct {
 
 func (x *LeaseContainerResponse) Reset() {
 	*x = LeaseContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1355,7 @@ func (x *LeaseContainerResponse) String() string {
 func (*LeaseContainerResponse) ProtoMessage() {}
 
 func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1368,7 @@ func (x *LeaseContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseContainerResponse.ProtoReflect.Descriptor instead.
 func (*LeaseContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseContainerResponse) GetContainerId() string {
@@ -1020,22 +1380,24 @@ func (x *LeaseContainerResponse) GetContainerId() string {
 
 // Result is a sandbox.Result.
 type Result struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stdout        string                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        string                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	Value         string                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	Error         *RunError              `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	Images        []*Image               `protobuf:"bytes,5,rep,name=images,proto3" json:"images,omitempty"`
-	Files         []*File                `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
-	Truncated     bool                   `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	FilesNote     string                 `protobuf:"bytes,8,opt,name=files_note,json=filesNote,proto3" json:"files_note,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Stdout    string                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr    string                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Value     string                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Error     *RunError              `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Images    []*Image               `protobuf:"bytes,5,rep,name=images,proto3" json:"images,omitempty"`
+	Files     []*File                `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
+	Truncated bool                   `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	FilesNote string                 `protobuf:"bytes,8,opt,name=files_note,json=filesNote,proto3" json:"files_note,omitempty"`
+	// calls, when set, are the calls of the client's tools the run is paused for.
+	Calls         []*ToolCall `protobuf:"bytes,9,rep,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1409,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1422,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Result) GetStdout() string {
@@ -1119,6 +1481,13 @@ func (x *Result) GetFilesNote() string {
 	return ""
 }
 
+func (x *Result) GetCalls() []*ToolCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
 // RunError is a sandbox.Error: an exception the code raised.
 type RunError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1131,7 +1500,7 @@ type RunError struct {
 
 func (x *RunError) Reset() {
 	*x = RunError{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1512,7 @@ func (x *RunError) String() string {
 func (*RunError) ProtoMessage() {}
 
 func (x *RunError) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1525,7 @@ func (x *RunError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunError.ProtoReflect.Descriptor instead.
 func (*RunError) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunError) GetName() string {
@@ -1190,7 +1559,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1571,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1584,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Image) GetPng() []byte {
@@ -1237,7 +1606,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1618,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1631,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *File) GetId() string {
@@ -1302,7 +1671,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1683,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1696,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FileInfo) GetId() string {
@@ -1390,7 +1759,7 @@ type ContainerInfo struct {
 
 func (x *ContainerInfo) Reset() {
 	*x = ContainerInfo{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1771,7 @@ func (x *ContainerInfo) String() string {
 func (*ContainerInfo) ProtoMessage() {}
 
 func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1784,7 @@ func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerInfo.ProtoReflect.Descriptor instead.
 func (*ContainerInfo) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ContainerInfo) GetId() string {
@@ -1487,7 +1856,7 @@ type FileHeader struct {
 
 func (x *FileHeader) Reset() {
 	*x = FileHeader{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1868,7 @@ func (x *FileHeader) String() string {
 func (*FileHeader) ProtoMessage() {}
 
 func (x *FileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1881,7 @@ func (x *FileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileHeader.ProtoReflect.Descriptor instead.
 func (*FileHeader) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FileHeader) GetPath() string {
@@ -1550,7 +1919,7 @@ type LeasePutFileRequest struct {
 
 func (x *LeasePutFileRequest) Reset() {
 	*x = LeasePutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1931,7 @@ func (x *LeasePutFileRequest) String() string {
 func (*LeasePutFileRequest) ProtoMessage() {}
 
 func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1944,7 @@ func (x *LeasePutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileRequest.ProtoReflect.Descriptor instead.
 func (*LeasePutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeasePutFileRequest) GetLeaseId() string {
@@ -1620,7 +1989,7 @@ type LeasePutFileResponse struct {
 
 func (x *LeasePutFileResponse) Reset() {
 	*x = LeasePutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +2001,7 @@ func (x *LeasePutFileResponse) String() string {
 func (*LeasePutFileResponse) ProtoMessage() {}
 
 func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +2014,7 @@ func (x *LeasePutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasePutFileResponse.ProtoReflect.Descriptor instead.
 func (*LeasePutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeasePutFileResponse) GetFile() *FileInfo {
@@ -1684,7 +2053,7 @@ type PutFileRequest struct {
 
 func (x *PutFileRequest) Reset() {
 	*x = PutFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +2065,7 @@ func (x *PutFileRequest) String() string {
 func (*PutFileRequest) ProtoMessage() {}
 
 func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +2078,7 @@ func (x *PutFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileRequest.ProtoReflect.Descriptor instead.
 func (*PutFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PutFileRequest) GetIdentity() string {
@@ -1757,7 +2126,7 @@ type PutFileResponse struct {
 
 func (x *PutFileResponse) Reset() {
 	*x = PutFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +2138,7 @@ func (x *PutFileResponse) String() string {
 func (*PutFileResponse) ProtoMessage() {}
 
 func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2151,7 @@ func (x *PutFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFileResponse.ProtoReflect.Descriptor instead.
 func (*PutFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PutFileResponse) GetFile() *FileInfo {
@@ -1804,7 +2173,7 @@ type OpenFileRequest struct {
 
 func (x *OpenFileRequest) Reset() {
 	*x = OpenFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2185,7 @@ func (x *OpenFileRequest) String() string {
 func (*OpenFileRequest) ProtoMessage() {}
 
 func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2198,7 @@ func (x *OpenFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileRequest.ProtoReflect.Descriptor instead.
 func (*OpenFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OpenFileRequest) GetIdentity() string {
@@ -1864,7 +2233,7 @@ type OpenFileResponse struct {
 
 func (x *OpenFileResponse) Reset() {
 	*x = OpenFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +2245,7 @@ func (x *OpenFileResponse) String() string {
 func (*OpenFileResponse) ProtoMessage() {}
 
 func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2258,7 @@ func (x *OpenFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenFileResponse.ProtoReflect.Descriptor instead.
 func (*OpenFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OpenFileResponse) GetFile() *FileInfo {
@@ -1916,7 +2285,7 @@ type CheckSpecRequest struct {
 
 func (x *CheckSpecRequest) Reset() {
 	*x = CheckSpecRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2297,7 @@ func (x *CheckSpecRequest) String() string {
 func (*CheckSpecRequest) ProtoMessage() {}
 
 func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2310,7 @@ func (x *CheckSpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecRequest.ProtoReflect.Descriptor instead.
 func (*CheckSpecRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CheckSpecRequest) GetSpec() *Spec {
@@ -1960,7 +2329,7 @@ type CheckSpecResponse struct {
 
 func (x *CheckSpecResponse) Reset() {
 	*x = CheckSpecResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2341,7 @@ func (x *CheckSpecResponse) String() string {
 func (*CheckSpecResponse) ProtoMessage() {}
 
 func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2354,7 @@ func (x *CheckSpecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckSpecResponse.ProtoReflect.Descriptor instead.
 func (*CheckSpecResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 // KnownRequest names a container.
@@ -1999,7 +2368,7 @@ type KnownRequest struct {
 
 func (x *KnownRequest) Reset() {
 	*x = KnownRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2380,7 @@ func (x *KnownRequest) String() string {
 func (*KnownRequest) ProtoMessage() {}
 
 func (x *KnownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2393,7 @@ func (x *KnownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownRequest.ProtoReflect.Descriptor instead.
 func (*KnownRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KnownRequest) GetIdentity() string {
@@ -2051,7 +2420,7 @@ type KnownResponse struct {
 
 func (x *KnownResponse) Reset() {
 	*x = KnownResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2432,7 @@ func (x *KnownResponse) String() string {
 func (*KnownResponse) ProtoMessage() {}
 
 func (x *KnownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2445,7 @@ func (x *KnownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KnownResponse.ProtoReflect.Descriptor instead.
 func (*KnownResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KnownResponse) GetKnown() bool {
@@ -2099,7 +2468,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2480,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2493,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateRequest) GetIdentity() string {
@@ -2165,7 +2534,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2546,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2559,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateResponse) GetContainer() *ContainerInfo {
@@ -2211,7 +2580,7 @@ type ContainerRequest struct {
 
 func (x *ContainerRequest) Reset() {
 	*x = ContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2592,7 @@ func (x *ContainerRequest) String() string {
 func (*ContainerRequest) ProtoMessage() {}
 
 func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2605,7 @@ func (x *ContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerRequest.ProtoReflect.Descriptor instead.
 func (*ContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ContainerRequest) GetIdentity() string {
@@ -2263,7 +2632,7 @@ type ContainerResponse struct {
 
 func (x *ContainerResponse) Reset() {
 	*x = ContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2644,7 @@ func (x *ContainerResponse) String() string {
 func (*ContainerResponse) ProtoMessage() {}
 
 func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2657,7 @@ func (x *ContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerResponse.ProtoReflect.Descriptor instead.
 func (*ContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ContainerResponse) GetContainer() *ContainerInfo {
@@ -2308,7 +2677,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2689,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2702,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ContainersRequest) GetIdentity() string {
@@ -2353,7 +2722,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2734,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2747,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ContainersResponse) GetContainers() []*ContainerInfo {
@@ -2399,7 +2768,7 @@ type DeleteContainerRequest struct {
 
 func (x *DeleteContainerRequest) Reset() {
 	*x = DeleteContainerRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2780,7 @@ func (x *DeleteContainerRequest) String() string {
 func (*DeleteContainerRequest) ProtoMessage() {}
 
 func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2793,7 @@ func (x *DeleteContainerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContainerRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteContainerRequest) GetIdentity() string {
@@ -2450,7 +2819,7 @@ type DeleteContainerResponse struct {
 
 func (x *DeleteContainerResponse) Reset() {
 	*x = DeleteContainerResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2831,7 @@ func (x *DeleteContainerResponse) String() string {
 func (*DeleteContainerResponse) ProtoMessage() {}
 
 func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2844,7 @@ func (x *DeleteContainerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContainerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContainerResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 // FilesRequest names a container.
@@ -2489,7 +2858,7 @@ type FilesRequest struct {
 
 func (x *FilesRequest) Reset() {
 	*x = FilesRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2870,7 @@ func (x *FilesRequest) String() string {
 func (*FilesRequest) ProtoMessage() {}
 
 func (x *FilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2883,7 @@ func (x *FilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesRequest.ProtoReflect.Descriptor instead.
 func (*FilesRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FilesRequest) GetIdentity() string {
@@ -2541,7 +2910,7 @@ type FilesResponse struct {
 
 func (x *FilesResponse) Reset() {
 	*x = FilesResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2922,7 @@ func (x *FilesResponse) String() string {
 func (*FilesResponse) ProtoMessage() {}
 
 func (x *FilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2935,7 @@ func (x *FilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilesResponse.ProtoReflect.Descriptor instead.
 func (*FilesResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FilesResponse) GetFiles() []*FileInfo {
@@ -2588,7 +2957,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2969,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2982,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FileRequest) GetIdentity() string {
@@ -2647,7 +3016,7 @@ type FileResponse struct {
 
 func (x *FileResponse) Reset() {
 	*x = FileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +3028,7 @@ func (x *FileResponse) String() string {
 func (*FileResponse) ProtoMessage() {}
 
 func (x *FileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +3041,7 @@ func (x *FileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileResponse.ProtoReflect.Descriptor instead.
 func (*FileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FileResponse) GetFile() *FileInfo {
@@ -2694,7 +3063,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +3075,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +3088,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteFileRequest) GetIdentity() string {
@@ -2752,7 +3121,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3133,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_codeinterp_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3146,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 var File_codeinterp_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -2842,11 +3211,34 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x1d.codeinterp.sandbox.v1.ResultR\x06result\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1c.codeinterp.sandbox.v1.ErrorR\x05error\x12!\n" +
 	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\x124\n" +
-	"\x04info\x18\x04 \x01(\v2 .codeinterp.sandbox.v1.LeaseInfoR\x04info\"2\n" +
+	"\x04info\x18\x04 \x01(\v2 .codeinterp.sandbox.v1.LeaseInfoR\x04info\"\xb3\x01\n" +
+	"\rResumeRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12;\n" +
+	"\aresults\x18\x02 \x03(\v2!.codeinterp.sandbox.v1.ToolResultR\aresults\x12#\n" +
+	"\rtimeout_nanos\x18\x03 \x01(\x03R\ftimeoutNanos\x12%\n" +
+	"\x0edeadline_nanos\x18\x04 \x01(\x03R\rdeadlineNanos\"\xd4\x01\n" +
+	"\x0eResumeResponse\x125\n" +
+	"\x06result\x18\x01 \x01(\v2\x1d.codeinterp.sandbox.v1.ResultR\x06result\x122\n" +
+	"\x05error\x18\x02 \x01(\v2\x1c.codeinterp.sandbox.v1.ErrorR\x05error\x12!\n" +
+	"\fcontainer_id\x18\x03 \x01(\tR\vcontainerId\x124\n" +
+	"\x04info\x18\x04 \x01(\v2 .codeinterp.sandbox.v1.LeaseInfoR\x04info\"t\n" +
+	"\n" +
+	"ToolResult\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12\x19\n" +
+	"\bis_error\x18\x02 \x01(\bR\aisError\x12\x18\n" +
+	"\atimeout\x18\x03 \x01(\bR\atimeout\x12\x17\n" +
+	"\acall_id\x18\x04 \x01(\tR\x06callId\"4\n" +
+	"\bToolCall\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\"?\n" +
+	"\x10NamePauseRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\"\x13\n" +
+	"\x11NamePauseResponse\"2\n" +
 	"\x15LeaseContainerRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\";\n" +
 	"\x16LeaseContainerResponse\x12!\n" +
-	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"\xab\x02\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\"\xe2\x02\n" +
 	"\x06Result\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\tR\x06stderr\x12\x14\n" +
@@ -2856,7 +3248,8 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05files\x18\x06 \x03(\v2\x1b.codeinterp.sandbox.v1.FileR\x05files\x12\x1c\n" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12\x1d\n" +
 	"\n" +
-	"files_note\x18\b \x01(\tR\tfilesNote\"R\n" +
+	"files_note\x18\b \x01(\tR\tfilesNote\x125\n" +
+	"\x05calls\x18\t \x03(\v2\x1f.codeinterp.sandbox.v1.ToolCallR\x05calls\"R\n" +
 	"\bRunError\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1c\n" +
@@ -2957,7 +3350,7 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x12\x17\n" +
 	"\afile_id\x18\x03 \x01(\tR\x06fileId\"\x14\n" +
-	"\x12DeleteFileResponse*\xd3\x03\n" +
+	"\x12DeleteFileResponse*\x85\x04\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ERROR_KIND_UNAVAILABLE\x10\x01\x12\x1a\n" +
@@ -2975,10 +3368,14 @@ const file_codeinterp_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17ERROR_KIND_INVALID_SPEC\x10\f\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\r\x12 \n" +
 	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\x0e\x12\x18\n" +
-	"\x14ERROR_KIND_ELSEWHERE\x10\x0f2\x99\v\n" +
+	"\x14ERROR_KIND_ELSEWHERE\x10\x0f\x12\x15\n" +
+	"\x11ERROR_KIND_PAUSED\x10\x10\x12\x19\n" +
+	"\x15ERROR_KIND_NOT_PAUSED\x10\x112\xd0\f\n" +
 	"\x0eSandboxService\x12\\\n" +
 	"\aAcquire\x12%.codeinterp.sandbox.v1.AcquireRequest\x1a&.codeinterp.sandbox.v1.AcquireResponse(\x010\x01\x12L\n" +
-	"\x03Run\x12!.codeinterp.sandbox.v1.RunRequest\x1a\".codeinterp.sandbox.v1.RunResponse\x12m\n" +
+	"\x03Run\x12!.codeinterp.sandbox.v1.RunRequest\x1a\".codeinterp.sandbox.v1.RunResponse\x12U\n" +
+	"\x06Resume\x12$.codeinterp.sandbox.v1.ResumeRequest\x1a%.codeinterp.sandbox.v1.ResumeResponse\x12^\n" +
+	"\tNamePause\x12'.codeinterp.sandbox.v1.NamePauseRequest\x1a(.codeinterp.sandbox.v1.NamePauseResponse\x12m\n" +
 	"\x0eLeaseContainer\x12,.codeinterp.sandbox.v1.LeaseContainerRequest\x1a-.codeinterp.sandbox.v1.LeaseContainerResponse\x12i\n" +
 	"\fLeasePutFile\x12*.codeinterp.sandbox.v1.LeasePutFileRequest\x1a+.codeinterp.sandbox.v1.LeasePutFileResponse(\x01\x12Z\n" +
 	"\aPutFile\x12%.codeinterp.sandbox.v1.PutFileRequest\x1a&.codeinterp.sandbox.v1.PutFileResponse(\x01\x12]\n" +
@@ -3008,7 +3405,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_codeinterp_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_codeinterp_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: codeinterp.sandbox.v1.ErrorKind
 	(*Error)(nil),                   // 1: codeinterp.sandbox.v1.Error
@@ -3023,39 +3420,45 @@ var file_codeinterp_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*LeaseInfo)(nil),               // 10: codeinterp.sandbox.v1.LeaseInfo
 	(*RunRequest)(nil),              // 11: codeinterp.sandbox.v1.RunRequest
 	(*RunResponse)(nil),             // 12: codeinterp.sandbox.v1.RunResponse
-	(*LeaseContainerRequest)(nil),   // 13: codeinterp.sandbox.v1.LeaseContainerRequest
-	(*LeaseContainerResponse)(nil),  // 14: codeinterp.sandbox.v1.LeaseContainerResponse
-	(*Result)(nil),                  // 15: codeinterp.sandbox.v1.Result
-	(*RunError)(nil),                // 16: codeinterp.sandbox.v1.RunError
-	(*Image)(nil),                   // 17: codeinterp.sandbox.v1.Image
-	(*File)(nil),                    // 18: codeinterp.sandbox.v1.File
-	(*FileInfo)(nil),                // 19: codeinterp.sandbox.v1.FileInfo
-	(*ContainerInfo)(nil),           // 20: codeinterp.sandbox.v1.ContainerInfo
-	(*FileHeader)(nil),              // 21: codeinterp.sandbox.v1.FileHeader
-	(*LeasePutFileRequest)(nil),     // 22: codeinterp.sandbox.v1.LeasePutFileRequest
-	(*LeasePutFileResponse)(nil),    // 23: codeinterp.sandbox.v1.LeasePutFileResponse
-	(*PutFileRequest)(nil),          // 24: codeinterp.sandbox.v1.PutFileRequest
-	(*PutFileResponse)(nil),         // 25: codeinterp.sandbox.v1.PutFileResponse
-	(*OpenFileRequest)(nil),         // 26: codeinterp.sandbox.v1.OpenFileRequest
-	(*OpenFileResponse)(nil),        // 27: codeinterp.sandbox.v1.OpenFileResponse
-	(*CheckSpecRequest)(nil),        // 28: codeinterp.sandbox.v1.CheckSpecRequest
-	(*CheckSpecResponse)(nil),       // 29: codeinterp.sandbox.v1.CheckSpecResponse
-	(*KnownRequest)(nil),            // 30: codeinterp.sandbox.v1.KnownRequest
-	(*KnownResponse)(nil),           // 31: codeinterp.sandbox.v1.KnownResponse
-	(*CreateRequest)(nil),           // 32: codeinterp.sandbox.v1.CreateRequest
-	(*CreateResponse)(nil),          // 33: codeinterp.sandbox.v1.CreateResponse
-	(*ContainerRequest)(nil),        // 34: codeinterp.sandbox.v1.ContainerRequest
-	(*ContainerResponse)(nil),       // 35: codeinterp.sandbox.v1.ContainerResponse
-	(*ContainersRequest)(nil),       // 36: codeinterp.sandbox.v1.ContainersRequest
-	(*ContainersResponse)(nil),      // 37: codeinterp.sandbox.v1.ContainersResponse
-	(*DeleteContainerRequest)(nil),  // 38: codeinterp.sandbox.v1.DeleteContainerRequest
-	(*DeleteContainerResponse)(nil), // 39: codeinterp.sandbox.v1.DeleteContainerResponse
-	(*FilesRequest)(nil),            // 40: codeinterp.sandbox.v1.FilesRequest
-	(*FilesResponse)(nil),           // 41: codeinterp.sandbox.v1.FilesResponse
-	(*FileRequest)(nil),             // 42: codeinterp.sandbox.v1.FileRequest
-	(*FileResponse)(nil),            // 43: codeinterp.sandbox.v1.FileResponse
-	(*DeleteFileRequest)(nil),       // 44: codeinterp.sandbox.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),      // 45: codeinterp.sandbox.v1.DeleteFileResponse
+	(*ResumeRequest)(nil),           // 13: codeinterp.sandbox.v1.ResumeRequest
+	(*ResumeResponse)(nil),          // 14: codeinterp.sandbox.v1.ResumeResponse
+	(*ToolResult)(nil),              // 15: codeinterp.sandbox.v1.ToolResult
+	(*ToolCall)(nil),                // 16: codeinterp.sandbox.v1.ToolCall
+	(*NamePauseRequest)(nil),        // 17: codeinterp.sandbox.v1.NamePauseRequest
+	(*NamePauseResponse)(nil),       // 18: codeinterp.sandbox.v1.NamePauseResponse
+	(*LeaseContainerRequest)(nil),   // 19: codeinterp.sandbox.v1.LeaseContainerRequest
+	(*LeaseContainerResponse)(nil),  // 20: codeinterp.sandbox.v1.LeaseContainerResponse
+	(*Result)(nil),                  // 21: codeinterp.sandbox.v1.Result
+	(*RunError)(nil),                // 22: codeinterp.sandbox.v1.RunError
+	(*Image)(nil),                   // 23: codeinterp.sandbox.v1.Image
+	(*File)(nil),                    // 24: codeinterp.sandbox.v1.File
+	(*FileInfo)(nil),                // 25: codeinterp.sandbox.v1.FileInfo
+	(*ContainerInfo)(nil),           // 26: codeinterp.sandbox.v1.ContainerInfo
+	(*FileHeader)(nil),              // 27: codeinterp.sandbox.v1.FileHeader
+	(*LeasePutFileRequest)(nil),     // 28: codeinterp.sandbox.v1.LeasePutFileRequest
+	(*LeasePutFileResponse)(nil),    // 29: codeinterp.sandbox.v1.LeasePutFileResponse
+	(*PutFileRequest)(nil),          // 30: codeinterp.sandbox.v1.PutFileRequest
+	(*PutFileResponse)(nil),         // 31: codeinterp.sandbox.v1.PutFileResponse
+	(*OpenFileRequest)(nil),         // 32: codeinterp.sandbox.v1.OpenFileRequest
+	(*OpenFileResponse)(nil),        // 33: codeinterp.sandbox.v1.OpenFileResponse
+	(*CheckSpecRequest)(nil),        // 34: codeinterp.sandbox.v1.CheckSpecRequest
+	(*CheckSpecResponse)(nil),       // 35: codeinterp.sandbox.v1.CheckSpecResponse
+	(*KnownRequest)(nil),            // 36: codeinterp.sandbox.v1.KnownRequest
+	(*KnownResponse)(nil),           // 37: codeinterp.sandbox.v1.KnownResponse
+	(*CreateRequest)(nil),           // 38: codeinterp.sandbox.v1.CreateRequest
+	(*CreateResponse)(nil),          // 39: codeinterp.sandbox.v1.CreateResponse
+	(*ContainerRequest)(nil),        // 40: codeinterp.sandbox.v1.ContainerRequest
+	(*ContainerResponse)(nil),       // 41: codeinterp.sandbox.v1.ContainerResponse
+	(*ContainersRequest)(nil),       // 42: codeinterp.sandbox.v1.ContainersRequest
+	(*ContainersResponse)(nil),      // 43: codeinterp.sandbox.v1.ContainersResponse
+	(*DeleteContainerRequest)(nil),  // 44: codeinterp.sandbox.v1.DeleteContainerRequest
+	(*DeleteContainerResponse)(nil), // 45: codeinterp.sandbox.v1.DeleteContainerResponse
+	(*FilesRequest)(nil),            // 46: codeinterp.sandbox.v1.FilesRequest
+	(*FilesResponse)(nil),           // 47: codeinterp.sandbox.v1.FilesResponse
+	(*FileRequest)(nil),             // 48: codeinterp.sandbox.v1.FileRequest
+	(*FileResponse)(nil),            // 49: codeinterp.sandbox.v1.FileResponse
+	(*DeleteFileRequest)(nil),       // 50: codeinterp.sandbox.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),      // 51: codeinterp.sandbox.v1.DeleteFileResponse
 }
 var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	0,  // 0: codeinterp.sandbox.v1.Error.kinds:type_name -> codeinterp.sandbox.v1.ErrorKind
@@ -3066,60 +3469,69 @@ var file_codeinterp_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	7,  // 5: codeinterp.sandbox.v1.NetworkPolicy.domain_secrets:type_name -> codeinterp.sandbox.v1.DomainSecret
 	3,  // 6: codeinterp.sandbox.v1.AcquireRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
 	10, // 7: codeinterp.sandbox.v1.AcquireResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
-	15, // 8: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
+	21, // 8: codeinterp.sandbox.v1.RunResponse.result:type_name -> codeinterp.sandbox.v1.Result
 	1,  // 9: codeinterp.sandbox.v1.RunResponse.error:type_name -> codeinterp.sandbox.v1.Error
 	10, // 10: codeinterp.sandbox.v1.RunResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
-	16, // 11: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
-	17, // 12: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
-	18, // 13: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
-	21, // 14: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	19, // 15: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	10, // 16: codeinterp.sandbox.v1.LeasePutFileResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
-	21, // 17: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
-	19, // 18: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	19, // 19: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	3,  // 20: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	3,  // 21: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
-	20, // 22: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	20, // 23: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	20, // 24: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
-	19, // 25: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
-	19, // 26: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
-	8,  // 27: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
-	11, // 28: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
-	13, // 29: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
-	22, // 30: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
-	24, // 31: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
-	26, // 32: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
-	28, // 33: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
-	30, // 34: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
-	32, // 35: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
-	34, // 36: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
-	36, // 37: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
-	38, // 38: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
-	40, // 39: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
-	42, // 40: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
-	44, // 41: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
-	9,  // 42: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
-	12, // 43: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
-	14, // 44: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
-	23, // 45: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
-	25, // 46: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
-	27, // 47: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
-	29, // 48: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
-	31, // 49: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
-	33, // 50: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
-	35, // 51: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
-	37, // 52: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
-	39, // 53: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
-	41, // 54: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
-	43, // 55: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
-	45, // 56: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
-	42, // [42:57] is the sub-list for method output_type
-	27, // [27:42] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	15, // 11: codeinterp.sandbox.v1.ResumeRequest.results:type_name -> codeinterp.sandbox.v1.ToolResult
+	21, // 12: codeinterp.sandbox.v1.ResumeResponse.result:type_name -> codeinterp.sandbox.v1.Result
+	1,  // 13: codeinterp.sandbox.v1.ResumeResponse.error:type_name -> codeinterp.sandbox.v1.Error
+	10, // 14: codeinterp.sandbox.v1.ResumeResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
+	22, // 15: codeinterp.sandbox.v1.Result.error:type_name -> codeinterp.sandbox.v1.RunError
+	23, // 16: codeinterp.sandbox.v1.Result.images:type_name -> codeinterp.sandbox.v1.Image
+	24, // 17: codeinterp.sandbox.v1.Result.files:type_name -> codeinterp.sandbox.v1.File
+	16, // 18: codeinterp.sandbox.v1.Result.calls:type_name -> codeinterp.sandbox.v1.ToolCall
+	27, // 19: codeinterp.sandbox.v1.LeasePutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	25, // 20: codeinterp.sandbox.v1.LeasePutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	10, // 21: codeinterp.sandbox.v1.LeasePutFileResponse.info:type_name -> codeinterp.sandbox.v1.LeaseInfo
+	27, // 22: codeinterp.sandbox.v1.PutFileRequest.header:type_name -> codeinterp.sandbox.v1.FileHeader
+	25, // 23: codeinterp.sandbox.v1.PutFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	25, // 24: codeinterp.sandbox.v1.OpenFileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	3,  // 25: codeinterp.sandbox.v1.CheckSpecRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	3,  // 26: codeinterp.sandbox.v1.CreateRequest.spec:type_name -> codeinterp.sandbox.v1.Spec
+	26, // 27: codeinterp.sandbox.v1.CreateResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	26, // 28: codeinterp.sandbox.v1.ContainerResponse.container:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	26, // 29: codeinterp.sandbox.v1.ContainersResponse.containers:type_name -> codeinterp.sandbox.v1.ContainerInfo
+	25, // 30: codeinterp.sandbox.v1.FilesResponse.files:type_name -> codeinterp.sandbox.v1.FileInfo
+	25, // 31: codeinterp.sandbox.v1.FileResponse.file:type_name -> codeinterp.sandbox.v1.FileInfo
+	8,  // 32: codeinterp.sandbox.v1.SandboxService.Acquire:input_type -> codeinterp.sandbox.v1.AcquireRequest
+	11, // 33: codeinterp.sandbox.v1.SandboxService.Run:input_type -> codeinterp.sandbox.v1.RunRequest
+	13, // 34: codeinterp.sandbox.v1.SandboxService.Resume:input_type -> codeinterp.sandbox.v1.ResumeRequest
+	17, // 35: codeinterp.sandbox.v1.SandboxService.NamePause:input_type -> codeinterp.sandbox.v1.NamePauseRequest
+	19, // 36: codeinterp.sandbox.v1.SandboxService.LeaseContainer:input_type -> codeinterp.sandbox.v1.LeaseContainerRequest
+	28, // 37: codeinterp.sandbox.v1.SandboxService.LeasePutFile:input_type -> codeinterp.sandbox.v1.LeasePutFileRequest
+	30, // 38: codeinterp.sandbox.v1.SandboxService.PutFile:input_type -> codeinterp.sandbox.v1.PutFileRequest
+	32, // 39: codeinterp.sandbox.v1.SandboxService.OpenFile:input_type -> codeinterp.sandbox.v1.OpenFileRequest
+	34, // 40: codeinterp.sandbox.v1.SandboxService.CheckSpec:input_type -> codeinterp.sandbox.v1.CheckSpecRequest
+	36, // 41: codeinterp.sandbox.v1.SandboxService.Known:input_type -> codeinterp.sandbox.v1.KnownRequest
+	38, // 42: codeinterp.sandbox.v1.SandboxService.Create:input_type -> codeinterp.sandbox.v1.CreateRequest
+	40, // 43: codeinterp.sandbox.v1.SandboxService.Container:input_type -> codeinterp.sandbox.v1.ContainerRequest
+	42, // 44: codeinterp.sandbox.v1.SandboxService.Containers:input_type -> codeinterp.sandbox.v1.ContainersRequest
+	44, // 45: codeinterp.sandbox.v1.SandboxService.DeleteContainer:input_type -> codeinterp.sandbox.v1.DeleteContainerRequest
+	46, // 46: codeinterp.sandbox.v1.SandboxService.Files:input_type -> codeinterp.sandbox.v1.FilesRequest
+	48, // 47: codeinterp.sandbox.v1.SandboxService.File:input_type -> codeinterp.sandbox.v1.FileRequest
+	50, // 48: codeinterp.sandbox.v1.SandboxService.DeleteFile:input_type -> codeinterp.sandbox.v1.DeleteFileRequest
+	9,  // 49: codeinterp.sandbox.v1.SandboxService.Acquire:output_type -> codeinterp.sandbox.v1.AcquireResponse
+	12, // 50: codeinterp.sandbox.v1.SandboxService.Run:output_type -> codeinterp.sandbox.v1.RunResponse
+	14, // 51: codeinterp.sandbox.v1.SandboxService.Resume:output_type -> codeinterp.sandbox.v1.ResumeResponse
+	18, // 52: codeinterp.sandbox.v1.SandboxService.NamePause:output_type -> codeinterp.sandbox.v1.NamePauseResponse
+	20, // 53: codeinterp.sandbox.v1.SandboxService.LeaseContainer:output_type -> codeinterp.sandbox.v1.LeaseContainerResponse
+	29, // 54: codeinterp.sandbox.v1.SandboxService.LeasePutFile:output_type -> codeinterp.sandbox.v1.LeasePutFileResponse
+	31, // 55: codeinterp.sandbox.v1.SandboxService.PutFile:output_type -> codeinterp.sandbox.v1.PutFileResponse
+	33, // 56: codeinterp.sandbox.v1.SandboxService.OpenFile:output_type -> codeinterp.sandbox.v1.OpenFileResponse
+	35, // 57: codeinterp.sandbox.v1.SandboxService.CheckSpec:output_type -> codeinterp.sandbox.v1.CheckSpecResponse
+	37, // 58: codeinterp.sandbox.v1.SandboxService.Known:output_type -> codeinterp.sandbox.v1.KnownResponse
+	39, // 59: codeinterp.sandbox.v1.SandboxService.Create:output_type -> codeinterp.sandbox.v1.CreateResponse
+	41, // 60: codeinterp.sandbox.v1.SandboxService.Container:output_type -> codeinterp.sandbox.v1.ContainerResponse
+	43, // 61: codeinterp.sandbox.v1.SandboxService.Containers:output_type -> codeinterp.sandbox.v1.ContainersResponse
+	45, // 62: codeinterp.sandbox.v1.SandboxService.DeleteContainer:output_type -> codeinterp.sandbox.v1.DeleteContainerResponse
+	47, // 63: codeinterp.sandbox.v1.SandboxService.Files:output_type -> codeinterp.sandbox.v1.FilesResponse
+	49, // 64: codeinterp.sandbox.v1.SandboxService.File:output_type -> codeinterp.sandbox.v1.FileResponse
+	51, // 65: codeinterp.sandbox.v1.SandboxService.DeleteFile:output_type -> codeinterp.sandbox.v1.DeleteFileResponse
+	49, // [49:66] is the sub-list for method output_type
+	32, // [32:49] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_codeinterp_sandbox_v1_sandbox_proto_init() }
@@ -3133,7 +3545,7 @@ func file_codeinterp_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc), len(file_codeinterp_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   45,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

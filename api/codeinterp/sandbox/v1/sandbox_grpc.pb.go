@@ -29,6 +29,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	SandboxService_Acquire_FullMethodName         = "/codeinterp.sandbox.v1.SandboxService/Acquire"
 	SandboxService_Run_FullMethodName             = "/codeinterp.sandbox.v1.SandboxService/Run"
+	SandboxService_Resume_FullMethodName          = "/codeinterp.sandbox.v1.SandboxService/Resume"
+	SandboxService_NamePause_FullMethodName       = "/codeinterp.sandbox.v1.SandboxService/NamePause"
 	SandboxService_LeaseContainer_FullMethodName  = "/codeinterp.sandbox.v1.SandboxService/LeaseContainer"
 	SandboxService_LeasePutFile_FullMethodName    = "/codeinterp.sandbox.v1.SandboxService/LeasePutFile"
 	SandboxService_PutFile_FullMethodName         = "/codeinterp.sandbox.v1.SandboxService/PutFile"
@@ -58,6 +60,13 @@ type SandboxServiceClient interface {
 	// Run runs code on a lease's container. Its trailer names the lease's container after the
 	// run, also when the run fails with a status rather than a RunResponse.
 	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (*RunResponse, error)
+	// Resume gives the run of a lease's container paused for tool calls (a Result with calls, of
+	// an earlier Run or Resume, possibly of another lease) the results of its calls, and waits
+	// for it as Run does. Its trailer names the lease's container, as Run's does. The pause's
+	// abandon timer is the node's.
+	Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error)
+	// NamePause names the calls of the paused run of a lease's container (sandbox.Lease.NamePause).
+	NamePause(ctx context.Context, in *NamePauseRequest, opts ...grpc.CallOption) (*NamePauseResponse, error)
 	// LeaseContainer names a lease's container now, once the lease's call in progress (if any)
 	// is over: what a caller that stopped waiting for a Run or LeasePutFile asks.
 	LeaseContainer(ctx context.Context, in *LeaseContainerRequest, opts ...grpc.CallOption) (*LeaseContainerResponse, error)
@@ -112,6 +121,26 @@ func (c *sandboxServiceClient) Run(ctx context.Context, in *RunRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunResponse)
 	err := c.cc.Invoke(ctx, SandboxService_Run_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) Resume(ctx context.Context, in *ResumeRequest, opts ...grpc.CallOption) (*ResumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeResponse)
+	err := c.cc.Invoke(ctx, SandboxService_Resume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) NamePause(ctx context.Context, in *NamePauseRequest, opts ...grpc.CallOption) (*NamePauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NamePauseResponse)
+	err := c.cc.Invoke(ctx, SandboxService_NamePause_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +306,13 @@ type SandboxServiceServer interface {
 	// Run runs code on a lease's container. Its trailer names the lease's container after the
 	// run, also when the run fails with a status rather than a RunResponse.
 	Run(context.Context, *RunRequest) (*RunResponse, error)
+	// Resume gives the run of a lease's container paused for tool calls (a Result with calls, of
+	// an earlier Run or Resume, possibly of another lease) the results of its calls, and waits
+	// for it as Run does. Its trailer names the lease's container, as Run's does. The pause's
+	// abandon timer is the node's.
+	Resume(context.Context, *ResumeRequest) (*ResumeResponse, error)
+	// NamePause names the calls of the paused run of a lease's container (sandbox.Lease.NamePause).
+	NamePause(context.Context, *NamePauseRequest) (*NamePauseResponse, error)
 	// LeaseContainer names a lease's container now, once the lease's call in progress (if any)
 	// is over: what a caller that stopped waiting for a Run or LeasePutFile asks.
 	LeaseContainer(context.Context, *LeaseContainerRequest) (*LeaseContainerResponse, error)
@@ -319,6 +355,12 @@ func (UnimplementedSandboxServiceServer) Acquire(grpc.BidiStreamingServer[Acquir
 }
 func (UnimplementedSandboxServiceServer) Run(context.Context, *RunRequest) (*RunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Run not implemented")
+}
+func (UnimplementedSandboxServiceServer) Resume(context.Context, *ResumeRequest) (*ResumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resume not implemented")
+}
+func (UnimplementedSandboxServiceServer) NamePause(context.Context, *NamePauseRequest) (*NamePauseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NamePause not implemented")
 }
 func (UnimplementedSandboxServiceServer) LeaseContainer(context.Context, *LeaseContainerRequest) (*LeaseContainerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaseContainer not implemented")
@@ -401,6 +443,42 @@ func _SandboxService_Run_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).Run(ctx, req.(*RunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_Resume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).Resume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_Resume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).Resume(ctx, req.(*ResumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_NamePause_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NamePauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).NamePause(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_NamePause_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).NamePause(ctx, req.(*NamePauseRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -620,6 +698,14 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Run",
 			Handler:    _SandboxService_Run_Handler,
+		},
+		{
+			MethodName: "Resume",
+			Handler:    _SandboxService_Resume_Handler,
+		},
+		{
+			MethodName: "NamePause",
+			Handler:    _SandboxService_NamePause_Handler,
 		},
 		{
 			MethodName: "LeaseContainer",
