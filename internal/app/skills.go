@@ -22,26 +22,24 @@ import (
 // in all by cfg.skills; in Redis, the bundles are kept zipped (see storeredis.Skills).
 func skillStore(cfg *configv1.Config, rc goredis.UniversalClient) skills.Store {
 	c := cfg.GetSkills()
+	bounds := skills.Bounds{
+		MaxSkillsPerIdentity: int(c.GetMaxSkillsPerIdentity()),
+		MaxVersionsPerSkill:  int(c.GetMaxVersionsPerSkill()),
+		MaxBytesPerIdentity:  int64(c.GetMaxBytesPerIdentity()),
+		MaxBytes:             int64(c.GetMaxBytes()),
+	}
 	if cfg.GetStore() == config.StoreRedis {
 		prefix := cfg.GetRedis().GetKeyPrefix()
 		if prefix == "" {
 			prefix = storeredis.DefaultPrefix
 		}
 		return storeredis.NewSkills(rc, storeredis.SkillsOptions{
-			Prefix:               prefix,
-			Timeout:              cfg.GetRedis().GetTimeout().AsDuration(),
-			MaxSkillsPerIdentity: int(c.GetMaxSkillsPerIdentity()),
-			MaxVersionsPerSkill:  int(c.GetMaxVersionsPerSkill()),
-			MaxBytesPerIdentity:  int64(c.GetMaxBytesPerIdentity()),
-			MaxBytes:             int64(c.GetMaxBytes()),
+			Prefix:  prefix,
+			Timeout: cfg.GetRedis().GetTimeout().AsDuration(),
+			Bounds:  bounds,
 		})
 	}
-	return skills.NewMemory(skills.MemoryConfig{
-		MaxSkillsPerIdentity: int(c.GetMaxSkillsPerIdentity()),
-		MaxVersionsPerSkill:  int(c.GetMaxVersionsPerSkill()),
-		MaxBytesPerIdentity:  int64(c.GetMaxBytesPerIdentity()),
-		MaxBytes:             int64(c.GetMaxBytes()),
-	})
+	return skills.NewMemory(skills.MemoryConfig{Bounds: bounds})
 }
 
 // skillLimits returns the limits of a bundle of cfg: the native ones, and cfg.skills's bound

@@ -10,8 +10,9 @@ import (
 	"time"
 )
 
-// MemoryConfig bounds a [Memory]. The zero value of each field means its default.
-type MemoryConfig struct {
+// Bounds bound a [Store]'s skills, whichever keeps them. The zero value of each field means its
+// default (see WithDefaults).
+type Bounds struct {
 	// MaxSkillsPerIdentity bounds one identity's skills; zero means 100.
 	MaxSkillsPerIdentity int
 	// MaxVersionsPerSkill bounds one skill's versions; zero means 50.
@@ -20,6 +21,28 @@ type MemoryConfig struct {
 	MaxBytesPerIdentity int64
 	// MaxBytes bounds every identity's bundles' bytes together; zero means 1 GiB.
 	MaxBytes int64
+}
+
+// WithDefaults returns b with each zero field set to its default.
+func (b Bounds) WithDefaults() Bounds {
+	if b.MaxSkillsPerIdentity <= 0 {
+		b.MaxSkillsPerIdentity = 100
+	}
+	if b.MaxVersionsPerSkill <= 0 {
+		b.MaxVersionsPerSkill = 50
+	}
+	if b.MaxBytesPerIdentity <= 0 {
+		b.MaxBytesPerIdentity = 200 << 20
+	}
+	if b.MaxBytes <= 0 {
+		b.MaxBytes = 1 << 30
+	}
+	return b
+}
+
+// MemoryConfig bounds a [Memory]. The zero value of each field means its default.
+type MemoryConfig struct {
+	Bounds
 	// MaxAttached bounds the containers whose skills Attach records, every identity's
 	// together (the oldest record is forgotten first); zero means 10000.
 	MaxAttached int
@@ -74,18 +97,7 @@ type memVersion struct {
 
 // NewMemory returns an empty Memory bounded by cfg.
 func NewMemory(cfg MemoryConfig) *Memory {
-	if cfg.MaxSkillsPerIdentity <= 0 {
-		cfg.MaxSkillsPerIdentity = 100
-	}
-	if cfg.MaxVersionsPerSkill <= 0 {
-		cfg.MaxVersionsPerSkill = 50
-	}
-	if cfg.MaxBytesPerIdentity <= 0 {
-		cfg.MaxBytesPerIdentity = 200 << 20
-	}
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = 1 << 30
-	}
+	cfg.Bounds = cfg.Bounds.WithDefaults()
 	if cfg.MaxAttached <= 0 {
 		cfg.MaxAttached = 10000
 	}

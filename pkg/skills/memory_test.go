@@ -11,9 +11,8 @@ import (
 )
 
 func TestMemory(t *testing.T) {
-	skillstest.Run(t, func(t *testing.T, b skillstest.Bounds) skills.Store {
-		return skills.NewMemory(skills.MemoryConfig{MaxSkillsPerIdentity: b.MaxSkillsPerIdentity, MaxVersionsPerSkill: b.MaxVersionsPerSkill,
-			MaxBytesPerIdentity: b.MaxBytesPerIdentity, MaxBytes: b.MaxBytes})
+	skillstest.Run(t, func(t *testing.T, b skills.Bounds) skills.Store {
+		return skills.NewMemory(skills.MemoryConfig{Bounds: b})
 	})
 }
 

@@ -13,14 +13,8 @@ import (
 	"github.com/codeinterp/codeinterp/pkg/skills"
 )
 
-// Bounds are the bounds a store under test is made with; zero means the store's default.
-type Bounds struct {
-	MaxSkillsPerIdentity, MaxVersionsPerSkill int
-	MaxBytesPerIdentity, MaxBytes             int64
-}
-
-// NewStore returns an empty store with b, for t.
-type NewStore func(t *testing.T, b Bounds) skills.Store
+// NewStore returns an empty store with b (zero fields: the store's defaults), for t.
+type NewStore func(t *testing.T, b skills.Bounds) skills.Store
 
 // Bundle returns a bundle named name of size bytes (or the least it can be, about 40), with an
 // executable script.
@@ -35,13 +29,13 @@ func Bundle(name string, size int) *skills.Bundle {
 
 // Run runs the contract's tests on the stores newStore makes.
 func Run(t *testing.T, newStore NewStore) {
-	t.Run("versions", func(t *testing.T) { testVersions(t, newStore(t, Bounds{})) })
+	t.Run("versions", func(t *testing.T) { testVersions(t, newStore(t, skills.Bounds{})) })
 	t.Run("bounds", func(t *testing.T) {
-		testBounds(t, newStore(t, Bounds{MaxSkillsPerIdentity: 2, MaxVersionsPerSkill: 2, MaxBytesPerIdentity: 1000, MaxBytes: 1500}))
+		testBounds(t, newStore(t, skills.Bounds{MaxSkillsPerIdentity: 2, MaxVersionsPerSkill: 2, MaxBytesPerIdentity: 1000, MaxBytes: 1500}))
 	})
-	t.Run("bundle", func(t *testing.T) { testBundle(t, newStore(t, Bounds{})) })
-	t.Run("attach", func(t *testing.T) { testAttach(t, newStore(t, Bounds{})) })
-	t.Run("concurrent", func(t *testing.T) { testConcurrent(t, newStore(t, Bounds{MaxSkillsPerIdentity: 3})) })
+	t.Run("bundle", func(t *testing.T) { testBundle(t, newStore(t, skills.Bounds{})) })
+	t.Run("attach", func(t *testing.T) { testAttach(t, newStore(t, skills.Bounds{})) })
+	t.Run("concurrent", func(t *testing.T) { testConcurrent(t, newStore(t, skills.Bounds{MaxSkillsPerIdentity: 3})) })
 }
 
 func testVersions(t *testing.T, m skills.Store) {

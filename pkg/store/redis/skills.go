@@ -54,7 +54,7 @@ type Skills struct {
 var _ skills.Store = (*Skills)(nil)
 
 // SkillsOptions are a Skills' settings; the zero value of each field selects the default it
-// names (those of skills.MemoryConfig for the bounds).
+// names (skills.Bounds.WithDefaults for the bounds).
 type SkillsOptions struct {
 	// Prefix starts every key; DefaultPrefix when empty. It must not contain '{' or '}'.
 	Prefix string
@@ -63,14 +63,7 @@ type SkillsOptions struct {
 	// BundleTimeout bounds each call that writes or reads a bundle (up to tens of MB); 30s
 	// when zero.
 	BundleTimeout time.Duration
-	// MaxSkillsPerIdentity bounds one identity's skills; zero means 100.
-	MaxSkillsPerIdentity int
-	// MaxVersionsPerSkill bounds one skill's versions; zero means 50.
-	MaxVersionsPerSkill int
-	// MaxBytesPerIdentity bounds one identity's bundles' bytes, uncompressed; zero means 200 MiB.
-	MaxBytesPerIdentity int64
-	// MaxBytes bounds every identity's bundles' bytes together; zero means 1 GiB.
-	MaxBytes int64
+	skills.Bounds
 	// AttachTTL is how long Attach's record of a container is kept after it was last written or
 	// read; zero means 30 days. A container's ids are never reused: a record outliving its
 	// container is never read again, and its TTL frees it.
@@ -94,18 +87,7 @@ func NewSkills(c goredis.UniversalClient, o SkillsOptions) *Skills {
 	if o.BundleTimeout <= 0 {
 		o.BundleTimeout = 30 * time.Second
 	}
-	if o.MaxSkillsPerIdentity <= 0 {
-		o.MaxSkillsPerIdentity = 100
-	}
-	if o.MaxVersionsPerSkill <= 0 {
-		o.MaxVersionsPerSkill = 50
-	}
-	if o.MaxBytesPerIdentity <= 0 {
-		o.MaxBytesPerIdentity = 200 << 20
-	}
-	if o.MaxBytes <= 0 {
-		o.MaxBytes = 1 << 30
-	}
+	o.Bounds = o.Bounds.WithDefaults()
 	if o.AttachTTL <= 0 {
 		o.AttachTTL = 30 * 24 * time.Hour
 	}

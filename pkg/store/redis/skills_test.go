@@ -16,10 +16,8 @@ import (
 )
 
 func skillStores(c goredis.UniversalClient) skillstest.NewStore {
-	return func(t *testing.T, b skillstest.Bounds) skills.Store {
-		return redis.NewSkills(c, redis.SkillsOptions{Prefix: "t" + strconv.FormatInt(prefixes.Add(1), 10) + ":",
-			MaxSkillsPerIdentity: b.MaxSkillsPerIdentity, MaxVersionsPerSkill: b.MaxVersionsPerSkill,
-			MaxBytesPerIdentity: b.MaxBytesPerIdentity, MaxBytes: b.MaxBytes})
+	return func(t *testing.T, b skills.Bounds) skills.Store {
+		return redis.NewSkills(c, redis.SkillsOptions{Prefix: "t" + strconv.FormatInt(prefixes.Add(1), 10) + ":", Bounds: b})
 	}
 }
 
