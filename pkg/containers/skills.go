@@ -55,17 +55,17 @@ func (h *Handler) skillRoutes(prefix string) {
 		return
 	}
 	base := prefix + "/v1/skills"
-	h.mux.HandleFunc("POST "+base, h.scoped(prefix, h.createSkill))
-	h.mux.HandleFunc("GET "+base, h.scoped(prefix, h.listSkills))
-	h.mux.HandleFunc("GET "+base+"/{id}", h.scoped(prefix, h.getSkill))
-	h.mux.HandleFunc("POST "+base+"/{id}", h.scoped(prefix, h.updateSkill))
-	h.mux.HandleFunc("DELETE "+base+"/{id}", h.scoped(prefix, h.deleteSkill))
-	h.mux.HandleFunc("GET "+base+"/{id}/content", h.scoped(prefix, h.skillContent))
-	h.mux.HandleFunc("POST "+base+"/{id}/versions", h.scoped(prefix, h.createSkillVersion))
-	h.mux.HandleFunc("GET "+base+"/{id}/versions", h.scoped(prefix, h.listSkillVersions))
-	h.mux.HandleFunc("GET "+base+"/{id}/versions/{version}", h.scoped(prefix, h.getSkillVersion))
-	h.mux.HandleFunc("DELETE "+base+"/{id}/versions/{version}", h.scoped(prefix, h.deleteSkillVersion))
-	h.mux.HandleFunc("GET "+base+"/{id}/versions/{version}/content", h.scoped(prefix, h.skillContent))
+	h.mux.HandleFunc("POST "+base, h.skillRoute(prefix, h.createSkill, h.askCreateSkill))
+	h.mux.HandleFunc("GET "+base, h.skillRoute(prefix, h.listSkills, h.askListSkills))
+	h.mux.HandleFunc("GET "+base+"/{id}", h.skillRoute(prefix, h.getSkill, h.askGetSkill))
+	h.mux.HandleFunc("POST "+base+"/{id}", h.skillRoute(prefix, h.updateSkill, nil))
+	h.mux.HandleFunc("DELETE "+base+"/{id}", h.skillRoute(prefix, h.deleteSkill, h.askDeleteSkill))
+	h.mux.HandleFunc("GET "+base+"/{id}/content", h.skillRoute(prefix, h.skillContent, nil))
+	h.mux.HandleFunc("POST "+base+"/{id}/versions", h.skillRoute(prefix, h.createSkillVersion, h.askCreateVersion))
+	h.mux.HandleFunc("GET "+base+"/{id}/versions", h.skillRoute(prefix, h.listSkillVersions, h.askListVersions))
+	h.mux.HandleFunc("GET "+base+"/{id}/versions/{version}", h.skillRoute(prefix, h.getSkillVersion, h.askGetVersion))
+	h.mux.HandleFunc("DELETE "+base+"/{id}/versions/{version}", h.skillRoute(prefix, h.deleteSkillVersion, h.askDeleteVersion))
+	h.mux.HandleFunc("GET "+base+"/{id}/versions/{version}/content", h.skillRoute(prefix, h.skillContent, nil))
 }
 
 type skillJSON struct {
@@ -120,16 +120,18 @@ func (h *Handler) skillFail(c call, what string, err error) {
 }
 
 // readBundle reads the multipart body of a create call: its files (one zip, or the files of a
-// folder, each named "<folder>/<path>"), and its field default.
-func (h *Handler) readBundle(c call) (*skills.Bundle, bool, error) {
+// folder, each named "<folder>/<path>"), its field default, and its field display_name (nil when
+// absent; Anthropic's shape).
+func (h *Handler) readBundle(c call) (*skills.Bundle, bool, *string, error) {
 	mr, err := c.r.MultipartReader()
 	if err != nil {
-		return nil, false, &schema.RequestError{Message: "Expected a multipart/form-data body with the skill's 'files'.", Param: "files", Code: "invalid_multipart"}
+		return nil, false, nil, &schema.RequestError{Message: "Expected a multipart/form-data body with the skill's 'files'.", Param: "files", Code: "invalid_multipart"}
 	}
 	var (
 		zipped  *skills.Bundle
 		builder *skills.Builder
 		makeDef bool
+		display *string
 		fields  int
 	)
 	for {
@@ -138,20 +140,27 @@ func (h *Handler) readBundle(c call) (*skills.Bundle, bool, error) {
 			break
 		}
 		if err != nil {
-			return nil, false, &SourceError{Err: err}
+			return nil, false, nil, &SourceError{Err: err}
 		}
 		if fields++; fields > 2*skills.MaxFiles {
-			return nil, false, &schema.RequestError{Message: "The multipart body has too many parts.", Param: "files", Code: "invalid_multipart"}
+			return nil, false, nil, &schema.RequestError{Message: "The multipart body has too many parts.", Param: "files", Code: "invalid_multipart"}
 		}
 		switch part.FormName() {
 		case "default":
 			v, err := io.ReadAll(io.LimitReader(part, 16))
 			if err != nil {
-				return nil, false, &SourceError{Err: err}
+				return nil, false, nil, &SourceError{Err: err}
 			}
 			if makeDef, err = strconv.ParseBool(strings.TrimSpace(string(v))); err != nil {
-				return nil, false, &schema.RequestError{Message: "Invalid 'default': expected true or false.", Param: "default", Code: "invalid_value"}
+				return nil, false, nil, &schema.RequestError{Message: "Invalid 'default': expected true or false.", Param: "default", Code: "invalid_value"}
 			}
+		case "display_name":
+			v, err := io.ReadAll(io.LimitReader(part, 1024))
+			if err != nil {
+				return nil, false, nil, &SourceError{Err: err}
+			}
+			d := string(v)
+			display = &d
 		case "files", "files[]":
 			name := rawFileName(part.Header.Get("Content-Disposition"))
 			br := bufio.NewReader(part)
@@ -160,34 +169,34 @@ func (h *Handler) readBundle(c call) (*skills.Bundle, bool, error) {
 				(bytes.HasPrefix(head, []byte("PK\x03\x04")) || bytes.HasPrefix(head, []byte("PK\x05\x06")) || strings.HasSuffix(strings.ToLower(name), ".zip"))
 			switch {
 			case zipped != nil:
-				return nil, false, &schema.RequestError{Message: "Upload one skill zip, or the files of one skill folder, not both.", Param: "files", Code: "invalid_value"}
+				return nil, false, nil, &schema.RequestError{Message: "Upload one skill zip, or the files of one skill folder, not both.", Param: "files", Code: "invalid_value"}
 			case isZip:
 				if zipped, err = skills.ReadZip(br, h.skills.lim); err != nil {
-					return nil, false, sourceErr(err)
+					return nil, false, nil, sourceErr(err)
 				}
 			default:
 				if builder == nil {
 					builder = skills.NewBuilder(h.skills.lim)
 				}
 				if err := builder.Add(name, br); err != nil {
-					return nil, false, sourceErr(err)
+					return nil, false, nil, sourceErr(err)
 				}
 			}
 		default:
 			// Unknown fields are read past, as the Files API's are.
 			if _, err := io.Copy(io.Discard, io.LimitReader(part, maxJSONBody)); err != nil {
-				return nil, false, &SourceError{Err: err}
+				return nil, false, nil, &SourceError{Err: err}
 			}
 		}
 	}
 	switch {
 	case zipped != nil:
-		return zipped, makeDef, nil
+		return zipped, makeDef, display, nil
 	case builder != nil:
 		b, err := builder.Bundle()
-		return b, makeDef, err
+		return b, makeDef, display, err
 	default:
-		return nil, false, &schema.RequestError{Message: "Missing required parameter: 'files'.", Param: "files", Code: "missing_required_parameter"}
+		return nil, false, nil, &schema.RequestError{Message: "Missing required parameter: 'files'.", Param: "files", Code: "missing_required_parameter"}
 	}
 }
 
@@ -237,7 +246,7 @@ func (h *Handler) createSkill(c call) {
 		return
 	}
 	defer h.endSkillUpload(c)
-	b, _, err := h.readBundle(c)
+	b, _, _, err := h.readBundle(c)
 	if err != nil {
 		h.skillFail(c, "Skill", err)
 		return
@@ -261,7 +270,7 @@ func (h *Handler) createSkillVersion(c call) {
 		h.skillFail(c, "Skill", err)
 		return
 	}
-	b, makeDef, err := h.readBundle(c)
+	b, makeDef, _, err := h.readBundle(c)
 	if err != nil {
 		h.skillFail(c, "Skill", err)
 		return
