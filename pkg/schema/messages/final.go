@@ -125,7 +125,9 @@ func Final(in FinalInput) ([]byte, error) {
 	if out, err = sjson.SetRawBytes(out, "usage", []byte(u)); err != nil {
 		return nil, fmt.Errorf("final: set usage: %w", err)
 	}
-	if c := in.Container; c != nil {
+	if c := in.Container; c != nil && !(in.Resumed && !toolCalls) {
+		// A resumed cell's final answer (the cell ended, the model answered) has no container
+		// natively (the reference's recorded exchange); its pauses do.
 		if out, err = sjson.SetRawBytes(out, "container", []byte(containerJSON(c))); err != nil {
 			return nil, fmt.Errorf("final: set container: %w", err)
 		}

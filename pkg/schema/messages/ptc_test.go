@@ -234,6 +234,7 @@ func TestResumedExchange(t *testing.T) {
 	assert.JSONEq(t, `[{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_c1","content":{"type":"code_execution_result","stdout":"4\n","stderr":"","return_code":0,"content":[]}},`+
 		`{"type":"text","text":"You rolled 4."}]`, gjson.GetBytes(out, "content").Raw, "the cell's result, then the model's answer")
 	assert.Equal(t, "end_turn", gjson.GetBytes(out, "stop_reason").String(), "the model's stop")
+	assert.False(t, gjson.GetBytes(out, "container").Exists(), "no container in the final answer of a resumed cell, as natively")
 
 	x = newX()
 	turn = x.Request().Resume.Turn
