@@ -16,7 +16,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/codeinterp/codeinterp/pkg/files"
 	"github.com/codeinterp/codeinterp/pkg/schema/messages"
 )
 
@@ -106,36 +105,41 @@ type fileCall struct {
 	identity string
 }
 
+// anthropicCaller returns the identity of r's caller, its credential checked as cfg says; when
+// there is none, or it is refused or cannot be checked, it answers r in Anthropic's error shape
+// and ok is false.
+func anthropicCaller(cfg *Config, log *zap.Logger, w http.ResponseWriter, r *http.Request) (identity string, ok bool) {
+	identity, err := cfg.Identify(r)
+	if err != nil {
+		writeAnthropicError(w, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	if identity == "" {
+		writeAnthropicError(w, http.StatusUnauthorized, "x-api-key header is required")
+		return "", false
+	}
+	if cfg.Verify != nil {
+		if err := cfg.Verify(r.Context(), identity, cfg.credentials(r)); err != nil {
+			switch {
+			case errors.Is(err, ErrUnauthorized):
+				writeAnthropicError(w, http.StatusUnauthorized, "invalid x-api-key")
+			case r.Context().Err() != nil:
+				// The client went away; nobody reads an answer.
+			default:
+				log.Warn("verify an API key against the upstream", zap.Error(err))
+				writeAnthropicError(w, http.StatusBadGateway, "The API key could not be checked: the upstream did not answer.")
+			}
+			return "", false
+		}
+	}
+	return identity, true
+}
+
 func (a *AnthropicFiles) scoped(fn func(c fileCall)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		identity, err := a.cfg.Identify(r)
-		if err != nil {
-			writeAnthropicError(w, http.StatusBadRequest, err.Error())
+		identity, ok := anthropicCaller(&a.cfg, a.log, w, r)
+		if !ok {
 			return
-		}
-		if identity == "" {
-			writeAnthropicError(w, http.StatusUnauthorized, "x-api-key header is required")
-			return
-		}
-		if a.cfg.Verify != nil {
-			creds := files.CredentialsOf(r.Header)
-			for _, k := range a.cfg.CredentialHeaders {
-				if v := r.Header.Get(k); v != "" {
-					creds[http.CanonicalHeaderKey(k)] = v
-				}
-			}
-			if err := a.cfg.Verify(r.Context(), identity, creds); err != nil {
-				switch {
-				case errors.Is(err, ErrUnauthorized):
-					writeAnthropicError(w, http.StatusUnauthorized, "invalid x-api-key")
-				case r.Context().Err() != nil:
-					// The client went away; nobody reads an answer.
-				default:
-					a.log.Warn("verify an API key against the upstream", zap.Error(err))
-					writeAnthropicError(w, http.StatusBadGateway, "The API key could not be checked: the upstream did not answer.")
-				}
-				return
-			}
 		}
 		fn(fileCall{w: w, r: r, identity: identity})
 	}

@@ -55,28 +55,9 @@ func (h *Handler) skillRoute(prefix string, openai func(c call), ask func(c call
 // Anthropic's.
 func (h *Handler) askScoped(prefix string, fn func(c call)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		identity, err := h.cfg.Identify(r)
-		if err != nil {
-			writeAnthropicError(w, http.StatusBadRequest, err.Error())
+		identity, ok := anthropicCaller(&h.cfg, h.log, w, r)
+		if !ok {
 			return
-		}
-		if identity == "" {
-			writeAnthropicError(w, http.StatusUnauthorized, "x-api-key header is required")
-			return
-		}
-		if h.cfg.Verify != nil {
-			if err := h.cfg.Verify(r.Context(), identity, h.credentials(r)); err != nil {
-				switch {
-				case errors.Is(err, ErrUnauthorized):
-					writeAnthropicError(w, http.StatusUnauthorized, "invalid x-api-key")
-				case r.Context().Err() != nil:
-					// The client went away; nobody reads an answer.
-				default:
-					h.log.Warn("verify an API key against the upstream", zap.Error(err))
-					writeAnthropicError(w, http.StatusBadGateway, "The API key could not be checked: the upstream did not answer.")
-				}
-				return
-			}
 		}
 		r.Body = newIdleBody(w, r.Body, h.cfg.UploadIdle)
 		fn(call{w: w, r: r, identity: identity, prefix: prefix})

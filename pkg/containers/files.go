@@ -145,7 +145,7 @@ func (h *Handler) stat(c call, fileID, param string) error {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return err
 	}
-	name, size, err := h.cfg.Fetcher(c.prefix).Stat(c.r.Context(), h.credentials(c.r), fileID)
+	name, size, err := h.cfg.Fetcher(c.prefix).Stat(c.r.Context(), h.cfg.credentials(c.r), fileID)
 	if err != nil {
 		return h.fetchError(err, fileID, param)
 	}
@@ -181,7 +181,7 @@ func (h *Handler) putFetched(c call, id, fileID, param string) (File, error) {
 	if err := h.checkFileID(fileID, param); err != nil {
 		return File{}, err
 	}
-	name, content, err := h.cfg.Fetcher(c.prefix).Fetch(c.r.Context(), h.credentials(c.r), fileID)
+	name, content, err := h.cfg.Fetcher(c.prefix).Fetch(c.r.Context(), h.cfg.credentials(c.r), fileID)
 	if err != nil {
 		return File{}, h.fetchError(err, fileID, param)
 	}

@@ -174,7 +174,7 @@ func (h *Handler) scoped(prefix string, fn func(c call)) http.HandlerFunc {
 			return
 		}
 		if h.cfg.Verify != nil {
-			if err := h.cfg.Verify(r.Context(), identity, h.credentials(r)); err != nil {
+			if err := h.cfg.Verify(r.Context(), identity, h.cfg.credentials(r)); err != nil {
 				h.verifyFailed(w, r, err)
 				return
 			}
@@ -186,9 +186,9 @@ func (h *Handler) scoped(prefix string, fn func(c call)) http.HandlerFunc {
 }
 
 // credentials returns the credential headers of r that the key check and the Files API get.
-func (h *Handler) credentials(r *http.Request) files.Credentials {
+func (cfg *Config) credentials(r *http.Request) files.Credentials {
 	creds := files.CredentialsOf(r.Header)
-	for _, k := range h.cfg.CredentialHeaders {
+	for _, k := range cfg.CredentialHeaders {
 		if v := r.Header.Get(k); v != "" {
 			creds[http.CanonicalHeaderKey(k)] = v
 		}
