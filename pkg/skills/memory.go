@@ -166,17 +166,9 @@ func (s *memSkill) show() Skill {
 
 // version returns the version named version ("" the default, "latest", a number).
 func (s *memSkill) version(version string) (int, *memVersion, error) {
-	var n int
-	switch version {
-	case "":
-		n = s.def
-	case "latest":
-		n = s.latest()
-	default:
-		var err error
-		if n, err = strconv.Atoi(version); err != nil {
-			return 0, nil, ErrNotFound
-		}
+	n, err := VersionNumber(version, s.def, s.latest())
+	if err != nil {
+		return 0, nil, err
 	}
 	v, ok := s.versions[n]
 	if !ok {

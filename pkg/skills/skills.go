@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -186,4 +187,21 @@ func invalid(format string, args ...any) *InvalidError {
 
 func tooLarge(format string, args ...any) *InvalidError {
 	return &InvalidError{Param: "files", Message: fmt.Sprintf(format, args...), TooLarge: true}
+}
+
+// VersionNumber returns the number of the version named name: "" is def (the default
+// version's), "latest" is latest, any other name the number it spells; one that spells no
+// number is ErrNotFound. Whether that version exists is the caller's to check.
+func VersionNumber(name string, def, latest int) (int, error) {
+	switch name {
+	case "":
+		return def, nil
+	case "latest":
+		return latest, nil
+	}
+	n, err := strconv.Atoi(name)
+	if err != nil {
+		return 0, ErrNotFound
+	}
+	return n, nil
 }

@@ -152,17 +152,9 @@ func (r *rskill) showVersion(n int) skills.Version {
 // version returns the number of the version named version ("" the default, "latest", a
 // number).
 func (r *rskill) version(version string) (int, error) {
-	var n int
-	switch version {
-	case "":
-		n = r.Def
-	case "latest":
-		n = r.latest()
-	default:
-		var err error
-		if n, err = strconv.Atoi(version); err != nil {
-			return 0, skills.ErrNotFound
-		}
+	n, err := skills.VersionNumber(version, r.Def, r.latest())
+	if err != nil {
+		return 0, err
 	}
 	if _, ok := r.Versions[n]; !ok {
 		return 0, skills.ErrNotFound
