@@ -91,6 +91,7 @@ func (a *AnthropicFiles) Serves(r *http.Request) bool {
 // ServeHTTP serves one call; a path or method the API does not have is a 404 in Anthropic's
 // error shape.
 func (a *AnthropicFiles) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w = guardAnswer(w, r)
 	if _, pattern := a.mux.Handler(r); pattern == "" {
 		writeAnthropicError(w, http.StatusNotFound, fmt.Sprintf("Not found: %s %s", r.Method, r.URL.Path))
 		return

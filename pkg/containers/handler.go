@@ -144,6 +144,7 @@ func New(store Store, files FileStore, cfg Config) *Handler {
 
 // ServeHTTP serves one API call; a path the API does not have is a 404 in OpenAI's error shape.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w = guardAnswer(w, r)
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		writeError(w, &schema.RequestError{Status: http.StatusNotFound,
 			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), Code: "unknown_url"})
