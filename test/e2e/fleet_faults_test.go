@@ -138,7 +138,7 @@ func TestFleetContainersAPIAcrossReplicas(t *testing.T) {
 	resp, body := fleetPOST(t, a+"/v1/containers", key, `{"name":"across"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "create on A: %s", body)
 	id := gjson.Get(body, "id").String()
-	status, body := uploadRaw(t, &Stack{Front: fixedFront(a), transport: &http.Transport{}}, key, id, "in.txt", "from A\n")
+	status, body := uploadRaw(t.Context(), &Stack{Front: fixedFront(a), transport: &http.Transport{}}, key, id, "in.txt", "from A\n")
 	require.Equal(t, http.StatusOK, status, "upload on A: %s", body)
 
 	m.script(responsesPath,
