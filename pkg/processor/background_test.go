@@ -139,17 +139,6 @@ func TestBackgroundCompletes(t *testing.T) {
 	assert.Nil(t, retrieve(t, ts, http.MethodGet, "/v1/responses/"+id, "sk-two"), "another caller's GET goes upstream")
 }
 
-func TestBackgroundStreamAnswersTheFirstEvents(t *testing.T) {
-	ts := newBackgroundServer(t, &bgLoop{}, Background{})
-	im := createBackground(t, ts, strings.Replace(bgBody, `"background":true`, `"background":true,"stream":true`, 1), "sk-one")
-	body := string(im.GetBody())
-	assert.True(t, strings.HasPrefix(body, "event: response.created\n"), body)
-	assert.Contains(t, body, "event: response.queued\n")
-	id := gjson.Get(body[strings.Index(body, "data: ")+6:strings.Index(body, "\n\n")], "response.id").String()
-	require.NotEmpty(t, id)
-	waitStatus(t, ts, id, "completed")
-}
-
 func TestBackgroundCancel(t *testing.T) {
 	bl := &bgLoop{block: true, causes: make(chan error, 8)}
 	ts := newBackgroundServer(t, bl, Background{})
