@@ -273,6 +273,18 @@ func (st *streamState) startBackground(bx backgroundExchange) *extprocv3.Process
 			Message: "codeinterp shut down before the response was complete.", Code: "server_shutting_down"}), false)
 	}
 	st.setOutcome("background")
+	if stream && st.canStreamLive() {
+		// The client follows the run live: the create goes on upstream, emptied and renamed
+		// after the response so that no model answers it, and its answer is replaced by the
+		// recorded events as they come (see followLive). A client that goes away leaves the run
+		// as it is.
+		sf := st.surface
+		st.followLive(-1, askAfter("stream=true", func(q string) *admission.StoredAnswer {
+			return st.srv.admission.Stored(sf, http.MethodGet, "/"+id, q, nil, st)
+		}))
+		st.setOutcome("background")
+		return liveCreate(pathOnly(st.path) + "/" + id)
+	}
 	if stream {
 		return immediateWith(http.StatusOK, []*corev3.HeaderValueOption{
 			setHeader("content-type", "text/event-stream; charset=utf-8"), setHeader("cache-control", "no-cache"),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/schema"
+	"github.com/codeinterp/codeinterp/pkg/store"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
@@ -139,17 +140,6 @@ func TestBackgroundCompletes(t *testing.T) {
 	assert.Nil(t, retrieve(t, ts, http.MethodGet, "/v1/responses/"+id, "sk-two"), "another caller's GET goes upstream")
 }
 
-func TestBackgroundStreamAnswersTheFirstEvents(t *testing.T) {
-	ts := newBackgroundServer(t, &bgLoop{}, Background{})
-	im := createBackground(t, ts, strings.Replace(bgBody, `"background":true`, `"background":true,"stream":true`, 1), "sk-one")
-	body := string(im.GetBody())
-	assert.True(t, strings.HasPrefix(body, "event: response.created\n"), body)
-	assert.Contains(t, body, "event: response.queued\n")
-	id := gjson.Get(body[strings.Index(body, "data: ")+6:strings.Index(body, "\n\n")], "response.id").String()
-	require.NotEmpty(t, id)
-	waitStatus(t, ts, id, "completed")
-}
-
 func TestBackgroundCancel(t *testing.T) {
 	bl := &bgLoop{block: true, causes: make(chan error, 8)}
 	ts := newBackgroundServer(t, bl, Background{})
@@ -251,4 +241,64 @@ func TestBackgroundWithoutTheToolPassesThrough(t *testing.T) {
 	resp := ex.send(reqBody(`{"model":"m","background":true,"input":"hi"}`))
 	assert.Nil(t, resp.GetImmediateResponse())
 	assert.Nil(t, resp.GetRequestBody().GetResponse().GetBodyMutation(), "the body goes upstream as sent")
+}
+
+// stallStore is a store of stored answers whose write of a completed record blocks until gate
+// is closed: the runner is stalled (not dead) between its last check of the record and its
+// write, past its lease.
+type stallStore struct {
+	*memory.Pending
+	entered chan struct{} // closed when the write blocks
+	once    sync.Once
+	gate    chan struct{}
+}
+
+func (s *stallStore) hold(k store.Key, calls []store.PendingCall) {
+	if k.Kind == "responses.stored" && len(calls) == 1 && gjson.Get(calls[0].Arguments, "status").String() == "completed" {
+		s.once.Do(func() { close(s.entered) })
+		<-s.gate
+	}
+}
+
+func (s *stallStore) Put(identity string, calls []store.PendingCall, keys ...store.Key) {
+	for _, k := range keys {
+		s.hold(k, calls)
+	}
+	s.Pending.Put(identity, calls, keys...)
+}
+
+func (s *stallStore) Swap(identity string, k store.Key, old, calls []store.PendingCall) bool {
+	s.hold(k, calls)
+	return s.Pending.Swap(identity, k, old, calls)
+}
+
+// A runner stalled past its lease (between its check of the record and its write of the
+// answer, its renewals stopped) finds, when it goes on, the response failed by the replica
+// that read it after the lease: its write is refused, and so is every later one, so the
+// failure stays and its stream ends with the one response.failed.
+func TestBackgroundStalledRunnerIsFenced(t *testing.T) {
+	ss := &stallStore{Pending: memory.NewPending(nil), entered: make(chan struct{}), gate: make(chan struct{})}
+	ts := newTestServerWith(t, func(o *testOptions) {
+		o.Stored = ss
+		o.Loop = &bgLoop{}
+		o.Background = Background{Poll: 5 * time.Millisecond, Lease: 100 * time.Millisecond}
+	}, nil, nil, nil)
+	t.Cleanup(func() { require.NoError(t, ts.srv.StopBackground(context.Background())) })
+	id := gjson.GetBytes(createBackground(t, ts, bgBody, "sk-one").GetBody(), "id").String()
+	<-ss.entered
+	failed := waitStatus(t, ts, id, "failed")
+	assert.Equal(t, "server_error", gjson.Get(failed, "error.code").String(), "failed by the lease's end: %s", failed)
+	close(ss.gate)
+	require.Eventually(t, func() bool { return ts.srv.BackgroundRunning() == 0 }, 5*time.Second, 5*time.Millisecond, "the run ends")
+
+	got := string(retrieve(t, ts, http.MethodGet, "/v1/responses/"+id, "sk-one").GetBody())
+	assert.JSONEq(t, failed, got, "the failure another replica recorded stays")
+	events := string(retrieve(t, ts, http.MethodGet, "/v1/responses/"+id+"?stream=true", "sk-one").GetBody())
+	assert.True(t, strings.HasSuffix(events, "\n\n") && strings.Contains(events[strings.LastIndex(events[:len(events)-2], "\n\n"):], "event: response.failed\n"),
+		"the stream ends with the takeover's response.failed: %s", events)
+	assert.NotContains(t, events, "response.completed", "the stream has one terminal event, the record's")
+	for i, ev := range strings.Split(strings.TrimSuffix(events, "\n\n"), "\n\n") {
+		_, data, _ := strings.Cut(ev, "data: ")
+		assert.Equal(t, int64(i), gjson.Get(data, "sequence_number").Int(), "event %d: %s", i, ev)
+	}
 }

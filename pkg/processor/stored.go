@@ -52,12 +52,31 @@ func (st *streamState) storedAnswer(path string, end bool) *extprocv3.Processing
 		st.stored = &storedRequest{surface: sf, rest: rest, query: query}
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
-				Response: &extprocv3.CommonResponse{},
+				Response: &extprocv3.CommonResponse{HeaderMutation: removeReserved(st.headers.reserved())},
 			}},
 			ModeOverride: storedBodyMode,
 		}
 	}
+	if ans.Live && st.canStreamLive() {
+		st.followLive(startingAfterOf(query), askAfter(query, func(q string) *admission.StoredAnswer {
+			return st.srv.admission.Stored(sf, m, rest, q, nil, st)
+		}))
+		return &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: removeReserved(st.headers.reserved())},
+			}},
+			ModeOverride: liveHeadersMode,
+		}
+	}
 	return st.followStored(ans, func() *admission.StoredAnswer { return st.srv.admission.Stored(sf, m, rest, query, nil, st) })
+}
+
+// removeReserved is the header mutation that removes the reserved headers named, nil for none.
+func removeReserved(names []string) *extprocv3.HeaderMutation {
+	if len(names) == 0 {
+		return nil
+	}
+	return &extprocv3.HeaderMutation{RemoveHeaders: names}
 }
 
 // storedRequest is a GET about a stored answer whose body the server waits for.
@@ -66,10 +85,12 @@ type storedRequest struct {
 	rest, query string
 }
 
-// storedBodyMode asks for a GET's body, and nothing of its response.
+// storedBodyMode asks for a GET's body, and its response headers: a running response's stream
+// is delivered live through the upstream's answer (see followLive); any other answer is an
+// ImmediateResponse at the body, which has no response phase.
 var storedBodyMode = &filterv3.ProcessingMode{
 	RequestBodyMode:    filterv3.ProcessingMode_BUFFERED,
-	ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode: filterv3.ProcessingMode_SEND,
 	ResponseBodyMode:   filterv3.ProcessingMode_NONE,
 }
 
@@ -80,6 +101,12 @@ func (st *streamState) storedBody(body []byte) *extprocv3.ProcessingResponse {
 	ans := st.srv.admission.Stored(r.surface, http.MethodGet, r.rest, r.query, body, st)
 	if ans == nil {
 		// Gone meanwhile (expired): the upstream answers, as for any other id.
+		return continueBody
+	}
+	if ans.Live && st.canStreamLive() {
+		st.followLive(startingAfterOf(r.query), askAfter(r.query, func(q string) *admission.StoredAnswer {
+			return st.srv.admission.Stored(r.surface, http.MethodGet, r.rest, q, body, st)
+		}))
 		return continueBody
 	}
 	return st.followStored(ans, func() *admission.StoredAnswer {

@@ -59,7 +59,9 @@ func TestStoredAnswerAtRequestHeaders(t *testing.T) {
 	resp = gx.send(reqHeaders(false, ":authority", "llm.local", ":path", "/v1/responses/resp_7", ":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer sk-one"))
 	require.NotNil(t, resp.GetRequestHeaders(), "a GET with a body: its headers go on")
 	assert.Equal(t, filterv3.ProcessingMode_BUFFERED, resp.GetModeOverride().GetRequestBodyMode(), "a GET with a body: the body is asked for")
-	assert.Equal(t, filterv3.ProcessingMode_SKIP, resp.GetModeOverride().GetResponseHeaderMode(), "a GET with a body: no response phase")
+	assert.Equal(t, filterv3.ProcessingMode_SEND, resp.GetModeOverride().GetResponseHeaderMode(),
+		"a GET with a body: its response headers come (a running response's stream is switched at them)")
+	assert.Equal(t, filterv3.ProcessingMode_NONE, resp.GetModeOverride().GetResponseBodyMode(), "a GET with a body: no response body")
 	im = gx.send(reqBody(`{"stream":true}`)).GetImmediateResponse()
 	require.NotNil(t, im, "a GET with stream true in its body is answered here")
 	assert.Contains(t, string(im.GetBody()), "event: response.created\n", "the answer's events")

@@ -49,6 +49,9 @@ type streamState struct {
 	admitted *admission.Admitted
 	// stored is a GET about a stored answer whose body is awaited (see storedAnswer).
 	stored *storedRequest
+	// following is a running background response's stream the server writes once the
+	// upstream has answered (see followLive), nil otherwise.
+	following *liveStored
 	// protocol is the filter's configured modes, as Envoy's first message gave them.
 	protocol *extprocv3.ProtocolConfiguration
 	// request is a served request whose body arrives FULL_DUPLEX_STREAMED (the configured
@@ -376,6 +379,10 @@ func (st *streamState) gatewayError(outcome, code, message string) *extprocv3.Pr
 // stream switched to FULL_DUPLEX_STREAMED; everything else passes through, without its body
 // being sent here where the mode allows.
 func (st *streamState) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	if st.following != nil {
+		st.delivery = st.following
+		return st.following.headers(st, h.GetEndOfStream())
+	}
 	rh := newHeaderMap(h.GetHeaders())
 	code := rh.get(":status")
 	if st.admitted != nil && len(code) == 3 && code[0] == '2' {

@@ -36,6 +36,13 @@ import (
 //     still queued or in_progress whose lease has ended (its runner died without shutting
 //     down: SIGKILL, a lost node) marks it failed (see expireLease), exactly once among the
 //     replicas: the record is swapped from what it read ([store.Pending.Swap]).
+//
+// The runner is fenced: a runner that was only stalled past its lease must never overwrite
+// the failure another replica recorded. Every write it makes is a compare-and-set: the lease
+// is renewed by swapping it from the runner's own last lease (the takeover drops it), the
+// events by swapping them from what the runner last saved (the takeover appends
+// response.failed to them), and the record by swapping it from the value just read and found
+// neither failed by a takeover nor deleted. Once one is refused the run records nothing more.
 const (
 	kindBackgroundEvents = "responses.background.events"
 	kindBackgroundCancel = "responses.background.cancel"
@@ -88,6 +95,9 @@ type bgRun struct {
 	// expired reports that another replica marked the response failed after the lease
 	// ended: the run records nothing more.
 	expired bool
+	// leased and saved are the lease and the events as the run last wrote them (CallID ""
+	// before its first write): its next write of each is swapped from them.
+	leased, saved store.PendingCall
 }
 
 // Background reports whether the request asked for a background response with the hosted
@@ -150,22 +160,53 @@ func (x *exchange) PollBackground(now time.Time) bool {
 			r.renewLocked(now)
 		}
 	}
+	if r.unsaved && !r.expired {
+		r.saveEventsLocked()
+	}
 	if r.expired {
 		r.mu.Unlock()
 		return true
-	}
-	if r.unsaved {
-		r.saveEventsLocked()
 	}
 	r.mu.Unlock()
 	return r.p.Get(r.identity, store.Key{Kind: kindBackgroundCancel, ID: r.id}) != nil
 }
 
-// renewLocked renews the runner's lease from now; r.mu is held.
+// renewLocked renews the runner's lease from now, swapping it from the lease the run last
+// wrote: a lease another replica took over (dropped) is not brought back, and the run is
+// fenced (r.expired); r.mu is held.
 func (r *bgRun) renewLocked(now time.Time) {
 	r.beat = now
-	r.p.Put(r.identity, []store.PendingCall{{CallID: r.id, Arguments: strconv.FormatInt(now.Add(r.lease).UnixMilli(), 10)}},
-		store.Key{Kind: kindBackgroundLease, ID: r.id})
+	next := store.PendingCall{CallID: r.id, Arguments: strconv.FormatInt(now.Add(r.lease).UnixMilli(), 10)}
+	if r.swapLocked(store.Key{Kind: kindBackgroundLease, ID: r.id}, &r.leased, next, false) {
+		r.leased = next
+	}
+}
+
+// swapLocked writes next under key, swapped from *last (what the run last wrote there; Put
+// when it wrote nothing yet), and reports whether it did. A refused swap fences the run
+// (r.expired) unless the entry still holds *last (a store bound refused the value: the run
+// goes on, the value unsaved) or, with recreate, the entry is gone (a store bound dropped
+// it, which no takeover does: it is put again); r.mu is held.
+func (r *bgRun) swapLocked(key store.Key, last *store.PendingCall, next store.PendingCall, recreate bool) bool {
+	if r.expired {
+		return false
+	}
+	if last.CallID == "" {
+		r.p.Put(r.identity, []store.PendingCall{next}, key)
+		return true
+	}
+	if r.p.Swap(r.identity, key, []store.PendingCall{*last}, []store.PendingCall{next}) {
+		return true
+	}
+	switch cur := r.p.Get(r.identity, key); {
+	case len(cur) == 1 && cur[0] == *last:
+		return false
+	case len(cur) == 0 && recreate:
+		r.p.Put(r.identity, []store.PendingCall{next}, key)
+		return true
+	}
+	r.expired = true
+	return false
 }
 
 // lostRecord reports whether a background response's record resp is the failure expireLease
@@ -209,6 +250,16 @@ func expireLease(p store.Pending, who, id string, e store.PendingCall, now time.
 	if evs := p.Get(who, store.Key{Kind: kindBackgroundEvents, ID: id}); len(evs) == 1 {
 		n, _ := strconv.Atoi(evs[0].Output)
 		r := &bgRun{id: id, p: p, identity: who, events: []byte(evs[0].Arguments), n: n}
+		if r.terminalRecorded() {
+			// The run recorded its end but was stalled before its record said so (its write
+			// of the record is refused now): the stream ends as the record does.
+			if i := bytes.LastIndex(r.events[:len(r.events)-2], []byte("\n\n")); i >= 0 {
+				r.events = r.events[:i+2]
+			} else {
+				r.events = nil
+			}
+			r.n--
+		}
 		r.appendTerminal("failed", resp)
 		r.saveEventsLocked()
 	}
@@ -223,7 +274,11 @@ func (x *exchange) EndBackground(status int, body []byte, cancelled bool) {
 	r := x.bg
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	defer r.p.Drop(r.identity, store.Key{Kind: kindBackgroundLease, ID: r.id})
+	defer func() {
+		if !r.expired {
+			r.p.Drop(r.identity, store.Key{Kind: kindBackgroundLease, ID: r.id})
+		}
+	}()
 	if r.expired {
 		return
 	}
@@ -327,23 +382,46 @@ func (r *bgRun) appendRaw(typ, data string) {
 
 // saveLocked saves the response resp as the record's state, and the events; r.mu is held. A
 // response deleted while it ran stays deleted: its tombstone is left as it is; so does one
-// another replica marked failed after the run's lease ended (see expireLease).
+// another replica marked failed after the run's lease ended (see expireLease), and the run is
+// then fenced. The record is swapped from the value read and checked, so that no takeover
+// lands between the check and the write; a cancellation that lands there is read again.
 func (r *bgRun) saveLocked(resp []byte) {
 	key := store.Key{Kind: kindStored, ID: r.id}
-	if cur := r.p.Get(r.identity, key); len(cur) == 1 && cur[0].CallID == r.id && (cur[0].Arguments == "" || lostRecord(cur[0].Arguments)) {
-		r.expired = r.expired || cur[0].Arguments != ""
-		return
+	next := []store.PendingCall{{CallID: r.id, Arguments: string(resp), Output: string(r.input)}}
+	for range 4 {
+		cur := r.p.Get(r.identity, key)
+		if len(cur) == 1 && cur[0].CallID == r.id && (cur[0].Arguments == "" || lostRecord(cur[0].Arguments)) {
+			r.expired = r.expired || cur[0].Arguments != ""
+			return
+		}
+		if !r.saveEventsLocked() && r.expired {
+			return
+		}
+		if len(cur) == 0 {
+			// Never written, or dropped by the store's bounds (no takeover drops it).
+			r.p.Put(r.identity, next, key)
+			return
+		}
+		if r.p.Swap(r.identity, key, cur, next) {
+			return
+		}
 	}
-	r.saveEventsLocked()
-	r.p.Put(r.identity, []store.PendingCall{{CallID: r.id, Arguments: string(resp), Output: string(r.input)}},
-		store.Key{Kind: kindStored, ID: r.id})
 }
 
-// saveEventsLocked saves the events recorded; r.mu is held.
-func (r *bgRun) saveEventsLocked() {
-	r.p.Put(r.identity, []store.PendingCall{{CallID: r.id, Arguments: string(r.events), Output: strconv.Itoa(r.n)}},
-		store.Key{Kind: kindBackgroundEvents, ID: r.id})
+// saveEventsLocked saves the events recorded, swapped from what the run last saved (see
+// swapLocked), and reports whether it did; r.mu is held.
+func (r *bgRun) saveEventsLocked() bool {
+	next := store.PendingCall{CallID: r.id, Arguments: string(r.events), Output: strconv.Itoa(r.n)}
+	if next == r.saved {
+		r.unsaved = false
+		return true
+	}
+	if !r.swapLocked(store.Key{Kind: kindBackgroundEvents, ID: r.id}, &r.saved, next, true) {
+		return false
+	}
+	r.saved = next
 	r.unsaved = false
+	return true
 }
 
 // bgWriter records the events the loop's encoder writes: those that name the response's

@@ -89,8 +89,11 @@ func newItemID(prefix string) string {
 // Keep stores the answer final of a request this server looped, with its input items, for
 // identity, for GET /v1/responses/{id} (nothing is kept for the identity "", nor when the
 // request asked for store: false). It implements admission's Keeper.
+//
+// A background response's record is its run's to write (EndBackground), fenced by its lease:
+// Keep leaves it alone.
 func (x *exchange) Keep(p store.Pending, identity string, final []byte) {
-	if p == nil || identity == "" {
+	if p == nil || identity == "" || x.bg != nil {
 		return
 	}
 	id := gjson.GetBytes(final, "id").String()

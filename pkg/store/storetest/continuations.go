@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/codeinterp/codeinterp/pkg/store"
 )
@@ -105,6 +106,33 @@ func TestPending(t *testing.T, l Limits, newStore NewContinuations) {
 		c.Add(l.PendingTTL + time.Second)
 		assert.False(t, p.Swap("id-a", k, failed, running), "Swap of an expired entry")
 		assert.Nil(t, p.Get("id-a", k), "an expired entry stays gone")
+	})
+
+	// A writer fenced by its lease (a background response's runner): each of its writes is a
+	// Swap from what it last wrote; once another writer has taken over (swapped the record from
+	// what it read, dropped the lease), every later write of the first is refused, and nothing
+	// it held comes back.
+	t.Run("fenced writer", func(t *testing.T) {
+		p := newStore(t, newClock().Now)
+		rec, lease := key("record", "resp_f"), key("lease", "resp_f")
+		mine := []store.PendingCall{{CallID: "resp_f", Arguments: "1000"}}
+		p.Put("id-a", mine, lease)
+		renewed := []store.PendingCall{{CallID: "resp_f", Arguments: "2000"}}
+		require.True(t, p.Swap("id-a", lease, mine, renewed), "the runner renews its own lease")
+		running := []store.PendingCall{{CallID: "resp_f", Arguments: `{"status":"in_progress"}`}}
+		p.Put("id-a", running, rec)
+
+		// The takeover: the record swapped from the value read, the lease dropped.
+		lost := []store.PendingCall{{CallID: "resp_f", Arguments: `{"status":"failed"}`}}
+		require.True(t, p.Swap("id-a", rec, p.Get("id-a", rec), lost), "the takeover")
+		p.Drop("id-a", lease)
+
+		done := []store.PendingCall{{CallID: "resp_f", Arguments: `{"status":"completed"}`}}
+		assert.False(t, p.Swap("id-a", rec, running, done), "the runner's write of the record after the takeover")
+		assert.False(t, p.Swap("id-a", lease, renewed, []store.PendingCall{{CallID: "resp_f", Arguments: "3000"}}),
+			"the runner's renewal after the takeover")
+		assert.Equal(t, lost, p.Get("id-a", rec), "the takeover's record stays")
+		assert.Nil(t, p.Get("id-a", lease), "the lease is not brought back")
 	})
 
 	// Of several replicas swapping the same value at once, exactly one wins.

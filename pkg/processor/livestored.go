@@ -1,0 +1,186 @@
+package processor
+
+import (
+	"bytes"
+	"net/url"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.uber.org/zap"
+
+	"github.com/codeinterp/codeinterp/pkg/admission"
+)
+
+// This file streams a background response still running live (issue 24): GET
+// /v1/responses/{id}?stream=true, and the create of one with stream: true, get each event as
+// the runner records it, and end with the terminal event. An answer at the request phase is
+// whole (an ImmediateResponse; Envoy 1.40 answers a StreamedImmediateResponse with a 500 when
+// the request body mode is BUFFERED, as the shipped config's is), so the request goes on to
+// the upstream, whose answer (a 404 for an id it never issued, any status) is replaced: at its
+// response headers the server sets 200 and an event stream and switches the response body to
+// FULL_DUPLEX_STREAMED, as for a loop's live answer (switchToFullDuplex), and once Envoy has
+// sent the upstream's body the server streams the recorded events as streamed_response chunks,
+// reading the record every Poll. Everything runs on the stream's goroutine: a client that goes
+// away ends the stream's context, and with it the reading.
+
+// liveStored is a stream of a running background response that the server writes itself, chosen at
+// the request phase (see followLive) and delivered once the upstream has answered.
+type liveStored struct {
+	// ask returns the stream's events after sequence number after (-1: all), nil when the
+	// response is gone.
+	ask func(after int) *admission.StoredAnswer
+	// after is the sequence number of the last event sent, -1 before any.
+	after int
+	// done reports that the stream was ended: nothing more is answered.
+	done bool
+}
+
+// liveHeadersMode keeps the response headers coming to the server (which switches the body at
+// them) and reads no body of a request asked for a live stream.
+var liveHeadersMode = &filterv3.ProcessingMode{ResponseHeaderMode: filterv3.ProcessingMode_SEND}
+
+// canStreamLive reports whether the stream's answer can be switched to FULL_DUPLEX_STREAMED
+// at its response headers (see replayReason): otherwise a running response's stream is
+// answered whole once it is over (followStored).
+func (st *streamState) canStreamLive() bool {
+	return !st.noOverride() && st.replayReason() == ""
+}
+
+// followLive makes the stream deliver a running response's stream live, from after sequence
+// number after; ask reads it (see liveStored.ask).
+func (st *streamState) followLive(after int, ask func(after int) *admission.StoredAnswer) {
+	st.following = &liveStored{ask: ask, after: after}
+	st.setOutcome("stored_answer")
+}
+
+// askAfter returns ask, a reading of a stored answer for the raw query string, with its
+// starting_after set to the argument (-1 leaves it out).
+func askAfter(query string, ask func(query string) *admission.StoredAnswer) func(after int) *admission.StoredAnswer {
+	q, _ := url.ParseQuery(query)
+	return func(after int) *admission.StoredAnswer {
+		if after < 0 {
+			q.Del("starting_after")
+		} else {
+			q.Set("starting_after", strconv.Itoa(after))
+		}
+		return ask(q.Encode())
+	}
+}
+
+// startingAfterOf returns the starting_after of a raw query string, -1 when absent or not a
+// number (the stored answer refused it then).
+func startingAfterOf(query string) int {
+	q, _ := url.ParseQuery(query)
+	n, err := strconv.Atoi(q.Get("starting_after"))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// headers answers the upstream's response headers, whatever their status: the client gets a
+// 200 event stream, switched to FULL_DUPLEX_STREAMED. A bodyless upstream answer gives Envoy
+// no body message to switch on: the stream is then answered whole once it is over.
+func (d *liveStored) headers(st *streamState, end bool) *extprocv3.ProcessingResponse {
+	if end {
+		d.done = true
+		ans := d.ask(d.after)
+		if ans == nil {
+			return st.serverError("stored_answer_gone", "The response is no longer stored.")
+		}
+		return st.followStored(ans, func() *admission.StoredAnswer { return d.ask(d.after) })
+	}
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+				SetHeaders: []*corev3.HeaderValueOption{
+					setHeader(":status", "200"),
+					setHeader("content-type", "text/event-stream; charset=utf-8"),
+					setHeader("cache-control", "no-cache"),
+				},
+				RemoveHeaders: []string{"content-length", "content-encoding"},
+			}},
+		}},
+		ModeOverride: switchToFullDuplex.ModeOverride,
+	}
+}
+
+func (d *liveStored) body(st *streamState, _ *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) error {
+	if d.done || !b.GetEndOfStream() {
+		// The upstream's own body is dropped; the events follow its end (a streamed_response
+		// may end the body only after Envoy's last chunk).
+		return nil
+	}
+	return d.stream(st, true)
+}
+
+func (d *liveStored) trailers(st *streamState, _ *extprocv3.ProcessingRequest) (bool, error) {
+	if d.done {
+		return false, nil
+	}
+	// The upstream's body ended with trailers: the trailers answer ends the stream.
+	return false, d.stream(st, false)
+}
+
+func (d *liveStored) close() {}
+
+// stream sends the events recorded after d.after as they are recorded, reading the record
+// every Poll, until the response's stream is over (the terminal event sent), the response is
+// gone, the loop deadline has passed (the client resumes from the last event it read) or the
+// stream's context ends (the client went away). With end, the last chunk ends the body.
+func (d *liveStored) stream(st *streamState, end bool) error {
+	d.done = true
+	deadline := time.NewTimer(st.route.LoopDeadline)
+	defer deadline.Stop()
+	tick := time.NewTicker(st.srv.bg.cfg.Poll)
+	defer tick.Stop()
+	for {
+		ans := d.ask(d.after)
+		over := ans == nil || !ans.Live || !ans.Stream || ans.Status != 200
+		var evs []byte
+		if ans != nil && ans.Stream && ans.Status == 200 {
+			evs = ans.Body
+		}
+		if over {
+			if len(evs) == 0 && !end {
+				return nil
+			}
+			return st.send(streamedChunk(evs, end))
+		}
+		if len(evs) > 0 {
+			if err := st.send(streamedChunk(evs, false)); err != nil {
+				return err
+			}
+			d.after += bytes.Count(evs, []byte("\n\n"))
+		}
+		select {
+		case <-st.ctx.Done():
+			st.logger().Debug("client left a live stream of a stored answer", zap.Error(st.ctx.Err()))
+			return nil
+		case <-deadline.C:
+			if !end {
+				return nil
+			}
+			return st.send(streamedChunk(nil, true))
+		case <-tick.C:
+		}
+	}
+}
+
+// liveCreate answers the body of a background create followed live (see startBackground): the
+// request goes upstream as POST path with no body, a path the upstream never issued (the
+// response's id is the server's), so that no model runs it; its answer, whatever its status,
+// is replaced at its headers.
+func liveCreate(path string) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				setHeader(":path", path), setHeader("content-length", "0"),
+			}, RemoveHeaders: []string{"content-type", "content-encoding"}},
+			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}},
+		}},
+	}}
+}

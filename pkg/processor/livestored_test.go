@@ -1,0 +1,107 @@
+package processor
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+)
+
+// setHeaders returns the headers a headers or body answer sets.
+func setHeaders(resp *extprocv3.ProcessingResponse) map[string]string {
+	var c *extprocv3.CommonResponse
+	switch {
+	case resp.GetRequestBody() != nil:
+		c = resp.GetRequestBody().GetResponse()
+	case resp.GetResponseHeaders() != nil:
+		c = resp.GetResponseHeaders().GetResponse()
+	}
+	out := map[string]string{}
+	for _, h := range c.GetHeaderMutation().GetSetHeaders() {
+		out[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+	}
+	return out
+}
+
+// readLive answers the upstream's response of a stream the server follows live (status 404,
+// as an upstream that never issued the id answers) and reads the events it streams, until
+// limit events were read or the body ends; it returns them and whether the body ended.
+func readLive(t *testing.T, ex *exchange, limit int) (string, bool) {
+	t.Helper()
+	resp := ex.send(respHeaders(":status", "404", "content-type", "application/json", "content-length", "40"))
+	require.NotNil(t, resp.GetResponseHeaders(), "the upstream's headers are answered")
+	set := setHeaders(resp)
+	assert.Equal(t, "200", set[":status"], "the client gets a 200")
+	assert.Equal(t, "text/event-stream; charset=utf-8", set["content-type"])
+	assert.Equal(t, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, resp.GetModeOverride().GetResponseBodyMode(), "the body is switched")
+	require.NoError(t, ex.stream.Send(respBody([]byte(`{"error":{"message":"not found"}}`))))
+	var evs strings.Builder
+	for strings.Count(evs.String(), "\n\n") < limit {
+		sr := ex.recv().GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		require.NotNil(t, sr, "a streamed_response")
+		evs.Write(sr.GetBody())
+		if sr.GetEndOfStream() {
+			return evs.String(), true
+		}
+	}
+	return evs.String(), false
+}
+
+func TestBackgroundCreateStreamFollowsTheRun(t *testing.T) {
+	ts := newBackgroundServer(t, &bgLoop{}, Background{})
+	ex := ts.open(t)
+	ex.send(postHeaders("/v1/responses"))
+	resp := ex.send(reqBody(strings.Replace(bgBody, `"background":true`, `"background":true,"stream":true`, 1)))
+	require.NotNil(t, resp.GetRequestBody(), "the create goes on upstream: %v", resp)
+	set := setHeaders(resp)
+	id, ok := strings.CutPrefix(set[":path"], "/v1/responses/")
+	require.True(t, ok, "renamed after the response: %v", set)
+	assert.Equal(t, "0", set["content-length"])
+	assert.True(t, resp.GetRequestBody().GetResponse().GetBodyMutation().GetClearBody(), "no model gets the request")
+
+	evs, ended := readLive(t, ex, 1000)
+	require.True(t, ended, "the stream ends")
+	assert.True(t, strings.HasPrefix(evs, "event: response.created\n"), evs)
+	assert.Contains(t, evs, `"id":"`+id+`"`)
+	assert.True(t, strings.HasSuffix(evs, "\n\n") && strings.Contains(evs[strings.LastIndex(evs[:len(evs)-2], "\n\n"):], "event: response.completed\n"),
+		"the stream ends with the answer: %s", evs)
+	for i, ev := range strings.Split(strings.TrimSuffix(evs, "\n\n"), "\n\n") {
+		_, data, _ := strings.Cut(ev, "data: ")
+		assert.Equal(t, int64(i), gjson.Get(data, "sequence_number").Int(), "event %d: %s", i, ev)
+	}
+}
+
+// A live GET of a running response gets its events as they are recorded, from after
+// starting_after; a client that leaves ends the reading, and the run goes on.
+func TestBackgroundLiveGetClientLeaves(t *testing.T) {
+	bl := &bgLoop{block: true, causes: make(chan error, 8)}
+	ts := newBackgroundServer(t, bl, Background{})
+	id := gjson.GetBytes(createBackground(t, ts, bgBody, "sk-one").GetBody(), "id").String()
+	waitStatus(t, ts, id, "in_progress")
+
+	ex := ts.open(t)
+	resp := ex.send(reqHeaders(true, ":authority", "llm.local", ":path", "/v1/responses/"+id+"?stream=true&starting_after=1",
+		":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer sk-one", "x-codeinterp-session", "forged"))
+	require.NotNil(t, resp.GetRequestHeaders(), "the GET goes on upstream: %v", resp)
+	assert.Contains(t, resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(), "x-codeinterp-session", "reserved headers do not go upstream")
+	assert.Equal(t, filterv3.ProcessingMode_SEND, resp.GetModeOverride().GetResponseHeaderMode())
+	evs, ended := readLive(t, ex, 1)
+	assert.False(t, ended, "the run goes on")
+	assert.True(t, strings.HasPrefix(evs, "event: response.in_progress\n"), "after starting_after=1: %s", evs)
+
+	live := ts.srv.Live()
+	ex.close()
+	require.Eventually(t, func() bool { return ts.srv.Live() < live }, 5*time.Second, 10*time.Millisecond, "the reader ends with its client")
+	assert.Equal(t, 1, ts.srv.BackgroundRunning(), "the run goes on without its reader")
+	select {
+	case err := <-bl.causes:
+		t.Fatalf("the run was ended: %v", err)
+	default:
+	}
+}
