@@ -88,7 +88,7 @@ func (ad *Admitted) mountRequestedSkills(ctx context.Context) *Refusal {
 			}
 		}
 		told = append(told, MountedSkill{Name: b.Name, Description: b.Description, Path: path.Join(root, b.Name, md)})
-		resolved = append(resolved, ver.Version)
+		resolved = append(resolved, ver.Epoch) // "a skill version ID for custom skills", as natively
 	}
 	files := skills.MountFiles(root, ms)
 	if err := files.Check(); err != nil {

@@ -44,7 +44,8 @@ func storeWithSkill(t *testing.T) (skills.Store, string) {
 
 // A Messages request's container.skills are resolved for the caller in the Skills API's store
 // (latest by default, or the version named), mounted at /skills/<name>/, announced in the code
-// tool's description, and echoed in the answer with the version they resolved to.
+// tool's description, and echoed in the answer with the id (skills.Version.Epoch) of the version
+// they resolved to.
 func TestPrepareMountsRequestedSkills(t *testing.T) {
 	st, id := storeWithSkill(t)
 	tests := []struct {
@@ -78,8 +79,10 @@ func TestPrepareMountsRequestedSkills(t *testing.T) {
 				Calls: []schema.CodeCall{{ContainerID: "container_1", Run: &schema.CodeRun{}}}},
 				{Body: []byte(`{"id":"msg_2","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`)}}, "")
 			require.NoError(t, err, "the answer")
-			assert.JSONEq(t, `[{"type":"custom","skill_id":"`+id+`","version":"`+tt.wantVersion+`"}]`,
-				gjson.GetBytes(final, "container.skills").Raw, "the echo, with the resolved version")
+			want, err := st.Version(t.Context(), "id-a", id, tt.wantVersion)
+			require.NoError(t, err, "version %s", tt.wantVersion)
+			assert.JSONEq(t, `[{"type":"custom","skill_id":"`+id+`","version":"`+want.Epoch+`"}]`,
+				gjson.GetBytes(final, "container.skills").Raw, "the echo, with the resolved version's id")
 		})
 	}
 }

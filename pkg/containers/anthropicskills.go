@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,10 +21,12 @@ import (
 // Anthropic's SDKs always send) is answered in Anthropic's shapes (Skill, SkillVersion,
 // DeletedSkill, PageCursor lists, errors as {"type":"error","error":{…}}), over the same store,
 // bounds and identity as OpenAI's shape, so a skill made through either is one that Messages'
-// container.skills and Responses' skill_reference both name. A version is addressed by its
-// number ("1", "2", …), which is its id here. A version created this way becomes the skill's
-// default, so that the default (what OpenAI's shape mounts) and "latest" (what Anthropic's does)
-// stay the same skill.
+// container.skills and Responses' skill_reference both name. A version's id is its Epoch, as
+// Anthropic's are (microseconds since the Unix epoch, "1759178010641129"); it is addressed by
+// that id, "latest", or its number in OpenAI's shape ("1", "2", …). A version created this way
+// becomes the skill's default, so that the default (what OpenAI's shape mounts) and "latest"
+// (what Anthropic's does) stay the same skill. A skill's display_name is the one it was created
+// with, or its latest version's SKILL.md name.
 
 // isAnthropic reports whether r asks for Anthropic's shapes.
 func isAnthropic(r *http.Request) bool { return r.Header.Get("anthropic-version") != "" }
@@ -90,18 +91,22 @@ type askVersionJSON struct {
 func askTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func toAskVersion(v skills.Version) askVersionJSON {
-	return askVersionJSON{ID: v.Version, Type: "skill_version", SkillID: v.SkillID, Name: v.Name, Description: v.Description,
+	return askVersionJSON{ID: v.Epoch, Type: "skill_version", SkillID: v.SkillID, Name: v.Name, Description: v.Description,
 		CreatedAt: askTime(v.CreatedAt)}
 }
 
-// askSkill is s in Anthropic's shape: named after its latest version's SKILL.md, updated when
-// that version was made.
+// askSkill is s in Anthropic's shape: with the display_name it was created with, else named
+// after its latest version's SKILL.md; updated when that version was made.
 func (h *Handler) askSkill(ctx context.Context, identity string, s skills.Skill) (askSkillJSON, error) {
 	v, err := h.skills.store.Version(ctx, identity, s.ID, "latest")
 	if err != nil {
 		return askSkillJSON{}, err
 	}
-	j := askSkillJSON{ID: s.ID, Type: "skill", DisplayName: v.Name, LatestVersionID: v.Version,
+	display := s.DisplayName
+	if display == "" {
+		display = v.Name
+	}
+	j := askSkillJSON{ID: s.ID, Type: "skill", DisplayName: display, LatestVersionID: v.Epoch,
 		CreatedAt: askTime(s.CreatedAt), UpdatedAt: askTime(v.CreatedAt)}
 	j.Source.Type = "custom"
 	return j, nil
@@ -156,15 +161,18 @@ func (h *Handler) askBeginUpload(c call) bool {
 	return true
 }
 
-// askReadBundle reads a create body (files[], display_name) and checks display_name: a skill
-// here is named after its SKILL.md, so another display_name is refused rather than dropped.
-func (h *Handler) askReadBundle(c call) (*skills.Bundle, error) {
+// askReadBundle reads a create body (files[], display_name): display_name, checked
+// (skills.CheckDisplayName), is the bundle's DisplayName when create, and ignored for a new
+// version (a skill keeps the label it was created with).
+func (h *Handler) askReadBundle(c call, create bool) (*skills.Bundle, error) {
 	b, _, display, err := h.readBundle(c)
 	if err != nil {
 		return nil, err
 	}
-	if display != nil && strings.TrimSpace(*display) != "" && strings.TrimSpace(*display) != b.Name {
-		return nil, &schema.RequestError{Message: fmt.Sprintf("display_name: this server names a skill after its SKILL.md 'name' (%q); omit display_name or send that name.", b.Name)}
+	if display != nil && create {
+		if b.DisplayName, err = skills.CheckDisplayName(*display); err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }
@@ -174,7 +182,7 @@ func (h *Handler) askCreateSkill(c call) {
 		return
 	}
 	defer h.endSkillUpload(c)
-	b, err := h.askReadBundle(c)
+	b, err := h.askReadBundle(c, true)
 	if err != nil {
 		h.askFail(c, "Skill", "", err)
 		return
@@ -322,7 +330,7 @@ func (h *Handler) askCreateVersion(c call) {
 		h.askFail(c, "Skill", id, err)
 		return
 	}
-	b, err := h.askReadBundle(c)
+	b, err := h.askReadBundle(c, false)
 	if err != nil {
 		h.askFail(c, "Skill", id, err)
 		return
@@ -335,10 +343,11 @@ func (h *Handler) askCreateVersion(c call) {
 	writeJSON(c.w, toAskVersion(v))
 }
 
-// versionKey orders versions by number (versions made in the same second keep their order).
+// versionKey orders versions by their ids, the microseconds they were made at (each later than
+// the one before: skills.NextEpoch).
 func versionKey(v skills.Version) (time.Time, string) {
-	n, _ := strconv.ParseInt(v.Version, 10, 64)
-	return time.Unix(n, 0), v.Version
+	n, _ := strconv.ParseInt(v.Epoch, 10, 64)
+	return time.UnixMicro(n), v.Epoch
 }
 
 func (h *Handler) askListVersions(c call) {
@@ -393,7 +402,7 @@ func (h *Handler) askDeleteVersion(c call) {
 	writeJSON(c.w, struct {
 		ID   string `json:"id"`
 		Type string `json:"type"`
-	}{ID: v.Version, Type: "skill_version_deleted"})
+	}{ID: v.Epoch, Type: "skill_version_deleted"})
 }
 
 // moveDefault makes the newest version of the skill other than version its default.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -53,7 +54,8 @@ func TestAnthropicSkillsWithTheSDK(t *testing.T) {
 	assert.True(t, strings.HasPrefix(s.ID, "skill_"), "id %q", s.ID)
 	assert.Equal(t, "skill", string(s.Type))
 	assert.Equal(t, "word", s.DisplayName, "display_name from SKILL.md")
-	assert.Equal(t, "1", s.LatestVersionID)
+	first := s.LatestVersionID
+	assertEpochID(t, first, "the first version's id")
 	assert.Equal(t, anthropic.SkillSourceType("custom"), s.Source.Type)
 	assert.False(t, s.CreatedAt.IsZero(), "created_at")
 	assert.Empty(t, s.JSON.ExtraFields, "no field the SDK does not know")
@@ -64,7 +66,8 @@ func TestAnthropicSkillsWithTheSDK(t *testing.T) {
 
 	v2, err := c.Skills.Versions.New(ctx, s.ID, anthropic.SkillVersionNewParams{Files: askFiles("word", "Knows the new word.")})
 	require.NoError(t, err, "create a version")
-	assert.Equal(t, "2", v2.ID)
+	assertEpochID(t, v2.ID, "the second version's id")
+	assert.Greater(t, epochOf(v2.ID), epochOf(first), "a later version, a later id")
 	assert.Equal(t, "skill_version", string(v2.Type))
 	assert.Equal(t, s.ID, v2.SkillID)
 	assert.Equal(t, "word", v2.Name)
@@ -73,17 +76,24 @@ func TestAnthropicSkillsWithTheSDK(t *testing.T) {
 
 	got, err = c.Skills.Get(ctx, s.ID, anthropic.SkillGetParams{})
 	require.NoError(t, err)
-	assert.Equal(t, "2", got.LatestVersionID)
+	assert.Equal(t, v2.ID, got.LatestVersionID)
 	assert.False(t, got.UpdatedAt.Before(got.CreatedAt), "updated_at")
 
-	v, err := c.Skills.Versions.Get(ctx, "1", anthropic.SkillVersionGetParams{SkillID: s.ID})
-	require.NoError(t, err, "retrieve a version")
+	v, err := c.Skills.Versions.Get(ctx, first, anthropic.SkillVersionGetParams{SkillID: s.ID})
+	require.NoError(t, err, "retrieve a version by its id")
+	assert.Equal(t, first, v.ID)
 	assert.Equal(t, "Knows the word.", v.Description)
+	v, err = c.Skills.Versions.Get(ctx, "1", anthropic.SkillVersionGetParams{SkillID: s.ID})
+	require.NoError(t, err, "retrieve a version by its number in OpenAI's shape")
+	assert.Equal(t, first, v.ID)
+	v, err = c.Skills.Versions.Get(ctx, "latest", anthropic.SkillVersionGetParams{SkillID: s.ID})
+	require.NoError(t, err, "retrieve the latest version")
+	assert.Equal(t, v2.ID, v.ID)
 
 	vs, err := c.Skills.Versions.List(ctx, s.ID, anthropic.SkillVersionListParams{})
 	require.NoError(t, err, "list versions")
 	require.Len(t, vs.Data, 2)
-	assert.Equal(t, "2", vs.Data[0].ID, "newest first")
+	assert.Equal(t, []string{v2.ID, first}, []string{vs.Data[0].ID, vs.Data[1].ID}, "newest first")
 	assert.Empty(t, vs.NextPage)
 
 	// The same skill through OpenAI's shape, for the same key: the version made here is the
@@ -95,13 +105,13 @@ func TestAnthropicSkillsWithTheSDK(t *testing.T) {
 	assert.Equal(t, "Knows the new word.", os.Description)
 
 	// Deleting the latest version makes the one before it the latest and the default.
-	dv, err := c.Skills.Versions.Delete(ctx, "2", anthropic.SkillVersionDeleteParams{SkillID: s.ID})
+	dv, err := c.Skills.Versions.Delete(ctx, v2.ID, anthropic.SkillVersionDeleteParams{SkillID: s.ID})
 	require.NoError(t, err, "delete a version")
-	assert.Equal(t, "2", dv.ID)
+	assert.Equal(t, v2.ID, dv.ID)
 	assert.Equal(t, "skill_version_deleted", string(dv.Type))
 	got, err = c.Skills.Get(ctx, s.ID, anthropic.SkillGetParams{})
 	require.NoError(t, err)
-	assert.Equal(t, "1", got.LatestVersionID)
+	assert.Equal(t, first, got.LatestVersionID)
 	os, err = o.Skills.Get(ctx, s.ID)
 	require.NoError(t, err)
 	assert.Equal(t, "1", os.DefaultVersion)
@@ -166,7 +176,7 @@ func TestAnthropicSkillsList(t *testing.T) {
 	assert.Equal(t, "invalid_request_error", typ)
 }
 
-// TestAnthropicSkillsErrors: a refused bundle, a display_name other than SKILL.md's, a route
+// TestAnthropicSkillsErrors: a refused bundle, a display_name too long or of two lines, a route
 // Anthropic's API lacks, and a missing key answer in Anthropic's error shape; without
 // anthropic-version the same paths keep OpenAI's shapes.
 func TestAnthropicSkillsErrors(t *testing.T) {
@@ -180,13 +190,14 @@ func TestAnthropicSkillsErrors(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Equal(t, "invalid_request_error", typ)
 
-	_, err = c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("word", "W."), DisplayName: anthropic.String("Other name")})
-	status, typ = anthropicStatus(t, err, "another display_name")
-	assert.Equal(t, http.StatusBadRequest, status)
-	assert.Equal(t, "invalid_request_error", typ)
-	s, err := c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("word", "W."), DisplayName: anthropic.String("word")})
-	require.NoError(t, err, "display_name equal to SKILL.md's name")
-	assert.Equal(t, "word", s.DisplayName)
+	for _, bad := range []string{strings.Repeat("é", skills.MaxDisplayName+1), "two\nlines"} {
+		_, err = c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("word", "W."), DisplayName: anthropic.String(bad)})
+		status, typ = anthropicStatus(t, err, "display_name "+bad)
+		assert.Equal(t, http.StatusBadRequest, status, "display_name %q", bad)
+		assert.Equal(t, "invalid_request_error", typ, "display_name %q", bad)
+	}
+	s, err := c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("word", "W.")})
+	require.NoError(t, err, "create")
 
 	_, err = c.Skills.Versions.New(ctx, "skill_none", anthropic.SkillVersionNewParams{Files: askFiles("word", "W.")})
 	status, typ = anthropicStatus(t, err, "a version of no skill")
@@ -233,4 +244,43 @@ func TestAnthropicSkillsErrors(t *testing.T) {
 	as, err := c.Skills.Get(ctx, os.ID, anthropic.SkillGetParams{})
 	require.NoError(t, err)
 	assert.Equal(t, "zed", as.DisplayName)
+}
+
+// TestAnthropicSkillsDisplayName: a skill created with a display_name of its own keeps it
+// (create, retrieve, list; a later version changes it not); one of 255 characters is taken.
+func TestAnthropicSkillsDisplayName(t *testing.T) {
+	f := askFixture(t)
+	ctx := t.Context()
+	c := askClient(f, "sk-a")
+	s, err := c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("word", "W."), DisplayName: anthropic.String("  Word Finder ")})
+	require.NoError(t, err, "create with a display_name")
+	assert.Equal(t, "Word Finder", s.DisplayName, "the label, trimmed")
+	_, err = c.Skills.Versions.New(ctx, s.ID, anthropic.SkillVersionNewParams{Files: askFiles("word", "W2.")})
+	require.NoError(t, err, "a new version")
+	got, err := c.Skills.Get(ctx, s.ID, anthropic.SkillGetParams{})
+	require.NoError(t, err, "retrieve")
+	assert.Equal(t, "Word Finder", got.DisplayName, "kept past a new version")
+	l, err := c.Skills.List(ctx, anthropic.SkillListParams{})
+	require.NoError(t, err, "list")
+	require.Len(t, l.Data, 1)
+	assert.Equal(t, "Word Finder", l.Data[0].DisplayName, "listed")
+
+	long := strings.Repeat("é", skills.MaxDisplayName)
+	s, err = c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("other", "O."), DisplayName: anthropic.String(long)})
+	require.NoError(t, err, "a display_name of 255 characters")
+	assert.Equal(t, long, s.DisplayName)
+}
+
+// assertEpochID checks that id is shaped as Anthropic's skill version ids: the microseconds
+// since the Unix epoch when the version was made (16 digits today), within the last hour.
+func assertEpochID(t *testing.T, id, what string) {
+	t.Helper()
+	assert.Regexp(t, `^[0-9]{16}$`, id, what)
+	made := time.UnixMicro(epochOf(id))
+	assert.WithinDuration(t, time.Now(), made, time.Hour, "%s: %s is a recent time", what, id)
+}
+
+func epochOf(id string) int64 {
+	n, _ := strconv.ParseInt(id, 10, 64)
+	return n
 }

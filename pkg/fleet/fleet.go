@@ -461,11 +461,9 @@ func (f *Fleet) Create(ctx context.Context, r sandbox.CreateRequest) (sandbox.Co
 }
 
 // Container returns container id of identity from its owner, as [sandbox.Manager.Container]
-// does; an expired or lost one is shown from the Registry with StatusExpired.
+// does; an expired or lost one is shown from the Registry with StatusExpired. The anonymous
+// identity's (only while a run of it is paused) is its owner's to show.
 func (f *Fleet) Container(ctx context.Context, identity, id string) (sandbox.ContainerInfo, error) {
-	if identity == "" {
-		return sandbox.ContainerInfo{}, sandbox.ErrUnknownContainer
-	}
 	svc, r, err := f.route(ctx, identity, id)
 	if errors.Is(err, sandbox.ErrExpiredContainer) {
 		return infoOf(r), nil

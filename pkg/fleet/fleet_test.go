@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
+	"github.com/codeinterp/codeinterp/pkg/sandbox/sandboxtest"
 )
 
 // TestFleetContainerFromAnyReplica: a container made through node a's Fleet is used through
@@ -406,4 +407,38 @@ func TestFleetRoundTrips(t *testing.T) {
 func withoutStart(info sandbox.AcquireInfo) sandbox.AcquireInfo {
 	info.Started, info.StartDuration = time.Time{}, 0
 	return info
+}
+
+// TestFleetAnonymousPause: an anonymous caller's container whose run is paused for the client's
+// tools is shown through a gateway (only then) and resumed through it on its node; once the run
+// has ended and the lease is released, it is gone.
+func TestFleetAnonymousPause(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 8, 8)
+	for _, p := range c.prov {
+		p.Run = func(context.Context, *sandboxtest.Container, string) (sandbox.Result, error) {
+			return sandbox.Result{Calls: []sandbox.ToolCall{{Name: "roll", Input: "{}"}}}, nil
+		}
+		p.Resume = func(context.Context, *sandboxtest.Container, []sandbox.ToolResult) (sandbox.Result, error) {
+			return sandbox.Result{Stdout: "rolled\n"}, nil
+		}
+	}
+	fa, gw := c.fleets["a"], c.fleets[""]
+	l := acquire(t, fa, sandbox.AcquireRequest{})
+	require.Len(t, run(t, l, "await roll({})").Calls, 1, "paused")
+	id := l.ContainerID()
+	l.Release()
+
+	info, err := gw.Container(ctx, "", id)
+	require.NoError(t, err, "the paused anonymous container through the gateway")
+	assert.Equal(t, id, info.ID)
+	_, err = gw.Container(ctx, "alice", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "not another identity's")
+	l = acquire(t, gw, sandbox.AcquireRequest{ContainerID: id})
+	res, err := l.Resume(ctx, []sandbox.ToolResult{{Content: "4"}}, time.Minute)
+	require.NoError(t, err, "resume through the gateway")
+	assert.Equal(t, "rolled\n", res.Stdout, "the run ended")
+	l.Release()
+	_, err = gw.Container(ctx, "", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "gone once the run ended and the lease was released")
 }

@@ -262,9 +262,6 @@ func (st *streamState) readRequest(body []byte) rewrite {
 		FunctionDescription: st.route.FunctionDescription,
 		WholeFirst:          st.replayReason() != "",
 		RunTimeout:          st.route.RunTimeout,
-		// The client's tools marked callable from code are (Messages): a run pauses on
-		// them, and the request answering its calls resumes it (see resume).
-		ProgrammaticToolCalling: true,
 	})
 	if err != nil {
 		var re *schema.RequestError

@@ -106,7 +106,8 @@ func (m *Manager) Create(ctx context.Context, r CreateRequest) (ContainerInfo, e
 
 // Container returns container id of identity, and refreshes its last activity. An id not
 // issued to identity fails with ErrUnknownContainer; an expired or deleted container still
-// remembered (see TombstoneTTL) is shown with StatusExpired and a nil error.
+// remembered (see TombstoneTTL) is shown with StatusExpired and a nil error. The anonymous
+// identity has only its containers whose run is paused for tool calls (kept for their resume).
 func (m *Manager) Container(ctx context.Context, identity, id string) (ContainerInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -114,7 +115,7 @@ func (m *Manager) Container(ctx context.Context, identity, id string) (Container
 		return ContainerInfo{}, ErrClosed
 	}
 	if identity == "" {
-		return ContainerInfo{}, ErrUnknownContainer
+		return m.pausedEphemeralLocked(ctx, id)
 	}
 	now := time.Now()
 	e, err := m.issuedLocked(ctx, identity, id, now)
@@ -137,6 +138,20 @@ func (m *Manager) Container(ctx context.Context, identity, id string) (Container
 	r, ok := m.registrationLocked(e)
 	if !ok {
 		return ContainerInfo{}, fmt.Errorf("%w: the registry does not answer", ErrUnavailable)
+	}
+	return m.infoOf(r), nil
+}
+
+// pausedEphemeralLocked returns the anonymous identity's container id while a run of it is
+// paused for the client's tool calls, the one container of that identity a request may name
+// (to resume the run); ErrUnknownContainer for any other. The caller holds m.mu.
+func (m *Manager) pausedEphemeralLocked(ctx context.Context, id string) (ContainerInfo, error) {
+	r, e, ok, err := m.lookupLocked(ctx, "", id)
+	if err != nil {
+		return ContainerInfo{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if !ok || e == nil || e.dead || e.key.kind != kindEphemeral || e.pause == nil {
+		return ContainerInfo{}, ErrUnknownContainer
 	}
 	return m.infoOf(r), nil
 }

@@ -355,13 +355,17 @@ func (l *localLease) Release() {
 }
 
 // unpinLocked ends one lease (or Manager call) on e: an ephemeral container no lease holds
-// any more is deleted, a lasting one is idle from now.
+// any more is deleted, unless a run of it is paused for the client's tool calls (kept for the
+// request resuming it, at most until the pause is abandoned: see abandon); a lasting one is
+// idle from now.
 func (m *Manager) unpinLocked(e *entry) {
 	e.leases--
 	switch {
 	case e.dead:
 	case e.key.kind == kindEphemeral && e.leases == 0 && !m.closed:
-		m.removeLocked(e)
+		if e.pause == nil {
+			m.removeLocked(e)
+		}
 	default:
 		m.touchLocked(context.Background(), e, time.Now())
 	}

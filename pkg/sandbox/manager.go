@@ -387,7 +387,8 @@ func (m *Manager) resolve(s Spec) Spec {
 // Acquire returns a lease on the container for the request's key:
 //   - ContainerID set: that container if it was issued to Identity and is alive; an id issued
 //     to Identity whose container has expired or been deleted fails with ErrExpiredContainer,
-//     any other with ErrUnknownContainer;
+//     any other with ErrUnknownContainer (an anonymous caller's ephemeral container lives
+//     while a lease holds it, or while a run of it is paused for tool calls);
 //   - Session set: the (Identity, Session) container, created on first use;
 //   - neither: a new container under a server-minted key: for a caller with an identity one
 //     kept until it has been idle for its expiry and reusable by its id; for the anonymous

@@ -66,6 +66,14 @@ func (m *Manager) abandon(e *entry, p *pause) {
 	defer func() { e.sem <- struct{}{} }()
 	m.mu.Lock()
 	current := e.pause == p && !e.dead
+	if current && e.key.kind == kindEphemeral && e.leases == 0 {
+		// An anonymous caller's container kept only for the pause's resume (unpinLocked):
+		// no one is left to see the code run on, and it goes now.
+		m.log.Info("paused run abandoned: its anonymous container deleted", zap.String("container_id", e.id))
+		m.removeLocked(e)
+		m.mu.Unlock()
+		return
+	}
 	m.mu.Unlock()
 	r, ok := p.c.(Resumer)
 	if !current || !ok {

@@ -32,9 +32,6 @@ type Options struct {
 	// RunTimeout is the wall-clock limit of one code run, which a surface may tell the model
 	// (the Messages API's code_execution_20260521 does); zero means not told.
 	RunTimeout time.Duration
-	// ProgrammaticToolCalling lets a surface make the client's tools marked callable from code
-	// (Request.CodeTools) callable from code; off, it refuses the tools callable only from code.
-	ProgrammaticToolCalling bool
 }
 
 func (o Options) Name() string {
@@ -113,7 +110,7 @@ type Request struct {
 	CodeTools []string
 	// Resume, when set, is the request's answer to a paused run's calls of CodeTools: the run
 	// is to be resumed with them before any model call. Set only by a surface that serves
-	// programmatic tool calling (Options.ProgrammaticToolCalling).
+	// programmatic tool calling (the Messages API's).
 	Resume *Resume
 	// PreviousResponseID is the Responses request's previous_response_id, and ConversationID its
 	// conversation's id (the string, or the object's "id"): the earlier answer the request

@@ -84,8 +84,10 @@ var _ Store = (*Memory)(nil)
 type memSkill struct {
 	id        string
 	createdAt time.Time
+	display   string
 	def       int
-	next      int // the number of the next version
+	next      int   // the number of the next version
+	lastEpoch int64 // the Epoch of the version made last
 	versions  map[int]*memVersion
 }
 
@@ -120,7 +122,7 @@ func (m *Memory) Create(_ context.Context, identity string, b *Bundle) (Skill, e
 	if len(m.skills[identity]) >= m.cfg.MaxSkillsPerIdentity {
 		return Skill{}, ErrFull
 	}
-	s := &memSkill{id: newID("skill_"), createdAt: m.cfg.Now(), next: 1, versions: map[int]*memVersion{}}
+	s := &memSkill{id: newID("skill_"), createdAt: m.cfg.Now(), display: b.DisplayName, next: 1, versions: map[int]*memVersion{}}
 	if _, err := m.addLocked(identity, s, b, true); err != nil {
 		return Skill{}, err
 	}
@@ -139,8 +141,10 @@ func (m *Memory) addLocked(identity string, s *memSkill, b *Bundle, makeDefault 
 	}
 	n := s.next
 	s.next++
+	now := m.cfg.Now()
+	s.lastEpoch = NextEpoch(now, s.lastEpoch)
 	v := &memVersion{bundle: b, size: size, v: Version{ID: newID("skillver_"), SkillID: s.id, Version: strconv.Itoa(n),
-		Name: b.Name, Description: b.Description, CreatedAt: m.cfg.Now()}}
+		Epoch: strconv.FormatInt(s.lastEpoch, 10), Name: b.Name, Description: b.Description, CreatedAt: now}}
 	s.versions[n] = v
 	if makeDefault || s.def == 0 {
 		s.def = n
@@ -161,11 +165,16 @@ func (s *memSkill) latest() int {
 func (s *memSkill) show() Skill {
 	d := s.versions[s.def].v
 	return Skill{ID: s.id, Name: d.Name, Description: d.Description, CreatedAt: s.createdAt,
-		DefaultVersion: strconv.Itoa(s.def), LatestVersion: strconv.Itoa(s.latest())}
+		DefaultVersion: strconv.Itoa(s.def), LatestVersion: strconv.Itoa(s.latest()), DisplayName: s.display}
 }
 
 // version returns the version named version ("" the default, "latest", a number).
 func (s *memSkill) version(version string) (int, *memVersion, error) {
+	for n, v := range s.versions {
+		if EpochMatch(version, v.v.Epoch) {
+			return n, v, nil
+		}
+	}
 	n, err := VersionNumber(version, s.def, s.latest())
 	if err != nil {
 		return 0, nil, err

@@ -14,7 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Native limits of a bundle (OpenAI's Skills API).
@@ -80,6 +83,11 @@ type Bundle struct {
 	Name, Description string
 	// Files are the bundle's files, SKILL.md among them, in the order they came.
 	Files []File
+	// DisplayName is the label the skill is created with (Anthropic's display_name, checked
+	// by CheckDisplayName), kept beside the skill by Store.Create (Skill.DisplayName); ""
+	// for none. A version added to a skill does not change it, and a bundle read back from a
+	// store has none.
+	DisplayName string
 }
 
 // Size is the bundle's bytes, uncompressed.
@@ -101,6 +109,8 @@ type Skill struct {
 	CreatedAt time.Time
 	// DefaultVersion and LatestVersion are version numbers ("1", "2", …).
 	DefaultVersion, LatestVersion string
+	// DisplayName is the label it was created with (Bundle.DisplayName), "" when none was.
+	DisplayName string
 }
 
 // Version is one version of a skill.
@@ -109,6 +119,11 @@ type Version struct {
 	ID, SkillID string
 	// Version is its number, "1" for the first.
 	Version string
+	// Epoch is its id in Anthropic's shape, as Anthropic mints them: the microseconds since
+	// the Unix epoch when it was made ("1759178010641129"), each later than the skill's
+	// version made before it (see NextEpoch), so unique within the skill. A store's version
+	// argument may name it so.
+	Epoch string
 	// Name and Description are its SKILL.md's.
 	Name, Description string
 	// CreatedAt is when it was created.
@@ -116,10 +131,10 @@ type Version struct {
 }
 
 // Store keeps skills per identity (never empty); a skill of another identity is ErrNotFound.
-// A version argument is a number, "latest", or "" for the default version. Implementations
-// are safe for concurrent use.
+// A version argument is a number, a version's Epoch, "latest", or "" for the default version.
+// Implementations are safe for concurrent use.
 type Store interface {
-	// Create makes a skill of b, its version 1 (the default).
+	// Create makes a skill of b, its version 1 (the default), with b's DisplayName.
 	Create(ctx context.Context, identity string, b *Bundle) (Skill, error)
 	// List returns identity's skills, in any order.
 	List(ctx context.Context, identity string) ([]Skill, error)
@@ -205,3 +220,29 @@ func VersionNumber(name string, def, latest int) (int, error) {
 	}
 	return n, nil
 }
+
+// NextEpoch returns the Epoch of a version made at now after one whose Epoch was last (0 for
+// none): now in microseconds since the Unix epoch, or last+1 when that is not later.
+func NextEpoch(now time.Time, last int64) int64 { return max(now.UnixMicro(), last+1) }
+
+// MaxDisplayName bounds a skill's display_name, in characters (Anthropic's bound).
+const MaxDisplayName = 255
+
+// CheckDisplayName returns name as a skill keeps it (surrounding spaces trimmed; "" for none)
+// or an *InvalidError: Anthropic's display_name is one line of at most MaxDisplayName
+// characters.
+func CheckDisplayName(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	switch {
+	case !utf8.ValidString(name):
+		return "", &InvalidError{Param: "display_name", Message: "must be valid UTF-8"}
+	case utf8.RuneCountInString(name) > MaxDisplayName:
+		return "", &InvalidError{Param: "display_name", Message: fmt.Sprintf("must be at most %d characters", MaxDisplayName)}
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return "", &InvalidError{Param: "display_name", Message: "must be a single line, without control characters"}
+	}
+	return name, nil
+}
+
+// EpochMatch reports whether the version name names a version whose Epoch is epoch.
+func EpochMatch(name, epoch string) bool { return name != "" && name == epoch }

@@ -29,13 +29,14 @@ func TestAnthropicSkillsAPI(t *testing.T) {
 			return []io.Reader{anthropic.File(strings.NewReader(
 				"---\nname: api-word\ndescription: "+desc+"\n---\nThe word is heron.\n"), "api-word/SKILL.md", "text/markdown")}
 		}
-		made, err := c.Skills.New(ctx, anthropic.SkillNewParams{Files: folder("Knows the word.")})
+		made, err := c.Skills.New(ctx, anthropic.SkillNewParams{Files: folder("Knows the word."), DisplayName: anthropic.String("API Word")})
 		require.NoError(t, err, "create a skill")
 		t.Cleanup(func() { _, _ = c.Skills.Delete(context.Background(), made.ID, anthropic.SkillDeleteParams{}) })
 		assert.Equal(t, "skill", string(made.Type))
-		assert.Equal(t, "api-word", made.DisplayName, "display_name from SKILL.md")
+		assert.Equal(t, "API Word", made.DisplayName, "the display_name given")
 		assert.Equal(t, anthropic.SkillSourceType("custom"), made.Source.Type)
-		assert.Equal(t, "1", made.LatestVersionID)
+		assert.Regexp(t, `^[0-9]{16}$`, made.LatestVersionID, "an epoch-like version id")
+		first := made.LatestVersionID
 
 		list, err := c.Skills.List(ctx, anthropic.SkillListParams{Limit: anthropic.Int(100)})
 		require.NoError(t, err, "list")
@@ -48,16 +49,19 @@ func TestAnthropicSkillsAPI(t *testing.T) {
 		got, err := c.Skills.Get(ctx, made.ID, anthropic.SkillGetParams{})
 		require.NoError(t, err, "retrieve")
 		assert.Equal(t, made.ID, got.ID)
+		assert.Equal(t, "API Word", got.DisplayName, "the display_name kept")
 
 		v2, err := c.Skills.Versions.New(ctx, made.ID, anthropic.SkillVersionNewParams{Files: folder("Knows the new word.")})
 		require.NoError(t, err, "create a version")
-		assert.Equal(t, anthropic.SkillVersion{ID: "2", SkillID: made.ID, Name: "api-word", Description: "Knows the new word.", Type: "skill_version"},
+		assert.Regexp(t, `^[0-9]{16}$`, v2.ID, "an epoch-like version id")
+		assert.Greater(t, v2.ID, first, "later than the first's")
+		assert.Equal(t, anthropic.SkillVersion{ID: v2.ID, SkillID: made.ID, Name: "api-word", Description: "Knows the new word.", Type: "skill_version"},
 			anthropic.SkillVersion{ID: v2.ID, SkillID: v2.SkillID, Name: v2.Name, Description: v2.Description, Type: v2.Type}, "the version")
 		vs, err := c.Skills.Versions.List(ctx, made.ID, anthropic.SkillVersionListParams{})
 		require.NoError(t, err, "list the versions")
 		require.Len(t, vs.Data, 2, "two versions")
-		v1, err := c.Skills.Versions.Get(ctx, "1", anthropic.SkillVersionGetParams{SkillID: made.ID})
-		require.NoError(t, err, "retrieve a version")
+		v1, err := c.Skills.Versions.Get(ctx, first, anthropic.SkillVersionGetParams{SkillID: made.ID})
+		require.NoError(t, err, "retrieve a version by its id")
 		assert.Equal(t, "Knows the word.", v1.Description)
 
 		// Messages mounts the latest version at /skills/api-word/.
@@ -74,9 +78,9 @@ func TestAnthropicSkillsAPI(t *testing.T) {
 		assert.Equal(t, "---\nname: api-word\ndescription: Knows the new word.\n---\nThe word is heron.\n", out.Stdout,
 			"the latest version's SKILL.md: stderr %q", out.Stderr)
 		require.Len(t, msg.Container.Skills, 1, "the echo: %s", msg.RawJSON())
-		assert.Equal(t, "2", msg.Container.Skills[0].Version, "the resolved version")
+		assert.Equal(t, v2.ID, msg.Container.Skills[0].Version, "the resolved version's id")
 
-		dv, err := c.Skills.Versions.Delete(ctx, "1", anthropic.SkillVersionDeleteParams{SkillID: made.ID})
+		dv, err := c.Skills.Versions.Delete(ctx, first, anthropic.SkillVersionDeleteParams{SkillID: made.ID})
 		require.NoError(t, err, "delete a version")
 		assert.Equal(t, "skill_version_deleted", string(dv.Type))
 		del, err := c.Skills.Delete(ctx, made.ID, anthropic.SkillDeleteParams{})

@@ -89,9 +89,11 @@ func testAnthropicSkillsRun(t *testing.T, s *Stack, skillID string, stream bool)
 		"rm: cannot remove '/skills/secret-word/SKILL.md': Read-only file system\nrefused\n", out.Stdout,
 		"SKILL.md read, the script run, at /skills/secret-word/, read-only: stderr %q", out.Stderr)
 	require.Len(t, msg.Container.Skills, 1, "the echo: %s", msg.RawJSON())
-	assert.Equal(t, anthropic.ContainerSkill{SkillID: skillID, Type: anthropic.ContainerSkillTypeCustom, Version: "1"},
+	v1, err := client.Skills.Versions.Get(ctx, "1", anthropic.SkillVersionGetParams{SkillID: skillID})
+	require.NoError(t, err, "the skill's version 1 in Anthropic's shape")
+	assert.Equal(t, anthropic.ContainerSkill{SkillID: skillID, Type: anthropic.ContainerSkillTypeCustom, Version: v1.ID},
 		anthropic.ContainerSkill{SkillID: msg.Container.Skills[0].SkillID, Type: msg.Container.Skills[0].Type, Version: msg.Container.Skills[0].Version},
-		"container.skills echoes the skill with its resolved version")
+		"container.skills echoes the skill with its resolved version's id")
 
 	sent := s.Model.RequestsTo(messagesPath)[mark:]
 	require.Len(t, sent, 2, "the first request and one follow-up")

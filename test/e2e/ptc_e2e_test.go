@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
@@ -49,7 +50,8 @@ func askPTC(text string) anthropic.MessageNewParams {
 // client's next request with the results (no model call), pauses on a third call, and is resumed
 // again: its output, which used the results, goes to the model, and the final answer shows the
 // cell's result and the model's text (plain and streamed). A tool_result for a cell that has
-// ended, and one for a pause abandoned past ptc.pause_timeout, get the native 400.
+// ended, and one for a pause abandoned past ptc.pause_timeout, get the native 400. An anonymous
+// caller's paused cell is resumed as well.
 func TestProgrammaticToolCalling(t *testing.T) {
 	env := NewEnv(t, EnvOptions{Configure: func(c *configv1.Config) {
 		c.Ptc = &configv1.Ptc{PauseTimeout: durationpb.New(ptcPauseTimeout)}
@@ -58,6 +60,7 @@ func TestProgrammaticToolCalling(t *testing.T) {
 		t.Run("plain", func(t *testing.T) { testPTC(t, s, false) })
 		t.Run("stream", func(t *testing.T) { testPTC(t, s, true) })
 		t.Run("abandoned", func(t *testing.T) { testPTCAbandoned(t, s) })
+		t.Run("anonymous", func(t *testing.T) { testPTCAnonymous(t, s) })
 	})
 }
 
@@ -178,4 +181,52 @@ func testPTCAbandoned(t *testing.T, s *Stack) {
 	require.ErrorAs(t, err, &apiErr, "the results of an abandoned pause")
 	assert.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "a 400")
 	assert.True(t, strings.Contains(apiErr.RawJSON(), "not found for tool use block"), "the native error: %s", apiErr.RawJSON())
+}
+
+// testPTCAnonymous: a caller without a credential, whose container is ephemeral, has it kept
+// while its cell is paused: the next request resumes the cell there, and once the cell has
+// ended and the answer is out the container is gone (its id unknown, a 404).
+func testPTCAnonymous(t *testing.T, s *Stack) {
+	s.Model.Enqueue(messagesPath,
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 10, Output: 5},
+			fakemodel.ToolUse("toolu_c3", "code_execution", map[string]any{"code": ptcCell}))),
+		fakemodel.JSON(fakemodel.AnthropicMessage("claude-e2e", fakemodel.Usage{Input: 30, Output: 4}, fakemodel.Text("12."))),
+	)
+	t.Cleanup(func() { assert.Zero(t, s.Model.Pending(), "every scripted answer was used") })
+	// The SDK insists on a credential, and sets it past its middleware: the transport drops it.
+	client := anthropic.NewClient(option.WithBaseURL(s.Front.URL()+"/"), option.WithAPIKey("unsent"), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: withoutCredentials{s.transport}}))
+	params := askPTC("Roll.")
+	first, err := client.Messages.New(context.Background(), params)
+	require.NoError(t, err, "the first request")
+	require.Equal(t, anthropic.StopReasonToolUse, first.StopReason, "paused: %s", first.RawJSON())
+	require.NotEmpty(t, first.Container.ID, "the container")
+
+	params.Container = anthropic.MessageCreateParamsContainerUnion{OfString: anthropic.String(first.Container.ID)}
+	params.Messages = append(params.Messages, first.ToParam(), answerCalls(t, first, "3", "4"))
+	second, err := client.Messages.New(context.Background(), params)
+	require.NoError(t, err, "the first resume")
+	require.Equal(t, anthropic.StopReasonToolUse, second.StopReason, "paused again: %s", second.RawJSON())
+	assert.Equal(t, first.Container.ID, second.Container.ID, "the same container")
+
+	params.Messages = append(params.Messages, second.ToParam(), answerCalls(t, second, "5"))
+	final, err := client.Messages.New(context.Background(), params)
+	require.NoError(t, err, "the second resume")
+	require.Len(t, final.Content, 2, "the cell's result, the model's text: %s", final.RawJSON())
+	assert.Equal(t, "total 12\n", final.Content[0].AsCodeExecutionToolResult().Content.Stdout, "the code used the results")
+
+	_, err = client.Messages.New(context.Background(), params)
+	var apiErr *anthropic.Error
+	require.ErrorAs(t, err, &apiErr, "a request naming the ended cell's container")
+	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode, "the anonymous container is gone: %s", apiErr.RawJSON())
+}
+
+// withoutCredentials is a transport sending each request without a credential header.
+type withoutCredentials struct{ next http.RoundTripper }
+
+func (w withoutCredentials) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Del("authorization")
+	r.Header.Del("x-api-key")
+	return w.next.RoundTrip(r)
 }

@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]  # the module root (go.mod)
 BUILD_TIMEOUT = 600  # seconds: a cold Go build cache on a busy machine
 READY_TIMEOUT = 120  # seconds: Envoy's start and the sandbox warm pool
 STOP_TIMEOUT = 60  # seconds: the server's grace (10s) and deleting the sandboxes
+# seconds: the stack's ptc.pause_timeout, short so that test_ptc sees a pause abandoned, long
+# enough for the suite's resumes, which follow their pause at once.
+PTC_PAUSE_TIMEOUT = 4
 
 
 @dataclass
@@ -58,7 +61,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     log = tmp / "stack.log"
     with open(log, "wb") as stderr:
-        proc = subprocess.Popen([str(binary)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([str(binary), f"-ptc-pause-timeout={PTC_PAUSE_TIMEOUT}s"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=stderr)
     line: list[bytes] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)

@@ -4,19 +4,22 @@ the model's cell calls it twice with asyncio.gather, and the answer pauses (the 
 server_tool_use, one tool_use block per call with its `caller`, stop_reason tool_use, the
 container); the client's next request (the results and the container) resumes the cell, which calls
 once more and pauses again, no model call in between; the last results end the cell, whose output
-(built from the results) goes to the model for the final answer. Every block, message and stream
+(built from the results) goes to the model for the final answer. A pause nothing resumes within
+ptc.pause_timeout is abandoned, and its results coming later get the native 400. Every block, message and stream
 event codeinterp returns is one the SDK's models take with no unknown field and no required one
 missing; streamed (the SDK's stream helper accumulating the events), the messages are the plain
 ones."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anthropic
 import pytest
 
 import fake_model as fm
+from conftest import PTC_PAUSE_TIMEOUT
 from helpers import anthropic_normalized, check_sdk_shape
 from test_messages import MESSAGES, MODEL, answer, claude  # noqa: F401 (claude is a fixture)
 
@@ -138,3 +141,28 @@ def test_ptc_stream(model: fm.FakeModel, claude: anthropic.Anthropic) -> None:  
     plain = run_ptc(model, claude, stream=False)
     for i, (s, p) in enumerate(zip(streamed, plain)):
         assert anthropic_normalized(s) == anthropic_normalized(p), f"message {i + 1}: streamed as plain"
+
+
+def test_ptc_abandoned(model: fm.FakeModel, claude: anthropic.Anthropic) -> None:  # noqa: F811
+    """A pause nothing resumes within ptc.pause_timeout (the stack's, short) is abandoned: the
+    results sent after it get the native 400 for a cell that is not there, which the SDK raises
+    as BadRequestError, and no model call is made."""
+    model.script(MESSAGES, fm.ok(answer({"type": "tool_use", "id": "toolu_c2", "name": "code_execution",
+                                          "input": {"code": CELL}}, usage=(10, 5))))
+    messages: list[Any] = [{"role": "user", "content": "Roll."}]
+    first = send(claude, False, model=MODEL, max_tokens=1024, tools=TOOLS, messages=messages)
+    assert first.stop_reason == "tool_use" and first.container, f"paused: {first}"
+    cell = first.content[0]
+    assert cell.type == "server_tool_use", f"the cell: {first.content}"
+    time.sleep(PTC_PAUSE_TIMEOUT + 1)
+
+    messages += [first.to_param(), results(first, "1", "2")]
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model=MODEL, max_tokens=1024, tools=TOOLS, messages=messages, container=first.container.id)
+    assert e.value.status_code == 400, f"a 400: {e.value}"
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "invalid_request_error", \
+        f"the native error: {e.value.body}"
+    use = first.content[1]
+    assert e.value.body["error"]["message"] == f"source tool `{cell.id}` not found for tool use block `{use.id}`", \
+        f"the native message: {e.value.body}"
+    assert len(model.requests(MESSAGES)) == 1, "no model call for the late results"

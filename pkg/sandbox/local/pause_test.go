@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -239,4 +240,67 @@ func TestLocalToolsPrelude(t *testing.T) {
 	res = resume(t, c, sandbox.ToolResult{Content: "!"})
 	assert.Empty(t, res.Calls, "the cell ended")
 	assert.Equal(t, "46!\n", res.Stdout, "the results were the code's")
+}
+
+// TestManagerAnonymousPause: an anonymous caller's container, ephemeral, outlives its lease
+// while a run of it is paused, for a later request to resume the run by its id; it goes once
+// the run ends and the lease is released, and, never resumed, once the pause is abandoned. One
+// not paused is not shown (a request cannot name it: admission asks Container) and goes with
+// its lease.
+func TestManagerAnonymousPause(t *testing.T) {
+	t.Parallel()
+	m := sandbox.NewManager(sharedLocal(t), sandbox.ManagerConfig{PauseTimeout: 2 * time.Second}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close the manager") })
+	ctx := context.Background()
+	pausedIn := func(code string) string {
+		t.Helper()
+		lease, err := m.Acquire(ctx, sandbox.AcquireRequest{})
+		require.NoError(t, err, "acquire anonymously")
+		defer lease.Release()
+		res, err := lease.Run(ctx, code, 30*time.Second)
+		require.NoError(t, err, "run")
+		require.NotEmpty(t, res.Calls, "paused")
+		return lease.ContainerID()
+	}
+
+	id := pausedIn(ptcCell)
+	_, err := m.Container(ctx, "", id)
+	require.NoError(t, err, "the paused container is there after its lease")
+	_, err = m.Container(ctx, "alice", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "another identity's")
+	later, err := m.Acquire(ctx, sandbox.AcquireRequest{ContainerID: id})
+	require.NoError(t, err, "acquire by id to resume")
+	res, err := later.Resume(ctx, []sandbox.ToolResult{{Content: "1"}, {Content: "2"}}, 30*time.Second)
+	require.NoError(t, err, "resume")
+	require.Len(t, res.Calls, 1, "paused again")
+	later.Release()
+	later, err = m.Acquire(ctx, sandbox.AcquireRequest{ContainerID: id})
+	require.NoError(t, err, "acquire by id to resume again")
+	res, err = later.Resume(ctx, []sandbox.ToolResult{{Content: "3"}}, 30*time.Second)
+	require.NoError(t, err, "resume again")
+	assert.Equal(t, "parallel 1 2\ntotal 6\n", res.Stdout, "the cell ended")
+	later.Release()
+	_, err = m.Container(ctx, "", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "gone once the run ended and its lease was released")
+	_, err = m.Acquire(ctx, sandbox.AcquireRequest{ContainerID: id})
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "not acquired once gone")
+
+	id = pausedIn("import asyncio\nasyncio.run(__codeinterp_tool_call__('t', {}))")
+	assert.Eventually(t, func() bool {
+		_, err := m.Container(ctx, "", id)
+		return errors.Is(err, sandbox.ErrUnknownContainer)
+	}, 10*time.Second, 50*time.Millisecond, "an abandoned pause's container goes")
+	live, _ := m.Load()
+	assert.Zero(t, live, "no container left")
+
+	lease, err := m.Acquire(ctx, sandbox.AcquireRequest{})
+	require.NoError(t, err, "acquire anonymously")
+	_, err = lease.Run(ctx, "x = 1", 30*time.Second)
+	require.NoError(t, err, "run")
+	id = lease.ContainerID()
+	_, err = m.Container(ctx, "", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "a container not paused is not shown, even in use")
+	lease.Release()
+	_, err = m.Container(ctx, "", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "gone with its lease")
 }

@@ -51,7 +51,7 @@ func (Surface) ErrorBody(e *schema.RequestError) []byte { return ErrorBody(e.HTT
 // it in the request's container (see program), so the same container, limits and /mnt/data
 // serve every version.
 func (s Surface) NewExchange(body []byte, o schema.Options) (schema.Exchange, error) {
-	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst, CellLimit: o.RunTimeout, CodeTools: o.ProgrammaticToolCalling})
+	rq, err := Rewrite(body, Options{WholeFirst: o.WholeFirst, CellLimit: o.RunTimeout})
 	if err != nil {
 		var re *RequestError
 		if errors.As(err, &re) {

@@ -148,6 +148,11 @@ func Final(in FinalInput) ([]byte, error) {
 }
 
 func containerJSON(c *Container) string {
+	if len(c.Skills) == 0 {
+		// Natively a container without skills is {id, expires_at} (the reference's recorded
+		// exchange); the SDKs take skills as optional.
+		return `{"id":` + quote(c.ID) + `,"expires_at":` + quote(c.ExpiresAt.UTC().Format(time.RFC3339)) + `}`
+	}
 	return `{"id":` + quote(c.ID) + `,"expires_at":` + quote(c.ExpiresAt.UTC().Format(time.RFC3339)) + `,"skills":` + skillsJSON(c.Skills) + `}`
 }
 

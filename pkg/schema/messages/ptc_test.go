@@ -58,11 +58,10 @@ func TestFinalPausedOnToolCalls(t *testing.T) {
 	}
 }
 
-// TestRewriteCodeTools: with programmatic tool calling served, a tool whose allowed_callers
-// name the request's version is one the code may call: one callable only from code leaves the
-// model's tools and is told in the Python tool's description; one callable both ways stays, its
-// allowed_callers removed. A tool callable only from another version is refused; without the
-// option, a tool callable only from code is refused as before.
+// TestRewriteCodeTools: a tool whose allowed_callers name the request's REPL-state version is
+// one the code may call: one callable only from code leaves the model's tools and is told in
+// the Python tool's description; one callable both ways stays, its allowed_callers removed. A
+// tool callable only from another version is refused.
 func TestRewriteCodeTools(t *testing.T) {
 	body := func(callers string) string {
 		return `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"go"}],"tools":[` +
@@ -71,7 +70,7 @@ func TestRewriteCodeTools(t *testing.T) {
 			`{"name":"both","input_schema":{"type":"object"},"allowed_callers":["direct","code_execution_20260120"]},` +
 			`{"name":"plain","input_schema":{"type":"object"}}]}`
 	}
-	x, err := Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{ProgrammaticToolCalling: true})
+	x, err := Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{})
 	require.NoError(t, err, "new exchange")
 	rq := x.Request()
 	assert.Equal(t, []string{"roll", "both"}, rq.CodeTools, "the code tools")
@@ -84,10 +83,8 @@ func TestRewriteCodeTools(t *testing.T) {
 	assert.Contains(t, desc, "- both Input schema:", "both told")
 	assert.NotContains(t, desc, "plain", "a direct tool is not")
 
-	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20250825"]`)), schema.Options{ProgrammaticToolCalling: true})
+	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20250825"]`)), schema.Options{})
 	assert.ErrorContains(t, err, "tools.1.allowed_callers: the tool is callable only from a code execution version this request does not use", "another version")
-	_, err = Surface{}.NewExchange([]byte(body(`["code_execution_20260120"]`)), schema.Options{})
-	assert.ErrorContains(t, err, "programmatic tool calling (a tool callable only from code execution) is not served", "not served")
 }
 
 // TestEventsPausedOnToolCalls: the stream of a paused answer shows the cell's server_tool_use,
@@ -140,7 +137,7 @@ func TestRewriteResume(t *testing.T) {
 			`"messages":[{"role":"user","content":"roll"},` + assistant + `,{"role":"user","content":[` + results + `]}]}`
 	}
 	both := `{"type":"tool_result","tool_use_id":"toolu_b","content":"6"},{"type":"tool_result","tool_use_id":"toolu_a","content":[{"type":"text","text":"4"}],"is_error":true}`
-	o := schema.Options{ProgrammaticToolCalling: true}
+	o := schema.Options{}
 	x, err := Surface{}.NewExchange([]byte(body(`"container":"cntr_1",`, both)), o)
 	require.NoError(t, err, "new exchange")
 	rs := x.Request().Resume
@@ -208,7 +205,7 @@ func TestResumedExchange(t *testing.T) {
 		`{"type":"tool_use","id":"toolu_a","name":"roll","input":{},"caller":{"type":"code_execution_20260120","tool_id":"srvtoolu_c1"}}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","content":"4"}]}]}`
 	newX := func() schema.Exchange {
-		x, err := Surface{}.NewExchange([]byte(body), schema.Options{ProgrammaticToolCalling: true})
+		x, err := Surface{}.NewExchange([]byte(body), schema.Options{})
 		require.NoError(t, err, "new exchange")
 		require.NotNil(t, x.Request().Resume, "a resume")
 		return x
@@ -307,7 +304,7 @@ func TestHistoryLeavesOutCallsFromCode(t *testing.T) {
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_b","content":"5"}]},` +
 		`{"role":"assistant","content":[{"type":"code_execution_tool_result","tool_use_id":"srvtoolu_c1","content":{"type":"code_execution_result","stdout":"9\n","stderr":"","return_code":0,"content":[]}},{"type":"text","text":"9."}]},` +
 		`{"role":"user","content":"again"}]}`
-	x, err := Surface{}.NewExchange([]byte(body), schema.Options{ProgrammaticToolCalling: true})
+	x, err := Surface{}.NewExchange([]byte(body), schema.Options{})
 	require.NoError(t, err, "new exchange")
 	assert.Nil(t, x.Request().Resume, "resumes nothing")
 	assert.JSONEq(t, `[{"role":"user","content":"roll"},`+

@@ -53,13 +53,14 @@ func withoutCaller(b gjson.Result) string {
 }
 
 // directTool is the client's tool t (tools[i]) as the model gets it, and whether the code may
-// call it. With codeTools (programmatic tool calling served, a REPL-state version), a tool
-// whose allowed_callers name version is callable from the code; one callable only from code is
-// left out of the model's tools ("" : the Python tool's description tells it instead). Without,
-// a tool callable only from code is refused. A tool callable directly loses its
-// allowed_callers (direct is the default), which an upstream would refuse once the code
-// execution tool they name is replaced.
-func directTool(i int, t gjson.Result, version string, codeTools bool) (string, bool, error) {
+// call it (programmatic tool calling, served with the REPL-state versions, as natively): a tool
+// whose allowed_callers name a REPL-state version, the request's, is callable from the code;
+// one callable only from code is left out of the model's tools ("" : the Python tool's
+// description tells it instead). A tool callable only from another version, or from
+// code_execution_20250825 (which natively no longer serves it), is refused. A tool callable
+// directly loses its allowed_callers (direct is the default), which an upstream would refuse
+// once the code execution tool they name is replaced.
+func directTool(i int, t gjson.Result, version string) (string, bool, error) {
 	ac := t.Get("allowed_callers")
 	if !ac.Exists() || ac.Type == gjson.Null {
 		return t.Raw, false, nil
@@ -75,16 +76,16 @@ func directTool(i int, t gjson.Result, version string, codeTools bool) (string, 
 		case v == "direct":
 			direct = true
 		case v == version:
-			fromCode = codeTools
+			fromCode = replState(version)
 		}
 	}
 	if !direct && !fromCode {
-		if codeTools {
-			return "", false, badRequest("tools.%d.allowed_callers: the tool is callable only from a code execution "+
-				"version this request does not use; name %s or \"direct\"", i, version)
+		if !replState(version) {
+			return "", false, badRequest("tools.%d.allowed_callers: programmatic tool calling requires %s or later; "+
+				"use that version, or allow \"direct\"", i, Version20260120)
 		}
-		return "", false, badRequest("tools.%d.allowed_callers: programmatic tool calling (a tool callable only from code "+
-			"execution) is not served by this server; allow \"direct\" or leave allowed_callers out", i)
+		return "", false, badRequest("tools.%d.allowed_callers: the tool is callable only from a code execution "+
+			"version this request does not use; name %s or \"direct\"", i, version)
 	}
 	if !direct {
 		return "", true, nil

@@ -180,17 +180,18 @@ func TestRewriteAllowedCallers(t *testing.T) {
 	}
 }
 
-// TestRewriteAllowedCallersRefused: a tool callable only from code (programmatic tool calling,
-// not served) and a malformed allowed_callers are client errors.
+// TestRewriteAllowedCallersRefused: a tool callable only from code with
+// code_execution_20250825 (programmatic tool calling needs a REPL-state version) and a
+// malformed allowed_callers are client errors.
 func TestRewriteAllowedCallersRefused(t *testing.T) {
-	tests := []struct{ name, give, want string }{
-		{name: "code only", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["code_execution_20260120"]}`, want: "programmatic tool calling"},
-		{name: "unknown caller", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["robot"]}`, want: "tools.1.allowed_callers.0"},
-		{name: "not a list", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":"direct"}`, want: "valid list"},
+	tests := []struct{ name, version, give, want string }{
+		{name: "code only, 20250825", version: "code_execution_20250825", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["code_execution_20250825"]}`, want: "tools.1.allowed_callers: programmatic tool calling requires code_execution_20260120 or later"},
+		{name: "unknown caller", version: "code_execution_20260120", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":["robot"]}`, want: "tools.1.allowed_callers.0"},
+		{name: "not a list", version: "code_execution_20260120", give: `{"name":"w","input_schema":{"type":"object"},"allowed_callers":"direct"}`, want: "valid list"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			body := `{"model":"m","max_tokens":10,"tools":[{"type":"code_execution_20260120","name":"code_execution"},` + tt.give + `],"messages":[]}`
+			body := `{"model":"m","max_tokens":10,"tools":[{"type":"` + tt.version + `","name":"code_execution"},` + tt.give + `],"messages":[]}`
 			_, err := Rewrite([]byte(body), Options{})
 			var re *RequestError
 			require.ErrorAs(t, err, &re, "%s: a client error", tt.give)

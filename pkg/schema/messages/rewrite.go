@@ -24,9 +24,6 @@ type Options struct {
 	// CellLimit is the wall-clock limit of one code run, which code_execution_20260521's Python
 	// tool description discloses; zero leaves it out of the description.
 	CellLimit time.Duration
-	// CodeTools serves programmatic tool calling: the client's tools whose allowed_callers name
-	// the request's REPL-state version become callable from its Python (Request.CodeTools).
-	CodeTools bool
 }
 
 // Request is what [Rewrite] learned of a request.
@@ -182,7 +179,7 @@ func Rewrite(body []byte, o Options) (Request, error) {
 		}
 		var err error
 		var fromCode bool
-		if raws[i], fromCode, err = directTool(i, t, version, o.CodeTools && replState(version)); err != nil {
+		if raws[i], fromCode, err = directTool(i, t, version); err != nil {
 			return Request{}, err
 		}
 		if fromCode {
@@ -235,7 +232,7 @@ func Rewrite(body []byte, o Options) (Request, error) {
 			return Request{}, fmt.Errorf("remove container: %w", err)
 		}
 	}
-	if o.CodeTools && replState(version) {
+	if replState(version) {
 		if rq.Resume, err = pendingResume(root, rq.ContainerID, rq.Names.Python); err != nil {
 			return Request{}, err
 		}

@@ -48,8 +48,12 @@ func writeStart(ew *eventWriter, msg gjson.Result) error {
 		start, err = sjson.Delete(start, "container")
 	}
 	if err == nil && msg.Get("usage").IsObject() {
-		// The start carries the input side; the output tokens come with message_delta.
+		// The start carries the input side; the output tokens come with message_delta, and
+		// the server tools' requests too (the reference's recorded streams).
 		start, err = sjson.Set(start, "usage.output_tokens", 0)
+		if err == nil {
+			start, err = sjson.Delete(start, "usage.server_tool_use")
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("sse: message_start: %w", err)
@@ -107,8 +111,26 @@ func writeEnd(ew *eventWriter, msg gjson.Result) {
 	if c := msg.Get("container"); c.Exists() {
 		delta += `,"container":` + c.Raw
 	}
-	ew.event("message_delta", `{"type":"message_delta","delta":`+delta+`},"usage":`+rawOr(msg.Get("usage"), "{}")+`}`)
+	ew.event("message_delta", `{"type":"message_delta","delta":`+delta+`},"usage":`+deltaUsage(msg.Get("usage"))+`}`)
 	ew.event("message_stop", `{"type":"message_stop"}`)
+}
+
+// deltaUsage is the usage of a message_delta for an answer's usage u: its counts, without
+// what only the message's usage holds natively (cache_creation, service_tier: the recorded
+// streams' message_delta has neither).
+func deltaUsage(u gjson.Result) string {
+	if !u.IsObject() {
+		return "{}"
+	}
+	out := u.Raw
+	for _, k := range []string{"cache_creation", "service_tier"} {
+		if u.Get(k).Exists() {
+			if d, err := sjson.Delete(out, k); err == nil {
+				out = d
+			}
+		}
+	}
+	return out
 }
 
 func rawOr(r gjson.Result, def string) string {

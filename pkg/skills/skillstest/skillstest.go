@@ -3,9 +3,11 @@
 package skillstest
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,6 +32,7 @@ func Bundle(name string, size int) *skills.Bundle {
 // Run runs the contract's tests on the stores newStore makes.
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("versions", func(t *testing.T) { testVersions(t, newStore(t, skills.Bounds{})) })
+	t.Run("epochs and display name", func(t *testing.T) { testEpochs(t, newStore(t, skills.Bounds{})) })
 	t.Run("bounds", func(t *testing.T) {
 		testBounds(t, newStore(t, skills.Bounds{MaxSkillsPerIdentity: 2, MaxVersionsPerSkill: 2, MaxBytesPerIdentity: 1000, MaxBytes: 1500}))
 	})
@@ -96,6 +99,56 @@ func testVersions(t *testing.T, m skills.Store) {
 	require.NoError(t, m.DeleteVersion(ctx, "alice", s.ID, "2"))
 	_, err = m.Get(ctx, "alice", s.ID)
 	assert.ErrorIs(t, err, skills.ErrNotFound)
+}
+
+// testEpochs: each version has an Epoch, later than the one made before it (also within the
+// same microsecond), by which it is read, bundled and deleted; a skill keeps the DisplayName
+// it was created with, or none.
+func testEpochs(t *testing.T, m skills.Store) {
+	ctx := t.Context()
+	b := Bundle("one", 10)
+	b.DisplayName = "One Skill"
+	s, err := m.Create(ctx, "alice", b)
+	require.NoError(t, err, "create")
+	assert.Equal(t, "One Skill", s.DisplayName, "the display name")
+	v1, err := m.Version(ctx, "alice", s.ID, "1")
+	require.NoError(t, err, "version 1")
+	epochs := []string{v1.Epoch}
+	for range 3 {
+		v, err := m.AddVersion(ctx, "alice", s.ID, Bundle("one", 10), false)
+		require.NoError(t, err, "add a version")
+		epochs = append(epochs, v.Epoch)
+	}
+	for i, e := range epochs {
+		n, err := strconv.ParseInt(e, 10, 64)
+		require.NoError(t, err, "epoch %q of version %d is a number", e, i+1)
+		assert.WithinDuration(t, time.Now(), time.UnixMicro(n), time.Hour, "epoch %q of version %d: microseconds of now", e, i+1)
+		if i > 0 {
+			prev, _ := strconv.ParseInt(epochs[i-1], 10, 64)
+			assert.Greater(t, n, prev, "version %d's epoch after version %d's", i+1, i)
+		}
+		v, err := m.Version(ctx, "alice", s.ID, e)
+		require.NoError(t, err, "version by epoch %q", e)
+		assert.Equal(t, strconv.Itoa(i+1), v.Version, "epoch %q names version %d", e, i+1)
+	}
+	_, v, err := m.Bundle(ctx, "alice", s.ID, epochs[2])
+	require.NoError(t, err, "bundle by epoch")
+	assert.Equal(t, "3", v.Version, "bundle by epoch")
+	v, err = m.Version(ctx, "alice", s.ID, "latest")
+	require.NoError(t, err, "latest")
+	assert.Equal(t, epochs[3], v.Epoch, "latest")
+	require.NoError(t, m.DeleteVersion(ctx, "alice", s.ID, epochs[1]), "delete by epoch")
+	_, err = m.Version(ctx, "alice", s.ID, "2")
+	assert.ErrorIs(t, err, skills.ErrNotFound, "deleted by epoch")
+	_, err = m.Version(ctx, "bob", s.ID, epochs[0])
+	assert.ErrorIs(t, err, skills.ErrNotFound, "another identity's")
+	got, err := m.Get(ctx, "alice", s.ID)
+	require.NoError(t, err, "get")
+	assert.Equal(t, "One Skill", got.DisplayName, "kept")
+
+	plain, err := m.Create(ctx, "alice", Bundle("two", 10))
+	require.NoError(t, err, "create without a display name")
+	assert.Empty(t, plain.DisplayName, "none")
 }
 
 func testBounds(t *testing.T, m skills.Store) {

@@ -114,11 +114,13 @@ const usedTotal = "t"
 
 // rskill is a skill as its identity's hash keeps it.
 type rskill struct {
-	ID        string           `json:"id"`
-	CreatedAt int64            `json:"created_at"` // Unix nanoseconds
-	Def       int              `json:"default"`
-	Next      int              `json:"next"` // the number of the next version
-	Versions  map[int]rversion `json:"versions"`
+	ID          string           `json:"id"`
+	CreatedAt   int64            `json:"created_at"` // Unix nanoseconds
+	DisplayName string           `json:"display_name,omitempty"`
+	Def         int              `json:"default"`
+	Next        int              `json:"next"`                 // the number of the next version
+	LastEpoch   int64            `json:"last_epoch,omitempty"` // the Epoch of the version made last
+	Versions    map[int]rversion `json:"versions"`
 }
 
 type rversion struct {
@@ -126,7 +128,17 @@ type rversion struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	CreatedAt   int64  `json:"created_at"`
-	Size        int64  `json:"size"` // the bundle's bytes, uncompressed
+	Size        int64  `json:"size"`            // the bundle's bytes, uncompressed
+	Epoch       int64  `json:"epoch,omitempty"` // skills.Version.Epoch
+}
+
+// epoch is v's skills.Version.Epoch; a version kept before versions had one shows its
+// creation's microseconds.
+func (v rversion) epoch() string {
+	if v.Epoch == 0 {
+		return strconv.FormatInt(v.CreatedAt/1000, 10)
+	}
+	return strconv.FormatInt(v.Epoch, 10)
 }
 
 func (r *rskill) latest() int {
@@ -140,18 +152,23 @@ func (r *rskill) latest() int {
 func (r *rskill) show() skills.Skill {
 	d := r.Versions[r.Def]
 	return skills.Skill{ID: r.ID, Name: d.Name, Description: d.Description, CreatedAt: time.Unix(0, r.CreatedAt),
-		DefaultVersion: strconv.Itoa(r.Def), LatestVersion: strconv.Itoa(r.latest())}
+		DefaultVersion: strconv.Itoa(r.Def), LatestVersion: strconv.Itoa(r.latest()), DisplayName: r.DisplayName}
 }
 
 func (r *rskill) showVersion(n int) skills.Version {
 	v := r.Versions[n]
-	return skills.Version{ID: v.ID, SkillID: r.ID, Version: strconv.Itoa(n), Name: v.Name, Description: v.Description,
+	return skills.Version{ID: v.ID, SkillID: r.ID, Version: strconv.Itoa(n), Epoch: v.epoch(), Name: v.Name, Description: v.Description,
 		CreatedAt: time.Unix(0, v.CreatedAt)}
 }
 
 // version returns the number of the version named version ("" the default, "latest", a
-// number).
+// number, an Epoch).
 func (r *rskill) version(version string) (int, error) {
+	for n, v := range r.Versions {
+		if skills.EpochMatch(version, v.epoch()) {
+			return n, nil
+		}
+	}
 	n, err := skills.VersionNumber(version, r.Def, r.latest())
 	if err != nil {
 		return 0, err
@@ -263,7 +280,9 @@ func (s *Skills) addVersion(ctx context.Context, tx *goredis.Tx, identity string
 	}
 	n := r.Next
 	r.Next++
-	v := rversion{ID: newSkillID("skillver_"), Name: b.Name, Description: b.Description, CreatedAt: s.o.Now().UnixNano(), Size: size}
+	now := s.o.Now()
+	r.LastEpoch = skills.NextEpoch(now, r.LastEpoch)
+	v := rversion{ID: newSkillID("skillver_"), Name: b.Name, Description: b.Description, CreatedAt: now.UnixNano(), Size: size, Epoch: r.LastEpoch}
 	r.Versions[n] = v
 	if makeDefault || r.Def == 0 {
 		r.Def = n
@@ -295,7 +314,7 @@ func (s *Skills) Create(ctx context.Context, identity string, b *skills.Bundle) 
 		if n >= int64(s.o.MaxSkillsPerIdentity) {
 			return nil, skills.ErrFull
 		}
-		r := &rskill{ID: newSkillID("skill_"), CreatedAt: s.o.Now().UnixNano(), Next: 1, Versions: map[int]rversion{}}
+		r := &rskill{ID: newSkillID("skill_"), CreatedAt: s.o.Now().UnixNano(), DisplayName: b.DisplayName, Next: 1, Versions: map[int]rversion{}}
 		write, _, err := s.addVersion(ctx, tx, identity, r, b, data, true)
 		if err != nil {
 			return nil, err

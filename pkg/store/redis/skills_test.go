@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -107,4 +108,41 @@ func TestSkillsBundleCache(t *testing.T) {
 	require.NoError(t, srv.Client().Del(ctx, keys[0]).Err())
 	_, _, err = one.Bundle(ctx, "alice", big.ID, "")
 	assert.ErrorIs(t, err, skills.ErrNotFound, "a bundle past CacheBytes is read from Redis again")
+}
+
+// TestSkillsKeptBeforeEpochs: a skill kept before versions had an Epoch shows each version's
+// creation microseconds as its Epoch, by which it is read, and a version added now has a later
+// one.
+func TestSkillsKeptBeforeEpochs(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	st := redis.NewSkills(srv.Client(), redis.SkillsOptions{Prefix: "old:"})
+	s, err := st.Create(ctx, "alice", skillstest.Bundle("csv", 100))
+	require.NoError(t, err, "create")
+	keys, err := srv.Client().Keys(ctx, "old:{skills}:s:*").Result()
+	require.NoError(t, err, "the skills' hash")
+	require.Len(t, keys, 1, "one identity's hash")
+	raw, err := srv.Client().HGet(ctx, keys[0], s.ID).Result()
+	require.NoError(t, err, "the skill's record")
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw), &rec), "decode the record")
+	delete(rec, "last_epoch")
+	v1 := rec["versions"].(map[string]any)["1"].(map[string]any)
+	delete(v1, "epoch")
+	created := int64(v1["created_at"].(float64))
+	old, err := json.Marshal(rec)
+	require.NoError(t, err, "encode the record")
+	require.NoError(t, srv.Client().HSet(ctx, keys[0], s.ID, old).Err(), "write the record as kept before epochs")
+
+	v, err := st.Version(ctx, "alice", s.ID, "1")
+	require.NoError(t, err, "version 1")
+	want := strconv.FormatInt(created/1000, 10)
+	assert.Equal(t, want, v.Epoch, "its creation's microseconds")
+	byEpoch, err := st.Version(ctx, "alice", s.ID, want)
+	require.NoError(t, err, "version 1 by that epoch")
+	assert.Equal(t, "1", byEpoch.Version)
+	v2, err := st.AddVersion(ctx, "alice", s.ID, skillstest.Bundle("csv", 100), true)
+	require.NoError(t, err, "add a version")
+	e2, _ := strconv.ParseInt(v2.Epoch, 10, 64)
+	assert.Greater(t, e2, created/1000, "a later epoch")
 }

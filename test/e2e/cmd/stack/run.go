@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/internal/app"
@@ -79,6 +80,7 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 		front     = fs.String("front", "", "base `URL` of a front the driver runs itself: no Envoy is started, the server's follow-up calls go there, and it serves on the listeners inherited as descriptors 3 (ext_proc) and 4 (Containers API)")
 		maxPerID  = fs.Uint("max-containers-per-identity", 0, "the server's cap on one identity's live containers, `n` (default: the server's)")
 		uploads   = fs.Bool("anthropic-uploads", false, "the server keeps Anthropic's uploads (anthropic_files.own_uploads); give it an -envoy-config from envoyconf -anthropic-uploads")
+		pause     = fs.Duration("ptc-pause-timeout", 0, "the server's ptc.pause_timeout, how long a cell paused for the client's tools waits (default: the server's)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -183,6 +185,9 @@ func serve(ctx context.Context, args []string, stdin io.ReadCloser, stdout, stde
 	}
 	if *uploads {
 		cfg.AnthropicFiles = &configv1.AnthropicFiles{OwnUploads: true}
+	}
+	if *pause > 0 {
+		cfg.Ptc = &configv1.Ptc{PauseTimeout: durationpb.New(*pause)}
 	}
 	config.ApplyDefaults(cfg)
 	if err := config.Validate(cfg); err != nil {
