@@ -31,13 +31,21 @@ import (
 // unknown, as is the id of a hibernating container that was deleted, lost, or refused
 // hibernation at the bounds.
 
-// HibernationConfig configures hibernation (ManagerConfig.Hibernation). Dir "" disables it.
+// HibernationConfig configures hibernation (ManagerConfig.Hibernation). Dir "" without Private
+// disables it.
 type HibernationConfig struct {
 	// Dir is the directory the hibernated containers' files are kept in, one directory per
 	// container. The Manager creates it (mode 0700) and refuses one that is not a directory of
 	// its own user with mode 0700: hibernation is then off, which is logged. It must be on the
-	// server's side only: no container's mount may reach it.
+	// server's side only: no container's mount may reach it. One Manager at a time uses it (a
+	// lock file): another given it runs without hibernation, which is logged.
 	Dir string
+	// Private makes the Manager keep them in a directory of its own instead, made (mode 0700,
+	// "codeinterp-hibernation-<random>") inside Dir, or inside the system's temporary directory
+	// when Dir is "", when the Manager starts, and removed by Close: several servers on one
+	// machine each have theirs, and the containers hibernated there do not outlive the Manager
+	// (with a Registry that does, a restarted server finds them gone: their ids are unknown).
+	Private bool
 	// Lifetime is how long after its creation a hibernating container may be restored.
 	// Default 30 days, as Anthropic's containers live.
 	Lifetime time.Duration
@@ -100,6 +108,8 @@ const (
 	skillBlobDir = "s"
 	tmpPrefix    = ".tmp-"
 	lockName     = ".lock"
+	// privatePrefix begins the name of a directory of a Manager's own (HibernationConfig.Private).
+	privatePrefix = "codeinterp-hibernation-"
 )
 
 // hibManifest is what a hibernated container's directory holds besides its files' bytes.
@@ -237,10 +247,24 @@ func checkDir(dir string) error {
 // hibernation that did not finish, or by a container the Registry forgot).
 func (m *Manager) loadHibernated() *hibIndex {
 	cfg := m.cfg.Hibernation
-	if cfg.Dir == "" {
+	if cfg.Dir == "" && !cfg.Private {
 		return nil
 	}
 	cfg.setDefaults()
+	if cfg.Private {
+		if cfg.Dir != "" {
+			if err := checkDir(cfg.Dir); err != nil {
+				m.log.Error("hibernation off: its directory is not usable", zap.Error(err))
+				return nil
+			}
+		}
+		dir, err := os.MkdirTemp(cfg.Dir, privatePrefix) // mode 0700
+		if err != nil {
+			m.log.Error("hibernation off: no directory of its own", zap.Error(err))
+			return nil
+		}
+		cfg.Dir = dir
+	}
 	if err := checkDir(cfg.Dir); err != nil {
 		m.log.Error("hibernation off: its directory is not usable", zap.Error(err))
 		return nil
@@ -251,6 +275,9 @@ func (m *Manager) loadHibernated() *hibIndex {
 		return nil
 	}
 	x := &hibIndex{cfg: cfg, lock: lock, byID: map[string]*hibernated{}, perIdentity: map[string]hibUsage{}}
+	if cfg.Private {
+		return x // made just now: empty
+	}
 	des, err := os.ReadDir(cfg.Dir)
 	if err != nil {
 		_ = lock.Close()
@@ -289,13 +316,20 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// unlockHibernation lets go of the hibernation directory (Close, once all is done).
+// unlockHibernation lets go of the hibernation directory (Close, once all is done), and
+// removes it when it is the Manager's own (HibernationConfig.Private).
 func (m *Manager) unlockHibernation() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.hib != nil && m.hib.lock != nil {
-		_ = m.hib.lock.Close()
-		m.hib.lock = nil
+	if m.hib == nil || m.hib.lock == nil {
+		return
+	}
+	_ = m.hib.lock.Close()
+	m.hib.lock = nil
+	if m.hib.cfg.Private {
+		if err := os.RemoveAll(m.hib.cfg.Dir); err != nil {
+			m.log.Warn("remove the hibernation directory", zap.Error(err))
+		}
 	}
 }
 

@@ -303,6 +303,69 @@ func TestHibernateDirectoryOfOneServer(t *testing.T) {
 	})
 }
 
+// TestHibernatePrivateDirectories: Managers told to keep a directory of their own
+// (HibernationConfig.Private, what a server configured with no hibernation.dir gets), inside
+// one parent or the system's temporary directory, each hibernate in their own, and each
+// removes its own when closed, while the other's stays.
+func TestHibernatePrivateDirectories(t *testing.T) {
+	tests := []struct {
+		name string
+		// give is the parent named as Dir; "" for the system's temporary directory.
+		give string
+	}{
+		{"inside a directory given", "given"},
+		{"inside the system's temporary directory", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp) // the system's temporary directory, for os.TempDir
+			parent := tmp
+			if tt.give != "" {
+				parent = filepath.Join(tmp, tt.give)
+			}
+			dir := parent
+			if tt.give == "" {
+				dir = ""
+			}
+			synctest.Test(t, func(t *testing.T) {
+				cfg := sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute, Hibernation: sandbox.HibernationConfig{Dir: dir, Private: true}}
+				p := &sandboxtest.Provider{}
+				ms := []*sandbox.Manager{sandbox.NewManager(p, cfg, zaptest.NewLogger(t)), sandbox.NewManager(p, cfg, zaptest.NewLogger(t))}
+				for _, m := range ms {
+					l := acquire(t, m, hibernating)
+					run(t, l, "write /mnt/data/a hello")
+					l.Release()
+				}
+				time.Sleep(6 * time.Minute)
+				synctest.Wait()
+				for i, m := range ms {
+					n, _ := m.Hibernated()
+					assert.Equal(t, 1, n, "manager %d hibernates in a directory of its own", i)
+				}
+				own, err := filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+				require.NoError(t, err)
+				require.Len(t, own, 2, "a directory each, in %s", parent)
+				for _, d := range own {
+					fi, err := os.Stat(d)
+					require.NoError(t, err, "stat %s", d)
+					assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "%s's mode", d)
+					assert.Len(t, hibernatedDirs(t, d), 1, "%s holds one container", d)
+				}
+
+				require.NoError(t, ms[0].Close(context.Background()), "close the first")
+				left, err := filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+				require.NoError(t, err)
+				assert.Len(t, left, 1, "the first's directory is removed, the second's kept")
+				require.NoError(t, ms[1].Close(context.Background()), "close the second")
+				left, err = filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+				require.NoError(t, err)
+				assert.Empty(t, left, "both removed")
+			})
+		})
+	}
+}
+
 // TestHibernatePastLifetimeWhileLive: a live container idle past its expiry and past its
 // lifetime is not hibernated: it is deleted and forgotten.
 func TestHibernatePastLifetimeWhileLive(t *testing.T) {
