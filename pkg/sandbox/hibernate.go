@@ -41,10 +41,11 @@ type HibernationConfig struct {
 	// lock file): another given it runs without hibernation, which is logged.
 	Dir string
 	// Private makes the Manager keep them in a directory of its own instead, made (mode 0700,
-	// "codeinterp-hibernation-<random>") inside Dir, or inside the system's temporary directory
-	// when Dir is "", when the Manager starts, and removed by Close: several servers on one
-	// machine each have theirs, and the containers hibernated there do not outlive the Manager
-	// (with a Registry that does, a restarted server finds them gone: their ids are unknown).
+	// "codeinterp-hibernation-<random>") inside Dir (checked as above), or inside the system's
+	// temporary directory when Dir is "", when the Manager starts, and removed by Close: several
+	// servers on one machine each have theirs, and the containers hibernated there do not
+	// outlive the Manager (with a Registry that does, a restarted server finds them gone: their
+	// ids are unknown). A process that ends without Close leaves its directory behind.
 	Private bool
 	// Lifetime is how long after its creation a hibernating container may be restored.
 	// Default 30 days, as Anthropic's containers live.
@@ -265,12 +266,19 @@ func (m *Manager) loadHibernated() *hibIndex {
 		}
 		cfg.Dir = dir
 	}
+	drop := func() {
+		if cfg.Private {
+			_ = os.RemoveAll(cfg.Dir)
+		}
+	}
 	if err := checkDir(cfg.Dir); err != nil {
+		drop()
 		m.log.Error("hibernation off: its directory is not usable", zap.Error(err))
 		return nil
 	}
 	lock, err := lockDir(cfg.Dir)
 	if err != nil {
+		drop()
 		m.log.Error("hibernation off: its directory is not this server's alone", zap.Error(err))
 		return nil
 	}
