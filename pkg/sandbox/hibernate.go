@@ -45,7 +45,8 @@ type HibernationConfig struct {
 	// temporary directory when Dir is "", when the Manager starts, and removed by Close: several
 	// servers on one machine each have theirs, and the containers hibernated there do not
 	// outlive the Manager (with a Registry that does, a restarted server finds them gone: their
-	// ids are unknown). A process that ends without Close leaves its directory behind.
+	// ids are unknown). A directory a process left when it ended without Close is removed by
+	// the next Manager to make its own there, once no one holds its lock.
 	Private bool
 	// Lifetime is how long after its creation a hibernating container may be restored.
 	// Default 30 days, as Anthropic's containers live.
@@ -259,6 +260,7 @@ func (m *Manager) loadHibernated() *hibIndex {
 				return nil
 			}
 		}
+		m.removeStalePrivate(cfg.Dir)
 		dir, err := os.MkdirTemp(cfg.Dir, privatePrefix) // mode 0700
 		if err != nil {
 			m.log.Error("hibernation off: no directory of its own", zap.Error(err))
@@ -309,6 +311,46 @@ func (m *Manager) loadHibernated() *hibIndex {
 		_ = os.RemoveAll(dir)
 	}
 	return x
+}
+
+// stalePrivateAge is how old a private hibernation directory whose lock no one holds must be
+// for removeStalePrivate to remove it: a server that has just made its own holds its lock a
+// moment later.
+const stalePrivateAge = time.Minute
+
+// removeStalePrivate removes the private hibernation directories (HibernationConfig.Private)
+// that servers of this user left in parent ("" for the system's temporary directory) when they
+// ended without Close (killed, or crashed): those whose lock no one holds, made over
+// stalePrivateAge ago. Their containers were this node's alone, and are gone with their server.
+func (m *Manager) removeStalePrivate(parent string) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dirs, err := filepath.Glob(filepath.Join(parent, privatePrefix+"*"))
+	if err != nil {
+		return
+	}
+	for _, dir := range dirs {
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < stalePrivateAge {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			continue // no lock file: not (yet) a server's
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if err := os.RemoveAll(dir); err != nil {
+				m.log.Warn("remove a stale hibernation directory", zap.String("dir", dir), zap.Error(err))
+			} else {
+				m.log.Info("removed a stale hibernation directory", zap.String("dir", dir))
+			}
+		}
+		_ = f.Close()
+	}
 }
 
 // lockDir locks dir's lock file for this process, or fails when another holds it.

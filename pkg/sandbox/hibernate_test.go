@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -364,6 +365,45 @@ func TestHibernatePrivateDirectories(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestHibernatePrivateStale: a Manager making its private hibernation directory removes those
+// servers left there when they ended without Close (no one holds their lock, made over a minute
+// ago), and leaves a live server's, one just made, and any other.
+func TestHibernatePrivateStale(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "hib") // a Dir given is checked: mode 0700
+	require.NoError(t, os.Mkdir(parent, 0o700))
+	old := time.Now().Add(-time.Hour)
+	mk := func(name string, lock bool) string {
+		d := filepath.Join(parent, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(d, "container_1"), 0o700), "make %s", d)
+		require.NoError(t, os.WriteFile(filepath.Join(d, "container_1", "manifest.json"), []byte("{}"), 0o600))
+		if lock {
+			require.NoError(t, os.WriteFile(filepath.Join(d, ".lock"), nil, 0o600))
+		}
+		return d
+	}
+	stale := mk("codeinterp-hibernation-1", true)
+	fresh := mk("codeinterp-hibernation-2", true)
+	unlocked := mk("codeinterp-hibernation-3", false)
+	other := mk("other-1", true)
+	cfg := sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute, Hibernation: sandbox.HibernationConfig{Dir: parent, Private: true}}
+	live := newTestManager(t, &sandboxtest.Provider{}, cfg)
+	held, err := filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+	require.NoError(t, err)
+	held = slices.DeleteFunc(held, func(d string) bool { return d == stale || d == fresh || d == unlocked })
+	require.Len(t, held, 1, "the live Manager's own")
+	for _, d := range []string{stale, unlocked, other, held[0]} {
+		require.NoError(t, os.Chtimes(d, old, old), "age %s", d)
+	}
+
+	newTestManager(t, &sandboxtest.Provider{}, cfg)
+	for _, d := range []string{fresh, unlocked, other, held[0]} {
+		assert.DirExists(t, d, "kept")
+	}
+	assert.NoDirExists(t, stale, "left by a server that ended without Close: removed")
+	n, _ := live.Hibernated()
+	assert.Zero(t, n)
 }
 
 // TestHibernatePastLifetimeWhileLive: a live container idle past its expiry and past its
