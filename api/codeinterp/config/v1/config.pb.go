@@ -699,10 +699,11 @@ type Hibernation struct {
 	// survive a restart. One server at a time uses it (a lock file): another server given the
 	// same dir runs with hibernation off (logged), so give each server on a machine its own.
 	// Default: none, and each server makes a directory of its own under the system's temporary
-	// directory ("codeinterp-hibernation-<random>") when it starts and removes it when it stops:
-	// several servers on one machine never share one, and hibernated containers do not survive a
-	// restart (with store redis, a restarted server's hibernated containers are then unknown:
-	// 404). Set dir for them to.
+	// directory ("codeinterp-hibernation-<random>") when it starts and removes it when it stops
+	// (one a killed server left is removed by the next server to start): several servers on one
+	// machine never share one, and hibernated containers do not survive a restart (with store
+	// redis, a restarted server's hibernated containers are then unknown: 404). Set dir for them
+	// to.
 	Dir string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
 	// lifetime is how long after its creation a container may be hibernated and restored, as
 	// Anthropic's containers "expire 30 days after creation". Default 720h (30 days).
