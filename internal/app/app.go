@@ -153,6 +153,7 @@ func New(o Options) (*App, error) {
 		Stored:            s.stores.stored,
 		ResolveSkills:     resolveSkills(skillSt, skillLimits(cfg)),
 		ContainerSkills:   containerSkills(skillSt),
+		AttachSkills:      attachSkills(skillSt, log),
 		SkillStore:        skillSt,
 	}
 	if uploads != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	configv1 "github.com/codeinterp/codeinterp/api/codeinterp/config/v1"
 	"github.com/codeinterp/codeinterp/pkg/admission"
@@ -79,6 +80,24 @@ func containerSkills(store skills.Store) func(ctx context.Context, identity, id 
 			return nil, err
 		}
 		return mountedSkills(as), nil
+	}
+}
+
+// attachSkills returns admission's record of the skills a container_auto container was
+// created with, in store (which containerSkills reads back), or nil where the Skills API is not
+// served. The container works without the record: a failure is logged.
+func attachSkills(store skills.Store, log *zap.Logger) func(ctx context.Context, identity, id string, ms []admission.MountedSkill) {
+	if store == nil {
+		return nil
+	}
+	return func(ctx context.Context, identity, id string, ms []admission.MountedSkill) {
+		as := make([]skills.Announced, 0, len(ms))
+		for _, m := range ms {
+			as = append(as, skills.Announced{Name: m.Name, Description: m.Description, Path: m.Path})
+		}
+		if err := store.Attach(ctx, identity, id, as); err != nil {
+			log.Warn("record a container's skills", zap.String("container_id", id), zap.Error(err))
+		}
 	}
 }
 

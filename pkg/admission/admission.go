@@ -75,6 +75,11 @@ type Config struct {
 	// was created with (none for a container created without), which a request naming the
 	// container tells the model of (see announceContainerSkills). Nil: none are told.
 	ContainerSkills func(ctx context.Context, identity, id string) ([]MountedSkill, error)
+	// AttachSkills, where skills are served, records that identity's container id was created
+	// with the skills ms (the shell tool's container_auto skills), which ContainerSkills then
+	// returns: a later request naming the container tells the model of them. The container
+	// works without the record, so a failure is the function's to log. Nil: none is recorded.
+	AttachSkills func(ctx context.Context, identity, id string, ms []MountedSkill)
 	// SkillStore, where skills are served, is the Skills API's store, in which the skills a
 	// request names by id for its container are found (see SkillsRequester). Nil: a request
 	// naming any is a 400.
@@ -97,6 +102,7 @@ type Admission struct {
 	stored        store.Pending
 	resolveSkills func(ctx context.Context, identity string, raw []byte, param string) (*sandbox.SkillFiles, []MountedSkill, error)
 	skillsOf      func(ctx context.Context, identity, id string) ([]MountedSkill, error)
+	attachSkills  func(ctx context.Context, identity, id string, ms []MountedSkill)
 	skillStore    skills.Store
 }
 
@@ -113,7 +119,7 @@ func New(c Containers, p store.Continuations, cfg Config) *Admission {
 		}
 	}
 	return &Admission{containers: c, continuations: p, files: newFiles, maxInputFile: cfg.MaxInputFileBytes, stored: cfg.Stored,
-		resolveSkills: cfg.ResolveSkills, skillsOf: cfg.ContainerSkills, skillStore: cfg.SkillStore}
+		resolveSkills: cfg.ResolveSkills, skillsOf: cfg.ContainerSkills, attachSkills: cfg.AttachSkills, skillStore: cfg.SkillStore}
 }
 
 // Caller is who sent a request, as the processor knows it. Its methods are called only when
@@ -167,8 +173,14 @@ type Admitted struct {
 	inputFiles []loop.InputFile
 	// network is the tool's container network_policy of type allowlist; nil for none.
 	network *sandbox.NetworkPolicy
-	// skills are the files of the shell tool's container_auto skills; nil for none.
-	skills *sandbox.SkillFiles
+	// skills are the files of the shell tool's container_auto skills; nil for none. mounted
+	// is what the model is told of them, which the containers created with them record (see
+	// attachCreated).
+	skills  *sandbox.SkillFiles
+	mounted []MountedSkill
+	// named reports whether the loop was told an existing container's id or a session (see
+	// Apply), which may name a container created without the skills.
+	named bool
 }
 
 // Bounds of the look-up of a request's file_ids, done before anything goes upstream: it holds
@@ -251,7 +263,7 @@ func (ad *Admitted) mountSkills(ctx context.Context, rq *schema.Request) *Refusa
 		return &Refusal{Err: &schema.RequestError{Status: http.StatusServiceUnavailable, Code: "skills_unavailable",
 			Message: "codeinterp could not read the request's skills; try again."}, Details: "codeinterp_skills_unavailable", Cause: err}
 	}
-	ad.skills = files
+	ad.skills, ad.mounted = files, ms
 	if sa, ok := ad.x.(schema.SkillsAnnouncer); ok && len(ms) > 0 {
 		sa.AnnounceSkills(SkillsText(ms))
 	}
@@ -297,6 +309,7 @@ func (ad *Admitted) Answered(res loop.Response) {
 	if res.Status != http.StatusOK {
 		return
 	}
+	ad.attachCreated()
 	ad.keep(res.Body)
 	if cx, ok := ad.x.(schema.Continuation); ok {
 		cx.Remember(ad.a.continuations, ad.callerIdentity(), res.Body, res.Pending)
@@ -344,6 +357,7 @@ func (ad *Admitted) Sandbox() sandbox.AcquireRequest {
 func (ad *Admitted) Apply(r *loop.Request) {
 	r.Exchange = ad.x
 	r.Sandbox = ad.Sandbox()
+	ad.named = r.Sandbox.ContainerID != "" || r.Sandbox.Session != ""
 	r.MaxInputFileBytes = ad.a.maxInputFile
 	if len(ad.inputFiles) > 0 {
 		r.InputFiles = ad.inputFiles

@@ -26,3 +26,31 @@ func (ad *Admitted) announceContainerSkills(ctx context.Context, rq *schema.Requ
 	}
 	return nil
 }
+
+// ContainersRan is an exchange that tells, once its answer is made, the containers its
+// request's code ran in, in order.
+type ContainersRan interface {
+	ContainersRan() []string
+}
+
+// attachCreated records the shell tool's container_auto skills of the request for the
+// containers the loop created for it (see Config.AttachSkills), so that a later request
+// naming one of them (a shell tool's container_reference, the code_interpreter tool's
+// container id) tells the model of them, as for a container created with skills by POST
+// /v1/containers. A container the request named, or a session's, may have been created
+// without them, and an anonymous caller's containers are deleted after the reply: none of
+// those is recorded.
+func (ad *Admitted) attachCreated() {
+	cr, ok := ad.x.(ContainersRan)
+	if !ok || ad.a.attachSkills == nil || len(ad.mounted) == 0 || ad.named || ad.callerIdentity() == "" {
+		return
+	}
+	seen := map[string]bool{}
+	for _, id := range cr.ContainersRan() {
+		if !seen[id] {
+			seen[id] = true
+			// Answered has no context: the answer is made, and the store bounds its own calls.
+			ad.a.attachSkills(context.Background(), ad.callerIdentity(), id, ad.mounted)
+		}
+	}
+}

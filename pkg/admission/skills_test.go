@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/codeinterp/codeinterp/pkg/admission"
+	"github.com/codeinterp/codeinterp/pkg/loop"
 	"github.com/codeinterp/codeinterp/pkg/sandbox"
 	"github.com/codeinterp/codeinterp/pkg/schema"
 	"github.com/codeinterp/codeinterp/pkg/store/memory"
@@ -122,4 +123,111 @@ func TestPrepareContainerSkillsUnavailable(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, r.Err.Status)
 	assert.Equal(t, "skills_unavailable", r.Err.Code)
 	assert.Error(t, r.Cause, "the cause, for the log")
+}
+
+// attached is what an AttachSkills recorded: each identity's containers' skills.
+type attached map[string][]admission.MountedSkill
+
+func (a attached) attach(_ context.Context, identity, id string, ms []admission.MountedSkill) {
+	a[identity+"/"+id] = ms
+}
+
+// The containers the loop created for a request whose shell tool's container_auto has skills
+// record them once its answer is made (the shell call ran in cntr_new): a later request
+// naming cntr_new tells the model of them. A container the request named, a session's, an
+// anonymous caller's or a failed answer's records nothing.
+func TestAnsweredAttachesSkills(t *testing.T) {
+	ms := []admission.MountedSkill{{Name: "csv", Description: "Reads CSV files.", Path: "/home/oai/skills/csv-1/SKILL.md"}}
+	noSkills := `{"model":"m","input":"x","tools":[{"type":"shell","environment":{"type":"container_auto"}}]}`
+	tests := []struct {
+		name     string
+		give     string
+		identity string
+		session  string
+		status   int
+		want     attached
+	}{
+		{"container_auto with skills", skillsBody, "id-a", "", http.StatusOK, attached{"id-a/cntr_new": ms}},
+		{"no skills", noSkills, "id-a", "", http.StatusOK, attached{}},
+		{"anonymous", skillsBody, "", "", http.StatusOK, attached{}},
+		{"a session's container", skillsBody, "id-a", "s-1", http.StatusOK, attached{}},
+		{"a failed answer", skillsBody, "id-a", "", http.StatusBadGateway, attached{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := attached{}
+			adm := admission.New(containers{}, memory.NewPending(nil), admission.Config{
+				ResolveSkills: func(context.Context, string, []byte, string) (*sandbox.SkillFiles, []admission.MountedSkill, error) {
+					return &sandbox.SkillFiles{Root: "/home/oai/skills", Files: []sandbox.SkillFile{{Path: "csv-1/SKILL.md"}}}, ms, nil
+				},
+				AttachSkills: got.attach,
+			})
+			x := exchange(t, tt.give)
+			ad, r := adm.Prepare(t.Context(), x, &caller{id: tt.identity}, admission.Request{Session: tt.session, AllowAnonymousSessions: true})
+			require.Nil(t, r, "admitted")
+			var lr loop.Request
+			ad.Apply(&lr)
+			final, err := x.Final(shellRounds("cntr_new"), "")
+			require.NoError(t, err, "the answer")
+			ad.Answered(loop.Response{Status: tt.status, Body: final})
+			assert.Equal(t, tt.want, got, "recorded")
+		})
+	}
+}
+
+// A request naming a container by id (the shell tool's container_reference, or the
+// code_interpreter tool's container) with skills of its own does not record them for it: the
+// container keeps those it was created with.
+func TestAnsweredAttachesNoNamedContainer(t *testing.T) {
+	got := attached{}
+	adm := admission.New(containers{"cntr_1": "id-a"}, memory.NewPending(nil), admission.Config{
+		ResolveSkills: func(context.Context, string, []byte, string) (*sandbox.SkillFiles, []admission.MountedSkill, error) {
+			return &sandbox.SkillFiles{}, []admission.MountedSkill{{Name: "csv"}}, nil
+		},
+		AttachSkills: got.attach,
+	})
+	x := exchange(t, `{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":"cntr_1"},`+
+		`{"type":"shell","environment":{"type":"container_auto","skills":[{"type":"skill_reference","skill_id":"skill_1"}]}}]}`)
+	ad, r := adm.Prepare(t.Context(), x, &caller{id: "id-a"}, admission.Request{})
+	require.Nil(t, r, "admitted")
+	var lr loop.Request
+	ad.Apply(&lr)
+	require.Equal(t, "cntr_1", lr.Sandbox.ContainerID, "the code_interpreter tool's container")
+	final, err := x.Final(shellRounds("cntr_1"), "")
+	require.NoError(t, err, "the answer")
+	ad.Answered(loop.Response{Status: http.StatusOK, Body: final})
+	assert.Empty(t, got, "nothing recorded")
+}
+
+// The code_interpreter tool's container id form names a container created with skills as the
+// shell tool's container_reference does: the shell function's description tells of them.
+func TestPrepareAnnouncesCodeInterpreterContainerSkills(t *testing.T) {
+	adm := admission.New(containers{"cntr_1": "id-a"}, memory.NewPending(nil), admission.Config{
+		ContainerSkills: func(_ context.Context, identity, id string) ([]admission.MountedSkill, error) {
+			if identity != "id-a" || id != "cntr_1" {
+				return nil, nil
+			}
+			return []admission.MountedSkill{{Name: "csv", Description: "Reads CSV files.", Path: "/home/oai/skills/csv-1/SKILL.md"}}, nil
+		},
+	})
+	x := exchange(t, `{"model":"m","input":"x","tools":[{"type":"code_interpreter","container":"cntr_1"},`+
+		`{"type":"shell","environment":{"type":"container_auto"}}]}`)
+	_, r := adm.Prepare(t.Context(), x, &caller{id: "id-a"}, admission.Request{})
+	require.Nil(t, r, "admitted")
+	desc := gjson.GetBytes(x.Request().Body, `tools.#(name=="shell").description`).String()
+	assert.Contains(t, desc, "- csv: Reads CSV files. (path: /home/oai/skills/csv-1/SKILL.md)", "announced to the model")
+}
+
+// shellRounds are a model turn calling the shell function, run in container id, and the
+// model's answer.
+func shellRounds(id string) []schema.Round {
+	return []schema.Round{
+		{Body: []byte(`{"id":"resp_1","object":"response","status":"completed","output":[` +
+			`{"type":"function_call","id":"fc_1","call_id":"call_1","name":"shell","arguments":"{\"commands\":[\"ls\"]}"}],` +
+			`"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`),
+			Calls: []schema.CodeCall{{ID: "sh_1", Status: schema.CodeCallCompleted, ContainerID: id, Run: &schema.CodeRun{Stdout: "x\n"}}}},
+		{Body: []byte(`{"id":"resp_2","object":"response","status":"completed","output":[` +
+			`{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"ok","annotations":[]}]}],` +
+			`"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}`)},
+	}
 }

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -69,7 +68,7 @@ const (
 	DefaultCPUQuota                 = 1.0
 
 	// The hibernation of the Messages API's containers (hibernation), as package sandbox has
-	// it (its dir's default is derived: under the system's temporary directory).
+	// it (its dir has none: "" is a directory of the server's own, made when it starts).
 	DefaultHibernationLifetime            = 30 * 24 * time.Hour
 	DefaultHibernationMaxBytesPerIdentity = 1 << 30
 	DefaultHibernationMaxPerIdentity      = 100
@@ -244,7 +243,6 @@ var defaults = []struct {
 	{"tracing.max_content_bytes", DefaultMaxContentBytes},
 
 	{"hibernation.enabled", true},
-	{"hibernation.dir", derived(func(*configv1.Config) any { return filepath.Join(os.TempDir(), "codeinterp-hibernation") })},
 	{"hibernation.lifetime", DefaultHibernationLifetime},
 	{"hibernation.max_bytes_per_identity", DefaultHibernationMaxBytesPerIdentity},
 	{"hibernation.max_per_identity", DefaultHibernationMaxPerIdentity},

@@ -31,13 +31,23 @@ import (
 // unknown, as is the id of a hibernating container that was deleted, lost, or refused
 // hibernation at the bounds.
 
-// HibernationConfig configures hibernation (ManagerConfig.Hibernation). Dir "" disables it.
+// HibernationConfig configures hibernation (ManagerConfig.Hibernation). Dir "" without Private
+// disables it.
 type HibernationConfig struct {
 	// Dir is the directory the hibernated containers' files are kept in, one directory per
 	// container. The Manager creates it (mode 0700) and refuses one that is not a directory of
 	// its own user with mode 0700: hibernation is then off, which is logged. It must be on the
-	// server's side only: no container's mount may reach it.
+	// server's side only: no container's mount may reach it. One Manager at a time uses it (a
+	// lock file): another given it runs without hibernation, which is logged.
 	Dir string
+	// Private makes the Manager keep them in a directory of its own instead, made (mode 0700,
+	// "codeinterp-hibernation-<random>") inside Dir (checked as above), or inside the system's
+	// temporary directory when Dir is "", when the Manager starts, and removed by Close: several
+	// servers on one machine each have theirs, and the containers hibernated there do not
+	// outlive the Manager (with a Registry that does, a restarted server finds them gone: their
+	// ids are unknown). A directory a process left when it ended without Close is removed by
+	// the next Manager to make its own there, once no one holds its lock.
+	Private bool
 	// Lifetime is how long after its creation a hibernating container may be restored.
 	// Default 30 days, as Anthropic's containers live.
 	Lifetime time.Duration
@@ -100,6 +110,8 @@ const (
 	skillBlobDir = "s"
 	tmpPrefix    = ".tmp-"
 	lockName     = ".lock"
+	// privatePrefix begins the name of a directory of a Manager's own (HibernationConfig.Private).
+	privatePrefix = "codeinterp-hibernation-"
 )
 
 // hibManifest is what a hibernated container's directory holds besides its files' bytes.
@@ -237,20 +249,45 @@ func checkDir(dir string) error {
 // hibernation that did not finish, or by a container the Registry forgot).
 func (m *Manager) loadHibernated() *hibIndex {
 	cfg := m.cfg.Hibernation
-	if cfg.Dir == "" {
+	if cfg.Dir == "" && !cfg.Private {
 		return nil
 	}
 	cfg.setDefaults()
+	if cfg.Private {
+		if cfg.Dir != "" {
+			if err := checkDir(cfg.Dir); err != nil {
+				m.log.Error("hibernation off: its directory is not usable", zap.Error(err))
+				return nil
+			}
+		}
+		m.removeStalePrivate(cfg.Dir)
+		dir, err := os.MkdirTemp(cfg.Dir, privatePrefix) // mode 0700
+		if err != nil {
+			m.log.Error("hibernation off: no directory of its own", zap.Error(err))
+			return nil
+		}
+		cfg.Dir = dir
+	}
+	drop := func() {
+		if cfg.Private {
+			_ = os.RemoveAll(cfg.Dir)
+		}
+	}
 	if err := checkDir(cfg.Dir); err != nil {
+		drop()
 		m.log.Error("hibernation off: its directory is not usable", zap.Error(err))
 		return nil
 	}
 	lock, err := lockDir(cfg.Dir)
 	if err != nil {
+		drop()
 		m.log.Error("hibernation off: its directory is not this server's alone", zap.Error(err))
 		return nil
 	}
 	x := &hibIndex{cfg: cfg, lock: lock, byID: map[string]*hibernated{}, perIdentity: map[string]hibUsage{}}
+	if cfg.Private {
+		return x // made just now: empty
+	}
 	des, err := os.ReadDir(cfg.Dir)
 	if err != nil {
 		_ = lock.Close()
@@ -276,6 +313,46 @@ func (m *Manager) loadHibernated() *hibIndex {
 	return x
 }
 
+// stalePrivateAge is how old a private hibernation directory whose lock no one holds must be
+// for removeStalePrivate to remove it: a server that has just made its own holds its lock a
+// moment later.
+const stalePrivateAge = time.Minute
+
+// removeStalePrivate removes the private hibernation directories (HibernationConfig.Private)
+// that servers of this user left in parent ("" for the system's temporary directory) when they
+// ended without Close (killed, or crashed): those whose lock no one holds, made over
+// stalePrivateAge ago. Their containers were this node's alone, and are gone with their server.
+func (m *Manager) removeStalePrivate(parent string) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	dirs, err := filepath.Glob(filepath.Join(parent, privatePrefix+"*"))
+	if err != nil {
+		return
+	}
+	for _, dir := range dirs {
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < stalePrivateAge {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			continue // no lock file: not (yet) a server's
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			if err := os.RemoveAll(dir); err != nil {
+				m.log.Warn("remove a stale hibernation directory", zap.String("dir", dir), zap.Error(err))
+			} else {
+				m.log.Info("removed a stale hibernation directory", zap.String("dir", dir))
+			}
+		}
+		_ = f.Close()
+	}
+}
+
 // lockDir locks dir's lock file for this process, or fails when another holds it.
 func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
@@ -289,13 +366,20 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// unlockHibernation lets go of the hibernation directory (Close, once all is done).
+// unlockHibernation lets go of the hibernation directory (Close, once all is done), and
+// removes it when it is the Manager's own (HibernationConfig.Private).
 func (m *Manager) unlockHibernation() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.hib != nil && m.hib.lock != nil {
-		_ = m.hib.lock.Close()
-		m.hib.lock = nil
+	if m.hib == nil || m.hib.lock == nil {
+		return
+	}
+	_ = m.hib.lock.Close()
+	m.hib.lock = nil
+	if m.hib.cfg.Private {
+		if err := os.RemoveAll(m.hib.cfg.Dir); err != nil {
+			m.log.Warn("remove the hibernation directory", zap.Error(err))
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -301,6 +302,108 @@ func TestHibernateDirectoryOfOneServer(t *testing.T) {
 		n, _ = third.Hibernated()
 		assert.Equal(t, 1, n, "once the first is closed, the directory is free")
 	})
+}
+
+// TestHibernatePrivateDirectories: Managers told to keep a directory of their own
+// (HibernationConfig.Private, what a server configured with no hibernation.dir gets), inside
+// one parent or the system's temporary directory, each hibernate in their own, and each
+// removes its own when closed, while the other's stays.
+func TestHibernatePrivateDirectories(t *testing.T) {
+	tests := []struct {
+		name string
+		// give is the parent named as Dir; "" for the system's temporary directory.
+		give string
+	}{
+		{"inside a directory given", "given"},
+		{"inside the system's temporary directory", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp) // the system's temporary directory, for os.TempDir
+			parent := tmp
+			if tt.give != "" {
+				parent = filepath.Join(tmp, tt.give)
+			}
+			dir := parent
+			if tt.give == "" {
+				dir = ""
+			}
+			synctest.Test(t, func(t *testing.T) {
+				cfg := sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute, Hibernation: sandbox.HibernationConfig{Dir: dir, Private: true}}
+				p := &sandboxtest.Provider{}
+				ms := []*sandbox.Manager{sandbox.NewManager(p, cfg, zaptest.NewLogger(t)), sandbox.NewManager(p, cfg, zaptest.NewLogger(t))}
+				for _, m := range ms {
+					l := acquire(t, m, hibernating)
+					run(t, l, "write /mnt/data/a hello")
+					l.Release()
+				}
+				time.Sleep(6 * time.Minute)
+				synctest.Wait()
+				for i, m := range ms {
+					n, _ := m.Hibernated()
+					assert.Equal(t, 1, n, "manager %d hibernates in a directory of its own", i)
+				}
+				own, err := filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+				require.NoError(t, err)
+				require.Len(t, own, 2, "a directory each, in %s", parent)
+				for _, d := range own {
+					fi, err := os.Stat(d)
+					require.NoError(t, err, "stat %s", d)
+					assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "%s's mode", d)
+					assert.Len(t, hibernatedDirs(t, d), 1, "%s holds one container", d)
+				}
+
+				require.NoError(t, ms[0].Close(context.Background()), "close the first")
+				left, err := filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+				require.NoError(t, err)
+				assert.Len(t, left, 1, "the first's directory is removed, the second's kept")
+				require.NoError(t, ms[1].Close(context.Background()), "close the second")
+				left, err = filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+				require.NoError(t, err)
+				assert.Empty(t, left, "both removed")
+			})
+		})
+	}
+}
+
+// TestHibernatePrivateStale: a Manager making its private hibernation directory removes those
+// servers left there when they ended without Close (no one holds their lock, made over a minute
+// ago), and leaves a live server's, one just made, and any other.
+func TestHibernatePrivateStale(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "hib") // a Dir given is checked: mode 0700
+	require.NoError(t, os.Mkdir(parent, 0o700))
+	old := time.Now().Add(-time.Hour)
+	mk := func(name string, lock bool) string {
+		d := filepath.Join(parent, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(d, "container_1"), 0o700), "make %s", d)
+		require.NoError(t, os.WriteFile(filepath.Join(d, "container_1", "manifest.json"), []byte("{}"), 0o600))
+		if lock {
+			require.NoError(t, os.WriteFile(filepath.Join(d, ".lock"), nil, 0o600))
+		}
+		return d
+	}
+	stale := mk("codeinterp-hibernation-1", true)
+	fresh := mk("codeinterp-hibernation-2", true)
+	unlocked := mk("codeinterp-hibernation-3", false)
+	other := mk("other-1", true)
+	cfg := sandbox.ManagerConfig{SessionIdleTTL: 5 * time.Minute, Hibernation: sandbox.HibernationConfig{Dir: parent, Private: true}}
+	live := newTestManager(t, &sandboxtest.Provider{}, cfg)
+	held, err := filepath.Glob(filepath.Join(parent, "codeinterp-hibernation-*"))
+	require.NoError(t, err)
+	held = slices.DeleteFunc(held, func(d string) bool { return d == stale || d == fresh || d == unlocked })
+	require.Len(t, held, 1, "the live Manager's own")
+	for _, d := range []string{stale, unlocked, other, held[0]} {
+		require.NoError(t, os.Chtimes(d, old, old), "age %s", d)
+	}
+
+	newTestManager(t, &sandboxtest.Provider{}, cfg)
+	for _, d := range []string{fresh, unlocked, other, held[0]} {
+		assert.DirExists(t, d, "kept")
+	}
+	assert.NoDirExists(t, stale, "left by a server that ended without Close: removed")
+	n, _ := live.Hibernated()
+	assert.Zero(t, n)
 }
 
 // TestHibernatePastLifetimeWhileLive: a live container idle past its expiry and past its

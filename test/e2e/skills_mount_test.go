@@ -19,8 +19,9 @@ import (
 
 // Issue 30 end to end: skills on POST /v1/containers, mounted read-only at /home/oai/skills in
 // the container, read by a shell command through a container_reference environment; a skill
-// uploaded with the Skills API and an inline one; an unknown skill id is OpenAI's 400. Plain
-// and streamed, through our harness and the real Envoy.
+// uploaded with the Skills API and an inline one; the shell tool's container_auto skills, told
+// of again to a later request naming that container; an unknown skill id is OpenAI's 400.
+// Plain and streamed, through our harness and the real Envoy.
 func TestSkillsMounted(t *testing.T) {
 	env := NewEnv(t, EnvOptions{})
 	env.Fronts(t, func(t *testing.T, s *Stack) {
@@ -115,6 +116,30 @@ func testSkillsMounted(t *testing.T, x *scene) {
 	desc = gjson.GetBytes(reqs[0].Body, `tools.#(name=="shell").description`).String()
 	assert.Regexp(t, `- secret-word: Knows the secret word\. \(path: /home/oai/skills/secret-word-[0-9a-f]{32}/SKILL\.md\)`, desc,
 		"container_auto: the model is told the skill's name, description and path")
+
+	// A later request naming the container_auto's container (container_reference) is told of
+	// its skills as the first was, and its command reads the skill's SKILL.md there.
+	auto := call.Environment.ContainerID
+	mark = len(x.m.Requests())
+	x.m.script(responsesPath,
+		responsesReply(usage(10, 5), runShell("call_3", map[string]any{"commands": []string{"cat /home/oai/skills/secret-word-*/SKILL.md"}})),
+		responsesReply(usage(20, 7), fakemodel.Message("read again")))
+	resp = x.responses(t, key, responses.ResponseNewParams{
+		Model: testModel,
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("use the skill again")},
+		Tools: []responses.ToolUnionParam{{OfShell: &responses.FunctionShellToolParam{
+			Environment: responses.FunctionShellToolEnvironmentUnionParam{OfContainerReference: &responses.ContainerReferenceParam{ContainerID: auto}},
+		}}},
+	})
+	call, out = shellItems(t, resp, 0)
+	assert.Equal(t, auto, call.Environment.ContainerID, "container_reference to the container_auto's container")
+	require.Len(t, out.Output, 1, "container_reference to the container_auto's container: outputs")
+	assert.Contains(t, out.Output[0].Stdout, "The secret word is pelican.", "container_reference to the container_auto's container: SKILL.md")
+	reqs = x.m.since(mark)
+	require.NotEmpty(t, reqs, "container_reference to the container_auto's container: requests the model got")
+	desc = gjson.GetBytes(reqs[0].Body, `tools.#(name=="shell").description`).String()
+	assert.Regexp(t, `- secret-word: Knows the secret word\. \(path: /home/oai/skills/secret-word-[0-9a-f]{32}/SKILL\.md\)`, desc,
+		"container_reference to the container_auto's container: the model is told of its skills")
 
 	_, err = c.Containers.New(ctx, openai.ContainerNewParams{Name: x.name("unknown"), Skills: []openai.ContainerNewParamsSkillUnion{
 		{OfSkillReference: &responses.SkillReferenceParam{SkillID: "skill_unknown"}},

@@ -261,6 +261,10 @@ func (x *exchange) Remember(p store.Continuations, identity string, final []byte
 	}
 }
 
+// ContainersRan implements admission.ContainersRan: the containers the answer's calls ran in,
+// as Final last saw them.
+func (x *exchange) ContainersRan() []string { return x.ran }
+
 // Final implements [schema.Exchange].
 func (x *exchange) Final(rounds []schema.Round, incomplete string) ([]byte, error) {
 	r := x.Request()

@@ -696,8 +696,14 @@ type Hibernation struct {
 	// container. Created with mode 0700 if missing; one of another user, or that others may
 	// read, turns hibernation off (logged). It must not be reachable from any container (not
 	// under sandbox.local.work_dir) and should be on a persistent volume where containers are to
-	// survive a restart. Default: "codeinterp-hibernation" under the system's temporary
-	// directory.
+	// survive a restart. One server at a time uses it (a lock file): another server given the
+	// same dir runs with hibernation off (logged), so give each server on a machine its own.
+	// Default: none, and each server makes a directory of its own under the system's temporary
+	// directory ("codeinterp-hibernation-<random>") when it starts and removes it when it stops
+	// (one a killed server left is removed by the next server to start): several servers on one
+	// machine never share one, and hibernated containers do not survive a restart (with store
+	// redis, a restarted server's hibernated containers are then unknown: 404). Set dir for them
+	// to.
 	Dir string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
 	// lifetime is how long after its creation a container may be hibernated and restored, as
 	// Anthropic's containers "expire 30 days after creation". Default 720h (30 days).
