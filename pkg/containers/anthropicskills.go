@@ -95,8 +95,9 @@ func toAskVersion(v skills.Version) askVersionJSON {
 		CreatedAt: askTime(v.CreatedAt)}
 }
 
-// askSkill is s in Anthropic's shape: with the display_name it was created with, else named
-// after its latest version's SKILL.md; updated when that version was made.
+// askSkill is s in Anthropic's shape: with the display_name it was created with, else (a skill
+// created in OpenAI's shape, which takes none) named after its latest version's SKILL.md;
+// updated when that version was made.
 func (h *Handler) askSkill(ctx context.Context, identity string, s skills.Skill) (askSkillJSON, error) {
 	v, err := h.skills.store.Version(ctx, identity, s.ID, "latest")
 	if err != nil {
@@ -162,17 +163,23 @@ func (h *Handler) askBeginUpload(c call) bool {
 }
 
 // askReadBundle reads a create body (files[], display_name): display_name, checked
-// (skills.CheckDisplayName), is the bundle's DisplayName when create, and ignored for a new
-// version (a skill keeps the label it was created with).
+// (skills.CheckDisplayName), is the bundle's DisplayName when create, SKILL.md's name when
+// omitted (fixed then, as natively), and ignored for a new version (a skill keeps the label it
+// was created with).
 func (h *Handler) askReadBundle(c call, create bool) (*skills.Bundle, error) {
 	b, _, display, err := h.readBundle(c)
 	if err != nil {
 		return nil, err
 	}
-	if display != nil && create {
-		if b.DisplayName, err = skills.CheckDisplayName(*display); err != nil {
-			return nil, err
-		}
+	if !create {
+		return b, nil
+	}
+	name := b.Name
+	if display != nil {
+		name = *display
+	}
+	if b.DisplayName, err = skills.CheckDisplayName(name); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

@@ -247,7 +247,9 @@ func TestAnthropicSkillsErrors(t *testing.T) {
 }
 
 // TestAnthropicSkillsDisplayName: a skill created with a display_name of its own keeps it
-// (create, retrieve, list; a later version changes it not); one of 255 characters is taken.
+// (create, retrieve, list; a later version changes it not); one created without is named after
+// its SKILL.md then, and keeps that name past a version of another; one of 255 characters is
+// taken.
 func TestAnthropicSkillsDisplayName(t *testing.T) {
 	f := askFixture(t)
 	ctx := t.Context()
@@ -264,6 +266,15 @@ func TestAnthropicSkillsDisplayName(t *testing.T) {
 	require.NoError(t, err, "list")
 	require.Len(t, l.Data, 1)
 	assert.Equal(t, "Word Finder", l.Data[0].DisplayName, "listed")
+
+	plain, err := c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("word", "W.")})
+	require.NoError(t, err, "create without a display_name")
+	assert.Equal(t, "word", plain.DisplayName, "SKILL.md's name at creation")
+	_, err = c.Skills.Versions.New(ctx, plain.ID, anthropic.SkillVersionNewParams{Files: askFiles("renamed", "R.")})
+	require.NoError(t, err, "a new version of another name")
+	got, err = c.Skills.Get(ctx, plain.ID, anthropic.SkillGetParams{})
+	require.NoError(t, err, "retrieve")
+	assert.Equal(t, "word", got.DisplayName, "fixed at creation: a later version's name changes it not")
 
 	long := strings.Repeat("é", skills.MaxDisplayName)
 	s, err = c.Skills.New(ctx, anthropic.SkillNewParams{Files: askFiles("other", "O."), DisplayName: anthropic.String(long)})

@@ -291,9 +291,9 @@ func sameIdentity(a, b string) bool {
 // route returns the service of the node owning container id of identity, and the
 // container's registration. It fails with ErrUnknownContainer for an id not issued to
 // identity; with ErrExpiredContainer for one expired or lost (its owner has left the
-// directory: it is marked expired here), also returning the registration (Expired set); and
-// with ErrUnavailable when the Registry or the directory fails or the owner cannot be
-// reached.
+// directory: it is marked expired here), also returning the registration (Expired set),
+// except a hibernating or anonymous caller's container, then unknown; and with
+// ErrUnavailable when the Registry or the directory fails or the owner cannot be reached.
 func (f *Fleet) route(ctx context.Context, identity, id string) (sandbox.Service, store.Registration, error) {
 	if id == "" {
 		return nil, store.Registration{}, sandbox.ErrUnknownContainer
@@ -305,15 +305,18 @@ func (f *Fleet) route(ctx context.Context, identity, id string) (sandbox.Service
 	if !ok || !sameIdentity(r.Identity, identity) {
 		return nil, store.Registration{}, sandbox.ErrUnknownContainer
 	}
-	if r.Expired && r.Lifetime > 0 {
-		// A hibernating container (Anthropic's) gone is unknown, as natively.
+	// A hibernating container (Anthropic's) gone is unknown, as natively; so is an anonymous
+	// caller's (ephemeral, kept only while a run of it is paused), as its owner's Manager
+	// answers once it is gone.
+	gone := r.Lifetime > 0 || r.Identity == ""
+	if r.Expired && gone {
 		return nil, store.Registration{}, sandbox.ErrUnknownContainer
 	}
 	if r.Expired {
 		return nil, r, sandbox.ErrExpiredContainer
 	}
 	svc, err := f.ownerOf(ctx, r)
-	if errors.Is(err, sandbox.ErrExpiredContainer) && r.Lifetime > 0 {
+	if errors.Is(err, sandbox.ErrExpiredContainer) && gone {
 		return nil, store.Registration{}, sandbox.ErrUnknownContainer
 	}
 	if errors.Is(err, sandbox.ErrExpiredContainer) {
@@ -462,7 +465,7 @@ func (f *Fleet) Create(ctx context.Context, r sandbox.CreateRequest) (sandbox.Co
 
 // Container returns container id of identity from its owner, as [sandbox.Manager.Container]
 // does; an expired or lost one is shown from the Registry with StatusExpired. The anonymous
-// identity's (only while a run of it is paused) is its owner's to show.
+// identity's (only while a run of it is paused) is its owner's to show, and unknown once lost.
 func (f *Fleet) Container(ctx context.Context, identity, id string) (sandbox.ContainerInfo, error) {
 	svc, r, err := f.route(ctx, identity, id)
 	if errors.Is(err, sandbox.ErrExpiredContainer) {

@@ -442,3 +442,27 @@ func TestFleetAnonymousPause(t *testing.T) {
 	_, err = gw.Container(ctx, "", id)
 	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "gone once the run ended and the lease was released")
 }
+
+// TestFleetAnonymousPauseLost: an anonymous caller's paused container whose node has left is
+// unknown through a gateway, as its own node's Manager would answer once it is gone (never
+// shown expired: the anonymous identity has no lasting containers).
+func TestFleetAnonymousPauseLost(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 8, 8)
+	for _, p := range c.prov {
+		p.Run = func(context.Context, *sandboxtest.Container, string) (sandbox.Result, error) {
+			return sandbox.Result{Calls: []sandbox.ToolCall{{Name: "roll", Input: "{}"}}}, nil
+		}
+	}
+	fa, gw := c.fleets["a"], c.fleets[""]
+	l := acquire(t, fa, sandbox.AcquireRequest{})
+	require.Len(t, run(t, l, "await roll({})").Calls, 1, "paused")
+	id := l.ContainerID()
+	l.Release()
+	require.NoError(t, c.nodes.Leave(ctx, "a"), "a leaves")
+
+	_, err := gw.Container(ctx, "", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "a lost anonymous container through the gateway")
+	_, err = gw.Acquire(ctx, sandbox.AcquireRequest{ContainerID: id})
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "acquire a lost anonymous container")
+}

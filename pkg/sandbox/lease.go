@@ -183,14 +183,11 @@ func (l *localLease) Run(ctx context.Context, code string, timeout time.Duration
 		}
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		res, err := c.Run(runCtx, code)
-		cancel()
 		if note := l.m.takeRestoredNote(e); note != "" {
 			res.AddFilesNote(note) // the first run of a restored container (hibernate.go)
 		}
-		if len(res.Files) > 0 {
-			l.m.registerRunFiles(context.WithoutCancel(ctx), e, c, &res)
-		}
-		l.m.notePause(e, c, res)
+		res, err = l.m.settleRun(runCtx, e, c, res, err)
+		cancel()
 		l.m.afterRun(e, c, err)
 		e.sem <- struct{}{}
 		return res, err
@@ -356,7 +353,8 @@ func (l *localLease) Release() {
 
 // unpinLocked ends one lease (or Manager call) on e: an ephemeral container no lease holds
 // any more is deleted, unless a run of it is paused for the client's tool calls (kept for the
-// request resuming it, at most until the pause is abandoned: see abandon); a lasting one is
+// request resuming it, at most until the pause is abandoned and its run ends: see abandon and
+// notePause); a lasting one is
 // idle from now.
 func (m *Manager) unpinLocked(e *entry) {
 	e.leases--

@@ -285,6 +285,9 @@ type Manager struct {
 	minted  map[sandboxKey]*entry // the live entries of server-minted keys (ephemeral, kept), which no other replica needs
 	lasting map[string]int        // live lasting entries (session, kept) per identity
 	owned   map[string]int        // live entries (all kinds) per identity
+	// anonPaused is how many live anonymous callers' (ephemeral) entries have a run paused
+	// (see anonymousPauseCap).
+	anonPaused int
 	// fileBytes and allFileBytes are what the live entries' files tables cost (see fileCost),
 	// per identity and in all: the budgets of ManagerConfig.MaxFileTableBytesPerIdentity and
 	// MaxAllFileTableBytes.

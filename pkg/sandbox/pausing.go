@@ -19,17 +19,74 @@ type pause struct {
 }
 
 // notePause records, after a run or resume of e's container c that gave res, whether a run of
-// it is paused now. The caller holds e.sem.
-func (m *Manager) notePause(e *entry, c Container, res Result) {
+// it is paused now. An anonymous caller's run may not pause beyond anonymousPauseCap: it
+// reports refused, records nothing, and the caller resumes the run with its calls refused
+// (settleRun). An anonymous caller's container whose run is not paused any more and that no
+// lease holds (its pause abandoned, the request that meant to resume it gone) is deleted. The
+// caller holds e.sem.
+func (m *Manager) notePause(e *entry, c Container, res Result) (refused bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.endPauseLocked(e)
-	if len(res.Calls) == 0 || e.dead || m.closed {
-		return
+	if e.dead || m.closed {
+		return false
+	}
+	anonymous := e.key.kind == kindEphemeral
+	if len(res.Calls) == 0 {
+		if anonymous && e.leases == 0 {
+			m.log.Info("paused run ended: its anonymous container deleted", zap.String("container_id", e.id))
+			m.removeLocked(e)
+		}
+		return false
+	}
+	if anonymous && m.anonPaused >= m.anonymousPauseCap() {
+		m.log.Debug("anonymous pauses at their cap: the run's calls refused", zap.String("container_id", e.id))
+		return true
 	}
 	p := &pause{c: c, calls: len(res.Calls)}
 	p.timer = time.AfterFunc(m.cfg.PauseTimeout, func() { m.abandon(e, p) })
 	e.pause = p
+	if anonymous {
+		m.anonPaused++
+	}
+	return false
+}
+
+// anonymousPauseCap is how many anonymous callers' containers may be paused at once: half of
+// the anonymous identity's share (ManagerConfig.MaxContainersPerIdentity), as a paused one
+// outlives its request (up to PauseTimeout) and is never evicted, so that the rest of the
+// share is left to the other anonymous callers.
+func (m *Manager) anonymousPauseCap() int {
+	return m.cfg.MaxContainersPerIdentity / 2
+}
+
+// TextToolCallRefusedAnonymous is the error a call of the client's tools from an anonymous
+// caller's code gets when as many anonymous callers' runs as may be are paused already
+// (anonymousPauseCap): the code sees it raised as ToolCallError, and the run goes on.
+const TextToolCallRefusedAnonymous = "the client's tools cannot be called from code now: too many anonymous callers' runs are paused for theirs"
+
+// settleRun ends a run or resume of e's container c that gave res and err, bounded by ctx: it
+// registers the run's files and records its pause (notePause); a pause notePause refuses is
+// resumed at once, each call failing with TextToolCallRefusedAnonymous, until the run ends or
+// pauses as it may. The caller holds e.sem.
+func (m *Manager) settleRun(ctx context.Context, e *entry, c Container, res Result, err error) (Result, error) {
+	for {
+		if len(res.Files) > 0 {
+			m.registerRunFiles(context.WithoutCancel(ctx), e, c, &res)
+		}
+		if !m.notePause(e, c, res) || err != nil {
+			return res, err
+		}
+		r, ok := c.(Resumer)
+		if !ok {
+			return res, err
+		}
+		refused := make([]ToolResult, len(res.Calls))
+		for i := range refused {
+			refused[i] = ToolResult{Content: TextToolCallRefusedAnonymous, IsError: true}
+		}
+		res, err = r.Resume(ctx, refused)
+	}
 }
 
 // paused reports whether a run of e is paused for tool calls: no other may start.
@@ -44,6 +101,9 @@ func (m *Manager) endPauseLocked(e *entry) {
 	if e.pause != nil {
 		e.pause.timer.Stop()
 		e.pause = nil
+		if e.key.kind == kindEphemeral {
+			m.anonPaused--
+		}
 	}
 }
 
@@ -84,13 +144,10 @@ func (m *Manager) abandon(e *entry, p *pause) {
 		results[i].Timeout = true
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RunTimeout)
+	defer cancel()
 	res, err := r.Resume(ctx, results)
-	cancel()
 	m.log.Info("paused run abandoned: its tool calls timed out", zap.String("container_id", e.id), zap.Error(err))
-	if len(res.Files) > 0 {
-		m.registerRunFiles(context.Background(), e, p.c, &res)
-	}
-	m.notePause(e, p.c, res)
+	_, err = m.settleRun(ctx, e, p.c, res, err)
 	m.afterRun(e, p.c, err)
 }
 
@@ -142,12 +199,9 @@ func (l *localLease) Resume(ctx context.Context, results []ToolResult, timeout t
 		return Result{}, ErrNotPaused
 	}
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	res, err := r.Resume(runCtx, results)
-	cancel()
-	if len(res.Files) > 0 {
-		m.registerRunFiles(context.WithoutCancel(ctx), e, p.c, &res)
-	}
-	m.notePause(e, p.c, res)
+	res, err = m.settleRun(runCtx, e, p.c, res, err)
 	m.afterRun(e, p.c, err)
 	return res, err
 }

@@ -304,3 +304,63 @@ func TestManagerAnonymousPause(t *testing.T) {
 	_, err = m.Container(ctx, "", id)
 	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "gone with its lease")
 }
+
+// TestManagerAnonymousAbandonedWhileLeased: an anonymous caller's paused container whose pause
+// is abandoned while a later request holds its lease (acquired to resume, not yet resuming),
+// that request then leaving while the abandoned run still runs on, goes once that run ends: no
+// lease, no pause, nothing else would ever delete it.
+func TestManagerAnonymousAbandonedWhileLeased(t *testing.T) {
+	t.Parallel()
+	m := sandbox.NewManager(sharedLocal(t), sandbox.ManagerConfig{PauseTimeout: 500 * time.Millisecond}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close the manager") })
+	ctx := context.Background()
+	lease, err := m.Acquire(ctx, sandbox.AcquireRequest{})
+	require.NoError(t, err, "acquire anonymously")
+	res, err := lease.Run(ctx, "import asyncio, time\ntry:\n    asyncio.run(__codeinterp_tool_call__('t', {}))\nexcept BaseException:\n    time.sleep(1.5)\n", 30*time.Second)
+	require.NoError(t, err, "run")
+	require.NotEmpty(t, res.Calls, "paused")
+	id := lease.ContainerID()
+	lease.Release()
+	later, err := m.Acquire(ctx, sandbox.AcquireRequest{ContainerID: id})
+	require.NoError(t, err, "acquire by id to resume")
+	time.Sleep(time.Second) // the pause is abandoned (at 0.5 s) while later holds its lease
+	later.Release()         // the resuming request failed, or its client left
+	assert.Eventually(t, func() bool {
+		live, _ := m.Load()
+		return live == 0
+	}, 10*time.Second, 50*time.Millisecond, "the container goes once the abandoned run ends")
+	_, err = m.Container(ctx, "", id)
+	assert.ErrorIs(t, err, sandbox.ErrUnknownContainer, "not shown once gone")
+}
+
+// TestManagerAnonymousPausesBounded: anonymous callers' paused containers, their requests gone,
+// hold at most half of the anonymous identity's share (MaxContainersPerIdentity): beyond it a
+// run's calls of the client's tools are refused in the code, as without programmatic tool
+// calling, so another anonymous caller still gets a container.
+func TestManagerAnonymousPausesBounded(t *testing.T) {
+	t.Parallel()
+	m := sandbox.NewManager(sharedLocal(t), sandbox.ManagerConfig{PauseTimeout: time.Minute, MaxContainers: 8, MaxContainersPerIdentity: 2, MaxSessionsPerIdentity: 1}, zaptest.NewLogger(t))
+	t.Cleanup(func() { assert.NoError(t, m.Close(context.Background()), "close the manager") })
+	ctx := context.Background()
+	cell := "import asyncio\ntry:\n    asyncio.run(__codeinterp_tool_call__('t', {}))\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+	lease, err := m.Acquire(ctx, sandbox.AcquireRequest{})
+	require.NoError(t, err, "acquire anonymously")
+	res, err := lease.Run(ctx, cell, 30*time.Second)
+	require.NoError(t, err, "run")
+	require.NotEmpty(t, res.Calls, "the first pauses")
+	lease.Release() // its request ends; it never resumes
+
+	lease, err = m.Acquire(ctx, sandbox.AcquireRequest{})
+	require.NoError(t, err, "acquire anonymously")
+	res, err = lease.Run(ctx, cell, 30*time.Second)
+	require.NoError(t, err, "run")
+	assert.Empty(t, res.Calls, "the second may not pause")
+	assert.Equal(t, "ToolCallError "+sandbox.TextToolCallRefusedAnonymous+"\n", res.Stdout, "its call refused in the code")
+	lease.Release()
+
+	lease, err = m.Acquire(ctx, sandbox.AcquireRequest{})
+	require.NoError(t, err, "another anonymous caller gets a container")
+	lease.Release()
+	live, _ := m.Load()
+	assert.Equal(t, 1, live, "the paused one is kept")
+}

@@ -134,11 +134,13 @@ type rversion struct {
 
 // epoch is v's skills.Version.Epoch; a version kept before versions had one shows its
 // creation's microseconds.
-func (v rversion) epoch() string {
+func (v rversion) epoch() string { return strconv.FormatInt(v.epochMicros(), 10) }
+
+func (v rversion) epochMicros() int64 {
 	if v.Epoch == 0 {
-		return strconv.FormatInt(v.CreatedAt/1000, 10)
+		return v.CreatedAt / 1000
 	}
-	return strconv.FormatInt(v.Epoch, 10)
+	return v.Epoch
 }
 
 func (r *rskill) latest() int {
@@ -281,6 +283,11 @@ func (s *Skills) addVersion(ctx context.Context, tx *goredis.Tx, identity string
 	n := r.Next
 	r.Next++
 	now := s.o.Now()
+	for _, v := range r.Versions {
+		// A skill kept before epochs has no LastEpoch, and its versions' creation times
+		// may be ahead of this replica's clock.
+		r.LastEpoch = max(r.LastEpoch, v.epochMicros())
+	}
 	r.LastEpoch = skills.NextEpoch(now, r.LastEpoch)
 	v := rversion{ID: newSkillID("skillver_"), Name: b.Name, Description: b.Description, CreatedAt: now.UnixNano(), Size: size, Epoch: r.LastEpoch}
 	r.Versions[n] = v

@@ -112,7 +112,7 @@ func TestSkillsBundleCache(t *testing.T) {
 
 // TestSkillsKeptBeforeEpochs: a skill kept before versions had an Epoch shows each version's
 // creation microseconds as its Epoch, by which it is read, and a version added now has a later
-// one.
+// one, even when the kept one was made by a replica whose clock was ahead.
 func TestSkillsKeptBeforeEpochs(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := t.Context()
@@ -129,7 +129,9 @@ func TestSkillsKeptBeforeEpochs(t *testing.T) {
 	delete(rec, "last_epoch")
 	v1 := rec["versions"].(map[string]any)["1"].(map[string]any)
 	delete(v1, "epoch")
-	created := int64(v1["created_at"].(float64))
+	// Made by a replica whose clock was an hour ahead.
+	created := time.Now().Add(time.Hour).UnixNano()
+	v1["created_at"] = created
 	old, err := json.Marshal(rec)
 	require.NoError(t, err, "encode the record")
 	require.NoError(t, srv.Client().HSet(ctx, keys[0], s.ID, old).Err(), "write the record as kept before epochs")
@@ -144,5 +146,5 @@ func TestSkillsKeptBeforeEpochs(t *testing.T) {
 	v2, err := st.AddVersion(ctx, "alice", s.ID, skillstest.Bundle("csv", 100), true)
 	require.NoError(t, err, "add a version")
 	e2, _ := strconv.ParseInt(v2.Epoch, 10, 64)
-	assert.Greater(t, e2, created/1000, "a later epoch")
+	assert.Greater(t, e2, created/1000, "a later epoch than the kept version's")
 }
