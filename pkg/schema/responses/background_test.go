@@ -1,7 +1,9 @@
 package responses
 
 import (
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -218,4 +220,53 @@ func TestBackgroundLeaseEndedOnce(t *testing.T) {
 	wg.Wait()
 	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
 	assert.Equal(t, 1, strings.Count(events, "event: response.failed\n"), "one terminal event after 8 readers: %s", events)
+}
+
+// A runner whose lease entry the store's bounds dropped (its own identity's other entries, or
+// another identity's in all) is not fenced: no takeover drops a lease before it records the
+// failure, so the run puts its lease back, goes on and records its end; a reader then finds
+// a lease to go by.
+func TestBackgroundLeaseDroppedByTheStoreBound(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits memory.PendingLimits
+		who    string
+		n      int
+	}{
+		{"the identity's own entries", memory.PendingLimits{MaxEntriesPerIdentity: 4}, "id-a", 2},
+		{"another identity's entries", memory.PendingLimits{MaxEntries: 6}, "id-b", 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := memory.NewPendingLimited(nil, tt.limits)
+			now := time.Now()
+			ex, id := beginRunning(t, p, now, time.Minute)
+			leaseKey := store.Key{Kind: kindBackgroundLease, ID: id}
+			for i := range tt.n {
+				other := "resp_other" + strconv.Itoa(i)
+				p.Put(tt.who, []store.PendingCall{{CallID: other, Arguments: `{"status":"completed"}`}}, store.Key{Kind: kindStored, ID: other})
+			}
+			require.Empty(t, p.Get("id-a", leaseKey), "the store's bound dropped the lease")
+
+			assert.False(t, ex.PollBackground(now.Add(20*time.Second)), "a run whose lease the store's bound dropped goes on")
+			assert.Len(t, p.Get("id-a", leaseKey), 1, "its lease is put back")
+			ex.EndBackground(http.StatusOK, []byte(`{"id":"`+id+`","object":"response","status":"completed","output":[]}`), false)
+			_, body, _ := serveAs(t, p, http.MethodGet, "/"+id, "")
+			assert.Equal(t, "completed", gjson.Get(body, "status").String(), "the run's end is recorded: %s", body)
+		})
+	}
+}
+
+// A starting_after past every event, up to the largest integer, gives no event.
+func TestBackgroundStartingAfterPastTheEnd(t *testing.T) {
+	p := memory.NewPending(nil)
+	_, id := beginRunning(t, p, time.Now(), time.Minute)
+	for _, after := range []int{3, 100, math.MaxInt - 1, math.MaxInt} {
+		st, events, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true&starting_after="+strconv.Itoa(after))
+		assert.Equal(t, http.StatusOK, st, "starting_after=%d: %s", after, events)
+		assert.True(t, live, "starting_after=%d: the stream is live", after)
+		assert.Empty(t, events, "starting_after=%d: no event comes after it", after)
+	}
+	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true&starting_after=1")
+	assert.Equal(t, 1, strings.Count(events, "\n\n"), "starting_after=1 of three events: %s", events)
 }
