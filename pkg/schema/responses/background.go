@@ -322,12 +322,15 @@ func (x *exchange) EndBackground(status int, body []byte, cancelled bool) {
 }
 
 // terminalRecorded reports whether the last event recorded ends the stream.
-func (r *bgRun) terminalRecorded() bool {
-	i := bytes.LastIndex(r.events, []byte("event: "))
+func (r *bgRun) terminalRecorded() bool { return endsStream(r.events) }
+
+// endsStream reports whether the last of the events evs ends a response's stream.
+func endsStream(evs []byte) bool {
+	i := bytes.LastIndex(evs, []byte("event: "))
 	if i < 0 {
 		return false
 	}
-	typ, _, _ := bytes.Cut(r.events[i+len("event: "):], []byte("\n"))
+	typ, _, _ := bytes.Cut(evs[i+len("event: "):], []byte("\n"))
 	return isTerminalEvent(string(typ))
 }
 

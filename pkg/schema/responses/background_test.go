@@ -270,3 +270,48 @@ func TestBackgroundStartingAfterPastTheEnd(t *testing.T) {
 	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true&starting_after=1")
 	assert.Equal(t, 1, strings.Count(events, "\n\n"), "starting_after=1 of three events: %s", events)
 }
+
+// A stream whose recorded events end with the terminal event is over, though the record still
+// says in_progress (its runner recorded its end but was stalled before its record said so): a
+// reader that got the terminal event stops there, and never waits for a failure that a
+// takeover would record at the same sequence number.
+func TestBackgroundStreamOverAtItsTerminalEvent(t *testing.T) {
+	p := memory.NewPending(nil)
+	ex, id := beginRunning(t, p, time.Now(), time.Minute)
+	_, _, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+	require.True(t, live, "a running response's stream is live")
+	ex.bg.mu.Lock()
+	ex.bg.appendTerminal("completed", setStatus(ex.bg.base, "completed"))
+	ex.bg.saveEventsLocked()
+	ex.bg.mu.Unlock()
+	_, body, _ := serveAs(t, p, http.MethodGet, "/"+id, "")
+	require.Equal(t, "in_progress", gjson.Get(body, "status").String(), "the record is not written yet: %s", body)
+
+	_, events, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true&starting_after=2")
+	assert.False(t, live, "a stream whose last event is terminal is over: %s", events)
+	assert.True(t, strings.HasPrefix(events, "event: response.completed\n"), "the terminal event: %s", events)
+}
+
+// A runner stalled past its lease whose events the store's bounds dropped before the takeover
+// (which then had none to end with response.failed) does not put its events back: the
+// record is the takeover's failure, and the run is fenced.
+func TestBackgroundEventsDroppedBeforeTheTakeover(t *testing.T) {
+	p := memory.NewPending(nil)
+	began := time.Now().Add(-time.Minute)
+	ex, id := beginRunning(t, p, began, 10*time.Second)
+	eventsKey := store.Key{Kind: kindBackgroundEvents, ID: id}
+	ex.bg.mu.Lock()
+	ex.bg.appendRaw("response.output_item.added", `{"type":"response.output_item.added","sequence_number":0,"output_index":0,"item":{"type":"message"}}`)
+	ex.bg.mu.Unlock()
+	p.Drop("id-a", eventsKey)
+	_, body, _ := serveAs(t, p, http.MethodGet, "/"+id, "")
+	require.Equal(t, "failed", gjson.Get(body, "status").String(), "taken over: %s", body)
+
+	// Its renewal not due yet, the run only saves its events.
+	assert.True(t, ex.PollBackground(began.Add(time.Second)), "the stalled run stops")
+	assert.Empty(t, p.Get("id-a", eventsKey), "its events are not put back")
+	ex.EndBackground(http.StatusOK, []byte(`{"id":"`+id+`","object":"response","status":"completed","output":[]}`), false)
+	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+	assert.NotContains(t, events, "response.completed", "the stream does not end as the stalled run would")
+	assert.Contains(t, events, "event: response.failed\n", "the stream ends as the record does: %s", events)
+}
