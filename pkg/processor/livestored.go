@@ -2,6 +2,7 @@ package processor
 
 import (
 	"bytes"
+	"math"
 	"net/url"
 	"strconv"
 	"time"
@@ -9,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
 	"github.com/codeinterp/codeinterp/pkg/admission"
@@ -154,13 +156,15 @@ func (d *liveStored) stream(st *streamState, end bool) error {
 			if err := st.send(streamedChunk(evs, false)); err != nil {
 				return err
 			}
-			d.after += bytes.Count(evs, []byte("\n\n"))
+			d.after = nextAfter(d.after, evs)
 		}
 		select {
 		case <-st.ctx.Done():
 			st.logger().Debug("client left a live stream of a stored answer", zap.Error(st.ctx.Err()))
 			return nil
 		case <-deadline.C:
+			// Natively the stream stays open; the client resumes from the last event it got.
+			st.logger().Info("a live stream of a stored answer ended at the loop deadline", zap.Int("starting_after", d.after))
 			if !end {
 				return nil
 			}
@@ -168,6 +172,25 @@ func (d *liveStored) stream(st *streamState, end bool) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// nextAfter returns the sequence number of the last of the events evs, sent after sequence
+// number after: the events' own numbering (a count added to after would wrap past the
+// largest int), never below after; events without one are counted on from after, up to the
+// largest int.
+func nextAfter(after int, evs []byte) int {
+	body := bytes.TrimSuffix(evs, []byte("\n\n"))
+	last := body[bytes.LastIndex(body, []byte("\n\n"))+1:]
+	if _, data, ok := bytes.Cut(last, []byte("data: ")); ok {
+		if n := gjson.GetBytes(data, "sequence_number"); n.Type == gjson.Number && n.Int() >= 0 && n.Int() > int64(after) {
+			return int(n.Int())
+		}
+	}
+	n := bytes.Count(evs, []byte("\n\n"))
+	if after > math.MaxInt-n {
+		return math.MaxInt
+	}
+	return after + n
 }
 
 // liveCreate answers the body of a background create followed live (see startBackground): the

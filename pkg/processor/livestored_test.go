@@ -1,7 +1,9 @@
 package processor
 
 import (
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +105,45 @@ func TestBackgroundLiveGetClientLeaves(t *testing.T) {
 	case err := <-bl.causes:
 		t.Fatalf("the run was ended: %v", err)
 	default:
+	}
+}
+
+// A live GET with starting_after the largest int gets no event while the run goes on, nor
+// any once it ends: the events are not sent again at each read.
+func TestBackgroundLiveStartingAfterLargest(t *testing.T) {
+	bl := &bgLoop{block: true, causes: make(chan error, 8)}
+	ts := newBackgroundServer(t, bl, Background{})
+	id := gjson.GetBytes(createBackground(t, ts, bgBody, "sk-one").GetBody(), "id").String()
+	waitStatus(t, ts, id, "in_progress")
+	ex := ts.open(t)
+	ex.send(reqHeaders(true, ":authority", "llm.local", ":path", "/v1/responses/"+id+"?stream=true&starting_after="+strconv.Itoa(math.MaxInt),
+		":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer sk-one"))
+	// Several reads (a Poll is 10 ms) while it runs, then its end.
+	time.AfterFunc(100*time.Millisecond, func() { ts.srv.bg.cancelRun(id) })
+	evs, ended := readLive(t, ex, 9)
+	assert.True(t, ended, "the stream ends with the run")
+	assert.Empty(t, evs, "no event comes after starting_after=%d", math.MaxInt)
+}
+
+func TestNextAfter(t *testing.T) {
+	ev := func(seq string) string { return "event: e\ndata: {\"type\":\"e\",\"sequence_number\":" + seq + "}\n\n" }
+	tests := []struct {
+		name  string
+		after int
+		evs   string
+		want  int
+	}{
+		{"from the start", -1, ev("0") + ev("1") + ev("2"), 2},
+		{"after a starting_after", 4, ev("5") + ev("6"), 6},
+		{"a gap in the numbering", 4, ev("9"), 9},
+		{"numbered below after", 7, ev("3"), 8},
+		{"no numbering", 1, "event: e\ndata: {}\n\nevent: e\ndata: {}\n\n", 3},
+		{"no numbering at the largest int", math.MaxInt - 1, "event: e\ndata: {}\n\nevent: e\ndata: {}\n\n", math.MaxInt},
+		{"a number past the largest int", 1, ev("9223372036854775808"), math.MaxInt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, nextAfter(tt.after, []byte(tt.evs)), "after %d: %q", tt.after, tt.evs)
+		})
 	}
 }
