@@ -38,6 +38,8 @@ type liveStored struct {
 	after int
 	// done reports that the stream was ended: nothing more is answered.
 	done bool
+	// release gives back the reader's place (see runner.follow), nil for none.
+	release func()
 }
 
 // liveHeadersMode keeps the response headers coming to the server (which switches the body at
@@ -52,9 +54,10 @@ func (st *streamState) canStreamLive() bool {
 }
 
 // followLive makes the stream deliver a running response's stream live, from after sequence
-// number after; ask reads it (see liveStored.ask).
-func (st *streamState) followLive(after int, ask func(after int) *admission.StoredAnswer) {
-	st.following = &liveStored{ask: ask, after: after}
+// number after; ask reads it (see liveStored.ask). release, when not nil, gives back the
+// reader's place when the stream ends.
+func (st *streamState) followLive(after int, ask func(after int) *admission.StoredAnswer, release func()) {
+	st.following = &liveStored{ask: ask, after: after, release: release}
 	st.setOutcome("stored_answer")
 }
 
@@ -127,7 +130,13 @@ func (d *liveStored) trailers(st *streamState, _ *extprocv3.ProcessingRequest) (
 	return false, d.stream(st, false)
 }
 
-func (d *liveStored) close() {}
+// close gives back the reader's place; it may be called more than once.
+func (d *liveStored) close() {
+	if d.release != nil {
+		d.release()
+		d.release = nil
+	}
+}
 
 // stream sends the events recorded after d.after as they are recorded, reading the record
 // every Poll, until the response's stream is over (the terminal event sent), the response is

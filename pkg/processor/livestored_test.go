@@ -147,3 +147,45 @@ func TestNextAfter(t *testing.T) {
 		})
 	}
 }
+
+// A caller follows at most LiveReadersPerRun × MaxPerIdentity running responses' streams at
+// once: past it, a live GET gets the native 429, while another caller's is served; a reader
+// that ends (here before the upstream answered) gives its place back.
+func TestBackgroundLiveReadersBounded(t *testing.T) {
+	bl := &bgLoop{block: true, causes: make(chan error, 8)}
+	ts := newBackgroundServer(t, bl, Background{MaxPerIdentity: 1})
+	ids := map[string]string{}
+	for _, key := range []string{"sk-one", "sk-two"} {
+		ids[key] = gjson.GetBytes(createBackground(t, ts, bgBody, key).GetBody(), "id").String()
+		require.Eventually(t, func() bool {
+			return gjson.GetBytes(retrieve(t, ts, http.MethodGet, "/v1/responses/"+ids[key], key).GetBody(), "status").String() == "in_progress"
+		}, 5*time.Second, 10*time.Millisecond, "%s's response runs", key)
+	}
+	follow := func(key string) (*exchange, *extprocv3.ProcessingResponse) {
+		ex := ts.open(t)
+		return ex, ex.send(reqHeaders(true, ":authority", "llm.local", ":path", "/v1/responses/"+ids[key]+"?stream=true",
+			":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer "+key))
+	}
+	var readers []*exchange
+	for i := range LiveReadersPerRun {
+		ex, resp := follow("sk-one")
+		require.NotNil(t, resp.GetRequestHeaders(), "reader %d follows live: %v", i, resp)
+		readers = append(readers, ex)
+	}
+	_, resp := follow("sk-one")
+	im := resp.GetImmediateResponse()
+	require.NotNil(t, im, "a reader past the bound is answered at once: %v", resp)
+	assert.Equal(t, int32(http.StatusTooManyRequests), int32(im.GetStatus().GetCode()), "past the bound")
+	assert.Equal(t, "rate_limit_exceeded", gjson.GetBytes(im.GetBody(), "error.code").String(), "the native 429: %s", im.GetBody())
+	assert.Equal(t, "rate_limit_error", gjson.GetBytes(im.GetBody(), "error.type").String(), "the native 429: %s", im.GetBody())
+
+	_, resp = follow("sk-two")
+	assert.NotNil(t, resp.GetRequestHeaders(), "another caller's reader follows live: %v", resp)
+
+	readers[0].close()
+	require.Eventually(t, func() bool {
+		ex, resp := follow("sk-one")
+		defer ex.close()
+		return resp.GetRequestHeaders() != nil
+	}, 5*time.Second, 10*time.Millisecond, "a reader that ended gives its place back")
+}
