@@ -312,7 +312,6 @@ func (st *streamState) startBackground(bx backgroundExchange) *extprocv3.Process
 		st.followLive(-1, askAfter("stream=true", func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(sf, http.MethodGet, "/"+id, q, nil, st)
 		}), nil)
-		st.setOutcome("background")
 		return liveCreate(pathOnly(st.path) + "/" + id)
 	}
 	if stream {
@@ -367,22 +366,14 @@ func (st *streamState) followStored(ans *admission.StoredAnswer, ask func() *adm
 		st.logger().Debug("extend the message timeout", zap.Error(err))
 		return st.storedImmediate(ans)
 	}
-	deadline := time.NewTimer(wait - st.route.LoopMargin)
-	defer deadline.Stop()
-	tick := time.NewTicker(st.srv.bg.cfg.Poll)
-	defer tick.Stop()
-	for ans.Live {
-		select {
-		case <-st.ctx.Done():
-			return st.storedImmediate(ans)
-		case <-deadline.C:
-			return st.storedImmediate(ans)
-		case <-tick.C:
-		}
+	// Whether the response ended, the client left or the deadline passed, the client gets
+	// what was read last.
+	_, _ = st.pollStored(wait-st.route.LoopMargin, func() (bool, error) {
 		if next := ask(); next != nil {
 			ans = next
 		}
-	}
+		return !ans.Live, nil
+	})
 	return st.storedImmediate(ans)
 }
 

@@ -58,7 +58,6 @@ func (st *streamState) canStreamLive() bool {
 // reader's place when the stream ends.
 func (st *streamState) followLive(after int, ask func(after int) *admission.StoredAnswer, release func()) {
 	st.following = &liveStored{ask: ask, after: after, release: release}
-	st.setOutcome("stored_answer")
 }
 
 // askAfter returns ask, a reading of a stored answer for the raw query string, with its
@@ -98,15 +97,13 @@ func (d *liveStored) headers(st *streamState, end bool) *extprocv3.ProcessingRes
 		}
 		return st.followStored(ans, func() *admission.StoredAnswer { return d.ask(d.after) })
 	}
+	// As a loop's live answer (switchToFullDuplex), with the upstream's status replaced.
+	set := switchToFullDuplex.GetResponseHeaders().GetResponse().GetHeaderMutation()
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-				SetHeaders: []*corev3.HeaderValueOption{
-					setHeader(":status", "200"),
-					setHeader("content-type", "text/event-stream; charset=utf-8"),
-					setHeader("cache-control", "no-cache"),
-				},
-				RemoveHeaders: []string{"content-length", "content-encoding"},
+				SetHeaders:    append([]*corev3.HeaderValueOption{setHeader(":status", "200")}, set.GetSetHeaders()...),
+				RemoveHeaders: set.GetRemoveHeaders(),
 			}},
 		}},
 		ModeOverride: switchToFullDuplex.ModeOverride,
@@ -144,41 +141,60 @@ func (d *liveStored) close() {
 // stream's context ends (the client went away). With end, the last chunk ends the body.
 func (d *liveStored) stream(st *streamState, end bool) error {
 	d.done = true
-	deadline := time.NewTimer(st.route.LoopDeadline)
-	defer deadline.Stop()
-	tick := time.NewTicker(st.srv.bg.cfg.Poll)
-	defer tick.Stop()
-	for {
+	// step sends what was recorded since the last read, and reports whether the stream is over.
+	step := func() (bool, error) {
 		ans := d.ask(d.after)
-		over := ans == nil || !ans.Live || !ans.Stream || ans.Status != 200
 		var evs []byte
 		if ans != nil && ans.Stream && ans.Status == 200 {
 			evs = ans.Body
 		}
-		if over {
+		if ans == nil || !ans.Live || !ans.Stream || ans.Status != 200 {
 			if len(evs) == 0 && !end {
-				return nil
+				return true, nil
 			}
-			return st.send(streamedChunk(evs, end))
+			return true, st.send(streamedChunk(evs, end))
 		}
 		if len(evs) > 0 {
 			if err := st.send(streamedChunk(evs, false)); err != nil {
-				return err
+				return true, err
 			}
 			d.after = nextAfter(d.after, evs)
 		}
+		return false, nil
+	}
+	if over, err := step(); over || err != nil {
+		return err
+	}
+	if late, err := st.pollStored(st.route.LoopDeadline, step); !late || err != nil {
+		return err
+	}
+	// Natively the stream stays open; the client resumes from the last event it got.
+	st.logger().Info("a live stream of a stored answer ended at the loop deadline", zap.Int("starting_after", d.after))
+	if !end {
+		return nil
+	}
+	return st.send(streamedChunk(nil, true))
+}
+
+// pollStored calls step every Poll until it reports that the stream it reads is over (or
+// fails), the stream's context ends (the client went away) or wait has passed; late reports
+// the last.
+func (st *streamState) pollStored(wait time.Duration, step func() (over bool, err error)) (late bool, err error) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(st.srv.bg.cfg.Poll)
+	defer tick.Stop()
+	for {
 		select {
 		case <-st.ctx.Done():
-			st.logger().Debug("client left a live stream of a stored answer", zap.Error(st.ctx.Err()))
-			return nil
+			st.logger().Debug("client left while a stored answer was read", zap.Error(st.ctx.Err()))
+			return false, nil
 		case <-deadline.C:
-			// Natively the stream stays open; the client resumes from the last event it got.
-			st.logger().Info("a live stream of a stored answer ended at the loop deadline", zap.Int("starting_after", d.after))
-			if !end {
-				return nil
-			}
-			return st.send(streamedChunk(nil, true))
+			return true, nil
 		case <-tick.C:
+		}
+		if over, err := step(); over || err != nil {
+			return false, err
 		}
 	}
 }

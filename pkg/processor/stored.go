@@ -68,6 +68,7 @@ func (st *streamState) storedAnswer(path string, end bool) *extprocv3.Processing
 		st.followLive(startingAfterOf(query), askAfter(query, func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(sf, m, rest, q, nil, st)
 		}), release)
+		st.setOutcome("stored_answer")
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 				Response: &extprocv3.CommonResponse{HeaderMutation: removeReserved(st.headers.reserved())},
@@ -138,6 +139,7 @@ func (st *streamState) storedBody(body []byte) *extprocv3.ProcessingResponse {
 		st.followLive(startingAfterOf(r.query), askAfter(r.query, func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(r.surface, http.MethodGet, r.rest, q, body, st)
 		}), release)
+		st.setOutcome("stored_answer")
 		return continueBody
 	}
 	if release != nil {
