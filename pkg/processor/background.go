@@ -309,7 +309,7 @@ func (st *streamState) startBackground(bx backgroundExchange) *extprocv3.Process
 		// recorded events as they come (see followLive). A client that goes away leaves the run
 		// as it is.
 		sf := st.surface
-		st.followLive(-1, askAfter("stream=true", func(q string) *admission.StoredAnswer {
+		st.followLive(sf, -1, askAfter("stream=true", func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(sf, http.MethodGet, "/"+id, q, nil, st)
 		}), nil)
 		return liveCreate(pathOnly(st.path) + "/" + id)

@@ -3,6 +3,7 @@ package processor
 import (
 	"bytes"
 	"math"
+	"net/http"
 	"net/url"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/codeinterp/codeinterp/pkg/admission"
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // This file streams a background response still running live (issue 24): GET
@@ -31,6 +33,8 @@ import (
 // liveStored is a stream of a running background response that the server writes itself, chosen at
 // the request phase (see followLive) and delivered once the upstream has answered.
 type liveStored struct {
+	// surface is the surface whose response is read (a stored GET's stream has none).
+	surface schema.Surface
 	// ask returns the stream's events after sequence number after (-1: all), nil when the
 	// response is gone.
 	ask func(after int) *admission.StoredAnswer
@@ -55,9 +59,9 @@ func (st *streamState) canStreamLive() bool {
 
 // followLive makes the stream deliver a running response's stream live, from after sequence
 // number after; ask reads it (see liveStored.ask). release, when not nil, gives back the
-// reader's place when the stream ends.
-func (st *streamState) followLive(after int, ask func(after int) *admission.StoredAnswer, release func()) {
-	st.following = &liveStored{ask: ask, after: after, release: release}
+// reader's place when the stream ends; sf is the response's surface.
+func (st *streamState) followLive(sf schema.Surface, after int, ask func(after int) *admission.StoredAnswer, release func()) {
+	st.following = &liveStored{surface: sf, ask: ask, after: after, release: release}
 }
 
 // askAfter returns ask, a reading of a stored answer for the raw query string, with its
@@ -93,7 +97,10 @@ func (d *liveStored) headers(st *streamState, end bool) *extprocv3.ProcessingRes
 		d.done = true
 		ans := d.ask(d.after)
 		if ans == nil {
-			return st.serverError("stored_answer_gone", "The response is no longer stored.")
+			st.setOutcome("stored_answer_gone")
+			return immediate(http.StatusInternalServerError, jsonContentType, d.surface.ErrorBody(&schema.RequestError{
+				Status: http.StatusInternalServerError, Message: "The response is no longer stored.", Code: "stored_answer_gone"}),
+				"codeinterp_stored_answer_gone")
 		}
 		return st.followStored(ans, func() *admission.StoredAnswer { return d.ask(d.after) })
 	}

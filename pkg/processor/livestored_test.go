@@ -1,10 +1,12 @@
 package processor
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 // setHeaders returns the headers a headers or body answer sets.
@@ -188,4 +193,42 @@ func TestBackgroundLiveReadersBounded(t *testing.T) {
 		defer ex.close()
 		return resp.GetRequestHeaders() != nil
 	}, 5*time.Second, 10*time.Millisecond, "a reader that ended gives its place back")
+}
+
+// goneStore is a store whose stored answers are gone (expired) once gone is set.
+type goneStore struct {
+	store.Pending
+	gone atomic.Bool
+}
+
+func (g *goneStore) Get(identity string, k store.Key) []store.PendingCall {
+	if g.gone.Load() && k.Kind == "responses.stored" {
+		return nil
+	}
+	return g.Pending.Get(identity, k)
+}
+
+// A live GET whose upstream answers with no body, when the response is no longer stored,
+// gets the surface's 500, not a failed stream.
+func TestBackgroundLiveGetGoneAtBodylessAnswer(t *testing.T) {
+	gs := &goneStore{Pending: memory.NewPending(nil)}
+	ts := newTestServerWith(t, func(o *testOptions) {
+		o.Stored = gs
+		o.Loop = &bgLoop{block: true, causes: make(chan error, 8)}
+		o.Background = Background{Poll: 10 * time.Millisecond}
+	}, nil, nil, nil)
+	t.Cleanup(func() { require.NoError(t, ts.srv.StopBackground(context.Background())) })
+	id := gjson.GetBytes(createBackground(t, ts, bgBody, "sk-one").GetBody(), "id").String()
+	waitStatus(t, ts, id, "in_progress")
+	ex := ts.open(t)
+	resp := ex.send(reqHeaders(true, ":authority", "llm.local", ":path", "/v1/responses/"+id+"?stream=true",
+		":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer sk-one"))
+	require.NotNil(t, resp.GetRequestHeaders(), "the GET goes on upstream: %v", resp)
+	gs.gone.Store(true)
+	resp = ex.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMapOf(":status", "404"), EndOfStream: true}}})
+	im := resp.GetImmediateResponse()
+	require.NotNil(t, im, "answered at once: %v", resp)
+	assert.Equal(t, int32(http.StatusInternalServerError), int32(im.GetStatus().GetCode()))
+	assert.Equal(t, "stored_answer_gone", gjson.GetBytes(im.GetBody(), "error.code").String(), "in the surface's shape: %s", im.GetBody())
 }

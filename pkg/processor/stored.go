@@ -65,7 +65,7 @@ func (st *streamState) storedAnswer(path string, end bool) *extprocv3.Processing
 		}
 	}
 	if ans.Live && st.canStreamLive() {
-		st.followLive(startingAfterOf(query), askAfter(query, func(q string) *admission.StoredAnswer {
+		st.followLive(sf, startingAfterOf(query), askAfter(query, func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(sf, m, rest, q, nil, st)
 		}), release)
 		st.setOutcome("stored_answer")
@@ -136,7 +136,7 @@ func (st *streamState) storedBody(body []byte) *extprocv3.ProcessingResponse {
 		}
 	}
 	if ans.Live && st.canStreamLive() {
-		st.followLive(startingAfterOf(r.query), askAfter(r.query, func(q string) *admission.StoredAnswer {
+		st.followLive(r.surface, startingAfterOf(r.query), askAfter(r.query, func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(r.surface, http.MethodGet, r.rest, q, body, st)
 		}), release)
 		st.setOutcome("stored_answer")
