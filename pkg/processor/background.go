@@ -45,6 +45,13 @@ type Background struct {
 	Lease time.Duration
 }
 
+// LiveReadersPerRun is how many readers of running responses' streams (a stored GET
+// …?stream=true of a response still running, live or answered whole at its end) one caller may
+// have at once per background response it may run: 4 × MaxPerIdentity (32 by default). Each
+// reads the record every Poll until the run ends; a caller past it gets a 429. The stream of
+// a create with stream: true is bounded by the runs themselves and is not counted.
+const LiveReadersPerRun = 4
+
 // Defaults of [Background].
 const (
 	DefaultMaxBackgroundPerIdentity = 8
@@ -92,6 +99,7 @@ type runner struct {
 	ctx    context.Context // the runs' parent, cancelled by stop
 	cancel context.CancelCauseFunc
 	per    map[string]int                     // places taken (see reserve) by identity
+	reads  map[string]int                     // readers following a running response (see follow) by identity
 	n      int                                // places taken in all
 	runs   map[string]context.CancelCauseFunc // by response id
 	wg     sync.WaitGroup
@@ -111,7 +119,7 @@ func newRunner(cfg Background, log *zap.Logger) *runner {
 		cfg.Lease = DefaultBackgroundLease
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &runner{cfg: cfg, log: log.Named("background"), ctx: ctx, cancel: cancel, per: map[string]int{}, runs: map[string]context.CancelCauseFunc{}}
+	return &runner{cfg: cfg, log: log.Named("background"), ctx: ctx, cancel: cancel, per: map[string]int{}, reads: map[string]int{}, runs: map[string]context.CancelCauseFunc{}}
 }
 
 // reserve takes a place for a run of identity; it returns an error naming the bound that
@@ -130,6 +138,28 @@ func (b *runner) reserve(identity string) error {
 	b.per[identity]++
 	b.n++
 	return nil
+}
+
+// follow takes a place for a reader of a running response's stream for identity (see
+// LiveReadersPerRun) and returns the func that gives it back (once; later calls do nothing),
+// or an error naming the bound that is reached.
+func (b *runner) follow(identity string) (func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.reads[identity] >= LiveReadersPerRun*b.cfg.MaxPerIdentity {
+		return nil, fmt.Errorf("You are reading %d streams of background responses in progress, the most this gateway serves one caller at once. Close one, or retrieve the response without stream.", b.reads[identity])
+	}
+	b.reads[identity]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.reads[identity]--; b.reads[identity] <= 0 {
+				delete(b.reads, identity)
+			}
+		})
+	}, nil
 }
 
 // releaseLocked gives back a place reserve took; b.mu is held.
@@ -279,10 +309,9 @@ func (st *streamState) startBackground(bx backgroundExchange) *extprocv3.Process
 		// recorded events as they come (see followLive). A client that goes away leaves the run
 		// as it is.
 		sf := st.surface
-		st.followLive(-1, askAfter("stream=true", func(q string) *admission.StoredAnswer {
+		st.followLive(sf, -1, askAfter("stream=true", func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(sf, http.MethodGet, "/"+id, q, nil, st)
-		}))
-		st.setOutcome("background")
+		}), nil)
 		return liveCreate(pathOnly(st.path) + "/" + id)
 	}
 	if stream {
@@ -337,22 +366,14 @@ func (st *streamState) followStored(ans *admission.StoredAnswer, ask func() *adm
 		st.logger().Debug("extend the message timeout", zap.Error(err))
 		return st.storedImmediate(ans)
 	}
-	deadline := time.NewTimer(wait - st.route.LoopMargin)
-	defer deadline.Stop()
-	tick := time.NewTicker(st.srv.bg.cfg.Poll)
-	defer tick.Stop()
-	for ans.Live {
-		select {
-		case <-st.ctx.Done():
-			return st.storedImmediate(ans)
-		case <-deadline.C:
-			return st.storedImmediate(ans)
-		case <-tick.C:
-		}
+	// Whether the response ended, the client left or the deadline passed, the client gets
+	// what was read last.
+	_, _ = st.pollStored(wait-st.route.LoopMargin, func() (bool, error) {
 		if next := ask(); next != nil {
 			ans = next
 		}
-	}
+		return !ans.Live, nil
+	})
 	return st.storedImmediate(ans)
 }
 

@@ -2,6 +2,8 @@ package processor
 
 import (
 	"bytes"
+	"math"
+	"net/http"
 	"net/url"
 	"strconv"
 	"time"
@@ -9,9 +11,11 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/tidwall/gjson"
 	"go.uber.org/zap"
 
 	"github.com/codeinterp/codeinterp/pkg/admission"
+	"github.com/codeinterp/codeinterp/pkg/schema"
 )
 
 // This file streams a background response still running live (issue 24): GET
@@ -29,6 +33,8 @@ import (
 // liveStored is a stream of a running background response that the server writes itself, chosen at
 // the request phase (see followLive) and delivered once the upstream has answered.
 type liveStored struct {
+	// surface is the surface whose response is read (a stored GET's stream has none).
+	surface schema.Surface
 	// ask returns the stream's events after sequence number after (-1: all), nil when the
 	// response is gone.
 	ask func(after int) *admission.StoredAnswer
@@ -36,6 +42,8 @@ type liveStored struct {
 	after int
 	// done reports that the stream was ended: nothing more is answered.
 	done bool
+	// release gives back the reader's place (see runner.follow), nil for none.
+	release func()
 }
 
 // liveHeadersMode keeps the response headers coming to the server (which switches the body at
@@ -50,10 +58,10 @@ func (st *streamState) canStreamLive() bool {
 }
 
 // followLive makes the stream deliver a running response's stream live, from after sequence
-// number after; ask reads it (see liveStored.ask).
-func (st *streamState) followLive(after int, ask func(after int) *admission.StoredAnswer) {
-	st.following = &liveStored{ask: ask, after: after}
-	st.setOutcome("stored_answer")
+// number after; ask reads it (see liveStored.ask). release, when not nil, gives back the
+// reader's place when the stream ends; sf is the response's surface.
+func (st *streamState) followLive(sf schema.Surface, after int, ask func(after int) *admission.StoredAnswer, release func()) {
+	st.following = &liveStored{surface: sf, ask: ask, after: after, release: release}
 }
 
 // askAfter returns ask, a reading of a stored answer for the raw query string, with its
@@ -89,19 +97,20 @@ func (d *liveStored) headers(st *streamState, end bool) *extprocv3.ProcessingRes
 		d.done = true
 		ans := d.ask(d.after)
 		if ans == nil {
-			return st.serverError("stored_answer_gone", "The response is no longer stored.")
+			st.setOutcome("stored_answer_gone")
+			return immediate(http.StatusInternalServerError, jsonContentType, d.surface.ErrorBody(&schema.RequestError{
+				Status: http.StatusInternalServerError, Message: "The response is no longer stored.", Code: "stored_answer_gone"}),
+				"codeinterp_stored_answer_gone")
 		}
 		return st.followStored(ans, func() *admission.StoredAnswer { return d.ask(d.after) })
 	}
+	// As a loop's live answer (switchToFullDuplex), with the upstream's status replaced.
+	set := switchToFullDuplex.GetResponseHeaders().GetResponse().GetHeaderMutation()
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-				SetHeaders: []*corev3.HeaderValueOption{
-					setHeader(":status", "200"),
-					setHeader("content-type", "text/event-stream; charset=utf-8"),
-					setHeader("cache-control", "no-cache"),
-				},
-				RemoveHeaders: []string{"content-length", "content-encoding"},
+				SetHeaders:    append([]*corev3.HeaderValueOption{setHeader(":status", "200")}, set.GetSetHeaders()...),
+				RemoveHeaders: set.GetRemoveHeaders(),
 			}},
 		}},
 		ModeOverride: switchToFullDuplex.ModeOverride,
@@ -125,7 +134,13 @@ func (d *liveStored) trailers(st *streamState, _ *extprocv3.ProcessingRequest) (
 	return false, d.stream(st, false)
 }
 
-func (d *liveStored) close() {}
+// close gives back the reader's place; it may be called more than once.
+func (d *liveStored) close() {
+	if d.release != nil {
+		d.release()
+		d.release = nil
+	}
+}
 
 // stream sends the events recorded after d.after as they are recorded, reading the record
 // every Poll, until the response's stream is over (the terminal event sent), the response is
@@ -133,41 +148,81 @@ func (d *liveStored) close() {}
 // stream's context ends (the client went away). With end, the last chunk ends the body.
 func (d *liveStored) stream(st *streamState, end bool) error {
 	d.done = true
-	deadline := time.NewTimer(st.route.LoopDeadline)
-	defer deadline.Stop()
-	tick := time.NewTicker(st.srv.bg.cfg.Poll)
-	defer tick.Stop()
-	for {
+	// step sends what was recorded since the last read, and reports whether the stream is over.
+	step := func() (bool, error) {
 		ans := d.ask(d.after)
-		over := ans == nil || !ans.Live || !ans.Stream || ans.Status != 200
 		var evs []byte
 		if ans != nil && ans.Stream && ans.Status == 200 {
 			evs = ans.Body
 		}
-		if over {
+		if ans == nil || !ans.Live || !ans.Stream || ans.Status != 200 {
 			if len(evs) == 0 && !end {
-				return nil
+				return true, nil
 			}
-			return st.send(streamedChunk(evs, end))
+			return true, st.send(streamedChunk(evs, end))
 		}
 		if len(evs) > 0 {
 			if err := st.send(streamedChunk(evs, false)); err != nil {
-				return err
+				return true, err
 			}
-			d.after += bytes.Count(evs, []byte("\n\n"))
+			d.after = nextAfter(d.after, evs)
 		}
+		return false, nil
+	}
+	if over, err := step(); over || err != nil {
+		return err
+	}
+	if late, err := st.pollStored(st.route.LoopDeadline, step); !late || err != nil {
+		return err
+	}
+	// Natively the stream stays open; the client resumes from the last event it got.
+	st.logger().Info("a live stream of a stored answer ended at the loop deadline", zap.Int("starting_after", d.after))
+	if !end {
+		return nil
+	}
+	return st.send(streamedChunk(nil, true))
+}
+
+// pollStored calls step every Poll until it reports that the stream it reads is over (or
+// fails), the stream's context ends (the client went away) or wait has passed; late reports
+// the last.
+func (st *streamState) pollStored(wait time.Duration, step func() (over bool, err error)) (late bool, err error) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(st.srv.bg.cfg.Poll)
+	defer tick.Stop()
+	for {
 		select {
 		case <-st.ctx.Done():
-			st.logger().Debug("client left a live stream of a stored answer", zap.Error(st.ctx.Err()))
-			return nil
+			st.logger().Debug("client left while a stored answer was read", zap.Error(st.ctx.Err()))
+			return false, nil
 		case <-deadline.C:
-			if !end {
-				return nil
-			}
-			return st.send(streamedChunk(nil, true))
+			return true, nil
 		case <-tick.C:
 		}
+		if over, err := step(); over || err != nil {
+			return false, err
+		}
 	}
+}
+
+// nextAfter returns the sequence number of the last of the events evs, sent after sequence
+// number after: the events' own numbering (a count added to after would wrap past the
+// largest int), never below after; events without one are counted on from after, up to the
+// largest int.
+func nextAfter(after int, evs []byte) int {
+	body := bytes.TrimSuffix(evs, []byte("\n\n"))
+	last := body[bytes.LastIndex(body, []byte("\n\n"))+1:]
+	if _, data, ok := bytes.Cut(last, []byte("data: ")); ok {
+		if n := gjson.GetBytes(data, "sequence_number"); n.Type == gjson.Number && n.Int() >= 0 && n.Int() > int64(after) {
+			return int(n.Int())
+		}
+	}
+	n := bytes.Count(evs, []byte("\n\n"))
+	if after > math.MaxInt-n {
+		return math.MaxInt
+	}
+	return after + n
 }
 
 // liveCreate answers the body of a background create followed live (see startBackground): the

@@ -1,8 +1,12 @@
 package processor
 
 import (
+	"context"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
+
+	"github.com/codeinterp/codeinterp/pkg/store"
+	"github.com/codeinterp/codeinterp/pkg/store/memory"
 )
 
 // setHeaders returns the headers a headers or body answer sets.
@@ -104,4 +111,124 @@ func TestBackgroundLiveGetClientLeaves(t *testing.T) {
 		t.Fatalf("the run was ended: %v", err)
 	default:
 	}
+}
+
+// A live GET with starting_after the largest int gets no event while the run goes on, nor
+// any once it ends: the events are not sent again at each read.
+func TestBackgroundLiveStartingAfterLargest(t *testing.T) {
+	bl := &bgLoop{block: true, causes: make(chan error, 8)}
+	ts := newBackgroundServer(t, bl, Background{})
+	id := gjson.GetBytes(createBackground(t, ts, bgBody, "sk-one").GetBody(), "id").String()
+	waitStatus(t, ts, id, "in_progress")
+	ex := ts.open(t)
+	ex.send(reqHeaders(true, ":authority", "llm.local", ":path", "/v1/responses/"+id+"?stream=true&starting_after="+strconv.Itoa(math.MaxInt),
+		":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer sk-one"))
+	// Several reads (a Poll is 10 ms) while it runs, then its end.
+	time.AfterFunc(100*time.Millisecond, func() { ts.srv.bg.cancelRun(id) })
+	evs, ended := readLive(t, ex, 9)
+	assert.True(t, ended, "the stream ends with the run")
+	assert.Empty(t, evs, "no event comes after starting_after=%d", math.MaxInt)
+}
+
+func TestNextAfter(t *testing.T) {
+	ev := func(seq string) string { return "event: e\ndata: {\"type\":\"e\",\"sequence_number\":" + seq + "}\n\n" }
+	tests := []struct {
+		name  string
+		after int
+		evs   string
+		want  int
+	}{
+		{"from the start", -1, ev("0") + ev("1") + ev("2"), 2},
+		{"after a starting_after", 4, ev("5") + ev("6"), 6},
+		{"a gap in the numbering", 4, ev("9"), 9},
+		{"numbered below after", 7, ev("3"), 8},
+		{"no numbering", 1, "event: e\ndata: {}\n\nevent: e\ndata: {}\n\n", 3},
+		{"no numbering at the largest int", math.MaxInt - 1, "event: e\ndata: {}\n\nevent: e\ndata: {}\n\n", math.MaxInt},
+		{"a number past the largest int", 1, ev("9223372036854775808"), math.MaxInt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, nextAfter(tt.after, []byte(tt.evs)), "after %d: %q", tt.after, tt.evs)
+		})
+	}
+}
+
+// A caller follows at most LiveReadersPerRun × MaxPerIdentity running responses' streams at
+// once: past it, a live GET gets the native 429, while another caller's is served; a reader
+// that ends (here before the upstream answered) gives its place back.
+func TestBackgroundLiveReadersBounded(t *testing.T) {
+	bl := &bgLoop{block: true, causes: make(chan error, 8)}
+	ts := newBackgroundServer(t, bl, Background{MaxPerIdentity: 1})
+	ids := map[string]string{}
+	for _, key := range []string{"sk-one", "sk-two"} {
+		ids[key] = gjson.GetBytes(createBackground(t, ts, bgBody, key).GetBody(), "id").String()
+		require.Eventually(t, func() bool {
+			return gjson.GetBytes(retrieve(t, ts, http.MethodGet, "/v1/responses/"+ids[key], key).GetBody(), "status").String() == "in_progress"
+		}, 5*time.Second, 10*time.Millisecond, "%s's response runs", key)
+	}
+	follow := func(key string) (*exchange, *extprocv3.ProcessingResponse) {
+		ex := ts.open(t)
+		return ex, ex.send(reqHeaders(true, ":authority", "llm.local", ":path", "/v1/responses/"+ids[key]+"?stream=true",
+			":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer "+key))
+	}
+	var readers []*exchange
+	for i := range LiveReadersPerRun {
+		ex, resp := follow("sk-one")
+		require.NotNil(t, resp.GetRequestHeaders(), "reader %d follows live: %v", i, resp)
+		readers = append(readers, ex)
+	}
+	_, resp := follow("sk-one")
+	im := resp.GetImmediateResponse()
+	require.NotNil(t, im, "a reader past the bound is answered at once: %v", resp)
+	assert.Equal(t, int32(http.StatusTooManyRequests), int32(im.GetStatus().GetCode()), "past the bound")
+	assert.Equal(t, "rate_limit_exceeded", gjson.GetBytes(im.GetBody(), "error.code").String(), "the native 429: %s", im.GetBody())
+	assert.Equal(t, "rate_limit_error", gjson.GetBytes(im.GetBody(), "error.type").String(), "the native 429: %s", im.GetBody())
+
+	_, resp = follow("sk-two")
+	assert.NotNil(t, resp.GetRequestHeaders(), "another caller's reader follows live: %v", resp)
+
+	readers[0].close()
+	require.Eventually(t, func() bool {
+		ex, resp := follow("sk-one")
+		defer ex.close()
+		return resp.GetRequestHeaders() != nil
+	}, 5*time.Second, 10*time.Millisecond, "a reader that ended gives its place back")
+}
+
+// goneStore is a store whose stored answers are gone (expired) once gone is set.
+type goneStore struct {
+	store.Pending
+	gone atomic.Bool
+}
+
+func (g *goneStore) Get(identity string, k store.Key) []store.PendingCall {
+	if g.gone.Load() && k.Kind == "responses.stored" {
+		return nil
+	}
+	return g.Pending.Get(identity, k)
+}
+
+// A live GET whose upstream answers with no body, when the response is no longer stored,
+// gets the surface's 500, not a failed stream.
+func TestBackgroundLiveGetGoneAtBodylessAnswer(t *testing.T) {
+	gs := &goneStore{Pending: memory.NewPending(nil)}
+	ts := newTestServerWith(t, func(o *testOptions) {
+		o.Stored = gs
+		o.Loop = &bgLoop{block: true, causes: make(chan error, 8)}
+		o.Background = Background{Poll: 10 * time.Millisecond}
+	}, nil, nil, nil)
+	t.Cleanup(func() { require.NoError(t, ts.srv.StopBackground(context.Background())) })
+	id := gjson.GetBytes(createBackground(t, ts, bgBody, "sk-one").GetBody(), "id").String()
+	waitStatus(t, ts, id, "in_progress")
+	ex := ts.open(t)
+	resp := ex.send(reqHeaders(true, ":authority", "llm.local", ":path", "/v1/responses/"+id+"?stream=true",
+		":method", http.MethodGet, ":scheme", "http", "authorization", "Bearer sk-one"))
+	require.NotNil(t, resp.GetRequestHeaders(), "the GET goes on upstream: %v", resp)
+	gs.gone.Store(true)
+	resp = ex.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: headerMapOf(":status", "404"), EndOfStream: true}}})
+	im := resp.GetImmediateResponse()
+	require.NotNil(t, im, "answered at once: %v", resp)
+	assert.Equal(t, int32(http.StatusInternalServerError), int32(im.GetStatus().GetCode()))
+	assert.Equal(t, "stored_answer_gone", gjson.GetBytes(im.GetBody(), "error.code").String(), "in the surface's shape: %s", im.GetBody())
 }

@@ -57,10 +57,18 @@ func (st *streamState) storedAnswer(path string, end bool) *extprocv3.Processing
 			ModeOverride: storedBodyMode,
 		}
 	}
+	var release func()
+	if ans.Live {
+		var refused *extprocv3.ProcessingResponse
+		if release, refused = st.followReader(sf); refused != nil {
+			return refused
+		}
+	}
 	if ans.Live && st.canStreamLive() {
-		st.followLive(startingAfterOf(query), askAfter(query, func(q string) *admission.StoredAnswer {
+		st.followLive(sf, startingAfterOf(query), askAfter(query, func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(sf, m, rest, q, nil, st)
-		}))
+		}), release)
+		st.setOutcome("stored_answer")
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 				Response: &extprocv3.CommonResponse{HeaderMutation: removeReserved(st.headers.reserved())},
@@ -68,7 +76,24 @@ func (st *streamState) storedAnswer(path string, end bool) *extprocv3.Processing
 			ModeOverride: liveHeadersMode,
 		}
 	}
+	if release != nil {
+		defer release()
+	}
 	return st.followStored(ans, func() *admission.StoredAnswer { return st.srv.admission.Stored(sf, m, rest, query, nil, st) })
+}
+
+// followReader takes a place for the caller's reader of a running response's stream, and
+// returns the func that gives it back, or, past the caller's bound (see runner.follow), the
+// native 429 that answers the request instead.
+func (st *streamState) followReader(sf schema.Surface) (func(), *extprocv3.ProcessingResponse) {
+	release, err := st.srv.bg.follow(st.Identity())
+	if err != nil {
+		st.setOutcome("client_error")
+		return nil, immediate(http.StatusTooManyRequests, jsonContentType,
+			sf.ErrorBody(&schema.RequestError{Status: http.StatusTooManyRequests, Message: err.Error(), Code: "rate_limit_exceeded"}),
+			"codeinterp_live_stream_limit")
+	}
+	return release, nil
 }
 
 // removeReserved is the header mutation that removes the reserved headers named, nil for none.
@@ -103,11 +128,22 @@ func (st *streamState) storedBody(body []byte) *extprocv3.ProcessingResponse {
 		// Gone meanwhile (expired): the upstream answers, as for any other id.
 		return continueBody
 	}
+	var release func()
+	if ans.Live {
+		var refused *extprocv3.ProcessingResponse
+		if release, refused = st.followReader(r.surface); refused != nil {
+			return refused
+		}
+	}
 	if ans.Live && st.canStreamLive() {
-		st.followLive(startingAfterOf(r.query), askAfter(r.query, func(q string) *admission.StoredAnswer {
+		st.followLive(r.surface, startingAfterOf(r.query), askAfter(r.query, func(q string) *admission.StoredAnswer {
 			return st.srv.admission.Stored(r.surface, http.MethodGet, r.rest, q, body, st)
-		}))
+		}), release)
+		st.setOutcome("stored_answer")
 		return continueBody
+	}
+	if release != nil {
+		defer release()
 	}
 	return st.followStored(ans, func() *admission.StoredAnswer {
 		return st.srv.admission.Stored(r.surface, http.MethodGet, r.rest, r.query, body, st)

@@ -143,6 +143,10 @@ func (st *streamState) finish() {
 	if st.delivery != nil {
 		st.delivery.close()
 	}
+	if st.following != nil {
+		// A live stream whose upstream never answered (the client left first).
+		st.following.close()
+	}
 	outcome := st.outcome
 	if outcome == "" {
 		switch st.kind {

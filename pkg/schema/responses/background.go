@@ -154,7 +154,7 @@ func (x *exchange) PollBackground(now time.Time) bool {
 	r := x.bg
 	r.mu.Lock()
 	if !r.expired && now.Sub(r.beat) >= r.lease/4 {
-		if cur := r.p.Get(r.identity, store.Key{Kind: kindStored, ID: r.id}); len(cur) == 1 && cur[0].Arguments != "" && lostRecord(cur[0].Arguments) {
+		if r.lostLocked() {
 			r.expired = true
 		} else {
 			r.renewLocked(now)
@@ -172,12 +172,13 @@ func (x *exchange) PollBackground(now time.Time) bool {
 }
 
 // renewLocked renews the runner's lease from now, swapping it from the lease the run last
-// wrote: a lease another replica took over (dropped) is not brought back, and the run is
-// fenced (r.expired); r.mu is held.
+// wrote: a lease another replica took over (dropped after it recorded the failure) is not
+// brought back, and the run is fenced (r.expired); one the store's bounds dropped is put
+// back (see swapLocked); r.mu is held.
 func (r *bgRun) renewLocked(now time.Time) {
 	r.beat = now
 	next := store.PendingCall{CallID: r.id, Arguments: strconv.FormatInt(now.Add(r.lease).UnixMilli(), 10)}
-	if r.swapLocked(store.Key{Kind: kindBackgroundLease, ID: r.id}, &r.leased, next, false) {
+	if r.swapLocked(store.Key{Kind: kindBackgroundLease, ID: r.id}, &r.leased, next) {
 		r.leased = next
 	}
 }
@@ -185,9 +186,10 @@ func (r *bgRun) renewLocked(now time.Time) {
 // swapLocked writes next under key, swapped from *last (what the run last wrote there; Put
 // when it wrote nothing yet), and reports whether it did. A refused swap fences the run
 // (r.expired) unless the entry still holds *last (a store bound refused the value: the run
-// goes on, the value unsaved) or, with recreate, the entry is gone (a store bound dropped
-// it, which no takeover does: it is put again); r.mu is held.
-func (r *bgRun) swapLocked(key store.Key, last *store.PendingCall, next store.PendingCall, recreate bool) bool {
+// goes on, the value unsaved) or the entry is gone while the record is not the takeover's
+// failure: the store's bounds (per identity, or in all) dropped it, since a takeover
+// records the failure before it drops the lease, and it is put again; r.mu is held.
+func (r *bgRun) swapLocked(key store.Key, last *store.PendingCall, next store.PendingCall) bool {
 	if r.expired {
 		return false
 	}
@@ -201,12 +203,19 @@ func (r *bgRun) swapLocked(key store.Key, last *store.PendingCall, next store.Pe
 	switch cur := r.p.Get(r.identity, key); {
 	case len(cur) == 1 && cur[0] == *last:
 		return false
-	case len(cur) == 0 && recreate:
+	case len(cur) == 0 && !r.lostLocked():
 		r.p.Put(r.identity, []store.PendingCall{next}, key)
 		return true
 	}
 	r.expired = true
 	return false
+}
+
+// lostLocked reports whether the run's record is the failure a takeover recorded (see
+// expireLease); r.mu is held.
+func (r *bgRun) lostLocked() bool {
+	cur := r.p.Get(r.identity, store.Key{Kind: kindStored, ID: r.id})
+	return len(cur) == 1 && cur[0].Arguments != "" && lostRecord(cur[0].Arguments)
 }
 
 // lostRecord reports whether a background response's record resp is the failure expireLease
@@ -313,12 +322,15 @@ func (x *exchange) EndBackground(status int, body []byte, cancelled bool) {
 }
 
 // terminalRecorded reports whether the last event recorded ends the stream.
-func (r *bgRun) terminalRecorded() bool {
-	i := bytes.LastIndex(r.events, []byte("event: "))
+func (r *bgRun) terminalRecorded() bool { return endsStream(r.events) }
+
+// endsStream reports whether the last of the events evs ends a response's stream.
+func endsStream(evs []byte) bool {
+	i := bytes.LastIndex(evs, []byte("event: "))
 	if i < 0 {
 		return false
 	}
-	typ, _, _ := bytes.Cut(r.events[i+len("event: "):], []byte("\n"))
+	typ, _, _ := bytes.Cut(evs[i+len("event: "):], []byte("\n"))
 	return isTerminalEvent(string(typ))
 }
 
@@ -416,7 +428,7 @@ func (r *bgRun) saveEventsLocked() bool {
 		r.unsaved = false
 		return true
 	}
-	if !r.swapLocked(store.Key{Kind: kindBackgroundEvents, ID: r.id}, &r.saved, next, true) {
+	if !r.swapLocked(store.Key{Kind: kindBackgroundEvents, ID: r.id}, &r.saved, next) {
 		return false
 	}
 	r.saved = next
@@ -559,7 +571,8 @@ func backgroundEvents(p store.Pending, who, id string, after int) (events []byte
 		return nil, false
 	}
 	rest := []byte(calls[0].Arguments)
-	for range after + 1 {
+	// Counted up, not as range after+1: starting_after may be the largest int.
+	for i := 0; i <= after; i++ {
 		i := bytes.Index(rest, []byte("\n\n"))
 		if i < 0 {
 			return nil, true

@@ -1,7 +1,9 @@
 package responses
 
 import (
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -218,4 +220,98 @@ func TestBackgroundLeaseEndedOnce(t *testing.T) {
 	wg.Wait()
 	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
 	assert.Equal(t, 1, strings.Count(events, "event: response.failed\n"), "one terminal event after 8 readers: %s", events)
+}
+
+// A runner whose lease entry the store's bounds dropped (its own identity's other entries, or
+// another identity's in all) is not fenced: no takeover drops a lease before it records the
+// failure, so the run puts its lease back, goes on and records its end; a reader then finds
+// a lease to go by.
+func TestBackgroundLeaseDroppedByTheStoreBound(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits memory.PendingLimits
+		who    string
+		n      int
+	}{
+		{"the identity's own entries", memory.PendingLimits{MaxEntriesPerIdentity: 4}, "id-a", 2},
+		{"another identity's entries", memory.PendingLimits{MaxEntries: 6}, "id-b", 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := memory.NewPendingLimited(nil, tt.limits)
+			now := time.Now()
+			ex, id := beginRunning(t, p, now, time.Minute)
+			leaseKey := store.Key{Kind: kindBackgroundLease, ID: id}
+			for i := range tt.n {
+				other := "resp_other" + strconv.Itoa(i)
+				p.Put(tt.who, []store.PendingCall{{CallID: other, Arguments: `{"status":"completed"}`}}, store.Key{Kind: kindStored, ID: other})
+			}
+			require.Empty(t, p.Get("id-a", leaseKey), "the store's bound dropped the lease")
+
+			assert.False(t, ex.PollBackground(now.Add(20*time.Second)), "a run whose lease the store's bound dropped goes on")
+			assert.Len(t, p.Get("id-a", leaseKey), 1, "its lease is put back")
+			ex.EndBackground(http.StatusOK, []byte(`{"id":"`+id+`","object":"response","status":"completed","output":[]}`), false)
+			_, body, _ := serveAs(t, p, http.MethodGet, "/"+id, "")
+			assert.Equal(t, "completed", gjson.Get(body, "status").String(), "the run's end is recorded: %s", body)
+		})
+	}
+}
+
+// A starting_after past every event, up to the largest integer, gives no event.
+func TestBackgroundStartingAfterPastTheEnd(t *testing.T) {
+	p := memory.NewPending(nil)
+	_, id := beginRunning(t, p, time.Now(), time.Minute)
+	for _, after := range []int{3, 100, math.MaxInt - 1, math.MaxInt} {
+		st, events, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true&starting_after="+strconv.Itoa(after))
+		assert.Equal(t, http.StatusOK, st, "starting_after=%d: %s", after, events)
+		assert.True(t, live, "starting_after=%d: the stream is live", after)
+		assert.Empty(t, events, "starting_after=%d: no event comes after it", after)
+	}
+	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true&starting_after=1")
+	assert.Equal(t, 1, strings.Count(events, "\n\n"), "starting_after=1 of three events: %s", events)
+}
+
+// A stream whose recorded events end with the terminal event is over, though the record still
+// says in_progress (its runner recorded its end but was stalled before its record said so): a
+// reader that got the terminal event stops there, and never waits for a failure that a
+// takeover would record at the same sequence number.
+func TestBackgroundStreamOverAtItsTerminalEvent(t *testing.T) {
+	p := memory.NewPending(nil)
+	ex, id := beginRunning(t, p, time.Now(), time.Minute)
+	_, _, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+	require.True(t, live, "a running response's stream is live")
+	ex.bg.mu.Lock()
+	ex.bg.appendTerminal("completed", setStatus(ex.bg.base, "completed"))
+	ex.bg.saveEventsLocked()
+	ex.bg.mu.Unlock()
+	_, body, _ := serveAs(t, p, http.MethodGet, "/"+id, "")
+	require.Equal(t, "in_progress", gjson.Get(body, "status").String(), "the record is not written yet: %s", body)
+
+	_, events, live := serveAs(t, p, http.MethodGet, "/"+id, "stream=true&starting_after=2")
+	assert.False(t, live, "a stream whose last event is terminal is over: %s", events)
+	assert.True(t, strings.HasPrefix(events, "event: response.completed\n"), "the terminal event: %s", events)
+}
+
+// A runner stalled past its lease whose events the store's bounds dropped before the takeover
+// (which then had none to end with response.failed) does not put its events back: the
+// record is the takeover's failure, and the run is fenced.
+func TestBackgroundEventsDroppedBeforeTheTakeover(t *testing.T) {
+	p := memory.NewPending(nil)
+	began := time.Now().Add(-time.Minute)
+	ex, id := beginRunning(t, p, began, 10*time.Second)
+	eventsKey := store.Key{Kind: kindBackgroundEvents, ID: id}
+	ex.bg.mu.Lock()
+	ex.bg.appendRaw("response.output_item.added", `{"type":"response.output_item.added","sequence_number":0,"output_index":0,"item":{"type":"message"}}`)
+	ex.bg.mu.Unlock()
+	p.Drop("id-a", eventsKey)
+	_, body, _ := serveAs(t, p, http.MethodGet, "/"+id, "")
+	require.Equal(t, "failed", gjson.Get(body, "status").String(), "taken over: %s", body)
+
+	// Its renewal not due yet, the run only saves its events.
+	assert.True(t, ex.PollBackground(began.Add(time.Second)), "the stalled run stops")
+	assert.Empty(t, p.Get("id-a", eventsKey), "its events are not put back")
+	ex.EndBackground(http.StatusOK, []byte(`{"id":"`+id+`","object":"response","status":"completed","output":[]}`), false)
+	_, events, _ := serveAs(t, p, http.MethodGet, "/"+id, "stream=true")
+	assert.NotContains(t, events, "response.completed", "the stream does not end as the stalled run would")
+	assert.Contains(t, events, "event: response.failed\n", "the stream ends as the record does: %s", events)
 }

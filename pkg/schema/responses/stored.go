@@ -117,8 +117,9 @@ func (x *exchange) Keep(p store.Pending, identity string, final []byte) {
 //
 // A background response's record (see background.go) is served the same way, and POST
 // /v1/responses/{id}/cancel cancels it. Its stream is the events recorded as they were
-// produced; live reports that the response is still running: asked again later, the stream
-// has more events (the caller may wait and ask again).
+// produced; live reports that the response is still running and the events answered do not
+// end the stream: asked again later, the stream has more events (the caller may wait and ask
+// again).
 func (Surface) ServeStored(p store.Pending, identity func() string, method, rest, query string, body []byte) (status int, answer []byte, stream, live, ok bool) {
 	if p == nil || !p.Holds(kindStored) {
 		return 0, nil, false, false, false
@@ -164,7 +165,10 @@ func (Surface) ServeStored(p store.Pending, identity func() string, method, rest
 		return st, b, false, false, true
 	}
 	status, answer, stream = serveStoredAnswer(p, who, method, id, sub, q, body, e)
-	return status, answer, stream, stream && backgroundLive(gjson.Get(e.Arguments, "status").String()), true
+	// A stream that ends with its terminal event is over, whatever the record says: the run
+	// recorded its end and is writing its record (a reader then stops at that event).
+	live = stream && backgroundLive(gjson.Get(e.Arguments, "status").String()) && !endsStream(answer)
+	return status, answer, stream, live, true
 }
 
 // serveStoredAnswer answers GET (JSON, the stream, input_items) and DELETE of the answer e
