@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
@@ -112,9 +114,25 @@ func TestDemoModel(t *testing.T) {
 			require.Len(t, c.Choices, 1)
 			assert.Contains(t, c.Choices[0].Message.Content, "```\n1024\n```")
 		})
+		// The blocks are independent: they run side by side (each a parallel subtest, the
+		// longest first), and all have ended when this subtest has.
 		t.Run("the docs' commands", func(t *testing.T) {
+			type block struct {
+				page   string
+				i      int
+				script string
+			}
+			var blocks []block
 			for _, page := range []string{"README.md", "docs/getting-started.md"} {
 				for i, script := range demoScripts(t, page) {
+					blocks = append(blocks, block{page, i, script})
+				}
+			}
+			sort.SliceStable(blocks, func(a, b int) bool { return len(blocks[a].script) > len(blocks[b].script) })
+			for _, b := range blocks {
+				page, i, script := b.page, b.i, b.script
+				t.Run(fmt.Sprintf("%s block %d", page, i), func(t *testing.T) {
+					t.Parallel()
 					script = strings.ReplaceAll(script, "http://127.0.0.1:10000", s.Front.URL())
 					cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 					cmd.Dir = filepath.Join("..", "..")
@@ -127,7 +145,7 @@ func TestDemoModel(t *testing.T) {
 					if strings.Contains(script, "input=\"What is 6*7? Use Python.\"") {
 						assert.Contains(t, string(out), `code_interpreter_call [OutputLogs(logs='42\n', type='logs')]`, "%s, block %d: the SDK prints the call", page, i)
 					}
-				}
+				})
 			}
 		})
 		t.Run("messages bash", func(t *testing.T) {

@@ -442,13 +442,31 @@ func freeAddr(t testing.TB) string {
 	return ""
 }
 
-// buildServer builds cmd/extproc into a temporary directory and returns the binary.
+// buildServer builds cmd/extproc, once per test binary, into a temporary directory and returns
+// the binary.
 func buildServer(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "extproc")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/codeinterp/codeinterp/cmd/extproc").CombinedOutput()
-	require.NoError(t, err, "build cmd/extproc: %s", out)
-	return bin
+	serverBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "codeinterp-e2e-extproc-")
+		if err != nil {
+			serverBuild.err = err
+			return
+		}
+		serverBuild.dir = dir
+		serverBuild.bin = filepath.Join(dir, "extproc")
+		serverBuild.out, serverBuild.err = exec.Command("go", "build", "-o", serverBuild.bin, "github.com/codeinterp/codeinterp/cmd/extproc").CombinedOutput()
+	})
+	require.NoError(t, serverBuild.err, "build cmd/extproc: %s", serverBuild.out)
+	return serverBuild.bin
+}
+
+// serverBuild is the package's one build of cmd/extproc (buildServer), in a directory TestMain
+// removes.
+var serverBuild struct {
+	once     sync.Once
+	dir, bin string
+	out      []byte
+	err      error
 }
 
 // serverSettings are what a server process is configured with.

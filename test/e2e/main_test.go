@@ -17,6 +17,9 @@ import (
 // stacks that started it.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if serverBuild.dir != "" {
+			_ = os.RemoveAll(serverBuild.dir)
+		}
 		if left := descendants(os.Getpid()); len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "e2e: %d sandbox processes left after the suite:\n", len(left))
 			for _, p := range left {

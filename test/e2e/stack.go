@@ -10,8 +10,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,13 +123,112 @@ func (e *Env) HarnessOptions() harness.Options {
 	return o
 }
 
-// Fronts runs fn through [harness.Fronts] (the harness always; a real Envoy when one is on
-// PATH), each time with a fresh [Stack] serving that front.
+// Fronts runs fn as the subtests "harness" and "real-envoy" (as [harness.Fronts]: the latter is
+// skipped, or failed, without an envoy binary), each time with a fresh [Stack] serving that
+// front. The real Envoy and its server (app.New, which starts the sandbox backend's template)
+// are started while the harness variant runs; the server serves the Env's listeners only once
+// the harness variant's server has stopped.
 func (e *Env) Fronts(t *testing.T, fn func(t *testing.T, s *Stack)) {
 	t.Helper()
-	harness.Fronts(t, e.HarnessOptions(), func(t *testing.T, front harness.Front) {
-		fn(t, e.Serve(t, front))
+	o := e.HarnessOptions()
+	var real func(t *testing.T) *Stack
+	if _, err := harness.EnvoyBinary(); err == nil {
+		real = e.prepare(t, harness.PrepareReal(t, o))
+	}
+	t.Run("harness", func(t *testing.T) {
+		fn(t, e.Serve(t, harness.Start(t, o)))
 	})
+	t.Run("real-envoy", func(t *testing.T) {
+		harness.RequireEnvoy(t)
+		fn(t, real(t))
+	})
+}
+
+// prepare builds, on its own goroutine, the server that will serve the real Envoy front
+// returns, and returns the function that waits for it and serves it as [Env.Serve] does. A
+// configuration naming a hibernation directory (which one server at a time may hold) is built
+// there instead, after the previous server stopped; one using the default directory gets a
+// directory of its own, so that both servers keep hibernation on. t.Cleanup closes a server
+// built and never served.
+func (e *Env) prepare(t *testing.T, front func(testing.TB) *harness.RealEnvoy) func(t *testing.T) *Stack {
+	t.Helper()
+	cfg := DefaultConfig()
+	if e.opts.Configure != nil {
+		e.opts.Configure(cfg)
+	}
+	if cfg.GetHibernation().GetDir() != "" {
+		return func(t *testing.T) *Stack { return e.Serve(t, front(t)) }
+	}
+	hibernation := filepath.Join(t.TempDir(), "hibernation")
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	type built struct {
+		front *harness.RealEnvoy
+		cfg   *configv1.Config
+		svc   *app.App
+		err   error
+	}
+	var (
+		b  built
+		ft = &frontT{TB: t}
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.front = front(ft)
+		if ft.err != nil {
+			b.err = ft.err
+			return
+		}
+		b.cfg, b.err = e.config(b.front, func(c *configv1.Config) {
+			if c.GetHibernation().GetEnabled() {
+				c.Hibernation.Dir = hibernation
+			}
+		})
+		if b.err == nil {
+			b.svc, b.err = app.New(app.Options{Config: b.cfg, Log: log})
+		}
+	}()
+	var served atomic.Bool
+	t.Cleanup(func() {
+		<-done
+		if b.svc != nil && !served.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+			defer cancel()
+			if err := b.svc.Shutdown(ctx); err != nil {
+				t.Errorf("e2e: stop the server never served: %v", err)
+			}
+		}
+	})
+	return func(t *testing.T) *Stack {
+		t.Helper()
+		<-done
+		if b.err != nil {
+			t.Fatalf("e2e: %v", b.err)
+		}
+		// The front's process is stopped with this test, its output logged if it fails.
+		_ = front(t)
+		served.Store(true)
+		return e.serve(t, b.front, b.cfg, b.svc)
+	}
+}
+
+// frontT is the testing.TB a front is started with on a goroutine of its own: a failure is
+// recorded (and the goroutine ended) for the test that waits for the front to report.
+type frontT struct {
+	testing.TB
+	err error
+}
+
+func (f *frontT) Helper() {}
+
+func (f *frontT) Fatalf(format string, args ...any) {
+	f.err = fmt.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (f *frontT) Fatal(args ...any) {
+	f.err = errors.New(fmt.Sprint(args...))
+	runtime.Goexit()
 }
 
 // Stack is one running server behind one front. Its methods are safe for concurrent use.
@@ -149,6 +252,21 @@ type Stack struct {
 // and waits for all of it.
 func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 	t.Helper()
+	cfg, err := e.config(front, nil)
+	if err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	svc, err := app.New(app.Options{Config: cfg, Log: log})
+	if err != nil {
+		t.Fatalf("e2e: %v", err)
+	}
+	return e.serve(t, front, cfg, svc)
+}
+
+// config is the server configuration for front: [DefaultConfig], the Env's Configure, the
+// Env's listeners, the front as upstream, then edit (if set), defaults applied, validated.
+func (e *Env) config(front harness.Front, edit func(*configv1.Config)) (*configv1.Config, error) {
 	cfg := DefaultConfig()
 	if e.opts.Configure != nil {
 		e.opts.Configure(cfg)
@@ -157,14 +275,18 @@ func (e *Env) Serve(t testing.TB, front harness.Front) *Stack {
 	cfg.ApiListen = proto.String(e.APIAddr())
 	cfg.Upstream = front.URL()
 	config.ApplyDefaults(cfg)
+	if edit != nil {
+		edit(cfg)
+	}
 	if err := config.Validate(cfg); err != nil {
-		t.Fatalf("e2e: invalid configuration: %v", err)
+		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
-	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	svc, err := app.New(app.Options{Config: cfg, Log: log})
-	if err != nil {
-		t.Fatalf("e2e: %v", err)
-	}
+	return cfg, nil
+}
+
+// serve serves svc (built from cfg for front) on the Env's listeners until t's end.
+func (e *Env) serve(t testing.TB, front harness.Front, cfg *configv1.Config, svc *app.App) *Stack {
+	t.Helper()
 	served := make(chan error, 1)
 	go func() { served <- svc.Serve(e.lis.view()) }()
 	apiServed := make(chan error, 1)

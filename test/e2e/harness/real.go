@@ -184,6 +184,69 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 	return &RealEnvoy{url: p.url, admin: p.admin}
 }
 
+// PrepareReal is [StartReal] started ahead: it checks o and writes the bootstrap at once (failing
+// t as StartReal does), starts Envoy on its own goroutine, and returns the function that waits
+// until it is ready and returns it, failing the test it is given if Envoy did not start. A
+// scenario starts its real Envoy this way while its harness variant runs. t.Cleanup stops the
+// process (if the waiting test has not already); a failing waiting test logs Envoy's output.
+// o.Pool is not supported.
+func PrepareReal(t testing.TB, o Options) func(testing.TB) *RealEnvoy {
+	t.Helper()
+	if o.Pool != nil {
+		t.Fatal("real envoy: PrepareReal does not take a pool")
+	}
+	bin := RequireEnvoy(t)
+	cfg, err := o.resolve(t)
+	if err != nil {
+		t.Fatalf("real envoy: %v", err)
+	}
+	b, err := realBootstrap(cfg, o)
+	if err != nil {
+		t.Fatalf("real envoy: %v", err)
+	}
+	js, err := protojson.Marshal(b)
+	if err != nil {
+		t.Fatalf("real envoy: encode bootstrap: %v", err)
+	}
+	dir := t.TempDir()
+	type launched struct {
+		p   *RealProcess
+		err error
+	}
+	ready := make(chan launched, 1)
+	go func() {
+		p, err := launchReal(bin, dir, js)
+		ready <- launched{p, err}
+	}()
+	var got *launched
+	wait := func() *launched {
+		if got == nil {
+			l := <-ready
+			got = &l
+		}
+		return got
+	}
+	t.Cleanup(func() {
+		if l := wait(); l.p != nil {
+			l.p.stop()
+		}
+	})
+	return func(t testing.TB) *RealEnvoy {
+		t.Helper()
+		l := wait()
+		if l.err != nil {
+			t.Fatalf("real envoy: %v", l.err)
+		}
+		t.Cleanup(func() {
+			l.p.stop()
+			if t.Failed() {
+				t.Logf("real envoy output:\n%s", l.p.logs.String())
+			}
+		})
+		return &RealEnvoy{url: l.p.url, admin: l.p.admin}
+	}
+}
+
 // RealPool shares real Envoys between the [StartReal] calls that set Options.Pool: one
 // process per distinct bootstrap (the bytes StartReal would write are the key, so equal knobs
 // and equal test servers share one), started on first use and stopped by [RealPool.Close]. A
