@@ -145,19 +145,7 @@ const realStartTimeout = 30 * time.Second
 // way a failing test logs what Envoy printed while it ran.
 func StartReal(t testing.TB, o Options) *RealEnvoy {
 	t.Helper()
-	bin := RequireEnvoy(t)
-	cfg, err := o.resolve(t)
-	if err != nil {
-		t.Fatalf("real envoy: %v", err)
-	}
-	b, err := realBootstrap(cfg, o)
-	if err != nil {
-		t.Fatalf("real envoy: %v", err)
-	}
-	js, err := protojson.Marshal(b)
-	if err != nil {
-		t.Fatalf("real envoy: encode bootstrap: %v", err)
-	}
+	bin, js := bootstrapJSON(t, o, nil)
 	if o.Pool != nil {
 		p, err := o.Pool.get(bin, js)
 		if err != nil {
@@ -175,6 +163,37 @@ func StartReal(t testing.TB, o Options) *RealEnvoy {
 	if err != nil {
 		t.Fatalf("real envoy: %v", err)
 	}
+	return owned(t, p)
+}
+
+// bootstrapJSON returns the Envoy binary and the bootstrap StartReal writes for o, changed by
+// edit when it is not nil; it fails t as StartReal does.
+func bootstrapJSON(t testing.TB, o Options, edit func(*bootstrapv3.Bootstrap) error) (string, []byte) {
+	t.Helper()
+	bin := RequireEnvoy(t)
+	cfg, err := o.resolve(t)
+	if err != nil {
+		t.Fatalf("real envoy: %v", err)
+	}
+	b, err := realBootstrap(cfg, o)
+	if err != nil {
+		t.Fatalf("real envoy: %v", err)
+	}
+	if edit != nil {
+		if err := edit(b); err != nil {
+			t.Fatalf("real envoy: %v", err)
+		}
+	}
+	js, err := protojson.Marshal(b)
+	if err != nil {
+		t.Fatalf("real envoy: encode bootstrap: %v", err)
+	}
+	return bin, js
+}
+
+// owned returns the RealEnvoy of p, a process t owns: t's cleanup stops it and, when t
+// failed, logs what it printed.
+func owned(t testing.TB, p *RealProcess) *RealEnvoy {
 	t.Cleanup(func() {
 		p.stop()
 		if t.Failed() {
@@ -195,19 +214,7 @@ func PrepareReal(t testing.TB, o Options) func(testing.TB) *RealEnvoy {
 	if o.Pool != nil {
 		t.Fatal("real envoy: PrepareReal does not take a pool")
 	}
-	bin := RequireEnvoy(t)
-	cfg, err := o.resolve(t)
-	if err != nil {
-		t.Fatalf("real envoy: %v", err)
-	}
-	b, err := realBootstrap(cfg, o)
-	if err != nil {
-		t.Fatalf("real envoy: %v", err)
-	}
-	js, err := protojson.Marshal(b)
-	if err != nil {
-		t.Fatalf("real envoy: encode bootstrap: %v", err)
-	}
+	bin, js := bootstrapJSON(t, o, nil)
 	dir := t.TempDir()
 	type launched struct {
 		p   *RealProcess
@@ -237,13 +244,7 @@ func PrepareReal(t testing.TB, o Options) func(testing.TB) *RealEnvoy {
 		if l.err != nil {
 			t.Fatalf("real envoy: %v", l.err)
 		}
-		t.Cleanup(func() {
-			l.p.stop()
-			if t.Failed() {
-				t.Logf("real envoy output:\n%s", l.p.logs.String())
-			}
-		})
-		return &RealEnvoy{url: l.p.url, admin: l.p.admin}
+		return owned(t, l.p)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -35,33 +34,12 @@ const EnvoyServiceName = "envoy-codeinterp"
 // gRPC metadata, and its upstream spans' into the requests it forwards.
 func StartRealTraced(t testing.TB, o Options, collector string) *RealEnvoy {
 	t.Helper()
-	bin := RequireEnvoy(t)
-	cfg, err := o.resolve(t)
-	if err != nil {
-		t.Fatalf("real envoy: %v", err)
-	}
-	b, err := realBootstrap(cfg, o)
-	if err != nil {
-		t.Fatalf("real envoy: %v", err)
-	}
-	if err := addTracer(b, collector); err != nil {
-		t.Fatalf("real envoy: %v", err)
-	}
-	js, err := protojson.Marshal(b)
-	if err != nil {
-		t.Fatalf("real envoy: encode bootstrap: %v", err)
-	}
+	bin, js := bootstrapJSON(t, o, func(b *bootstrapv3.Bootstrap) error { return addTracer(b, collector) })
 	p, err := launchReal(bin, t.TempDir(), js)
 	if err != nil {
 		t.Fatalf("real envoy: %v", err)
 	}
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("real envoy output:\n%s", p.logs.String())
-		}
-	})
-	return &RealEnvoy{url: p.url, admin: p.admin}
+	return owned(t, p)
 }
 
 // addTracer turns on the OpenTelemetry tracer of b's ingress connection manager, exporting to
