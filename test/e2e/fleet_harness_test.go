@@ -253,7 +253,14 @@ func newRoundRobin(t testing.TB, targets []string) *roundRobin {
 		Transport:     transport,
 		FlushInterval: -1,
 	}
-	rr.srv = httptest.NewServer(proxy)
+	rr.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A load balancer reads the request and writes the answer independently; Go's HTTP/1
+		// server would otherwise close the request body at the answer's first write, failing
+		// a proxied request whose body the transport is still copying (the transport then
+		// closes its connection to Envoy under the answer being read).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		proxy.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		rr.srv.Close()
 		transport.CloseIdleConnections()
