@@ -702,8 +702,8 @@ type Hibernation struct {
 	// directory ("codeinterp-hibernation-<random>") when it starts and removes it when it stops
 	// (one a killed server left is removed by the next server to start): several servers on one
 	// machine never share one, and hibernated containers do not survive a restart (with store
-	// redis, a restarted server's hibernated containers are then unknown: 404). Set dir for them
-	// to.
+	// redis, a restarted server's hibernated containers are then unknown: 404). Set dir, on a
+	// persistent volume, for them to survive one.
 	Dir string `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
 	// lifetime is how long after its creation a container may be hibernated and restored, as
 	// Anthropic's containers "expire 30 days after creation". Default 720h (30 days).
