@@ -55,6 +55,28 @@ func TestAnswerDoesNotWaitForTheBody(t *testing.T) {
 		})
 	}
 
+	t.Run("a client still sending reads the answer", func(t *testing.T) {
+		// Past its limit the upload is refused while the client still sends: it must read
+		// the 413, not a reset, whatever the timing.
+		small := New(st, st, Config{Identify: cfg.Identify, MaxUploadBytes: 1 << 10})
+		srv := httptest.NewServer(small)
+		t.Cleanup(srv.Close)
+		made, err := st.Create(t.Context(), "me", NewContainer{Name: "x"})
+		require.NoError(t, err, "create")
+		for i := range 5 {
+			body := "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n\r\n" +
+				strings.Repeat("x", 8<<20) + "\r\n--B--\r\n"
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/containers/"+made.ID+"/files", strings.NewReader(body))
+			require.NoError(t, err, "request")
+			req.Header.Set("Content-Type", "multipart/form-data; boundary=B")
+			resp, err := srv.Client().Do(req)
+			require.NoError(t, err, "upload %d: an answer, not a reset", i)
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "upload %d: %s", i, out)
+		}
+	})
+
 	t.Run("a body read whole keeps the connection", func(t *testing.T) {
 		conn, err := net.Dial("tcp", host)
 		require.NoError(t, err, "dial")
